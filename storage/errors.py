@@ -1,0 +1,302 @@
+"""Kafka's errors: one exception class per Kafka error code.
+
+Every layer raises these (storage is the lowest layer, so they live here and
+``coordinator/`` and ``app/`` import them); the edges translate them -- the Kafka
+listener to the numeric ``code`` on the wire, the HTTP API to JSON carrying
+``code`` and ``name``. Names and numbers are those of
+``org.apache.kafka.common.protocol.Errors`` (see
+``shared/kafka-protocol/README.md`` section 7).
+
+Declare one with its code and wire name::
+
+    class InvalidProducerEpochError(KafkaError, code=47, name="INVALID_PRODUCER_EPOCH"):
+        '''Produce with an epoch older than the producer's current one.'''
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+_BY_CODE: dict[int, type["KafkaError"]] = {}
+
+
+class KafkaError(Exception):
+    """Base of every Kafka error; ``code`` and ``name`` are Kafka's."""
+
+    code: ClassVar[int] = -1
+    name: ClassVar[str] = "UNKNOWN_SERVER_ERROR"
+    retriable: ClassVar[bool] = False
+
+    def __init_subclass__(cls, code: int | None = None, name: str | None = None,
+                          retriable: bool = False, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        if code is None or name is None:
+            return  # an abstract grouping class, not a wire error
+        if code in _BY_CODE:
+            raise TypeError(f"Kafka error code {code} declared twice")
+        cls.code, cls.name, cls.retriable = code, name, retriable
+        _BY_CODE[code] = cls
+
+    def __init__(self, message: str = "") -> None:
+        super().__init__(message or (self.__doc__ or self.name).strip().splitlines()[0])
+
+    @property
+    def message(self) -> str:
+        return str(self)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.name}={self.code}: {self})"
+
+
+def error_for_code(code: int) -> type[KafkaError]:
+    """The exception class for a Kafka error code (UNKNOWN_SERVER_ERROR if unknown)."""
+    return _BY_CODE.get(code, UnknownServerError)
+
+
+def raise_for_code(code: int, message: str = "") -> None:
+    """Raise the exception for ``code``; do nothing for NONE (0)."""
+    if code != 0:
+        raise error_for_code(code)(message)
+
+
+class UnknownServerError(KafkaError, code=-1, name="UNKNOWN_SERVER_ERROR"):
+    """An unexpected server error."""
+
+
+class OffsetOutOfRangeError(KafkaError, code=1, name="OFFSET_OUT_OF_RANGE"):
+    """The requested offset is not within the range of offsets the partition holds."""
+
+
+class CorruptMessageError(KafkaError, code=2, name="CORRUPT_MESSAGE", retriable=True):
+    """A record batch failed its CRC check, is shorter than its header, or is otherwise corrupt."""
+
+
+class UnknownTopicOrPartitionError(KafkaError, code=3, name="UNKNOWN_TOPIC_OR_PARTITION",
+                                   retriable=True):
+    """This server does not host this topic-partition."""
+
+
+class InvalidFetchSizeError(KafkaError, code=4, name="INVALID_FETCH_SIZE"):
+    """The requested fetch size is invalid."""
+
+
+class NotLeaderOrFollowerError(KafkaError, code=6, name="NOT_LEADER_OR_FOLLOWER", retriable=True):
+    """This server is not the leader for that topic-partition."""
+
+
+class RequestTimedOutError(KafkaError, code=7, name="REQUEST_TIMED_OUT", retriable=True):
+    """The request timed out."""
+
+
+class MessageTooLargeError(KafkaError, code=10, name="MESSAGE_TOO_LARGE"):
+    """The record batch is larger than the topic's max.message.bytes."""
+
+
+class OffsetMetadataTooLargeError(KafkaError, code=12, name="OFFSET_METADATA_TOO_LARGE"):
+    """The metadata field of the offset request was too large."""
+
+
+class CoordinatorLoadInProgressError(KafkaError, code=14, name="COORDINATOR_LOAD_IN_PROGRESS",
+                                     retriable=True):
+    """The coordinator is loading and hence can't process requests."""
+
+
+class CoordinatorNotAvailableError(KafkaError, code=15, name="COORDINATOR_NOT_AVAILABLE",
+                                   retriable=True):
+    """The coordinator is not available."""
+
+
+class NotCoordinatorError(KafkaError, code=16, name="NOT_COORDINATOR", retriable=True):
+    """This is not the correct coordinator."""
+
+
+class InvalidTopicError(KafkaError, code=17, name="INVALID_TOPIC_EXCEPTION"):
+    """The request attempted to perform an operation on an invalid topic."""
+
+
+class RecordListTooLargeError(KafkaError, code=18, name="RECORD_LIST_TOO_LARGE"):
+    """The request included message batch larger than the configured segment size."""
+
+
+class InvalidRequiredAcksError(KafkaError, code=21, name="INVALID_REQUIRED_ACKS"):
+    """Produce request specified an invalid value for required acks (must be -1, 0 or 1)."""
+
+
+class IllegalGenerationError(KafkaError, code=22, name="ILLEGAL_GENERATION"):
+    """Specified group generation id is not valid."""
+
+
+class InconsistentGroupProtocolError(KafkaError, code=23, name="INCONSISTENT_GROUP_PROTOCOL"):
+    """The group member's supported protocols are incompatible with those of existing members."""
+
+
+class InvalidGroupIdError(KafkaError, code=24, name="INVALID_GROUP_ID"):
+    """The configured groupId is invalid."""
+
+
+class UnknownMemberIdError(KafkaError, code=25, name="UNKNOWN_MEMBER_ID"):
+    """The coordinator is not aware of this member."""
+
+
+class InvalidSessionTimeoutError(KafkaError, code=26, name="INVALID_SESSION_TIMEOUT"):
+    """The session timeout is not within the range allowed by the broker."""
+
+
+class RebalanceInProgressError(KafkaError, code=27, name="REBALANCE_IN_PROGRESS"):
+    """The group is rebalancing, so a rejoin is needed."""
+
+
+class InvalidCommitOffsetSizeError(KafkaError, code=28, name="INVALID_COMMIT_OFFSET_SIZE"):
+    """The committing offset data size is not valid."""
+
+
+class TopicAuthorizationFailedError(KafkaError, code=29, name="TOPIC_AUTHORIZATION_FAILED"):
+    """Topic authorization failed."""
+
+
+class GroupAuthorizationFailedError(KafkaError, code=30, name="GROUP_AUTHORIZATION_FAILED"):
+    """Group authorization failed."""
+
+
+class ClusterAuthorizationFailedError(KafkaError, code=31, name="CLUSTER_AUTHORIZATION_FAILED"):
+    """Cluster authorization failed."""
+
+
+class InvalidTimestampError(KafkaError, code=32, name="INVALID_TIMESTAMP"):
+    """The timestamp of the message is out of acceptable range."""
+
+
+class UnsupportedVersionError(KafkaError, code=35, name="UNSUPPORTED_VERSION"):
+    """The version of API is not supported."""
+
+
+class TopicAlreadyExistsError(KafkaError, code=36, name="TOPIC_ALREADY_EXISTS"):
+    """Topic with this name already exists."""
+
+
+class InvalidPartitionsError(KafkaError, code=37, name="INVALID_PARTITIONS"):
+    """Number of partitions is below 1."""
+
+
+class InvalidReplicationFactorError(KafkaError, code=38, name="INVALID_REPLICATION_FACTOR"):
+    """Replication factor is below 1 or larger than the number of available brokers."""
+
+
+class InvalidConfigError(KafkaError, code=40, name="INVALID_CONFIG"):
+    """Configuration is invalid."""
+
+
+class InvalidRequestError(KafkaError, code=42, name="INVALID_REQUEST"):
+    """The request is malformed or violates the protocol."""
+
+
+class UnsupportedForMessageFormatError(KafkaError, code=43, name="UNSUPPORTED_FOR_MESSAGE_FORMAT"):
+    """The message format version on the broker does not support the request."""
+
+
+class PolicyViolationError(KafkaError, code=44, name="POLICY_VIOLATION"):
+    """Request parameters do not satisfy the configured policy."""
+
+
+class OutOfOrderSequenceNumberError(KafkaError, code=45, name="OUT_OF_ORDER_SEQUENCE_NUMBER"):
+    """The broker received an out of order sequence number."""
+
+
+class DuplicateSequenceNumberError(KafkaError, code=46, name="DUPLICATE_SEQUENCE_NUMBER"):
+    """The broker received a duplicate sequence number."""
+
+
+class InvalidProducerEpochError(KafkaError, code=47, name="INVALID_PRODUCER_EPOCH"):
+    """Producer attempted to produce with an old epoch."""
+
+
+class InvalidTxnStateError(KafkaError, code=48, name="INVALID_TXN_STATE"):
+    """The producer attempted a transactional operation in an invalid state."""
+
+
+class InvalidProducerIdMappingError(KafkaError, code=49, name="INVALID_PRODUCER_ID_MAPPING"):
+    """The producer id does not match the one the transactional id is mapped to."""
+
+
+class InvalidTransactionTimeoutError(KafkaError, code=50, name="INVALID_TRANSACTION_TIMEOUT"):
+    """The transaction timeout is larger than max.transaction.timeout.ms or not positive."""
+
+
+class ConcurrentTransactionsError(KafkaError, code=51, name="CONCURRENT_TRANSACTIONS",
+                                  retriable=True):
+    """The producer's previous transaction is still being completed; retry."""
+
+
+class TransactionCoordinatorFencedError(KafkaError, code=52,
+                                        name="TRANSACTION_COORDINATOR_FENCED"):
+    """A marker came from a coordinator with an older coordinator epoch than the partition has seen."""
+
+
+class TransactionalIdAuthorizationFailedError(KafkaError, code=53,
+                                              name="TRANSACTIONAL_ID_AUTHORIZATION_FAILED"):
+    """Transactional id authorization failed."""
+
+
+class OperationNotAttemptedError(KafkaError, code=55, name="OPERATION_NOT_ATTEMPTED"):
+    """The broker did not attempt this operation because another part of the request failed."""
+
+
+class KafkaStorageError(KafkaError, code=56, name="KAFKA_STORAGE_ERROR", retriable=True):
+    """Disk error when trying to access the log file on disk."""
+
+
+class UnknownProducerIdError(KafkaError, code=59, name="UNKNOWN_PRODUCER_ID"):
+    """The broker has no state for this producer id and the batch does not start a sequence."""
+
+
+class NonEmptyGroupError(KafkaError, code=68, name="NON_EMPTY_GROUP"):
+    """The group is not empty."""
+
+
+class GroupIdNotFoundError(KafkaError, code=69, name="GROUP_ID_NOT_FOUND"):
+    """The group id does not exist."""
+
+
+class FencedLeaderEpochError(KafkaError, code=74, name="FENCED_LEADER_EPOCH", retriable=True):
+    """The leader epoch in the request is older than the epoch on the broker."""
+
+
+class UnknownLeaderEpochError(KafkaError, code=75, name="UNKNOWN_LEADER_EPOCH", retriable=True):
+    """The leader epoch in the request is newer than the epoch on the broker."""
+
+
+class UnsupportedCompressionTypeError(KafkaError, code=76, name="UNSUPPORTED_COMPRESSION_TYPE"):
+    """The requesting client does not support the compression type of given partition."""
+
+
+class OffsetNotAvailableError(KafkaError, code=78, name="OFFSET_NOT_AVAILABLE", retriable=True):
+    """The leader high watermark has not caught up."""
+
+
+class MemberIdRequiredError(KafkaError, code=79, name="MEMBER_ID_REQUIRED"):
+    """The group member needs to have a valid member id before actually entering a consumer group."""
+
+
+class GroupMaxSizeReachedError(KafkaError, code=81, name="GROUP_MAX_SIZE_REACHED"):
+    """The consumer group has reached its max size."""
+
+
+class FencedInstanceIdError(KafkaError, code=82, name="FENCED_INSTANCE_ID"):
+    """Another member with the same group.instance.id took over."""
+
+
+class InvalidRecordError(KafkaError, code=87, name="INVALID_RECORD"):
+    """The record batch failed validation on the broker."""
+
+
+class UnstableOffsetCommitError(KafkaError, code=88, name="UNSTABLE_OFFSET_COMMIT",
+                                retriable=True):
+    """There are unstable (pending transactional) offsets for this partition."""
+
+
+class ProducerFencedError(KafkaError, code=90, name="PRODUCER_FENCED"):
+    """A newer producer with the same transactional id has fenced this one."""
+
+
+class TransactionalIdNotFoundError(KafkaError, code=105, name="TRANSACTIONAL_ID_NOT_FOUND"):
+    """The transactional id cannot be found."""

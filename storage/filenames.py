@@ -1,0 +1,76 @@
+"""Every file name in a data directory, and nothing else, is decided here.
+
+Kafka's layout (``LogFileUtils``): a partition is a directory ``<topic>-<partition>``;
+each segment is named by its base offset as 20 zero-padded digits, so that ``ls``
+sorts numerically, with one file per suffix::
+
+    00000000000000000000.log        record batches (storage/segment.py, record_batch.py)
+    00000000000000000000.index      sparse offset index (storage/offset_index.py)
+    00000000000000000000.timeindex  sparse time index (storage/time_index.py)
+    00000000000000000000.txnindex   aborted transactions (storage/txn_index.py)
+    00000000000000000123.snapshot   producer state at offset 123 (storage/producer_snapshot.py)
+
+A file being deleted is first renamed with ``.deleted`` appended; a file being
+written whole is written as ``.tmp`` then renamed. Both are cleaned up on start.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+LOG_SUFFIX = ".log"
+INDEX_SUFFIX = ".index"
+TIME_INDEX_SUFFIX = ".timeindex"
+TXN_INDEX_SUFFIX = ".txnindex"
+SNAPSHOT_SUFFIX = ".snapshot"
+DELETED_SUFFIX = ".deleted"
+TEMP_SUFFIX = ".tmp"
+
+#: Segment file suffixes, log first.
+SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
+
+#: Data-directory level files (Kafka's names).
+LOCK_FILE = ".lock"
+CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
+RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
+LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
+META_PROPERTIES = "meta.properties"
+
+_OFFSET_NAME = re.compile(r"^(\d{20})(\.[a-z]+)$")
+_PARTITION_DIR = re.compile(r"^(.+)-(\d+)$")
+
+
+def offset_name(offset: int, suffix: str) -> str:
+    """``offset`` as 20 zero-padded digits followed by ``suffix``."""
+    if offset < 0:
+        raise ValueError(f"file offsets are non-negative, got {offset}")
+    return f"{offset:020d}{suffix}"
+
+
+def segment_path(directory: Path, base_offset: int, suffix: str) -> Path:
+    return directory / offset_name(base_offset, suffix)
+
+
+def snapshot_path(directory: Path, offset: int) -> Path:
+    return directory / offset_name(offset, SNAPSHOT_SUFFIX)
+
+
+def parse_offset_name(name: str) -> tuple[int, str] | None:
+    """``(offset, suffix)`` for a 20-digit offset file name, else None."""
+    match = _OFFSET_NAME.match(name)
+    if match is None:
+        return None
+    return int(match.group(1)), match.group(2)
+
+
+def partition_dir_name(topic: str, partition: int) -> str:
+    return f"{topic}-{partition}"
+
+
+def parse_partition_dir(name: str) -> tuple[str, int] | None:
+    """``(topic, partition)`` for a partition directory name, else None."""
+    match = _PARTITION_DIR.match(name)
+    if match is None:
+        return None
+    return match.group(1), int(match.group(2))
