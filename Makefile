@@ -1,0 +1,35 @@
+# Two commands on a fresh machine: `make run` and `make test`.
+# The virtual environment lives in .venv/ at the repository root.
+
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed-stamp
+
+DATA_DIR ?= ./data
+ARGS     ?=
+
+.PHONY: run test bench install clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+## run: create the environment, install, start the broker on ./data (127.0.0.1)
+run: $(STAMP)
+	$(PY) run.py --data-dir $(DATA_DIR) $(ARGS)
+
+## test: install everything the tests need, then run the whole suite
+test: $(STAMP)
+	$(PY) -m pytest -q -p no:cacheprovider
+
+## bench: measure append, fetch and restart figures (see bench/RESULTS.md)
+bench: $(STAMP)
+	$(PY) bench/bench_storage.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis

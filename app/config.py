@@ -1,0 +1,93 @@
+"""Broker configuration: Kafka's config names and defaults.
+
+Accepted everywhere a user gives config (``Broker(data_dir, **config)``,
+``--config key=value``): Kafka's dotted names (``log.segment.bytes``), the same
+with underscores (``log_segment_bytes=...`` as a Python keyword), and topic-level
+names (``segment.bytes``) as the default for every topic. Unknown names are an
+error, so a typo never silently does nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any, Mapping
+
+from storage.errors import InvalidConfigError
+from storage.log_config import LogConfig
+
+#: broker-level name -> topic-level name (Kafka's "log." prefixed defaults)
+_TOPIC_DEFAULTS = {
+    "log.segment.bytes": "segment.bytes",
+    "log.roll.ms": "segment.ms",
+    "log.index.size.max.bytes": "segment.index.bytes",
+    "log.index.interval.bytes": "index.interval.bytes",
+    "log.retention.ms": "retention.ms",
+    "log.retention.bytes": "retention.bytes",
+    "message.max.bytes": "max.message.bytes",
+    "log.flush.interval.messages": "flush.messages",
+    "log.flush.interval.ms": "flush.ms",
+    "log.cleanup.policy": "cleanup.policy",
+    "log.message.timestamp.type": "message.timestamp.type",
+    "log.segment.delete.delay.ms": "file.delete.delay.ms",
+}
+_HOURS = {"log.retention.hours": "retention.ms", "log.roll.hours": "segment.ms"}
+
+
+@dataclass(frozen=True)
+class BrokerConfig:
+    """Broker-wide settings; attribute names are Kafka's with underscores."""
+
+    num_partitions: int = 1
+    auto_create_topics_enable: bool = True
+    transaction_state_log_num_partitions: int = 50
+    offsets_topic_num_partitions: int = 50
+    transaction_max_timeout_ms: int = 900_000
+    transactional_id_expiration_ms: int = 7 * 24 * 3600 * 1000
+    producer_id_expiration_ms: int = 24 * 3600 * 1000
+    producer_id_expiration_check_interval_ms: int = 600_000
+    transaction_abort_timed_out_transaction_cleanup_interval_ms: int = 10_000
+    transaction_remove_expired_transaction_cleanup_interval_ms: int = 3_600_000
+    log_retention_check_interval_ms: int = 300_000
+    log_flush_offset_checkpoint_interval_ms: int = 60_000
+    #: how often every partition writes a producer-state snapshot (the seed: 30 to 60 s)
+    producer_snapshot_interval_ms: int = 60_000
+    log: LogConfig = field(default_factory=LogConfig)
+
+    @classmethod
+    def from_kafka(cls, values: Mapping[str, Any]) -> "BrokerConfig":
+        broker_fields = {f.name: f for f in fields(cls) if f.name != "log"}
+        topic_names = {name.replace("_", "."): name for name in LogConfig().to_kafka()}
+        broker: dict[str, Any] = {}
+        topic: dict[str, Any] = {}
+        for raw_key, value in values.items():
+            key = raw_key.replace("_", ".")
+            attr = key.replace(".", "_")
+            if attr in broker_fields:
+                broker[attr] = _coerce(key, value, broker_fields[attr].type)
+            elif key in _TOPIC_DEFAULTS:
+                topic[_TOPIC_DEFAULTS[key]] = value
+            elif key in _HOURS:
+                topic[_HOURS[key]] = _coerce(key, value, "int") * 3600 * 1000
+            elif key in topic_names:
+                topic[key] = value
+            else:
+                raise InvalidConfigError(f"unknown config {raw_key!r}")
+        config = cls(**broker, log=LogConfig.from_kafka(topic))
+        if config.transaction_max_timeout_ms < 1:
+            raise InvalidConfigError("transaction.max.timeout.ms must be >= 1")
+        return config
+
+
+def _coerce(key: str, value: Any, kind: Any) -> Any:
+    if kind in (bool, "bool"):
+        if isinstance(value, bool):
+            return value
+        if str(value).lower() in ("true", "false"):
+            return str(value).lower() == "true"
+        raise InvalidConfigError(f"{key} must be true or false, got {value!r}")
+    if isinstance(value, bool):
+        raise InvalidConfigError(f"{key} must be an integer, got {value!r}")
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise InvalidConfigError(f"{key} must be an integer, got {value!r}") from None

@@ -1,0 +1,182 @@
+"""The engine: the one owner of broker state, living on one asyncio event loop.
+
+Partitions, producer state and (later) coordinator state are touched only by
+coroutines running on the engine's loop, so there are no locks around them. The
+Kafka listener runs on the same loop; HTTP worker threads, scheduled jobs and the
+embedded client submit work with :meth:`Engine.call` and wait for the answer.
+Fsyncs run on worker threads through group commit (``app/group_commit.py``), so
+no request blocks the loop on the disk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Awaitable, Callable, Mapping, TypeVar
+
+from app.config import BrokerConfig
+from app.group_commit import GroupCommit
+from storage.clock import Clock, SystemClock
+from storage.errors import InvalidRequestError, InvalidRequiredAcksError, KafkaStorageError
+from storage.log_manager import LogManager, TopicInfo
+from storage.partition_log import AppendResult, PartitionLog, ReadResult
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+READ_UNCOMMITTED = "read_uncommitted"
+READ_COMMITTED = "read_committed"
+LATEST_TIMESTAMP = -1
+EARLIEST_TIMESTAMP = -2
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetAndTimestamp:
+    offset: int
+    timestamp: int
+
+
+def isolation_is_committed(isolation_level: str | int) -> bool:
+    """Accept Kafka's wire values (0, 1) and names."""
+    if isolation_level in (READ_COMMITTED, 1):
+        return True
+    if isolation_level in (READ_UNCOMMITTED, 0):
+        return False
+    raise InvalidRequestError(f"isolation_level must be read_committed or read_uncommitted, "
+                              f"got {isolation_level!r}")
+
+
+class Engine:
+    """Broker state and the loop that owns it."""
+
+    def __init__(self, data_dir: Path | str, config: BrokerConfig, clock: Clock | None = None) -> None:
+        self.config = config
+        self.clock = clock or SystemClock()
+        self.logs = LogManager(data_dir, config.log, self.clock)  # recovers before anything runs
+        self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="fsync")
+        self.loop = asyncio.new_event_loop()
+        self._commits: dict[tuple[str, int], GroupCommit] = {}
+        self._thread = threading.Thread(target=self._run_loop, name="exactly-engine", daemon=True)
+        self._closed = False
+        self._thread.start()
+
+    def _run_loop(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
+
+    # -- submitting work from other threads --------------------------------------------
+
+    def call(self, fn: Callable[..., Awaitable[T]], *args: Any, timeout: float | None = 60,
+             **kwargs: Any) -> T:
+        """Run ``fn(*args, **kwargs)`` on the loop and wait for its result."""
+        if self._closed:
+            raise KafkaStorageError("the broker is closed")
+        future = asyncio.run_coroutine_threadsafe(fn(*args, **kwargs), self.loop)
+        return future.result(timeout)
+
+    # -- partitions ---------------------------------------------------------------------
+
+    def _commit(self, log_: PartitionLog) -> GroupCommit:
+        key = (log_.topic, log_.partition)
+        commit = self._commits.get(key)
+        if commit is None:
+            commit = self._commits[key] = GroupCommit(log_, self.loop, self._executor)
+        return commit
+
+    async def create_topic(self, name: str, partitions: int | None = None,
+                           config: Mapping[str, Any] | None = None) -> TopicInfo:
+        return self.logs.create_topic(name, partitions if partitions is not None
+                                      else self.config.num_partitions, config)
+
+    async def delete_topic(self, name: str) -> None:
+        info = self.logs.topic(name)
+        for partition in range(info.partitions):
+            commit = self._commits.pop((name, partition), None)
+            if commit is not None:
+                await commit.drain()
+                commit.close()
+        self.logs.delete_topic(name)
+
+    async def produce(self, topic: str, partition: int, batch: bytes, acks: int = -1) -> AppendResult:
+        """Append one producer batch; with acks=-1, return once it is fsynced."""
+        if acks not in (-1, 0, 1):
+            raise InvalidRequiredAcksError(f"acks must be -1, 0 or 1, got {acks!r}")
+        log_ = self.logs.log(topic, partition)
+        commit = self._commit(log_)
+        if commit.failed is not None:
+            raise KafkaStorageError(f"{topic}-{partition} is offline after an fsync failure")
+        result = log_.append_data(batch)
+        if acks == -1:
+            await commit.wait_durable(result.last_offset)
+        elif not result.duplicate:
+            commit.appended()
+        return result
+
+    async def write_txn_marker(self, topic: str, partition: int, producer_id: int,
+                               producer_epoch: int, coordinator_epoch: int, commit: bool) -> AppendResult:
+        """Append a COMMIT/ABORT marker (WriteTxnMarkers) and wait until it is durable."""
+        log_ = self.logs.log(topic, partition)
+        result = log_.append_end_txn_marker(producer_id, producer_epoch, coordinator_epoch, commit)
+        await self._commit(log_).wait_durable(result.last_offset)
+        return result
+
+    async def fetch(self, topic: str, partition: int, offset: int, max_bytes: int = 1 << 20,
+                    isolation_level: str | int = READ_UNCOMMITTED) -> ReadResult:
+        committed = isolation_is_committed(isolation_level)
+        return self.logs.log(topic, partition).read(offset, max_bytes, read_committed=committed)
+
+    async def list_offsets(self, topic: str, partition: int, timestamp: int,
+                           isolation_level: str | int = READ_UNCOMMITTED) -> OffsetAndTimestamp:
+        """Kafka's ListOffsets: -1 latest (the LSO when read_committed), -2 earliest,
+        otherwise the first offset with a timestamp >= ``timestamp`` (-1 if none)."""
+        committed = isolation_is_committed(isolation_level)
+        log_ = self.logs.log(topic, partition)
+        if timestamp == LATEST_TIMESTAMP:
+            return OffsetAndTimestamp(log_.last_stable_offset if committed else log_.high_watermark, -1)
+        if timestamp == EARLIEST_TIMESTAMP:
+            return OffsetAndTimestamp(log_.log_start_offset, -1)
+        if timestamp < 0:
+            raise InvalidRequestError(f"unsupported ListOffsets timestamp {timestamp}")
+        found = log_.offset_for_timestamp(timestamp, read_committed=committed)
+        return OffsetAndTimestamp(*found) if found else OffsetAndTimestamp(-1, -1)
+
+    # -- periodic work (scheduled jobs call these) -----------------------------------------
+
+    async def take_snapshots(self) -> int:
+        count = 0
+        for log_ in self.logs:
+            if log_.log_end_offset not in log_.snapshot_offsets():
+                log_.take_snapshot()
+                count += 1
+        return count
+
+    async def apply_retention(self) -> int:
+        return self.logs.apply_retention()
+
+    async def checkpoint(self) -> None:
+        self.logs.checkpoint()
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    async def _shutdown(self) -> None:
+        for commit in self._commits.values():
+            await commit.drain()
+            commit.close()
+        self.logs.close(clean=True)
+
+    def close(self) -> None:
+        """Finish in-flight fsyncs, snapshot and flush every log, release the directory."""
+        if self._closed:
+            return
+        try:
+            asyncio.run_coroutine_threadsafe(self._shutdown(), self.loop).result()
+        finally:
+            self._closed = True
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self._thread.join()
+            self.loop.close()
+            self._executor.shutdown(wait=True)

@@ -1,0 +1,9 @@
+"""Start Exactly: ``python run.py [--data-dir DIR] [--host H] [--kafka-port P]
+[--http-port P] [--config key=value ...]`` (the same as ``exactly serve``)."""
+
+import sys
+
+from app.cli import main
+
+if __name__ == "__main__":
+    sys.exit(main(["serve", *sys.argv[1:]]))

@@ -1,0 +1,104 @@
+"""Per-topic log configuration, with Kafka's config names and defaults.
+
+A topic's config is the broker defaults overridden by what ``create_topic`` was
+given. Values are validated here so that a bad config is an INVALID_CONFIG error
+and never a broken log. Durability (our reading of Kafka's flush settings):
+
+* ``acks=all`` (-1) appends are acknowledged only once fsynced, whatever the flush
+  settings say; concurrent appends share one fsync (group commit).
+* ``acks=0/1`` appends are acknowledged once written; they are fsynced when
+  ``flush.messages`` unflushed records have accumulated or the oldest unflushed
+  one is ``flush.ms`` old. Our default ``flush.ms`` is 0 -- flush at once (still
+  group-committed) -- because the high watermark is the fsynced end of the log:
+  consumers never see a record that a crash could take away.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+from typing import Any, Mapping
+
+from storage.errors import InvalidConfigError
+
+LONG_MAX = 2**63 - 1
+
+
+@dataclass(frozen=True)
+class LogConfig:
+    """The settings a partition log obeys. Attribute names are Kafka's keys with
+    dots as underscores; use :meth:`from_kafka` / :meth:`to_kafka` for the dotted form."""
+
+    segment_bytes: int = 1024 * 1024 * 1024
+    segment_ms: int = 7 * 24 * 3600 * 1000
+    segment_index_bytes: int = 10 * 1024 * 1024
+    index_interval_bytes: int = 4096
+    retention_ms: int = 7 * 24 * 3600 * 1000
+    retention_bytes: int = -1
+    max_message_bytes: int = 1048588
+    flush_messages: int = LONG_MAX
+    flush_ms: int = 0
+    cleanup_policy: str = "delete"
+    message_timestamp_type: str = "CreateTime"
+    file_delete_delay_ms: int = 60000
+    min_compaction_lag_ms: int = 0
+    delete_retention_ms: int = 24 * 3600 * 1000
+
+    @classmethod
+    def from_kafka(cls, values: Mapping[str, Any], base: "LogConfig | None" = None) -> "LogConfig":
+        """Overlay Kafka-named settings (``{"segment.bytes": "1048576"}``) on ``base``."""
+        known = {f.name: f for f in fields(cls)}
+        changes: dict[str, Any] = {}
+        for key, raw in values.items():
+            attr = key.replace(".", "_")
+            if attr not in known:
+                raise InvalidConfigError(f"unknown topic config {key!r}")
+            changes[attr] = _coerce(key, raw, known[attr].type)
+        config = replace(base or cls(), **changes)
+        config.validate()
+        return config
+
+    def to_kafka(self) -> dict[str, Any]:
+        return {f.name.replace("_", "."): getattr(self, f.name) for f in fields(self)}
+
+    def validate(self) -> None:
+        _at_least("segment.bytes", self.segment_bytes, 14)
+        _at_least("segment.ms", self.segment_ms, 1)
+        _at_least("segment.index.bytes", self.segment_index_bytes, 8)
+        _at_least("index.interval.bytes", self.index_interval_bytes, 0)
+        _at_least("retention.ms", self.retention_ms, -1)
+        _at_least("retention.bytes", self.retention_bytes, -1)
+        _at_least("max.message.bytes", self.max_message_bytes, 0)
+        _at_least("flush.messages", self.flush_messages, 1)
+        _at_least("flush.ms", self.flush_ms, 0)
+        _at_least("file.delete.delay.ms", self.file_delete_delay_ms, 0)
+        policies = set(self.cleanup_policy.split(","))
+        if not policies or not policies <= {"delete", "compact"}:
+            raise InvalidConfigError(f"cleanup.policy must be delete and/or compact, got {self.cleanup_policy!r}")
+        if self.message_timestamp_type not in ("CreateTime", "LogAppendTime"):
+            raise InvalidConfigError("message.timestamp.type must be CreateTime or LogAppendTime")
+
+    @property
+    def compact(self) -> bool:
+        return "compact" in self.cleanup_policy.split(",")
+
+    @property
+    def log_append_time(self) -> bool:
+        return self.message_timestamp_type == "LogAppendTime"
+
+
+def _coerce(key: str, raw: Any, kind: Any) -> Any:
+    if kind in (int, "int"):
+        if isinstance(raw, bool):
+            raise InvalidConfigError(f"{key} must be an integer, got {raw!r}")
+        try:
+            return int(raw)
+        except (TypeError, ValueError):
+            raise InvalidConfigError(f"{key} must be an integer, got {raw!r}") from None
+    if not isinstance(raw, str):
+        raise InvalidConfigError(f"{key} must be a string, got {raw!r}")
+    return raw
+
+
+def _at_least(key: str, value: int, minimum: int) -> None:
+    if value < minimum:
+        raise InvalidConfigError(f"{key} must be >= {minimum}, got {value}")

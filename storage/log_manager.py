@@ -1,0 +1,235 @@
+"""The data directory: which partitions exist, and the files that span them.
+
+Layout (Kafka's names where Kafka has the file)::
+
+    data/
+      .lock                               held (flock) by the one process that owns the directory
+      meta.properties                     cluster.id, node.id, version
+      .kafka_cleanshutdown                present only between a clean shutdown and the next start
+      recovery-point-offset-checkpoint    per partition: offsets below are known flushed
+      log-start-offset-checkpoint         per partition: the first offset still held
+      topics.json                         topic registry: partitions, config overrides, topic id
+      <topic>-<partition>/                one PartitionLog each (storage/partition_log.py)
+
+Kafka keeps its topic registry in the metadata quorum; a single node keeps it in
+``topics.json``, written atomically. ``.kafka_cleanshutdown`` is removed at start, so
+a crash leaves no marker and the next start recovers from the recovery points.
+"""
+
+from __future__ import annotations
+
+import base64
+import fcntl
+import json
+import os
+import re
+import shutil
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+from storage import filenames
+from storage.checkpoint import read_checkpoint, write_checkpoint
+from storage.clock import Clock
+from storage.errors import (
+    InvalidPartitionsError,
+    InvalidTopicError,
+    KafkaStorageError,
+    TopicAlreadyExistsError,
+    UnknownTopicOrPartitionError,
+)
+from storage.log_config import LogConfig
+from storage.partition_log import PartitionLog
+from storage.producer_snapshot import fsync_dir
+
+TOPICS_FILE = "topics.json"
+_LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
+
+
+class DataDirectoryLockedError(KafkaStorageError):
+    """Another process owns this data directory."""
+
+
+@dataclass(frozen=True)
+class TopicInfo:
+    name: str
+    partitions: int
+    topic_id: str
+    overrides: dict[str, Any]
+    internal: bool = False
+
+
+def validate_topic_name(name: str) -> None:
+    """Kafka's rules: 1-249 of ``[a-zA-Z0-9._-]``, not ``.`` or ``..``."""
+    if not isinstance(name, str) or not _LEGAL_TOPIC.match(name) or name in (".", ".."):
+        raise InvalidTopicError(
+            f"topic name {name!r} is illegal: use 1 to 249 of a-z A-Z 0-9 . _ -")
+
+
+class LogManager:
+    """Owns every PartitionLog of one data directory (not thread-safe; one owner)."""
+
+    def __init__(self, data_dir: Path | str, defaults: LogConfig, clock: Clock) -> None:
+        self.data_dir = Path(data_dir)
+        self.defaults = defaults
+        self.clock = clock
+        self._lock_fd = self._lock()
+        self.cluster_id, self.node_id = self._meta_properties()
+        clean_marker = self.data_dir / filenames.CLEAN_SHUTDOWN_FILE
+        self.clean_start = clean_marker.exists()
+        self.topics: dict[str, TopicInfo] = self._read_topics()
+        self.logs: dict[tuple[str, int], PartitionLog] = {}
+        recovery_points = read_checkpoint(self.data_dir / filenames.RECOVERY_POINT_CHECKPOINT)
+        start_offsets = read_checkpoint(self.data_dir / filenames.LOG_START_OFFSET_CHECKPOINT)
+        for info in self.topics.values():
+            for partition in range(info.partitions):
+                key = (info.name, partition)
+                self.logs[key] = self._open_log(info, partition, recovery_points.get(key, 0),
+                                                start_offsets.get(key, 0), self.clean_start)
+        clean_marker.unlink(missing_ok=True)
+        fsync_dir(self.data_dir)
+        self.checkpoint()
+
+    # -- the directory ------------------------------------------------------------------
+
+    def _lock(self) -> int:
+        try:
+            self.data_dir.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.data_dir / filenames.LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as e:
+            raise KafkaStorageError(f"cannot use data directory {self.data_dir}: {e.strerror}") from e
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise DataDirectoryLockedError(
+                f"data directory {self.data_dir} is in use by another process") from None
+        return fd
+
+    def _meta_properties(self) -> tuple[str, int]:
+        path = self.data_dir / filenames.META_PROPERTIES
+        props: dict[str, str] = {}
+        if path.exists():
+            for line in path.read_text().splitlines():
+                if "=" in line and not line.startswith("#"):
+                    key, _, value = line.partition("=")
+                    props[key.strip()] = value.strip()
+        if "cluster.id" not in props:
+            cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+            props = {"version": "1", "cluster.id": cluster_id, "node.id": "1"}
+            self._write_atomically(path, "".join(f"{k}={v}\n" for k, v in props.items()))
+        return props["cluster.id"], int(props.get("node.id", "1"))
+
+    def _write_atomically(self, path: Path, text: str) -> None:
+        tmp = path.with_name(path.name + filenames.TEMP_SUFFIX)
+        with open(tmp, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        fsync_dir(path.parent)
+
+    def _read_topics(self) -> dict[str, TopicInfo]:
+        path = self.data_dir / TOPICS_FILE
+        if not path.exists():
+            return {}
+        raw = json.loads(path.read_text())
+        return {name: TopicInfo(name=name, partitions=t["partitions"], topic_id=t["topic_id"],
+                                overrides=t.get("config", {}), internal=t.get("internal", False))
+                for name, t in raw.items()}
+
+    def _write_topics(self) -> None:
+        raw = {t.name: {"partitions": t.partitions, "topic_id": t.topic_id, "config": t.overrides,
+                        "internal": t.internal} for t in self.topics.values()}
+        self._write_atomically(self.data_dir / TOPICS_FILE, json.dumps(raw, indent=2, sort_keys=True))
+
+    def _open_log(self, info: TopicInfo, partition: int, recovery_point: int,
+                  log_start_offset: int, clean: bool) -> PartitionLog:
+        return PartitionLog(self.data_dir / filenames.partition_dir_name(info.name, partition),
+                            info.name, partition, self.topic_config(info.name), self.clock,
+                            recovery_point=recovery_point, log_start_offset=log_start_offset,
+                            clean_shutdown=clean)
+
+    # -- topics ----------------------------------------------------------------------------
+
+    def topic_config(self, topic: str) -> LogConfig:
+        return LogConfig.from_kafka(self.topic(topic).overrides, base=self.defaults)
+
+    def topic(self, name: str) -> TopicInfo:
+        info = self.topics.get(name)
+        if info is None:
+            raise UnknownTopicOrPartitionError(f"unknown topic {name!r}")
+        return info
+
+    def create_topic(self, name: str, partitions: int, config: Mapping[str, Any] | None = None,
+                     internal: bool = False) -> TopicInfo:
+        validate_topic_name(name)
+        if name in self.topics:
+            raise TopicAlreadyExistsError(f"topic {name!r} already exists")
+        if not isinstance(partitions, int) or isinstance(partitions, bool) or partitions < 1:
+            raise InvalidPartitionsError(f"number of partitions must be at least 1, got {partitions!r}")
+        overrides = {k: str(v) for k, v in (config or {}).items()}
+        LogConfig.from_kafka(overrides, base=self.defaults)  # raises INVALID_CONFIG
+        info = TopicInfo(name, partitions, str(uuid.uuid4()), overrides, internal)
+        self.topics[name] = info
+        self._write_topics()
+        for partition in range(partitions):
+            self.logs[(name, partition)] = self._open_log(info, partition, 0, 0, clean=True)
+        return info
+
+    def delete_topic(self, name: str) -> None:
+        info = self.topic(name)
+        del self.topics[name]
+        self._write_topics()
+        for partition in range(info.partitions):
+            log = self.logs.pop((name, partition))
+            log.close(clean=False)
+            shutil.rmtree(log.directory, ignore_errors=True)
+        self.checkpoint()
+
+    def log(self, topic: str, partition: int) -> PartitionLog:
+        log = self.logs.get((topic, partition))
+        if log is None:
+            if topic in self.topics:
+                raise UnknownTopicOrPartitionError(
+                    f"topic {topic!r} has no partition {partition} "
+                    f"(it has {self.topics[topic].partitions})")
+            raise UnknownTopicOrPartitionError(f"unknown topic {topic!r}")
+        return log
+
+    def __iter__(self) -> Iterator[PartitionLog]:
+        return iter(list(self.logs.values()))
+
+    # -- periodic work ---------------------------------------------------------------------
+
+    def checkpoint(self) -> None:
+        """Persist every partition's recovery point and log start offset."""
+        write_checkpoint(self.data_dir / filenames.RECOVERY_POINT_CHECKPOINT,
+                         {key: log.recovery_point for key, log in self.logs.items()})
+        write_checkpoint(self.data_dir / filenames.LOG_START_OFFSET_CHECKPOINT,
+                         {key: log.log_start_offset for key, log in self.logs.items()})
+
+    def apply_retention(self) -> int:
+        """Delete segments past retention everywhere; returns how many went."""
+        now = self.clock.now_ms()
+        deleted = 0
+        for log in self:
+            doomed = log.deletable_segments(now)
+            if doomed:
+                log.delete_segments(doomed)
+                deleted += len(doomed)
+        if deleted:
+            self.checkpoint()
+        return deleted
+
+    def close(self, clean: bool = True) -> None:
+        """Close every log; after a clean close the next start skips recovery."""
+        for log in self:
+            log.close(clean=clean)
+        if clean:
+            self.checkpoint()
+            marker = self.data_dir / filenames.CLEAN_SHUTDOWN_FILE
+            marker.touch()
+            fsync_dir(self.data_dir)
+        os.close(self._lock_fd)

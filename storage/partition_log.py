@@ -1,0 +1,604 @@
+"""The log of one partition: segments, offsets, producer state, LSO, recovery.
+
+A partition is a directory ``<topic>-<partition>/`` of segments
+(``storage/segment.py``) and producer-state snapshots
+(``storage/producer_snapshot.py``). This class is what every append and read goes
+through; it is not thread-safe -- one owner (the engine's event loop) calls it.
+
+Offsets, as Kafka names them:
+
+* log start offset -- the first offset still held (moves when retention deletes
+  whole segments);
+* log end offset -- the offset the next batch gets;
+* high watermark -- the end of the *durable* log. On a single node "replicated to
+  the ISR" becomes "fsynced", so the high watermark is the fsynced end and no
+  consumer ever reads a record that a crash could take back;
+* last stable offset (LSO) -- the first offset of the earliest transaction that
+  is still open (or ended by a marker that is not durable yet), capped by the
+  high watermark. ``read_committed`` reads stop there.
+
+Durability is two-step so that an fsync never runs on the owner's thread:
+:meth:`prepare_flush` (owner thread) captures what to sync, :meth:`FlushPlan.run`
+(any thread) fsyncs, :meth:`complete_flush` (owner thread) advances the high
+watermark and the recovery point.
+
+Recovery on open (Kafka's ``LogLoader``): after an unclean shutdown every segment
+from the one holding the recovery point onwards is re-validated batch by batch
+(CRC and offsets); the first bad or torn batch and everything after it is
+truncated and the indexes of those segments are rebuilt. Producer state is
+loaded from the newest valid snapshot at or below the first segment that needs
+recovery, and batch headers are replayed from there to the end.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterator
+
+from storage import filenames, producer_snapshot
+from storage.clock import Clock
+from storage.errors import (
+    CorruptMessageError,
+    InvalidRecordError,
+    MessageTooLargeError,
+    OffsetOutOfRangeError,
+)
+from storage.log_config import LogConfig
+from storage.offset_index import CorruptIndexError
+from storage.producer_snapshot import CorruptSnapshotError
+from storage.producer_state import CompletedTxn, ProducerStateManager
+from storage.record_batch import (
+    HEADER_SIZE,
+    TIMESTAMP_TYPE_BIT,
+    BatchHeader,
+    ControlType,
+    decode_batch,
+    decode_control_record,
+    encode_end_txn_marker,
+    read_header,
+    restamp,
+    validate_batch,
+    with_base_offset,
+)
+from storage.segment import LogSegment
+from storage.txn_index import AbortedTxn
+
+#: Snapshots not at a segment boundary (periodic, shutdown) kept besides the per-segment ones.
+PERIODIC_SNAPSHOTS_TO_KEEP = 2
+_INT32_MAX = 2**31 - 1
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    """Where a batch went. ``duplicate`` means a retry of a batch already in the log:
+    nothing was appended and the offsets are the original's."""
+
+    base_offset: int
+    last_offset: int
+    log_append_time: int = -1
+    duplicate: bool = False
+    completed_txn: CompletedTxn | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ReadResult:
+    records: bytes
+    high_watermark: int
+    last_stable_offset: int
+    log_start_offset: int
+    aborted_transactions: list[tuple[int, int]] | None
+    #: the offset after the last batch returned (the fetch position to continue from)
+    next_offset: int
+
+
+@dataclass
+class FlushPlan:
+    """What one fsync round covers; ``run`` may execute on any thread."""
+
+    target_offset: int
+    fds: list[int] = field(default_factory=list)
+    directory: Path | None = None
+
+    def run(self) -> None:
+        try:
+            for fd in self.fds:
+                os.fsync(fd)
+            if self.directory is not None:
+                producer_snapshot.fsync_dir(self.directory)
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        for fd in self.fds:
+            os.close(fd)
+        self.fds = []
+
+
+class PartitionLog:
+    """One partition's log. See the module docstring for the offsets it keeps."""
+
+    def __init__(self, directory: Path, topic: str, partition: int, config: LogConfig,
+                 clock: Clock, *, recovery_point: int = 0, log_start_offset: int = 0,
+                 clean_shutdown: bool = False) -> None:
+        self.directory = directory
+        self.topic = topic
+        self.partition = partition
+        self.config = config
+        self.clock = clock
+        self.producer_state = ProducerStateManager()
+        self.segments: list[LogSegment] = []
+        self.log_start_offset = log_start_offset
+        self.recovery_point = recovery_point
+        self.high_watermark = 0
+        self._dirty: set[LogSegment] = set()
+        self._dir_dirty = False
+        self._unflushed_messages = 0
+        self._first_unflushed_ms: int | None = None
+        directory.mkdir(parents=True, exist_ok=True)
+        #: bytes truncated from a torn or corrupt tail during recovery (for logs and tests)
+        self.truncated_bytes = self._load(clean_shutdown)
+
+    # -- offsets ------------------------------------------------------------------
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self.segments[-1]
+
+    @property
+    def log_end_offset(self) -> int:
+        return self.active_segment.next_offset
+
+    @property
+    def last_stable_offset(self) -> int:
+        first_unstable = self.producer_state.first_unstable_offset()
+        if first_unstable is None:
+            return self.high_watermark
+        return min(first_unstable, self.high_watermark)
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(segment.size for segment in self.segments)
+
+    @property
+    def unflushed_messages(self) -> int:
+        return self._unflushed_messages
+
+    def first_unflushed_ms(self) -> int | None:
+        return self._first_unflushed_ms
+
+    # -- appends --------------------------------------------------------------------
+
+    def append_data(self, batch: bytes) -> AppendResult:
+        """Validate and append one producer batch (exactly one v2 batch, as Produce
+        v3+ requires); raise the Kafka error and leave the log untouched otherwise."""
+        header = self._validate(batch)
+        if header.has_producer_id:
+            duplicate = self.producer_state.check_data_batch(header)
+            if duplicate is not None:
+                return AppendResult(duplicate.first_offset, duplicate.last_offset, duplicate=True)
+        now = self.clock.now_ms()
+        batch, header = self._stamp(batch, header, now)
+        self._maybe_roll(len(batch), header, now)
+        base_offset = self.log_end_offset
+        stored = with_base_offset(batch, base_offset)
+        header = read_header(stored)
+        self.active_segment.append(stored, header)
+        if header.has_producer_id:
+            self.producer_state.update_data_batch(header)
+        self._appended(header, now)
+        return AppendResult(base_offset, header.last_offset,
+                            log_append_time=now if self.config.log_append_time else -1)
+
+    def append_end_txn_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int,
+                              commit: bool) -> AppendResult:
+        """Write a COMMIT or ABORT marker for ``producer_id`` (WriteTxnMarkers);
+        an ABORT also goes to the segment's ``.txnindex``."""
+        self.producer_state.check_end_txn_marker(producer_id, producer_epoch, coordinator_epoch)
+        now = self.clock.now_ms()
+        marker = encode_end_txn_marker(producer_id, producer_epoch, coordinator_epoch, commit,
+                                       timestamp_ms=now, base_offset=self.log_end_offset)
+        header = read_header(marker)
+        self._maybe_roll(len(marker), header, now)
+        offset = self.log_end_offset
+        if offset != header.base_offset:
+            marker = with_base_offset(marker, offset)
+            header = read_header(marker)
+        self.active_segment.append(marker, header)
+        completed = self.producer_state.update_end_txn_marker(
+            producer_id, producer_epoch, coordinator_epoch, commit, offset, now)
+        if completed.is_aborted:
+            self._index_abort(self.active_segment, completed)
+        self._appended(header, now)
+        return AppendResult(offset, offset, completed_txn=completed)
+
+    def _validate(self, batch: bytes) -> BatchHeader:
+        if len(batch) < HEADER_SIZE:
+            raise CorruptMessageError(f"{len(batch)} bytes is shorter than a record batch header")
+        header = read_header(batch)
+        if header.size > len(batch):
+            raise CorruptMessageError(
+                f"batch length says {header.size} bytes but only {len(batch)} arrived")
+        if header.size < len(batch):
+            raise InvalidRecordError("a produce request must carry exactly one record batch per partition")
+        if header.size > self.config.max_message_bytes:
+            raise MessageTooLargeError(
+                f"batch of {header.size} bytes exceeds max.message.bytes={self.config.max_message_bytes}")
+        validate_batch(batch)
+        if header.is_control:
+            raise InvalidRecordError("clients may not write control batches")
+        if header.producer_id < -1 or (header.has_producer_id and (
+                header.producer_epoch < 0 or header.base_sequence < 0)):
+            raise InvalidRecordError(
+                f"invalid producer fields: id {header.producer_id}, epoch {header.producer_epoch}, "
+                f"base sequence {header.base_sequence}")
+        if header.is_transactional and not header.has_producer_id:
+            raise InvalidRecordError("a transactional batch needs a producer id")
+        if header.record_count <= 0 or header.last_offset_delta != header.record_count - 1:
+            raise InvalidRecordError(
+                f"record count {header.record_count} does not match last offset delta "
+                f"{header.last_offset_delta}")
+        return header
+
+    def _stamp(self, batch: bytes, header: BatchHeader, now: int) -> tuple[bytes, BatchHeader]:
+        """Decode the records (validating their structure) and set the batch's max
+        timestamp and timestamp type as the topic says; re-CRC only if they change."""
+        records = decode_batch(batch, verify_crc=False).records
+        if self.config.log_append_time:
+            max_timestamp, attributes = now, header.attributes | TIMESTAMP_TYPE_BIT
+        else:
+            max_timestamp = max(record.timestamp for record in records)
+            attributes = header.attributes & ~TIMESTAMP_TYPE_BIT
+        if max_timestamp == header.max_timestamp and attributes == header.attributes:
+            return batch, header
+        batch = restamp(batch, attributes=attributes, max_timestamp=max_timestamp)
+        return batch, read_header(batch)
+
+    def _appended(self, header: BatchHeader, now: int) -> None:
+        self._dirty.add(self.active_segment)
+        self._unflushed_messages += header.record_count
+        if self._first_unflushed_ms is None:
+            self._first_unflushed_ms = now
+
+    def _index_abort(self, segment: LogSegment, completed: CompletedTxn) -> None:
+        self._dir_dirty = True  # the first abort of a segment creates its .txnindex
+        segment.append_aborted_txn(AbortedTxn(
+            producer_id=completed.producer_id, first_offset=completed.first_offset,
+            last_offset=completed.last_offset,
+            last_stable_offset=self.producer_state.last_stable_offset_after(completed)))
+
+    # -- segments ---------------------------------------------------------------------
+
+    def _maybe_roll(self, size: int, header: BatchHeader, now: int) -> None:
+        segment = self.active_segment
+        if segment.size == 0:
+            return
+        max_entries = self.config.segment_index_bytes // 12
+        if (segment.size + size > self.config.segment_bytes
+                or now - segment.rolling_base_ms >= self.config.segment_ms
+                or len(segment.offset_index) >= max_entries
+                or len(segment.time_index) >= max_entries
+                or self.log_end_offset + header.last_offset_delta - segment.base_offset > _INT32_MAX):
+            self.roll()
+
+    def roll(self) -> LogSegment:
+        """Start a new active segment at the log end offset and snapshot producer
+        state there (Kafka takes one snapshot per segment)."""
+        base = self.log_end_offset
+        if self.active_segment.base_offset == base:
+            return self.active_segment
+        segment = self._new_segment(base)
+        self.segments.append(segment)
+        self._dir_dirty = True
+        self.take_snapshot()
+        return segment
+
+    def _new_segment(self, base_offset: int) -> LogSegment:
+        return LogSegment(self.directory, base_offset, self.config.index_interval_bytes,
+                          created_ms=self.clock.now_ms())
+
+    def _segment_for(self, offset: int) -> int:
+        """Index in ``segments`` of the segment that holds ``offset``."""
+        bases = [segment.base_offset for segment in self.segments]
+        return max(0, bisect.bisect_right(bases, offset) - 1)
+
+    # -- reads --------------------------------------------------------------------------
+
+    def read(self, offset: int, max_bytes: int, read_committed: bool = False) -> ReadResult:
+        """Whole batches from ``offset`` (at least one, even if larger than
+        ``max_bytes``), up to the high watermark, or the LSO when read_committed."""
+        if offset < self.log_start_offset or offset > self.log_end_offset:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} is outside [{self.log_start_offset}, {self.log_end_offset}] "
+                f"of {self.topic}-{self.partition}")
+        upper = self.last_stable_offset if read_committed else self.high_watermark
+        records, next_offset = self._read_batches(offset, max(max_bytes, 0), upper)
+        aborted = None
+        if read_committed:
+            aborted = [] if not records else [
+                (t.producer_id, t.first_offset) for t in self.collect_aborted(offset, next_offset)]
+        return ReadResult(records, self.high_watermark, self.last_stable_offset,
+                          self.log_start_offset, aborted, next_offset if records else offset)
+
+    def _read_batches(self, offset: int, max_bytes: int, upper: int) -> tuple[bytes, int]:
+        if offset >= upper:
+            return b"", offset
+        for segment in self.segments[self._segment_for(offset):]:
+            start = segment.find(offset)
+            if start is None:
+                continue
+            end, next_offset = start.position, offset
+            for location in segment.headers_from(start.position):
+                header = location.header
+                if header.base_offset >= upper:
+                    break
+                if end > start.position and location.position + header.size - start.position > max_bytes:
+                    break
+                end, next_offset = location.position + header.size, header.next_offset
+            return segment.pread(start.position, end - start.position), next_offset
+        return b"", offset
+
+    def collect_aborted(self, start_offset: int, upper_offset: int) -> list[AbortedTxn]:
+        """Aborted transactions that overlap ``[start_offset, upper_offset)``, from the
+        ``.txnindex`` of the segment holding ``start_offset`` and those after it."""
+        found: list[AbortedTxn] = []
+        for segment in self.segments[self._segment_for(start_offset):]:
+            entries, complete = segment.txn_index.collect_aborted(start_offset, upper_offset)
+            found.extend(entries)
+            if complete:
+                break
+        return found
+
+    def offset_for_timestamp(self, timestamp: int, read_committed: bool = False) -> tuple[int, int] | None:
+        """``(offset, timestamp)`` of the first record with a timestamp >= ``timestamp``
+        that a reader at this isolation level may see; None if there is none."""
+        upper = self.last_stable_offset if read_committed else self.high_watermark
+        for segment in self.segments:
+            if segment.max_timestamp < timestamp:
+                continue
+            found = segment.find_by_timestamp(timestamp)
+            if found is not None:
+                return found if found[0] < upper else None
+        return None
+
+    # -- durability ---------------------------------------------------------------------
+
+    def prepare_flush(self) -> FlushPlan:
+        """Capture what is unflushed; the high watermark moves only in complete_flush."""
+        plan = FlushPlan(self.log_end_offset)
+        for segment in self._dirty:
+            rolled = segment is not self.active_segment
+            plan.fds.extend(segment.sync_fds(include_indexes=rolled))
+            if not rolled and segment.txn_index.dirty:
+                plan.fds.extend(segment.txn_index.sync_fds())
+        if self._dir_dirty:
+            plan.directory = self.directory
+        self._dirty = set()
+        self._dir_dirty = False
+        self._unflushed_messages = 0
+        self._first_unflushed_ms = None
+        return plan
+
+    def complete_flush(self, plan: FlushPlan) -> None:
+        if plan.target_offset > self.high_watermark:
+            self.high_watermark = plan.target_offset
+            self.recovery_point = max(self.recovery_point, plan.target_offset)
+            self.producer_state.on_high_watermark(self.high_watermark)
+
+    def flush(self) -> None:
+        """Fsync everything appended so far and advance the high watermark (blocking)."""
+        plan = self.prepare_flush()
+        plan.run()
+        self.complete_flush(plan)
+
+    def flush_failed(self, plan: FlushPlan) -> None:
+        """An fsync failed: what it covered is not durable, so sync it again next time."""
+        self._dirty.update(s for s in self.segments if s.base_offset <= plan.target_offset)
+        self._dir_dirty = True
+
+    # -- producer snapshots -------------------------------------------------------------
+
+    def take_snapshot(self) -> Path:
+        """Write the producer state at the log end offset to ``<offset>.snapshot``."""
+        path = filenames.snapshot_path(self.directory, self.log_end_offset)
+        producer_snapshot.write(path, list(self.producer_state))
+        self._prune_snapshots()
+        return path
+
+    def snapshot_offsets(self) -> list[int]:
+        offsets = []
+        for path in self.directory.iterdir():
+            parsed = filenames.parse_offset_name(path.name)
+            if parsed and parsed[1] == filenames.SNAPSHOT_SUFFIX:
+                offsets.append(parsed[0])
+        return sorted(offsets)
+
+    def _prune_snapshots(self) -> None:
+        """Keep one snapshot per segment base at or above the log start offset, plus
+        the newest PERIODIC_SNAPSHOTS_TO_KEEP others."""
+        bases = {segment.base_offset for segment in self.segments}
+        periodic = [o for o in self.snapshot_offsets() if o not in bases]
+        doomed = [o for o in self.snapshot_offsets() if o < self.log_start_offset]
+        doomed += periodic[:-PERIODIC_SNAPSHOTS_TO_KEEP]
+        for offset in set(doomed):
+            filenames.snapshot_path(self.directory, offset).unlink(missing_ok=True)
+
+    # -- retention ----------------------------------------------------------------------
+
+    def deletable_segments(self, now_ms: int) -> list[LogSegment]:
+        """Oldest segments past ``retention.ms`` or beyond ``retention.bytes``; never the
+        active segment, nor one that reaches the LSO (read_committed still needs it)."""
+        doomed: list[LogSegment] = []
+        remaining = self.size_bytes
+        lso = self.last_stable_offset
+        for segment, following in zip(self.segments, self.segments[1:]):
+            if following.base_offset > lso:
+                break
+            too_old = (self.config.retention_ms >= 0
+                       and now_ms - self._segment_time(segment) > self.config.retention_ms)
+            too_big = (self.config.retention_bytes >= 0
+                       and remaining - segment.size >= self.config.retention_bytes)
+            if not (too_old or too_big):
+                break
+            doomed.append(segment)
+            remaining -= segment.size
+        return doomed
+
+    @staticmethod
+    def _segment_time(segment: LogSegment) -> int:
+        if segment.max_timestamp >= 0:
+            return segment.max_timestamp
+        return int(os.stat(segment.log_path).st_mtime * 1000)
+
+    def delete_segments(self, doomed: list[LogSegment]) -> int:
+        """Drop ``doomed`` (the oldest segments) and move the log start offset past
+        them; returns the new log start offset. The caller persists it."""
+        for segment in doomed:
+            self.segments.remove(segment)
+            self._dirty.discard(segment)
+            segment.delete()
+        self.log_start_offset = max(self.log_start_offset, self.segments[0].base_offset)
+        self._prune_snapshots()
+        return self.log_start_offset
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    def close(self, clean: bool = True) -> None:
+        """Flush, snapshot producer state at the log end, close the files."""
+        if clean:
+            for segment in self.segments:
+                segment.flush()
+            producer_snapshot.fsync_dir(self.directory)
+            self.complete_flush(FlushPlan(self.log_end_offset))
+            if self.log_end_offset not in self.snapshot_offsets():
+                self.take_snapshot()
+        for segment in self.segments:
+            segment.close()
+        self.segments = []
+
+    def _load(self, clean_shutdown: bool) -> int:
+        self._remove_leftovers()
+        bases = sorted({parsed[0] for path in self.directory.iterdir()
+                        if (parsed := filenames.parse_offset_name(path.name))
+                        and parsed[1] == filenames.LOG_SUFFIX})
+        self._remove_orphan_indexes(set(bases))
+        self.segments = [self._new_segment(base) for base in bases]
+        if not self.segments:
+            self.segments = [self._new_segment(self.log_start_offset)]
+        self.log_start_offset = max(self.log_start_offset, self.segments[0].base_offset)
+        first_to_recover = self._first_segment_to_recover(clean_shutdown)
+        truncated = self._recover(first_to_recover)
+        self._drop_snapshots_above(self.log_end_offset)
+        for segment in self.segments[first_to_recover:]:
+            segment.flush()
+        self.high_watermark = self.recovery_point = self.log_end_offset
+        self.producer_state.on_high_watermark(self.high_watermark)
+        return truncated
+
+    def _remove_leftovers(self) -> None:
+        for path in self.directory.iterdir():
+            if path.name.endswith((filenames.DELETED_SUFFIX, filenames.TEMP_SUFFIX)):
+                path.unlink()
+
+    def _remove_orphan_indexes(self, bases: set[int]) -> None:
+        for path in self.directory.iterdir():
+            parsed = filenames.parse_offset_name(path.name)
+            if parsed and parsed[1] in filenames.SEGMENT_SUFFIXES[1:] and parsed[0] not in bases:
+                path.unlink()
+
+    def _first_segment_to_recover(self, clean_shutdown: bool) -> int:
+        """Segments before the returned index are trusted as they are; an index that
+        fails its sanity check sends its segment (and those after) to recovery."""
+        limit = len(self.segments)
+        if not clean_shutdown:
+            limit = self._segment_for(self.recovery_point) if self.recovery_point > 0 else 0
+        for i, segment in enumerate(self.segments[:limit]):
+            try:
+                segment.load_tail()
+            except (CorruptIndexError, CorruptMessageError, InvalidRecordError, ValueError):
+                return i
+        return limit
+
+    def _recover(self, first_to_recover: int) -> int:
+        """Rebuild producer state from the best snapshot and recover the segments
+        from ``first_to_recover`` on. Returns the bytes truncated."""
+        bound = (self.segments[first_to_recover].base_offset if first_to_recover < len(self.segments)
+                 else self.log_end_offset)
+        start = self._load_snapshot(bound)
+        for segment in self.segments[:first_to_recover]:
+            if segment.next_offset > start:
+                self._replay(segment, start)
+        truncated = 0
+        for i in range(first_to_recover, len(self.segments)):
+            segment = self.segments[i]
+            truncated += segment.recover(lambda batch, header, s=segment: self._replay_batch(
+                batch, header, s, index_aborts=True))
+            if truncated:
+                self._delete_after(i)
+                break
+        return truncated
+
+    def _delete_after(self, i: int) -> None:
+        for segment in self.segments[i + 1:]:
+            segment.delete()
+        self.segments = self.segments[:i + 1]
+
+    def _load_snapshot(self, bound: int) -> int:
+        """Load the newest valid snapshot at or below ``bound``; return the offset to
+        replay from. Corrupt snapshots are deleted on the way."""
+        for offset in reversed(self.snapshot_offsets()):
+            if offset > bound or offset < self.log_start_offset:
+                continue
+            path = filenames.snapshot_path(self.directory, offset)
+            try:
+                self.producer_state.load(producer_snapshot.read(path))
+                return offset
+            except CorruptSnapshotError:
+                path.unlink(missing_ok=True)
+        self.producer_state.truncate()
+        return self.log_start_offset
+
+    def _replay(self, segment: LogSegment, from_offset: int) -> None:
+        """Replay producer state from the batch headers of a trusted segment."""
+        start = segment.find(from_offset)
+        if start is None:
+            return
+        for location in segment.headers_from(start.position):
+            header = location.header
+            if header.base_offset < from_offset:
+                continue
+            batch = segment.pread(location.position, header.size) if header.is_control else b""
+            self._replay_batch(batch, header, segment, index_aborts=False)
+
+    def _replay_batch(self, batch: bytes | memoryview, header: BatchHeader, segment: LogSegment,
+                      index_aborts: bool) -> None:
+        if not header.has_producer_id:
+            return
+        if not header.is_control:
+            self.producer_state.update_data_batch(header)
+            return
+        record = decode_batch(bytes(batch)).records[0]
+        control_type, coordinator_epoch = decode_control_record(record)
+        if control_type not in (ControlType.ABORT, ControlType.COMMIT):
+            return
+        completed = self.producer_state.update_end_txn_marker(
+            header.producer_id, header.producer_epoch, coordinator_epoch or 0,
+            control_type == ControlType.COMMIT, header.base_offset, header.max_timestamp)
+        if index_aborts and completed.is_aborted:
+            self._index_abort(segment, completed)
+        self.producer_state.on_high_watermark(header.next_offset)  # replayed data is on disk
+
+    def _drop_snapshots_above(self, offset: int) -> None:
+        for snapshot in self.snapshot_offsets():
+            if snapshot > offset:
+                filenames.snapshot_path(self.directory, snapshot).unlink(missing_ok=True)
+
+    def batches(self, from_offset: int | None = None) -> Iterator[tuple[BatchHeader, bytes]]:
+        """Every stored batch from ``from_offset`` (default: the log start), in order."""
+        offset = self.log_start_offset if from_offset is None else from_offset
+        for segment in self.segments[self._segment_for(offset):]:
+            for location in segment.headers_from(0):
+                if location.header.last_offset >= offset:
+                    yield location.header, segment.pread(location.position, location.header.size)

@@ -1,0 +1,256 @@
+"""A log segment: one ``.log`` file of v2 record batches and its three indexes.
+
+``<base offset>.log`` holds batches back to back exactly as producers sent them
+(``storage/record_batch.py``), with the broker's base offset written in. Every
+``index.interval.bytes`` of appended data the segment adds a sparse entry to
+``.index`` (last offset of the batch -> its byte position) and, when the batch
+raised the largest timestamp, to ``.timeindex`` (timestamp -> offset), as Kafka's
+``LogSegment.append`` does. ``.txnindex`` gets an entry per aborted transaction
+whose ABORT marker lands in this segment. The indexes are derived data: when in
+doubt they are rebuilt from the ``.log`` (:meth:`LogSegment.recover`).
+
+The segment appends through an ``O_APPEND`` descriptor and reads with ``pread``,
+so a reader never disturbs a writer and an fsync can run on another thread
+(``sync_fds`` hands out duplicated descriptors for that).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator
+
+from storage import filenames
+from storage.errors import CorruptMessageError, InvalidRecordError, KafkaError
+from storage.offset_index import OffsetIndex
+from storage.record_batch import HEADER_SIZE, BatchHeader, read_header, validate_batch
+from storage.time_index import TimeIndex
+from storage.txn_index import AbortedTxn, TransactionIndex
+
+_SCAN_CHUNK = 1 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class BatchLocation:
+    position: int
+    header: BatchHeader
+
+
+class LogSegment:
+    """One segment of a partition log. Not thread-safe: its partition log owns it."""
+
+    def __init__(self, directory: Path, base_offset: int, index_interval_bytes: int,
+                 created_ms: int) -> None:
+        self.directory = directory
+        self.base_offset = base_offset
+        self.index_interval_bytes = index_interval_bytes
+        self.log_path = filenames.segment_path(directory, base_offset, filenames.LOG_SUFFIX)
+        self._fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        self.size = os.fstat(self._fd).st_size
+        self.offset_index = OffsetIndex.open(
+            filenames.segment_path(directory, base_offset, filenames.INDEX_SUFFIX), base_offset)
+        self.time_index = TimeIndex.open(
+            filenames.segment_path(directory, base_offset, filenames.TIME_INDEX_SUFFIX), base_offset)
+        self.txn_index = TransactionIndex.open(
+            filenames.segment_path(directory, base_offset, filenames.TXN_INDEX_SUFFIX), base_offset)
+        #: the offset after the last batch in this segment (base_offset when empty)
+        self.next_offset = base_offset
+        self.max_timestamp = -1
+        self._offset_of_max_timestamp = base_offset
+        self._bytes_since_index_entry = 0
+        #: first batch's timestamp or, when empty, when the segment was made (segment.ms)
+        self.rolling_base_ms = created_ms
+
+    # -- appending --------------------------------------------------------------
+
+    def append(self, batch: bytes | memoryview, header: BatchHeader) -> int:
+        """Write one batch (its base offset already assigned); returns its position."""
+        if header.base_offset < self.next_offset:
+            raise InvalidRecordError(
+                f"{self.log_path}: offset {header.base_offset} is below the segment's next offset "
+                f"{self.next_offset}")
+        position = self.size
+        written = os.write(self._fd, batch)
+        if written != len(batch):  # a short write to a regular file means the disk is full
+            os.ftruncate(self._fd, position)
+            raise OSError(f"{self.log_path}: short write ({written} of {len(batch)} bytes)")
+        self.size += written
+        self._index(position, header)
+        return position
+
+    def _index(self, position: int, header: BatchHeader) -> None:
+        if self.next_offset == self.base_offset and header.max_timestamp >= 0:
+            self.rolling_base_ms = header.max_timestamp
+        self.next_offset = header.next_offset
+        if header.max_timestamp > self.max_timestamp:
+            self.max_timestamp = header.max_timestamp
+            self._offset_of_max_timestamp = header.last_offset
+        if self._bytes_since_index_entry > self.index_interval_bytes:
+            self.offset_index.append(header.last_offset, position)
+            self.time_index.maybe_append(self.max_timestamp, self._offset_of_max_timestamp)
+            self._bytes_since_index_entry = 0
+        self._bytes_since_index_entry += header.size
+
+    def append_aborted_txn(self, txn: AbortedTxn) -> None:
+        self.txn_index.append(txn)
+
+    # -- reading ----------------------------------------------------------------
+
+    def pread(self, position: int, size: int) -> bytes:
+        return os.pread(self._fd, size, position)
+
+    def headers_from(self, position: int = 0, end: int | None = None) -> Iterator[BatchLocation]:
+        """Walk the batch headers from ``position`` (a batch boundary) to ``end``.
+
+        Stops quietly at a trailing partial batch; raises CorruptMessageError on a
+        header that cannot be a batch (callers that recover catch it)."""
+        end = self.size if end is None else end
+        while position + HEADER_SIZE <= end:
+            chunk = self.pread(position, min(_SCAN_CHUNK, end - position))
+            pos_in_chunk = 0
+            while pos_in_chunk + HEADER_SIZE <= len(chunk):
+                header = read_header(chunk, pos_in_chunk)
+                if position + header.size > end:
+                    return
+                yield BatchLocation(position, header)
+                position += header.size
+                pos_in_chunk += header.size
+            if pos_in_chunk == 0:
+                return
+
+    def find(self, offset: int) -> BatchLocation | None:
+        """The first batch whose last offset is >= ``offset``, found through the index."""
+        _, position = self.offset_index.lookup(offset)
+        for location in self.headers_from(position):
+            if location.header.last_offset >= offset:
+                return location
+        return None
+
+    def find_by_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        """``(offset, timestamp)`` of the first record batch with max timestamp >= ``timestamp``,
+        found through the time index; None if every batch is older."""
+        _, from_offset = self.time_index.lookup(timestamp)
+        start = self.find(from_offset)
+        if start is None:
+            return None
+        for location in self.headers_from(start.position):
+            header = location.header
+            if header.max_timestamp >= timestamp and not header.is_control:
+                return header.base_offset, header.max_timestamp
+        return None
+
+    # -- durability and lifecycle -----------------------------------------------
+
+    def sync_fds(self, include_indexes: bool) -> list[int]:
+        """Duplicated descriptors to fsync (the caller closes them), so an fsync
+        on another thread survives this segment being closed or deleted meanwhile."""
+        fds = [os.dup(self._fd)]
+        if include_indexes:
+            for index in (self.offset_index, self.time_index, self.txn_index):
+                fds.extend(index.sync_fds())
+        return fds
+
+    def flush(self) -> None:
+        os.fsync(self._fd)
+        self.offset_index.flush()
+        self.time_index.flush()
+        self.txn_index.flush()
+
+    def close(self) -> None:
+        self.offset_index.close()
+        self.time_index.close()
+        self.txn_index.close()
+        os.close(self._fd)
+
+    def delete(self) -> None:
+        """Close and remove every file of this segment."""
+        self.close()
+        for suffix in filenames.SEGMENT_SUFFIXES:
+            filenames.segment_path(self.directory, self.base_offset, suffix).unlink(missing_ok=True)
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove every batch at or above ``offset`` (a batch boundary)."""
+        location = self.find(offset)
+        if location is None:
+            return
+        os.ftruncate(self._fd, location.position)
+        self.size = location.position
+        self.offset_index.truncate_to(offset)
+        self.time_index.truncate_to(offset)
+        self.txn_index.truncate_to(offset)
+        self._reload_tail()
+
+    # -- recovery -----------------------------------------------------------------
+
+    def load_tail(self) -> None:
+        """After a clean shutdown: trust the files, learn the next offset and max
+        timestamp from the last indexed entries and the batches after them."""
+        self.offset_index.sanity_check(self.size)
+        self.time_index.sanity_check()
+        self.txn_index.sanity_check()
+        self._reload_tail()
+
+    def _reload_tail(self) -> None:
+        last_offset, position = self.offset_index.lookup(2**63 - 1)
+        ts_entry = self.time_index.last_entry
+        self.max_timestamp, self._offset_of_max_timestamp = ts_entry if ts_entry else (-1, self.base_offset)
+        self.next_offset = self.base_offset
+        first = True
+        for location in self.headers_from(0 if not len(self.offset_index) else position):
+            header = location.header
+            if first and location.position == 0 and header.max_timestamp >= 0:
+                self.rolling_base_ms = header.max_timestamp
+            first = False
+            self.next_offset = header.next_offset
+            if header.max_timestamp > self.max_timestamp:
+                self.max_timestamp = header.max_timestamp
+                self._offset_of_max_timestamp = header.last_offset
+        self._bytes_since_index_entry = 0
+
+    def recover(self, on_batch: Callable[[bytes, BatchHeader], None]) -> int:
+        """Validate every batch, rebuild the indexes, truncate a torn or corrupt tail.
+
+        ``on_batch(batch, header)`` sees each valid batch in order (the partition
+        log replays producer state with it and re-adds aborted transactions).
+        Returns the number of bytes truncated.
+        """
+        self.offset_index.reset()
+        self.time_index.reset()
+        self.txn_index.reset()
+        self.next_offset = self.base_offset
+        self.max_timestamp = -1
+        self._bytes_since_index_entry = 0
+        valid_end = 0
+        for position, batch, header in self._valid_batches():
+            self._index(position, header)
+            on_batch(batch, header)
+            valid_end = position + header.size
+        truncated = self.size - valid_end
+        if truncated:
+            os.ftruncate(self._fd, valid_end)
+            self.size = valid_end
+        return truncated
+
+    def _valid_batches(self) -> Iterator[tuple[int, bytes, BatchHeader]]:
+        position, next_offset = 0, self.base_offset
+        buffer, buffer_start = b"", 0
+        while position + HEADER_SIZE <= self.size:
+            if position + HEADER_SIZE > buffer_start + len(buffer):
+                buffer, buffer_start = self.pread(position, _SCAN_CHUNK), position
+            try:
+                header = read_header(buffer, position - buffer_start)
+            except KafkaError:
+                return
+            end = position + header.size
+            if end > self.size or header.base_offset < next_offset:
+                return
+            if end > buffer_start + len(buffer):
+                buffer, buffer_start = self.pread(position, max(_SCAN_CHUNK, header.size)), position
+            batch = buffer[position - buffer_start:end - buffer_start]
+            try:
+                validate_batch(batch)
+            except (CorruptMessageError, InvalidRecordError):
+                return
+            yield position, batch, header
+            position, next_offset = end, header.next_offset
