@@ -21,6 +21,7 @@ from __future__ import annotations
 import base64
 import fcntl
 import json
+import logging
 import os
 import re
 import shutil
@@ -30,7 +31,7 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 from storage import filenames
-from storage.checkpoint import read_checkpoint, write_checkpoint
+from storage.checkpoint import CorruptCheckpointError, read_checkpoint, write_checkpoint
 from storage.clock import Clock
 from storage.errors import (
     InvalidPartitionsError,
@@ -42,6 +43,8 @@ from storage.errors import (
 from storage.log_config import LogConfig
 from storage.partition_log import PartitionLog
 from storage.producer_snapshot import fsync_dir
+
+log = logging.getLogger(__name__)
 
 TOPICS_FILE = "topics.json"
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
@@ -75,18 +78,28 @@ class LogManager:
         self.defaults = defaults
         self.clock = clock
         self._lock_fd = self._lock()
+        self.logs: dict[tuple[str, int], PartitionLog] = {}
+        try:
+            self._open()
+        except BaseException:
+            for log_ in self.logs.values():
+                log_.close(clean=False)
+            os.close(self._lock_fd)  # a failed open must not keep the directory
+            raise
+
+    def _open(self) -> None:
         self.cluster_id, self.node_id = self._meta_properties()
         clean_marker = self.data_dir / filenames.CLEAN_SHUTDOWN_FILE
         self.clean_start = clean_marker.exists()
         self.topics: dict[str, TopicInfo] = self._read_topics()
-        self.logs: dict[tuple[str, int], PartitionLog] = {}
-        recovery_points = read_checkpoint(self.data_dir / filenames.RECOVERY_POINT_CHECKPOINT)
-        start_offsets = read_checkpoint(self.data_dir / filenames.LOG_START_OFFSET_CHECKPOINT)
+        recovery_points = self._read_offsets(filenames.RECOVERY_POINT_CHECKPOINT)
+        start_offsets = self._read_offsets(filenames.LOG_START_OFFSET_CHECKPOINT)
+        clean = self.clean_start and recovery_points is not None
         for info in self.topics.values():
             for partition in range(info.partitions):
                 key = (info.name, partition)
-                self.logs[key] = self._open_log(info, partition, recovery_points.get(key, 0),
-                                                start_offsets.get(key, 0), self.clean_start)
+                self.logs[key] = self._open_log(info, partition, (recovery_points or {}).get(key, 0),
+                                                (start_offsets or {}).get(key, 0), clean)
         clean_marker.unlink(missing_ok=True)
         fsync_dir(self.data_dir)
         self.checkpoint()
@@ -130,11 +143,23 @@ class LogManager:
         os.replace(tmp, path)
         fsync_dir(path.parent)
 
+    def _read_offsets(self, name: str) -> dict[tuple[str, int], int] | None:
+        """A checkpoint's offsets; None if it is corrupt. Losing one costs time, not
+        data: with no recovery points every segment is re-validated (as Kafka does)."""
+        try:
+            return read_checkpoint(self.data_dir / name)
+        except CorruptCheckpointError as e:
+            log.warning("ignoring corrupt checkpoint: %s", e)
+            return None
+
     def _read_topics(self) -> dict[str, TopicInfo]:
         path = self.data_dir / TOPICS_FILE
         if not path.exists():
             return {}
-        raw = json.loads(path.read_text())
+        try:
+            raw = json.loads(path.read_text())
+        except (OSError, ValueError) as e:
+            raise KafkaStorageError(f"cannot read the topic registry {path}: {e}") from e
         return {name: TopicInfo(name=name, partitions=t["partitions"], topic_id=t["topic_id"],
                                 overrides=t.get("config", {}), internal=t.get("internal", False))
                 for name, t in raw.items()}

@@ -23,11 +23,11 @@ Durability is two-step so that an fsync never runs on the owner's thread:
 watermark and the recovery point.
 
 Recovery on open (Kafka's ``LogLoader``): after an unclean shutdown every segment
-from the one holding the recovery point onwards is re-validated batch by batch
-(CRC and offsets); the first bad or torn batch and everything after it is
-truncated and the indexes of those segments are rebuilt. Producer state is
-loaded from the newest valid snapshot at or below the first segment that needs
-recovery, and batch headers are replayed from there to the end.
+from the one holding the last flushed offset (the recovery point - 1) onwards is
+re-validated batch by batch (CRC and offsets); the first bad or torn batch and
+everything after it is truncated and the indexes of those segments are rebuilt.
+Producer state is loaded from the newest valid snapshot at or below the first
+segment that needs recovery, and batch headers are replayed from there to the end.
 """
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ from storage.errors import (
     InvalidRecordError,
     MessageTooLargeError,
     OffsetOutOfRangeError,
+    RecordListTooLargeError,
 )
 from storage.log_config import LogConfig
 from storage.offset_index import CorruptIndexError
@@ -223,6 +224,9 @@ class PartitionLog:
                 f"batch length says {header.size} bytes but only {len(batch)} arrived")
         if header.size < len(batch):
             raise InvalidRecordError("a produce request must carry exactly one record batch per partition")
+        if header.size > self.config.segment_bytes:
+            raise RecordListTooLargeError(
+                f"batch of {header.size} bytes cannot fit a segment (segment.bytes={self.config.segment_bytes})")
         if header.size > self.config.max_message_bytes:
             raise MessageTooLargeError(
                 f"batch of {header.size} bytes exceeds max.message.bytes={self.config.max_message_bytes}")
@@ -289,6 +293,10 @@ class PartitionLog:
         base = self.log_end_offset
         if self.active_segment.base_offset == base:
             return self.active_segment
+        # The outgoing segment's index entries may be in no flush yet (while it was
+        # active only its .log was synced): the next flush syncs it with its indexes,
+        # before the recovery point can pass it and a restart trusts its files.
+        self._dirty.add(self.active_segment)
         segment = self._new_segment(base)
         self.segments.append(segment)
         self._dir_dirty = True
@@ -510,10 +518,15 @@ class PartitionLog:
 
     def _first_segment_to_recover(self, clean_shutdown: bool) -> int:
         """Segments before the returned index are trusted as they are; an index that
-        fails its sanity check sends its segment (and those after) to recovery."""
+        fails its sanity check sends its segment (and those after) to recovery.
+
+        After an unclean shutdown recovery starts at the segment holding the last
+        flushed offset (recovery point - 1): a flush syncs the active segment's
+        ``.log`` only, so when the recovery point sits exactly at the next
+        segment's base the segment below it may still lack index entries."""
         limit = len(self.segments)
         if not clean_shutdown:
-            limit = self._segment_for(self.recovery_point) if self.recovery_point > 0 else 0
+            limit = self._segment_for(self.recovery_point - 1) if self.recovery_point > 0 else 0
         for i, segment in enumerate(self.segments[:limit]):
             try:
                 segment.load_tail()

@@ -23,7 +23,7 @@ from typing import Callable, Iterator
 
 from storage import filenames
 from storage.errors import CorruptMessageError, InvalidRecordError, KafkaError
-from storage.offset_index import OffsetIndex
+from storage.offset_index import CorruptIndexError, OffsetIndex
 from storage.record_batch import HEADER_SIZE, BatchHeader, read_header, validate_batch
 from storage.time_index import TimeIndex
 from storage.txn_index import AbortedTxn, TransactionIndex
@@ -48,10 +48,13 @@ class LogSegment:
         self.log_path = filenames.segment_path(directory, base_offset, filenames.LOG_SUFFIX)
         self._fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
         self.size = os.fstat(self._fd).st_size
-        self.offset_index = OffsetIndex.open(
-            filenames.segment_path(directory, base_offset, filenames.INDEX_SUFFIX), base_offset)
-        self.time_index = TimeIndex.open(
-            filenames.segment_path(directory, base_offset, filenames.TIME_INDEX_SUFFIX), base_offset)
+        index_path = filenames.segment_path(directory, base_offset, filenames.INDEX_SUFFIX)
+        time_index_path = filenames.segment_path(directory, base_offset, filenames.TIME_INDEX_SUFFIX)
+        #: index files absent on open (created empty): load_tail sends the segment to recovery.
+        #: (A missing .txnindex is normal: it is created by the first abort.)
+        self._missing_indexes = [str(p) for p in (index_path, time_index_path) if not p.exists()]
+        self.offset_index = OffsetIndex.open(index_path, base_offset)
+        self.time_index = TimeIndex.open(time_index_path, base_offset)
         self.txn_index = TransactionIndex.open(
             filenames.segment_path(directory, base_offset, filenames.TXN_INDEX_SUFFIX), base_offset)
         #: the offset after the last batch in this segment (base_offset when empty)
@@ -185,7 +188,15 @@ class LogSegment:
 
     def load_tail(self) -> None:
         """After a clean shutdown: trust the files, learn the next offset and max
-        timestamp from the last indexed entries and the batches after them."""
+        timestamp from the last indexed entries and the batches after them.
+
+        :raise CorruptIndexError: an index fails its sanity check, or the ``.log``
+            holds data but its ``.index`` or ``.timeindex`` file was missing (an
+            empty index would pass the checks and lose every entry, and the
+            max timestamp would be learnt from the unindexed tail alone).
+        """
+        if self.size and self._missing_indexes:
+            raise CorruptIndexError(self._missing_indexes[0], "missing; rebuilding it from the log")
         self.offset_index.sanity_check(self.size)
         self.time_index.sanity_check()
         self.txn_index.sanity_check()
@@ -197,7 +208,9 @@ class LogSegment:
         self.max_timestamp, self._offset_of_max_timestamp = ts_entry if ts_entry else (-1, self.base_offset)
         self.next_offset = self.base_offset
         first = True
-        for location in self.headers_from(0 if not len(self.offset_index) else position):
+        position = 0 if not len(self.offset_index) else position
+        end = position
+        for location in self.headers_from(position):
             header = location.header
             if first and location.position == 0 and header.max_timestamp >= 0:
                 self.rolling_base_ms = header.max_timestamp
@@ -206,7 +219,10 @@ class LogSegment:
             if header.max_timestamp > self.max_timestamp:
                 self.max_timestamp = header.max_timestamp
                 self._offset_of_max_timestamp = header.last_offset
-        self._bytes_since_index_entry = 0
+            end = location.position + header.size
+        # as if every batch since the last indexed one had just been appended, so
+        # appends after a restart index the same offsets a rebuild would
+        self._bytes_since_index_entry = end - position
 
     def recover(self, on_batch: Callable[[bytes, BatchHeader], None]) -> int:
         """Validate every batch, rebuild the indexes, truncate a torn or corrupt tail.
@@ -218,6 +234,7 @@ class LogSegment:
         self.offset_index.reset()
         self.time_index.reset()
         self.txn_index.reset()
+        self._missing_indexes = []
         self.next_offset = self.base_offset
         self.max_timestamp = -1
         self._bytes_since_index_entry = 0
