@@ -34,7 +34,7 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
-from storage.filenames import TEMP_SUFFIX
+from storage.atomic_file import write_atomically
 
 VERSION = 0
 
@@ -118,20 +118,4 @@ def write_checkpoint(path: str | os.PathLike[str], entries: Mapping[tuple[str, i
     lines = [str(VERSION), str(len(entries))]
     lines += [f"{topic} {partition} {offset}"
               for (topic, partition), offset in sorted(entries.items())]
-    target = Path(path)
-    temporary = target.with_name(target.name + TEMP_SUFFIX)
-    with temporary.open("wb") as file:
-        file.write("".join(line + "\n" for line in lines).encode("utf-8"))
-        file.flush()
-        os.fsync(file.fileno())
-    os.replace(temporary, target)
-    _fsync_directory(target.parent)
-
-
-def _fsync_directory(directory: Path) -> None:
-    """Make a rename in ``directory`` durable."""
-    descriptor = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
+    write_atomically(Path(path), "".join(line + "\n" for line in lines).encode("utf-8"))

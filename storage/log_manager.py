@@ -42,7 +42,7 @@ from storage.errors import (
 )
 from storage.log_config import LogConfig
 from storage.partition_log import PartitionLog
-from storage.producer_snapshot import fsync_dir
+from storage.atomic_file import fsync_dir, write_atomically
 
 log = logging.getLogger(__name__)
 
@@ -131,17 +131,8 @@ class LogManager:
         if "cluster.id" not in props:
             cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
             props = {"version": "1", "cluster.id": cluster_id, "node.id": "1"}
-            self._write_atomically(path, "".join(f"{k}={v}\n" for k, v in props.items()))
+            write_atomically(path, "".join(f"{k}={v}\n" for k, v in props.items()).encode())
         return props["cluster.id"], int(props.get("node.id", "1"))
-
-    def _write_atomically(self, path: Path, text: str) -> None:
-        tmp = path.with_name(path.name + filenames.TEMP_SUFFIX)
-        with open(tmp, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        fsync_dir(path.parent)
 
     def _read_offsets(self, name: str) -> dict[tuple[str, int], int] | None:
         """A checkpoint's offsets; None if it is corrupt. Losing one costs time, not
@@ -167,7 +158,7 @@ class LogManager:
     def _write_topics(self) -> None:
         raw = {t.name: {"partitions": t.partitions, "topic_id": t.topic_id, "config": t.overrides,
                         "internal": t.internal} for t in self.topics.values()}
-        self._write_atomically(self.data_dir / TOPICS_FILE, json.dumps(raw, indent=2, sort_keys=True))
+        write_atomically(self.data_dir / TOPICS_FILE, json.dumps(raw, indent=2, sort_keys=True).encode())
 
     def _open_log(self, info: TopicInfo, partition: int, recovery_point: int,
                   log_start_offset: int, clean: bool) -> PartitionLog:

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from storage import filenames, producer_snapshot
+from storage.atomic_file import fsync_dir
 from storage.clock import Clock
 from storage.errors import (
     CorruptMessageError,
@@ -108,7 +109,7 @@ class FlushPlan:
             for fd in self.fds:
                 os.fsync(fd)
             if self.directory is not None:
-                producer_snapshot.fsync_dir(self.directory)
+                fsync_dir(self.directory)
         finally:
             self.close()
 
@@ -478,7 +479,7 @@ class PartitionLog:
         if clean:
             for segment in self.segments:
                 segment.flush()
-            producer_snapshot.fsync_dir(self.directory)
+            fsync_dir(self.directory)
             self.complete_flush(FlushPlan(self.log_end_offset))
             if self.log_end_offset not in self.snapshot_offsets():
                 self.take_snapshot()

@@ -32,12 +32,13 @@ and falls back to an older snapshot or a full scan.
 
 from __future__ import annotations
 
-import os
 import struct
 from collections import deque
 from pathlib import Path
 
 import crc32c
+
+from storage.atomic_file import write_atomically
 
 from storage.producer_state import BATCHES_TO_RETAIN, NO_OFFSET, BatchMetadata, ProducerStateEntry
 from storage.record_batch import NO_SEQUENCE
@@ -114,14 +115,8 @@ def decode(data: bytes, path: Path | str = "<memory>") -> list[ProducerStateEntr
 
 
 def write(path: Path, entries: list[ProducerStateEntry]) -> None:
-    """Write a snapshot atomically: a temp file, fsync, rename, fsync the directory."""
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(encode(entries))
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
+    """Write a snapshot atomically (temp file, fsync, rename, fsync the directory)."""
+    write_atomically(path, encode(entries))
 
 
 def read(path: Path) -> list[ProducerStateEntry]:
@@ -130,12 +125,3 @@ def read(path: Path) -> list[ProducerStateEntry]:
     except OSError as e:
         raise CorruptSnapshotError(path, f"cannot read: {e}") from e
     return decode(data, path)
-
-
-def fsync_dir(directory: Path) -> None:
-    """Make a rename or a new file in ``directory`` durable."""
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from storage import producer_snapshot
+from storage import atomic_file, producer_snapshot
 from storage.producer_snapshot import CorruptSnapshotError, decode, encode
 from storage.producer_state import BATCHES_TO_RETAIN, BatchMetadata, ProducerStateEntry
 from storage.record_batch import MAX_SEQUENCE
@@ -254,7 +254,7 @@ def test_failed_write_leaves_the_old_snapshot_intact(tmp_path: Path,
     def failing_fsync(fd: int) -> None:
         raise OSError("disk gone")
 
-    monkeypatch.setattr(producer_snapshot.os, "fsync", failing_fsync)
+    monkeypatch.setattr(atomic_file.os, "fsync", failing_fsync)
     with pytest.raises(OSError, match="disk gone"):
         producer_snapshot.write(path, [entry(1, 1, [(0, 11, 0)])])
     monkeypatch.undo()
