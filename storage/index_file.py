@@ -23,6 +23,7 @@ from the ``.log``.
 from __future__ import annotations
 
 import io
+from abc import ABC, abstractmethod
 import os
 import struct
 from array import array
@@ -90,7 +91,7 @@ def dup_for_sync(file: BinaryIO | None) -> list[int]:
         return []
 
 
-class FixedWidthIndex:
+class FixedWidthIndex(ABC):
     """A sorted index of ``(key, value)`` entries laid out by ``ENTRY``, cached in memory."""
 
     #: Big-endian, exactly two fields. Subclasses declare it.
@@ -121,9 +122,9 @@ class FixedWidthIndex:
     def __len__(self) -> int:
         return len(self._keys)
 
+    @abstractmethod
     def _entry(self, slot: int) -> tuple[int, int]:
         """Entry ``slot`` in the caller's terms (absolute offsets)."""
-        raise NotImplementedError
 
     def entries(self) -> list[tuple[int, int]]:
         """Every entry, oldest first, in absolute offsets."""

@@ -33,6 +33,7 @@ segment that needs recovery, and batch headers are replayed from there to the en
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -62,6 +63,7 @@ from storage.record_batch import (
     encode_end_txn_marker,
     read_header,
     restamp,
+    scan_batch,
     validate_batch,
     with_base_offset,
 )
@@ -176,17 +178,17 @@ class PartitionLog:
     def append_data(self, batch: bytes) -> AppendResult:
         """Validate and append one producer batch (exactly one v2 batch, as Produce
         v3+ requires); raise the Kafka error and leave the log untouched otherwise."""
-        header = self._validate(batch)
+        header, max_timestamp = self._validate(batch)
         if header.has_producer_id:
             duplicate = self.producer_state.check_data_batch(header)
             if duplicate is not None:
                 return AppendResult(duplicate.first_offset, duplicate.last_offset, duplicate=True)
         now = self.clock.now_ms()
-        batch, header = self._stamp(batch, header, now)
+        batch, header = self._stamp(batch, header, max_timestamp, now)
         self._maybe_roll(len(batch), header, now)
         base_offset = self.log_end_offset
         stored = with_base_offset(batch, base_offset)
-        header = read_header(stored)
+        header = dataclasses.replace(header, base_offset=base_offset)
         self.active_segment.append(stored, header)
         if header.has_producer_id:
             self.producer_state.update_data_batch(header)
@@ -216,7 +218,8 @@ class PartitionLog:
         self._appended(header, now)
         return AppendResult(offset, offset, completed_txn=completed)
 
-    def _validate(self, batch: bytes) -> BatchHeader:
+    def _validate(self, batch: bytes) -> tuple[BatchHeader, int]:
+        """The header and max record timestamp of a well-formed producer batch."""
         if len(batch) < HEADER_SIZE:
             raise CorruptMessageError(f"{len(batch)} bytes is shorter than a record batch header")
         header = read_header(batch)
@@ -231,7 +234,7 @@ class PartitionLog:
         if header.size > self.config.max_message_bytes:
             raise MessageTooLargeError(
                 f"batch of {header.size} bytes exceeds max.message.bytes={self.config.max_message_bytes}")
-        validate_batch(batch)
+        validate_batch(batch)  # a damaged batch is CORRUPT_MESSAGE before anything else
         if header.is_control:
             raise InvalidRecordError("clients may not write control batches")
         if header.producer_id < -1 or (header.has_producer_id and (
@@ -245,16 +248,15 @@ class PartitionLog:
             raise InvalidRecordError(
                 f"record count {header.record_count} does not match last offset delta "
                 f"{header.last_offset_delta}")
-        return header
+        return scan_batch(batch, verify_crc=False)  # every record's structure, as Kafka's LogValidator
 
-    def _stamp(self, batch: bytes, header: BatchHeader, now: int) -> tuple[bytes, BatchHeader]:
-        """Decode the records (validating their structure) and set the batch's max
-        timestamp and timestamp type as the topic says; re-CRC only if they change."""
-        records = decode_batch(batch, verify_crc=False).records
+    def _stamp(self, batch: bytes, header: BatchHeader, max_timestamp: int,
+               now: int) -> tuple[bytes, BatchHeader]:
+        """Set the batch's max timestamp and timestamp type as the topic says
+        (Kafka's ``setMaxTimestamp``); re-CRC only if they change."""
         if self.config.log_append_time:
             max_timestamp, attributes = now, header.attributes | TIMESTAMP_TYPE_BIT
         else:
-            max_timestamp = max(record.timestamp for record in records)
             attributes = header.attributes & ~TIMESTAMP_TYPE_BIT
         if max_timestamp == header.max_timestamp and attributes == header.attributes:
             return batch, header

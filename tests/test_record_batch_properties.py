@@ -29,7 +29,7 @@ from storage.record_batch import (ATTRIBUTES_OFFSET, CONTROL_BIT, CONTROL_KEY,
                                   TIMESTAMP_TYPE_BIT, BatchHeader, ControlType, Record,
                                   SimpleRecord, compute_crc, decode_batch, decode_control_record,
                                   encode_batch, encode_end_txn_marker, iter_headers, read_header,
-                                  restamp, validate_batch, with_base_offset,
+                                  restamp, scan_batch, validate_batch, with_base_offset,
                                   with_partition_leader_epoch)
 from storage.varint import decode_uvarint, decode_varint, encode_uvarint, encode_varint
 
@@ -610,3 +610,73 @@ def test_iter_headers_yields_each_whole_batch_and_ignores_a_partial_tail(batches
     assert [header for _, header in walked] == [read_header(b) for b in batches]
     for (pos, header), batch in zip(walked, batches):
         assert decode_batch(memoryview(buffer)[pos:pos + header.size]) == decode_batch(batch)
+
+
+# --- scan_batch: the broker's validate-only walk agrees with decode_batch ------
+
+def _outcome(fn, batch):
+    try:
+        return fn(batch)
+    except (CorruptMessageError, InvalidRecordError) as exc:
+        return type(exc)
+
+
+def _scan_says(batch):
+    header, max_timestamp = scan_batch(batch, verify_crc=False)
+    return header, max_timestamp
+
+
+def _decode_says(batch):
+    decoded = decode_batch(batch, verify_crc=False)
+    return decoded.header, max((r.timestamp for r in decoded.records), default=-1)
+
+
+arb_sized_bytes = st.none() | st.integers(0, 20_000).map(bytes)  # 1-, 2- and 3-byte varint lengths
+arb_big_record = st.builds(SimpleRecord, value=arb_sized_bytes, key=arb_sized_bytes,
+                           headers=st.lists(arb_header, max_size=2).map(tuple),
+                           timestamp=arb_timestamp)
+
+
+@PROPERTY
+@given(records=st.lists(arb_record | arb_big_record, min_size=1, max_size=20),
+       params=arb_batch_params)
+def test_scan_batch_reports_the_max_record_timestamp(records, params):
+    params = {**params, "timestamp_type": 0}
+    encoded = encode_batch(records, **params)
+    header, max_timestamp = scan_batch(encoded)
+    assert header == read_header(encoded)
+    assert max_timestamp == max(r.timestamp for r in decode_batch(encoded).records)
+
+
+@PROPERTY
+@given(encoded=arb_encoded_batch | st.builds(lambda records, params: encode_batch(records, **params),
+                                            st.lists(arb_big_record, min_size=1, max_size=4),
+                                            arb_batch_params),
+       data=st.data())
+def test_scan_batch_accepts_and_rejects_exactly_what_decode_batch_does(encoded, data):
+    damaged = bytearray(encoded)
+    for _ in range(data.draw(st.integers(0, 4), label="flips")):
+        damaged[data.draw(st.integers(HEADER_SIZE, len(encoded) - 1))] ^= data.draw(
+            st.integers(1, 255))
+    scanned, decoded = _outcome(_scan_says, bytes(damaged)), _outcome(_decode_says, bytes(damaged))
+    if isinstance(decoded, type):
+        assert scanned is decoded
+    elif read_header(bytes(damaged)).timestamp_type == 0:
+        assert scanned == decoded
+
+
+@pytest.mark.parametrize("body, record_count, last_offset_delta", [
+    (forge_record(0), 2, 1), (forge_record(0) + forge_record(1), 1, 0),
+    (forge_record(0) + forge_record(1), 2, 3), (forge_record(0) + forge_record(0), 2, 0),
+    (forge_record(1) + forge_record(0), 2, 0), (forge_record(-1), 1, -1),
+    (forge_record(0, length_adjust=1), 1, 0), (forge_record(0, length_adjust=-1) + b"\x00", 1, 0),
+    (forge_record(0, key=b"k", length_adjust=1) + b"\x00", 1, 0),
+    (forge_record(0, value=None, length_adjust=-1), 1, 0), (encode_varint(0), 1, 0),
+    (forge_record(0, header_count=-1), 1, 0), (forge_record(0, header_count=3), 1, 0),
+    (forge_record(0, headers=[(None, b"x")]), 1, 0), (forge_record(0, headers=[(b"\xff", b"x")]), 1, 0),
+    (b"\x80", 1, 0), (forge_record(0, key=b"k" * 200, value=b"v" * 300, length_adjust=2), 1, 0),
+])
+def test_scan_batch_rejects_every_structural_fault(body, record_count, last_offset_delta):
+    batch = forge_batch(body, record_count=record_count, last_offset_delta=last_offset_delta)
+    with pytest.raises(InvalidRecordError):
+        scan_batch(batch)
