@@ -23,6 +23,10 @@ from storage.log_manager import TopicInfo
 from storage.partition_log import ReadResult
 
 
+#: how long a call waits for the engine before giving up (an fsync stuck this long is a dead disk)
+_TIMEOUT_S = 60
+
+
 class Broker:
     """A broker on ``data_dir``; opening it recovers every partition."""
 
@@ -56,7 +60,8 @@ class Broker:
     def produce(self, topic: str, partition: int, batch: bytes, acks: int = -1) -> int:
         """Append one raw v2 record batch; returns its base offset (the original
         one when the batch is a retry of one already appended)."""
-        return self.engine.call(self.engine.produce, topic, partition, batch, acks).base_offset
+        return self.engine.submit(self.engine.start_produce, topic, partition, batch, acks).result(
+            _TIMEOUT_S).base_offset
 
     def fetch(self, topic: str, partition: int, offset: int, max_bytes: int = 1 << 20,
               isolation_level: str | int = READ_UNCOMMITTED) -> ReadResult:
@@ -72,5 +77,5 @@ class Broker:
     def write_txn_marker(self, topic: str, partition: int, producer_id: int, producer_epoch: int,
                          coordinator_epoch: int, commit: bool) -> int:
         """Write a COMMIT or ABORT marker; returns its offset."""
-        return self.engine.call(self.engine.write_txn_marker, topic, partition, producer_id,
-                                producer_epoch, coordinator_epoch, commit).base_offset
+        return self.engine.submit(self.engine.start_txn_marker, topic, partition, producer_id,
+                                  producer_epoch, coordinator_epoch, commit).result(_TIMEOUT_S).base_offset

@@ -11,15 +11,15 @@ no request blocks the loop on the disk.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import logging
 import threading
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Mapping, TypeVar
 
 from app.config import BrokerConfig
-from app.group_commit import GroupCommit
+from app.group_commit import FsyncThread, GroupCommit
 from storage.clock import Clock, SystemClock
 from storage.errors import InvalidRequestError, InvalidRequiredAcksError, KafkaStorageError
 from storage.log_manager import LogManager, TopicInfo
@@ -57,8 +57,8 @@ class Engine:
         self.config = config
         self.clock = clock or SystemClock()
         self.logs = LogManager(data_dir, config.log, self.clock)  # recovers before anything runs
-        self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="fsync")
         self.loop = asyncio.new_event_loop()
+        self._fsync = FsyncThread(self.loop)
         self._commits: dict[tuple[str, int], GroupCommit] = {}
         self._thread = threading.Thread(target=self._run_loop, name="exactly-engine", daemon=True)
         self._closed = False
@@ -72,11 +72,36 @@ class Engine:
 
     def call(self, fn: Callable[..., Awaitable[T]], *args: Any, timeout: float | None = 60,
              **kwargs: Any) -> T:
-        """Run ``fn(*args, **kwargs)`` on the loop and wait for its result."""
+        """Run the coroutine ``fn(*args, **kwargs)`` on the loop and wait for its result."""
         if self._closed:
             raise KafkaStorageError("the broker is closed")
         future = asyncio.run_coroutine_threadsafe(fn(*args, **kwargs), self.loop)
         return future.result(timeout)
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> Future:
+        """Run the plain function ``fn(*args)`` on the loop; the returned future gets
+        its result -- or, when ``fn`` returns a future, that future's outcome.
+
+        The hot path (produce from the embedded client): no Task, no coroutine, one
+        wake-up of the loop; the caller blocks on the future, not on the loop.
+        """
+        if self._closed:
+            raise KafkaStorageError("the broker is closed")
+        outer: Future = Future()
+
+        def run() -> None:
+            try:
+                result = fn(*args)
+            except BaseException as e:  # delivered to the caller, never lost
+                outer.set_exception(e)
+                return
+            if isinstance(result, Future):
+                result.add_done_callback(lambda inner: _copy_outcome(inner, outer))
+            else:
+                outer.set_result(result)
+
+        self.loop.call_soon_threadsafe(run)
+        return outer
 
     # -- partitions ---------------------------------------------------------------------
 
@@ -84,7 +109,7 @@ class Engine:
         key = (log_.topic, log_.partition)
         commit = self._commits.get(key)
         if commit is None:
-            commit = self._commits[key] = GroupCommit(log_, self.loop, self._executor)
+            commit = self._commits[key] = GroupCommit(log_, self.loop, self._fsync)
         return commit
 
     async def create_topic(self, name: str, partitions: int | None = None,
@@ -101,8 +126,9 @@ class Engine:
                 commit.close()
         self.logs.delete_topic(name)
 
-    async def produce(self, topic: str, partition: int, batch: bytes, acks: int = -1) -> AppendResult:
-        """Append one producer batch; with acks=-1, return once it is fsynced."""
+    def start_produce(self, topic: str, partition: int, batch: bytes, acks: int = -1) -> Future:
+        """Append one producer batch (on the loop); the future resolves to its
+        AppendResult -- with acks=-1 once it is fsynced."""
         if acks not in (-1, 0, 1):
             raise InvalidRequiredAcksError(f"acks must be -1, 0 or 1, got {acks!r}")
         log_ = self.logs.log(topic, partition)
@@ -111,18 +137,25 @@ class Engine:
             raise KafkaStorageError(f"{topic}-{partition} is offline after an fsync failure")
         result = log_.append_data(batch)
         if acks == -1:
-            await commit.wait_durable(result.last_offset)
-        elif not result.duplicate:
+            return commit.when_durable(result.last_offset, result)
+        if not result.duplicate:
             commit.appended()
-        return result
+        return _done(result)
+
+    async def produce(self, topic: str, partition: int, batch: bytes, acks: int = -1) -> AppendResult:
+        return await asyncio.wrap_future(self.start_produce(topic, partition, batch, acks))
+
+    def start_txn_marker(self, topic: str, partition: int, producer_id: int, producer_epoch: int,
+                         coordinator_epoch: int, commit: bool) -> Future:
+        """Append a COMMIT/ABORT marker (WriteTxnMarkers); resolves once it is durable."""
+        log_ = self.logs.log(topic, partition)
+        result = log_.append_end_txn_marker(producer_id, producer_epoch, coordinator_epoch, commit)
+        return self._commit(log_).when_durable(result.last_offset, result)
 
     async def write_txn_marker(self, topic: str, partition: int, producer_id: int,
                                producer_epoch: int, coordinator_epoch: int, commit: bool) -> AppendResult:
-        """Append a COMMIT/ABORT marker (WriteTxnMarkers) and wait until it is durable."""
-        log_ = self.logs.log(topic, partition)
-        result = log_.append_end_txn_marker(producer_id, producer_epoch, coordinator_epoch, commit)
-        await self._commit(log_).wait_durable(result.last_offset)
-        return result
+        return await asyncio.wrap_future(self.start_txn_marker(
+            topic, partition, producer_id, producer_epoch, coordinator_epoch, commit))
 
     async def fetch(self, topic: str, partition: int, offset: int, max_bytes: int = 1 << 20,
                     isolation_level: str | int = READ_UNCOMMITTED) -> ReadResult:
@@ -178,5 +211,19 @@ class Engine:
             self._closed = True
             self.loop.call_soon_threadsafe(self.loop.stop)
             self._thread.join()
+            self._fsync.stop()
             self.loop.close()
-            self._executor.shutdown(wait=True)
+
+
+def _done(result: Any) -> Future:
+    future: Future = Future()
+    future.set_result(result)
+    return future
+
+
+def _copy_outcome(source: Future, target: Future) -> None:
+    error = source.exception()
+    if error is not None:
+        target.set_exception(error)
+    else:
+        target.set_result(source.result())

@@ -1,6 +1,6 @@
 """Group commit: every append waiting on a partition shares one fsync.
 
-While one fsync runs (on a worker thread, never on the event loop), the appends
+While one fsync runs (on the fsync thread, never on the event loop), the appends
 that arrive queue up; when it finishes, the next fsync covers all of them at once.
 Under load the number of fsyncs per second stays at what the disk can do, and the
 records per fsync grow with the load.
@@ -8,13 +8,21 @@ records per fsync grow with the load.
 ``acks=all`` appends wait for the fsync that covers them. Other appends only ask
 for one: at once when ``flush.ms`` is 0, after ``flush.ms`` or when
 ``flush.messages`` records are unflushed otherwise.
+
+Waiters are ``concurrent.futures.Future`` objects, so a thread (the embedded
+client) can block on one directly and a coroutine can await it with
+``asyncio.wrap_future``; they complete only after the high watermark has moved
+past their offset, so whoever was acknowledged can read what it wrote.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from concurrent.futures import Executor
+import queue
+import threading
+from concurrent.futures import Future
+from typing import Any, Callable
 
 from storage.errors import KafkaStorageError
 from storage.partition_log import FlushPlan, PartitionLog
@@ -22,31 +30,65 @@ from storage.partition_log import FlushPlan, PartitionLog
 log = logging.getLogger(__name__)
 
 
+class FsyncThread:
+    """One thread that runs flush plans in order and reports back to the loop."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._queue: queue.SimpleQueue[tuple[FlushPlan, Callable[[BaseException | None], None]] | None] = (
+            queue.SimpleQueue())
+        self._thread = threading.Thread(target=self._run, name="exactly-fsync", daemon=True)
+        self._thread.start()
+
+    def submit(self, plan: FlushPlan, done: Callable[[BaseException | None], None]) -> None:
+        self._queue.put((plan, done))
+
+    def _run(self) -> None:
+        while (item := self._queue.get()) is not None:
+            plan, done = item
+            error: BaseException | None = None
+            try:
+                plan.run()
+            except BaseException as e:  # reported to the waiters, never lost
+                error = e
+            self._loop.call_soon_threadsafe(done, error)
+
+    def stop(self) -> None:
+        self._queue.put(None)
+        self._thread.join()
+
+
 class GroupCommit:
     """The fsync scheduler of one partition log. Lives on the event loop."""
 
     def __init__(self, partition_log: PartitionLog, loop: asyncio.AbstractEventLoop,
-                 executor: Executor) -> None:
+                 fsync_thread: FsyncThread) -> None:
         self._log = partition_log
         self._loop = loop
-        self._executor = executor
-        self._waiters: list[tuple[int, asyncio.Future[None]]] = []
-        self._in_flight: asyncio.Future[None] | None = None
+        self._fsync = fsync_thread
+        self._waiters: list[tuple[int, Future, Any]] = []
+        self._in_flight = False
+        self._drained: list[asyncio.Future[None]] = []
         self._timer: asyncio.TimerHandle | None = None
         #: set after an fsync failure: nothing appended since can be trusted to be durable
         self.failed: BaseException | None = None
         self.fsyncs = 0
 
-    async def wait_durable(self, offset: int) -> None:
-        """Return once ``offset`` is below the high watermark (fsynced)."""
+    def when_durable(self, offset: int, result: Any) -> Future:
+        """A future that resolves to ``result`` once ``offset`` is below the high
+        watermark (fsynced)."""
+        future: Future = Future()
         if self.failed is not None:
-            raise KafkaStorageError(f"partition is offline after an fsync failure: {self.failed}")
-        if offset < self._log.high_watermark:
-            return
-        future: asyncio.Future[None] = self._loop.create_future()
-        self._waiters.append((offset, future))
-        self._start()
-        await future
+            future.set_exception(KafkaStorageError(f"partition is offline after an fsync failure: {self.failed}"))
+        elif offset < self._log.high_watermark:
+            future.set_result(result)
+        else:
+            self._waiters.append((offset, future, result))
+            self._start()
+        return future
+
+    async def wait_durable(self, offset: int) -> None:
+        await asyncio.wrap_future(self.when_durable(offset, None))
 
     def appended(self) -> None:
         """An append that does not wait: fsync according to flush.messages / flush.ms."""
@@ -61,46 +103,48 @@ class GroupCommit:
         self._start()
 
     def _start(self) -> None:
-        if self._in_flight is not None or self._log.high_watermark >= self._log.log_end_offset:
+        if self._in_flight or self._log.high_watermark >= self._log.log_end_offset:
             return
         plan = self._log.prepare_flush()
-        future = self._in_flight = self._loop.run_in_executor(self._executor, plan.run)
-        future.add_done_callback(lambda f: self._finished(plan, f))
+        self._in_flight = True
+        self._fsync.submit(plan, lambda error: self._finished(plan, error))
 
-    def _finished(self, plan: FlushPlan, future: asyncio.Future[None]) -> None:
-        self._in_flight = None
+    def _finished(self, plan: FlushPlan, error: BaseException | None) -> None:
+        self._in_flight = False
         self.fsyncs += 1
-        error = future.exception()
         if error is not None:
             log.error("fsync of %s-%s failed: %s", self._log.topic, self._log.partition, error)
             self._log.flush_failed(plan)
             self.failed = error
             self._fail_all(KafkaStorageError(f"fsync failed: {error}"))
-            return
-        self._log.complete_flush(plan)
-        high_watermark = self._log.high_watermark
-        still_waiting = []
-        for offset, waiter in self._waiters:
-            if offset < high_watermark:
-                if not waiter.done():
-                    waiter.set_result(None)
-            else:
-                still_waiting.append((offset, waiter))
-        self._waiters = still_waiting
-        if self._waiters or (self._log.config.flush_ms == 0 and self._log.unflushed_messages):
-            self._start()
+        else:
+            self._log.complete_flush(plan)
+            high_watermark = self._log.high_watermark
+            still_waiting = []
+            for offset, future, result in self._waiters:
+                if offset < high_watermark:
+                    future.set_result(result)
+                else:
+                    still_waiting.append((offset, future, result))
+            self._waiters = still_waiting
+            if self._waiters or (self._log.config.flush_ms == 0 and self._log.unflushed_messages):
+                self._start()
+        if not self._in_flight:
+            for drained in self._drained:
+                drained.set_result(None)
+            self._drained = []
 
     def _fail_all(self, error: BaseException) -> None:
-        for _, waiter in self._waiters:
-            if not waiter.done():
-                waiter.set_exception(error)
+        for _, future, _ in self._waiters:
+            future.set_exception(error)
         self._waiters = []
 
     async def drain(self) -> None:
         """Wait for the fsync in flight, if any (before the log is closed)."""
-        while self._in_flight is not None:
-            await asyncio.wait([self._in_flight])
-            await asyncio.sleep(0)  # let the done callback run
+        if self._in_flight:
+            drained = self._loop.create_future()
+            self._drained.append(drained)
+            await drained
 
     def close(self) -> None:
         if self._timer is not None:

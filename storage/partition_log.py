@@ -33,7 +33,6 @@ segment that needs recovery, and batch headers are replayed from there to the en
 from __future__ import annotations
 
 import bisect
-import dataclasses
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -188,7 +187,7 @@ class PartitionLog:
         self._maybe_roll(len(batch), header, now)
         base_offset = self.log_end_offset
         stored = with_base_offset(batch, base_offset)
-        header = dataclasses.replace(header, base_offset=base_offset)
+        header = read_header(stored)
         self.active_segment.append(stored, header)
         if header.has_producer_id:
             self.producer_state.update_data_batch(header)

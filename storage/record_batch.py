@@ -346,9 +346,14 @@ def _records_section(buf: Buffer, verify_crc: bool, max_uncompressed: int) -> tu
 
 def _scan_records(data: bytes, pos: int, header: BatchHeader) -> int:
     """The validating walk of ``_decode_records`` over ``data[pos:]``, returning the
-    max timestamp. Profiled hot path: one-byte varints (most lengths, deltas and
-    counts) are zigzag-decoded inline, longer ones go through ``decode_varint``; a
-    read past the end surfaces as IndexError and is reported as InvalidRecordError.
+    max timestamp.
+
+    Profiled hot path (every append runs it): varints of one or two bytes -- all
+    lengths, deltas and counts of records up to 8 KiB -- are zigzag-decoded inline
+    (``v >> 1 ^ -(v & 1)``), longer ones through ``decode_varint``; a read past the
+    end surfaces as IndexError and is reported as InvalidRecordError. Anything
+    unusual (negative or overlong lengths, headers) is handed to the full decoder's
+    helpers, so both paths raise the same errors.
     """
     size = len(data)
     first = pos
@@ -356,40 +361,61 @@ def _scan_records(data: bytes, pos: int, header: BatchHeader) -> int:
     max_delta = None
     try:
         for _ in range(header.record_count):
-            b = data[pos]
-            if b < 0x80:
-                length = (b >> 1) ^ -(b & 1)
+            # Length
+            v = data[pos]
+            if v < 0x80:
                 pos += 1
             elif data[pos + 1] < 0x80:
-                v = (b & 0x7F) | (data[pos + 1] << 7)
-                length = (v >> 1) ^ -(v & 1)
+                v = (v & 0x7F) | (data[pos + 1] << 7)
                 pos += 2
             else:
-                length, pos = decode_varint(data, pos)
+                v, pos = _zigzag_varint(data, pos)
+            length = (v >> 1) ^ -(v & 1)
             end = pos + length
             if length <= 0 or end > size:
                 raise InvalidRecordError(
                     f"record at byte {pos - first} of batch {header.base_offset} claims {length} "
                     f"bytes, {size - pos} remain")
-            b = data[pos + 1]  # after the attributes byte: the timestamp delta
-            if b < 0x80:
-                timestamp_delta = (b >> 1) ^ -(b & 1)
+            # Attributes (one byte), then TimestampDelta
+            v = data[pos + 1]
+            if v < 0x80:
                 pos += 2
+            elif data[pos + 2] < 0x80:
+                v = (v & 0x7F) | (data[pos + 2] << 7)
+                pos += 3
             else:
-                timestamp_delta, pos = decode_varint(data, pos + 1)
+                v, pos = _zigzag_varint(data, pos + 1)
+            timestamp_delta = (v >> 1) ^ -(v & 1)
             if max_delta is None or timestamp_delta > max_delta:
                 max_delta = timestamp_delta
-            b = data[pos]
-            if b < 0x80:
-                offset_delta = (b >> 1) ^ -(b & 1)
+            # OffsetDelta
+            v = data[pos]
+            if v < 0x80:
                 pos += 1
+            elif data[pos + 1] < 0x80:
+                v = (v & 0x7F) | (data[pos + 1] << 7)
+                pos += 2
             else:
-                offset_delta, pos = decode_varint(data, pos)
-            pos = _skip_bytes(data, pos, end)  # key
-            pos = _skip_bytes(data, pos, end)  # value
+                v, pos = _zigzag_varint(data, pos)
+            offset_delta = (v >> 1) ^ -(v & 1)
+            # Key, then Value: a length (-1 for null) and that many bytes
+            for _field in (0, 1):
+                v = data[pos]
+                if v < 0x80:
+                    if not v & 1:
+                        pos += 1 + (v >> 1)
+                    elif v == 1:  # zigzag(-1): null
+                        pos += 1
+                    else:
+                        _read_bytes(data, pos, end)  # raises the decoder's error
+                elif data[pos + 1] < 0x80 and not v & 1:
+                    pos += 2 + (((v & 0x7F) | (data[pos + 1] << 7)) >> 1)
+                else:
+                    pos = _read_bytes(data, pos, end)[1]
+            # Headers: almost always none; decoded the slow, complete way otherwise
             if data[pos] == 0:
                 pos += 1
-            else:  # headers are rare: decode them the slow, complete way
+            else:
                 pos = _skip_headers(data, pos, end, header.base_offset)
             if pos != end:
                 raise InvalidRecordError(
@@ -415,21 +441,10 @@ def _scan_records(data: bytes, pos: int, header: BatchHeader) -> int:
     return header.base_timestamp + max_delta
 
 
-def _skip_bytes(data: bytes, pos: int, end: int) -> int:
-    """Step over a varint-length-prefixed byte string (-1: null) ending by ``end``."""
-    b = data[pos]
-    if b < 0x80:
-        n, start = (b >> 1) ^ -(b & 1), pos + 1
-    elif data[pos + 1] < 0x80:
-        v = (b & 0x7F) | (data[pos + 1] << 7)
-        n, start = (v >> 1) ^ -(v & 1), pos + 2
-    else:
-        return _read_bytes(data, pos, end)[1]
-    if n >= 0 and start + n <= end:
-        return start + n
-    if n == -1:
-        return start
-    return _read_bytes(data, pos, end)[1]  # raises the decoder's error
+def _zigzag_varint(data: bytes, pos: int) -> tuple[int, int]:
+    """A varint of three bytes or more, returned still zigzag-encoded (for the scan)."""
+    value, pos = decode_varint(data, pos)
+    return (value << 1 if value >= 0 else (-value << 1) - 1), pos
 
 
 def _skip_headers(data: bytes, pos: int, end: int, base_offset: int) -> int:
