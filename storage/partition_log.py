@@ -60,6 +60,7 @@ from storage.record_batch import (
     decode_batch,
     decode_control_record,
     encode_end_txn_marker,
+    iter_headers,
     read_header,
     restamp,
     scan_batch,
@@ -333,21 +334,22 @@ class PartitionLog:
                           self.log_start_offset, aborted, next_offset if records else offset)
 
     def _read_batches(self, offset: int, max_bytes: int, upper: int) -> tuple[bytes, int]:
+        """One read of at most ``max_bytes`` (or the first batch, if larger) from the
+        segment holding ``offset``, cut at the last whole batch below ``upper``."""
         if offset >= upper:
             return b"", offset
         for segment in self.segments[self._segment_for(offset):]:
             start = segment.find(offset)
             if start is None:
                 continue
-            end, next_offset = start.position, offset
-            for location in segment.headers_from(start.position):
-                header = location.header
-                if header.base_offset >= upper:
+            size = min(segment.size - start.position, max(max_bytes, start.header.size))
+            data = segment.pread(start.position, size)
+            end, next_offset = 0, offset
+            for position, header in iter_headers(data):
+                if header.base_offset >= upper or (end and position + header.size > max_bytes):
                     break
-                if end > start.position and location.position + header.size - start.position > max_bytes:
-                    break
-                end, next_offset = location.position + header.size, header.next_offset
-            return segment.pread(start.position, end - start.position), next_offset
+                end, next_offset = position + header.size, header.next_offset
+            return data[:end], next_offset
         return b"", offset
 
     def collect_aborted(self, start_offset: int, upper_offset: int) -> list[AbortedTxn]:

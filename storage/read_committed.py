@@ -56,17 +56,18 @@ def read_records(data: bytes, start_offset: int, read_committed: bool,
     records: list[ConsumedRecord] = []
     next_offset = start_offset
     for position, header in iter_headers(data):
-        batch = decode_batch(data[position:position + header.size])
         next_offset = max(next_offset, header.next_offset)
         if read_committed and header.has_producer_id:
             while heap and heap[0][0] <= header.last_offset:
                 aborted.add(heapq.heappop(heap)[1])
         if header.is_control:
-            if _is_abort(batch.records):
+            control = decode_batch(data[position:position + header.size]).records
+            if _is_abort(control):
                 aborted.discard(header.producer_id)
             continue
         if read_committed and header.is_transactional and header.producer_id in aborted:
-            continue
+            continue  # dropped by its header alone: aborted data is never decoded
+        batch = decode_batch(data[position:position + header.size])
         records.extend(_consumed(batch.header, record) for record in batch.records
                        if record.offset >= start_offset)
     return ReadRecords(records, next_offset)

@@ -28,7 +28,10 @@ from storage.record_batch import HEADER_SIZE, BatchHeader, read_header, validate
 from storage.time_index import TimeIndex
 from storage.txn_index import AbortedTxn, TransactionIndex
 
-_SCAN_CHUNK = 1 << 20
+_SCAN_CHUNK = 1 << 16
+#: batches larger than this are stepped over by reading only the next header
+_HEADER_ONLY_ABOVE = 4096
+_RECOVERY_CHUNK = 1 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,11 +109,15 @@ class LogSegment:
     def headers_from(self, position: int = 0, end: int | None = None) -> Iterator[BatchLocation]:
         """Walk the batch headers from ``position`` (a batch boundary) to ``end``.
 
-        Stops quietly at a trailing partial batch; raises CorruptMessageError on a
-        header that cannot be a batch (callers that recover catch it)."""
+        Small batches are read a chunk at a time; after a batch larger than
+        ``_HEADER_ONLY_ABOVE`` only the next 61-byte header is read, so walking a
+        log of large batches does not read their bodies. Stops quietly at a trailing
+        partial batch; raises CorruptMessageError on a header that cannot be a batch
+        (callers that recover catch it)."""
         end = self.size if end is None else end
+        read_size = _SCAN_CHUNK
         while position + HEADER_SIZE <= end:
-            chunk = self.pread(position, min(_SCAN_CHUNK, end - position))
+            chunk = self.pread(position, min(read_size, end - position))
             pos_in_chunk = 0
             while pos_in_chunk + HEADER_SIZE <= len(chunk):
                 header = read_header(chunk, pos_in_chunk)
@@ -121,6 +128,7 @@ class LogSegment:
                 pos_in_chunk += header.size
             if pos_in_chunk == 0:
                 return
+            read_size = HEADER_SIZE if header.size > _HEADER_ONLY_ABOVE else _SCAN_CHUNK
 
     def find(self, offset: int) -> BatchLocation | None:
         """The first batch whose last offset is >= ``offset``, found through the index."""
@@ -254,7 +262,7 @@ class LogSegment:
         buffer, buffer_start = b"", 0
         while position + HEADER_SIZE <= self.size:
             if position + HEADER_SIZE > buffer_start + len(buffer):
-                buffer, buffer_start = self.pread(position, _SCAN_CHUNK), position
+                buffer, buffer_start = self.pread(position, _RECOVERY_CHUNK), position
             try:
                 header = read_header(buffer, position - buffer_start)
             except KafkaError:
@@ -263,7 +271,7 @@ class LogSegment:
             if end > self.size or header.base_offset < next_offset:
                 return
             if end > buffer_start + len(buffer):
-                buffer, buffer_start = self.pread(position, max(_SCAN_CHUNK, header.size)), position
+                buffer, buffer_start = self.pread(position, max(_RECOVERY_CHUNK, header.size)), position
             batch = buffer[position - buffer_start:end - buffer_start]
             try:
                 validate_batch(batch)
