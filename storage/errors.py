@@ -300,3 +300,7 @@ class ProducerFencedError(KafkaError, code=90, name="PRODUCER_FENCED"):
 
 class TransactionalIdNotFoundError(KafkaError, code=105, name="TRANSACTIONAL_ID_NOT_FOUND"):
     """The transactional id cannot be found."""
+
+
+class TransactionAbortableError(KafkaError, code=120, name="TRANSACTION_ABORTABLE"):
+    """The transaction hit an error it cannot commit past; abort it and start over."""

@@ -1,0 +1,115 @@
+"""Records of the transaction log, the compacted internal topic ``__transaction_state``.
+
+Key and value are the seed's "Producer TransactionalId mapping message", in the
+layout of Kafka's ``TransactionLogKey``/``TransactionLogValue`` version 0, each
+prefixed by its int16 version::
+
+    Key   => Version(0) TransactionalId(string)
+    Value => Version(0) ProducerId(int64) ProducerEpoch(int16) TxnTimeoutMs(int32)
+             TxnStatus(int8) TxnPartitions([Topic(string) [Partition(int32)]])
+             TxnLastUpdateTimestampMs(int64) TxnStartTimestampMs(int64)
+
+``TxnStatus`` is :class:`~coordinator.transaction_state.TransactionState` ``.id``.
+A null value is a tombstone: the transactional id expired. The partition of a
+transactional id is Kafka's: ``abs(javaHashCode(id)) % transaction.state.log.num.partitions``,
+so a Kafka client's FindCoordinator and our logs agree on placement.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from coordinator.schema import (
+    INT8,
+    INT16,
+    INT32,
+    INT64,
+    STRING,
+    Array,
+    Schema,
+    SchemaError,
+    versioned,
+)
+from coordinator.transaction_state import NO_PRODUCER_EPOCH, TransactionState, TxnTransitMetadata
+
+TOPIC = "__transaction_state"
+KEY_VERSION = 0
+VALUE_VERSION = 0
+
+KEY_V0 = Schema(("transactional_id", STRING))
+VALUE_V0 = Schema(
+    ("producer_id", INT64),
+    ("producer_epoch", INT16),
+    ("transaction_timeout_ms", INT32),
+    ("transaction_status", INT8),
+    ("transaction_partitions", Array(Schema(("topic", STRING), ("partition_ids", Array(INT32))))),
+    ("transaction_last_update_timestamp_ms", INT64),
+    ("transaction_start_timestamp_ms", INT64),
+)
+
+
+def java_string_hash(text: str) -> int:
+    """Java's ``String.hashCode`` (over UTF-16 code units, int32 overflow)."""
+    h = 0
+    data = text.encode("utf-16-be")
+    for i in range(0, len(data), 2):
+        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def partition_for(key: str, num_partitions: int) -> int:
+    """Kafka's ``Utils.abs(key.hashCode) % numPartitions`` (abs masks the sign bit)."""
+    return (java_string_hash(key) & 0x7FFFFFFF) % num_partitions
+
+
+@dataclass(frozen=True)
+class TxnLogRecord:
+    """One decoded record: a transit, or a tombstone when ``transit`` is None."""
+
+    transactional_id: str
+    transit: TxnTransitMetadata | None
+
+
+def encode_key(transactional_id: str) -> bytes:
+    return INT16.fmt.pack(KEY_VERSION) + KEY_V0.encode({"transactional_id": transactional_id})
+
+
+def encode_value(transit: TxnTransitMetadata) -> bytes:
+    by_topic: dict[str, list[int]] = {}
+    for topic, partition in sorted(transit.partitions):
+        by_topic.setdefault(topic, []).append(partition)
+    return INT16.fmt.pack(VALUE_VERSION) + VALUE_V0.encode({
+        "producer_id": transit.producer_id,
+        "producer_epoch": transit.producer_epoch,
+        "transaction_timeout_ms": transit.txn_timeout_ms,
+        "transaction_status": transit.state.id,
+        "transaction_partitions": [{"topic": t, "partition_ids": p} for t, p in by_topic.items()],
+        "transaction_last_update_timestamp_ms": transit.txn_last_update_timestamp,
+        "transaction_start_timestamp_ms": transit.txn_start_timestamp,
+    })
+
+
+def decode(key: bytes | None, value: bytes | None) -> TxnLogRecord:
+    """Decode one record; raises SchemaError for anything we do not understand."""
+    version, body = versioned(key)
+    if version != KEY_VERSION:
+        raise SchemaError(f"unknown transaction log key version {version}")
+    transactional_id = KEY_V0.decode_all(body)["transactional_id"]
+    if value is None:
+        return TxnLogRecord(transactional_id, None)
+    version, body = versioned(value)
+    if version != VALUE_VERSION:
+        raise SchemaError(f"unknown transaction log value version {version}")
+    v = VALUE_V0.decode_all(body)
+    try:
+        state = TransactionState.from_id(v["transaction_status"])
+    except ValueError as e:
+        raise SchemaError(str(e)) from None
+    partitions = frozenset((tp["topic"], p) for tp in v["transaction_partitions"] or ()
+                           for p in tp["partition_ids"] or ())
+    return TxnLogRecord(transactional_id, TxnTransitMetadata(
+        producer_id=v["producer_id"], last_producer_id=-1, producer_epoch=v["producer_epoch"],
+        last_producer_epoch=NO_PRODUCER_EPOCH, txn_timeout_ms=v["transaction_timeout_ms"],
+        state=state, partitions=partitions,
+        txn_start_timestamp=v["transaction_start_timestamp_ms"],
+        txn_last_update_timestamp=v["transaction_last_update_timestamp_ms"]))

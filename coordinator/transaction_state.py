@@ -1,0 +1,234 @@
+"""The transaction state machine of one transactional id (Kafka's TransactionState
+and TransactionMetadata).
+
+Every change is two-phase, so that nothing in memory moves before the log says so:
+
+1. ``prepare_*`` checks the transition against :data:`VALID_PREVIOUS`, builds an
+   immutable :class:`TxnTransitMetadata` and sets ``pending_state`` (a second
+   prepare while one is pending is refused);
+2. the coordinator appends the transit to ``__transaction_state`` and waits for it
+   to be durable;
+3. :meth:`TransactionMetadata.complete_transition` re-checks the invariants (same
+   producer or a new one, epoch same or +1, partitions only grow while Ongoing,
+   time never goes back) and only then applies it. If the write failed,
+   :meth:`TransactionMetadata.abort_transition` drops the pending state instead.
+
+We implement one transaction protocol: Kafka's "v1" (KIP-98 plus KIP-360 epoch
+bumps); markers carry the producer's current epoch, and a timed-out transaction is
+aborted with the epoch bumped once so its zombie is fenced.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field, replace
+
+from storage.errors import ConcurrentTransactionsError, InvalidTxnStateError
+
+NO_PRODUCER_ID = -1
+NO_PRODUCER_EPOCH = -1
+#: an epoch at this value cannot be bumped: the coordinator moves to a new producer id
+MAX_PRODUCER_EPOCH = 32767 - 1
+
+
+class TransactionState(enum.Enum):
+    """The state of a transactional id; ``id`` is the byte persisted in the log."""
+
+    EMPTY = (0, "Empty")
+    """No transaction in progress. Entered by InitProducerId (a new id or an epoch bump)."""
+    ONGOING = (1, "Ongoing")
+    """A transaction is open. Entered by AddPartitionsToTxn / AddOffsetsToTxn."""
+    PREPARE_COMMIT = (2, "PrepareCommit")
+    """Decided to commit; markers are being written. Entered by EndTxn(commit)."""
+    PREPARE_ABORT = (3, "PrepareAbort")
+    """Decided to abort; markers are being written. Entered by EndTxn(abort), by
+    InitProducerId fencing an open transaction, or by the transaction timeout."""
+    COMPLETE_COMMIT = (4, "CompleteCommit")
+    """Committed: every COMMIT marker is durable."""
+    COMPLETE_ABORT = (5, "CompleteAbort")
+    """Aborted: every ABORT marker is durable."""
+    DEAD = (6, "Dead")
+    """The transactional id expired (transactional.id.expiration.ms); tombstoned."""
+    PREPARE_EPOCH_FENCE = (7, "PrepareEpochFence")
+    """The epoch is being bumped to fence a producer before its transaction is aborted
+    (InitProducerId with a transaction open, or the timeout). Never written to the log."""
+
+    def __init__(self, id_: int, display: str) -> None:
+        self.id = id_
+        self.display = display
+
+    @classmethod
+    def from_id(cls, id_: int) -> "TransactionState":
+        for state in cls:
+            if state.id == id_:
+                return state
+        raise ValueError(f"unknown transaction state id {id_}")
+
+    @property
+    def is_complete(self) -> bool:
+        return self in (TransactionState.COMPLETE_COMMIT, TransactionState.COMPLETE_ABORT)
+
+    @property
+    def is_prepared(self) -> bool:
+        return self in (TransactionState.PREPARE_COMMIT, TransactionState.PREPARE_ABORT)
+
+
+S = TransactionState
+
+#: For each state, the states it may be entered from (Kafka's validPreviousStates).
+VALID_PREVIOUS: dict[TransactionState, frozenset[TransactionState]] = {
+    S.EMPTY: frozenset({S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT}),
+    S.ONGOING: frozenset({S.ONGOING, S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT}),
+    S.PREPARE_COMMIT: frozenset({S.ONGOING}),
+    S.PREPARE_ABORT: frozenset({S.ONGOING, S.PREPARE_EPOCH_FENCE}),
+    S.COMPLETE_COMMIT: frozenset({S.PREPARE_COMMIT}),
+    S.COMPLETE_ABORT: frozenset({S.PREPARE_ABORT}),
+    S.DEAD: frozenset({S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT}),
+    S.PREPARE_EPOCH_FENCE: frozenset({S.ONGOING}),
+}
+
+
+class IllegalTransitionError(InvalidTxnStateError):
+    """A transition the state table does not allow; a bug or a protocol violation."""
+
+
+@dataclass(frozen=True)
+class TxnTransitMetadata:
+    """What one transition will make the metadata look like; what the log records."""
+
+    producer_id: int
+    last_producer_id: int
+    producer_epoch: int
+    last_producer_epoch: int
+    txn_timeout_ms: int
+    state: TransactionState
+    partitions: frozenset[tuple[str, int]]
+    txn_start_timestamp: int
+    txn_last_update_timestamp: int
+
+
+@dataclass
+class TransactionMetadata:
+    """The coordinator's in-memory state of one transactional id."""
+
+    transactional_id: str
+    producer_id: int
+    last_producer_id: int
+    producer_epoch: int
+    last_producer_epoch: int
+    txn_timeout_ms: int
+    state: TransactionState
+    partitions: set[tuple[str, int]] = field(default_factory=set)
+    txn_start_timestamp: int = -1
+    txn_last_update_timestamp: int = -1
+    pending_state: TransactionState | None = None
+
+    # -- prepare ---------------------------------------------------------------------
+
+    def _prepare(self, state: TransactionState, **changes) -> TxnTransitMetadata:
+        if self.pending_state is not None:
+            raise ConcurrentTransactionsError(
+                f"transactional id {self.transactional_id!r} is already moving to "
+                f"{self.pending_state.display}")
+        if self.state not in VALID_PREVIOUS[state]:
+            raise IllegalTransitionError(
+                f"transactional id {self.transactional_id!r}: {self.state.display} -> "
+                f"{state.display} is not a valid transition")
+        transit = replace(self._current(), state=state, **changes)
+        self.pending_state = state
+        return transit
+
+    def _current(self) -> TxnTransitMetadata:
+        return TxnTransitMetadata(
+            producer_id=self.producer_id, last_producer_id=self.last_producer_id,
+            producer_epoch=self.producer_epoch, last_producer_epoch=self.last_producer_epoch,
+            txn_timeout_ms=self.txn_timeout_ms, state=self.state,
+            partitions=frozenset(self.partitions), txn_start_timestamp=self.txn_start_timestamp,
+            txn_last_update_timestamp=self.txn_last_update_timestamp)
+
+    def prepare_increment_epoch(self, txn_timeout_ms: int, now_ms: int) -> TxnTransitMetadata:
+        """InitProducerId on a completed or empty id: epoch + 1, state Empty."""
+        return self._prepare(S.EMPTY, producer_epoch=self.producer_epoch + 1,
+                             last_producer_epoch=self.producer_epoch, txn_timeout_ms=txn_timeout_ms,
+                             partitions=frozenset(), txn_start_timestamp=-1,
+                             txn_last_update_timestamp=now_ms)
+
+    def prepare_new_producer_id(self, producer_id: int, txn_timeout_ms: int,
+                                now_ms: int) -> TxnTransitMetadata:
+        """InitProducerId when the epoch is exhausted (or the id is new): a fresh
+        producer id at epoch 0."""
+        return self._prepare(S.EMPTY, producer_id=producer_id, last_producer_id=self.producer_id,
+                             producer_epoch=0, last_producer_epoch=NO_PRODUCER_EPOCH,
+                             txn_timeout_ms=txn_timeout_ms, partitions=frozenset(),
+                             txn_start_timestamp=-1, txn_last_update_timestamp=now_ms)
+
+    def prepare_fence_epoch(self, now_ms: int) -> TxnTransitMetadata:
+        """Bump the epoch of an open transaction so its producer is fenced before the
+        abort (never logged: the PrepareAbort that follows carries the new epoch)."""
+        epoch = self.producer_epoch if self.producer_epoch >= MAX_PRODUCER_EPOCH else self.producer_epoch + 1
+        return self._prepare(S.PREPARE_EPOCH_FENCE, producer_epoch=epoch,
+                             last_producer_epoch=self.producer_epoch,
+                             txn_last_update_timestamp=now_ms)
+
+    def prepare_add_partitions(self, partitions: set[tuple[str, int]], now_ms: int) -> TxnTransitMetadata:
+        """AddPartitionsToTxn / AddOffsetsToTxn: state Ongoing with the union of partitions;
+        the transaction timer starts with the first partition."""
+        starting = self.state in (S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT)
+        return self._prepare(
+            S.ONGOING,
+            partitions=frozenset(partitions if starting else self.partitions | partitions),
+            txn_start_timestamp=now_ms if starting else self.txn_start_timestamp,
+            txn_last_update_timestamp=now_ms)
+
+    def prepare_abort_or_commit(self, commit: bool, now_ms: int) -> TxnTransitMetadata:
+        """EndTxn (or the coordinator's own abort): PrepareCommit or PrepareAbort."""
+        return self._prepare(S.PREPARE_COMMIT if commit else S.PREPARE_ABORT,
+                             txn_last_update_timestamp=now_ms)
+
+    def prepare_complete(self, now_ms: int) -> TxnTransitMetadata:
+        """Every marker is durable: CompleteCommit or CompleteAbort, partitions cleared."""
+        target = S.COMPLETE_COMMIT if self.state is S.PREPARE_COMMIT else S.COMPLETE_ABORT
+        return self._prepare(target, partitions=frozenset(), txn_last_update_timestamp=now_ms)
+
+    def prepare_dead(self, now_ms: int) -> TxnTransitMetadata:
+        """transactional.id.expiration.ms passed with no transaction open."""
+        return self._prepare(S.DEAD, partitions=frozenset(), txn_last_update_timestamp=now_ms)
+
+    # -- complete ----------------------------------------------------------------------
+
+    def complete_transition(self, transit: TxnTransitMetadata) -> None:
+        """Apply ``transit`` after its log write is durable, re-checking invariants."""
+        if self.pending_state is not transit.state:
+            raise IllegalTransitionError(
+                f"transactional id {self.transactional_id!r}: completing {transit.state.display} "
+                f"but the pending state is {self.pending_state.display if self.pending_state else None}")
+        same_producer = transit.producer_id == self.producer_id
+        if same_producer and transit.producer_epoch not in (self.producer_epoch, self.producer_epoch + 1):
+            raise IllegalTransitionError(
+                f"transactional id {self.transactional_id!r}: epoch {self.producer_epoch} -> "
+                f"{transit.producer_epoch}")
+        if transit.state is S.ONGOING and self.state is S.ONGOING and not self.partitions <= transit.partitions:
+            raise IllegalTransitionError(
+                f"transactional id {self.transactional_id!r}: partitions may only grow while Ongoing")
+        if transit.txn_last_update_timestamp < self.txn_last_update_timestamp:
+            raise IllegalTransitionError(
+                f"transactional id {self.transactional_id!r}: update time went back from "
+                f"{self.txn_last_update_timestamp} to {transit.txn_last_update_timestamp}")
+        self.producer_id = transit.producer_id
+        self.last_producer_id = transit.last_producer_id
+        self.producer_epoch = transit.producer_epoch
+        self.last_producer_epoch = transit.last_producer_epoch
+        self.txn_timeout_ms = transit.txn_timeout_ms
+        self.state = transit.state
+        self.partitions = set(transit.partitions)
+        self.txn_start_timestamp = transit.txn_start_timestamp
+        self.txn_last_update_timestamp = transit.txn_last_update_timestamp
+        self.pending_state = None
+
+    def abort_transition(self) -> None:
+        """The log write failed: forget the pending transition, keep the state."""
+        self.pending_state = None
+
+    def snapshot(self) -> TxnTransitMetadata:
+        """The current state as an immutable value (for queries and the mirror)."""
+        return self._current()
