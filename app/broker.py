@@ -17,7 +17,9 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from app.config import BrokerConfig
+from app.consumer import Consumer
 from app.engine import READ_UNCOMMITTED, Engine
+from app.producer import Producer
 from storage.clock import Clock
 from storage.log_manager import TopicInfo
 from storage.partition_log import ReadResult
@@ -73,6 +75,16 @@ class Broker:
         offset whose timestamp is >= ``timestamp`` (-1 if there is none)."""
         return self.engine.call(self.engine.list_offsets, topic, partition, timestamp,
                                 isolation_level).offset
+
+    def producer(self, **config: Any) -> Producer:
+        """An embedded producer: ``transactional_id=...``, ``transaction_timeout_ms``,
+        ``enable_idempotence`` (default True), ``acks``, ``delivery_timeout_ms``."""
+        return Producer(self.engine, **config)
+
+    def consumer(self, **config: Any) -> Consumer:
+        """An embedded consumer: ``group_id``, ``isolation_level``, ``enable_auto_commit``,
+        ``auto_offset_reset``, ``session_timeout_ms``, ``max_poll_records``, ..."""
+        return Consumer(self.engine, **config)
 
     def write_txn_marker(self, topic: str, partition: int, producer_id: int, producer_epoch: int,
                          coordinator_epoch: int, commit: bool) -> int:

@@ -41,6 +41,14 @@ class BrokerConfig:
     auto_create_topics_enable: bool = True
     transaction_state_log_num_partitions: int = 50
     offsets_topic_num_partitions: int = 50
+    #: segment.bytes of both internal topics (Kafka's transaction.state.log.segment.bytes
+    #: and offsets.topic.segment.bytes, both 104857600)
+    internal_topic_segment_bytes: int = 104_857_600
+    group_min_session_timeout_ms: int = 6_000
+    group_max_session_timeout_ms: int = 1_800_000
+    #: Kafka's default is 3000; its shipped server.properties uses 0 for development, as we do
+    group_initial_rebalance_delay_ms: int = 0
+    offset_metadata_max_bytes: int = 4096
     transaction_max_timeout_ms: int = 900_000
     transactional_id_expiration_ms: int = 7 * 24 * 3600 * 1000
     producer_id_expiration_ms: int = 24 * 3600 * 1000

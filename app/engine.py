@@ -1,11 +1,17 @@
 """The engine: the one owner of broker state, living on one asyncio event loop.
 
-Partitions, producer state and (later) coordinator state are touched only by
-coroutines running on the engine's loop, so there are no locks around them. The
+Partitions, producer state and the transaction and group coordinators are touched
+only by code running on the engine's loop, so there are no locks around them. The
 Kafka listener runs on the same loop; HTTP worker threads, scheduled jobs and the
-embedded client submit work with :meth:`Engine.call` and wait for the answer.
-Fsyncs run on worker threads through group commit (``app/group_commit.py``), so
-no request blocks the loop on the disk.
+embedded client submit work with :meth:`Engine.call` / :meth:`Engine.submit` and
+wait for the answer -- coordinator requests are the coordinators' own coroutines,
+e.g. ``engine.call(engine.transaction_coordinator.end_txn, ...)``. Fsyncs run on
+the fsync thread through group commit (``app/group_commit.py``), so no request
+blocks the loop on the disk.
+
+The internal topics ``__transaction_state`` and ``__consumer_offsets`` are created
+when first needed (as Kafka does), compacted, and read back into the coordinators
+when the engine starts; prepared transactions are then rolled forward.
 """
 
 from __future__ import annotations
@@ -19,11 +25,25 @@ from pathlib import Path
 from typing import Any, Awaitable, Callable, Mapping, TypeVar
 
 from app.config import BrokerConfig
+from app.coordinator_io import EngineCoordinatorIO
 from app.group_commit import FsyncThread, GroupCommit
+from coordinator import offsets_log, transaction_log
+from coordinator.group_coordinator import GroupConfig, GroupCoordinator
+from coordinator.transaction_coordinator import CoordinatorConfig, TransactionCoordinator
 from storage.clock import Clock, SystemClock
-from storage.errors import InvalidRequestError, InvalidRequiredAcksError, KafkaStorageError
+from storage.errors import (
+    InvalidRequestError,
+    InvalidRequiredAcksError,
+    InvalidTopicError,
+    KafkaStorageError,
+)
 from storage.log_manager import LogManager, TopicInfo
 from storage.partition_log import AppendResult, PartitionLog, ReadResult
+from storage.record_batch import Record, decode_batch, read_header
+
+INTERNAL_TOPICS = (transaction_log.TOPIC, offsets_log.TOPIC)
+#: how often the group coordinator checks session and rebalance timeouts
+GROUP_TICK_S = 0.1
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -60,13 +80,87 @@ class Engine:
         self.loop = asyncio.new_event_loop()
         self._fsync = FsyncThread(self.loop)
         self._commits: dict[tuple[str, int], GroupCommit] = {}
+        self._data_waiters: list[asyncio.Future[None]] = []
+        io = EngineCoordinatorIO(self)
+        self.transaction_coordinator = TransactionCoordinator(Path(data_dir), CoordinatorConfig(
+            transaction_state_log_num_partitions=config.transaction_state_log_num_partitions,
+            offsets_topic_num_partitions=config.offsets_topic_num_partitions,
+            transaction_max_timeout_ms=config.transaction_max_timeout_ms,
+            transactional_id_expiration_ms=config.transactional_id_expiration_ms), io, self.clock)
+        self.group_coordinator = GroupCoordinator(GroupConfig(
+            offsets_topic_num_partitions=config.offsets_topic_num_partitions,
+            group_min_session_timeout_ms=config.group_min_session_timeout_ms,
+            group_max_session_timeout_ms=config.group_max_session_timeout_ms,
+            group_initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
+            offset_metadata_max_bytes=config.offset_metadata_max_bytes), io, self.clock)
+        self._load_coordinators()
         self._thread = threading.Thread(target=self._run_loop, name="exactly-engine", daemon=True)
         self._closed = False
         self._thread.start()
+        self.loop.call_soon_threadsafe(self._started)
 
     def _run_loop(self) -> None:
         asyncio.set_event_loop(self.loop)
         self.loop.run_forever()
+
+    # -- coordinators ---------------------------------------------------------------------
+
+    def _load_coordinators(self) -> None:
+        """Materialise both coordinators from their logs (before the loop runs)."""
+        max_producer_id = max((pid for log_ in self.logs for pid in log_.producer_state.producers), default=-1)
+        self.transaction_coordinator.producer_ids.raise_floor(max_producer_id + 1)
+        for (topic, partition), log_ in sorted(self.logs.logs.items()):
+            if topic == transaction_log.TOPIC:
+                self.transaction_coordinator.load_records(partition, (
+                    (record.offset, record.key, record.value)
+                    for _, batch in log_.batches() for record in _data_records(batch)))
+            elif topic == offsets_log.TOPIC:
+                for _, batch in log_.batches():
+                    self.group_coordinator.load_batch(partition, batch)
+
+    def _started(self) -> None:
+        self.transaction_coordinator.resume()
+        self._tick_groups()
+
+    def _tick_groups(self) -> None:
+        if not self._closed:
+            self.group_coordinator.tick()
+            self.loop.call_later(GROUP_TICK_S, self._tick_groups)
+
+    def ensure_internal_topic(self, name: str) -> None:
+        """Create ``__transaction_state`` / ``__consumer_offsets`` on first use, compacted."""
+        if name in self.logs.topics:
+            return
+        partitions = (self.config.transaction_state_log_num_partitions if name == transaction_log.TOPIC
+                      else self.config.offsets_topic_num_partitions)
+        self.logs.create_topic(name, partitions, {"cleanup.policy": "compact",
+                                                  "segment.bytes": self.config.internal_topic_segment_bytes},
+                               internal=True)
+
+    async def append_internal(self, topic: str, partition: int, batch: bytes) -> AppendResult:
+        """Append a coordinator's batch to an internal topic and wait until durable."""
+        log_ = self.logs.log(topic, partition)
+        result = log_.append_data(batch)
+        return await asyncio.wrap_future(self._commit(log_).when_durable(result.last_offset, result))
+
+    async def wait_for_data(self, timeout_s: float) -> None:
+        """Return when any partition's high watermark moves, or after ``timeout_s``
+        (consumers wait here instead of polling in a loop)."""
+        waiter = self.loop.create_future()
+        self._data_waiters.append(waiter)
+        try:
+            await asyncio.wait_for(waiter, timeout_s)
+        except asyncio.TimeoutError:
+            pass
+        finally:
+            if waiter in self._data_waiters:
+                self._data_waiters.remove(waiter)
+
+    def _on_durable(self) -> None:
+        waiters, self._data_waiters = self._data_waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
 
     # -- submitting work from other threads --------------------------------------------
 
@@ -109,15 +203,19 @@ class Engine:
         key = (log_.topic, log_.partition)
         commit = self._commits.get(key)
         if commit is None:
-            commit = self._commits[key] = GroupCommit(log_, self.loop, self._fsync)
+            commit = self._commits[key] = GroupCommit(log_, self.loop, self._fsync, self._on_durable)
         return commit
 
     async def create_topic(self, name: str, partitions: int | None = None,
                            config: Mapping[str, Any] | None = None) -> TopicInfo:
+        if name in INTERNAL_TOPICS:
+            raise InvalidTopicError(f"{name} is an internal topic; the broker creates it")
         return self.logs.create_topic(name, partitions if partitions is not None
                                       else self.config.num_partitions, config)
 
     async def delete_topic(self, name: str) -> None:
+        if name in INTERNAL_TOPICS:
+            raise InvalidTopicError(f"the internal topic {name} cannot be deleted")
         info = self.logs.topic(name)
         for partition in range(info.partitions):
             commit = self._commits.pop((name, partition), None)
@@ -131,7 +229,13 @@ class Engine:
         AppendResult -- with acks=-1 once it is fsynced."""
         if acks not in (-1, 0, 1):
             raise InvalidRequiredAcksError(f"acks must be -1, 0 or 1, got {acks!r}")
+        if topic in INTERNAL_TOPICS:
+            raise InvalidTopicError(f"clients may not produce to the internal topic {topic}")
         log_ = self.logs.log(topic, partition)
+        header = read_header(batch)
+        if header.is_transactional:
+            self.transaction_coordinator.verify_transactional_produce(
+                header.producer_id, header.producer_epoch, topic, partition)
         commit = self._commit(log_)
         if commit.failed is not None:
             raise KafkaStorageError(f"{topic}-{partition} is offline after an fsync failure")
@@ -141,6 +245,13 @@ class Engine:
         if not result.duplicate:
             commit.appended()
         return _done(result)
+
+    async def partition_count(self, topic: str) -> int:
+        return self.logs.topic(topic).partitions
+
+    async def partition_counts(self, topics: list[str]) -> dict[str, int]:
+        """Partitions per existing topic (unknown topics are left out)."""
+        return {t: self.logs.topics[t].partitions for t in topics if t in self.logs.topics}
 
     async def produce(self, topic: str, partition: int, batch: bytes, acks: int = -1) -> AppendResult:
         return await asyncio.wrap_future(self.start_produce(topic, partition, batch, acks))
@@ -190,12 +301,25 @@ class Engine:
     async def apply_retention(self) -> int:
         return self.logs.apply_retention()
 
+    async def expire_producer_ids(self) -> int:
+        """Forget producers idle for producer.id.expiration.ms on every partition."""
+        now = self.clock.now_ms()
+        return sum(len(log_.producer_state.remove_expired(now, self.config.producer_id_expiration_ms))
+                   for log_ in self.logs)
+
+    async def abort_timed_out_transactions(self) -> list[str]:
+        return await self.transaction_coordinator.abort_timed_out_transactions()
+
+    async def expire_transactional_ids(self) -> list[str]:
+        return await self.transaction_coordinator.expire_transactional_ids()
+
     async def checkpoint(self) -> None:
         self.logs.checkpoint()
 
     # -- lifecycle ------------------------------------------------------------------------
 
     async def _shutdown(self) -> None:
+        await self.transaction_coordinator.wait_for_completions()
         for commit in self._commits.values():
             await commit.drain()
             commit.close()
@@ -227,3 +351,9 @@ def _copy_outcome(source: Future, target: Future) -> None:
         target.set_exception(error)
     else:
         target.set_result(source.result())
+
+
+def _data_records(batch: bytes) -> tuple[Record, ...]:
+    """The records of a data batch (control batches have none a coordinator loads)."""
+    decoded = decode_batch(batch)
+    return () if decoded.header.is_control else decoded.records

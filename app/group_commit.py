@@ -62,8 +62,9 @@ class GroupCommit:
     """The fsync scheduler of one partition log. Lives on the event loop."""
 
     def __init__(self, partition_log: PartitionLog, loop: asyncio.AbstractEventLoop,
-                 fsync_thread: FsyncThread) -> None:
+                 fsync_thread: FsyncThread, on_durable: Callable[[], None] = lambda: None) -> None:
         self._log = partition_log
+        self._on_durable = on_durable
         self._loop = loop
         self._fsync = fsync_thread
         self._waiters: list[tuple[int, Future, Any]] = []
@@ -119,6 +120,7 @@ class GroupCommit:
             self._fail_all(KafkaStorageError(f"fsync failed: {error}"))
         else:
             self._log.complete_flush(plan)
+            self._on_durable()
             high_watermark = self._log.high_watermark
             still_waiting = []
             for offset, future, result in self._waiters:

@@ -17,6 +17,11 @@ def start_scheduler(engine: Engine) -> BackgroundScheduler:
     config = engine.config
     scheduler = BackgroundScheduler(daemon=True)
     jobs = {
+        "abort-timed-out-transactions": (engine.abort_timed_out_transactions,
+                                         config.transaction_abort_timed_out_transaction_cleanup_interval_ms),
+        "expire-transactional-ids": (engine.expire_transactional_ids,
+                                     config.transaction_remove_expired_transaction_cleanup_interval_ms),
+        "expire-producer-ids": (engine.expire_producer_ids, config.producer_id_expiration_check_interval_ms),
         "producer-snapshots": (engine.take_snapshots, config.producer_snapshot_interval_ms),
         "log-retention": (engine.apply_retention, config.log_retention_check_interval_ms),
         "offset-checkpoints": (engine.checkpoint, config.log_flush_offset_checkpoint_interval_ms),

@@ -1,0 +1,67 @@
+"""How the coordinators reach the logs: the engine side of CoordinatorIO and GroupIO.
+
+The coordinators (``coordinator/``) know nothing of the engine; they are handed this
+adapter, which appends their records to the internal topics and writes markers
+through the same partition logs and group commit as any produce, on the engine's
+loop. A marker on a ``__consumer_offsets`` partition is also reported to the group
+coordinator once durable, so pending transactional offsets become committed (or
+are dropped) exactly when the marker is in the log.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from coordinator import offsets_log, transaction_log
+from storage.producer_state import next_sequence
+from storage.record_batch import SimpleRecord, encode_batch
+
+if TYPE_CHECKING:
+    from app.engine import Engine
+
+
+class EngineCoordinatorIO:
+    """CoordinatorIO and GroupIO over an Engine (used only on the engine's loop)."""
+
+    def __init__(self, engine: "Engine") -> None:
+        self.engine = engine
+
+    async def append_txn_log(self, partition: int, key: bytes, value: bytes | None) -> int:
+        self.engine.ensure_internal_topic(transaction_log.TOPIC)
+        batch = encode_batch([SimpleRecord(value, key=key, timestamp=self.engine.clock.now_ms())])
+        result = await self.engine.append_internal(transaction_log.TOPIC, partition, batch)
+        return result.base_offset
+
+    async def write_marker(self, topic: str, partition: int, producer_id: int, producer_epoch: int,
+                           coordinator_epoch: int, commit: bool) -> None:
+        await self.engine.write_txn_marker(topic, partition, producer_id, producer_epoch,
+                                           coordinator_epoch, commit)
+        if topic == offsets_log.TOPIC:
+            self.engine.group_coordinator.on_marker(partition, producer_id, commit)
+
+    def partition_exists(self, topic: str, partition: int) -> bool:
+        return (topic, partition) in self.engine.logs.logs
+
+    async def append_offsets_log(self, partition: int, records: list[tuple[bytes, bytes | None]],
+                                 producer_id: int = -1, producer_epoch: int = -1) -> None:
+        """Append group records; inside a transaction the batch is the producer's own
+        (transactional, its id and epoch, its next sequence on this partition)."""
+        self.engine.ensure_internal_topic(offsets_log.TOPIC)
+        now = self.engine.clock.now_ms()
+        simple = [SimpleRecord(value, key=key, timestamp=now) for key, value in records]
+        if producer_id < 0:
+            batch = encode_batch(simple)
+        else:
+            self.engine.transaction_coordinator.verify_transactional_produce(
+                producer_id, producer_epoch, offsets_log.TOPIC, partition)
+            batch = encode_batch(simple, producer_id=producer_id, producer_epoch=producer_epoch,
+                                 base_sequence=self._next_sequence(partition, producer_id, producer_epoch),
+                                 transactional=True)
+        await self.engine.append_internal(offsets_log.TOPIC, partition, batch)
+
+    def _next_sequence(self, partition: int, producer_id: int, producer_epoch: int) -> int:
+        """The coordinator writes as a well-behaved idempotent producer would."""
+        entry = self.engine.logs.log(offsets_log.TOPIC, partition).producer_state.producers.get(producer_id)
+        if entry is None or entry.producer_epoch != producer_epoch:
+            return 0
+        return next_sequence(entry.last_seq)

@@ -1,0 +1,458 @@
+"""The group coordinator: consumer groups, committed offsets and transactional offsets.
+
+Requests and their answers (Kafka's ``GroupCoordinator``, classic protocol):
+
+* JoinGroup -- empty group id: INVALID_GROUP_ID; session timeout outside
+  ``group.min/max.session.timeout.ms``: INVALID_SESSION_TIMEOUT; a protocol type or
+  protocols no member shares: INCONSISTENT_GROUP_PROTOCOL; an unknown member id:
+  UNKNOWN_MEMBER_ID; a static member whose instance id another member took over:
+  FENCED_INSTANCE_ID. Otherwise the member waits until every member has rejoined
+  (or the rebalance timeout drops the missing ones), then gets the new generation,
+  the chosen protocol and the leader (the leader also gets every member's metadata).
+* SyncGroup -- wrong generation: ILLEGAL_GENERATION; a rebalance started again:
+  REBALANCE_IN_PROGRESS. The leader's assignment is made durable, then handed out.
+* Heartbeat -- unknown member: UNKNOWN_MEMBER_ID; wrong generation:
+  ILLEGAL_GENERATION; a rebalance is on: REBALANCE_IN_PROGRESS (rejoin). A member
+  silent for its session timeout is removed and the group rebalances.
+* OffsetCommit -- a standalone commit (generation -1, no member id) only while the
+  group has no members; otherwise the member and generation must be current.
+* TxnOffsetCommit -- (KIP-447) when the request names a member or generation they
+  must be current, so a zombie from an older generation is fenced
+  (ILLEGAL_GENERATION / UNKNOWN_MEMBER_ID / FENCED_INSTANCE_ID). The offsets are
+  appended inside the producer's transaction and stay *pending* until its COMMIT
+  marker lands on this ``__consumer_offsets`` partition (then committed) or its
+  ABORT marker (then dropped).
+* OffsetFetch -- with ``require_stable``, a partition with pending offsets answers
+  UNSTABLE_OFFSET_COMMIT, and the consumer retries until the transaction ends.
+
+Everything is persisted to ``__consumer_offsets`` before it is applied, and rebuilt
+from it on start as the seed's Consumer Coordinator Startup says (transactional
+offsets held back until their marker).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from dataclasses import dataclass
+from typing import Iterable, Protocol
+
+from coordinator import offsets_log
+from coordinator.group_metadata import CommittedOffset, GroupMetadata, GroupState, Member, TopicPartition
+from coordinator.schema import SchemaError
+from coordinator.transaction_log import partition_for
+from storage.clock import Clock
+from storage.errors import (
+    CoordinatorNotAvailableError,
+    FencedInstanceIdError,
+    IllegalGenerationError,
+    InconsistentGroupProtocolError,
+    InvalidGroupIdError,
+    InvalidSessionTimeoutError,
+    KafkaError,
+    OffsetMetadataTooLargeError,
+    RebalanceInProgressError,
+    UnknownMemberIdError,
+    UnstableOffsetCommitError,
+)
+from storage.record_batch import ControlType, decode_batch, decode_control_record
+
+log = logging.getLogger(__name__)
+G = GroupState
+
+
+class GroupIO(Protocol):
+    """What the group coordinator needs from the engine (on the engine's loop)."""
+
+    async def append_offsets_log(self, partition: int, records: list[tuple[bytes, bytes | None]],
+                                 producer_id: int = -1, producer_epoch: int = -1) -> None: ...
+
+
+@dataclass(frozen=True)
+class GroupConfig:
+    offsets_topic_num_partitions: int = 50
+    group_min_session_timeout_ms: int = 6_000
+    group_max_session_timeout_ms: int = 1_800_000
+    #: Kafka's default is 3000; its shipped server.properties (and we) use 0 for development
+    group_initial_rebalance_delay_ms: int = 0
+    offset_metadata_max_bytes: int = 4096
+
+
+@dataclass(frozen=True)
+class JoinResult:
+    generation: int
+    protocol_type: str | None
+    protocol: str | None
+    leader: str
+    member_id: str
+    #: every member's (member id, group instance id, metadata) -- for the leader only
+    members: list[tuple[str, str | None, bytes]]
+
+
+@dataclass(frozen=True)
+class FetchedOffset:
+    offset: int
+    metadata: str
+    leader_epoch: int
+    error: KafkaError | None = None
+
+
+class GroupCoordinator:
+    """Every consumer group; runs on the engine's event loop."""
+
+    def __init__(self, config: GroupConfig, io: GroupIO, clock: Clock) -> None:
+        self.config = config
+        self.io = io
+        self.clock = clock
+        self.groups: dict[str, GroupMetadata] = {}
+
+    def partition_of(self, group_id: str) -> int:
+        return partition_for(group_id, self.config.offsets_topic_num_partitions)
+
+    # -- loading -------------------------------------------------------------------------
+
+    def load_batch(self, partition: int, batch: bytes) -> None:
+        """Replay one ``__consumer_offsets`` batch (start-up): data records update
+        groups and offsets -- transactional ones held as pending -- and a marker
+        completes its producer's pending offsets in this partition."""
+        decoded = decode_batch(batch)
+        header = decoded.header
+        if header.is_control:
+            control_type, _ = decode_control_record(decoded.records[0])
+            if control_type in (ControlType.COMMIT, ControlType.ABORT):
+                self.on_marker(partition, header.producer_id, control_type == ControlType.COMMIT)
+            return
+        for record in decoded.records:
+            try:
+                self._load_record(record.key, record.value, header)
+            except SchemaError as e:
+                log.warning("skipping undecodable __consumer_offsets record at %d: %s", record.offset, e)
+
+    def _load_record(self, key: bytes | None, value: bytes | None, header) -> None:
+        decoded_key = offsets_log.decode_key(key)
+        if isinstance(decoded_key, offsets_log.GroupKey):
+            self._load_group(decoded_key.group, offsets_log.decode_group_value(value))
+            return
+        group = self._group(decoded_key.group)
+        tp = (decoded_key.topic, decoded_key.partition)
+        offset = offsets_log.decode_offset_value(value)
+        if offset is None:
+            group.committed.pop(tp, None)
+            return
+        committed = CommittedOffset(offset.offset, offset.metadata, offset.leader_epoch,
+                                    offset.commit_timestamp)
+        if header.is_transactional:
+            group.pending.setdefault(header.producer_id, {})[tp] = committed
+        else:
+            group.committed[tp] = committed
+
+    def _load_group(self, group_id: str, value: offsets_log.GroupValue | None) -> None:
+        if value is None:
+            self.groups.pop(group_id, None)
+            return
+        group = self._group(group_id)
+        group.generation, group.protocol_type = value.generation, value.protocol_type
+        group.protocol, group.leader = value.protocol, value.leader
+        group.state_timestamp_ms = value.current_state_timestamp
+        now = self.clock.now_ms()
+        group.members = {m.member_id: Member(
+            m.member_id, m.group_instance_id, m.client_id, m.client_host, m.session_timeout,
+            m.rebalance_timeout, value.protocol_type, [(value.protocol or "", m.subscription or b"")],
+            last_heartbeat_ms=now, assignment=m.assignment or b"") for m in value.members}
+        group.static_members = {m.group_instance_id: m.member_id for m in value.members if m.group_instance_id}
+        group.state = G.STABLE if group.members else G.EMPTY
+
+    def _group(self, group_id: str) -> GroupMetadata:
+        group = self.groups.get(group_id)
+        if group is None:
+            group = self.groups[group_id] = GroupMetadata(group_id)
+        return group
+
+    # -- transaction markers --------------------------------------------------------------
+
+    def on_marker(self, partition: int, producer_id: int, commit: bool) -> None:
+        """A COMMIT/ABORT marker of ``producer_id`` is durable on this partition."""
+        for group in self.groups.values():
+            if producer_id in group.pending and self.partition_of(group.group_id) == partition:
+                group.complete_pending(producer_id, commit)
+
+    # -- membership -----------------------------------------------------------------------
+
+    async def join_group(self, group_id: str, member_id: str, protocol_type: str,
+                         protocols: list[tuple[str, bytes]], session_timeout_ms: int,
+                         rebalance_timeout_ms: int = -1, group_instance_id: str | None = None,
+                         client_id: str = "", client_host: str = "") -> JoinResult:
+        if not group_id:
+            raise InvalidGroupIdError("the group id must not be empty")
+        if not (self.config.group_min_session_timeout_ms <= session_timeout_ms
+                <= self.config.group_max_session_timeout_ms):
+            raise InvalidSessionTimeoutError(
+                f"session timeout {session_timeout_ms} ms is outside [{self.config.group_min_session_timeout_ms}, "
+                f"{self.config.group_max_session_timeout_ms}]")
+        group = self._group(group_id)
+        if group.state is G.DEAD:
+            raise CoordinatorNotAvailableError(f"group {group_id!r} is being deleted")
+        if not protocols or not group.supports(protocol_type, protocols):
+            raise InconsistentGroupProtocolError(
+                f"protocol type {protocol_type!r} / protocols {[n for n, _ in protocols]} do not match "
+                f"group {group_id!r}")
+        now = self.clock.now_ms()
+        rebalance_timeout_ms = rebalance_timeout_ms if rebalance_timeout_ms > 0 else session_timeout_ms
+        member = self._member_for_join(group, member_id, group_instance_id, client_id, client_host, now)
+        member.session_timeout_ms, member.rebalance_timeout_ms = session_timeout_ms, rebalance_timeout_ms
+        member.protocol_type, member.protocols = protocol_type, list(protocols)
+        member.last_heartbeat_ms = now
+        if group.protocol_type is None or len(group.members) == 1:
+            group.protocol_type = protocol_type
+        waiter = member.join_waiter = asyncio.get_running_loop().create_future()
+        if group.state is not G.PREPARING_REBALANCE:
+            self._prepare_rebalance(group, now)
+        self._maybe_complete_join(group, now)
+        return await waiter
+
+    def _member_for_join(self, group: GroupMetadata, member_id: str, group_instance_id: str | None,
+                         client_id: str, client_host: str, now: int) -> Member:
+        if member_id:
+            member = group.members.get(member_id)
+            if member is None:
+                raise UnknownMemberIdError(f"member {member_id!r} is not in group {group.group_id!r}")
+            self._check_instance(group, member_id, group_instance_id)
+            return member
+        new_id = f"{client_id or 'member'}-{uuid.uuid4()}"
+        if group_instance_id is not None and group_instance_id in group.static_members:
+            self._remove_member(group, group.static_members[group_instance_id],
+                                FencedInstanceIdError(f"instance {group_instance_id!r} rejoined as {new_id}"))
+        member = Member(new_id, group_instance_id, client_id, client_host, 0, 0, "", [], now)
+        group.members[new_id] = member
+        if group_instance_id is not None:
+            group.static_members[group_instance_id] = new_id
+        return member
+
+    @staticmethod
+    def _check_instance(group: GroupMetadata, member_id: str, group_instance_id: str | None) -> None:
+        if group_instance_id is not None and group.static_members.get(group_instance_id) != member_id:
+            raise FencedInstanceIdError(
+                f"instance {group_instance_id!r} of group {group.group_id!r} belongs to another member")
+
+    def _prepare_rebalance(self, group: GroupMetadata, now: int) -> None:
+        if group.state is G.COMPLETING_REBALANCE:
+            for member in group.members.values():
+                _fail(member.sync_waiter, RebalanceInProgressError(f"group {group.group_id!r} is rebalancing"))
+                member.sync_waiter = None
+        initial = group.state is G.EMPTY and self.config.group_initial_rebalance_delay_ms > 0
+        group.transition(G.PREPARING_REBALANCE, now)
+        timeout = max((m.rebalance_timeout_ms for m in group.members.values()), default=0)
+        delay = self.config.group_initial_rebalance_delay_ms if initial else timeout
+        group.rebalance_deadline_ms = now + delay
+        group.initial_rebalance = initial
+
+    def _maybe_complete_join(self, group: GroupMetadata, now: int, deadline_passed: bool = False) -> None:
+        if group.state is not G.PREPARING_REBALANCE:
+            return
+        waiting_initial = group.initial_rebalance and not deadline_passed
+        everyone = all(m.join_waiter is not None for m in group.members.values())
+        if not deadline_passed and (waiting_initial or not everyone):
+            return
+        for member_id in [m for m, member in group.members.items() if member.join_waiter is None]:
+            self._remove_member(group, member_id, UnknownMemberIdError("did not rejoin in time"))
+        if not group.members:
+            group.generation += 1
+            group.protocol = group.leader = None
+            group.transition(G.EMPTY, now)
+            asyncio.get_running_loop().create_task(self._store_group_quietly(group))
+            return
+        group.generation += 1
+        group.protocol = group.select_protocol()
+        if group.leader not in group.members:
+            group.leader = next(iter(group.members))
+        group.transition(G.COMPLETING_REBALANCE, now)
+        everyone_metadata = [(m.member_id, m.group_instance_id, m.metadata_for(group.protocol or ""))
+                             for m in group.members.values()]
+        for member in group.members.values():
+            waiter, member.join_waiter = member.join_waiter, None
+            if waiter is not None and not waiter.done():
+                waiter.set_result(JoinResult(group.generation, group.protocol_type, group.protocol,
+                                             group.leader, member.member_id,
+                                             everyone_metadata if member.member_id == group.leader else []))
+
+    def _remove_member(self, group: GroupMetadata, member_id: str, error: KafkaError) -> None:
+        member = group.members.pop(member_id, None)
+        if member is None:
+            return
+        _fail(member.join_waiter, error)
+        _fail(member.sync_waiter, error)
+        if member.group_instance_id is not None and group.static_members.get(member.group_instance_id) == member_id:
+            del group.static_members[member.group_instance_id]
+        if group.leader == member_id:
+            group.leader = None
+
+    async def sync_group(self, group_id: str, generation: int, member_id: str,
+                         assignments: dict[str, bytes] | None = None,
+                         group_instance_id: str | None = None) -> bytes:
+        group, member = self._current_member(group_id, member_id, group_instance_id)
+        if generation != group.generation:
+            raise IllegalGenerationError(f"generation {generation} is not group {group_id!r}'s {group.generation}")
+        if group.state is G.PREPARING_REBALANCE:
+            raise RebalanceInProgressError(f"group {group_id!r} is rebalancing")
+        if group.state is G.STABLE:
+            return member.assignment
+        waiter = member.sync_waiter = asyncio.get_running_loop().create_future()
+        if member_id == group.leader:
+            for m in group.members.values():
+                m.assignment = (assignments or {}).get(m.member_id, b"")
+            await self._store_group(group)
+            if group.state is G.COMPLETING_REBALANCE and group.generation == generation:
+                group.transition(G.STABLE, self.clock.now_ms())
+                for m in group.members.values():
+                    w, m.sync_waiter = m.sync_waiter, None
+                    if w is not None and not w.done():
+                        w.set_result(m.assignment)
+        return await waiter
+
+    async def heartbeat(self, group_id: str, generation: int, member_id: str,
+                        group_instance_id: str | None = None) -> None:
+        group, member = self._current_member(group_id, member_id, group_instance_id)
+        member.last_heartbeat_ms = self.clock.now_ms()
+        if group.state is G.PREPARING_REBALANCE:
+            raise RebalanceInProgressError(f"group {group_id!r} is rebalancing; rejoin")
+        if generation != group.generation:
+            raise IllegalGenerationError(f"generation {generation} is not group {group_id!r}'s {group.generation}")
+
+    async def leave_group(self, group_id: str, member_id: str, group_instance_id: str | None = None) -> None:
+        group, _ = self._current_member(group_id, member_id, group_instance_id)
+        self._remove_member(group, member_id, UnknownMemberIdError("left the group"))
+        now = self.clock.now_ms()
+        if group.state in (G.STABLE, G.COMPLETING_REBALANCE):
+            self._prepare_rebalance(group, now)
+        self._maybe_complete_join(group, now)
+
+    def _current_member(self, group_id: str, member_id: str,
+                        group_instance_id: str | None) -> tuple[GroupMetadata, Member]:
+        group = self.groups.get(group_id)
+        member = group.members.get(member_id) if group else None
+        if group is None or member is None:
+            raise UnknownMemberIdError(f"member {member_id!r} is not in group {group_id!r}")
+        self._check_instance(group, member_id, group_instance_id)
+        return group, member
+
+    def tick(self) -> None:
+        """Expire silent members and overdue rebalances (the engine calls this often)."""
+        now = self.clock.now_ms()
+        for group in list(self.groups.values()):
+            expired = [m.member_id for m in group.members.values()
+                       if m.join_waiter is None and now - m.last_heartbeat_ms > m.session_timeout_ms]
+            for member_id in expired:
+                log.info("member %s of group %s timed out", member_id, group.group_id)
+                self._remove_member(group, member_id, UnknownMemberIdError("session timed out"))
+            if expired and group.state in (G.STABLE, G.COMPLETING_REBALANCE):
+                self._prepare_rebalance(group, now)
+            if group.state is G.PREPARING_REBALANCE:
+                self._maybe_complete_join(group, now, deadline_passed=now >= group.rebalance_deadline_ms)
+
+    # -- offsets --------------------------------------------------------------------------
+
+    async def commit_offsets(self, group_id: str, offsets: dict[TopicPartition, CommittedOffset],
+                             generation: int = -1, member_id: str = "",
+                             group_instance_id: str | None = None) -> dict[TopicPartition, KafkaError | None]:
+        """OffsetCommit; returns the error per partition (None for success)."""
+        group = self.groups.get(group_id)
+        if group is None and (generation >= 0 or member_id):
+            raise IllegalGenerationError(f"group {group_id!r} has no generation {generation}")
+        group = group or self._group(group_id)
+        self._validate_commit(group, generation, member_id, group_instance_id, transactional=False)
+        return await self._append_offsets(group, offsets, producer_id=-1, producer_epoch=-1)
+
+    async def txn_commit_offsets(self, transactional_id: str, group_id: str, producer_id: int,
+                                 producer_epoch: int, offsets: dict[TopicPartition, CommittedOffset],
+                                 generation: int = -1, member_id: str = "",
+                                 group_instance_id: str | None = None) -> dict[TopicPartition, KafkaError | None]:
+        """TxnOffsetCommit: pending until the producer's transaction ends."""
+        group = self._group(group_id)
+        self._validate_commit(group, generation, member_id, group_instance_id, transactional=True)
+        return await self._append_offsets(group, offsets, producer_id, producer_epoch)
+
+    def _validate_commit(self, group: GroupMetadata, generation: int, member_id: str,
+                         group_instance_id: str | None, transactional: bool) -> None:
+        """Kafka's validateOffsetCommit, KIP-447 included."""
+        if group.state is G.DEAD:
+            raise CoordinatorNotAvailableError(f"group {group.group_id!r} is being deleted")
+        if generation >= 0 or member_id or group_instance_id is not None:
+            if member_id not in group.members:
+                raise UnknownMemberIdError(f"member {member_id!r} is not in group {group.group_id!r}")
+            self._check_instance(group, member_id, group_instance_id)
+            if generation != group.generation:
+                raise IllegalGenerationError(
+                    f"generation {generation} is not group {group.group_id!r}'s {group.generation}")
+            if not transactional and group.state is G.COMPLETING_REBALANCE:
+                raise RebalanceInProgressError(f"group {group.group_id!r} is rebalancing")
+        elif not transactional and group.members:
+            raise UnknownMemberIdError(
+                f"group {group.group_id!r} has members; only they may commit offsets")
+
+    async def _append_offsets(self, group: GroupMetadata, offsets: dict[TopicPartition, CommittedOffset],
+                              producer_id: int, producer_epoch: int) -> dict[TopicPartition, KafkaError | None]:
+        errors: dict[TopicPartition, KafkaError | None] = {}
+        records = []
+        for tp, committed in offsets.items():
+            if len(committed.metadata.encode()) > self.config.offset_metadata_max_bytes:
+                errors[tp] = OffsetMetadataTooLargeError(
+                    f"metadata of {tp[0]}-{tp[1]} exceeds offset.metadata.max.bytes")
+                continue
+            errors[tp] = None
+            records.append((tp, committed))
+        if records:
+            await self.io.append_offsets_log(
+                self.partition_of(group.group_id),
+                [(offsets_log.encode_offset_key(group.group_id, tp[0], tp[1]),
+                  offsets_log.encode_offset_value(offsets_log.OffsetValue(
+                      c.offset, c.leader_epoch, c.metadata, c.commit_timestamp))) for tp, c in records],
+                producer_id, producer_epoch)
+            target = group.pending.setdefault(producer_id, {}) if producer_id >= 0 else group.committed
+            target.update(records)
+        return errors
+
+    async def fetch_offsets(self, group_id: str, partitions: Iterable[TopicPartition] | None = None,
+                            require_stable: bool = False) -> dict[TopicPartition, FetchedOffset]:
+        """OffsetFetch: committed offsets (-1 if none); UNSTABLE_OFFSET_COMMIT for a
+        partition with pending transactional offsets when ``require_stable``."""
+        group = self.groups.get(group_id)
+        if partitions is None:
+            partitions = sorted(group.committed) if group else []
+        result = {}
+        for tp in partitions:
+            committed = group.committed.get(tp) if group else None
+            error = None
+            if require_stable and group is not None and group.has_pending(tp):
+                error = UnstableOffsetCommitError(f"{tp[0]}-{tp[1]} has pending transactional offsets")
+            result[tp] = FetchedOffset(committed.offset if committed else -1,
+                                       committed.metadata if committed else "",
+                                       committed.leader_epoch if committed else -1, error)
+        return result
+
+    # -- persistence ----------------------------------------------------------------------
+
+    async def _store_group(self, group: GroupMetadata) -> None:
+        value = offsets_log.GroupValue(
+            group.protocol_type or "", group.generation, group.protocol, group.leader,
+            group.state_timestamp_ms, tuple(offsets_log.MemberRecord(
+                m.member_id, m.group_instance_id, m.client_id, m.client_host, m.rebalance_timeout_ms,
+                m.session_timeout_ms, m.metadata_for(group.protocol or ""), m.assignment)
+                for m in group.members.values()))
+        await self.io.append_offsets_log(
+            self.partition_of(group.group_id),
+            [(offsets_log.encode_group_key(group.group_id), offsets_log.encode_group_value(value))])
+
+    async def _store_group_quietly(self, group: GroupMetadata) -> None:
+        try:
+            await self._store_group(group)
+        except KafkaError as e:
+            log.warning("storing group %s failed: %s", group.group_id, e)
+
+    def describe(self, group_id: str) -> GroupMetadata | None:
+        return self.groups.get(group_id)
+
+
+def _fail(waiter: asyncio.Future | None, error: KafkaError) -> None:
+    if waiter is not None and not waiter.done():
+        waiter.set_exception(error)

@@ -1,0 +1,143 @@
+"""A consumer group: its state machine, members, generation and offsets.
+
+The classic group protocol (Kafka's ``GroupMetadata``): members join
+(PreparingRebalance), the generation is bumped and a leader chosen
+(CompletingRebalance), the leader's assignment is handed out at SyncGroup
+(Stable). Offsets are kept twice: ``committed`` (visible to OffsetFetch) and
+``pending`` -- transactional offset commits keyed by the producer id whose
+COMMIT marker will make them committed and whose ABORT marker drops them
+(the seed's Consumer Coordinator section, and KIP-447's fencing by generation).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+from storage.errors import IllegalGenerationError
+
+TopicPartition = tuple[str, int]
+
+
+class GroupState(enum.Enum):
+    """Where a group is in a rebalance; the value is Kafka's display name."""
+
+    EMPTY = "Empty"
+    """No members; offsets may still be committed (by a standalone consumer)."""
+    PREPARING_REBALANCE = "PreparingRebalance"
+    """A member joined, left or timed out; waiting for every member to (re)join."""
+    COMPLETING_REBALANCE = "CompletingRebalance"
+    """Everyone joined, the generation is bumped; waiting for the leader's SyncGroup."""
+    STABLE = "Stable"
+    """Every member has its assignment and heartbeats."""
+    DEAD = "Dead"
+    """The group is deleted."""
+
+
+G = GroupState
+
+VALID_PREVIOUS: dict[GroupState, frozenset[GroupState]] = {
+    G.PREPARING_REBALANCE: frozenset({G.STABLE, G.COMPLETING_REBALANCE, G.EMPTY}),
+    G.COMPLETING_REBALANCE: frozenset({G.PREPARING_REBALANCE}),
+    G.STABLE: frozenset({G.COMPLETING_REBALANCE}),
+    G.DEAD: frozenset({G.STABLE, G.PREPARING_REBALANCE, G.COMPLETING_REBALANCE, G.EMPTY, G.DEAD}),
+    G.EMPTY: frozenset({G.PREPARING_REBALANCE}),
+}
+
+
+class IllegalGroupTransitionError(IllegalGenerationError):
+    pass
+
+
+@dataclass(frozen=True)
+class CommittedOffset:
+    offset: int
+    metadata: str = ""
+    leader_epoch: int = -1
+    commit_timestamp: int = -1
+
+
+@dataclass
+class Member:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    protocol_type: str
+    protocols: list[tuple[str, bytes]]
+    last_heartbeat_ms: int
+    assignment: bytes = b""
+    #: set while the member waits for the join phase / the leader's assignment
+    join_waiter: Any = None
+    sync_waiter: Any = None
+
+    def metadata_for(self, protocol: str) -> bytes:
+        for name, metadata in self.protocols:
+            if name == protocol:
+                return metadata
+        return b""
+
+
+@dataclass
+class GroupMetadata:
+    group_id: str
+    state: GroupState = G.EMPTY
+    generation: int = 0
+    protocol_type: str | None = None
+    protocol: str | None = None
+    leader: str | None = None
+    state_timestamp_ms: int = -1
+    members: dict[str, Member] = field(default_factory=dict)
+    #: group.instance.id -> member id (static membership)
+    static_members: dict[str, str] = field(default_factory=dict)
+    committed: dict[TopicPartition, CommittedOffset] = field(default_factory=dict)
+    #: producer id -> offsets it committed inside its open transaction
+    pending: dict[int, dict[TopicPartition, CommittedOffset]] = field(default_factory=dict)
+    rebalance_deadline_ms: int = -1
+    #: the first rebalance of an empty group waits group.initial.rebalance.delay.ms for more joiners
+    initial_rebalance: bool = False
+
+    def transition(self, state: GroupState, now_ms: int) -> None:
+        """Move to ``state`` if the table allows it (the one way states change)."""
+        if self.state not in VALID_PREVIOUS[state]:
+            raise IllegalGroupTransitionError(
+                f"group {self.group_id!r}: {self.state.value} -> {state.value} is not a valid transition")
+        self.state = state
+        self.state_timestamp_ms = now_ms
+
+    def select_protocol(self) -> str | None:
+        """The protocol every member supports that the members prefer most (Kafka's vote)."""
+        candidates = None
+        for member in self.members.values():
+            names = {name for name, _ in member.protocols}
+            candidates = names if candidates is None else candidates & names
+        if not candidates:
+            return None
+        votes: dict[str, int] = {}
+        for member in self.members.values():
+            for name, _ in member.protocols:
+                if name in candidates:
+                    votes[name] = votes.get(name, 0) + 1
+                    break
+        return max(sorted(votes), key=lambda name: votes[name])
+
+    def supports(self, protocol_type: str, protocols: list[tuple[str, bytes]]) -> bool:
+        """Can a member with these protocols join (same type, one protocol in common)?"""
+        if not self.members:
+            return bool(protocols)
+        if protocol_type != self.protocol_type:
+            return False
+        names = {name for name, _ in protocols}
+        return all(names & {n for n, _ in m.protocols} for m in self.members.values())
+
+    def has_pending(self, tp: TopicPartition) -> bool:
+        return any(tp in offsets for offsets in self.pending.values())
+
+    def complete_pending(self, producer_id: int, commit: bool) -> None:
+        """Apply a transaction marker: pending offsets become committed, or vanish."""
+        offsets = self.pending.pop(producer_id, None)
+        if commit and offsets:
+            self.committed.update(offsets)

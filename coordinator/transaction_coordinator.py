@@ -1,0 +1,521 @@
+"""The transaction coordinator: the seed's Transaction Coordinator Request Handling.
+
+It owns the state of every transactional id (``coordinator/transaction_state.py``),
+persists every change to ``__transaction_state`` before applying it
+(``coordinator/transaction_log.py``), hands out producer ids
+(``coordinator/producer_id_manager.py``) and completes transactions by writing
+COMMIT/ABORT markers to every partition in them. It runs on the engine's event
+loop; the engine gives it three capabilities (:class:`CoordinatorIO`): append a
+record to a transaction-log partition and wait until durable, write a marker to a
+partition and wait until durable, and say whether a partition exists.
+
+How each request is answered (PRODUCER_FENCED is answered as INVALID_PRODUCER_EPOCH
+to request versions that predate it, at the wire):
+
+* InitProducerId -- no transactional id: a fresh producer id, epoch 0. Empty id:
+  INVALID_REQUEST. Timeout <= 0 or above ``transaction.max.timeout.ms``:
+  INVALID_TRANSACTION_TIMEOUT. A new id: a fresh producer id at epoch 0. An
+  existing one: an open transaction is fenced (epoch + 1) and aborted, a prepared
+  one is waited for, then the epoch is bumped (a new producer id once the epoch
+  is exhausted). With the KIP-360 fields (the caller's current id and epoch): a
+  different producer is PRODUCER_FENCED, a retry of a bump that happened gets the
+  bumped epoch back.
+* AddPartitionsToTxn / AddOffsetsToTxn -- unknown transactional id or another
+  producer id: INVALID_PRODUCER_ID_MAPPING; another epoch: PRODUCER_FENCED; a
+  transaction still completing: CONCURRENT_TRANSACTIONS; an unknown partition:
+  UNKNOWN_TOPIC_OR_PARTITION for it and OPERATION_NOT_ATTEMPTED for the rest.
+  Otherwise the transaction becomes (or stays) Ongoing with the partitions added;
+  its timer starts with the first.
+* EndTxn -- the same producer checks; Ongoing: PREPARE_* is written (the point of
+  no return), markers go out, COMPLETE_* is written, and only then does it answer,
+  so a read_committed consumer sees the outcome as soon as commit returns. A
+  retry with the same command while completing or after completion: OK. Anything
+  else: INVALID_TXN_STATE.
+
+A crash anywhere is rolled forward on load: every PREPARE_* found in the log is
+completed again (markers are idempotent for the reader). The coordinator epoch,
+carried in every marker, is bumped at every load, so a zombie coordinator's late
+markers are fenced by the partitions (TRANSACTION_COORDINATOR_FENCED).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Awaitable, Callable, Iterable, Protocol
+
+from coordinator import offsets_log, transaction_log
+from coordinator.producer_id_manager import (
+    BLOCK_SIZE,
+    CorruptProducerIdBlockError,
+    ProducerIdManager,
+)
+from coordinator.schema import SchemaError
+from coordinator.transaction_state import (
+    MAX_PRODUCER_EPOCH,
+    NO_PRODUCER_EPOCH,
+    NO_PRODUCER_ID,
+    TransactionMetadata,
+    TransactionState,
+    TxnTransitMetadata,
+)
+from storage.atomic_file import write_atomically
+from storage.clock import Clock
+from storage.errors import (
+    ConcurrentTransactionsError,
+    CoordinatorNotAvailableError,
+    InvalidProducerEpochError,
+    InvalidProducerIdMappingError,
+    InvalidRequestError,
+    InvalidTransactionTimeoutError,
+    InvalidTxnStateError,
+    KafkaError,
+    NotCoordinatorError,
+    OperationNotAttemptedError,
+    ProducerFencedError,
+    TransactionCoordinatorFencedError,
+    UnknownTopicOrPartitionError,
+)
+
+log = logging.getLogger(__name__)
+S = TransactionState
+TopicPartition = tuple[str, int]
+
+COORDINATOR_EPOCH_FILE = "transaction-coordinator-epoch"
+#: how long to wait before writing a failed marker again
+MARKER_RETRY_BACKOFF_S = 0.1
+
+
+class CoordinatorIO(Protocol):
+    """What the coordinator needs from the engine (all on the engine's loop)."""
+
+    async def append_txn_log(self, partition: int, key: bytes, value: bytes | None) -> int: ...
+
+    async def write_marker(self, topic: str, partition: int, producer_id: int, producer_epoch: int,
+                           coordinator_epoch: int, commit: bool) -> None: ...
+
+    def partition_exists(self, topic: str, partition: int) -> bool: ...
+
+
+@dataclass(frozen=True)
+class CoordinatorConfig:
+    transaction_state_log_num_partitions: int = 50
+    offsets_topic_num_partitions: int = 50
+    transaction_max_timeout_ms: int = 900_000
+    transactional_id_expiration_ms: int = 7 * 24 * 3600 * 1000
+
+
+class TransactionCoordinator:
+    """Transaction state for every transactional id; runs on one event loop."""
+
+    def __init__(self, data_dir: Path, config: CoordinatorConfig, io: CoordinatorIO,
+                 clock: Clock) -> None:
+        self.data_dir = Path(data_dir)
+        self.config = config
+        self.io = io
+        self.clock = clock
+        self.txns: dict[str, TransactionMetadata] = {}
+        self._by_producer_id: dict[int, str] = {}
+        #: transaction-log partitions whose load found an inconsistency: NOT_COORDINATOR
+        self.disabled_partitions: dict[int, str] = {}
+        self._completions: dict[str, asyncio.Task[None]] = {}
+        self.coordinator_epoch = self._bump_coordinator_epoch()
+        self.producer_ids = self._producer_id_manager()
+
+    # -- start-up -----------------------------------------------------------------------
+
+    def _bump_coordinator_epoch(self) -> int:
+        """Every load is a new coordinator incarnation: its epoch is persisted first."""
+        path = self.data_dir / COORDINATOR_EPOCH_FILE
+        try:
+            previous = int(path.read_text().strip()) if path.exists() else -1
+        except ValueError:
+            previous = -1
+            log.warning("%s is unreadable; starting the coordinator epoch over", path)
+        epoch = previous + 1
+        write_atomically(path, f"{epoch}\n".encode())
+        return epoch
+
+    def _producer_id_manager(self) -> ProducerIdManager:
+        try:
+            return ProducerIdManager(self.data_dir)
+        except CorruptProducerIdBlockError as e:
+            log.warning("%s; skipping ahead so no producer id can repeat", e)
+            (self.data_dir / "producer-id-block").unlink()
+            manager = ProducerIdManager(self.data_dir)
+            manager.raise_floor(BLOCK_SIZE * 1000)
+            return manager
+
+    def load_records(self, partition: int, records: Iterable[tuple[int, bytes | None, bytes | None]]) -> None:
+        """Materialise one transaction-log partition from its ``(offset, key, value)``
+        records, with the seed's consistency check: a record with a lower epoch after
+        a higher one for the same producer disables the partition (NOT_COORDINATOR)."""
+        for offset, key, value in records:
+            try:
+                record = transaction_log.decode(key, value)
+            except SchemaError as e:
+                self._disable(partition, f"undecodable record at offset {offset}: {e}")
+                return
+            if record.transit is None:
+                self._forget(record.transactional_id)
+                continue
+            current = self.txns.get(record.transactional_id)
+            transit = record.transit
+            if (current is not None and current.producer_id == transit.producer_id
+                    and transit.producer_epoch < current.producer_epoch):
+                self._disable(partition, f"transactional id {record.transactional_id!r} goes from epoch "
+                                         f"{current.producer_epoch} back to {transit.producer_epoch} at offset {offset}")
+                return
+            self._materialise(record.transactional_id, transit, current)
+
+    def _disable(self, partition: int, reason: str) -> None:
+        log.error("transaction log partition %d disabled: %s", partition, reason)
+        self.disabled_partitions[partition] = reason
+        for txn_id in [t for t in self.txns if self._partition(t) == partition]:
+            self._forget(txn_id)
+
+    def _materialise(self, txn_id: str, transit: TxnTransitMetadata,
+                     current: TransactionMetadata | None) -> None:
+        last_pid = current.producer_id if current and current.producer_id != transit.producer_id else (
+            current.last_producer_id if current else NO_PRODUCER_ID)
+        meta = TransactionMetadata(
+            txn_id, transit.producer_id, last_pid, transit.producer_epoch,
+            current.producer_epoch if current else NO_PRODUCER_EPOCH, transit.txn_timeout_ms,
+            transit.state, set(transit.partitions), transit.txn_start_timestamp,
+            transit.txn_last_update_timestamp)
+        self._install(meta)
+
+    def _install(self, meta: TransactionMetadata) -> None:
+        self.txns[meta.transactional_id] = meta
+        self._by_producer_id[meta.producer_id] = meta.transactional_id
+        self.producer_ids.raise_floor(meta.producer_id + 1)
+
+    def _forget(self, txn_id: str) -> None:
+        meta = self.txns.pop(txn_id, None)
+        if meta is not None and self._by_producer_id.get(meta.producer_id) == txn_id:
+            del self._by_producer_id[meta.producer_id]
+
+    def resume(self) -> None:
+        """After loading: roll every prepared transaction forward (a crash may have
+        stopped it between PREPARE and COMPLETE)."""
+        for meta in self.txns.values():
+            if meta.state.is_prepared:
+                self._start_completion(meta)
+
+    # -- helpers ------------------------------------------------------------------------
+
+    def _partition(self, txn_id: str) -> int:
+        return transaction_log.partition_for(txn_id, self.config.transaction_state_log_num_partitions)
+
+    def offsets_partition(self, group_id: str) -> int:
+        return transaction_log.partition_for(group_id, self.config.offsets_topic_num_partitions)
+
+    def _check_coordinator(self, txn_id: str) -> None:
+        reason = self.disabled_partitions.get(self._partition(txn_id))
+        if reason is not None:
+            raise NotCoordinatorError(f"transaction log partition of {txn_id!r} is disabled: {reason}")
+
+    async def _write(self, meta: TransactionMetadata, transit: TxnTransitMetadata) -> None:
+        """Append the transit, then apply it; on failure the pending state is dropped."""
+        value = None if transit.state is S.DEAD else transaction_log.encode_value(transit)
+        try:
+            await self.io.append_txn_log(self._partition(meta.transactional_id),
+                                         transaction_log.encode_key(meta.transactional_id), value)
+        except KafkaError as e:
+            meta.abort_transition()
+            raise CoordinatorNotAvailableError(f"could not write the transaction log: {e}") from e
+        except BaseException:
+            meta.abort_transition()
+            raise
+        previous_pid = meta.producer_id
+        meta.complete_transition(transit)
+        if meta.producer_id != previous_pid:
+            self._by_producer_id.pop(previous_pid, None)
+        self._by_producer_id[meta.producer_id] = meta.transactional_id
+
+    def _validate_producer(self, txn_id: str, producer_id: int, producer_epoch: int) -> TransactionMetadata:
+        self._check_coordinator(txn_id)
+        meta = self.txns.get(txn_id)
+        if meta is None or meta.producer_id != producer_id:
+            raise InvalidProducerIdMappingError(
+                f"transactional id {txn_id!r} is not mapped to producer id {producer_id}")
+        if meta.producer_epoch != producer_epoch:
+            raise ProducerFencedError(
+                f"producer {producer_id} epoch {producer_epoch} is fenced by epoch {meta.producer_epoch} "
+                f"of transactional id {txn_id!r}")
+        return meta
+
+    # -- InitProducerId -----------------------------------------------------------------
+
+    async def init_producer_id(self, transactional_id: str | None, transaction_timeout_ms: int,
+                               producer_id: int = NO_PRODUCER_ID,
+                               producer_epoch: int = NO_PRODUCER_EPOCH) -> tuple[int, int]:
+        """InitProducerId: ``(producer id, epoch)`` for this producer instance."""
+        if transactional_id is None:
+            return self.producer_ids.next_id(), 0
+        if transactional_id == "":
+            raise InvalidRequestError("the transactional id must not be empty")
+        if not 0 < transaction_timeout_ms <= self.config.transaction_max_timeout_ms:
+            raise InvalidTransactionTimeoutError(
+                f"transaction.timeout.ms {transaction_timeout_ms} must be in (0, "
+                f"{self.config.transaction_max_timeout_ms}] (transaction.max.timeout.ms)")
+        self._check_coordinator(transactional_id)
+        expected = producer_id != NO_PRODUCER_ID  # KIP-360: checked once, before any fencing
+        while True:
+            meta = self.txns.get(transactional_id)
+            if meta is None:
+                return await self._init_new(transactional_id, transaction_timeout_ms)
+            if meta.pending_state is not None or meta.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT,
+                                                                 S.PREPARE_EPOCH_FENCE):
+                await self._await_completion(meta)
+                continue
+            if expected:
+                expected = False
+                retried = self._check_expected_producer(meta, producer_id, producer_epoch)
+                if retried is not None:
+                    return retried
+            if meta.state is S.ONGOING:
+                await self._fence_and_abort(meta)
+                continue
+            if meta.producer_epoch >= MAX_PRODUCER_EPOCH:
+                transit = meta.prepare_new_producer_id(self.producer_ids.next_id(),
+                                                       transaction_timeout_ms, self.clock.now_ms())
+            else:
+                transit = meta.prepare_increment_epoch(transaction_timeout_ms, self.clock.now_ms())
+            await self._write(meta, transit)
+            return meta.producer_id, meta.producer_epoch
+
+    async def _init_new(self, txn_id: str, timeout_ms: int) -> tuple[int, int]:
+        meta = TransactionMetadata(txn_id, self.producer_ids.next_id(), NO_PRODUCER_ID,
+                                   NO_PRODUCER_EPOCH, NO_PRODUCER_EPOCH, timeout_ms, S.EMPTY)
+        transit = meta.prepare_increment_epoch(timeout_ms, self.clock.now_ms())
+        self.txns[txn_id] = meta
+        try:
+            await self._write(meta, transit)
+        except BaseException:
+            self._forget(txn_id)
+            raise
+        return meta.producer_id, meta.producer_epoch
+
+    @staticmethod
+    def _check_expected_producer(meta: TransactionMetadata, producer_id: int,
+                                 producer_epoch: int) -> tuple[int, int] | None:
+        """KIP-360: the caller names the producer it is; fence a stranger, and answer
+        a retried bump with the bumped epoch (returned) instead of bumping again."""
+        known = (meta.producer_epoch == NO_PRODUCER_EPOCH or producer_id == meta.producer_id
+                 or (producer_id == meta.last_producer_id and producer_epoch >= MAX_PRODUCER_EPOCH))
+        if not known:
+            raise ProducerFencedError(
+                f"producer {producer_id} is not the current producer {meta.producer_id} of "
+                f"{meta.transactional_id!r}")
+        if producer_id == meta.producer_id and producer_epoch == meta.producer_epoch:
+            return None
+        if producer_id == meta.producer_id and producer_epoch == meta.last_producer_epoch:
+            return meta.producer_id, meta.producer_epoch
+        if producer_id == meta.last_producer_id:
+            return meta.producer_id, meta.producer_epoch
+        raise ProducerFencedError(
+            f"producer {producer_id} epoch {producer_epoch} is fenced by epoch {meta.producer_epoch}")
+
+    # -- AddPartitionsToTxn / AddOffsetsToTxn -------------------------------------------
+
+    async def add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                             partitions: Iterable[TopicPartition]) -> dict[TopicPartition, KafkaError | None]:
+        """AddPartitionsToTxn: the error per partition (None for success)."""
+        wanted = set(partitions)
+        meta = self._validate_producer(transactional_id, producer_id, producer_epoch)
+        unknown = {tp for tp in wanted if not self.io.partition_exists(*tp)}
+        if unknown:
+            return {tp: (UnknownTopicOrPartitionError(f"{tp[0]}-{tp[1]} does not exist") if tp in unknown
+                         else OperationNotAttemptedError()) for tp in wanted}
+        if meta.pending_state is not None or meta.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT,
+                                                             S.PREPARE_EPOCH_FENCE):
+            raise ConcurrentTransactionsError(
+                f"the previous transaction of {transactional_id!r} is still completing")
+        if meta.state is S.DEAD:
+            raise InvalidProducerIdMappingError(f"transactional id {transactional_id!r} has expired")
+        if not (meta.state is S.ONGOING and wanted <= meta.partitions):
+            await self._write(meta, meta.prepare_add_partitions(wanted, self.clock.now_ms()))
+        return {tp: None for tp in wanted}
+
+    async def add_offsets(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                          group_id: str) -> TopicPartition:
+        """AddOffsetsToTxn: add the group's ``__consumer_offsets`` partition; returns it."""
+        tp = (offsets_log.TOPIC, self.offsets_partition(group_id))
+        errors = await self.add_partitions(transactional_id, producer_id, producer_epoch, [tp])
+        if errors[tp] is not None:
+            raise errors[tp]
+        return tp
+
+    # -- EndTxn ---------------------------------------------------------------------------
+
+    async def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                      commit: bool) -> None:
+        """EndTxn: commit or abort, returning once the outcome is durable everywhere."""
+        meta = self._validate_producer(transactional_id, producer_id, producer_epoch)
+        command = "commit" if commit else "abort"
+        while True:
+            state = meta.state
+            if meta.pending_state is not None:
+                if transactional_id not in self._completions:
+                    raise ConcurrentTransactionsError(
+                        f"transactional id {transactional_id!r} is being updated")
+                await self._await_completion(meta)
+                continue
+            if state is S.ONGOING:
+                await self._write(meta, meta.prepare_abort_or_commit(commit, self.clock.now_ms()))
+                await self._start_completion(meta)
+                return
+            matching_prepare = S.PREPARE_COMMIT if commit else S.PREPARE_ABORT
+            matching_complete = S.COMPLETE_COMMIT if commit else S.COMPLETE_ABORT
+            if state is matching_prepare:
+                await self._await_completion(meta)
+                return
+            if state is matching_complete:
+                return  # a retry after completion: the seed's "return OK"
+            raise InvalidTxnStateError(
+                f"cannot {command} transactional id {transactional_id!r} in state {state.display}")
+
+    # -- completion (markers) ----------------------------------------------------------
+
+    def _start_completion(self, meta: TransactionMetadata) -> asyncio.Task[None]:
+        task = self._completions.get(meta.transactional_id)
+        if task is None or task.done():
+            task = asyncio.get_running_loop().create_task(self._complete(meta))
+            self._completions[meta.transactional_id] = task
+            task.add_done_callback(lambda t, txn_id=meta.transactional_id: self._completion_done(txn_id, t))
+        return task
+
+    def _completion_done(self, txn_id: str, task: asyncio.Task[None]) -> None:
+        if self._completions.get(txn_id) is task:
+            del self._completions[txn_id]
+        if not task.cancelled() and task.exception() is not None:
+            log.error("completing transaction %r failed: %s", txn_id, task.exception())
+
+    async def _await_completion(self, meta: TransactionMetadata) -> None:
+        task = self._completions.get(meta.transactional_id)
+        if task is None and meta.state.is_prepared and meta.pending_state is None:
+            task = self._start_completion(meta)
+        if task is None:
+            raise ConcurrentTransactionsError(
+                f"transactional id {meta.transactional_id!r} is being updated; retry")
+        await asyncio.shield(task)
+
+    async def _complete(self, meta: TransactionMetadata) -> None:
+        """Write the markers of a prepared transaction until every one is durable,
+        then COMPLETE_*. Retried until it succeeds: PREPARE was the point of no return."""
+        commit = meta.state is S.PREPARE_COMMIT
+        remaining = sorted(meta.partitions)
+        while remaining:
+            results = await asyncio.gather(*(
+                self.io.write_marker(topic, partition, meta.producer_id, meta.producer_epoch,
+                                     self.coordinator_epoch, commit)
+                for topic, partition in remaining), return_exceptions=True)
+            retry = []
+            for tp, result in zip(remaining, results):
+                if isinstance(result, (UnknownTopicOrPartitionError, InvalidProducerEpochError,
+                                       TransactionCoordinatorFencedError)):
+                    # the partition is gone or has moved past this transaction: nothing to mark
+                    log.warning("marker for %r on %s-%s not needed: %s", meta.transactional_id,
+                                tp[0], tp[1], result)
+                elif isinstance(result, BaseException):
+                    log.warning("marker for %r on %s-%s failed, retrying: %s", meta.transactional_id,
+                                tp[0], tp[1], result)
+                    retry.append(tp)
+            remaining = retry
+            if remaining:
+                await asyncio.sleep(MARKER_RETRY_BACKOFF_S)
+        while True:
+            try:
+                await self._write(meta, meta.prepare_complete(self.clock.now_ms()))
+                return
+            except CoordinatorNotAvailableError as e:
+                log.warning("writing COMPLETE for %r failed, retrying: %s", meta.transactional_id, e)
+                await asyncio.sleep(MARKER_RETRY_BACKOFF_S)
+
+    async def _fence_and_abort(self, meta: TransactionMetadata) -> None:
+        """Bump the epoch of an open transaction (fencing its producer at every
+        partition through the markers) and abort it; returns once aborted."""
+        fence = meta.prepare_fence_epoch(self.clock.now_ms())
+        meta.complete_transition(fence)  # in memory only: the PrepareAbort below carries the epoch
+        self._by_producer_id[meta.producer_id] = meta.transactional_id
+        await self._write(meta, meta.prepare_abort_or_commit(False, self.clock.now_ms()))
+        await self._start_completion(meta)
+
+    # -- scheduled work ----------------------------------------------------------------
+
+    async def abort_timed_out_transactions(self) -> list[str]:
+        """Abort (with an epoch bump, fencing the zombie) every transaction open longer
+        than its timeout; finish any prepared one nobody is completing."""
+        now = self.clock.now_ms()
+        aborted = []
+        for meta in list(self.txns.values()):
+            if meta.pending_state is not None:
+                continue
+            if meta.state is S.ONGOING and now > meta.txn_start_timestamp + meta.txn_timeout_ms:
+                aborted.append(meta.transactional_id)
+                try:
+                    await self._fence_and_abort(meta)
+                except KafkaError as e:
+                    log.warning("aborting timed-out %r failed: %s", meta.transactional_id, e)
+            elif meta.state is S.PREPARE_EPOCH_FENCE:
+                await self._write(meta, meta.prepare_abort_or_commit(False, now))
+                await self._start_completion(meta)
+            elif meta.state.is_prepared and meta.transactional_id not in self._completions:
+                self._start_completion(meta)
+        return aborted
+
+    async def expire_transactional_ids(self) -> list[str]:
+        """Tombstone ids idle past transactional.id.expiration.ms with nothing open."""
+        now = self.clock.now_ms()
+        expired = []
+        for meta in list(self.txns.values()):
+            if (meta.pending_state is None and meta.state in (S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT)
+                    and now - meta.txn_last_update_timestamp >= self.config.transactional_id_expiration_ms):
+                try:
+                    await self._write(meta, meta.prepare_dead(now))
+                except KafkaError as e:  # the seed: "do not care if it fails"
+                    log.warning("expiring %r failed: %s", meta.transactional_id, e)
+                    continue
+                self._forget(meta.transactional_id)
+                expired.append(meta.transactional_id)
+        return expired
+
+    # -- queries -------------------------------------------------------------------------
+
+    def transactional_id_of(self, producer_id: int) -> str | None:
+        return self._by_producer_id.get(producer_id)
+
+    def verify_transactional_produce(self, producer_id: int, producer_epoch: int,
+                                     topic: str, partition: int) -> None:
+        """KIP-890's partition verification: a transactional batch from a producer this
+        coordinator knows must belong to its Ongoing transaction on that partition,
+        otherwise a late or stray batch would open a transaction nobody will end."""
+        txn_id = self._by_producer_id.get(producer_id)
+        if txn_id is None:
+            return  # not ours (the raw embedded API may use its own producer ids)
+        meta = self.txns[txn_id]
+        if producer_epoch < meta.producer_epoch:
+            raise InvalidProducerEpochError(
+                f"producer {producer_id} epoch {producer_epoch} is older than {meta.producer_epoch}")
+        if meta.state is not S.ONGOING or (topic, partition) not in meta.partitions:
+            raise InvalidTxnStateError(
+                f"{topic}-{partition} is not part of an ongoing transaction of {txn_id!r} "
+                f"(state {meta.state.display}); call AddPartitionsToTxn first")
+
+    def describe(self, transactional_id: str) -> TxnTransitMetadata | None:
+        meta = self.txns.get(transactional_id)
+        return meta.snapshot() if meta else None
+
+    def list_transactions(self, states: Iterable[str] = ()) -> list[tuple[str, TxnTransitMetadata]]:
+        wanted = {s.lower() for s in states}
+        return [(txn_id, meta.snapshot()) for txn_id, meta in sorted(self.txns.items())
+                if not wanted or meta.state.display.lower() in wanted]
+
+    async def wait_for_completions(self) -> None:
+        """Let markers in flight finish (shutdown)."""
+        tasks = [t for t in self._completions.values() if not t.done()]
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
