@@ -1,0 +1,54 @@
+"""The SQLite mirror's view of the engine (``coordinator.mirror.MirrorSource``).
+
+Every method runs a short coroutine on the engine's loop through ``Engine.call``
+-- the only safe way to read partition state -- and returns plain values, so the
+mirror's thread does its SQLite work without ever holding up the loop.
+"""
+
+from __future__ import annotations
+
+from app.engine import READ_UNCOMMITTED, Engine
+from coordinator.mirror import PartitionStats, ProducerStats
+from storage.partition_log import ReadResult
+
+
+class EngineMirrorSource:
+    """``MirrorSource`` over an :class:`~app.engine.Engine`."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    def partitions_of(self, topic: str) -> int | None:
+        async def count() -> int | None:
+            info = self.engine.logs.topics.get(topic)
+            return None if info is None else info.partitions
+        return self.engine.call(count)
+
+    def fetch(self, topic: str, partition: int, offset: int, max_bytes: int) -> ReadResult:
+        return self.engine.call(self.engine.fetch, topic, partition, offset, max_bytes, READ_UNCOMMITTED)
+
+    def log_start_offset(self, topic: str, partition: int) -> int:
+        async def start() -> int:
+            return self.engine.logs.log(topic, partition).log_start_offset
+        return self.engine.call(start)
+
+    def partition_stats(self) -> list[PartitionStats]:
+        async def stats() -> list[PartitionStats]:
+            return [PartitionStats(topic=log.topic, partition=log.partition,
+                                   high_watermark=log.high_watermark,
+                                   last_stable_offset=log.last_stable_offset,
+                                   log_start_offset=log.log_start_offset,
+                                   log_end_offset=log.log_end_offset)
+                    for log in self.engine.logs]
+        return self.engine.call(stats)
+
+    def producer_stats(self) -> list[ProducerStats]:
+        async def stats() -> list[ProducerStats]:
+            return [ProducerStats(topic=log.topic, partition=log.partition,
+                                  producer_id=entry.producer_id, producer_epoch=entry.producer_epoch,
+                                  coordinator_epoch=entry.coordinator_epoch,
+                                  last_sequence=entry.last_seq, last_offset=entry.last_data_offset,
+                                  last_timestamp_ms=entry.last_timestamp,
+                                  txn_first_offset=entry.current_txn_first_offset)
+                    for log in self.engine.logs for entry in log.producer_state]
+        return self.engine.call(stats)
