@@ -19,8 +19,9 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-## run: create the environment, install, start the broker on ./data (127.0.0.1)
+## run: create the environment, install, migrate the SQLite mirror, start the broker on ./data (127.0.0.1)
 run: $(STAMP)
+	$(PY) -m app.cli db upgrade --data-dir $(DATA_DIR)
 	$(PY) run.py --data-dir $(DATA_DIR) $(ARGS)
 
 ## test: install everything the tests need, then run the whole suite

@@ -6,6 +6,10 @@ SIGTERM, then shuts down cleanly: in-flight fsyncs finish, producer state is
 snapshotted, checkpoints are written. Bad flags, an unusable data directory, a
 directory another process holds and a port in use each exit non-zero with one
 clear line on stderr.
+
+``exactly db upgrade`` creates or migrates the SQLite mirror ``<data-dir>/exactly.db``
+(a no-op when it is current); ``exactly db rebuild`` re-derives it from the logs of a
+data directory no broker is serving.
 """
 
 from __future__ import annotations
@@ -19,9 +23,15 @@ import threading
 from pathlib import Path
 from typing import Sequence
 
+from alembic.util import CommandError
+from sqlalchemy.exc import SQLAlchemyError
+
 from app.broker import Broker
 from app.listeners import PortInUseError, reserve_port
+from app.mirror_source import EngineMirrorSource
 from app.scheduler import start_scheduler
+from coordinator.mirror import Mirror
+from coordinator.mirror_db import db_path, upgrade
 from storage.errors import KafkaError
 
 log = logging.getLogger("exactly")
@@ -39,6 +49,14 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="run the broker")
     add_serve_arguments(serve)
+    db = sub.add_parser("db", help="manage the SQLite mirror <data-dir>/exactly.db")
+    db_sub = db.add_subparsers(dest="db_command", required=True)
+    upgrade_ = db_sub.add_parser("upgrade", help="create the database or migrate it to the newest schema")
+    upgrade_.add_argument("--data-dir", default="data", type=Path, help="data directory (default ./data)")
+    rebuild = db_sub.add_parser("rebuild", help="re-derive every row from the logs (with the broker stopped)")
+    rebuild.add_argument("--data-dir", default="data", type=Path, help="data directory (default ./data)")
+    rebuild.add_argument("--config", action="append", default=[], type=_config_pair, metavar="KEY=VALUE",
+                         help="the Kafka configs the broker is served with (repeatable)")
     return parser
 
 
@@ -83,6 +101,37 @@ def serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def db_upgrade(args: argparse.Namespace) -> int:
+    path = db_path(args.data_dir)
+    try:
+        before, after = upgrade(path)
+    except (OSError, SQLAlchemyError, CommandError) as e:  # one line, not a traceback
+        print(f"exactly: cannot migrate {path}: {e}", file=sys.stderr)
+        return 1
+    change = "already current" if before == after else f"migrated from {before or 'nothing'}"
+    print(f"exactly: {path} at schema revision {after} ({change})", flush=True)
+    return 0
+
+
+def db_rebuild(args: argparse.Namespace) -> int:
+    if not args.data_dir.is_dir():
+        print(f"exactly: no data directory {args.data_dir}", file=sys.stderr)
+        return 1
+    try:
+        broker = Broker(args.data_dir, **dict(args.config))
+    except KafkaError as e:
+        print(f"exactly: {e.name}: {e}", file=sys.stderr)
+        return 1
+    try:
+        with Mirror(db_path(args.data_dir), EngineMirrorSource(broker.engine)) as mirror:
+            records = mirror.rebuild()
+            mirror.refresh_stats()
+    finally:
+        broker.close()
+    print(f"exactly: {db_path(args.data_dir)} rebuilt from {records} records", flush=True)
+    return 0
+
+
 def _close(sockets: list[socket.socket]) -> None:
     for sock in sockets:
         sock.close()
@@ -92,6 +141,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "serve":
         return serve(args)
+    if args.command == "db":
+        return db_upgrade(args) if args.db_command == "upgrade" else db_rebuild(args)
     return 2
 
 
