@@ -180,11 +180,15 @@ class TransactionCoordinator:
                      current: TransactionMetadata | None) -> None:
         last_pid = current.producer_id if current and current.producer_id != transit.producer_id else (
             current.last_producer_id if current else NO_PRODUCER_ID)
+        # the last epoch is not in the log (value v0): -1, as Kafka loads it, so no
+        # instance fenced before the restart can pass for a retried KIP-360 bump
         meta = TransactionMetadata(
             txn_id, transit.producer_id, last_pid, transit.producer_epoch,
-            current.producer_epoch if current else NO_PRODUCER_EPOCH, transit.txn_timeout_ms,
+            NO_PRODUCER_EPOCH, transit.txn_timeout_ms,
             transit.state, set(transit.partitions), transit.txn_start_timestamp,
             transit.txn_last_update_timestamp)
+        if current is not None and current.producer_id != meta.producer_id:
+            self._forget(txn_id)  # the rotated-away producer id maps to nothing, as in _write
         self._install(meta)
 
     def _install(self, meta: TransactionMetadata) -> None:
@@ -262,7 +266,8 @@ class TransactionCoordinator:
                 f"transaction.timeout.ms {transaction_timeout_ms} must be in (0, "
                 f"{self.config.transaction_max_timeout_ms}] (transaction.max.timeout.ms)")
         self._check_coordinator(transactional_id)
-        expected = producer_id != NO_PRODUCER_ID  # KIP-360: checked once, before any fencing
+        kip360 = producer_id != NO_PRODUCER_ID
+        expected = kip360  # KIP-360: checked once, before any fencing
         while True:
             meta = self.txns.get(transactional_id)
             if meta is None:
@@ -280,10 +285,11 @@ class TransactionCoordinator:
                 await self._fence_and_abort(meta)
                 continue
             if meta.producer_epoch >= MAX_PRODUCER_EPOCH:
-                transit = meta.prepare_new_producer_id(self.producer_ids.next_id(),
-                                                       transaction_timeout_ms, self.clock.now_ms())
+                transit = meta.prepare_new_producer_id(self.producer_ids.next_id(), transaction_timeout_ms,
+                                                       self.clock.now_ms(), remember_last_epoch=kip360)
             else:
-                transit = meta.prepare_increment_epoch(transaction_timeout_ms, self.clock.now_ms())
+                transit = meta.prepare_increment_epoch(transaction_timeout_ms, self.clock.now_ms(),
+                                                       remember_last_epoch=kip360)
             await self._write(meta, transit)
             return meta.producer_id, meta.producer_epoch
 
@@ -312,9 +318,10 @@ class TransactionCoordinator:
                 f"{meta.transactional_id!r}")
         if producer_id == meta.producer_id and producer_epoch == meta.producer_epoch:
             return None
-        if producer_id == meta.producer_id and producer_epoch == meta.last_producer_epoch:
-            return meta.producer_id, meta.producer_epoch
-        if producer_id == meta.last_producer_id:
+        # a retry: only a KIP-360 bump records the epoch it bumped from (an ordinary
+        # InitProducerId, a fence or a reload leave -1), so a fenced instance never
+        # gets here with its old epoch
+        if producer_epoch == meta.last_producer_epoch != NO_PRODUCER_EPOCH:
             return meta.producer_id, meta.producer_epoch
         raise ProducerFencedError(
             f"producer {producer_id} epoch {producer_epoch} is fenced by epoch {meta.producer_epoch}")

@@ -29,6 +29,8 @@ NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
 #: an epoch at this value cannot be bumped: the coordinator moves to a new producer id
 MAX_PRODUCER_EPOCH = 32767 - 1
+#: the int16 ceiling, reached only by fencing a producer at MAX_PRODUCER_EPOCH
+MAX_EPOCH_VALUE = 32767
 
 
 class TransactionState(enum.Enum):
@@ -146,28 +148,43 @@ class TransactionMetadata:
             partitions=frozenset(self.partitions), txn_start_timestamp=self.txn_start_timestamp,
             txn_last_update_timestamp=self.txn_last_update_timestamp)
 
-    def prepare_increment_epoch(self, txn_timeout_ms: int, now_ms: int) -> TxnTransitMetadata:
-        """InitProducerId on a completed or empty id: epoch + 1, state Empty."""
+    def prepare_increment_epoch(self, txn_timeout_ms: int, now_ms: int,
+                                remember_last_epoch: bool = False) -> TxnTransitMetadata:
+        """InitProducerId on a completed or empty id: epoch + 1, state Empty.
+
+        ``remember_last_epoch`` only for a KIP-360 bump by the current producer: a
+        retry of that very bump is then answered with its result. An ordinary
+        InitProducerId (a new instance) forgets the last epoch (Kafka: -1), so the
+        instance it fences can never "retry" its way to the new epoch."""
         return self._prepare(S.EMPTY, producer_epoch=self.producer_epoch + 1,
-                             last_producer_epoch=self.producer_epoch, txn_timeout_ms=txn_timeout_ms,
-                             partitions=frozenset(), txn_start_timestamp=-1,
+                             last_producer_epoch=self.producer_epoch if remember_last_epoch else NO_PRODUCER_EPOCH,
+                             txn_timeout_ms=txn_timeout_ms, partitions=frozenset(), txn_start_timestamp=-1,
                              txn_last_update_timestamp=now_ms)
 
-    def prepare_new_producer_id(self, producer_id: int, txn_timeout_ms: int,
-                                now_ms: int) -> TxnTransitMetadata:
+    def prepare_new_producer_id(self, producer_id: int, txn_timeout_ms: int, now_ms: int,
+                                remember_last_epoch: bool = False) -> TxnTransitMetadata:
         """InitProducerId when the epoch is exhausted (or the id is new): a fresh
-        producer id at epoch 0."""
+        producer id at epoch 0 (``remember_last_epoch`` as for an epoch bump)."""
         return self._prepare(S.EMPTY, producer_id=producer_id, last_producer_id=self.producer_id,
-                             producer_epoch=0, last_producer_epoch=NO_PRODUCER_EPOCH,
+                             producer_epoch=0,
+                             last_producer_epoch=self.producer_epoch if remember_last_epoch else NO_PRODUCER_EPOCH,
                              txn_timeout_ms=txn_timeout_ms, partitions=frozenset(),
                              txn_start_timestamp=-1, txn_last_update_timestamp=now_ms)
 
     def prepare_fence_epoch(self, now_ms: int) -> TxnTransitMetadata:
         """Bump the epoch of an open transaction so its producer is fenced before the
-        abort (never logged: the PrepareAbort that follows carries the new epoch)."""
-        epoch = self.producer_epoch if self.producer_epoch >= MAX_PRODUCER_EPOCH else self.producer_epoch + 1
-        return self._prepare(S.PREPARE_EPOCH_FENCE, producer_epoch=epoch,
-                             last_producer_epoch=self.producer_epoch,
+        abort (never logged: the PrepareAbort that follows carries the new epoch).
+
+        Always +1, also from the last usable epoch (MAX_PRODUCER_EPOCH) to 32767:
+        the markers must carry an epoch the fenced producer does not have, or its
+        late batches would open a new transaction on the partition. Nobody is ever
+        given 32767 (the next InitProducerId moves to a new producer id). The last
+        epoch is forgotten, as Kafka does, so the fenced producer cannot bump back."""
+        if self.producer_epoch >= MAX_EPOCH_VALUE:
+            raise IllegalTransitionError(
+                f"transactional id {self.transactional_id!r}: cannot fence epoch {self.producer_epoch}")
+        return self._prepare(S.PREPARE_EPOCH_FENCE, producer_epoch=self.producer_epoch + 1,
+                             last_producer_epoch=NO_PRODUCER_EPOCH,
                              txn_last_update_timestamp=now_ms)
 
     def prepare_add_partitions(self, partitions: set[tuple[str, int]], now_ms: int) -> TxnTransitMetadata:
