@@ -331,9 +331,13 @@ class TransactionCoordinator:
     async def add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
                              partitions: Iterable[TopicPartition]) -> dict[TopicPartition, KafkaError | None]:
         """AddPartitionsToTxn: the error per partition (None for success)."""
-        wanted = set(partitions)
+        return await self._add_partitions(transactional_id, producer_id, producer_epoch, set(partitions))
+
+    async def _add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                              wanted: set[TopicPartition], check_exists: bool = True,
+                              ) -> dict[TopicPartition, KafkaError | None]:
         meta = self._validate_producer(transactional_id, producer_id, producer_epoch)
-        unknown = {tp for tp in wanted if not self.io.partition_exists(*tp)}
+        unknown = {tp for tp in wanted if check_exists and not self.io.partition_exists(*tp)}
         if unknown:
             return {tp: (UnknownTopicOrPartitionError(f"{tp[0]}-{tp[1]} does not exist") if tp in unknown
                          else OperationNotAttemptedError()) for tp in wanted}
@@ -351,7 +355,11 @@ class TransactionCoordinator:
                           group_id: str) -> TopicPartition:
         """AddOffsetsToTxn: add the group's ``__consumer_offsets`` partition; returns it."""
         tp = (offsets_log.TOPIC, self.offsets_partition(group_id))
-        errors = await self.add_partitions(transactional_id, producer_id, producer_epoch, [tp])
+        # not checked for existence: ``__consumer_offsets`` is created by its first write
+        # (the TxnOffsetCommit that follows), as Kafka creates it on first use; a marker
+        # for a partition that never came to exist is skipped by the completion
+        errors = await self._add_partitions(transactional_id, producer_id, producer_epoch, {tp},
+                                            check_exists=False)
         if errors[tp] is not None:
             raise errors[tp]
         return tp
