@@ -475,8 +475,13 @@ class TransactionCoordinator:
                     await self._fence_and_abort(meta)
                 except KafkaError as e:
                     log.warning("aborting timed-out %r failed: %s", meta.transactional_id, e)
-            elif meta.state is S.PREPARE_EPOCH_FENCE:
-                await self._write(meta, meta.prepare_abort_or_commit(False, now))
+            elif meta.state is S.PREPARE_EPOCH_FENCE:  # an earlier abort's PrepareAbort write failed
+                try:
+                    await self._write(meta, meta.prepare_abort_or_commit(False, now))
+                except KafkaError as e:  # as above: the next run tries again; the others go on
+                    log.warning("aborting fenced %r failed: %s", meta.transactional_id, e)
+                    continue
+                aborted.append(meta.transactional_id)
                 await self._start_completion(meta)
             elif meta.state.is_prepared and meta.transactional_id not in self._completions:
                 self._start_completion(meta)
