@@ -32,6 +32,22 @@ to request versions that predate it, at the wire):
   retry with the same command while completing or after completion: OK. Anything
   else: INVALID_TXN_STATE.
 
+The state of a transactional id moves only along these edges (``VALID_PREVIOUS`` in
+``coordinator/transaction_state.py``; tests/test_transaction_state.py pins this
+table to it both ways)::
+
+    state              <- entered from                               : by
+    Empty              <- Empty, CompleteCommit, CompleteAbort        : InitProducerId
+    Ongoing            <- Empty, Ongoing, CompleteCommit, CompleteAbort
+                                                                     : AddPartitionsToTxn, AddOffsetsToTxn
+    PrepareCommit      <- Ongoing                                     : EndTxn(commit)
+    PrepareAbort       <- Ongoing, PrepareEpochFence                  : EndTxn(abort), fencing, timeout
+    CompleteCommit     <- PrepareCommit                               : every COMMIT marker durable
+    CompleteAbort      <- PrepareAbort                                : every ABORT marker durable
+    Dead               <- Empty, CompleteCommit, CompleteAbort        : transactional.id.expiration.ms
+    PrepareEpochFence  <- Ongoing                                     : InitProducerId or timeout with a
+                                                                       transaction open (memory only)
+
 A crash anywhere is rolled forward on load: every PREPARE_* found in the log is
 completed again (markers are idempotent for the reader). The coordinator epoch,
 carried in every marker, is bumped at every load, so a zombie coordinator's late
