@@ -126,6 +126,8 @@ class Producer:
             if self.transactional_id is None:
                 raise IllegalStateError("init_transactions needs a transactional_id")
             self._check_not_fatal()
+            if self._state is not TxnState.UNINITIALIZED:  # Kafka: only from UNINITIALIZED
+                raise IllegalStateError(f"init_transactions was already called (state {self._state.value})")
             self._init_producer_id()
             self._state = TxnState.READY
 
@@ -208,11 +210,12 @@ class Producer:
                 self._require(TxnState.IN_TRANSACTION, "send")
             elif self.idempotent and self.producer_id < 0:
                 self._init_producer_id()
-            partition = self._partition(topic, key) if partition is None else partition
-            tp = (topic, partition)
             record = SimpleRecord(value, key=key, headers=tuple(headers or ()),
                                   timestamp=self.engine.clock.now_ms() if timestamp is None else timestamp)
             try:
+                # inside the try: an unknown topic fails the transaction like any send error
+                partition = self._partition(topic, key) if partition is None else partition
+                tp = (topic, partition)
                 if self.transactional_id is not None and tp not in self._txn_partitions:
                     self._add_partition(tp)
                 result = self._produce(tp, record)
@@ -221,6 +224,8 @@ class Producer:
                     self._fail(e)
                 elif isinstance(e, FATAL_ERRORS):
                     self._state, self._error = TxnState.FATAL_ERROR, e
+                if self._error is not None and self._error is not e and self._error.__cause__ is e:
+                    raise self._error from e  # a stale epoch from the partition: ProducerFenced
                 raise
             return RecordMetadata(topic, partition, result.base_offset, record.timestamp)
 
@@ -267,7 +272,8 @@ class Producer:
 
     def close(self, timeout: float | None = None) -> None:
         with self._lock:
-            if self._state is TxnState.IN_TRANSACTION and self._txn_partitions | self._txn_groups:
+            if (self._state in (TxnState.IN_TRANSACTION, TxnState.ABORTABLE_ERROR)
+                    and self._txn_partitions | self._txn_groups):
                 try:
                     self._end(commit=False)
                 except KafkaError:
