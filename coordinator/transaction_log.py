@@ -11,7 +11,7 @@ prefixed by its int16 version::
 
 ``TxnStatus`` is :class:`~coordinator.transaction_state.TransactionState` ``.id``.
 A null value is a tombstone: the transactional id expired. The partition of a
-transactional id is Kafka's: ``abs(javaHashCode(id)) % transaction.state.log.num.partitions``,
+transactional id is Kafka's: ``Utils.abs(javaHashCode(id)) % transaction.state.log.num.partitions``,
 so a Kafka client's FindCoordinator and our logs agree on placement.
 """
 
@@ -58,8 +58,12 @@ def java_string_hash(text: str) -> int:
 
 
 def partition_for(key: str, num_partitions: int) -> int:
-    """Kafka's ``Utils.abs(key.hashCode) % numPartitions`` (abs masks the sign bit)."""
-    return (java_string_hash(key) & 0x7FFFFFFF) % num_partitions
+    """Kafka's ``Utils.abs(key.hashCode) % numPartitions`` for coordinator placement.
+
+    ``Utils.abs`` is the absolute value with ``Integer.MIN_VALUE`` mapped to 0 -- not the
+    sign-bit mask (``Utils.toPositive``) the record partitioner uses."""
+    h = java_string_hash(key)
+    return (0 if h == -(2**31) else abs(h)) % num_partitions
 
 
 @dataclass(frozen=True)

@@ -540,9 +540,6 @@ def test_add_offsets_checks_the_producer_like_add_partitions(broker):
     expect(ProducerFencedError, 90, "PRODUCER_FENCED", call, broker, "add_offsets", "a", pid, epoch + 1, "g")
 
 
-@pytest.mark.xfail(strict=True, reason="transaction_log.partition_for masks the sign bit; Kafka's "
-                                       "Utils.abs is Math.abs, so ids with a negative hashCode land "
-                                       "in another partition than Kafka puts them")
 def test_a_group_with_a_negative_hash_code_goes_where_kafka_puts_it(broker):
     group = "my-group"  # hashCode -1906497762: Kafka partition 0 of 3, masked 2
     assert java_hash_code(group) < 0
@@ -550,7 +547,6 @@ def test_a_group_with_a_negative_hash_code_goes_where_kafka_puts_it(broker):
     assert call(broker, "add_offsets", "a", pid, epoch, group) == (offsets_log.TOPIC, kafka_partition_for(group, 3))
 
 
-@pytest.mark.xfail(strict=True, reason="transaction_log.partition_for masks the sign bit instead of Kafka's abs")
 def test_transactional_ids_are_placed_as_kafka_places_them():
     for txn_id in ("my-group", "billing", "txn-a", "producer-7"):
         for partitions in (3, 50):
