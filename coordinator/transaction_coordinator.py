@@ -92,6 +92,7 @@ from storage.errors import (
     OperationNotAttemptedError,
     ProducerFencedError,
     TransactionCoordinatorFencedError,
+    TransactionalIdNotFoundError,
     UnknownTopicOrPartitionError,
 )
 
@@ -137,6 +138,8 @@ class TransactionCoordinator:
         #: transaction-log partitions whose load found an inconsistency: NOT_COORDINATOR
         self.disabled_partitions: dict[int, str] = {}
         self._completions: dict[str, asyncio.Task[None]] = {}
+        #: transactions completed since start, by outcome (for metrics)
+        self.completed = {"commit": 0, "abort": 0}
         self.coordinator_epoch = self._bump_coordinator_epoch()
         self.producer_ids = self._producer_id_manager()
 
@@ -461,6 +464,7 @@ class TransactionCoordinator:
         while True:
             try:
                 await self._write(meta, meta.prepare_complete(self.clock.now_ms()))
+                self.completed["commit" if commit else "abort"] += 1
                 return
             except CoordinatorNotAvailableError as e:
                 log.warning("writing COMPLETE for %r failed, retrying: %s", meta.transactional_id, e)
@@ -474,6 +478,21 @@ class TransactionCoordinator:
         self._by_producer_id[meta.producer_id] = meta.transactional_id
         await self._write(meta, meta.prepare_abort_or_commit(False, self.clock.now_ms()))
         await self._start_completion(meta)
+
+    async def admin_abort(self, transactional_id: str) -> None:
+        """An operator's abort of an open transaction (the console's Abort button):
+        fence its producer with an epoch bump, write ABORT markers, complete."""
+        self._check_coordinator(transactional_id)
+        meta = self.txns.get(transactional_id)
+        if meta is None:
+            raise TransactionalIdNotFoundError(f"no transactional id {transactional_id!r}")
+        if meta.pending_state is not None or meta.state.is_prepared:
+            await self._await_completion(meta)
+            return
+        if meta.state is not S.ONGOING:
+            raise InvalidTxnStateError(
+                f"transactional id {transactional_id!r} has no open transaction ({meta.state.display})")
+        await self._fence_and_abort(meta)
 
     # -- scheduled work ----------------------------------------------------------------
 
