@@ -1,0 +1,407 @@
+"""The admin console at ``/``: server-rendered pages that htmx refreshes in place.
+
+Every page has a live part, rendered by ``web/templates/fragments/<page>.html``.
+The same view serves the page (``/transactions``) and its fragment
+(``/fragments/transactions``); the fragment's root element polls its own URL
+every 2 s and replaces itself (``hx-swap="outerHTML"``). Facts come from the
+shared read models in ``app/queries.py`` through ``engine.call`` -- this module only
+picks them and chooses templates.
+
+Writes are two buttons, both POST forms carrying the session's CSRF token
+(``app/http/auth.py`` refuses them without it) and confirmed in the browser with
+``hx-confirm``: Abort of a transaction (the coordinator fences its producer and
+aborts, ``TransactionCoordinator.admin_abort``) and Abort of a hanging transaction
+on a partition, whose producer no coordinator knows
+(``Engine.abort_hanging_transaction``, Kafka's AbortTransaction).
+
+Errors on console routes are pages (404 for an unknown topic, transaction or group,
+403 for a missing CSRF token); ``/v3`` keeps its JSON errors (``app/http/errors.py``).
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import time
+from datetime import datetime, timezone
+from typing import Any
+
+from flask import (
+    Blueprint,
+    Response,
+    current_app,
+    flash,
+    redirect,
+    render_template,
+    request,
+    session,
+    url_for,
+)
+from werkzeug.exceptions import HTTPException, NotFound
+from werkzeug.routing import PathConverter
+
+from app import queries
+from app.http import current_engine, current_settings, mirror_db
+from app.http.errors import status_for
+from app.http.history import History, chart
+from storage import errors as e
+
+log = logging.getLogger(__name__)
+
+bp = Blueprint("ui", __name__)
+
+
+class ConsolePathConverter(PathConverter):
+    """A path outside the API and the static files: the catch-all 404 page takes
+    only these, so ``/v3`` keeps its own 404 and 405 answers."""
+
+    regex = r"(?!v3(?:/|$)|openapi\.json$|metrics$|static/)[^/].*?"
+
+
+# registered before the routes below are added (a deferred function of the blueprint)
+bp.record_once(lambda state: state.app.url_map.converters.setdefault("console_path", ConsolePathConverter))
+
+FRAGMENTS = "/fragments"
+#: transaction states, in the order a transaction moves through them (the filter chips)
+STATES = ("Empty", "Ongoing", "PrepareCommit", "PrepareAbort", "CompleteCommit", "CompleteAbort",
+          "PrepareEpochFence", "Dead")
+OPEN_STATES = ("Ongoing", "PrepareCommit", "PrepareAbort", "PrepareEpochFence")
+#: finished transactions shown on a transaction's page
+HISTORY_LIMIT = 50
+
+
+# -- rendering ------------------------------------------------------------------------------
+
+
+def _call(fn, *args: Any, **kwargs: Any) -> Any:
+    engine = current_engine()
+    return engine.call(fn, engine, *args, **kwargs)
+
+
+def _is_fragment() -> bool:
+    return request.path.startswith(FRAGMENTS + "/")
+
+
+def _page_path() -> str:
+    """The page's own path and query (a fragment's URL without ``/fragments``)."""
+    path = request.full_path.rstrip("?")
+    return path.removeprefix(FRAGMENTS) if _is_fragment() else path
+
+
+def page(rule: str):
+    """Register a view at ``rule`` (endpoint: its name) and at ``/fragments<rule>``
+    (endpoint: its name + ``_fragment``), so ``url_for`` always builds the page's URL."""
+    def register(view):
+        bp.add_url_rule(rule, view.__name__, view, methods=["GET"])
+        bp.add_url_rule(FRAGMENTS + rule, view.__name__ + "_fragment", view, methods=["GET"])
+        return view
+    return register
+
+
+def _render(name: str, **context: Any) -> str:
+    """The page ``<name>.html``, or only its live part when the fragment was asked for."""
+    page_path = _page_path()
+    context.update(page_path=page_path, fragment_url=FRAGMENTS + page_path)
+    if _is_fragment():
+        return render_template(f"fragments/{name}.html", **context)
+    return render_template(f"{name}.html", **context)
+
+
+def _history() -> History | None:
+    return current_app.extensions.get("exactly.history")
+
+
+@bp.app_template_global()
+def status_badge() -> dict[str, Any]:
+    """What the header's live badge says: how many partitions hold read_committed back."""
+    blockers = _call(queries.lso_blockers)
+    return {"blocked": len(blockers), "topics": sorted({b["topic_name"] for b in blockers})}
+
+
+@bp.app_template_global()
+def cluster_id() -> str:
+    return current_engine().logs.cluster_id
+
+
+@bp.app_template_global()
+def auth_enabled() -> bool:
+    return bool(current_settings().token)
+
+
+@bp.app_template_filter("duration")
+def duration(ms: int | None) -> str:
+    """``1 h 02 min``, ``3 min 05 s``, ``12.4 s``, ``350 ms``."""
+    if ms is None or ms < 0:
+        return "—"
+    if ms < 1000:
+        return f"{ms} ms"
+    s = ms / 1000
+    if s < 60:
+        return f"{s:.1f} s" if s < 10 else f"{s:.0f} s"
+    minutes, seconds = divmod(int(s), 60)
+    if minutes < 60:
+        return f"{minutes} min {seconds:02d} s"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 48:
+        return f"{hours} h {minutes:02d} min"
+    return f"{hours // 24} d {hours % 24} h"
+
+
+@bp.app_template_filter("clock")
+def clock_time(ms: int | None) -> str:
+    """``14:03:27`` (UTC) of an epoch-ms time; ``—`` when unknown."""
+    if ms is None or ms < 0:
+        return "—"
+    return datetime.fromtimestamp(ms / 1000, timezone.utc).strftime("%H:%M:%S")
+
+
+@bp.app_template_filter("iso")
+def iso_time(ms: int | None) -> str:
+    if ms is None or ms < 0:
+        return ""
+    return datetime.fromtimestamp(ms / 1000, timezone.utc).isoformat(timespec="milliseconds")
+
+
+@bp.app_template_filter("num")
+def number(n: int | None) -> str:
+    """Offsets and counts with thin spaces between thousands: ``1 204 311``."""
+    return "—" if n is None else f"{n:,}".replace(",", "\u2009")
+
+
+@bp.app_template_filter("size")
+def size(n: int | None) -> str:
+    if n is None:
+        return "—"
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+@bp.app_template_filter("pct")
+def percent(part: int | None, whole: int | None) -> int:
+    """``part`` of ``whole`` in whole percent, clamped to 0..100."""
+    if not part or not whole or whole <= 0:
+        return 0
+    return max(0, min(100, round(100 * part / whole)))
+
+
+# -- pages ----------------------------------------------------------------------------------
+
+
+@page("/")
+def overview():
+    data = _call(queries.dashboard)
+    counts = None
+    db = mirror_db()
+    if db is not None:
+        try:
+            counts = queries.finished_counts(db)
+        except Exception:  # the mirror is optional: it never breaks the first page
+            log.exception("reading the SQLite mirror failed")
+    return _render("overview", data=data, mirror_counts=counts)
+
+
+@bp.get(FRAGMENTS + "/status")
+def status():
+    return render_template("fragments/status.html")
+
+
+@page("/transactions")
+def transactions():
+    state = request.args.get("state", "")
+    everything = _call(queries.transactions)
+    counts = {s: sum(1 for t in everything if t["state"] == s) for s in STATES}
+    if state == "open":
+        shown = [t for t in everything if t["state"] in OPEN_STATES]
+    elif state:
+        shown = [t for t in everything if t["state"] == state]
+    else:
+        shown = everything
+    holding = {h["transactional_id"] for b in _call(queries.lso_blockers) for h in b["holders"]}
+    return _render("transactions", transactions=shown, total=len(everything), state=state,
+                   counts=counts, open_count=sum(counts[s] for s in OPEN_STATES),
+                   holding=holding, states=[s for s in STATES if counts[s] or s == state])
+
+
+@page("/transactions/<path:txn_id>")
+def transaction(txn_id: str):
+    detail = _call(queries.transaction_detail, txn_id)
+    history, history_error = None, None
+    db = mirror_db()
+    if db is not None:
+        try:
+            history = queries.transaction_history(db, txn_id, HISTORY_LIMIT)
+        except Exception as error:
+            log.exception("reading the history of %r from the SQLite mirror failed", txn_id)
+            history_error = f"{type(error).__name__}: {error}"
+    return _render("transaction", txn=detail, history=history, history_error=history_error,
+                   mirror=db is not None, timeline=_timeline(detail["state"]))
+
+
+def _timeline(state: str) -> list[dict[str, str]]:
+    """The steps of the current transaction, each ``done``, ``current`` or ``todo``;
+    the branch (commit or abort) follows the state."""
+    aborting = state in ("PrepareAbort", "CompleteAbort", "PrepareEpochFence")
+    steps = ["Empty", "Ongoing"]
+    if state == "PrepareEpochFence":
+        steps.append("PrepareEpochFence")
+    steps += ["PrepareAbort", "CompleteAbort"] if aborting else ["PrepareCommit", "CompleteCommit"]
+    if state == "Dead":
+        return [{"state": s, "status": "done"} for s in ("Empty",)] + [{"state": "Dead", "status": "current"}]
+    position = steps.index(state) if state in steps else 0
+    return [{"state": s, "status": "done" if i < position else "current" if i == position else "todo"}
+            for i, s in enumerate(steps)]
+
+
+@bp.get("/topics/<topic>")
+def topic(topic: str):
+    _call(queries.topic, topic)  # an unknown topic is the 404 page
+    return redirect(url_for("ui.overview", _anchor=f"topic-{topic}"))
+
+
+@page("/topics/<topic>/partitions/<int:partition>")
+def partition(topic: str, partition: int):
+    detail = _call(queries.partition, topic, partition)
+    now = current_engine().clock.now_ms()
+    history = _history()
+    samples = []
+    if history is not None:
+        history.observe(topic, partition, now, detail["high_watermark"], detail["last_stable_offset"])
+        samples = history.series(topic, partition)
+    holders = next((b["holders"] for b in _call(queries.lso_blockers)
+                    if (b["topic_name"], b["partition_id"]) == (topic, partition)), [])
+    offset = request.args.get("offset", type=int)
+    return _render("partition", p=detail, holders=holders,
+                   segments=_call(queries.segments, topic, partition),
+                   producers=_call(queries.producers, topic, partition),
+                   aborted=_call(queries.aborted_transactions, topic, partition),
+                   records=_call(queries.records, topic, partition, offset),
+                   chart=chart(samples, now), now_ms=now)
+
+
+@page("/groups")
+def groups():
+    return _render("groups", groups=_call(queries.groups_summary))
+
+
+@page("/groups/<path:group_id>")
+def group(group_id: str):
+    return _render("group", g=_call(queries.group, group_id))
+
+
+# -- writes ---------------------------------------------------------------------------------
+
+
+def _back(default: str) -> str:
+    target = request.form.get("next", "")
+    return target if target.startswith("/") and not target.startswith("//") else default
+
+
+def _done(message: str, category: str, target: str) -> Response:
+    """Flash ``message`` and go back to ``target``: htmx follows ``HX-Redirect``, a
+    plain form a 303."""
+    flash(message, category)
+    if request.headers.get("HX-Request"):
+        response = Response(status=204)
+        response.headers["HX-Redirect"] = target
+        return response
+    return redirect(target, code=303)
+
+
+@bp.post("/transactions/<path:txn_id>/abort")
+def abort_transaction(txn_id: str):
+    target = _back(url_for("ui.transaction", txn_id=txn_id))
+    engine = current_engine()
+    started = time.monotonic()
+    try:
+        engine.call(engine.transaction_coordinator.admin_abort, txn_id)
+    except e.KafkaError as error:
+        return _done(f"Could not abort {txn_id}: {error.name} — {error}", "error", target)
+    took = (time.monotonic() - started) * 1000
+    return _done(f"Aborted {txn_id}: its producer is fenced and ABORT markers are written "
+                 f"({took:.0f} ms). read_committed consumers move on.", "success", target)
+
+
+@bp.post("/topics/<topic>/partitions/<int:partition>/producers/<int:producer_id>/abort")
+def abort_hanging(topic: str, partition: int, producer_id: int):
+    target = _back(url_for("ui.partition", topic=topic, partition=partition))
+    engine = current_engine()
+    try:
+        result = engine.call(engine.abort_hanging_transaction, topic, partition, producer_id)
+    except e.KafkaError as error:
+        return _done(f"Could not abort producer {producer_id} on {topic}-{partition}: "
+                     f"{error.name} — {error}", "error", target)
+    return _done(f"Wrote an ABORT marker for producer {producer_id} on {topic}-{partition} "
+                 f"at offset {result.base_offset}.", "success", target)
+
+
+# -- session --------------------------------------------------------------------------------
+
+
+@bp.route("/login", methods=["GET", "POST"])
+def login():
+    error = None
+    token = current_settings().token
+    if request.method == "POST":
+        if token and hmac.compare_digest(request.form.get("token", "").encode(), token.encode()):
+            session.clear()
+            session["authenticated"] = True
+            target = request.args.get("next", "/")
+            return redirect(target if target.startswith("/") and not target.startswith("//")
+                            else url_for("ui.overview"))
+        error = "That token is not the broker's." if token else "This broker has no token: the console is open."
+    return render_template("login.html", error=error, token_configured=bool(token))
+
+
+@bp.post("/logout")
+def logout():
+    session.clear()
+    return redirect(url_for("ui.login"), code=303)
+
+
+# -- errors ---------------------------------------------------------------------------------
+
+
+@bp.route("/<console_path:unknown>", methods=["GET", "POST", "PUT", "PATCH", "DELETE"])
+def unknown_page(unknown: str):
+    """Any other path: the console's 404 page (``/v3`` keeps its JSON errors)."""
+    raise NotFound(f"There is no page at /{unknown}.")
+
+
+@bp.after_app_request
+def _htmx_login_redirect(response: Response) -> Response:
+    """A fragment whose session ended must not swap the login page into the page:
+    tell htmx to load the login page instead."""
+    if (request.headers.get("HX-Request") and response.status_code in (301, 302, 303)
+            and "/login" in response.headers.get("Location", "")):
+        response.headers["HX-Redirect"] = response.headers["Location"]
+    return response
+
+
+def _error_page(status: int, title: str, message: str) -> tuple[str, int]:
+    return render_template("error.html", status=status, title=title, message=message), status
+
+
+@bp.errorhandler(e.KafkaError)
+def _kafka_error(error: e.KafkaError):
+    status = status_for(error)
+    titles = {e.UnknownTopicOrPartitionError: "No such topic or partition",
+              e.TransactionalIdNotFoundError: "No such transactional id",
+              e.GroupIdNotFoundError: "No such consumer group",
+              e.OffsetOutOfRangeError: "Offset out of range"}
+    title = next((t for cls, t in titles.items() if isinstance(error, cls)), error.name)
+    return _error_page(status, title, str(error))
+
+
+@bp.errorhandler(HTTPException)
+def _http_error(error: HTTPException):
+    titles = {403: "Not allowed", 404: "Page not found", 405: "Method not allowed"}
+    return _error_page(error.code or 500, titles.get(error.code or 500, error.name), error.description or "")
+
+
+@bp.errorhandler(Exception)
+def _unexpected(error: Exception):
+    log.exception("console error on %s %s", request.method, request.path)
+    return _error_page(500, "Something broke", f"{type(error).__name__}: {error}")
