@@ -9,6 +9,9 @@ STAMP  := $(VENV)/.installed-stamp
 DATA_DIR ?= ./data
 ARGS     ?=
 
+CHROMIUM := /usr/bin/chromium
+SUDO     := $(shell [ "$$(id -u)" = 0 ] || ! command -v sudo >/dev/null 2>&1 || echo sudo)
+
 .PHONY: run test bench install clean
 
 $(STAMP): pyproject.toml
@@ -24,9 +27,17 @@ run: $(STAMP)
 	$(PY) -m app.cli db upgrade --data-dir $(DATA_DIR)
 	$(PY) run.py --data-dir $(DATA_DIR) $(ARGS)
 
-## test: install everything the tests need, then run the whole suite
-test: $(STAMP)
+## test: install everything the tests need (the environment, Debian's chromium for the
+## browser test), then run the whole suite
+test: $(STAMP) $(CHROMIUM)
 	$(PY) -m pytest -q -p no:cacheprovider
+
+# The browser test (tests/test_browser.py) drives Debian's Chromium through the
+# playwright package; `playwright install` is never run (it downloads a browser).
+# Installed only when missing; as root, or through sudo when not root.
+$(CHROMIUM):
+	$(SUDO) apt-get update
+	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y chromium
 
 ## bench: measure append, fetch and restart figures (see bench/RESULTS.md)
 bench: $(STAMP)
