@@ -13,7 +13,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from coordinator import offsets_log, transaction_log
-from storage.producer_state import next_sequence
 from storage.record_batch import SimpleRecord, encode_batch
 
 if TYPE_CHECKING:
@@ -55,13 +54,7 @@ class EngineCoordinatorIO:
             self.engine.transaction_coordinator.verify_transactional_produce(
                 producer_id, producer_epoch, offsets_log.TOPIC, partition)
             batch = encode_batch(simple, producer_id=producer_id, producer_epoch=producer_epoch,
-                                 base_sequence=self._next_sequence(partition, producer_id, producer_epoch),
+                                 base_sequence=self.engine.next_sequence(offsets_log.TOPIC, partition,
+                                                                         producer_id, producer_epoch),
                                  transactional=True)
         await self.engine.append_internal(offsets_log.TOPIC, partition, batch)
-
-    def _next_sequence(self, partition: int, producer_id: int, producer_epoch: int) -> int:
-        """The coordinator writes as a well-behaved idempotent producer would."""
-        entry = self.engine.logs.log(offsets_log.TOPIC, partition).producer_state.producers.get(producer_id)
-        if entry is None or entry.producer_epoch != producer_epoch:
-            return 0
-        return next_sequence(entry.last_seq)

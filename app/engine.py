@@ -26,6 +26,7 @@ from typing import Any, Awaitable, Callable, Mapping, TypeVar
 
 from app.config import BrokerConfig
 from app.coordinator_io import EngineCoordinatorIO
+from app.counters import EngineCounters
 from app.group_commit import FsyncThread, GroupCommit
 from coordinator import offsets_log, transaction_log
 from coordinator.group_coordinator import GroupConfig, GroupCoordinator
@@ -39,6 +40,7 @@ from storage.errors import (
 )
 from storage.log_manager import LogManager, TopicInfo
 from storage.partition_log import AppendResult, PartitionLog, ReadResult
+from storage.producer_state import next_sequence
 from storage.record_batch import Record, decode_batch, read_header
 
 INTERNAL_TOPICS = (transaction_log.TOPIC, offsets_log.TOPIC)
@@ -81,6 +83,7 @@ class Engine:
         self._fsync = FsyncThread(self.loop)
         self._commits: dict[tuple[str, int], GroupCommit] = {}
         self._data_waiters: list[asyncio.Future[None]] = []
+        self.counters = EngineCounters()
         io = EngineCoordinatorIO(self)
         self.transaction_coordinator = TransactionCoordinator(Path(data_dir), CoordinatorConfig(
             transaction_state_log_num_partitions=config.transaction_state_log_num_partitions,
@@ -227,6 +230,7 @@ class Engine:
     def start_produce(self, topic: str, partition: int, batch: bytes, acks: int = -1) -> Future:
         """Append one producer batch (on the loop); the future resolves to its
         AppendResult -- with acks=-1 once it is fsynced."""
+        self.counters.produce_requests += 1
         if acks not in (-1, 0, 1):
             raise InvalidRequiredAcksError(f"acks must be -1, 0 or 1, got {acks!r}")
         if topic in INTERNAL_TOPICS:
@@ -240,11 +244,22 @@ class Engine:
         if commit.failed is not None:
             raise KafkaStorageError(f"{topic}-{partition} is offline after an fsync failure")
         result = log_.append_data(batch)
+        if not result.duplicate:
+            self.counters.produced_records += header.record_count
         if acks == -1:
             return commit.when_durable(result.last_offset, result)
         if not result.duplicate:
             commit.appended()
         return _done(result)
+
+    def next_sequence(self, topic: str, partition: int, producer_id: int, producer_epoch: int) -> int:
+        """The base sequence a well-behaved producer sends next on this partition (0 for
+        a producer or epoch the partition does not know). Only meaningful on the loop, in
+        the same callback as the append that uses it: nothing else may append between."""
+        entry = self.logs.log(topic, partition).producer_state.producers.get(producer_id)
+        if entry is None or entry.producer_epoch != producer_epoch:
+            return 0
+        return next_sequence(entry.last_seq)
 
     async def partition_count(self, topic: str) -> int:
         return self.logs.topic(topic).partitions
@@ -270,8 +285,11 @@ class Engine:
 
     async def fetch(self, topic: str, partition: int, offset: int, max_bytes: int = 1 << 20,
                     isolation_level: str | int = READ_UNCOMMITTED) -> ReadResult:
+        self.counters.fetch_requests += 1
         committed = isolation_is_committed(isolation_level)
-        return self.logs.log(topic, partition).read(offset, max_bytes, read_committed=committed)
+        result = self.logs.log(topic, partition).read(offset, max_bytes, read_committed=committed)
+        self.counters.fetched_bytes += len(result.records)
+        return result
 
     async def list_offsets(self, topic: str, partition: int, timestamp: int,
                            isolation_level: str | int = READ_UNCOMMITTED) -> OffsetAndTimestamp:
