@@ -199,6 +199,13 @@ class BatchHeader:
         return self.producer_id > NO_PRODUCER_ID
 
     @property
+    def delete_horizon_ms(self) -> int | None:
+        """The compaction delete horizon (KIP-534) if bit 6 is set: BaseTimestamp then
+        holds it, and the log cleaner removes the batch's tombstones (or the marker)
+        from that time on. None for a batch the cleaner has not stamped."""
+        return self.base_timestamp if self.attributes & DELETE_HORIZON_BIT else None
+
+    @property
     def last_sequence(self) -> int:
         """Sequence of the last record, wrapping past MAX_SEQUENCE to 0
         (Kafka's ``incrementSequence``); NO_SEQUENCE if the batch has none."""
@@ -297,7 +304,11 @@ def decode_batch(buf: Buffer, verify_crc: bool = True,
     ``buf`` must be exactly one batch. Beyond ``validate_batch``: the records
     decompress to at most ``max_uncompressed`` bytes, there are exactly
     RecordCount of them using every byte, offset deltas strictly increase and
-    end at LastOffsetDelta, and a control batch holds exactly one record.
+    end at or before LastOffsetDelta, and a control batch holds exactly one record.
+    (Before, not only at: the log cleaner removes records but keeps LastOffsetDelta,
+    the batch's offset and sequence range, as Kafka's readers allow. The produce
+    path also requires RecordCount = LastOffsetDelta + 1, which with strictly
+    increasing deltas from 0 leaves no gap.)
     With LogAppendTime every record's timestamp is the batch's MaxTimestamp,
     as Kafka's readers report it.
     """
@@ -434,7 +445,7 @@ def _scan_records(data: bytes, pos: int, header: BatchHeader) -> int:
             f"{header.record_count} records")
     if max_delta is None:
         return NO_TIMESTAMP
-    if previous_delta != header.last_offset_delta:
+    if previous_delta > header.last_offset_delta:
         raise InvalidRecordError(
             f"batch {header.base_offset} says LastOffsetDelta {header.last_offset_delta}, "
             f"its last record has offset delta {previous_delta}")
@@ -499,7 +510,7 @@ def _decode_records(data: bytes, header: BatchHeader) -> tuple[Record, ...]:
         raise InvalidRecordError(
             f"batch {base_offset} has {len(data) - pos} bytes after its "
             f"{header.record_count} records")
-    if records and previous_delta != header.last_offset_delta:
+    if previous_delta > header.last_offset_delta:
         raise InvalidRecordError(
             f"batch {base_offset} says LastOffsetDelta {header.last_offset_delta}, "
             f"its last record has offset delta {previous_delta}")
@@ -653,6 +664,117 @@ def restamp(batch: Buffer, *, attributes: int, max_timestamp: int) -> bytes:
         raise ValueError(f"batch header field out of range: {exc}") from None
     _UINT32.pack_into(out, CRC_OFFSET, compute_crc(out))
     return bytes(out)
+
+
+@dataclass(frozen=True, slots=True)
+class StoredRecord:
+    """One record of a stored batch, kept in its encoded form: what the log cleaner
+    needs to drop some records of a batch and write the others back unchanged.
+
+    ``fields`` are the record's bytes from KeyLength to the end of its headers,
+    exactly as stored; Length, Attributes, TimestampDelta and OffsetDelta are
+    re-encoded around them by :func:`encode_retained`.
+    """
+
+    attributes: int
+    timestamp_delta: int
+    offset_delta: int
+    key: bytes | None
+    is_tombstone: bool
+    fields: bytes
+
+
+def stored_records(buf: Buffer, max_uncompressed: int = DEFAULT_MAX_SIZE
+                   ) -> tuple[BatchHeader, list[StoredRecord]]:
+    """The header and records of one whole stored batch, checked as ``decode_batch``
+    checks them (CRC included: the cleaner must never rewrite a damaged batch
+    with a fresh CRC)."""
+    header, data = _records_section(buf, True, max_uncompressed)
+    records = []
+    previous_delta = -1
+    pos = 0
+    for _ in range(header.record_count):
+        length, pos = decode_varint(data, pos)
+        end = pos + length
+        if length <= 0 or end > len(data):
+            raise InvalidRecordError(
+                f"record at byte {pos} of batch {header.base_offset} claims {length} bytes, "
+                f"{len(data) - pos} remain")
+        attributes = data[pos]
+        timestamp_delta, pos = decode_varint(data, pos + 1)
+        offset_delta, pos = decode_varint(data, pos)
+        fields_start = pos
+        key, pos = _read_bytes(data, pos, end)
+        value, pos = _read_bytes(data, pos, end)
+        pos = _skip_headers(data, pos, end, header.base_offset)
+        if pos != end:
+            raise InvalidRecordError(
+                f"record ending at byte {pos} of batch {header.base_offset} declared length "
+                f"{length}, which ends at byte {end}")
+        if offset_delta <= previous_delta:
+            raise InvalidRecordError(
+                f"batch {header.base_offset} has offset delta {offset_delta} after "
+                f"{previous_delta}; offset deltas must strictly increase from 0")
+        previous_delta = offset_delta
+        records.append(StoredRecord(attributes, timestamp_delta, offset_delta, key, value is None,
+                                    data[fields_start:end]))
+    if pos != len(data):
+        raise InvalidRecordError(
+            f"batch {header.base_offset} has {len(data) - pos} bytes after its "
+            f"{header.record_count} records")
+    if previous_delta > header.last_offset_delta:
+        raise InvalidRecordError(
+            f"batch {header.base_offset} says LastOffsetDelta {header.last_offset_delta}, "
+            f"its last record has offset delta {previous_delta}")
+    return header, records
+
+
+def encode_retained(header: BatchHeader, records: Sequence[StoredRecord], *,
+                    delete_horizon_ms: int | None = None) -> bytes:
+    """The batch ``header`` describes, holding only ``records`` (some of its own, in
+    order): the log cleaner's rewrite (Kafka's ``MemoryRecords.filterTo``).
+
+    BaseOffset, PartitionLeaderEpoch, LastOffsetDelta, MaxTimestamp, the producer
+    fields, BaseSequence and the codec stay, so offsets and the sequence range never
+    change; each record keeps its offset delta (v2 allows gaps) and its timestamp;
+    RecordCount and the CRC are new. ``delete_horizon_ms`` stamps a horizon on a batch
+    that has none: bit 6 is set, BaseTimestamp becomes the horizon and the timestamp
+    deltas are rebased on it. With no records this is Kafka's empty batch
+    (``writeEmptyHeader``): the same offsets, sequence range and producer, but no
+    codec, no horizon and BaseTimestamp -1 -- what keeps a producer's last sequence
+    in the log after all its records are gone.
+    """
+    if not records:
+        attributes = header.attributes & ~(COMPRESSION_MASK | DELETE_HORIZON_BIT)
+        return _pack_batch(header, attributes, NO_TIMESTAMP, b"", 0)
+    attributes, base_timestamp, shift = header.attributes, header.base_timestamp, 0
+    if delete_horizon_ms is not None:
+        if header.delete_horizon_ms is not None:
+            raise ValueError(f"batch {header.base_offset} already has a delete horizon")
+        attributes |= DELETE_HORIZON_BIT
+        base_timestamp, shift = delete_horizon_ms, header.base_timestamp - delete_horizon_ms
+    parts = []
+    for record in records:
+        body = b"".join((bytes((record.attributes,)), encode_varint(record.timestamp_delta + shift),
+                         encode_varint(record.offset_delta), record.fields))
+        parts.append(encode_varint(len(body)))
+        parts.append(body)
+    body = b"".join(parts)
+    if header.compression is not Compression.NONE:
+        body = compress(header.compression, body)
+    return _pack_batch(header, attributes, base_timestamp, body, len(records))
+
+
+def _pack_batch(header: BatchHeader, attributes: int, base_timestamp: int, body: bytes,
+                record_count: int) -> bytes:
+    batch = bytearray(HEADER_SIZE + len(body))
+    HEADER.pack_into(batch, 0, header.base_offset, MIN_BATCH_LENGTH + len(body),
+                     header.partition_leader_epoch, MAGIC, 0, attributes, header.last_offset_delta,
+                     base_timestamp, header.max_timestamp, header.producer_id,
+                     header.producer_epoch, header.base_sequence, record_count)
+    batch[HEADER_SIZE:] = body
+    _UINT32.pack_into(batch, CRC_OFFSET, compute_crc(batch))
+    return bytes(batch)
 
 
 def encode_end_txn_marker(producer_id: int, producer_epoch: int, coordinator_epoch: int,

@@ -389,10 +389,18 @@ def test_empty_batch_left_by_compaction_decodes_to_no_records():
     assert decode_batch(forge_batch(b"", record_count=0, last_offset_delta=4)).records == ()
 
 
+def test_a_batch_whose_last_records_compaction_removed_decodes():
+    """The log cleaner keeps LastOffsetDelta (the batch's offset and sequence range)
+    when it removes the last records, so the last record may end before it."""
+    batch = forge_batch(forge_record(0) + forge_record(1), record_count=2, last_offset_delta=3)
+    assert [r.offset for r in decode_batch(batch).records] == [0, 1]
+    assert scan_batch(batch)[0].last_offset_delta == 3
+
+
 @pytest.mark.parametrize("body, record_count, last_offset_delta", [
     pytest.param(forge_record(0), 2, 1, id="fewer-records-than-counted"),
     pytest.param(forge_record(0) + forge_record(1), 1, 0, id="bytes-left-after-the-count"),
-    pytest.param(forge_record(0) + forge_record(1), 2, 3, id="last-offset-delta-disagrees"),
+    pytest.param(forge_record(0) + forge_record(1), 2, 0, id="record-past-last-offset-delta"),
     pytest.param(forge_record(0) + forge_record(0), 2, 0, id="repeated-offset-delta"),
     pytest.param(forge_record(1) + forge_record(0), 2, 0, id="decreasing-offset-deltas"),
     pytest.param(forge_record(-1), 1, -1, id="negative-offset-delta"),
@@ -667,7 +675,7 @@ def test_scan_batch_accepts_and_rejects_exactly_what_decode_batch_does(encoded, 
 
 @pytest.mark.parametrize("body, record_count, last_offset_delta", [
     (forge_record(0), 2, 1), (forge_record(0) + forge_record(1), 1, 0),
-    (forge_record(0) + forge_record(1), 2, 3), (forge_record(0) + forge_record(0), 2, 0),
+    (forge_record(0) + forge_record(1), 2, 0), (forge_record(0) + forge_record(0), 2, 0),
     (forge_record(1) + forge_record(0), 2, 0), (forge_record(-1), 1, -1),
     (forge_record(0, length_adjust=1), 1, 0), (forge_record(0, length_adjust=-1) + b"\x00", 1, 0),
     (forge_record(0, key=b"k", length_adjust=1) + b"\x00", 1, 0),

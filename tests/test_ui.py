@@ -224,8 +224,10 @@ def test_abort_over_htmx_uses_the_header_and_redirects(client, broker, scenario)
     response = client.post("/transactions/enricher/abort", data={"next": "/"},
                            headers={"HX-Request": "true", "X-CSRF-Token": token})
     assert response.status_code == 204 and response.headers["HX-Redirect"] == "/"
-    again = client.post("/transactions/enricher/abort", headers={"HX-Request": "true", "X-CSRF-Token": token})
+    again = client.post("/transactions/enricher/abort", data={"next": "//evil.example"},
+                        headers={"HX-Request": "true", "X-CSRF-Token": token})
     assert again.status_code == 204  # nothing open any more: a flashed error, not a 500
+    assert again.headers["HX-Redirect"] == "/transactions/enricher"  # never off this server
     assert "Could not abort enricher" in client.get("/").get_data(as_text=True)
 
 
@@ -267,8 +269,9 @@ def test_with_a_token_the_console_needs_a_login(broker, scenario):
     assert ok.status_code == 302 and ok.headers["Location"].endswith("/groups")
     assert client.get("/").status_code == 200
     assert "Log out" in client.get("/").get_data(as_text=True)
-    offsite = client.post("/login?next=//evil.example", data={"token": "s3cret"})
-    assert offsite.headers["Location"] == "/"
+    for offsite in ("//evil.example", "/\\evil.example", "https://evil.example"):
+        response = client.post("/login", query_string={"next": offsite}, data={"token": "s3cret"})
+        assert response.headers["Location"] == "/", offsite
     assert client.post("/logout").status_code == 403  # CSRF applies to logout too
     out = client.post("/logout", data={"csrf_token": _csrf(client)})
     assert out.status_code == 303 and out.headers["Location"].endswith("/login")

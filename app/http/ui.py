@@ -249,7 +249,7 @@ def _timeline(state: str) -> list[dict[str, str]]:
         steps.append("PrepareEpochFence")
     steps += ["PrepareAbort", "CompleteAbort"] if aborting else ["PrepareCommit", "CompleteCommit"]
     if state == "Dead":
-        return [{"state": s, "status": "done"} for s in ("Empty",)] + [{"state": "Dead", "status": "current"}]
+        return [{"state": "Empty", "status": "done"}, {"state": "Dead", "status": "current"}]
     position = steps.index(state) if state in steps else 0
     return [{"state": s, "status": "done" if i < position else "current" if i == position else "todo"}
             for i, s in enumerate(steps)]
@@ -294,9 +294,14 @@ def group(group_id: str):
 # -- writes ---------------------------------------------------------------------------------
 
 
+def _local(target: str) -> bool:
+    """A path on this server (``//host`` and ``/\\host`` are other hosts to a browser)."""
+    return target.startswith("/") and target[1:2] not in ("/", "\\")
+
+
 def _back(default: str) -> str:
     target = request.form.get("next", "")
-    return target if target.startswith("/") and not target.startswith("//") else default
+    return target if _local(target) else default
 
 
 def _done(message: str, category: str, target: str) -> Response:
@@ -349,8 +354,7 @@ def login():
             session.clear()
             session["authenticated"] = True
             target = request.args.get("next", "/")
-            return redirect(target if target.startswith("/") and not target.startswith("//")
-                            else url_for("ui.overview"))
+            return redirect(target if _local(target) else url_for("ui.overview"))
         error = "That token is not the broker's." if token else "This broker has no token: the console is open."
     return render_template("login.html", error=error, token_configured=bool(token))
 
