@@ -1,0 +1,86 @@
+"""Who may talk to the HTTP server.
+
+Without a configured token (the default, listening on 127.0.0.1 only) everything is
+open. With ``http.auth.token`` set:
+
+* the API (``/v3``, ``/openapi.json``, ``/metrics``) needs ``Authorization: Bearer <token>``
+  -- a missing or wrong token is 401 with the usual JSON error body;
+* the console needs a login (``/login``, the same token) kept in the session cookie.
+
+Console writes (the Abort button) always need the session's CSRF token, sent as the
+``csrf_token`` form field or the ``X-CSRF-Token`` header (htmx sends the header).
+API writes need a JSON body: a cross-site form cannot send ``application/json``
+without a CORS preflight this server never grants.
+"""
+
+from __future__ import annotations
+
+import hmac
+import secrets
+
+from flask import Flask, Response, abort, jsonify, redirect, request, session, url_for
+
+API_PREFIXES = ("/v3", "/openapi.json", "/metrics")
+OPEN_PATHS = ("/login", "/static/")
+
+
+def _is_api(path: str) -> bool:
+    return path.startswith(API_PREFIXES)
+
+
+def csrf_token() -> str:
+    """The session's CSRF token (made on first use); templates put it in forms."""
+    if "csrf" not in session:
+        session["csrf"] = secrets.token_urlsafe(32)
+    return session["csrf"]
+
+
+def _bearer(authorization: str) -> str | None:
+    """The token of ``Authorization: Bearer <token>`` (the scheme is case-insensitive, RFC 7235);
+    None for any other header -- a bare token is not accepted."""
+    scheme, _, token = authorization.partition(" ")
+    return token.strip() if scheme.lower() == "bearer" and token.strip() else None
+
+
+def _same(a: str | None, b: str) -> bool:
+    return a is not None and hmac.compare_digest(a.encode(), b.encode())
+
+
+def init_app(app: Flask) -> None:
+    app.jinja_env.globals["csrf_token"] = csrf_token
+
+    @app.before_request
+    def _authenticate() -> Response | None:
+        from app.http import current_settings
+
+        token = current_settings().token
+        path = request.path
+        if _is_api(path):
+            if token and not _same(_bearer(request.headers.get("Authorization", "")), token):
+                response = jsonify({"error_code": 401, "error_name": "UNAUTHORIZED",
+                                    "message": "send Authorization: Bearer <token>"})
+                response.status_code = 401
+                response.headers["WWW-Authenticate"] = 'Bearer realm="exactly"'
+                return response
+            if request.method in ("POST", "PUT", "PATCH") and request.content_length and not request.is_json:
+                abort(415, "send the request body as application/json")
+            return None
+        if token and not path.startswith(OPEN_PATHS) and not session.get("authenticated"):
+            return redirect(url_for("ui.login", next=path))
+        if request.method == "POST" and path != "/login":
+            sent = request.form.get("csrf_token") or request.headers.get("X-CSRF-Token")
+            if not _same(sent, session.get("csrf", "")) or not session.get("csrf"):
+                abort(403, "missing or wrong CSRF token; reload the page")
+        return None
+
+    @app.after_request
+    def _headers(response: Response) -> Response:
+        response.headers.setdefault("X-Content-Type-Options", "nosniff")
+        response.headers.setdefault("X-Frame-Options", "DENY")
+        response.headers.setdefault("Referrer-Policy", "no-referrer")
+        if not _is_api(request.path):
+            response.headers.setdefault(
+                "Content-Security-Policy",
+                "default-src 'self'; img-src 'self' data:; style-src 'self' 'unsafe-inline'; "
+                "script-src 'self'; frame-ancestors 'none'")
+        return response

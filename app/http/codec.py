@@ -1,0 +1,101 @@
+"""REST Proxy v3 record data: ``{"type": ..., "data": ...}`` for keys and values.
+
+A produce request may send a key or value as
+
+* ``BINARY`` -- ``data`` is base64 (standard alphabet, padded) of the bytes;
+* ``STRING`` -- ``data`` is a string, stored as UTF-8;
+* ``JSON``   -- ``data`` is any JSON value, stored as compact UTF-8 JSON;
+
+or omit it / send null for a null key or value. There is no schema registry, so
+reads always answer ``BINARY``: the broker stores bytes and does not know how they
+were meant. Headers are ``[{"name": str, "value": base64 or null}]`` both ways.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from typing import Any
+
+from storage.errors import InvalidRequestError
+
+TYPES = ("BINARY", "JSON", "STRING")
+
+Headers = tuple[tuple[str, bytes | None], ...]
+
+
+def decode_data(obj: Any, where: str) -> bytes | None:
+    """The bytes of a key or value object; None for a null one."""
+    if obj is None:
+        return None
+    if not isinstance(obj, dict):
+        raise InvalidRequestError(f"{where} must be an object {{\"type\", \"data\"}} or null")
+    kind = obj.get("type")
+    if kind not in TYPES:
+        raise InvalidRequestError(f"{where}.type must be one of {', '.join(TYPES)}, got {kind!r:.50}")
+    if "data" not in obj:
+        raise InvalidRequestError(f"{where}.data is required")
+    data = obj["data"]
+    if kind == "BINARY":
+        return decode_base64(data, f"{where}.data")
+    if kind == "STRING":
+        if not isinstance(data, str):
+            raise InvalidRequestError(f"{where}.data must be a string for type STRING")
+        return _utf8(data, where)
+    try:
+        text = json.dumps(data, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    except ValueError as e:
+        raise InvalidRequestError(f"{where}.data is not JSON: {e}") from None
+    return _utf8(text, where)
+
+
+def decode_base64(data: Any, where: str) -> bytes:
+    if not isinstance(data, str):
+        raise InvalidRequestError(f"{where} must be a base64 string")
+    try:
+        return base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError):
+        raise InvalidRequestError(f"{where} is not valid base64") from None
+
+
+def _utf8(text: str, where: str) -> bytes:
+    try:
+        return text.encode()
+    except UnicodeEncodeError:  # a lone surrogate escaped in the JSON ("\ud800")
+        raise InvalidRequestError(f"{where}.data is not valid Unicode") from None
+
+
+def decode_headers(items: Any, where: str) -> Headers:
+    if items is None:
+        return ()
+    if not isinstance(items, list):
+        raise InvalidRequestError(f"{where} must be an array of {{\"name\", \"value\"}}")
+    headers = []
+    for i, item in enumerate(items):
+        at = f"{where}[{i}]"
+        if not isinstance(item, dict) or not isinstance(item.get("name"), str):
+            raise InvalidRequestError(f"{at} must be an object with a string name")
+        value = item.get("value")
+        headers.append((_checked_name(item["name"], at),
+                        None if value is None else decode_base64(value, f"{at}.value")))
+    return tuple(headers)
+
+
+def _checked_name(name: str, where: str) -> str:
+    _utf8(name, where)
+    return name
+
+
+def encode_data(data: bytes | None) -> dict[str, str] | None:
+    return None if data is None else {"type": "BINARY", "data": base64.b64encode(data).decode()}
+
+
+def encode_headers(headers: Headers) -> list[dict[str, str | None]]:
+    return [{"name": name, "value": None if value is None else base64.b64encode(value).decode()}
+            for name, value in headers]
+
+
+def summary(obj: Any, data: bytes | None) -> dict[str, Any] | None:
+    """The produce response's ``{"type", "size"}`` of a key or value (REST v3)."""
+    return None if data is None else {"type": obj["type"], "size": len(data)}

@@ -1,0 +1,268 @@
+"""Transactions over HTTP, and the operator's view of them.
+
+A client drives a transaction like a Kafka transactional producer, one call per
+step, each carrying the ``producer_id`` and ``producer_epoch`` that ``init`` gave it::
+
+    POST .../transactions/<id>/init      InitProducerId: fences older instances
+    POST .../transactions/<id>/records   AddPartitionsToTxn as needed, then one
+                                         transactional batch per record
+    POST .../transactions/<id>/offsets   AddOffsetsToTxn + TxnOffsetCommit (KIP-447:
+                                         the group's generation fences zombies)
+    POST .../transactions/<id>/commit    EndTxn(commit): returns once every marker
+    POST .../transactions/<id>/abort     EndTxn(abort)    is durable
+
+There is no ``begin``: the first ``records`` or ``offsets`` call opens the
+transaction, as the first send does in a Kafka client. A call with an older epoch
+than the current one is PRODUCER_FENCED (409), so an instance that was replaced
+(a newer ``init``) or timed out cannot write. The broker keeps the producer's
+sequence per partition itself: each record's sequence is computed on the engine's
+loop in the same step as its append, so concurrent calls never collide. Retrying a
+``records`` call would append the records again (new sequences); send an
+``Idempotency-Key`` to make retries safe (``app/http/idempotency.py``). Committing
+a transaction that has nothing in it is a no-op, as a Kafka client does it.
+
+Inspection: ``GET .../transactions`` (ListTransactions), ``GET .../transactions/<id>``
+(DescribeTransactions, plus finished transactions from the SQLite mirror when there
+is one), ``POST .../transactions/<id>/admin-abort`` (the coordinator aborts the open
+transaction and fences its producer), and
+``POST .../topics/<t>/partitions/<p>/producers/<producer_id>/abort`` for a hanging
+transaction whose producer no coordinator knows (Kafka's AbortTransaction, KIP-664).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any
+
+from flask import Blueprint, jsonify, request
+
+from app import queries
+from app.engine import INTERNAL_TOPICS
+from app.http import current_engine, inputs, mirror_db
+from app.http.idempotency import idempotent
+from app.http.records import choose_partition, parse_record
+from app.http.resources import listing
+from coordinator.group_metadata import CommittedOffset
+from coordinator.transaction_state import TransactionState
+from storage.errors import (
+    InvalidRequestError,
+    InvalidTopicError,
+    InvalidTxnStateError,
+    KafkaError,
+    OperationNotAttemptedError,
+    TransactionalIdNotFoundError,
+    UnknownTopicOrPartitionError,
+)
+from storage.record_batch import SimpleRecord, encode_batch
+
+if TYPE_CHECKING:
+    from app.engine import Engine
+
+log = logging.getLogger(__name__)
+bp = Blueprint("transactions", __name__)
+
+BASE = "/v3/clusters/<cluster_id>/transactions"
+TXN = BASE + "/<transactional_id>"
+STATES = tuple(state.display for state in TransactionState)
+DEFAULT_TIMEOUT_MS = 60_000
+MAX_HISTORY = 1000
+
+
+def _scope(transactional_id: str) -> str:
+    return f"txn:{transactional_id}"
+
+
+def _producer(body: dict[str, Any]) -> tuple[int, int]:
+    return (inputs.integer(body, "producer_id"),
+            inputs.integer(body, "producer_epoch", maximum=inputs.INT16_MAX))
+
+
+def _raise_first(errors: dict[Any, KafkaError | None]) -> None:
+    """Raise the error that explains a per-partition answer (not OPERATION_NOT_ATTEMPTED)."""
+    found = [e for e in errors.values() if e is not None]
+    if found:
+        raise next((e for e in found if not isinstance(e, OperationNotAttemptedError)), found[0])
+
+
+# -- the transactional client --------------------------------------------------------
+
+
+@bp.post(TXN + "/init")
+@idempotent(_scope)
+def init(transactional_id: str):
+    body = inputs.json_body(required=False)
+    timeout = inputs.integer(body, "transaction_timeout_ms", required=False, default=DEFAULT_TIMEOUT_MS,
+                             minimum=1, maximum=inputs.INT32_MAX)
+    engine = current_engine()
+    producer_id, epoch = engine.call(engine.transaction_coordinator.init_producer_id, transactional_id, timeout)
+    return jsonify({"transactional_id": transactional_id, "producer_id": producer_id, "producer_epoch": epoch})
+
+
+def _start_append(engine: "Engine", topic: str, partition: int, record: SimpleRecord,
+                  producer_id: int, epoch: int):
+    """On the loop: the producer's next sequence and the append, with nothing between."""
+    sequence = engine.next_sequence(topic, partition, producer_id, epoch)
+    batch = encode_batch([record], producer_id=producer_id, producer_epoch=epoch, base_sequence=sequence,
+                         transactional=True)
+    return engine.start_produce(topic, partition, batch)
+
+
+async def _append_in_txn(engine: "Engine", txn_id: str, producer_id: int, epoch: int,
+                         records: list[tuple[str, int | None, SimpleRecord]]) -> list[tuple[str, int, int]]:
+    placed = []
+    for topic, partition, record in records:
+        if topic in INTERNAL_TOPICS:
+            raise InvalidTopicError(f"clients may not produce to the internal topic {topic}")
+        placed.append((topic, choose_partition(engine, topic, record.key) if partition is None else partition,
+                       record))
+    _raise_first(await engine.transaction_coordinator.add_partitions(
+        txn_id, producer_id, epoch, {(t, p) for t, p, _ in placed}))
+    # started in one go, in order: consecutive sequences per partition, one group commit
+    futures = [_start_append(engine, t, p, r, producer_id, epoch) for t, p, r in placed]
+    results = [await asyncio.wrap_future(f) for f in futures]
+    return [(t, p, result.base_offset) for (t, p, _), result in zip(placed, results)]
+
+
+@bp.post(TXN + "/records")
+@idempotent(_scope)
+def produce(transactional_id: str):
+    body = inputs.json_body()
+    producer_id, epoch = _producer(body)
+    engine = current_engine()
+    now = engine.clock.now_ms()
+    records = []
+    for where, item in inputs.objects(body, "records", min_items=1):
+        topic = inputs.string(item, "topic_name", where=where, max_length=249)
+        records.append((topic, *parse_record(item, now, where)))
+    appended = engine.call(_append_in_txn, engine, transactional_id, producer_id, epoch, records)
+    return jsonify({"records": [{"topic_name": t, "partition_id": p, "offset": o} for t, p, o in appended]})
+
+
+async def _offsets_in_txn(engine: "Engine", txn_id: str, producer_id: int, epoch: int, group: dict[str, Any],
+                          offsets: dict[tuple[str, int], CommittedOffset]) -> None:
+    for topic, partition in offsets:
+        if (topic, partition) not in engine.logs.logs:
+            raise UnknownTopicOrPartitionError(f"{topic}-{partition} does not exist")
+    await engine.transaction_coordinator.add_offsets(txn_id, producer_id, epoch, group["group_id"])
+    _raise_first(await engine.group_coordinator.txn_commit_offsets(
+        txn_id, group["group_id"], producer_id, epoch, offsets, group["generation_id"], group["member_id"],
+        group["group_instance_id"]))
+
+
+@bp.post(TXN + "/offsets")
+@idempotent(_scope)
+def send_offsets(transactional_id: str):
+    body = inputs.json_body()
+    producer_id, epoch = _producer(body)
+    group = {"group_id": inputs.string(body, "group_id"),
+             "generation_id": inputs.integer(body, "generation_id", required=False, default=-1, minimum=-1,
+                                             maximum=inputs.INT32_MAX, nullable=True),
+             "member_id": inputs.string(body, "member_id", required=False, default="", min_length=0,
+                                        nullable=True),
+             "group_instance_id": inputs.string(body, "group_instance_id", required=False, nullable=True)}
+    engine = current_engine()
+    now = engine.clock.now_ms()
+    offsets = {}
+    for where, item in inputs.objects(body, "offsets", min_items=1):
+        tp = (inputs.string(item, "topic_name", where=where, max_length=249),
+              inputs.integer(item, "partition_id", where=where, maximum=inputs.INT32_MAX))
+        offsets[tp] = CommittedOffset(inputs.integer(item, "offset", where=where),
+                                      inputs.string(item, "metadata", where=where, required=False, default="",
+                                                    min_length=0, nullable=True), -1, now)
+    engine.call(_offsets_in_txn, engine, transactional_id, producer_id, epoch, group, offsets)
+    return jsonify({"transactional_id": transactional_id, "group_id": group["group_id"],
+                    "offsets": [{"topic_name": t, "partition_id": p, "offset": o.offset, "metadata": o.metadata}
+                                for (t, p), o in offsets.items()]})
+
+
+async def _end(engine: "Engine", txn_id: str, producer_id: int, epoch: int, commit: bool) -> dict[str, Any]:
+    tc = engine.transaction_coordinator
+    try:
+        await tc.end_txn(txn_id, producer_id, epoch, commit)
+    except InvalidTxnStateError:
+        meta = tc.describe(txn_id)  # nothing was added: like a Kafka client, there is nothing to end
+        if not (meta and meta.state is TransactionState.EMPTY and
+                (meta.producer_id, meta.producer_epoch) == (producer_id, epoch)):
+            raise
+    return await queries.transaction(engine, txn_id)
+
+
+def _end_view(transactional_id: str, commit: bool):
+    producer_id, epoch = _producer(inputs.json_body())
+    engine = current_engine()
+    return jsonify(engine.call(_end, engine, transactional_id, producer_id, epoch, commit))
+
+
+@bp.post(TXN + "/commit")
+@idempotent(_scope)
+def commit(transactional_id: str):
+    return _end_view(transactional_id, commit=True)
+
+
+@bp.post(TXN + "/abort")
+@idempotent(_scope)
+def abort(transactional_id: str):
+    return _end_view(transactional_id, commit=False)
+
+
+# -- inspection and the operator's abort ------------------------------------------------
+
+
+@bp.get(BASE)
+def list_transactions():
+    """ListTransactions; ``?state=Ongoing&state=PrepareCommit`` filters (Kafka's state names)."""
+    states = request.args.getlist("state")
+    for state in states:
+        if state not in STATES:
+            raise InvalidRequestError(f"state must be one of {', '.join(STATES)}, got {state!r:.50}")
+    engine = current_engine()
+    return jsonify(listing("KafkaTransactionList", ("transactions",),
+                           engine.call(queries.transactions, engine, states)))
+
+
+@bp.get(TXN)
+def describe(transactional_id: str):
+    """The transaction's state, and ``history``: its finished transactions, newest
+    first, from the SQLite mirror (null when the broker runs without one)."""
+    limit = inputs.query_integer("history_limit", default=20, maximum=MAX_HISTORY)
+    engine = current_engine()
+    txn = engine.call(queries.transaction, engine, transactional_id)
+    return jsonify({**txn, "history": _history(transactional_id, limit)})
+
+
+def _history(txn_id: str, limit: int) -> list[dict[str, Any]] | None:
+    db = mirror_db()
+    if db is None:
+        return None
+    try:
+        return queries.transaction_history(db, txn_id, limit)
+    except Exception:  # a broken mirror must not break the live answer
+        log.exception("reading the history of %r from the SQLite mirror failed", txn_id)
+        return None
+
+
+async def _admin_abort(engine: "Engine", txn_id: str) -> dict[str, Any]:
+    if engine.transaction_coordinator.describe(txn_id) is None:
+        raise TransactionalIdNotFoundError(f"no transactional id {txn_id!r}")
+    await engine.transaction_coordinator.admin_abort(txn_id)
+    return await queries.transaction(engine, txn_id)
+
+
+@bp.post(TXN + "/admin-abort")
+def admin_abort(transactional_id: str):
+    """Abort the open transaction of ``transactional_id`` and fence its producer (the
+    epoch is bumped), so a transaction holding the LSO back ends now."""
+    engine = current_engine()
+    return jsonify(engine.call(_admin_abort, engine, transactional_id))
+
+
+@bp.post("/v3/clusters/<cluster_id>/topics/<topic_name>/partitions/<int:partition_id>"
+         "/producers/<int:producer_id>/abort")
+def abort_hanging(topic_name: str, partition_id: int, producer_id: int):
+    """Write an ABORT marker for a producer's open transaction on one partition when
+    no transactional id owns the producer (a hanging transaction)."""
+    engine = current_engine()
+    result = engine.call(engine.abort_hanging_transaction, topic_name, partition_id, producer_id)
+    return jsonify({"topic_name": topic_name, "partition_id": partition_id, "producer_id": producer_id,
+                    "marker_offset": result.base_offset})

@@ -1,0 +1,377 @@
+"""Read models of broker state, shared by the HTTP API and the console.
+
+Each function is a coroutine run on the engine's loop (``engine.call(queries.x, engine, ...)``)
+and returns plain, JSON-ready dicts, so the API and the console show the same facts
+computed one way. Offsets are Kafka's: high watermark (the durable end), LSO, log
+start; lag is measured against the LSO, because a read_committed consumer that has
+caught up sits at the LSO and transaction markers occupy offsets (a lag against the
+high watermark never reaches 0 with transactional producers).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from coordinator import offsets_log, transaction_log
+from coordinator.transaction_state import TransactionState
+from storage.errors import GroupIdNotFoundError, OffsetOutOfRangeError, TransactionalIdNotFoundError
+from storage.partition_log import PartitionLog
+from storage.record_batch import decode_batch, decode_control_record
+
+if TYPE_CHECKING:
+    from sqlalchemy import Engine as SqlEngine
+
+    from app.engine import Engine
+
+INTERNAL_TOPICS = (transaction_log.TOPIC, offsets_log.TOPIC)
+
+
+def _partition(log: PartitionLog) -> dict[str, Any]:
+    open_txns = log.producer_state.ongoing_transactions()
+    return {
+        "topic_name": log.topic,
+        "partition_id": log.partition,
+        "log_start_offset": log.log_start_offset,
+        "high_watermark": log.high_watermark,
+        "last_stable_offset": log.last_stable_offset,
+        "log_end_offset": log.log_end_offset,
+        "size_bytes": log.size_bytes,
+        "open_transactions": [{"producer_id": pid, "first_offset": first} for pid, first in open_txns],
+    }
+
+
+async def topics(engine: "Engine", include_internal: bool = False) -> list[dict[str, Any]]:
+    result = []
+    for name, info in sorted(engine.logs.topics.items()):
+        if info.internal and not include_internal:
+            continue
+        partitions = [_partition(engine.logs.log(name, p)) for p in range(info.partitions)]
+        result.append({"topic_name": name, "topic_id": info.topic_id, "is_internal": info.internal,
+                       "partitions_count": info.partitions, "configs": dict(info.overrides),
+                       "partitions": partitions})
+    return result
+
+
+async def topic(engine: "Engine", name: str) -> dict[str, Any]:
+    info = engine.logs.topic(name)
+    return {"topic_name": name, "topic_id": info.topic_id, "is_internal": info.internal,
+            "partitions_count": info.partitions, "configs": dict(info.overrides),
+            "effective_configs": engine.logs.topic_config(name).to_kafka(),
+            "partitions": [_partition(engine.logs.log(name, p)) for p in range(info.partitions)]}
+
+
+async def partition(engine: "Engine", name: str, partition_id: int) -> dict[str, Any]:
+    """A partition with what explains its LSO: open transactions (and who owns them)."""
+    log = engine.logs.log(name, partition_id)
+    detail = _partition(log)
+    tc = engine.transaction_coordinator
+    for txn in detail["open_transactions"]:
+        txn_id = tc.transactional_id_of(txn["producer_id"])
+        meta = tc.describe(txn_id) if txn_id else None
+        txn["transactional_id"] = txn_id
+        txn["transaction_start_ms"] = meta.txn_start_timestamp if meta else None
+        txn["transaction_timeout_ms"] = meta.txn_timeout_ms if meta else None
+    return detail
+
+
+async def topic_partitions(engine: "Engine", name: str) -> list[dict[str, Any]]:
+    """Every partition of a topic, each as :func:`partition` describes it."""
+    return [await partition(engine, name, p) for p in range(engine.logs.topic(name).partitions)]
+
+
+async def segments(engine: "Engine", name: str, partition_id: int) -> list[dict[str, Any]]:
+    log = engine.logs.log(name, partition_id)
+    return [{"base_offset": s.base_offset, "next_offset": s.next_offset, "size_bytes": s.size,
+             "max_timestamp": s.max_timestamp, "index_entries": len(s.offset_index),
+             "time_index_entries": len(s.time_index), "aborted_transactions": len(s.txn_index.all_entries())}
+            for s in log.segments]
+
+
+async def aborted_transactions(engine: "Engine", name: str, partition_id: int) -> list[dict[str, Any]]:
+    """The ``.txnindex`` entries of every segment."""
+    log = engine.logs.log(name, partition_id)
+    return [{"producer_id": t.producer_id, "first_offset": t.first_offset, "last_offset": t.last_offset,
+             "last_stable_offset": t.last_stable_offset}
+            for s in log.segments for t in s.txn_index.all_entries()]
+
+
+async def producers(engine: "Engine", name: str, partition_id: int) -> list[dict[str, Any]]:
+    """DescribeProducers: the producer state of one partition."""
+    log = engine.logs.log(name, partition_id)
+    tc = engine.transaction_coordinator
+    return [{"producer_id": e.producer_id, "producer_epoch": e.producer_epoch,
+             "last_sequence": e.last_seq, "last_timestamp": e.last_timestamp,
+             "coordinator_epoch": e.coordinator_epoch,
+             "current_transaction_start_offset": (e.current_txn_first_offset
+                                                  if e.current_txn_first_offset is not None else -1),
+             "transactional_id": tc.transactional_id_of(e.producer_id)}
+            for e in sorted(log.producer_state, key=lambda e: e.producer_id)]
+
+
+def _transaction(txn_id: str, meta, now_ms: int) -> dict[str, Any]:
+    open_ = meta.state in (TransactionState.ONGOING, TransactionState.PREPARE_COMMIT,
+                           TransactionState.PREPARE_ABORT, TransactionState.PREPARE_EPOCH_FENCE)
+    return {"transactional_id": txn_id, "state": meta.state.display, "producer_id": meta.producer_id,
+            "producer_epoch": meta.producer_epoch, "transaction_timeout_ms": meta.txn_timeout_ms,
+            "transaction_start_ms": meta.txn_start_timestamp if open_ else None,
+            "age_ms": now_ms - meta.txn_start_timestamp if open_ and meta.txn_start_timestamp >= 0 else None,
+            "last_update_ms": meta.txn_last_update_timestamp,
+            "partitions": [{"topic_name": t, "partition_id": p} for t, p in sorted(meta.partitions)]}
+
+
+async def transactions(engine: "Engine", states: list[str] | None = None) -> list[dict[str, Any]]:
+    """ListTransactions, with each one's age against its timeout."""
+    now = engine.clock.now_ms()
+    return [_transaction(txn_id, meta, now)
+            for txn_id, meta in engine.transaction_coordinator.list_transactions(states or ())]
+
+
+async def transaction(engine: "Engine", txn_id: str) -> dict[str, Any]:
+    meta = engine.transaction_coordinator.describe(txn_id)
+    if meta is None:
+        raise TransactionalIdNotFoundError(f"no transactional id {txn_id!r}")
+    return _transaction(txn_id, meta, engine.clock.now_ms())
+
+
+def transaction_history(db: "SqlEngine", txn_id: str, limit: int = 20) -> list[dict[str, Any]]:
+    """The last ``limit`` finished transactions of ``txn_id``, newest first, from the
+    SQLite mirror's ``transactions`` table (``coordinator/mirror_models.py``).
+
+    Not a coroutine: it reads SQLite on the caller's thread (``db`` is a read-only
+    engine, ``coordinator.mirror_db.reader_engine``), never on the engine's loop.
+    """
+    from sqlalchemy import select
+
+    from coordinator.mirror_models import FinishedTransaction as T
+
+    query = (select(T.producer_id, T.producer_epoch, T.outcome, T.partitions, T.start_ms, T.end_ms)
+             .where(T.transactional_id == txn_id).order_by(T.end_ms.desc(), T.id.desc()).limit(limit))
+    with db.connect() as connection:
+        rows = connection.execute(query).all()
+        connection.rollback()
+    return [{"producer_id": r.producer_id, "producer_epoch": r.producer_epoch, "outcome": r.outcome,
+             "partitions": [_topic_partition(tp) for tp in json.loads(r.partitions)],
+             "start_ms": r.start_ms, "end_ms": r.end_ms} for r in rows]
+
+
+def _topic_partition(name: str) -> dict[str, Any]:
+    """``"orders-0"`` -> ``{"topic_name": "orders", "partition_id": 0}`` (topics may hold ``-``)."""
+    topic, _, partition = name.rpartition("-")
+    return {"topic_name": topic, "partition_id": int(partition)}
+
+
+async def groups(engine: "Engine") -> list[dict[str, Any]]:
+    return [{"group_id": g.group_id, "state": g.state.value, "generation": g.generation,
+             "protocol_type": g.protocol_type, "members": len(g.members)}
+            for g in sorted(engine.group_coordinator.groups.values(), key=lambda g: g.group_id)]
+
+
+async def group(engine: "Engine", group_id: str) -> dict[str, Any]:
+    """A group's members, committed and pending offsets, and lag against the LSO."""
+    g = engine.group_coordinator.describe(group_id)
+    if g is None:
+        raise GroupIdNotFoundError(f"no group {group_id!r}")
+    tc = engine.transaction_coordinator
+    offsets = []
+    partitions = sorted(set(g.committed) | {tp for pending in g.pending.values() for tp in pending})
+    for tp in partitions:
+        committed = g.committed.get(tp)
+        log = engine.logs.logs.get(tp)
+        lso = log.last_stable_offset if log else None
+        pending = [{"producer_id": pid, "transactional_id": tc.transactional_id_of(pid), "offset": offs[tp].offset}
+                   for pid, offs in sorted(g.pending.items()) if tp in offs]
+        offsets.append({
+            "topic_name": tp[0], "partition_id": tp[1],
+            "committed_offset": committed.offset if committed else None,
+            "metadata": committed.metadata if committed else None,
+            "pending": pending,
+            "high_watermark": log.high_watermark if log else None,
+            "last_stable_offset": lso,
+            "lag": max(0, lso - committed.offset) if committed and lso is not None else None})
+    return {"group_id": g.group_id, "state": g.state.value, "generation": g.generation,
+            "protocol_type": g.protocol_type, "protocol": g.protocol, "leader": g.leader,
+            "members": [{"member_id": m.member_id, "group_instance_id": m.group_instance_id,
+                         "client_id": m.client_id, "client_host": m.client_host,
+                         "session_timeout_ms": m.session_timeout_ms} for m in g.members.values()],
+            "offsets": offsets}
+
+
+async def overview(engine: "Engine") -> dict[str, Any]:
+    """What the console's first page shows: partitions with their LSO gap, and
+    transaction counts by state."""
+    by_state: dict[str, int] = {}
+    for _, meta in engine.transaction_coordinator.list_transactions():
+        by_state[meta.state.display] = by_state.get(meta.state.display, 0) + 1
+    stuck = [p for t in await topics(engine) for p in t["partitions"]
+             if p["last_stable_offset"] < p["high_watermark"]]
+    return {"cluster_id": engine.logs.cluster_id, "topics": await topics(engine),
+            "transactions_by_state": by_state, "partitions_behind": stuck}
+
+
+# -- what the console asks (app/http/ui.py); the API may use them too ----------------------
+
+_OPEN_STATES = (TransactionState.ONGOING, TransactionState.PREPARE_COMMIT,
+                TransactionState.PREPARE_ABORT, TransactionState.PREPARE_EPOCH_FENCE)
+
+
+def _holder(engine: "Engine", log: PartitionLog, producer_id: int, first_offset: int,
+            now_ms: int) -> dict[str, Any]:
+    """One open transaction on ``log``: who owns it, since when, and whether the
+    coordinator knows it (a producer it does not know is a *hanging* transaction:
+    only an AbortTransaction on the partition can end it)."""
+    tc = engine.transaction_coordinator
+    entry = log.producer_state.producers.get(producer_id)
+    txn_id = tc.transactional_id_of(producer_id)
+    meta = tc.describe(txn_id) if txn_id else None
+    start = meta.txn_start_timestamp if meta and meta.state in _OPEN_STATES else None
+    return {"producer_id": producer_id,
+            "producer_epoch": entry.producer_epoch if entry else None,
+            "transactional_id": txn_id,
+            "state": meta.state.display if meta else None,
+            "first_offset": first_offset,
+            "holds_lso": first_offset == log.last_stable_offset,
+            "transaction_start_ms": start,
+            "transaction_timeout_ms": meta.txn_timeout_ms if meta else None,
+            "age_ms": now_ms - start if start is not None and start >= 0 else None,
+            "last_timestamp": entry.last_timestamp if entry else None,
+            "hanging": txn_id is None}
+
+
+async def lso_blockers(engine: "Engine") -> list[dict[str, Any]]:
+    """Every partition whose LSO is below its high watermark -- where a read_committed
+    consumer waits -- with the open transactions on it, the one pinning the LSO
+    first. Internal topics come last (pending transactional offsets hold theirs)."""
+    now = engine.clock.now_ms()
+    blocked = []
+    for (name, partition_id), log in sorted(engine.logs.logs.items(),
+                                            key=lambda item: (item[0][0] in INTERNAL_TOPICS, item[0])):
+        lso, hw = log.last_stable_offset, log.high_watermark
+        if lso >= hw:
+            continue
+        holders = [_holder(engine, log, pid, first, now)
+                   for pid, first in sorted(log.producer_state.ongoing_transactions(), key=lambda t: t[1])]
+        blocked.append({"topic_name": name, "partition_id": partition_id,
+                        "is_internal": name in INTERNAL_TOPICS,
+                        "high_watermark": hw, "last_stable_offset": lso, "gap": hw - lso,
+                        "holders": holders})
+    return blocked
+
+
+async def transaction_counts(engine: "Engine") -> dict[str, Any]:
+    """Open transactions now (by state) and those finished since the broker started."""
+    by_state: dict[str, int] = {}
+    for _, meta in engine.transaction_coordinator.list_transactions():
+        by_state[meta.state.display] = by_state.get(meta.state.display, 0) + 1
+    completed = engine.transaction_coordinator.completed
+    return {"open": sum(n for state, n in by_state.items()
+                        if state in {s.display for s in _OPEN_STATES}),
+            "by_state": by_state,
+            "committed_since_start": completed["commit"], "aborted_since_start": completed["abort"]}
+
+
+async def dashboard(engine: "Engine") -> dict[str, Any]:
+    """The console's first page in one snapshot: partitions, blockers, counts."""
+    return {"cluster_id": engine.logs.cluster_id, "topics": await topics(engine),
+            "internal_topics": [t for t in await topics(engine, include_internal=True) if t["is_internal"]],
+            "blockers": await lso_blockers(engine), "transactions": await transaction_counts(engine),
+            "now_ms": engine.clock.now_ms()}
+
+
+async def transaction_detail(engine: "Engine", txn_id: str) -> dict[str, Any]:
+    """:func:`transaction` plus, per partition, where its open transaction starts and
+    whether that pins the LSO, and the group offsets pending on its commit."""
+    detail = await transaction(engine, txn_id)
+    open_ = detail["transaction_start_ms"] is not None
+    for tp in detail["partitions"]:
+        log = engine.logs.logs.get((tp["topic_name"], tp["partition_id"]))
+        entry = log.producer_state.producers.get(detail["producer_id"]) if log else None
+        first = entry.current_txn_first_offset if entry and open_ else None
+        tp.update(first_offset=first, high_watermark=log.high_watermark if log else None,
+                  last_stable_offset=log.last_stable_offset if log else None,
+                  holds_lso=first is not None and log is not None and first == log.last_stable_offset)
+    detail["holds_lso"] = any(tp["holds_lso"] for tp in detail["partitions"])
+    detail["pending_offsets"] = [
+        {"group_id": g.group_id, "topic_name": tp[0], "partition_id": tp[1], "offset": o.offset}
+        for g in sorted(engine.group_coordinator.groups.values(), key=lambda g: g.group_id)
+        for tp, o in sorted(g.pending.get(detail["producer_id"], {}).items())]
+    detail["now_ms"] = engine.clock.now_ms()
+    return detail
+
+
+async def groups_summary(engine: "Engine") -> list[dict[str, Any]]:
+    """:func:`groups` with each group's total lag (against the LSO) and how many of
+    its offsets wait on a transaction."""
+    result = []
+    for g in await groups(engine):
+        described = await group(engine, g["group_id"])
+        lags = [o["lag"] for o in described["offsets"] if o["lag"] is not None]
+        result.append({**g, "partitions": len(described["offsets"]), "lag": sum(lags) if lags else None,
+                       "pending_offsets": sum(len(o["pending"]) for o in described["offsets"])})
+    return result
+
+
+def _preview(data: bytes | None, limit: int = 96) -> str | None:
+    if data is None:
+        return None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        text = "0x" + data[: limit // 2].hex()
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+async def records(engine: "Engine", name: str, partition_id: int, offset: int | None = None,
+                  limit: int = 25) -> dict[str, Any]:
+    """Up to ``limit`` records from ``offset`` (default: the last ones below the high
+    watermark), markers included, each with what a read_committed consumer makes of
+    it: ``committed`` (or not transactional), ``aborted`` (never delivered), ``open``
+    (waits for its transaction), or a ``marker``."""
+    log = engine.logs.log(name, partition_id)
+    hw = log.high_watermark
+    start = max(log.log_start_offset, hw - limit) if offset is None else offset
+    if start < log.log_start_offset or start > hw:
+        raise OffsetOutOfRangeError(f"offset {start} is outside [{log.log_start_offset}, {hw}] "
+                                    f"of {name}-{partition_id}")
+    aborted = log.collect_aborted(start, hw) if start < hw else []
+    rows: list[dict[str, Any]] = []
+    for header, raw in (log.batches(start) if start < hw else ()):
+        if header.base_offset >= hw or len(rows) >= limit:
+            break
+        batch = decode_batch(raw)
+        for record in batch.records:
+            if record.offset < start or record.offset >= hw or len(rows) >= limit:
+                continue
+            row = {"offset": record.offset, "timestamp": record.timestamp, "producer_id": header.producer_id,
+                   "producer_epoch": header.producer_epoch, "transactional": header.is_transactional,
+                   "key": _preview(record.key), "value": _preview(record.value), "marker": None}
+            if header.is_control:
+                control, _ = decode_control_record(record)
+                row.update(status="marker", marker=getattr(control, "name", str(control)), key=None, value=None)
+            elif not header.is_transactional:
+                row["status"] = "committed"
+            elif any(t.producer_id == header.producer_id and t.first_offset <= record.offset <= t.last_offset
+                     for t in aborted):
+                row["status"] = "aborted"
+            else:
+                entry = log.producer_state.producers.get(header.producer_id)
+                first = entry.current_txn_first_offset if entry else None
+                row["status"] = "open" if first is not None and record.offset >= first else "committed"
+            rows.append(row)
+    return {"topic_name": name, "partition_id": partition_id, "start_offset": start,
+            "log_start_offset": log.log_start_offset, "high_watermark": hw,
+            "last_stable_offset": log.last_stable_offset, "records": rows}
+
+
+def finished_counts(db: "SqlEngine") -> dict[str, int]:
+    """How many finished transactions the SQLite mirror holds, by outcome (COMMIT,
+    ABORT). Like :func:`transaction_history`, read on the caller's thread."""
+    from sqlalchemy import func, select
+
+    from coordinator.mirror_models import FinishedTransaction as T
+
+    with db.connect() as connection:
+        counts = {outcome: n for outcome, n in connection.execute(
+            select(T.outcome, func.count()).group_by(T.outcome))}
+        connection.rollback()
+    return counts
