@@ -209,16 +209,28 @@ class GroupCoordinator:
         if group.state is not G.PREPARING_REBALANCE:
             self._prepare_rebalance(group, now)
         self._maybe_complete_join(group, now)
-        return await waiter
+        try:
+            return await waiter
+        except asyncio.CancelledError:
+            self._abandon_join(group, member, waiter, new_member=not member_id)
+            raise
+
+    def _abandon_join(self, group: GroupMetadata, member: Member, waiter: asyncio.Future,
+                      new_member: bool) -> None:
+        """The client gave up on its JoinGroup (it closed): it has not rejoined after
+        all. A member this join created is removed at once, so the rebalance need not
+        wait out the rebalance timeout for it; a known one is treated as not rejoined."""
+        if member.join_waiter is not waiter:
+            return  # the join completed (or was failed) already
+        member.join_waiter = None
+        if new_member:
+            self._remove_member(group, member.member_id, UnknownMemberIdError("gave up joining"))
+            self._maybe_complete_join(group, self.clock.now_ms())
 
     def _member_for_join(self, group: GroupMetadata, member_id: str, group_instance_id: str | None,
                          client_id: str, client_host: str, now: int) -> Member:
         if member_id:
-            member = group.members.get(member_id)
-            if member is None:
-                raise UnknownMemberIdError(f"member {member_id!r} is not in group {group.group_id!r}")
-            self._check_instance(group, member_id, group_instance_id)
-            return member
+            return self._validate_member(group, member_id, group_instance_id)
         new_id = f"{client_id or 'member'}-{uuid.uuid4()}"
         if group_instance_id is not None and group_instance_id in group.static_members:
             self._remove_member(group, group.static_members[group_instance_id],
@@ -230,10 +242,22 @@ class GroupCoordinator:
         return member
 
     @staticmethod
-    def _check_instance(group: GroupMetadata, member_id: str, group_instance_id: str | None) -> None:
-        if group_instance_id is not None and group.static_members.get(group_instance_id) != member_id:
-            raise FencedInstanceIdError(
-                f"instance {group_instance_id!r} of group {group.group_id!r} belongs to another member")
+    def _validate_member(group: GroupMetadata, member_id: str, group_instance_id: str | None) -> Member:
+        """Kafka's validateCurrentMember. The instance id is checked first: a static
+        member replaced by a newer incarnation still names its instance id, and must
+        learn that it is fenced (FENCED_INSTANCE_ID), not merely unknown."""
+        if group_instance_id is not None:
+            owner = group.static_members.get(group_instance_id)
+            if owner is None:
+                raise UnknownMemberIdError(
+                    f"instance {group_instance_id!r} is not a member of group {group.group_id!r}")
+            if owner != member_id:
+                raise FencedInstanceIdError(
+                    f"instance {group_instance_id!r} of group {group.group_id!r} belongs to member {owner!r}")
+        member = group.members.get(member_id)
+        if member is None:
+            raise UnknownMemberIdError(f"member {member_id!r} is not in group {group.group_id!r}")
+        return member
 
     def _prepare_rebalance(self, group: GroupMetadata, now: int) -> None:
         if group.state is G.COMPLETING_REBALANCE:
@@ -330,11 +354,9 @@ class GroupCoordinator:
     def _current_member(self, group_id: str, member_id: str,
                         group_instance_id: str | None) -> tuple[GroupMetadata, Member]:
         group = self.groups.get(group_id)
-        member = group.members.get(member_id) if group else None
-        if group is None or member is None:
+        if group is None:
             raise UnknownMemberIdError(f"member {member_id!r} is not in group {group_id!r}")
-        self._check_instance(group, member_id, group_instance_id)
-        return group, member
+        return group, self._validate_member(group, member_id, group_instance_id)
 
     def tick(self) -> None:
         """Expire silent members and overdue rebalances (the engine calls this often)."""
@@ -378,9 +400,7 @@ class GroupCoordinator:
         if group.state is G.DEAD:
             raise CoordinatorNotAvailableError(f"group {group.group_id!r} is being deleted")
         if generation >= 0 or member_id or group_instance_id is not None:
-            if member_id not in group.members:
-                raise UnknownMemberIdError(f"member {member_id!r} is not in group {group.group_id!r}")
-            self._check_instance(group, member_id, group_instance_id)
+            self._validate_member(group, member_id, group_instance_id)
             if generation != group.generation:
                 raise IllegalGenerationError(
                     f"generation {generation} is not group {group.group_id!r}'s {group.generation}")

@@ -1,0 +1,761 @@
+"""The group coordinator (coordinator/group_coordinator.py): every request branch and its error.
+
+The coordinator's coroutines run on the engine's loop. Members that have to wait
+for each other (JoinGroup, SyncGroup) are started as tasks on the loop
+(:func:`spawn`) and their outcome is awaited with a deadline (:func:`outcome`);
+session and rebalance timeouts are driven by advancing the FakeClock and
+ticking the coordinator (:func:`tick`), never by waiting in real time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import pytest
+
+from app import Broker
+from coordinator.group_coordinator import JoinResult
+from coordinator.group_metadata import (
+    VALID_PREVIOUS,
+    CommittedOffset,
+    GroupMetadata,
+    GroupState,
+    IllegalGroupTransitionError,
+)
+from storage.clock import FakeClock
+from storage.errors import KafkaError
+
+SMALL_INTERNAL_TOPICS = {"transaction.state.log.num.partitions": 3, "offsets.topic.num.partitions": 3}
+#: the longest any single blocking call may take before the test fails instead of hanging
+DEADLINE_S = 10
+SESSION_MS = 10_000
+PROTOCOLS = [("range", b"meta")]
+G = GroupState
+
+
+# -- harness ------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def open_broker(tmp_path: Path, clock: FakeClock) -> Iterator[Callable[..., Broker]]:
+    """Open (or reopen) the broker on one data directory; everything opened is closed."""
+    opened: list[Broker] = []
+
+    def open_(**config: Any) -> Broker:
+        b = Broker(tmp_path / "data", clock=clock, **{**SMALL_INTERNAL_TOPICS, **config})
+        opened.append(b)
+        return b
+
+    yield open_
+    for b in opened:
+        b.close()
+
+
+@pytest.fixture
+def broker(open_broker) -> Broker:
+    return open_broker()
+
+
+def call(broker: Broker, fn, *args: Any, **kwargs: Any) -> Any:
+    """Run one coordinator coroutine on the loop; fail rather than hang."""
+    return broker.engine.call(fn, *args, timeout=DEADLINE_S, **kwargs)
+
+
+def spawn(broker: Broker, fn, *args: Any, **kwargs: Any) -> asyncio.Task:
+    """Start ``fn(*args)`` as a task on the loop and let it run to its first wait."""
+    async def start() -> asyncio.Task:
+        task = asyncio.ensure_future(fn(*args, **kwargs))
+        for _ in range(3):
+            await asyncio.sleep(0)
+        return task
+    return call(broker, start)
+
+
+def outcome(broker: Broker, task: asyncio.Task) -> Any:
+    """The result of a spawned task (its exception is raised), within the deadline."""
+    async def wait() -> Any:
+        return await asyncio.wait_for(asyncio.shield(task), DEADLINE_S - 1)
+    return call(broker, wait)
+
+
+def still_waiting(broker: Broker, task: asyncio.Task) -> bool:
+    async def check() -> bool:
+        await asyncio.sleep(0)
+        return not task.done()
+    return call(broker, check)
+
+
+def tick(broker: Broker) -> None:
+    """One pass of the coordinator's timers at the FakeClock's current time."""
+    async def run() -> None:
+        broker.engine.group_coordinator.tick()
+    call(broker, run)
+
+
+def gc(broker: Broker):
+    return broker.engine.group_coordinator
+
+
+def group(broker: Broker, group_id: str) -> GroupMetadata:
+    found = gc(broker).describe(group_id)
+    assert found is not None
+    return found
+
+
+@contextmanager
+def kafka_error(name: str, code: int) -> Iterator[pytest.ExceptionInfo]:
+    with pytest.raises(KafkaError) as info:
+        yield info
+    assert (info.value.name, info.value.code) == (name, code), repr(info.value)
+
+
+def join(broker: Broker, group_id: str, member_id: str = "", *, protocol_type: str = "consumer",
+         protocols=PROTOCOLS, session_ms: int = SESSION_MS, rebalance_ms: int = -1,
+         instance_id: str | None = None, client_id: str = "") -> asyncio.Task:
+    return spawn(broker, gc(broker).join_group, group_id, member_id, protocol_type, list(protocols),
+                 session_ms, rebalance_ms, instance_id, client_id)
+
+
+def finish_rebalance(broker: Broker, group_id: str, members: list[str], *waiting: asyncio.Task,
+                     **join_kwargs: Any) -> list[JoinResult]:
+    """Rejoin ``members`` at once, then collect every join (theirs and ``waiting``)."""
+    rejoins = [join(broker, group_id, m, **join_kwargs) for m in members]
+    return [outcome(broker, t) for t in [*rejoins, *waiting]]
+
+
+@dataclass
+class Formed:
+    generation: int
+    leader: str
+    members: list[str]  # in join order
+
+
+def sync_everyone(broker: Broker, group_id: str, results: list[JoinResult]) -> dict[str, bytes]:
+    """SyncGroup for every member at once; the leader assigns ``b"to:" + member id``."""
+    leader = next(r for r in results if r.member_id == r.leader)
+    assignments = {m: b"to:" + m.encode() for m, _, _ in leader.members}
+
+    async def sync_all() -> list[bytes]:
+        return await asyncio.gather(*(
+            gc(broker).sync_group(group_id, r.generation, r.member_id,
+                                  assignments if r is leader else None) for r in results))
+    got = call(broker, sync_all)
+    return {r.member_id: a for r, a in zip(results, got)}
+
+
+def form_group(broker: Broker, group_id: str, n: int, **join_kwargs: Any) -> Formed:
+    """Grow a Stable group to ``n`` members the way clients do: each newcomer's join
+    starts a rebalance that completes when the existing members have rejoined."""
+    members: list[str] = []
+    results: list[JoinResult] = []
+    instance_ids = join_kwargs.pop("instance_ids", [None] * n)
+    for i in range(n):
+        newcomer = join(broker, group_id, instance_id=instance_ids[i], client_id=f"c{i}", **join_kwargs)
+        rejoins = [join(broker, group_id, m, instance_id=instance_ids[j], **join_kwargs)
+                   for j, m in enumerate(members)]
+        results = [outcome(broker, t) for t in [*rejoins, newcomer]]
+        members.append(results[-1].member_id)
+        sync_everyone(broker, group_id, results)
+    assert group(broker, group_id).state is G.STABLE
+    return Formed(results[0].generation, results[0].leader, members)
+
+
+# -- JoinGroup ------------------------------------------------------------------------------------
+
+
+def test_join_with_empty_group_id_is_invalid_group_id(broker):
+    with kafka_error("INVALID_GROUP_ID", 24):
+        outcome(broker, join(broker, ""))
+
+
+@pytest.mark.parametrize("session_ms", [5_999, 1_800_001, 0, -1])
+def test_join_with_session_timeout_outside_the_broker_range_is_rejected(broker, session_ms):
+    with kafka_error("INVALID_SESSION_TIMEOUT", 26):
+        outcome(broker, join(broker, "g", session_ms=session_ms))
+    assert gc(broker).describe("g") is None or not group(broker, "g").members
+
+
+@pytest.mark.parametrize("session_ms", [6_000, 1_800_000])
+def test_join_at_the_session_timeout_bounds_is_accepted(broker, session_ms):
+    assert outcome(broker, join(broker, "g", session_ms=session_ms)).generation == 1
+
+
+def test_session_timeout_bounds_follow_the_broker_config(open_broker):
+    b = open_broker(**{"group.min.session.timeout.ms": 1000, "group.max.session.timeout.ms": 2000})
+    assert outcome(b, join(b, "g", session_ms=1000)).generation == 1
+    with kafka_error("INVALID_SESSION_TIMEOUT", 26):
+        outcome(b, join(b, "h", session_ms=2001))
+
+
+@pytest.mark.parametrize("protocol_type, protocols", [
+    ("connect", PROTOCOLS),                   # another protocol type
+    ("consumer", [("roundrobin", b"")]),      # no protocol in common
+    ("consumer", []),                         # no protocol at all
+])
+def test_join_with_a_protocol_no_member_shares_is_inconsistent(broker, protocol_type, protocols):
+    first = outcome(broker, join(broker, "g"))
+    with kafka_error("INCONSISTENT_GROUP_PROTOCOL", 23):
+        outcome(broker, join(broker, "g", protocol_type=protocol_type, protocols=protocols))
+    g = group(broker, "g")
+    assert list(g.members) == [first.member_id] and g.state is G.COMPLETING_REBALANCE
+
+
+def test_first_member_of_an_empty_group_may_use_any_protocol_type(broker):
+    assert outcome(broker, join(broker, "g", protocol_type="connect")).protocol_type == "connect"
+
+
+def test_join_with_an_unknown_member_id_is_rejected(broker):
+    outcome(broker, join(broker, "g"))
+    with kafka_error("UNKNOWN_MEMBER_ID", 25):
+        outcome(broker, join(broker, "g", "nobody"))
+    with kafka_error("UNKNOWN_MEMBER_ID", 25):
+        outcome(broker, join(broker, "other-group", "nobody"))
+
+
+def test_join_chooses_the_protocol_every_member_supports(broker):
+    a = outcome(broker, join(broker, "g", protocols=[("roundrobin", b"ra"), ("range", b"na")]))
+    b_task = join(broker, "g", protocols=[("range", b"nb")])
+    a_task = join(broker, "g", a.member_id, protocols=[("roundrobin", b"ra"), ("range", b"na")])
+    a2, b = outcome(broker, a_task), outcome(broker, b_task)
+    assert a2.protocol == b.protocol == "range"
+    leader = a2 if a2.member_id == a2.leader else b
+    assert {m: meta for m, _, meta in leader.members} == {a.member_id: b"na", b.member_id: b"nb"}
+
+
+def test_two_members_joining_together_share_a_generation_and_one_leader_sees_all(open_broker, clock):
+    # group.initial.rebalance.delay.ms holds the first rebalance open for more joiners
+    b = open_broker(**{"group.initial.rebalance.delay.ms": 3000})
+    t1 = join(b, "g", protocols=[("range", b"meta-1")], client_id="one")
+    t2 = join(b, "g", protocols=[("range", b"meta-2")], client_id="two")
+    tick(b)
+    assert still_waiting(b, t1) and still_waiting(b, t2)
+    clock.advance(3000)
+    tick(b)
+    r1, r2 = outcome(b, t1), outcome(b, t2)
+    assert r1.generation == r2.generation == 1
+    assert r1.leader == r2.leader and r1.leader in (r1.member_id, r2.member_id)
+    assert r1.member_id != r2.member_id
+    assert r1.member_id.startswith("one-") and r2.member_id.startswith("two-")
+    leader, follower = (r1, r2) if r1.member_id == r1.leader else (r2, r1)
+    assert follower.members == []
+    assert sorted((m, meta) for m, _, meta in leader.members) == sorted(
+        [(r1.member_id, b"meta-1"), (r2.member_id, b"meta-2")])
+    assert r1.protocol == r2.protocol == "range" and r1.protocol_type == "consumer"
+    assert group(b, "g").state is G.COMPLETING_REBALANCE
+
+
+def test_a_newcomer_waits_until_existing_members_rejoin(broker):
+    a = outcome(broker, join(broker, "g"))
+    sync_everyone(broker, "g", [a])
+    newcomer = join(broker, "g")
+    assert still_waiting(broker, newcomer)
+    assert group(broker, "g").state is G.PREPARING_REBALANCE
+    rejoined = outcome(broker, join(broker, "g", a.member_id))
+    joined = outcome(broker, newcomer)
+    assert rejoined.generation == joined.generation == a.generation + 1
+    assert rejoined.leader == joined.leader == a.member_id  # the leader keeps its role
+
+
+def cancel(broker: Broker, task: asyncio.Task) -> None:
+    async def run() -> None:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    call(broker, run)
+
+
+def test_a_new_member_that_gives_up_its_join_is_forgotten(broker):
+    formed = form_group(broker, "g", 1)
+    newcomer = join(broker, "g")
+    assert len(group(broker, "g").members) == 2
+    cancel(broker, newcomer)  # the client closed while waiting
+    assert list(group(broker, "g").members) == formed.members
+    r = outcome(broker, join(broker, "g", formed.members[0]))  # completes without waiting for it
+    assert [m for m, _, _ in r.members] == formed.members
+
+
+def test_a_known_member_that_gives_up_its_rejoin_has_not_rejoined(broker, clock):
+    formed = form_group(broker, "g", 2, rebalance_ms=20_000, session_ms=30_000)
+    stays, quits = formed.members
+    newcomer = join(broker, "g", rebalance_ms=20_000, session_ms=30_000)
+    cancel(broker, join(broker, "g", quits, rebalance_ms=20_000, session_ms=30_000))
+    rejoin = join(broker, "g", stays, rebalance_ms=20_000, session_ms=30_000)
+    assert still_waiting(broker, newcomer) and still_waiting(broker, rejoin)
+    clock.advance(20_000)
+    tick(broker)
+    assert outcome(broker, rejoin).generation == outcome(broker, newcomer).generation == formed.generation + 1
+    assert quits not in group(broker, "g").members
+
+
+# -- SyncGroup ------------------------------------------------------------------------------------
+
+
+def test_sync_hands_every_member_the_leaders_assignment(broker):
+    formed = form_group(broker, "g", 3)
+    g = group(broker, "g")
+    assert {m: g.members[m].assignment for m in formed.members} == {
+        m: b"to:" + m.encode() for m in formed.members}
+    # a late SyncGroup of a Stable group gets the assignment again
+    for m in formed.members:
+        assert call(broker, gc(broker).sync_group, "g", formed.generation, m) == b"to:" + m.encode()
+
+
+def test_a_follower_syncing_first_waits_for_the_leader(broker):
+    a = outcome(broker, join(broker, "g"))
+    sync_everyone(broker, "g", [a])
+    t_new = join(broker, "g")
+    r_a, r_new = outcome(broker, join(broker, "g", a.member_id)), outcome(broker, t_new)
+    follower = spawn(broker, gc(broker).sync_group, "g", r_new.generation, r_new.member_id)
+    assert still_waiting(broker, follower)
+    assert call(broker, gc(broker).sync_group, "g", r_a.generation, r_a.member_id,
+                {r_a.member_id: b"A", r_new.member_id: b"N"}) == b"A"
+    assert outcome(broker, follower) == b"N"
+
+
+def test_sync_with_the_wrong_generation_is_illegal(broker):
+    formed = form_group(broker, "g", 2)
+    for generation in (formed.generation - 1, formed.generation + 1, -1):
+        with kafka_error("ILLEGAL_GENERATION", 22):
+            call(broker, gc(broker).sync_group, "g", generation, formed.members[0])
+
+
+def test_sync_of_an_unknown_member_is_rejected(broker):
+    formed = form_group(broker, "g", 1)
+    with kafka_error("UNKNOWN_MEMBER_ID", 25):
+        call(broker, gc(broker).sync_group, "g", formed.generation, "nobody")
+
+
+def test_sync_while_a_rebalance_is_preparing_is_rebalance_in_progress(broker):
+    formed = form_group(broker, "g", 2)
+    newcomer = join(broker, "g")
+    assert group(broker, "g").state is G.PREPARING_REBALANCE
+    with kafka_error("REBALANCE_IN_PROGRESS", 27):
+        call(broker, gc(broker).sync_group, "g", formed.generation, formed.members[1])
+    finish_rebalance(broker, "g", formed.members, newcomer)
+
+
+def test_a_waiting_sync_fails_when_a_new_rebalance_starts(broker):
+    a = outcome(broker, join(broker, "g"))
+    sync_everyone(broker, "g", [a])
+    t_b = join(broker, "g")
+    outcome(broker, join(broker, "g", a.member_id))
+    b = outcome(broker, t_b)
+    follower = b if b.member_id != b.leader else a
+    waiting = spawn(broker, gc(broker).sync_group, "g", follower.generation, follower.member_id)
+    newcomer = join(broker, "g")  # starts another rebalance before the leader synced
+    with kafka_error("REBALANCE_IN_PROGRESS", 27):
+        outcome(broker, waiting)
+    results = finish_rebalance(broker, "g", [a.member_id, b.member_id], newcomer)
+    assert {r.generation for r in results} == {b.generation + 1}
+
+
+# -- Heartbeat ------------------------------------------------------------------------------------
+
+
+def test_heartbeat_of_a_current_member_succeeds(broker):
+    formed = form_group(broker, "g", 2)
+    for m in formed.members:
+        assert call(broker, gc(broker).heartbeat, "g", formed.generation, m) is None
+
+
+def test_heartbeat_of_an_unknown_member_is_rejected(broker):
+    formed = form_group(broker, "g", 1)
+    with kafka_error("UNKNOWN_MEMBER_ID", 25):
+        call(broker, gc(broker).heartbeat, "g", formed.generation, "nobody")
+    with kafka_error("UNKNOWN_MEMBER_ID", 25):
+        call(broker, gc(broker).heartbeat, "no-such-group", 1, formed.members[0])
+
+
+def test_heartbeat_with_the_wrong_generation_is_illegal(broker):
+    formed = form_group(broker, "g", 2)
+    with kafka_error("ILLEGAL_GENERATION", 22):
+        call(broker, gc(broker).heartbeat, "g", formed.generation - 1, formed.members[0])
+
+
+def test_heartbeat_while_rebalancing_asks_the_member_to_rejoin(broker):
+    formed = form_group(broker, "g", 2)
+    newcomer = join(broker, "g")
+    for m in formed.members:
+        with kafka_error("REBALANCE_IN_PROGRESS", 27):
+            call(broker, gc(broker).heartbeat, "g", formed.generation, m)
+    finish_rebalance(broker, "g", formed.members, newcomer)
+
+
+# -- session and rebalance timeouts ---------------------------------------------------------------
+
+
+def test_a_member_silent_past_its_session_timeout_is_removed_and_the_group_rebalances(broker, clock):
+    formed = form_group(broker, "g", 2)
+    alive, silent = formed.members
+    clock.advance(SESSION_MS * 6 // 10)
+    call(broker, gc(broker).heartbeat, "g", formed.generation, alive)
+    tick(broker)
+    assert set(group(broker, "g").members) == {alive, silent}  # not silent long enough yet
+    clock.advance(SESSION_MS * 6 // 10)
+    tick(broker)
+    g = group(broker, "g")
+    assert set(g.members) == {alive}
+    assert g.state is G.PREPARING_REBALANCE
+    with kafka_error("REBALANCE_IN_PROGRESS", 27):
+        call(broker, gc(broker).heartbeat, "g", formed.generation, alive)
+    rejoined = outcome(broker, join(broker, "g", alive))
+    assert rejoined.generation == formed.generation + 1
+    assert rejoined.leader == alive and [m for m, _, _ in rejoined.members] == [alive]
+    with kafka_error("UNKNOWN_MEMBER_ID", 25):
+        call(broker, gc(broker).heartbeat, "g", formed.generation, silent)
+
+
+def test_every_member_timing_out_empties_the_group_with_a_new_generation(broker, clock):
+    formed = form_group(broker, "g", 2)
+    clock.advance(SESSION_MS + 1)
+    tick(broker)
+    g = group(broker, "g")
+    assert g.state is G.EMPTY and not g.members
+    assert g.generation == formed.generation + 1
+
+
+def test_a_member_that_does_not_rejoin_in_the_rebalance_timeout_is_dropped(broker, clock):
+    formed = form_group(broker, "g", 2, rebalance_ms=20_000, session_ms=30_000)
+    keen, slow = formed.members
+    newcomer = join(broker, "g", rebalance_ms=20_000, session_ms=30_000)
+    rejoin = join(broker, "g", keen, rebalance_ms=20_000, session_ms=30_000)
+    clock.advance(19_000)
+    tick(broker)
+    assert still_waiting(broker, newcomer) and still_waiting(broker, rejoin)
+    clock.advance(1_000)
+    tick(broker)
+    r_keen, r_new = outcome(broker, rejoin), outcome(broker, newcomer)
+    assert r_keen.generation == r_new.generation == formed.generation + 1
+    assert set(group(broker, "g").members) == {keen, r_new.member_id}
+    with kafka_error("UNKNOWN_MEMBER_ID", 25):
+        call(broker, gc(broker).heartbeat, "g", formed.generation, slow)
+
+
+def test_a_leader_that_never_syncs_times_out_and_the_followers_rejoin(broker, clock):
+    a = outcome(broker, join(broker, "g"))
+    sync_everyone(broker, "g", [a])
+    t_b = join(broker, "g")
+    ra, rb = outcome(broker, join(broker, "g", a.member_id)), outcome(broker, t_b)
+    follower = rb if rb.member_id != rb.leader else ra
+    waiting = spawn(broker, gc(broker).sync_group, "g", follower.generation, follower.member_id)
+    clock.advance(SESSION_MS // 2)
+    call(broker, gc(broker).heartbeat, "g", follower.generation, follower.member_id)
+    clock.advance(SESSION_MS // 2 + 1)
+    tick(broker)  # the leader is silent past its session; the follower heartbeated
+    with kafka_error("REBALANCE_IN_PROGRESS", 27):
+        outcome(broker, waiting)
+    again = outcome(broker, join(broker, "g", follower.member_id))
+    assert again.leader == follower.member_id and again.generation == follower.generation + 1
+
+
+# -- LeaveGroup -----------------------------------------------------------------------------------
+
+
+def test_leave_rebalances_the_remaining_members(broker):
+    formed = form_group(broker, "g", 2)
+    stays, leaves = formed.members
+    call(broker, gc(broker).leave_group, "g", leaves)
+    assert group(broker, "g").state is G.PREPARING_REBALANCE
+    with kafka_error("REBALANCE_IN_PROGRESS", 27):
+        call(broker, gc(broker).heartbeat, "g", formed.generation, stays)
+    r = outcome(broker, join(broker, "g", stays))
+    assert r.generation == formed.generation + 1 and [m for m, _, _ in r.members] == [stays]
+
+
+def test_the_last_member_leaving_empties_the_group_with_a_bumped_generation(broker):
+    formed = form_group(broker, "g", 1)
+    call(broker, gc(broker).leave_group, "g", formed.members[0])
+    g = group(broker, "g")
+    assert g.state is G.EMPTY and not g.members and g.leader is None
+    assert g.generation == formed.generation + 1
+
+
+def test_leave_of_an_unknown_member_is_rejected(broker):
+    form_group(broker, "g", 1)
+    with kafka_error("UNKNOWN_MEMBER_ID", 25):
+        call(broker, gc(broker).leave_group, "g", "nobody")
+
+
+def test_a_member_leaving_mid_rebalance_lets_the_rebalance_complete(broker):
+    formed = form_group(broker, "g", 2)
+    newcomer = join(broker, "g")
+    rejoin = join(broker, "g", formed.members[0])
+    assert still_waiting(broker, newcomer)
+    call(broker, gc(broker).leave_group, "g", formed.members[1])
+    assert outcome(broker, newcomer).generation == outcome(broker, rejoin).generation == formed.generation + 1
+
+
+# -- static membership ----------------------------------------------------------------------------
+
+
+def test_a_rejoin_with_the_same_instance_id_fences_the_old_member_id(broker):
+    formed = form_group(broker, "g", 1, instance_ids=["instance-1"])
+    old = formed.members[0]
+    new = outcome(broker, join(broker, "g", instance_id="instance-1"))
+    assert new.member_id != old
+    assert group(broker, "g").static_members == {"instance-1": new.member_id}
+    with kafka_error("FENCED_INSTANCE_ID", 82):
+        call(broker, gc(broker).heartbeat, "g", new.generation, old, "instance-1")
+    with kafka_error("FENCED_INSTANCE_ID", 82):
+        outcome(broker, join(broker, "g", old, instance_id="instance-1"))
+    with kafka_error("FENCED_INSTANCE_ID", 82):
+        call(broker, gc(broker).sync_group, "g", new.generation, old, None, "instance-1")
+    with kafka_error("FENCED_INSTANCE_ID", 82):
+        call(broker, gc(broker).commit_offsets, "g", {("t", 0): CommittedOffset(1)}, new.generation,
+             old, "instance-1")
+    with kafka_error("FENCED_INSTANCE_ID", 82):
+        call(broker, gc(broker).leave_group, "g", old, "instance-1")
+    # the new incarnation is the member now
+    sync_everyone(broker, "g", [new])
+    assert call(broker, gc(broker).heartbeat, "g", new.generation, new.member_id, "instance-1") is None
+
+
+def test_a_waiting_join_of_the_old_instance_is_fenced(broker):
+    formed = form_group(broker, "g", 2, instance_ids=["i-a", "i-b"])
+    a, b = formed.members
+    pending = join(broker, "g", a, instance_id="i-a")  # a rebalance; a waits for b
+    assert still_waiting(broker, pending)
+    replacement = join(broker, "g", instance_id="i-a")
+    with kafka_error("FENCED_INSTANCE_ID", 82):
+        outcome(broker, pending)
+    r_b = outcome(broker, join(broker, "g", b, instance_id="i-b"))
+    r_new = outcome(broker, replacement)
+    assert r_b.generation == r_new.generation and set(group(broker, "g").members) == {b, r_new.member_id}
+
+
+def test_a_member_id_with_an_instance_id_that_is_not_its_own_is_fenced(broker):
+    formed = form_group(broker, "g", 2, instance_ids=["i-a", "i-b"])
+    with kafka_error("FENCED_INSTANCE_ID", 82):
+        call(broker, gc(broker).heartbeat, "g", formed.generation, formed.members[0], "i-b")
+
+
+def test_an_instance_id_the_group_does_not_know_is_an_unknown_member(broker):
+    formed = form_group(broker, "g", 1, instance_ids=["i-a"])
+    with kafka_error("UNKNOWN_MEMBER_ID", 25):
+        call(broker, gc(broker).heartbeat, "g", formed.generation, formed.members[0], "i-other")
+
+
+# -- OffsetCommit / OffsetFetch -------------------------------------------------------------------
+
+
+def fetch(broker: Broker, group_id: str, partitions=None, require_stable: bool = False):
+    return call(broker, gc(broker).fetch_offsets, group_id, partitions, require_stable)
+
+
+def commit(broker: Broker, group_id: str, offsets: dict, generation: int = -1, member_id: str = "",
+           instance_id: str | None = None):
+    committed = {tp: o if isinstance(o, CommittedOffset) else CommittedOffset(o) for tp, o in offsets.items()}
+    return call(broker, gc(broker).commit_offsets, group_id, committed, generation, member_id, instance_id)
+
+
+def test_offset_fetch_of_nothing_committed_is_minus_one(broker):
+    got = fetch(broker, "nobody-here", [("t", 0)])
+    assert (got[("t", 0)].offset, got[("t", 0)].metadata, got[("t", 0)].leader_epoch,
+            got[("t", 0)].error) == (-1, "", -1, None)
+    commit(broker, "g", {("t", 0): 5})
+    assert fetch(broker, "g", [("t", 1), ("u", 0)])[("t", 1)].offset == -1
+    assert fetch(broker, "nobody-here") == {}
+
+
+def test_standalone_commit_of_an_unknown_or_empty_group_is_fetched_back(broker):
+    assert commit(broker, "g", {("t", 0): CommittedOffset(7, "meta", 3), ("t", 1): 9}) == {
+        ("t", 0): None, ("t", 1): None}
+    got = fetch(broker, "g", [("t", 0), ("t", 1)])
+    assert (got[("t", 0)].offset, got[("t", 0)].metadata, got[("t", 0)].leader_epoch) == (7, "meta", 3)
+    assert got[("t", 1)].offset == 9
+    assert set(fetch(broker, "g")) == {("t", 0), ("t", 1)}  # all partitions: topics null
+    commit(broker, "g", {("t", 0): 8})
+    assert fetch(broker, "g", [("t", 0)])[("t", 0)].offset == 8  # the latest commit wins
+
+
+def test_standalone_commit_after_the_group_emptied_is_allowed(broker):
+    formed = form_group(broker, "g", 1)
+    call(broker, gc(broker).leave_group, "g", formed.members[0])
+    commit(broker, "g", {("t", 0): 4})
+    assert fetch(broker, "g", [("t", 0)])[("t", 0)].offset == 4
+
+
+def test_standalone_commit_while_the_group_has_members_is_unknown_member(broker):
+    form_group(broker, "g", 1)
+    with kafka_error("UNKNOWN_MEMBER_ID", 25):
+        commit(broker, "g", {("t", 0): 4})
+    assert fetch(broker, "g", [("t", 0)])[("t", 0)].offset == -1
+
+
+def test_member_commit_with_the_current_generation_is_accepted(broker):
+    formed = form_group(broker, "g", 2)
+    commit(broker, "g", {("t", 0): 11}, formed.generation, formed.members[1])
+    assert fetch(broker, "g", [("t", 0)])[("t", 0)].offset == 11
+
+
+def test_member_commit_with_a_stale_generation_is_illegal(broker):
+    formed = form_group(broker, "g", 2)
+    commit(broker, "g", {("t", 0): 1}, formed.generation, formed.members[0])
+    with kafka_error("ILLEGAL_GENERATION", 22):
+        commit(broker, "g", {("t", 0): 2}, formed.generation - 1, formed.members[0])
+    assert fetch(broker, "g", [("t", 0)])[("t", 0)].offset == 1
+
+
+def test_commit_by_an_unknown_member_is_rejected(broker):
+    formed = form_group(broker, "g", 1)
+    with kafka_error("UNKNOWN_MEMBER_ID", 25):
+        commit(broker, "g", {("t", 0): 2}, formed.generation, "nobody")
+
+
+def test_commit_with_a_generation_to_a_group_that_does_not_exist_is_illegal(broker):
+    with kafka_error("ILLEGAL_GENERATION", 22):
+        commit(broker, "nothing", {("t", 0): 2}, 3, "someone")
+    assert gc(broker).describe("nothing") is None
+
+
+def test_commit_while_completing_a_rebalance_is_rebalance_in_progress(broker):
+    formed = form_group(broker, "g", 1)
+    newcomer = join(broker, "g")
+    r = outcome(broker, join(broker, "g", formed.members[0]))
+    outcome(broker, newcomer)
+    assert group(broker, "g").state is G.COMPLETING_REBALANCE
+    with kafka_error("REBALANCE_IN_PROGRESS", 27):
+        commit(broker, "g", {("t", 0): 2}, r.generation, r.member_id)
+
+
+def test_offset_metadata_over_the_limit_fails_only_that_partition(broker):
+    limit = broker.config.offset_metadata_max_bytes
+    result = commit(broker, "g", {
+        ("t", 0): CommittedOffset(1, "x" * limit),
+        ("t", 1): CommittedOffset(2, "x" * (limit + 1)),
+        ("t", 2): CommittedOffset(3, "é" * (limit // 2 + 1)),  # few characters, too many UTF-8 bytes
+    })
+    assert result[("t", 0)] is None
+    for tp in (("t", 1), ("t", 2)):
+        assert (result[tp].name, result[tp].code) == ("OFFSET_METADATA_TOO_LARGE", 12)
+    got = fetch(broker, "g", [("t", 0), ("t", 1), ("t", 2)])
+    assert [got[("t", p)].offset for p in range(3)] == [1, -1, -1]
+
+
+def test_offset_metadata_limit_follows_the_broker_config(open_broker):
+    b = open_broker(**{"offset.metadata.max.bytes": 3})
+    result = commit(b, "g", {("t", 0): CommittedOffset(1, "abc"), ("t", 1): CommittedOffset(1, "abcd")})
+    assert result[("t", 0)] is None and result[("t", 1)].code == 12
+
+
+# -- persistence ------------------------------------------------------------------------------------
+
+
+def test_group_and_offsets_survive_a_restart(open_broker):
+    b = open_broker()
+    formed = form_group(b, "g", 2)
+    commit(b, "g", {("t", 0): CommittedOffset(42, "m", 2), ("t", 1): 7}, formed.generation, formed.members[0])
+    commit(b, "standalone", {("u", 3): 99})
+    before = group(b, "g")
+    snapshot = (before.generation, before.protocol_type, before.protocol, before.leader,
+                {m: (x.assignment, x.session_timeout_ms, x.metadata_for("range")) for m, x in before.members.items()})
+    b.close()
+
+    b = open_broker()
+    after = group(b, "g")
+    assert after.state is G.STABLE
+    assert (after.generation, after.protocol_type, after.protocol, after.leader,
+            {m: (x.assignment, x.session_timeout_ms, x.metadata_for("range"))
+             for m, x in after.members.items()}) == snapshot
+    got = fetch(b, "g", [("t", 0), ("t", 1)])
+    assert (got[("t", 0)].offset, got[("t", 0)].metadata, got[("t", 0)].leader_epoch) == (42, "m", 2)
+    assert got[("t", 1)].offset == 7
+    assert fetch(b, "standalone", [("u", 3)])[("u", 3)].offset == 99
+    # the loaded members carry on in their generation
+    for m in formed.members:
+        assert call(b, gc(b).heartbeat, "g", formed.generation, m) is None
+    with kafka_error("ILLEGAL_GENERATION", 22):
+        commit(b, "g", {("t", 0): 1}, formed.generation - 1, formed.members[0])
+
+
+def test_an_emptied_group_keeps_its_generation_across_a_restart(open_broker):
+    b = open_broker()
+    formed = form_group(b, "g", 1)
+    call(b, gc(b).leave_group, "g", formed.members[0])
+    bumped = group(b, "g").generation
+    b.close()
+    b = open_broker()
+    g = group(b, "g")
+    assert g.state is G.EMPTY and g.generation == bumped == formed.generation + 1
+    assert outcome(b, join(b, "g")).generation == bumped + 1
+
+
+def test_a_restarted_group_whose_members_stay_silent_times_out(open_broker, clock):
+    b = open_broker()
+    formed = form_group(b, "g", 2)
+    b.close()
+    b = open_broker()
+    clock.advance(SESSION_MS + 1)
+    tick(b)
+    g = group(b, "g")
+    assert g.state is G.EMPTY and g.generation == formed.generation + 1
+
+
+@pytest.mark.xfail(strict=True, raises=TimeoutError,
+                   reason="bug in app/group_commit.py: a cancelled durability waiter makes "
+                          "GroupCommit._finished raise InvalidStateError, wedging the partition")
+def test_a_cancelled_request_does_not_wedge_the_partition_it_appended_to(tmp_path, clock):
+    """Minimal repro: a coroutine awaiting a durable append (the leader's SyncGroup
+    storing the group, a produce) is cancelled before the fsync completes; every
+    later append to that partition then waits forever, and close raises."""
+    from tests.conftest import data_batch
+    b = Broker(tmp_path / "wedged", clock=clock, **SMALL_INTERNAL_TOPICS)
+    try:
+        b.create_topic("t", 1)
+
+        async def cancel_a_durable_append() -> None:
+            task = asyncio.ensure_future(b.engine.produce("t", 0, data_batch([b"x"])))
+            await asyncio.sleep(0)  # appended; now waiting for its fsync
+            task.cancel()
+        call(b, cancel_a_durable_append)
+        b.engine.submit(b.engine.start_produce, "t", 0, data_batch([b"y"]), -1).result(3)
+    finally:
+        try:
+            b.close()
+        except Exception:  # close trips over the same cancelled waiter
+            pass
+
+
+# -- the group state machine ------------------------------------------------------------------------
+
+KAFKA_VALID_PREVIOUS = {  # Kafka's GroupState.validPreviousStates
+    G.PREPARING_REBALANCE: {G.STABLE, G.COMPLETING_REBALANCE, G.EMPTY},
+    G.COMPLETING_REBALANCE: {G.PREPARING_REBALANCE},
+    G.STABLE: {G.COMPLETING_REBALANCE},
+    G.DEAD: {G.STABLE, G.PREPARING_REBALANCE, G.COMPLETING_REBALANCE, G.EMPTY, G.DEAD},
+    G.EMPTY: {G.PREPARING_REBALANCE},
+}
+
+#: how to reach each state from a new (Empty) group by valid transitions only
+PATHS = {
+    G.EMPTY: [],
+    G.PREPARING_REBALANCE: [G.PREPARING_REBALANCE],
+    G.COMPLETING_REBALANCE: [G.PREPARING_REBALANCE, G.COMPLETING_REBALANCE],
+    G.STABLE: [G.PREPARING_REBALANCE, G.COMPLETING_REBALANCE, G.STABLE],
+    G.DEAD: [G.DEAD],
+}
+
+
+def test_the_transition_table_is_kafkas():
+    assert {s: set(p) for s, p in VALID_PREVIOUS.items()} == KAFKA_VALID_PREVIOUS
+    assert set(VALID_PREVIOUS) == set(GroupState)
+
+
+@pytest.mark.parametrize("source, target", list(itertools.product(GroupState, GroupState)),
+                         ids=lambda s: s.value)
+def test_every_transition_is_allowed_exactly_when_the_table_says(source, target):
+    g = GroupMetadata("g")
+    for step, state in enumerate(PATHS[source]):
+        g.transition(state, step)
+    assert g.state is source
+    if source in KAFKA_VALID_PREVIOUS[target]:
+        g.transition(target, 100)
+        assert (g.state, g.state_timestamp_ms) == (target, 100)
+    else:
+        with pytest.raises(IllegalGroupTransitionError):
+            g.transition(target, 100)
+        assert g.state is source and g.state_timestamp_ms != 100
