@@ -40,26 +40,47 @@ class BatchLocation:
     header: BatchHeader
 
 
+def walk_headers(fd: int, position: int, end: int) -> Iterator[BatchLocation]:
+    """The batch headers of the open ``.log`` file ``fd`` from ``position`` to ``end``
+    (see :meth:`LogSegment.headers_from`)."""
+    read_size = _SCAN_CHUNK
+    while position + HEADER_SIZE <= end:
+        chunk = os.pread(fd, min(read_size, end - position), position)
+        pos_in_chunk = 0
+        while pos_in_chunk + HEADER_SIZE <= len(chunk):
+            header = read_header(chunk, pos_in_chunk)
+            if position + header.size > end:
+                return
+            yield BatchLocation(position, header)
+            position += header.size
+            pos_in_chunk += header.size
+        if pos_in_chunk == 0:
+            return
+        read_size = HEADER_SIZE if header.size > _HEADER_ONLY_ABOVE else _SCAN_CHUNK
+
+
 class LogSegment:
     """One segment of a partition log. Not thread-safe: its partition log owns it."""
 
     def __init__(self, directory: Path, base_offset: int, index_interval_bytes: int,
-                 created_ms: int) -> None:
+                 created_ms: int, file_suffix: str = "") -> None:
+        """Open (or create) the segment's files; ``file_suffix`` is appended to every
+        name (Kafka's ``fileSuffix``: the log cleaner writes ``.cleaned`` segments)."""
         self.directory = directory
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
-        self.log_path = filenames.segment_path(directory, base_offset, filenames.LOG_SUFFIX)
+        self.file_suffix = file_suffix
+        self.log_path = self.path(filenames.LOG_SUFFIX)
         self._fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
         self.size = os.fstat(self._fd).st_size
-        index_path = filenames.segment_path(directory, base_offset, filenames.INDEX_SUFFIX)
-        time_index_path = filenames.segment_path(directory, base_offset, filenames.TIME_INDEX_SUFFIX)
+        index_path = self.path(filenames.INDEX_SUFFIX)
+        time_index_path = self.path(filenames.TIME_INDEX_SUFFIX)
         #: index files absent on open (created empty): load_tail sends the segment to recovery.
         #: (A missing .txnindex is normal: it is created by the first abort.)
         self._missing_indexes = [str(p) for p in (index_path, time_index_path) if not p.exists()]
         self.offset_index = OffsetIndex.open(index_path, base_offset)
         self.time_index = TimeIndex.open(time_index_path, base_offset)
-        self.txn_index = TransactionIndex.open(
-            filenames.segment_path(directory, base_offset, filenames.TXN_INDEX_SUFFIX), base_offset)
+        self.txn_index = TransactionIndex.open(self.path(filenames.TXN_INDEX_SUFFIX), base_offset)
         #: the offset after the last batch in this segment (base_offset when empty)
         self.next_offset = base_offset
         self.max_timestamp = -1
@@ -67,6 +88,10 @@ class LogSegment:
         self._bytes_since_index_entry = 0
         #: first batch's timestamp or, when empty, when the segment was made (segment.ms)
         self.rolling_base_ms = created_ms
+
+    def path(self, suffix: str) -> Path:
+        """The file of this segment with ``suffix`` (one of ``filenames.SEGMENT_SUFFIXES``)."""
+        return filenames.segment_path(self.directory, self.base_offset, suffix + self.file_suffix)
 
     # -- appending --------------------------------------------------------------
 
@@ -114,21 +139,7 @@ class LogSegment:
         log of large batches does not read their bodies. Stops quietly at a trailing
         partial batch; raises CorruptMessageError on a header that cannot be a batch
         (callers that recover catch it)."""
-        end = self.size if end is None else end
-        read_size = _SCAN_CHUNK
-        while position + HEADER_SIZE <= end:
-            chunk = self.pread(position, min(read_size, end - position))
-            pos_in_chunk = 0
-            while pos_in_chunk + HEADER_SIZE <= len(chunk):
-                header = read_header(chunk, pos_in_chunk)
-                if position + header.size > end:
-                    return
-                yield BatchLocation(position, header)
-                position += header.size
-                pos_in_chunk += header.size
-            if pos_in_chunk == 0:
-                return
-            read_size = HEADER_SIZE if header.size > _HEADER_ONLY_ABOVE else _SCAN_CHUNK
+        return walk_headers(self._fd, position, self.size if end is None else end)
 
     def find(self, offset: int) -> BatchLocation | None:
         """The first batch whose last offset is >= ``offset``, found through the index."""
@@ -169,16 +180,19 @@ class LogSegment:
         self.txn_index.flush()
 
     def close(self) -> None:
+        """Close the files; closing again does nothing (a descriptor number may be reused)."""
         self.offset_index.close()
         self.time_index.close()
         self.txn_index.close()
-        os.close(self._fd)
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
 
     def delete(self) -> None:
         """Close and remove every file of this segment."""
         self.close()
         for suffix in filenames.SEGMENT_SUFFIXES:
-            filenames.segment_path(self.directory, self.base_offset, suffix).unlink(missing_ok=True)
+            self.path(suffix).unlink(missing_ok=True)
 
     def truncate_to(self, offset: int) -> None:
         """Remove every batch at or above ``offset`` (a batch boundary)."""
