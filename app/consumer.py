@@ -16,11 +16,17 @@ past them. Starting positions come from the group's committed offsets -- fetched
 with ``require_stable`` under read_committed, so a consumer taking over a
 partition waits out the previous owner's open transaction (KIP-447) -- or from
 ``auto_offset_reset``. A background thread heartbeats; a rebalance makes the next
-``poll`` rejoin and take the new assignment.
+``poll`` rejoin and take the new assignment. The rejoin (JoinGroup, then SyncGroup)
+runs on the engine's loop and waits for every member, so it may outlast a poll:
+``poll`` still returns within its timeout, and a later poll picks the assignment
+up. Before rejoining, auto-commit commits the positions (Kafka's onJoinPrepare), so
+the next owner of a partition starts where this one stopped.
 """
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import logging
 import threading
 import time
@@ -81,6 +87,10 @@ class Consumer:
         self._member_id = ""
         self._generation = -1
         self._needs_join = False
+        #: the JoinGroup + SyncGroup in flight on the engine's loop (its result: our assignment)
+        self._rebalance: concurrent.futures.Future | None = None
+        #: the member id the current positions were consumed under
+        self._positions_member_id = ""
         self._last_auto_commit = time.monotonic()
         self._lock = threading.Lock()
         self._closed = threading.Event()
@@ -92,12 +102,14 @@ class Consumer:
         """Join the group and consume the partitions the group assigns."""
         if self.group_id is None:
             raise IllegalStateError("subscribe needs a group_id")
+        self._abandon_rebalance()
         self._subscription = sorted(set(topics))
         self._assignment, self._positions = [], {}
         self._needs_join = True
 
     def assign(self, partitions: Iterable[TopicPartition]) -> None:
         """Consume exactly these partitions, without group membership."""
+        self._abandon_rebalance()
         self._subscription = []
         self._assignment = [tuple(tp) for tp in partitions]  # type: ignore[misc]
         self._positions = {tp: p for tp, p in self._positions.items() if tp in self._assignment}
@@ -106,31 +118,39 @@ class Consumer:
         return list(self._assignment)
 
     def unsubscribe(self) -> None:
+        self._abandon_rebalance()
         self._leave()
         self._subscription, self._assignment, self._positions = [], [], {}
 
     # -- polling --------------------------------------------------------------------------------
 
     def poll(self, timeout_ms: int = 0, max_records: int | None = None) -> list[ConsumerRecord]:
-        """Records after the current positions; waits up to ``timeout_ms`` for some."""
+        """Records after the current positions; waits up to ``timeout_ms`` for some.
+
+        Returns at once when there are records, or when a position moved past control
+        records or an aborted transaction (as Kafka's poll does); otherwise an empty
+        list once the timeout passed -- also while a rebalance is still going on."""
         self._check_open()
         deadline = time.monotonic() + timeout_ms / 1000
         limit = max_records or self.max_poll_records
         self._maybe_auto_commit()
         while True:
-            if self._subscription and self._needs_join:
-                self._join(deadline)
+            if self._subscription and (self._needs_join or self._rebalance is not None):
+                if not self._join(deadline):
+                    return []  # the rebalance goes on; no records until the new assignment
             if self._initialize_positions(deadline):
-                records = self._fetch(limit)
-                if records:
+                records, advanced = self._fetch(limit)
+                if records or advanced:
                     return records
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return []
             self.engine.call(self.engine.wait_for_data, min(remaining, 0.5))
 
-    def _fetch(self, limit: int) -> list[ConsumerRecord]:
+    def _fetch(self, limit: int) -> tuple[list[ConsumerRecord], bool]:
+        """Records from every assigned partition, and whether a position moved."""
         records: list[ConsumerRecord] = []
+        before = dict(self._positions)
         for tp in self._assignment:
             while len(records) < limit and tp in self._positions:
                 position = self._positions[tp]
@@ -149,7 +169,7 @@ class Consumer:
                 records.extend(ConsumerRecord(tp[0], tp[1], r.offset, r.timestamp, r.timestamp_type,
                                               r.key, r.value, r.headers) for r in fresh)
                 self._positions[tp] = fresh[-1].offset + 1 if len(fresh) < len(got.records) else got.next_offset
-        return records
+        return records, self._positions != before
 
     # -- positions --------------------------------------------------------------------------------
 
@@ -202,12 +222,19 @@ class Consumer:
         finally:
             self.auto_offset_reset = saved
 
-    def position(self, partition: TopicPartition) -> int:
+    def position(self, partition: TopicPartition, timeout_ms: int = 60_000) -> int:
+        """The offset of the next record to be returned; a partition without a position
+        gets one first (under read_committed this waits while a transaction still holds
+        the group's offsets: UNSTABLE_OFFSET_COMMIT if it does beyond ``timeout_ms``)."""
         tp = tuple(partition)
         if tp not in self._assignment:
             raise IllegalStateError(f"{partition} is not assigned to this consumer")
-        if tp not in self._positions:
-            self._initialize_positions(time.monotonic() + 30)
+        deadline = time.monotonic() + timeout_ms / 1000
+        while tp not in self._positions:
+            if not self._initialize_positions(deadline) and time.monotonic() >= deadline:
+                raise UnstableOffsetCommitError(
+                    f"{tp[0]}-{tp[1]}: the group's offsets are still pending in a transaction "
+                    f"after {timeout_ms} ms")
         return self._positions[tp]  # type: ignore[index]
 
     # -- offsets ------------------------------------------------------------------------------------
@@ -238,8 +265,12 @@ class Consumer:
                                    [tuple(tp) for tp in partitions], False)
         return {tp: (f.offset if f.offset >= 0 else None) for tp, f in fetched.items()}
 
-    def _maybe_auto_commit(self) -> None:
-        if self.enable_auto_commit and time.monotonic() - self._last_auto_commit >= self.auto_commit_interval_s:
+    def _maybe_auto_commit(self, now: bool = False) -> None:
+        """Auto-commit the positions when the interval passed (or ``now``); a failure
+        is logged, as Kafka's auto-commit does."""
+        if not self.enable_auto_commit or not self._positions:
+            return
+        if now or time.monotonic() - self._last_auto_commit >= self.auto_commit_interval_s:
             try:
                 self.commit()
             except KafkaError as e:
@@ -252,40 +283,70 @@ class Consumer:
 
     # -- group membership -----------------------------------------------------------------------
 
-    def _join(self, deadline: float) -> None:
-        """JoinGroup + SyncGroup (as leader, compute the range assignment)."""
-        gc = self.engine.group_coordinator
-        subscription = consumer_protocol.encode_subscription(self._subscription)
+    def _join(self, deadline: float) -> bool:
+        """Drive the rebalance until ``deadline``; True once the new assignment is in
+        place, False if the rebalance is still waiting (for other members to rejoin,
+        or for the leader's assignment) -- it goes on, and the next call resumes it."""
         while True:
+            if self._rebalance is None:
+                if self._member_id:
+                    self._maybe_auto_commit(now=True)  # Kafka's onJoinPrepare
+                self._needs_join = True
+                self._rebalance = asyncio.run_coroutine_threadsafe(self._rejoin(), self.engine.loop)
+            rebalance = self._rebalance
+            concurrent.futures.wait([rebalance], max(0.0, deadline - time.monotonic()))
+            if not rebalance.done():
+                return False
+            self._rebalance = None
             try:
-                joined = self.engine.call(
-                    gc.join_group, self.group_id, self._member_id, consumer_protocol.PROTOCOL_TYPE,
-                    [(consumer_protocol.RANGE, subscription)], self.session_timeout_ms,
-                    self.max_poll_interval_ms, self.group_instance_id, self.client_id, "embedded",
-                    timeout=max(1.0, self.max_poll_interval_ms / 1000))
-                self._member_id, self._generation = joined.member_id, joined.generation
-                assignments = self._assign(joined) if joined.leader == joined.member_id else None
-                assigned = self.engine.call(gc.sync_group, self.group_id, joined.generation, joined.member_id,
-                                            assignments, self.group_instance_id)
+                assigned = rebalance.result()
             except UnknownMemberIdError:
-                self._member_id = ""
+                self._member_id, self._generation = "", -1
                 continue
             except (RebalanceInProgressError, IllegalGenerationError):
                 continue
             break
         partitions = consumer_protocol.decode_assignment(assigned)
+        if self._member_id != self._positions_member_id:
+            # we were out of the group for a while: another member may have consumed
+            # our old partitions since, so start over from the committed offsets
+            self._positions = {}
         self._positions = {tp: p for tp, p in self._positions.items() if tp in partitions}
+        self._positions_member_id = self._member_id
         self._assignment = partitions
         self._needs_join = False
         self._start_heartbeats()
+        return True
 
-    def _assign(self, joined) -> dict[str, bytes]:
+    async def _rejoin(self) -> bytes:
+        """JoinGroup + SyncGroup on the engine's loop (as leader, compute the range
+        assignment); returns this member's assignment."""
+        gc = self.engine.group_coordinator
+        subscription = consumer_protocol.encode_subscription(self._subscription)
+        joined = await gc.join_group(
+            self.group_id, self._member_id, consumer_protocol.PROTOCOL_TYPE,
+            [(consumer_protocol.RANGE, subscription)], self.session_timeout_ms,
+            self.max_poll_interval_ms, self.group_instance_id, self.client_id, "embedded")
+        self._member_id, self._generation = joined.member_id, joined.generation
+        assignments = await self._assign(joined) if joined.leader == joined.member_id else None
+        # shielded: the leader's SyncGroup appends to __consumer_offsets, and an append is
+        # never abandoned half-way (a cancel may only interrupt the wait for others)
+        return await asyncio.shield(gc.sync_group(self.group_id, joined.generation, joined.member_id,
+                                                  assignments, self.group_instance_id))
+
+    async def _assign(self, joined) -> dict[str, bytes]:
         subscriptions = {member_id: consumer_protocol.decode_subscription(metadata)
                          for member_id, _, metadata in joined.members}
         topics = {t for ts in subscriptions.values() for t in ts}
-        counts = self.engine.call(self.engine.partition_counts, sorted(topics))
+        counts = await self.engine.partition_counts(sorted(topics))
         return {member: consumer_protocol.encode_assignment(tps)
                 for member, tps in consumer_protocol.range_assign(subscriptions, counts).items()}
+
+    def _abandon_rebalance(self) -> None:
+        """Cancel a rejoin in flight (the coordinator forgets the waiting join)."""
+        rebalance, self._rebalance = self._rebalance, None
+        if rebalance is not None:
+            rebalance.cancel()
 
     def _start_heartbeats(self) -> None:
         if self._heartbeat_thread is None:
@@ -295,16 +356,19 @@ class Consumer:
 
     def _heartbeat_loop(self) -> None:
         while not self._closed.wait(self.heartbeat_interval_s):
-            if not self._member_id or self._needs_join:
+            member_id, generation = self._member_id, self._generation
+            if not member_id or self._needs_join:
                 continue
             try:
-                self.engine.call(self.engine.group_coordinator.heartbeat, self.group_id, self._generation,
-                                 self._member_id, self.group_instance_id)
-            except UnknownMemberIdError:
-                self._member_id, self._needs_join = "", True
-            except (RebalanceInProgressError, IllegalGenerationError):
+                self.engine.call(self.engine.group_coordinator.heartbeat, self.group_id, generation,
+                                 member_id, self.group_instance_id, timeout=self.session_timeout_ms / 1000)
+            except (UnknownMemberIdError, RebalanceInProgressError, IllegalGenerationError) as e:
+                if (self._member_id, self._generation) != (member_id, generation):
+                    continue  # about a generation poll has already rejoined past: not a new rebalance
+                if isinstance(e, UnknownMemberIdError):
+                    self._member_id = ""
                 self._needs_join = True
-            except KafkaError as e:
+            except (KafkaError, TimeoutError) as e:
                 log.warning("heartbeat of group %s failed: %s", self.group_id, e)
 
     def _leave(self) -> None:
@@ -317,13 +381,14 @@ class Consumer:
         self._member_id, self._generation = "", -1
 
     def close(self) -> None:
+        """Auto-commit the positions (a failure is logged), then leave the group."""
         if self._closed.is_set():
             return
         try:
-            if self.enable_auto_commit and self._positions:
-                self.commit()
+            self._maybe_auto_commit(now=True)
         finally:
             self._closed.set()
+            self._abandon_rebalance()
             self._leave()
 
     def _check_open(self) -> None:
