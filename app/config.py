@@ -56,6 +56,8 @@ class BrokerConfig:
     transaction_abort_timed_out_transaction_cleanup_interval_ms: int = 10_000
     transaction_remove_expired_transaction_cleanup_interval_ms: int = 3_600_000
     log_retention_check_interval_ms: int = 300_000
+    #: pause between log-cleaner rounds (Kafka's log.cleaner.backoff.ms)
+    log_cleaner_backoff_ms: int = 15_000
     log_flush_offset_checkpoint_interval_ms: int = 60_000
     #: how often every partition writes a producer-state snapshot (the seed: 30 to 60 s)
     producer_snapshot_interval_ms: int = 60_000

@@ -319,6 +319,10 @@ class Engine:
     async def apply_retention(self) -> int:
         return self.logs.apply_retention()
 
+    async def compact_logs(self) -> int:
+        """One log-cleaner round on every compacted partition; segments rewritten."""
+        return self.logs.compact()
+
     async def expire_producer_ids(self) -> int:
         """Forget producers idle for producer.id.expiration.ms on every partition."""
         now = self.clock.now_ms()

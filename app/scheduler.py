@@ -24,6 +24,7 @@ def start_scheduler(engine: Engine) -> BackgroundScheduler:
         "expire-producer-ids": (engine.expire_producer_ids, config.producer_id_expiration_check_interval_ms),
         "producer-snapshots": (engine.take_snapshots, config.producer_snapshot_interval_ms),
         "log-retention": (engine.apply_retention, config.log_retention_check_interval_ms),
+        "log-cleaner": (engine.compact_logs, config.log_cleaner_backoff_ms),
         "offset-checkpoints": (engine.checkpoint, config.log_flush_offset_checkpoint_interval_ms),
     }
     for name, (job, interval_ms) in jobs.items():

@@ -12,6 +12,14 @@ sorts numerically, with one file per suffix::
 
 A file being deleted is first renamed with ``.deleted`` appended; a file being
 written whole is written as ``.tmp`` then renamed. Both are cleaned up on start.
+
+The log cleaner (``storage/log_cleaner.py``) writes a cleaned segment under its
+segment's names with ``.cleaned`` appended (``00000000000000000000.log.cleaned``),
+renames every file to ``.swap`` -- the ``.log.swap`` last: its rename is the
+commit point -- and then over the segment(s) it replaces. On start a ``.cleaned``
+file, or a ``.swap`` file without its ``.log.swap``, is deleted; a ``.log.swap``
+is completed (``PartitionLog._complete_swap``). Which offsets are clean is in the
+data directory's ``cleaner-offset-checkpoint`` (Kafka's name and format).
 """
 
 from __future__ import annotations
@@ -26,6 +34,8 @@ TXN_INDEX_SUFFIX = ".txnindex"
 SNAPSHOT_SUFFIX = ".snapshot"
 DELETED_SUFFIX = ".deleted"
 TEMP_SUFFIX = ".tmp"
+CLEANED_SUFFIX = ".cleaned"
+SWAP_SUFFIX = ".swap"
 
 #: Segment file suffixes, log first.
 SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
@@ -35,9 +45,11 @@ LOCK_FILE = ".lock"
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
 LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
+CLEANER_OFFSET_CHECKPOINT = "cleaner-offset-checkpoint"
 META_PROPERTIES = "meta.properties"
 
 _OFFSET_NAME = re.compile(r"^(\d{20})(\.[a-z]+)$")
+_SWAP_NAME = re.compile(r"^(\d{20})(\.[a-z]+)\.swap$")
 _PARTITION_DIR = re.compile(r"^(.+)-(\d+)$")
 
 
@@ -60,6 +72,15 @@ def parse_offset_name(name: str) -> tuple[int, str] | None:
     """``(offset, suffix)`` for a 20-digit offset file name, else None."""
     match = _OFFSET_NAME.match(name)
     if match is None:
+        return None
+    return int(match.group(1)), match.group(2)
+
+
+def parse_swap_name(name: str) -> tuple[int, str] | None:
+    """``(base offset, segment suffix)`` for a segment file name ending in ``.swap``
+    (``00000000000000000042.index.swap`` -> ``(42, ".index")``), else None."""
+    match = _SWAP_NAME.match(name)
+    if match is None or match.group(2) not in SEGMENT_SUFFIXES:
         return None
     return int(match.group(1)), match.group(2)
 

@@ -71,6 +71,8 @@ class LogConfig:
         _at_least("flush.messages", self.flush_messages, 1)
         _at_least("flush.ms", self.flush_ms, 0)
         _at_least("file.delete.delay.ms", self.file_delete_delay_ms, 0)
+        _at_least("min.compaction.lag.ms", self.min_compaction_lag_ms, 0)
+        _at_least("delete.retention.ms", self.delete_retention_ms, 0)
         policies = set(self.cleanup_policy.split(","))
         if not policies or not policies <= {"delete", "compact"}:
             raise InvalidConfigError(f"cleanup.policy must be delete and/or compact, got {self.cleanup_policy!r}")

@@ -8,6 +8,7 @@ Layout (Kafka's names where Kafka has the file)::
       .kafka_cleanshutdown                present only between a clean shutdown and the next start
       recovery-point-offset-checkpoint    per partition: offsets below are known flushed
       log-start-offset-checkpoint         per partition: the first offset still held
+      cleaner-offset-checkpoint           per compacted partition: offsets below are cleaned
       topics.json                         topic registry: partitions, config overrides, topic id
       <topic>-<partition>/                one PartitionLog each (storage/partition_log.py)
 
@@ -36,6 +37,7 @@ from storage.clock import Clock
 from storage.errors import (
     InvalidPartitionsError,
     InvalidTopicError,
+    KafkaError,
     KafkaStorageError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
@@ -94,12 +96,14 @@ class LogManager:
         self.topics: dict[str, TopicInfo] = self._read_topics()
         recovery_points = self._read_offsets(filenames.RECOVERY_POINT_CHECKPOINT)
         start_offsets = self._read_offsets(filenames.LOG_START_OFFSET_CHECKPOINT)
+        cleaned_to = self._read_offsets(filenames.CLEANER_OFFSET_CHECKPOINT) or {}
         clean = self.clean_start and recovery_points is not None
         for info in self.topics.values():
             for partition in range(info.partitions):
                 key = (info.name, partition)
                 self.logs[key] = self._open_log(info, partition, (recovery_points or {}).get(key, 0),
-                                                (start_offsets or {}).get(key, 0), clean)
+                                                (start_offsets or {}).get(key, 0), clean,
+                                                cleaned_to.get(key, 0))
         clean_marker.unlink(missing_ok=True)
         fsync_dir(self.data_dir)
         self.checkpoint()
@@ -161,11 +165,11 @@ class LogManager:
         write_atomically(self.data_dir / TOPICS_FILE, json.dumps(raw, indent=2, sort_keys=True).encode())
 
     def _open_log(self, info: TopicInfo, partition: int, recovery_point: int,
-                  log_start_offset: int, clean: bool) -> PartitionLog:
+                  log_start_offset: int, clean: bool, cleaner_checkpoint: int = 0) -> PartitionLog:
         return PartitionLog(self.data_dir / filenames.partition_dir_name(info.name, partition),
                             info.name, partition, self.topic_config(info.name), self.clock,
                             recovery_point=recovery_point, log_start_offset=log_start_offset,
-                            clean_shutdown=clean)
+                            clean_shutdown=clean, cleaner_checkpoint=cleaner_checkpoint)
 
     # -- topics ----------------------------------------------------------------------------
 
@@ -220,11 +224,39 @@ class LogManager:
     # -- periodic work ---------------------------------------------------------------------
 
     def checkpoint(self) -> None:
-        """Persist every partition's recovery point and log start offset."""
+        """Persist every partition's recovery point and log start offset, and the
+        cleaner checkpoint of every compacted one."""
         write_checkpoint(self.data_dir / filenames.RECOVERY_POINT_CHECKPOINT,
                          {key: log.recovery_point for key, log in self.logs.items()})
         write_checkpoint(self.data_dir / filenames.LOG_START_OFFSET_CHECKPOINT,
                          {key: log.log_start_offset for key, log in self.logs.items()})
+        self._write_cleaner_checkpoint()
+
+    def _write_cleaner_checkpoint(self) -> None:
+        write_checkpoint(self.data_dir / filenames.CLEANER_OFFSET_CHECKPOINT,
+                         {key: log.cleaner_state.checkpoint for key, log in self.logs.items()
+                          if log.config.compact})
+
+    def compact(self) -> int:
+        """One log-cleaner round on every compacted partition (``storage/log_cleaner.py``);
+        returns how many segments were rewritten. A partition that cannot be cleaned
+        (a damaged batch, an I/O error) is logged and skipped, as Kafka's cleaner
+        skips an uncleanable partition; the others are still cleaned."""
+        now = self.clock.now_ms()
+        rewritten = 0
+        moved = False
+        for log_ in self:
+            if not log_.config.compact:
+                continue
+            before = log_.cleaner_state.checkpoint
+            try:
+                rewritten += log_.clean(now).segments_rewritten
+            except (KafkaError, OSError):
+                log.exception("cleaning %s-%d failed", log_.topic, log_.partition)
+            moved = moved or log_.cleaner_state.checkpoint != before
+        if moved:
+            self._write_cleaner_checkpoint()
+        return rewritten
 
     def apply_retention(self) -> int:
         """Delete segments past retention everywhere; returns how many went."""

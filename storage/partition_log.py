@@ -28,6 +28,13 @@ re-validated batch by batch (CRC and offsets); the first bad or torn batch and
 everything after it is truncated and the indexes of those segments are rebuilt.
 Producer state is loaded from the newest valid snapshot at or below the first
 segment that needs recovery, and batch headers are replayed from there to the end.
+
+Compaction (``cleanup.policy=compact``): :meth:`PartitionLog.clean` runs the log
+cleaner (``storage/log_cleaner.py``), which writes cleaned segments as
+``.cleaned`` files and hands them to :meth:`PartitionLog.replace_segments`;
+``_remove_leftovers`` finishes or discards a swap a crash interrupted. Cleaning
+changes no offset, neither the log start offset, producer state, LSO nor high
+watermark.
 """
 
 from __future__ import annotations
@@ -38,7 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
-from storage import filenames, producer_snapshot
+from storage import filenames, log_cleaner, producer_snapshot
 from storage.atomic_file import fsync_dir
 from storage.clock import Clock
 from storage.errors import (
@@ -67,7 +74,7 @@ from storage.record_batch import (
     validate_batch,
     with_base_offset,
 )
-from storage.segment import LogSegment
+from storage.segment import LogSegment, walk_headers
 from storage.txn_index import AbortedTxn
 
 #: Snapshots not at a segment boundary (periodic, shutdown) kept besides the per-segment ones.
@@ -126,7 +133,7 @@ class PartitionLog:
 
     def __init__(self, directory: Path, topic: str, partition: int, config: LogConfig,
                  clock: Clock, *, recovery_point: int = 0, log_start_offset: int = 0,
-                 clean_shutdown: bool = False) -> None:
+                 clean_shutdown: bool = False, cleaner_checkpoint: int = 0) -> None:
         self.directory = directory
         self.topic = topic
         self.partition = partition
@@ -141,6 +148,8 @@ class PartitionLog:
         self._dir_dirty = False
         self._unflushed_messages = 0
         self._first_unflushed_ms: int | None = None
+        #: what the log cleaner knows of this log (the checkpoint is persisted by the log manager)
+        self.cleaner_state = log_cleaner.CleanerState(cleaner_checkpoint)
         directory.mkdir(parents=True, exist_ok=True)
         #: bytes truncated from a torn or corrupt tail during recovery (for logs and tests)
         self.truncated_bytes = self._load(clean_shutdown)
@@ -248,7 +257,13 @@ class PartitionLog:
             raise InvalidRecordError(
                 f"record count {header.record_count} does not match last offset delta "
                 f"{header.last_offset_delta}")
-        return scan_batch(batch, verify_crc=False)  # every record's structure, as Kafka's LogValidator
+        scanned = scan_batch(batch, verify_crc=False)  # every record's structure, as Kafka's LogValidator
+        if self.config.compact and any(
+                record.key is None for record in decode_batch(batch, verify_crc=False).records):
+            raise InvalidRecordError(  # Kafka's LogValidator, word for word
+                f"Compacted topic cannot accept message without key in topic partition "
+                f"{self.topic}-{self.partition}.")
+        return scanned
 
     def _stamp(self, batch: bytes, header: BatchHeader, max_timestamp: int,
                now: int) -> tuple[bytes, BatchHeader]:
@@ -475,6 +490,68 @@ class PartitionLog:
         self._prune_snapshots()
         return self.log_start_offset
 
+    # -- compaction ---------------------------------------------------------------------
+
+    def clean(self, now_ms: int) -> log_cleaner.CleanerStats:
+        """Compact the cleanable part of the log (``storage/log_cleaner.py``); nothing
+        happens unless the topic's cleanup.policy includes compact."""
+        return log_cleaner.clean(self, now_ms)
+
+    def replace_segments(self, old: list[LogSegment], cleaned: LogSegment) -> LogSegment:
+        """Swap ``cleaned`` -- written with the ``.cleaned`` suffix at the base offset
+        of ``old[0]`` -- in for the consecutive segments ``old``, crash-safely (Kafka's
+        ``replaceSegments``): fsync it, rename its indexes and then its ``.log`` to
+        ``.swap`` (that last rename is the commit point), then complete the swap as
+        :meth:`_complete_swap` does on open. Returns the segment now in the log."""
+        first = self.segments.index(old[0])
+        if self.segments[first:first + len(old)] != old or cleaned.base_offset != old[0].base_offset:
+            raise ValueError(f"{self.directory}: cleaned segment {cleaned.base_offset} does not "
+                             f"replace consecutive segments starting there")
+        base = cleaned.base_offset
+        try:
+            cleaned.flush()
+            cleaned.close()
+            cleaned.path(filenames.TXN_INDEX_SUFFIX).touch()  # every index file: a swap is unambiguous
+            modified = max(os.stat(segment.log_path).st_mtime_ns for segment in old)
+            os.utime(cleaned.log_path, ns=(modified, modified))  # retention by mtime sees the old age
+            for suffix in filenames.SEGMENT_SUFFIXES[1:]:
+                os.rename(cleaned.path(suffix), self._swap_path(base, suffix))
+            fsync_dir(self.directory)
+            os.rename(cleaned.log_path, self._swap_path(base, filenames.LOG_SUFFIX))  # the commit point
+            fsync_dir(self.directory)
+        except BaseException:  # the old segments are untouched: forget the cleaned one
+            cleaned.close()
+            for suffix in filenames.SEGMENT_SUFFIXES:
+                cleaned.path(suffix).unlink(missing_ok=True)
+                self._swap_path(base, suffix).unlink(missing_ok=True)
+            raise
+        for segment in old:
+            segment.close()
+            self._dirty.discard(segment)
+        self._complete_swap(base, [segment.base_offset for segment in old])
+        segment = self._new_segment(base)
+        segment.load_tail()
+        self.segments[first:first + len(old)] = [segment]
+        return segment
+
+    def _swap_path(self, base_offset: int, suffix: str) -> Path:
+        return filenames.segment_path(self.directory, base_offset, suffix + filenames.SWAP_SUFFIX)
+
+    def _complete_swap(self, base: int, replaced: list[int]) -> None:
+        """Put the committed swap segment ``base`` in place of the segments ``replaced``:
+        delete those at other base offsets, rename each index ``.swap`` over the old
+        index (one already gone was renamed before a crash), the ``.log.swap`` last.
+        Repeating it after a crash at any step finishes the same swap."""
+        for old_base in replaced:
+            if old_base != base:
+                for suffix in filenames.SEGMENT_SUFFIXES:
+                    filenames.segment_path(self.directory, old_base, suffix).unlink(missing_ok=True)
+        for suffix in (*filenames.SEGMENT_SUFFIXES[1:], filenames.LOG_SUFFIX):
+            swap = self._swap_path(base, suffix)
+            if swap.exists():
+                os.replace(swap, filenames.segment_path(self.directory, base, suffix))
+        fsync_dir(self.directory)
+
     # -- lifecycle ----------------------------------------------------------------------
 
     def close(self, clean: bool = True) -> None:
@@ -510,9 +587,38 @@ class PartitionLog:
         return truncated
 
     def _remove_leftovers(self) -> None:
+        """Delete what interrupted writes left (``.deleted``, ``.tmp``, ``.cleaned``, and
+        ``.swap`` files whose ``.log.swap`` was never renamed: an uncommitted swap), and
+        complete every committed swap: its ``.log.swap`` replaces each segment whose
+        base offset lies in the offsets it holds (Kafka's ``LogLoader``)."""
+        committed: list[int] = []
         for path in self.directory.iterdir():
-            if path.name.endswith((filenames.DELETED_SUFFIX, filenames.TEMP_SUFFIX)):
+            if path.name.endswith((filenames.DELETED_SUFFIX, filenames.TEMP_SUFFIX,
+                                   filenames.CLEANED_SUFFIX)):
                 path.unlink()
+            elif (parsed := filenames.parse_swap_name(path.name)) and parsed[1] == filenames.LOG_SUFFIX:
+                committed.append(parsed[0])
+        for path in self.directory.iterdir():
+            parsed = filenames.parse_swap_name(path.name)
+            if parsed and parsed[0] not in committed:
+                path.unlink()
+        for base in sorted(committed):
+            end = self._swap_end(base)
+            replaced = [parsed[0] for path in self.directory.iterdir()
+                        if (parsed := filenames.parse_offset_name(path.name))
+                        and parsed[1] == filenames.LOG_SUFFIX and base <= parsed[0] < max(end, base + 1)]
+            self._complete_swap(base, replaced)
+
+    def _swap_end(self, base: int) -> int:
+        """The offset after the last batch of the swap segment ``base`` (``base`` if empty)."""
+        fd = os.open(self._swap_path(base, filenames.LOG_SUFFIX), os.O_RDONLY)
+        try:
+            end = base
+            for location in walk_headers(fd, 0, os.fstat(fd).st_size):
+                end = location.header.next_offset
+            return end
+        finally:
+            os.close(fd)
 
     def _remove_orphan_indexes(self, bases: set[int]) -> None:
         for path in self.directory.iterdir():

@@ -1,0 +1,482 @@
+"""The log cleaner: Kafka's log compaction (``LogCleaner``), transaction-aware.
+
+A topic whose ``cleanup.policy`` includes ``compact`` keeps, for every key, at
+least the last value written to it. :func:`clean` (``PartitionLog.clean``) does one
+round on one partition; the log manager runs it on every compacted partition every
+``log.cleaner.backoff.ms``.
+
+**What is cleaned.** Whole non-active segments below the *first uncleanable
+offset*, the smallest of
+
+* the last stable offset -- nothing at or beyond it is touched, so neither data of
+  an open transaction nor anything not yet fsynced (the LSO is capped by the high
+  watermark);
+* the active segment's base offset;
+* the base offset of the first dirty segment holding a batch newer than
+  ``now - min.compaction.lag.ms`` (Kafka's per-segment rule; for whole segments it
+  is the same as "the first offset of any batch newer than that").
+
+The cleaner checkpoint (Kafka's ``cleaner-offset-checkpoint`` file, persisted by the
+log manager) is the end of the last round's range: offsets below it are *clean*,
+the rest of the range is *dirty*. A round runs only when some whole segment is
+dirty, or when a delete horizon stamped by an earlier round has passed; otherwise
+it costs a few comparisons. The checkpoint is an optimisation, never a premise of
+correctness: a lost or stale one only makes a round do more work or keep a
+duplicate that a later round removes.
+
+**A round.** (1) The *offset map*, key -> highest offset, is built over the dirty
+part of the range, skipping aborted transactional data (a read_committed walk over
+the ``.txnindex`` entries, as ``storage/read_committed.py`` does) and control
+batches. (2) Every batch of the range, clean part included, is filtered in offset
+order:
+
+* a record is kept only if no higher offset in the map has its key; keyless
+  records are dropped (the produce path rejects them with INVALID_RECORD, as Kafka
+  does: "Compacted topic cannot accept message without key");
+* a *tombstone* (null value) that is the latest for its key is kept until its
+  batch's delete horizon (KIP-534): the first round that keeps it stamps the batch
+  -- attribute bit 6, BaseTimestamp = now + ``delete.retention.ms`` -- and the
+  first round at or after that time drops it, so a consumer that is behind by less
+  than ``delete.retention.ms`` still sees the delete;
+* data of an *aborted* transaction is dropped entirely; committed transactional
+  data is compacted like any other;
+* a COMMIT or ABORT *marker* stays, unchanged, while any batch of its transaction
+  is still in the log. Once none is, it is stamped with a delete horizon and
+  dropped at that horizon, so a reader never meets aborted data without its ABORT
+  marker, and one that is behind still sees the marker for ``delete.retention.ms``;
+* *producer state survives*: the batches producer state remembers for each
+  producer (its last five, for duplicate detection) keep at least their header --
+  an empty batch (RecordCount 0, same BaseOffset, LastOffsetDelta, producer id,
+  epoch, BaseSequence; Kafka's ``writeEmptyHeader``) when all their records go --
+  and each producer's last marker in the range is kept whole (it carries the
+  epoch and coordinator epoch). Producer state rebuilt from the cleaned log
+  is therefore the state it had, and a retry of a recent batch is still a
+  duplicate. Producers no longer in producer state (expired) keep nothing.
+
+A batch that keeps some records is rewritten with those records only: the same
+BaseOffset, offset deltas (v2 allows gaps), LastOffsetDelta, BaseSequence,
+producer fields, timestamps and codec, a new RecordCount and CRC
+(``record_batch.encode_retained``). A batch that keeps everything is copied as it
+is. Offsets never change; the log start offset, producer state, LSO and high
+watermark are untouched.
+
+Consecutive segments are grouped (Kafka's ``groupSegmentsBySize``: together at most
+``segment.bytes`` and within one segment's index and offset limits) and each
+group is written as one cleaned segment at the group's base offset. A lone segment
+whose batches would all come out unchanged is left alone.
+
+**Indexes.** A cleaned segment's ``.index`` and ``.timeindex`` are rebuilt as its
+batches are written (MaxTimestamp is kept, so the time index still finds what it
+found). Its ``.txnindex`` keeps exactly the entries whose ABORT marker is kept: an
+entry whose marker is gone must go too -- a read_committed reader would otherwise
+mark the producer aborted and never see the marker that ends it.
+
+**Swap protocol** (Kafka's ``replaceSegments``; ``PartitionLog.replace_segments``).
+The cleaned segment is written as ``<base>.log.cleaned`` and
+``.index/.timeindex/.txnindex.cleaned`` (all four, an empty ``.txnindex`` too),
+fsynced, its indexes renamed to ``.swap``, the directory fsynced, then the
+``.log.cleaned`` renamed to ``.log.swap``: the commit point. Then the old segments
+at other base offsets are deleted, each ``.swap`` renamed over the old file of the
+same name (indexes first, the ``.log`` last) and the directory fsynced. On open
+(``PartitionLog._remove_leftovers``) every ``.cleaned`` file, and every ``.swap``
+file without its ``.log.swap``, is deleted; a ``.log.swap`` replaces every segment
+whose base offset lies in the offsets it holds. A crash at any point leaves the old
+segments or the cleaned one -- or, if the group's last segments were emptied
+entirely, the cleaned one followed by those old segments, which is still a valid,
+merely less compacted, log. A failure before the commit point deletes the
+``.cleaned`` files and leaves the log as it was.
+
+**Where this differs from Kafka.** No ``min.cleanable.dirty.ratio``: any dirty
+segment makes a round. The map is an unbounded dict, not a fixed dedupe buffer,
+so a round always covers the whole range. The cleaner runs on the engine's loop,
+between requests. A marker's horizon starts when the last batch of its
+transaction leaves the log, in that same round (Kafka waits for the next round).
+Five batches per producer keep their headers, not one, as this broker's
+snapshots keep five. A producer's last marker is kept whole, not as an empty
+control batch (our readers, and producer-state replay, need its record).
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Iterator
+
+from storage import filenames
+from storage.errors import CorruptMessageError
+from storage.log_config import LogConfig
+from storage.record_batch import (
+    BatchHeader,
+    ControlType,
+    StoredRecord,
+    decode_batch,
+    decode_control_record,
+    encode_retained,
+    iter_headers,
+    read_header,
+    stored_records,
+)
+from storage.segment import LogSegment
+from storage.txn_index import AbortedTxn
+
+if TYPE_CHECKING:
+    from storage.partition_log import PartitionLog
+
+#: bytes read from a segment at a time while cleaning
+_READ_CHUNK = 1 << 20
+_INT32_MAX = 2**31 - 1
+#: the larger of the offset (8) and time (12) index entries, as PartitionLog rolls
+_INDEX_ENTRY_BYTES = 12
+
+
+@dataclass
+class CleanerState:
+    """What the cleaner remembers of one partition between rounds."""
+
+    #: the first dirty offset: below it the log has been cleaned (persisted in the
+    #: data directory's cleaner-offset-checkpoint)
+    checkpoint: int = 0
+    #: the earliest delete horizon still ahead in the clean part; None if there is none
+    next_horizon_ms: int | None = None
+    #: False until the first round after opening the log has looked for horizons
+    horizons_known: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class CleanerStats:
+    """What one round did; all zero when there was nothing to clean."""
+
+    #: size of the cleanable range before and after the round
+    bytes_before: int = 0
+    bytes_after: int = 0
+    #: data records dropped (superseded, expired tombstones, aborted, keyless)
+    records_removed: int = 0
+    #: batches dropped whole, markers included
+    batches_removed: int = 0
+    #: old segments replaced by cleaned ones
+    segments_rewritten: int = 0
+
+
+def clean(log: PartitionLog, now_ms: int) -> CleanerStats:
+    """One cleaning round on ``log`` at time ``now_ms`` (see the module docstring)."""
+    if not log.config.compact:
+        return CleanerStats()
+    state = log.cleaner_state
+    first_dirty = state.checkpoint
+    if not log.log_start_offset <= first_dirty <= log.log_end_offset:
+        first_dirty = log.log_start_offset  # as Kafka does with an out-of-range checkpoint
+    segments = cleanable_segments(log, now_ms, first_dirty)
+    if not segments:
+        return CleanerStats()
+    end = log.segments[len(segments)].base_offset
+    if not state.horizons_known:
+        state.next_horizon_ms = _earliest_horizon(segments)
+        state.horizons_known = True
+    horizon_due = state.next_horizon_ms is not None and state.next_horizon_ms <= now_ms
+    if end <= first_dirty and not horizon_due:
+        return CleanerStats()
+    offset_map = _build_offset_map(log, segments, first_dirty, end)
+    round_ = _Round(log, now_ms, offset_map, segments, end)
+    stats = round_.run()
+    state.checkpoint = max(first_dirty, end)
+    state.next_horizon_ms = round_.next_horizon_ms
+    return stats
+
+
+def cleanable_segments(log: PartitionLog, now_ms: int, first_dirty: int) -> list[LogSegment]:
+    """The leading segments of ``log`` that lie wholly below its first uncleanable
+    offset (Kafka's ``LogCleanerManager.cleanableOffsets``)."""
+    uncleanable = min(log.last_stable_offset, log.active_segment.base_offset)
+    lag = log.config.min_compaction_lag_ms
+    if lag > 0:
+        for segment, following in zip(log.segments, log.segments[1:]):
+            if following.base_offset > first_dirty and segment.max_timestamp > now_ms - lag:
+                uncleanable = min(uncleanable, segment.base_offset)
+                break
+    count = 0
+    for following in log.segments[1:]:
+        if following.base_offset > uncleanable:
+            break
+        count += 1
+    return log.segments[:count]
+
+
+def _earliest_horizon(segments: list[LogSegment]) -> int | None:
+    """The earliest delete horizon stamped in ``segments``, from the batch headers."""
+    horizons = [location.header.base_timestamp for segment in segments
+                for location in segment.headers_from(0) if location.header.delete_horizon_ms is not None]
+    return min(horizons, default=None)
+
+
+def _batches(segment: LogSegment) -> Iterator[tuple[int, BatchHeader, bytes]]:
+    """``(position, header, bytes)`` of every batch of ``segment``, read a chunk at a
+    time. Unlike recovery this never stops quietly: a segment the cleaner cannot read
+    whole raises, and the round leaves the log as it was."""
+    position = 0
+    while position < segment.size:
+        chunk = segment.pread(position, min(_READ_CHUNK, segment.size - position))
+        consumed = 0
+        for at, header in iter_headers(chunk):
+            yield position + at, header, chunk[at:at + header.size]
+            consumed = at + header.size
+        if consumed == 0:  # one batch larger than a chunk, or a damaged tail
+            header = read_header(chunk)
+            if position + header.size > segment.size:
+                raise CorruptMessageError(
+                    f"{segment.log_path}: batch at position {position} runs past the end")
+            yield position, header, segment.pread(position, header.size)
+            consumed = header.size
+        position += consumed
+
+
+class _AbortedTxns:
+    """Which transactional batches were aborted: the read_committed consumer's walk
+    over the ``.txnindex`` entries, fed every batch in offset order."""
+
+    def __init__(self, aborted: list[AbortedTxn]) -> None:
+        self._heap = [(txn.first_offset, txn.producer_id) for txn in aborted]
+        heapq.heapify(self._heap)
+        self._producers: set[int] = set()
+
+    def is_aborted_data(self, header: BatchHeader) -> bool:
+        if not header.has_producer_id:
+            return False
+        while self._heap and self._heap[0][0] <= header.last_offset:
+            self._producers.add(heapq.heappop(self._heap)[1])
+        return (header.is_transactional and not header.is_control
+                and header.producer_id in self._producers)
+
+    def on_abort_marker(self, producer_id: int) -> None:
+        self._producers.discard(producer_id)
+
+
+def _control_type(batch: bytes) -> ControlType | int:
+    return decode_control_record(decode_batch(batch).records[0])[0]
+
+
+def _build_offset_map(log: PartitionLog, segments: list[LogSegment], first_dirty: int,
+                      end: int) -> dict[bytes, int]:
+    """Key -> highest offset of a record with that key in ``[first_dirty, end)``,
+    aborted data left out (it must never make committed data go)."""
+    offset_map: dict[bytes, int] = {}
+    aborted = _AbortedTxns(log.collect_aborted(first_dirty, end))
+    for segment, following_base in _with_following_bases(segments, end):
+        if following_base <= first_dirty:
+            continue
+        for _, header, batch in _batches(segment):
+            if header.last_offset < first_dirty:
+                continue
+            if aborted.is_aborted_data(header):
+                continue
+            if header.is_control:
+                if header.has_producer_id and _control_type(batch) == ControlType.ABORT:
+                    aborted.on_abort_marker(header.producer_id)
+                continue
+            base_offset = header.base_offset
+            for record in stored_records(batch)[1]:
+                offset = base_offset + record.offset_delta
+                if record.key is not None and offset >= first_dirty:
+                    offset_map[record.key] = offset
+    return offset_map
+
+
+def _with_following_bases(segments: list[LogSegment], end: int) -> Iterator[tuple[LogSegment, int]]:
+    """Each segment with the base offset of the one after it (``end`` for the last)."""
+    return zip(segments, [segment.base_offset for segment in segments[1:]] + [end])
+
+
+def _groups(segments: list[LogSegment], end: int, config: LogConfig) -> list[list[LogSegment]]:
+    """Consecutive segments that one cleaned segment can hold: at most segment.bytes
+    before cleaning, offsets within 2^31-1 of the base, index entries within
+    segment.index.bytes (Kafka's ``groupSegmentsBySize``)."""
+    max_entries = config.segment_index_bytes // _INDEX_ENTRY_BYTES
+    groups: list[list[LogSegment]] = []
+    size = entries = 0
+    for segment, following_base in _with_following_bases(segments, end):
+        segment_entries = max(len(segment.offset_index), len(segment.time_index)) + 1
+        if (groups and size + segment.size <= config.segment_bytes
+                and following_base - 1 - groups[-1][0].base_offset <= _INT32_MAX
+                and entries + segment_entries <= max_entries):
+            groups[-1].append(segment)
+            size += segment.size
+            entries += segment_entries
+        else:
+            groups.append([segment])
+            size, entries = segment.size, segment_entries
+    return groups
+
+
+class _GroupWriter:
+    """Writes one group's cleaned segment. A lone segment is written only once one
+    of its batches changes (the unchanged ones before it are copied then), so a
+    segment that comes out as it went in is left alone."""
+
+    def __init__(self, log: PartitionLog, group: list[LogSegment]) -> None:
+        self.log = log
+        self.group = group
+        self.cleaned: LogSegment | None = None
+        #: unchanged batches not written yet: (segment, position, header, its .txnindex entry)
+        self._pending: list[tuple[LogSegment, int, BatchHeader, AbortedTxn | None]] = []
+        if len(group) > 1:
+            self._open()
+
+    def add(self, segment: LogSegment, position: int, header: BatchHeader, batch: bytes,
+            out: bytes | None, txn: AbortedTxn | None) -> None:
+        """``out`` is what becomes of ``batch``: the same object when it is unchanged,
+        new bytes when it was rewritten, None when it is dropped."""
+        if self.cleaned is None:
+            if out is batch:
+                self._pending.append((segment, position, header, txn))
+                return
+            self._open()
+        if out is not None:
+            self._append(out, header if out is batch else read_header(out), txn)
+
+    def _open(self) -> None:
+        base = self.group[0].base_offset
+        for suffix in filenames.SEGMENT_SUFFIXES:  # a failed earlier round may have left some
+            filenames.segment_path(self.log.directory, base,
+                                   suffix + filenames.CLEANED_SUFFIX).unlink(missing_ok=True)
+        self.cleaned = LogSegment(self.log.directory, base, self.log.config.index_interval_bytes,
+                                  created_ms=self.group[0].rolling_base_ms,
+                                  file_suffix=filenames.CLEANED_SUFFIX)
+        for segment, position, header, txn in self._pending:
+            self._append(segment.pread(position, header.size), header, txn)
+        self._pending = []
+
+    def _append(self, batch: bytes, header: BatchHeader, txn: AbortedTxn | None) -> None:
+        assert self.cleaned is not None
+        self.cleaned.append(batch, header)
+        if txn is not None:
+            self.cleaned.append_aborted_txn(txn)
+
+    def finish(self) -> int:
+        """Swap the cleaned segment in, if one was written; returns its size."""
+        if self.cleaned is None:
+            return sum(segment.size for segment in self.group)
+        cleaned, self.cleaned = self.cleaned, None
+        return self.log.replace_segments(self.group, cleaned).size
+
+    def abort(self) -> None:
+        if self.cleaned is not None:
+            self.cleaned.delete()
+            self.cleaned = None
+
+
+class _Round:
+    """Filters every batch of the cleanable range, in offset order, group by group."""
+
+    def __init__(self, log: PartitionLog, now_ms: int, offset_map: dict[bytes, int],
+                 segments: list[LogSegment], end: int) -> None:
+        self.log = log
+        self.now_ms = now_ms
+        self.offset_map = offset_map
+        self.segments = segments
+        self.end = end
+        self.horizon_ms = now_ms + log.config.delete_retention_ms
+        self.aborted = _AbortedTxns(log.collect_aborted(segments[0].base_offset, end))
+        producers = log.producer_state.producers
+        #: (producer id, last offset) of every batch producer state remembers
+        self.remembered = {(pid, batch.last_offset) for pid, entry in producers.items()
+                           for batch in entry.batches}
+        #: each known producer's last marker in the range
+        self.last_markers = {location.header.producer_id: location.header.base_offset
+                             for segment in segments for location in segment.headers_from(0)
+                             if location.header.is_control and location.header.producer_id in producers}
+        #: producer id -> whether a batch of its current transaction is kept
+        self.txn_kept: dict[int, bool] = {}
+        self.next_horizon_ms: int | None = None
+        self.records_removed = self.batches_removed = 0
+
+    def run(self) -> CleanerStats:
+        before = sum(segment.size for segment in self.segments)
+        after = rewritten = 0
+        for group in _groups(self.segments, self.end, self.log.config):
+            writer = _GroupWriter(self.log, group)
+            try:
+                for segment in group:
+                    aborts = {txn.last_offset: txn for txn in segment.txn_index.all_entries()}
+                    for position, header, batch in _batches(segment):
+                        out = self._filter(header, batch)
+                        if out is None:
+                            self.batches_removed += 1
+                        txn = aborts.get(header.base_offset) if header.is_control and out is not None else None
+                        writer.add(segment, position, header, batch, out, txn)
+                changed = writer.cleaned is not None
+                after += writer.finish()
+            except BaseException:
+                writer.abort()
+                raise
+            if changed:
+                rewritten += len(group)
+        return CleanerStats(before, after, self.records_removed, self.batches_removed, rewritten)
+
+    def _filter(self, header: BatchHeader, batch: bytes) -> bytes | None:
+        """What becomes of one batch: ``batch`` itself, a rewrite, or None (dropped)."""
+        aborted = self.aborted.is_aborted_data(header)
+        if header.is_control:
+            return self._filter_marker(header, batch)
+        remembered = header.has_producer_id and (header.producer_id, header.last_offset) in self.remembered
+        if aborted or header.record_count == 0:
+            kept: list[StoredRecord] = []
+        else:
+            kept = [record for record in stored_records(batch)[1] if self._keeps(header, record)]
+        self.records_removed += header.record_count - len(kept)
+        out: bytes | None
+        stamp = None
+        if kept:
+            tombstones = any(record.is_tombstone for record in kept)
+            if tombstones:
+                if header.delete_horizon_ms is None:
+                    stamp = self.horizon_ms
+                self._horizon_ahead(stamp if stamp is not None else header.delete_horizon_ms)
+            if len(kept) == header.record_count and stamp is None:
+                out = batch
+            else:
+                out = encode_retained(header, kept, delete_horizon_ms=stamp)
+        elif remembered:
+            out = batch if header.record_count == 0 else encode_retained(header, [])
+        else:
+            out = None
+        if header.is_transactional:
+            self.txn_kept[header.producer_id] = self.txn_kept.get(header.producer_id, False) or out is not None
+        return out
+
+    def _keeps(self, header: BatchHeader, record: StoredRecord) -> bool:
+        if record.key is None:
+            return False
+        if header.base_offset + record.offset_delta < self.offset_map.get(record.key, -1):
+            return False  # a later record has this key
+        if record.is_tombstone:
+            horizon = header.delete_horizon_ms
+            return horizon is None or self.now_ms < horizon
+        return True
+
+    def _filter_marker(self, header: BatchHeader, batch: bytes) -> bytes | None:
+        if not header.has_producer_id:
+            return batch
+        control_type = _control_type(batch)
+        if control_type not in (ControlType.ABORT, ControlType.COMMIT):
+            return batch
+        producer_id = header.producer_id
+        if control_type == ControlType.ABORT:
+            self.aborted.on_abort_marker(producer_id)
+        if self.txn_kept.pop(producer_id, False):
+            return batch  # its transaction still has data in the log
+        horizon = header.delete_horizon_ms
+        if horizon is None:
+            self._horizon_ahead(self.horizon_ms)
+            return encode_retained(header, stored_records(batch)[1], delete_horizon_ms=self.horizon_ms)
+        if self.now_ms < horizon:
+            self._horizon_ahead(horizon)
+            return batch
+        if self.last_markers.get(producer_id) == header.base_offset:
+            return batch  # producer state needs it: epoch, coordinator epoch
+        return None
+
+    def _horizon_ahead(self, horizon: int | None) -> None:
+        """Remember the earliest horizon a later round must act on (one stamped now
+        with delete.retention.ms=0 is due at once; a kept batch is never past it)."""
+        if horizon is not None and horizon >= self.now_ms and (
+                self.next_horizon_ms is None or horizon < self.next_horizon_ms):
+            self.next_horizon_ms = horizon
