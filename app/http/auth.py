@@ -10,17 +10,21 @@ open. With ``http.auth.token`` set:
 Console writes (the Abort button) always need the session's CSRF token, sent as the
 ``csrf_token`` form field or the ``X-CSRF-Token`` header (htmx sends the header).
 API writes need a JSON body: a cross-site form cannot send ``application/json``
-without a CORS preflight this server never grants.
+without a CORS preflight this server never grants. A write a browser sends from
+another site's page (``Sec-Fetch-Site``/``Origin``) is refused outright (403), so an
+empty-bodied one -- an admin abort -- cannot be forged either.
 """
 
 from __future__ import annotations
 
 import hmac
 import secrets
+from urllib.parse import urlsplit
 
 from flask import Flask, Response, abort, jsonify, redirect, request, session, url_for
 
 API_PREFIXES = ("/v3", "/openapi.json", "/metrics")
+SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
 OPEN_PATHS = ("/login", "/static/")
 
 
@@ -40,6 +44,17 @@ def _bearer(authorization: str) -> str | None:
     None for any other header -- a bare token is not accepted."""
     scheme, _, token = authorization.partition(" ")
     return token.strip() if scheme.lower() == "bearer" and token.strip() else None
+
+
+def _cross_site() -> bool:
+    """A browser sent this from another site's page (Fetch metadata, else Origin). Tools
+    like curl send neither header. This closes what the JSON-body rule leaves open: a
+    cross-site form POST with an empty body (an admin abort needs no body)."""
+    site = request.headers.get("Sec-Fetch-Site")
+    if site is not None:
+        return site not in ("same-origin", "none")
+    origin = request.headers.get("Origin")
+    return origin is not None and urlsplit(origin).netloc != request.host
 
 
 def _same(a: str | None, b: str) -> bool:
@@ -62,6 +77,8 @@ def init_app(app: Flask) -> None:
                 response.status_code = 401
                 response.headers["WWW-Authenticate"] = 'Bearer realm="exactly"'
                 return response
+            if request.method not in SAFE_METHODS and _cross_site():
+                abort(403, "the API does not take writes from another site's pages")
             if request.method in ("POST", "PUT", "PATCH") and request.content_length and not request.is_json:
                 abort(415, "send the request body as application/json")
             return None
