@@ -4,7 +4,7 @@ plus transactions over HTTP, which no REST proxy has. ``/openapi.json`` describe
 This module holds the ``api`` blueprint with clusters, topics and partitions; the
 other resources are nested blueprints named after what they serve:
 ``records`` (produce, read, list offsets, producer ids), ``transactions``,
-and ``groups`` (consumer groups). Every path below
+``groups`` (consumer groups) and ``openapi``. Every path below
 ``/v3/clusters/<cluster_id>`` checks the cluster id (another one is 404, as in the
 REST proxy), and every read goes through the shared read models of
 ``app/queries.py`` on the engine's loop.
@@ -15,13 +15,13 @@ from __future__ import annotations
 from flask import Blueprint, abort, g, jsonify, request
 
 from app import queries
-from app.http import current_engine, groups, inputs, records, transactions
+from app.http import current_engine, groups, inputs, openapi, records, transactions
 from app.http.idempotency import IdempotencyCache
 from app.http.resources import crn, listing, related, resource
 from storage.errors import InvalidReplicationFactorError
 
 bp = Blueprint("api", __name__)
-for child in (records.bp, transactions.bp, groups.bp):
+for child in (records.bp, transactions.bp, groups.bp, openapi.bp):
     bp.register_blueprint(child)
 
 #: partitions one create request may ask for (each is a directory and three open files)
@@ -57,8 +57,8 @@ def _cluster() -> dict:
 
 @bp.get("/v3/clusters")
 def list_clusters():
-    return jsonify({"kind": "KafkaClusterList", "metadata": {"self": f"{request.host_url}v3/clusters", "next": None},
-                    "data": [_cluster()]})
+    return jsonify({"kind": "KafkaClusterList",
+                    "metadata": {"self": f"{request.host_url}v3/clusters", "next": None}, "data": [_cluster()]})
 
 
 @bp.get("/v3/clusters/<cluster_id>")
