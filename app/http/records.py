@@ -56,7 +56,8 @@ def parse_record(item: dict[str, Any], now_ms: int, where: str = "") -> tuple[in
     value = codec.decode_data(item.get("value"), f"{where}value")
     headers = codec.decode_headers(item.get("headers"), f"{where}headers")
     timestamp = _timestamp(item, where)
-    return partition, SimpleRecord(value, key=key, headers=headers, timestamp=now_ms if timestamp is None else timestamp)
+    return partition, SimpleRecord(value, key=key, headers=headers,
+                                   timestamp=now_ms if timestamp is None else timestamp)
 
 
 def _timestamp(item: dict[str, Any], where: str) -> int | None:
