@@ -33,6 +33,7 @@ offsets held back until their marker).
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import uuid
 from dataclasses import dataclass
@@ -106,6 +107,8 @@ class GroupCoordinator:
         self.io = io
         self.clock = clock
         self.groups: dict[str, GroupMetadata] = {}
+        #: numbers offset records in the order they enter the log (replayed, then appended)
+        self._append_order = itertools.count()
 
     def partition_of(self, group_id: str) -> int:
         return partition_for(group_id, self.config.offsets_topic_num_partitions)
@@ -137,15 +140,16 @@ class GroupCoordinator:
         group = self._group(decoded_key.group)
         tp = (decoded_key.topic, decoded_key.partition)
         offset = offsets_log.decode_offset_value(value)
+        appended_at = next(self._append_order)
         if offset is None:
-            group.committed.pop(tp, None)
+            group.delete_offset(tp, appended_at)
             return
         committed = CommittedOffset(offset.offset, offset.metadata, offset.leader_epoch,
                                     offset.commit_timestamp)
         if header.is_transactional:
-            group.pending.setdefault(header.producer_id, {})[tp] = committed
+            group.add_pending(header.producer_id, tp, committed, appended_at)
         else:
-            group.committed[tp] = committed
+            group.commit(tp, committed, appended_at)
 
     def _load_group(self, group_id: str, value: offsets_log.GroupValue | None) -> None:
         if value is None:
@@ -422,14 +426,19 @@ class GroupCoordinator:
             errors[tp] = None
             records.append((tp, committed))
         if records:
+            # numbered before the append: nothing else reaches the log in between
+            appended_at = next(self._append_order)
             await self.io.append_offsets_log(
                 self.partition_of(group.group_id),
                 [(offsets_log.encode_offset_key(group.group_id, tp[0], tp[1]),
                   offsets_log.encode_offset_value(offsets_log.OffsetValue(
                       c.offset, c.leader_epoch, c.metadata, c.commit_timestamp))) for tp, c in records],
                 producer_id, producer_epoch)
-            target = group.pending.setdefault(producer_id, {}) if producer_id >= 0 else group.committed
-            target.update(records)
+            for tp, committed in records:
+                if producer_id >= 0:
+                    group.add_pending(producer_id, tp, committed, appended_at)
+                else:
+                    group.commit(tp, committed, appended_at)
         return errors
 
     async def fetch_offsets(self, group_id: str, partitions: Iterable[TopicPartition] | None = None,

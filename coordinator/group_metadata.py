@@ -7,6 +7,9 @@ The classic group protocol (Kafka's ``GroupMetadata``): members join
 ``pending`` -- transactional offset commits keyed by the producer id whose
 COMMIT marker will make them committed and whose ABORT marker drops them
 (the seed's Consumer Coordinator section, and KIP-447's fencing by generation).
+Each offset remembers where it was appended to ``__consumer_offsets``; when a
+transaction commits, its offsets replace only older ones -- a plain commit
+appended after them stays (Kafka's ``olderThan``), live and on replay alike.
 """
 
 from __future__ import annotations
@@ -96,6 +99,9 @@ class GroupMetadata:
     committed: dict[TopicPartition, CommittedOffset] = field(default_factory=dict)
     #: producer id -> offsets it committed inside its open transaction
     pending: dict[int, dict[TopicPartition, CommittedOffset]] = field(default_factory=dict)
+    #: where each committed / pending offset was appended (a number that grows in log order)
+    committed_at: dict[TopicPartition, int] = field(default_factory=dict, repr=False)
+    pending_at: dict[int, dict[TopicPartition, int]] = field(default_factory=dict, repr=False)
     rebalance_deadline_ms: int = -1
     #: the first rebalance of an empty group waits group.initial.rebalance.delay.ms for more joiners
     initial_rebalance: bool = False
@@ -136,8 +142,30 @@ class GroupMetadata:
     def has_pending(self, tp: TopicPartition) -> bool:
         return any(tp in offsets for offsets in self.pending.values())
 
+    def commit(self, tp: TopicPartition, offset: CommittedOffset, appended_at: int) -> None:
+        """Make ``offset`` (appended at ``appended_at``) the committed one, unless the
+        committed one was appended after it."""
+        if appended_at >= self.committed_at.get(tp, -1):
+            self.committed[tp] = offset
+            self.committed_at[tp] = appended_at
+
+    def delete_offset(self, tp: TopicPartition, appended_at: int) -> None:
+        """A tombstone for the partition's committed offset."""
+        if appended_at >= self.committed_at.get(tp, -1):
+            self.committed.pop(tp, None)
+            self.committed_at[tp] = appended_at
+
+    def add_pending(self, producer_id: int, tp: TopicPartition, offset: CommittedOffset,
+                    appended_at: int) -> None:
+        """An offset committed inside ``producer_id``'s open transaction."""
+        self.pending.setdefault(producer_id, {})[tp] = offset
+        self.pending_at.setdefault(producer_id, {})[tp] = appended_at
+
     def complete_pending(self, producer_id: int, commit: bool) -> None:
-        """Apply a transaction marker: pending offsets become committed, or vanish."""
+        """Apply a transaction marker: pending offsets become committed (where nothing
+        newer was committed meanwhile), or vanish."""
         offsets = self.pending.pop(producer_id, None)
+        appended = self.pending_at.pop(producer_id, {})
         if commit and offsets:
-            self.committed.update(offsets)
+            for tp, offset in offsets.items():
+                self.commit(tp, offset, appended.get(tp, -1))

@@ -241,6 +241,31 @@ def test_an_abort_marker_drops_the_pending_offsets(broker):
     assert committed_offset(broker) == 9
 
 
+def test_a_plain_commit_appended_after_a_transactions_offsets_outlives_its_commit(open_broker):
+    """Kafka keeps whichever offset was appended last: a transaction's COMMIT marker
+    does not bring back offsets older than a plain commit made meanwhile."""
+    b = prepare(open_broker())
+    p = open_transaction_with_offsets(b, 5)
+    commit_standalone(b, 10)
+    assert committed_offset(b) == 10 and is_unstable(b)
+    p.commit_transaction()
+    assert committed_offset(b) == 10 and not is_unstable(b)
+    b.close()
+    b = open_broker()
+    assert committed_offset(b) == 10, "replaying the log must give the same answer"
+
+
+def test_a_transactions_offsets_appended_after_a_plain_commit_win_at_its_commit(open_broker):
+    b = prepare(open_broker())
+    commit_standalone(b, 10)
+    p = open_transaction_with_offsets(b, 5)
+    p.commit_transaction()
+    assert committed_offset(b) == 5
+    b.close()
+    b = open_broker()
+    assert committed_offset(b) == 5
+
+
 def test_two_producers_pending_offsets_complete_independently(broker):
     a = open_transaction_with_offsets(broker, 5, txn_id="a")
     b = transactional(broker, "b")
