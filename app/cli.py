@@ -27,7 +27,9 @@ from alembic.util import CommandError
 from sqlalchemy.exc import SQLAlchemyError
 
 from app.broker import Broker
-from app.listeners import PortInUseError, reserve_port
+from app.http import HttpSettings, create_app
+from app.http.server import HttpServer
+from app.listeners import PortInUseError, bind, refuse_connections
 from app.mirror_source import EngineMirrorSource
 from app.scheduler import start_scheduler
 from coordinator.mirror import Mirror
@@ -35,6 +37,8 @@ from coordinator.mirror_db import db_path, upgrade
 from storage.errors import KafkaError
 
 log = logging.getLogger("exactly")
+#: how often the SQLite mirror catches up with the internal topics while serving
+MIRROR_INTERVAL_S = 1.0
 
 
 def _config_pair(text: str) -> tuple[str, str]:
@@ -74,12 +78,16 @@ def serve(args: argparse.Namespace) -> int:
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
+    sockets: list[socket.socket] = []
     try:
-        sockets = [reserve_port(args.host, port, what)
-                   for port, what in ((args.kafka_port, "Kafka"), (args.http_port, "HTTP"))]
+        for port, what in ((args.kafka_port, "Kafka"), (args.http_port, "HTTP")):
+            sockets.append(bind(args.host, port, what))
     except PortInUseError as e:
         print(f"exactly: {e}", file=sys.stderr)
+        _close(sockets)
         return 1
+    kafka_socket, http_socket = sockets
+    refuse_connections(kafka_socket)
     try:
         broker = Broker(args.data_dir, **dict(args.config))
     except KafkaError as e:
@@ -87,13 +95,21 @@ def serve(args: argparse.Namespace) -> int:
         _close(sockets)
         return 1
     scheduler = start_scheduler(broker.engine)
+    mirror = Mirror(db_path(args.data_dir), EngineMirrorSource(broker.engine))
+    mirror.start(MIRROR_INTERVAL_S)
+    web = create_app(broker.engine, HttpSettings(token=broker.config.http_auth_token), mirror=mirror)
+    http = HttpServer(web, http_socket).start()
     topics = len(broker.engine.logs.topics)
     print(f"exactly: data directory {args.data_dir.resolve()} recovered ({topics} topics), "
           f"cluster id {broker.cluster_id}", flush=True)
-    print(f"exactly: Kafka port {args.host}:{args.kafka_port} and HTTP port {args.host}:{args.http_port} "
-          f"reserved (their listeners arrive in later releases); Ctrl-C to stop", flush=True)
+    print(f"exactly: console and HTTP API on http://{args.host}:{args.http_port}/ ; "
+          f"Kafka port {args.host}:{args.kafka_port} reserved (the wire protocol arrives in a later "
+          f"release); Ctrl-C to stop", flush=True)
     stop.wait()
     print("exactly: shutting down", flush=True)
+    http.close()
+    web.extensions["exactly.history"].stop()
+    mirror.close()
     scheduler.shutdown(wait=True)
     broker.close()
     _close(sockets)

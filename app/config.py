@@ -61,6 +61,8 @@ class BrokerConfig:
     log_flush_offset_checkpoint_interval_ms: int = 60_000
     #: how often every partition writes a producer-state snapshot (the seed: 30 to 60 s)
     producer_snapshot_interval_ms: int = 60_000
+    #: when set, the HTTP API needs "Authorization: Bearer <token>" and the console a login
+    http_auth_token: str = ""
     log: LogConfig = field(default_factory=LogConfig)
 
     @classmethod
@@ -89,6 +91,8 @@ class BrokerConfig:
 
 
 def _coerce(key: str, value: Any, kind: Any) -> Any:
+    if kind in (str, "str"):
+        return str(value)
     if kind in (bool, "bool"):
         if isinstance(value, bool):
             return value

@@ -36,6 +36,7 @@ from storage.errors import (
     InvalidRequestError,
     InvalidRequiredAcksError,
     InvalidTopicError,
+    InvalidTxnStateError,
     KafkaStorageError,
 )
 from storage.log_manager import LogManager, TopicInfo
@@ -251,6 +252,19 @@ class Engine:
         if not result.duplicate:
             commit.appended()
         return _done(result)
+
+    async def abort_hanging_transaction(self, topic: str, partition: int, producer_id: int) -> AppendResult:
+        """Kafka's AbortTransaction (KIP-664): end an open transaction on one partition
+        that no coordinator will end (its producer is not one the coordinator knows),
+        with an ABORT marker at the producer's epoch, so the LSO can move."""
+        log_ = self.logs.log(topic, partition)
+        entry = log_.producer_state.producers.get(producer_id)
+        if entry is None or entry.current_txn_first_offset is None:
+            raise InvalidTxnStateError(f"producer {producer_id} has no open transaction on {topic}-{partition}")
+        if self.transaction_coordinator.transactional_id_of(producer_id) is not None:
+            raise InvalidTxnStateError(f"producer {producer_id} belongs to a transactional id; abort that instead")
+        return await self.write_txn_marker(topic, partition, producer_id, entry.producer_epoch,
+                                           self.transaction_coordinator.coordinator_epoch, False)
 
     def next_sequence(self, topic: str, partition: int, producer_id: int, producer_epoch: int) -> int:
         """The base sequence a well-behaved producer sends next on this partition (0 for

@@ -1,6 +1,6 @@
 """Listening sockets. The ports are taken at start-up so a port in use is a clear
-error before anything else happens; until the Kafka and HTTP listeners arrive, a
-reserved port accepts and closes connections so that no client hangs on it."""
+error before anything else happens; until the Kafka listener arrives, its port
+accepts and closes connections so that no client hangs on it."""
 
 from __future__ import annotations
 
@@ -13,16 +13,19 @@ class PortInUseError(Exception):
     pass
 
 
-def reserve_port(host: str, port: int, what: str) -> socket.socket:
+def bind(host: str, port: int, what: str) -> socket.socket:
     """Bind and listen on ``host:port``; raise PortInUseError with a clear message."""
     try:
-        sock = socket.create_server((host, port), reuse_port=False)
+        return socket.create_server((host, port), reuse_port=False)
     except OSError as e:
         if e.errno == errno.EADDRINUSE:
             raise PortInUseError(f"{what} port {host}:{port} is already in use") from None
         raise PortInUseError(f"cannot listen for {what} on {host}:{port}: {e.strerror}") from None
-    threading.Thread(target=_refuse, args=(sock,), daemon=True, name=f"reserved-{port}").start()
-    return sock
+
+
+def refuse_connections(sock: socket.socket) -> None:
+    """Accept and close connections on a port whose listener is not there yet."""
+    threading.Thread(target=_refuse, args=(sock,), daemon=True, name="reserved").start()
 
 
 def _refuse(sock: socket.socket) -> None:
