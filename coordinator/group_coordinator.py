@@ -329,7 +329,18 @@ class GroupCoordinator:
         if member_id == group.leader:
             for m in group.members.values():
                 m.assignment = (assignments or {}).get(m.member_id, b"")
-            await self._store_group(group)
+            try:
+                await self._store_group(group)
+            except KafkaError as e:
+                # Kafka's resetAndPropagateAssignmentError: every member waiting on this
+                # generation gets the error (instead of waiting for a session timeout),
+                # and the assignment that was not stored is not handed out later
+                if group.state is G.COMPLETING_REBALANCE and group.generation == generation:
+                    for m in group.members.values():
+                        m.assignment = b""
+                        _fail(m.sync_waiter, e)
+                        m.sync_waiter = None
+                raise
             if group.state is G.COMPLETING_REBALANCE and group.generation == generation:
                 group.transition(G.STABLE, self.clock.now_ms())
                 for m in group.members.values():

@@ -353,6 +353,31 @@ def test_a_waiting_sync_fails_when_a_new_rebalance_starts(broker):
     assert {r.generation for r in results} == {b.generation + 1}
 
 
+def test_a_failed_store_of_the_assignment_fails_every_waiting_member(broker, monkeypatch):
+    from storage.errors import KafkaStorageError
+    a = outcome(broker, join(broker, "g"))
+    sync_everyone(broker, "g", [a])
+    t_b = join(broker, "g")
+    ra, rb = finish_rebalance(broker, "g", [a.member_id], t_b)
+    leader, follower = (ra, rb) if ra.member_id == ra.leader else (rb, ra)
+    waiting = spawn(broker, gc(broker).sync_group, "g", follower.generation, follower.member_id)
+
+    async def failing_append(*args, **kwargs):
+        raise KafkaStorageError("disk gone")
+    monkeypatch.setattr(gc(broker).io, "append_offsets_log", failing_append)
+    with kafka_error("KAFKA_STORAGE_ERROR", 56):
+        call(broker, gc(broker).sync_group, "g", leader.generation, leader.member_id,
+             {leader.member_id: b"L", follower.member_id: b"F"})
+    with kafka_error("KAFKA_STORAGE_ERROR", 56):
+        outcome(broker, waiting)
+    monkeypatch.undo()
+    # the members rejoin and the next generation completes normally
+    results = finish_rebalance(broker, "g", [leader.member_id, follower.member_id])
+    got = sync_everyone(broker, "g", results)
+    assert got == {m: b"to:" + m.encode() for m in got}
+    assert group(broker, "g").state is G.STABLE
+
+
 # -- Heartbeat ------------------------------------------------------------------------------------
 
 
