@@ -203,6 +203,8 @@ class Consumer:
         self._positions[tp] = self.engine.call(self.engine.list_offsets, tp[0], tp[1], timestamp, isolation).offset
 
     def seek(self, partition: TopicPartition, offset: int) -> None:
+        if offset < 0:
+            raise ValueError(f"seek offset must not be negative, got {offset}")
         if tuple(partition) not in self._assignment:
             raise IllegalStateError(f"{partition} is not assigned to this consumer")
         self._positions[tuple(partition)] = offset  # type: ignore[index]

@@ -212,6 +212,35 @@ def test_a_position_out_of_range_is_reset_by_policy(broker, consumer, reset, exp
     assert c.position(("t", 0)) == expected_position
 
 
+@pytest.mark.parametrize("reset, expected_first", [("earliest", 18), ("latest", None), ("none", "raises")])
+def test_a_committed_offset_deleted_by_retention_is_reset_by_policy(broker, consumer, clock, reset,
+                                                                    expected_first):
+    broker.create_topic("t", 1, {"segment.bytes": 200, "retention.ms": 1000})
+    send(broker, "t", 0, [b"v%02d" % i for i in range(20)])
+    consumer(group_id="g").commit({("t", 0): 3})
+    clock.advance(10_000)
+    broker.engine.call(broker.engine.apply_retention, timeout=DEADLINE_S)
+    start = broker.engine.logs.log("t", 0).log_start_offset
+    assert 3 < start == 18
+    c = consumer(group_id="g", auto_offset_reset=reset, enable_auto_commit=False)
+    c.assign([("t", 0)])
+    if expected_first == "raises":
+        with pytest.raises(OffsetOutOfRangeError):
+            c.poll(timeout_ms=100)
+    elif expected_first is None:
+        assert c.poll(timeout_ms=100) == [] and c.position(("t", 0)) == 20
+    else:
+        assert [r.offset for r in poll_until(c, 2)] == [18, 19]
+
+
+def test_seek_to_a_negative_offset_is_refused(broker, consumer):
+    broker.create_topic("t", 1)
+    c = consumer()
+    c.assign([("t", 0)])
+    with pytest.raises(ValueError):
+        c.seek(("t", 0), -1)
+
+
 def test_a_position_out_of_range_with_reset_none_raises(broker, consumer):
     broker.create_topic("t", 1)
     send(broker, "t", 0, [b"0"])
