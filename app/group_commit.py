@@ -21,7 +21,7 @@ import asyncio
 import logging
 import queue
 import threading
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from typing import Any, Callable
 
 from storage.errors import KafkaStorageError
@@ -125,7 +125,7 @@ class GroupCommit:
             still_waiting = []
             for offset, future, result in self._waiters:
                 if offset < high_watermark:
-                    future.set_result(result)
+                    _settle(future, result=result)
                 else:
                     still_waiting.append((offset, future, result))
             self._waiters = still_waiting
@@ -138,7 +138,7 @@ class GroupCommit:
 
     def _fail_all(self, error: BaseException) -> None:
         for _, future, _ in self._waiters:
-            future.set_exception(error)
+            _settle(future, error=error)
         self._waiters = []
 
     async def drain(self) -> None:
@@ -153,3 +153,15 @@ class GroupCommit:
             self._timer.cancel()
             self._timer = None
         self._fail_all(KafkaStorageError("the broker is shutting down"))
+
+
+def _settle(future: Future, result: Any = None, error: BaseException | None = None) -> None:
+    """Complete a waiter unless its caller gave up (a cancelled request cancels its
+    future): one abandoned request must not wedge every later append."""
+    try:
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)
+    except InvalidStateError:
+        pass
