@@ -462,12 +462,14 @@ class GroupCoordinator:
         result = {}
         for tp in partitions:
             committed = group.committed.get(tp) if group else None
-            error = None
             if require_stable and group is not None and group.has_pending(tp):
-                error = UnstableOffsetCommitError(f"{tp[0]}-{tp[1]} has pending transactional offsets")
+                # as Kafka: no offset at all with the error, so nobody starts from it
+                result[tp] = FetchedOffset(-1, "", -1, UnstableOffsetCommitError(
+                    f"{tp[0]}-{tp[1]} has pending transactional offsets"))
+                continue
             result[tp] = FetchedOffset(committed.offset if committed else -1,
                                        committed.metadata if committed else "",
-                                       committed.leader_epoch if committed else -1, error)
+                                       committed.leader_epoch if committed else -1)
         return result
 
     # -- persistence ----------------------------------------------------------------------
