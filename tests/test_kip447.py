@@ -396,6 +396,36 @@ def test_pending_offsets_rebuilt_on_restart_become_committed_by_the_commit_marke
     assert not is_unstable(b) and committed_offset(b) == 8
 
 
+def test_offsets_replay_the_same_after_the_log_cleaner_compacted_consumer_offsets(tmp_path, clock):
+    """Compaction keeps the last record per key and drops aborted data; replaying what
+    it leaves must give the same committed and pending offsets."""
+    config = {**SMALL_INTERNAL_TOPICS, "internal.topic.segment.bytes": 300}
+    tps = [("in", p) for p in range(4)]
+    with Broker(tmp_path / "data", clock=clock, **config) as b:
+        prepare(b)
+        for round_ in range(3):
+            for i, tp in enumerate(tps):
+                commit_standalone(b, 10 * round_ + i, tp)
+        committed = transactional(b, "committer")
+        committed.begin_transaction()
+        committed.send_offsets_to_transaction({tps[0]: 100, tps[1]: 101}, "g")
+        committed.commit_transaction()
+        aborted = transactional(b, "aborter")
+        aborted.begin_transaction()
+        aborted.send_offsets_to_transaction({tps[1]: 201, tps[2]: 202}, "g")
+        aborted.abort_transaction()
+        open_ = transactional(b, "open")
+        open_.begin_transaction()
+        open_.send_offsets_to_transaction({tps[3]: 303}, "g")
+        for i in range(6):  # roll more segments so the ones above become cleanable
+            commit_standalone(b, i, ("other", i))
+        before = {tp: (committed_offset(b, tp), is_unstable(b, tp)) for tp in tps}
+        assert before == {tps[0]: (100, False), tps[1]: (101, False), tps[2]: (22, False), tps[3]: (23, True)}
+        assert b.engine.call(b.engine.compact_logs, timeout=DEADLINE_S) > 0
+    with Broker(tmp_path / "data", clock=clock, **config) as b:
+        assert {tp: (committed_offset(b, tp), is_unstable(b, tp)) for tp in tps} == before
+
+
 def test_committed_and_aborted_transactional_offsets_replay_the_same_after_restart(open_broker):
     b = prepare(open_broker())
     committed = open_transaction_with_offsets(b, 5, txn_id="committer")
