@@ -467,12 +467,18 @@ def _skip_headers(data: bytes, pos: int, end: int, base_offset: int) -> int:
     return pos
 
 
-def _decode_records(data: bytes, header: BatchHeader) -> tuple[Record, ...]:
-    """Every record in ``data`` (the uncompressed records section), checked."""
-    records = []
+#: what _walk_records yields per record (a plain tuple: it runs for every consumed record):
+#: attributes, timestamp delta, offset delta, key, value, headers, and where the record's
+#: KeyLength..headers bytes start and end in the records section
+_RawRecord = tuple[int, int, int, "bytes | None", "bytes | None", tuple, int, int]
+
+
+def _walk_records(data: bytes, header: BatchHeader) -> Iterator[_RawRecord]:
+    """Every record of an uncompressed records section, checked: exactly RecordCount
+    records using every byte, each within its Length, offset deltas strictly
+    increasing and not past LastOffsetDelta (the log cleaner may have dropped the
+    last records, as Kafka's does)."""
     base_offset = header.base_offset
-    base_timestamp = header.base_timestamp
-    append_time = header.max_timestamp if header.timestamp_type == LOG_APPEND_TIME else None
     previous_delta = -1
     pos = 0
     for _ in range(header.record_count):
@@ -485,6 +491,7 @@ def _decode_records(data: bytes, header: BatchHeader) -> tuple[Record, ...]:
         attributes = data[pos]
         timestamp_delta, pos = decode_varint(data, pos + 1)
         offset_delta, pos = decode_varint(data, pos)
+        fields_start = pos
         key, pos = _read_bytes(data, pos, end)
         value, pos = _read_bytes(data, pos, end)
         header_count, pos = decode_varint(data, pos)
@@ -503,9 +510,7 @@ def _decode_records(data: bytes, header: BatchHeader) -> tuple[Record, ...]:
                 f"batch {base_offset} has offset delta {offset_delta} after {previous_delta}; "
                 "offset deltas must strictly increase from 0")
         previous_delta = offset_delta
-        timestamp = base_timestamp + timestamp_delta if append_time is None else append_time
-        records.append(Record(base_offset + offset_delta, timestamp, key, value,
-                              tuple(headers), attributes))
+        yield attributes, timestamp_delta, offset_delta, key, value, tuple(headers), fields_start, end
     if pos != len(data):
         raise InvalidRecordError(
             f"batch {base_offset} has {len(data) - pos} bytes after its "
@@ -514,7 +519,17 @@ def _decode_records(data: bytes, header: BatchHeader) -> tuple[Record, ...]:
         raise InvalidRecordError(
             f"batch {base_offset} says LastOffsetDelta {header.last_offset_delta}, "
             f"its last record has offset delta {previous_delta}")
-    return tuple(records)
+
+
+def _decode_records(data: bytes, header: BatchHeader) -> tuple[Record, ...]:
+    """Every record in ``data`` (the uncompressed records section), checked."""
+    append_time = header.max_timestamp if header.timestamp_type == LOG_APPEND_TIME else None
+    base_offset, base_timestamp = header.base_offset, header.base_timestamp
+    return tuple(
+        Record(base_offset + offset_delta,
+               base_timestamp + timestamp_delta if append_time is None else append_time,
+               key, value, headers, attributes)
+        for attributes, timestamp_delta, offset_delta, key, value, headers, _, _ in _walk_records(data, header))
 
 
 def _decode_header(data: bytes, pos: int, end: int,
@@ -690,43 +705,10 @@ def stored_records(buf: Buffer, max_uncompressed: int = DEFAULT_MAX_SIZE
     checks them (CRC included: the cleaner must never rewrite a damaged batch
     with a fresh CRC)."""
     header, data = _records_section(buf, True, max_uncompressed)
-    records = []
-    previous_delta = -1
-    pos = 0
-    for _ in range(header.record_count):
-        length, pos = decode_varint(data, pos)
-        end = pos + length
-        if length <= 0 or end > len(data):
-            raise InvalidRecordError(
-                f"record at byte {pos} of batch {header.base_offset} claims {length} bytes, "
-                f"{len(data) - pos} remain")
-        attributes = data[pos]
-        timestamp_delta, pos = decode_varint(data, pos + 1)
-        offset_delta, pos = decode_varint(data, pos)
-        fields_start = pos
-        key, pos = _read_bytes(data, pos, end)
-        value, pos = _read_bytes(data, pos, end)
-        pos = _skip_headers(data, pos, end, header.base_offset)
-        if pos != end:
-            raise InvalidRecordError(
-                f"record ending at byte {pos} of batch {header.base_offset} declared length "
-                f"{length}, which ends at byte {end}")
-        if offset_delta <= previous_delta:
-            raise InvalidRecordError(
-                f"batch {header.base_offset} has offset delta {offset_delta} after "
-                f"{previous_delta}; offset deltas must strictly increase from 0")
-        previous_delta = offset_delta
-        records.append(StoredRecord(attributes, timestamp_delta, offset_delta, key, value is None,
-                                    data[fields_start:end]))
-    if pos != len(data):
-        raise InvalidRecordError(
-            f"batch {header.base_offset} has {len(data) - pos} bytes after its "
-            f"{header.record_count} records")
-    if previous_delta > header.last_offset_delta:
-        raise InvalidRecordError(
-            f"batch {header.base_offset} says LastOffsetDelta {header.last_offset_delta}, "
-            f"its last record has offset delta {previous_delta}")
-    return header, records
+    return header, [StoredRecord(attributes, timestamp_delta, offset_delta, key, value is None,
+                                 data[fields_start:end])
+                    for attributes, timestamp_delta, offset_delta, key, value, _, fields_start, end
+                    in _walk_records(data, header)]
 
 
 def encode_retained(header: BatchHeader, records: Sequence[StoredRecord], *,
