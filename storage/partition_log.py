@@ -145,6 +145,8 @@ class PartitionLog:
         self.recovery_point = recovery_point
         self.high_watermark = 0
         self._dirty: set[LogSegment] = set()
+        #: offsets of the ``.snapshot`` files, listed from the directory once, then kept here
+        self._snapshots: set[int] | None = None
         self._dir_dirty = False
         self._unflushed_messages = 0
         self._first_unflushed_ms: int | None = None
@@ -431,16 +433,23 @@ class PartitionLog:
         """Write the producer state at the log end offset to ``<offset>.snapshot``."""
         path = filenames.snapshot_path(self.directory, self.log_end_offset)
         producer_snapshot.write(path, list(self.producer_state))
+        self._snapshot_set().add(self.log_end_offset)
         self._prune_snapshots()
         return path
 
     def snapshot_offsets(self) -> list[int]:
-        offsets = []
-        for path in self.directory.iterdir():
-            parsed = filenames.parse_offset_name(path.name)
-            if parsed and parsed[1] == filenames.SNAPSHOT_SUFFIX:
-                offsets.append(parsed[0])
-        return sorted(offsets)
+        return sorted(self._snapshot_set())
+
+    def _snapshot_set(self) -> set[int]:
+        if self._snapshots is None:
+            self._snapshots = {parsed[0] for path in self.directory.iterdir()
+                               if (parsed := filenames.parse_offset_name(path.name))
+                               and parsed[1] == filenames.SNAPSHOT_SUFFIX}
+        return self._snapshots
+
+    def _delete_snapshot(self, offset: int) -> None:
+        filenames.snapshot_path(self.directory, offset).unlink(missing_ok=True)
+        self._snapshot_set().discard(offset)
 
     def _prune_snapshots(self) -> None:
         """Keep one snapshot per segment base at or above the log start offset, plus
@@ -450,7 +459,7 @@ class PartitionLog:
         doomed = [o for o in self.snapshot_offsets() if o < self.log_start_offset]
         doomed += periodic[:-PERIODIC_SNAPSHOTS_TO_KEEP]
         for offset in set(doomed):
-            filenames.snapshot_path(self.directory, offset).unlink(missing_ok=True)
+            self._delete_snapshot(offset)
 
     # -- retention ----------------------------------------------------------------------
 
@@ -679,7 +688,7 @@ class PartitionLog:
                 self.producer_state.load(producer_snapshot.read(path))
                 return offset
             except CorruptSnapshotError:
-                path.unlink(missing_ok=True)
+                self._delete_snapshot(offset)
         self.producer_state.truncate()
         return self.log_start_offset
 
@@ -716,7 +725,7 @@ class PartitionLog:
     def _drop_snapshots_above(self, offset: int) -> None:
         for snapshot in self.snapshot_offsets():
             if snapshot > offset:
-                filenames.snapshot_path(self.directory, snapshot).unlink(missing_ok=True)
+                self._delete_snapshot(snapshot)
 
     def batches(self, from_offset: int | None = None) -> Iterator[tuple[BatchHeader, bytes]]:
         """Every stored batch from ``from_offset`` (default: the log start), in order."""

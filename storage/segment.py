@@ -86,7 +86,10 @@ class LogSegment:
         self.max_timestamp = -1
         self._offset_of_max_timestamp = base_offset
         self._bytes_since_index_entry = 0
-        #: first batch's timestamp or, when empty, when the segment was made (segment.ms)
+        #: where segment.ms counts from: the broker's clock when this process made the
+        #: segment, or the first batch's timestamp for a segment found on disk. (Kafka
+        #: counts from the first batch's timestamp even for a new segment, so a producer
+        #: whose clock is far behind rolls a segment on every append; we do not.)
         self.rolling_base_ms = created_ms
 
     def path(self, suffix: str) -> Path:
@@ -111,8 +114,6 @@ class LogSegment:
         return position
 
     def _index(self, position: int, header: BatchHeader) -> None:
-        if self.next_offset == self.base_offset and header.max_timestamp >= 0:
-            self.rolling_base_ms = header.max_timestamp
         self.next_offset = header.next_offset
         if header.max_timestamp > self.max_timestamp:
             self.max_timestamp = header.max_timestamp
@@ -262,6 +263,8 @@ class LogSegment:
         self._bytes_since_index_entry = 0
         valid_end = 0
         for position, batch, header in self._valid_batches():
+            if position == 0 and header.max_timestamp >= 0:
+                self.rolling_base_ms = header.max_timestamp
             self._index(position, header)
             on_batch(batch, header)
             valid_end = position + header.size

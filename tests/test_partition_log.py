@@ -143,3 +143,15 @@ def test_retention_never_deletes_what_read_committed_still_needs(broker: Broker,
     assert broker.engine.call(broker.engine.apply_retention) == 0, "segment 0 holds an open transaction"
     broker.write_txn_marker("t", 0, 50, 0, 0, commit=True)
     assert broker.engine.call(broker.engine.apply_retention) > 0
+
+
+def test_records_with_ancient_timestamps_do_not_roll_a_segment_per_append(broker: Broker, clock: FakeClock) -> None:
+    """segment.ms counts from when the broker made the segment: a producer whose clock
+    is years behind must not turn every append into a new segment."""
+    broker.create_topic("t", 1, {"segment.ms": HOUR})
+    for _ in range(20):
+        broker.produce("t", 0, data_batch([b"old"], timestamp=1))
+    assert segment_files(broker, "t") == ["00000000000000000000.log"]
+    clock.advance(HOUR)
+    broker.produce("t", 0, data_batch([b"old"], timestamp=1))
+    assert len(segment_files(broker, "t")) == 2, "segment.ms still rolls by the broker's clock"
