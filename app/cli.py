@@ -15,6 +15,7 @@ data directory no broker is serving.
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import logging
 import signal
 import socket
@@ -28,6 +29,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from app.broker import Broker
 from app.http import HttpSettings, create_app
+from app.http.auth import LOOPBACK_HOSTS
 from app.http.server import HttpServer
 from app.listeners import PortInUseError, bind, refuse_connections
 from app.mirror_source import EngineMirrorSource
@@ -97,7 +99,10 @@ def serve(args: argparse.Namespace) -> int:
     scheduler = start_scheduler(broker.engine)
     mirror = Mirror(db_path(args.data_dir), EngineMirrorSource(broker.engine))
     mirror.start(MIRROR_INTERVAL_S)
-    web = create_app(broker.engine, HttpSettings(token=broker.config.http_auth_token), mirror=mirror)
+    loopback = ipaddress.ip_address(socket.gethostbyname(args.host)).is_loopback
+    settings = HttpSettings(token=broker.config.http_auth_token,
+                            allowed_hosts=LOOPBACK_HOSTS | {args.host} if loopback else None)
+    web = create_app(broker.engine, settings, mirror=mirror)
     http = HttpServer(web, http_socket).start()
     topics = len(broker.engine.logs.topics)
     print(f"exactly: data directory {args.data_dir.resolve()} recovered ({topics} topics), "

@@ -33,6 +33,8 @@ class HttpSettings:
     token: str = ""
     #: secret for the UI session and CSRF tokens (random per process when empty)
     secret_key: str = ""
+    #: Host names the server answers to; None answers any (see app/http/auth.py)
+    allowed_hosts: frozenset[str] | None = None
 
 
 def create_app(engine: "Engine", settings: HttpSettings | None = None,

@@ -13,6 +13,10 @@ API writes need a JSON body: a cross-site form cannot send ``application/json``
 without a CORS preflight this server never grants. A write a browser sends from
 another site's page (``Sec-Fetch-Site``/``Origin``) is refused outright (403), so an
 empty-bodied one -- an admin abort -- cannot be forged either.
+
+When the server listens on a loopback address (the default), a request whose ``Host``
+is not a loopback name is refused (421): a web page cannot reach the broker through
+DNS rebinding (a name of its own that resolves to 127.0.0.1), whatever the token.
 """
 
 from __future__ import annotations
@@ -30,6 +34,17 @@ OPEN_PATHS = ("/login", "/static/")
 
 def _is_api(path: str) -> bool:
     return path.startswith(API_PREFIXES)
+
+
+#: the names a loopback-only server answers to
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
+
+
+def _host_name(host: str) -> str:
+    """``Host`` without its port (``[::1]:8080`` -> ``::1``)."""
+    if host.startswith("["):
+        return host[1:host.find("]")] if "]" in host else host
+    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
 
 
 def csrf_token() -> str:
@@ -68,7 +83,13 @@ def init_app(app: Flask) -> None:
     def _authenticate() -> Response | None:
         from app.http import current_settings
 
-        token = current_settings().token
+        settings = current_settings()
+        if settings.allowed_hosts is not None and _host_name(request.host) not in settings.allowed_hosts:
+            response = jsonify({"error_code": 421, "error_name": "MISDIRECTED_REQUEST",
+                                "message": f"this broker answers only to {sorted(settings.allowed_hosts)}"})
+            response.status_code = 421
+            return response
+        token = settings.token
         path = request.path
         if _is_api(path):
             if token and not _same(_bearer(request.headers.get("Authorization", "")), token):
