@@ -22,13 +22,13 @@ from app.http import create_app
 from app.http.server import HttpServer
 from app.listeners import bind
 from storage.errors import KafkaError
+from tests.conftest import SMALL_INTERNAL_TOPICS
 
 CHROMIUM = Path("/usr/bin/chromium")
 #: Debian's Chromium as root, with nothing reaching out to the network (BROWSER-NOTES.md)
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run"]
 ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts"
-SMALL_INTERNAL_TOPICS = {"transaction.state.log.num.partitions": 3, "offsets.topic.num.partitions": 3}
 #: how long the console may take to show a change (it refreshes every 2 s)
 SEE_MS = 15_000
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import threading
 import time
-from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import pytest
@@ -18,18 +17,10 @@ import pytest
 from app import Broker
 from app.client_types import ConsumerRecord, IllegalStateError, OffsetAndMetadata
 from app.consumer import Consumer
-from storage.clock import FakeClock
 from storage.errors import OffsetOutOfRangeError
 
-SMALL_INTERNAL_TOPICS = {"transaction.state.log.num.partitions": 3, "offsets.topic.num.partitions": 3}
 DEADLINE_S = 10
 FAST = {"heartbeat_interval_ms": 20}  # members notice a rebalance quickly
-
-
-@pytest.fixture
-def broker(tmp_path: Path, clock: FakeClock) -> Iterator[Broker]:
-    with Broker(tmp_path / "data", clock=clock, **SMALL_INTERNAL_TOPICS) as b:
-        yield b
 
 
 @pytest.fixture

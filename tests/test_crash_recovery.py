@@ -39,6 +39,7 @@ from storage.record_batch import (
     decode_control_record,
     iter_headers,
 )
+from tests.conftest import LineTail
 from tests.crash_child import (
     CONFIG,
     IDEMPOTENT_ID,
@@ -86,22 +87,15 @@ def parse_ack(line: str) -> Ack:
 
 
 class AckFile:
-    """Reads the complete lines the child appended since the last poll."""
+    """The acks the child appended since the last poll."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self.acks: list[Ack] = []
-        self._consumed = 0
+        self._tail = LineTail(path)
 
     def poll(self) -> list[Ack]:
-        if not self.path.exists():
-            return []
-        with open(self.path, "rb") as f:
-            f.seek(self._consumed)
-            data = f.read()
-        complete = data[:data.rfind(b"\n") + 1]
-        self._consumed += len(complete)
-        new = [parse_ack(line) for line in complete.decode().splitlines()]
+        new = [parse_ack(line) for line in self._tail.poll()]
         self.acks.extend(new)
         return new
 

@@ -39,6 +39,7 @@ import pytest
 
 from app import Broker
 from storage.read_committed import read_records
+from tests.conftest import LineTail
 from tests.eos_child import (
     CONFIG,
     GROUP,
@@ -70,17 +71,10 @@ class ProgressFile:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.lines: list[str] = []
-        self._consumed = 0
+        self._tail = LineTail(path)
 
     def poll(self) -> list[str]:
-        if not self.path.exists():
-            return []
-        with open(self.path, "rb") as f:
-            f.seek(self._consumed)
-            data = f.read()
-        complete = data[:data.rfind(b"\n") + 1]
-        self._consumed += len(complete)
-        new = complete.decode().splitlines()
+        new = self._tail.poll()
         self.lines.extend(new)
         return new
 

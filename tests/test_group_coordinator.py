@@ -29,8 +29,8 @@ from coordinator.group_metadata import (
 )
 from storage.clock import FakeClock
 from storage.errors import KafkaError
+from tests.conftest import SMALL_INTERNAL_TOPICS
 
-SMALL_INTERNAL_TOPICS = {"transaction.state.log.num.partitions": 3, "offsets.topic.num.partitions": 3}
 #: the longest any single blocking call may take before the test fails instead of hanging
 DEADLINE_S = 10
 SESSION_MS = 10_000

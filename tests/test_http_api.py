@@ -6,7 +6,7 @@ from __future__ import annotations
 import base64
 import json
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -19,8 +19,8 @@ from coordinator.mirror import Mirror
 from coordinator.mirror_db import db_path
 from storage.clock import FakeClock
 from storage.record_batch import SimpleRecord, encode_batch
+from tests.conftest import SMALL_INTERNAL_TOPICS
 
-SMALL_INTERNAL_TOPICS = {"transaction.state.log.num.partitions": 3, "offsets.topic.num.partitions": 3}
 
 
 def b64(data: bytes) -> str:
@@ -83,12 +83,6 @@ class Api:
     def init(self, txn_id: str, **body: Any) -> tuple[int, int]:
         answer = self.post(f"/transactions/{txn_id}/init", body)
         return answer["producer_id"], answer["producer_epoch"]
-
-
-@pytest.fixture
-def broker(tmp_path: Path, clock: FakeClock) -> Iterator[Broker]:
-    with Broker(tmp_path / "data", clock=clock, **SMALL_INTERNAL_TOPICS) as b:
-        yield b
 
 
 @pytest.fixture

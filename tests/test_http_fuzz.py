@@ -33,8 +33,8 @@ from schemathesis.specs.openapi.checks import (
 
 from app import Broker
 from app.http import create_app, openapi
+from tests.conftest import SMALL_INTERNAL_TOPICS
 
-SMALL_INTERNAL_TOPICS = {"transaction.state.log.num.partitions": 3, "offsets.topic.num.partitions": 3}
 SEEDED = ("orders", "payments")
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance,
           negative_data_rejection]

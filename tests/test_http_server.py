@@ -17,8 +17,8 @@ import pytest
 from app import Broker
 from app.http import HttpSettings, create_app
 from app.http.server import HttpServer
+from tests.conftest import SMALL_INTERNAL_TOPICS
 
-SMALL_INTERNAL_TOPICS = {"transaction.state.log.num.partitions": 3, "offsets.topic.num.partitions": 3}
 TOKEN = "server-test-token"
 
 

@@ -24,8 +24,8 @@ from app.producer import Producer
 from coordinator.group_metadata import CommittedOffset
 from storage.clock import FakeClock
 from storage.errors import KafkaError, TransactionAbortableError
+from tests.conftest import SMALL_INTERNAL_TOPICS
 
-SMALL_INTERNAL_TOPICS = {"transaction.state.log.num.partitions": 3, "offsets.topic.num.partitions": 3}
 DEADLINE_S = 10
 TP = ("in", 0)
 

@@ -24,9 +24,10 @@ from storage.errors import (
     UnknownTopicOrPartitionError,
 )
 from storage.read_committed import read_records
+from tests.conftest import SMALL_INTERNAL_TOPICS
 
 T = "orders"
-SMALL = {"transaction.state.log.num.partitions": 3, "offsets.topic.num.partitions": 3}
+SMALL = SMALL_INTERNAL_TOPICS
 
 
 @pytest.fixture

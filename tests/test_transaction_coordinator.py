@@ -49,12 +49,12 @@ from storage.record_batch import (
     encode_batch,
     iter_headers,
 )
-from tests.conftest import data_batch
+from tests.conftest import SMALL_INTERNAL_TOPICS, data_batch
 
 S = TransactionState
 T = "orders"
 TIMEOUT = 60_000
-SMALL = {"transaction.state.log.num.partitions": 3, "offsets.topic.num.partitions": 3}
+SMALL = SMALL_INTERNAL_TOPICS
 
 
 def open_broker(data: Path, clock: FakeClock, **config: Any) -> Broker:

@@ -8,8 +8,6 @@ topics, partitions, transactional ids and groups are 404 pages, never a 500.
 from __future__ import annotations
 
 import re
-from pathlib import Path
-from typing import Iterator
 
 import pytest
 
@@ -17,16 +15,9 @@ from app import Broker
 from app.http import HttpSettings, create_app
 from app.http.history import History, chart, init_app
 from storage.clock import FakeClock
-from tests.conftest import data_batch
+from tests.conftest import SMALL_INTERNAL_TOPICS, data_batch
 
-SMALL_INTERNAL_TOPICS = {"transaction.state.log.num.partitions": 3, "offsets.topic.num.partitions": 3}
 CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
-
-
-@pytest.fixture
-def broker(tmp_path: Path, clock: FakeClock) -> Iterator[Broker]:
-    with Broker(tmp_path / "data", clock=clock, **SMALL_INTERNAL_TOPICS) as b:
-        yield b
 
 
 @pytest.fixture

@@ -21,9 +21,10 @@ from app.producer import Producer
 from storage.clock import FakeClock
 from storage.errors import ProducerFencedError
 from storage.read_committed import read_records
+from tests.conftest import SMALL_INTERNAL_TOPICS
 
 T = "orders"
-SMALL = {"transaction.state.log.num.partitions": 3, "offsets.topic.num.partitions": 3}
+SMALL = SMALL_INTERNAL_TOPICS
 
 
 @pytest.fixture
