@@ -34,6 +34,7 @@ from coordinator.schema import (
     Array,
     Schema,
     SchemaError,
+    decode_versioned,
     versioned,
 )
 
@@ -157,10 +158,7 @@ def decode_offset_value(value: bytes | None) -> OffsetValue | None:
     """None for a tombstone."""
     if value is None:
         return None
-    version, body = versioned(value)
-    if version != OFFSET_VALUE_VERSION:
-        raise SchemaError(f"unsupported offset commit value version {version}")
-    v = OFFSET_COMMIT_VALUE_V3.decode_all(body)
+    v = decode_versioned(value, OFFSET_VALUE_VERSION, OFFSET_COMMIT_VALUE_V3, "offset commit value")
     return OffsetValue(v["offset"], v["leader_epoch"], v["metadata"], v["commit_timestamp"])
 
 
@@ -168,10 +166,7 @@ def decode_group_value(value: bytes | None) -> GroupValue | None:
     """None for a tombstone."""
     if value is None:
         return None
-    version, body = versioned(value)
-    if version != GROUP_VALUE_VERSION:
-        raise SchemaError(f"unsupported group metadata value version {version}")
-    v = GROUP_METADATA_VALUE_V3.decode_all(body)
+    v = decode_versioned(value, GROUP_VALUE_VERSION, GROUP_METADATA_VALUE_V3, "group metadata value")
     members = tuple(MemberRecord(**m) for m in v["members"] or ())
     return GroupValue(v["protocol_type"], v["generation"], v["protocol"], v["leader"],
                       v["current_state_timestamp"], members)

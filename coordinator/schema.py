@@ -173,3 +173,11 @@ def versioned(data: bytes | None) -> tuple[int, bytes]:
     if data is None or len(data) < 2:
         raise SchemaError("record too short for a version")
     return INT16.fmt.unpack_from(data)[0], data[2:]
+
+
+def decode_versioned(data: bytes | None, version: int, schema: Schema, what: str) -> dict[str, Any]:
+    """Decode a key or value that must be ``version`` of ``schema``, every byte of it."""
+    found, body = versioned(data)
+    if found != version:
+        raise SchemaError(f"unsupported {what} version {found}")
+    return schema.decode_all(body)

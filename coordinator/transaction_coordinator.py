@@ -60,7 +60,7 @@ import asyncio
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Awaitable, Callable, Iterable, Protocol
+from typing import Iterable, Protocol
 
 from coordinator import offsets_log, transaction_log
 from coordinator.producer_id_manager import (

@@ -28,7 +28,7 @@ from coordinator.schema import (
     Array,
     Schema,
     SchemaError,
-    versioned,
+    decode_versioned,
 )
 from coordinator.transaction_state import NO_PRODUCER_EPOCH, TransactionState, TxnTransitMetadata
 
@@ -95,16 +95,10 @@ def encode_value(transit: TxnTransitMetadata) -> bytes:
 
 def decode(key: bytes | None, value: bytes | None) -> TxnLogRecord:
     """Decode one record; raises SchemaError for anything we do not understand."""
-    version, body = versioned(key)
-    if version != KEY_VERSION:
-        raise SchemaError(f"unknown transaction log key version {version}")
-    transactional_id = KEY_V0.decode_all(body)["transactional_id"]
+    transactional_id = decode_versioned(key, KEY_VERSION, KEY_V0, "transaction log key")["transactional_id"]
     if value is None:
         return TxnLogRecord(transactional_id, None)
-    version, body = versioned(value)
-    if version != VALUE_VERSION:
-        raise SchemaError(f"unknown transaction log value version {version}")
-    v = VALUE_V0.decode_all(body)
+    v = decode_versioned(value, VALUE_VERSION, VALUE_V0, "transaction log value")
     try:
         state = TransactionState.from_id(v["transaction_status"])
     except ValueError as e:

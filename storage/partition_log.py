@@ -43,7 +43,7 @@ import bisect
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Iterator
 
 from storage import filenames, log_cleaner, producer_snapshot
 from storage.atomic_file import fsync_dir
