@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from app.config import BrokerConfig
-from app.consumer import Consumer
+from app.client.consumer import Consumer
 from app.engine import READ_UNCOMMITTED, Engine
-from app.producer import Producer
+from app.client.producer import Producer
 from storage.clock import Clock
 from storage.log_manager import TopicInfo
 from storage.partition_log import ReadResult

@@ -32,8 +32,8 @@ from app.http import HttpSettings, create_app
 from app.http.auth import LOOPBACK_HOSTS
 from app.http.server import HttpServer
 from app.listeners import PortInUseError, bind, refuse_connections
-from app.mirror_source import EngineMirrorSource
-from app.scheduler import start_scheduler
+from app.engine.mirror_source import EngineMirrorSource
+from app.engine.scheduler import start_scheduler
 from coordinator.mirror import Mirror
 from coordinator.mirror_db import db_path, upgrade
 from storage.errors import KafkaError

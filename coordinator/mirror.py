@@ -6,7 +6,7 @@ read. :class:`Mirror` is its only writer. It reads ``__transaction_state`` and
 ``__consumer_offsets`` batch by batch from where it stopped and applies each batch
 in one SQLite transaction that also moves ``mirror_progress`` past it, so a crash
 between two batches neither loses nor repeats one. It reads the broker only
-through a :class:`MirrorSource` (on the engine's loop, see ``app/mirror_source.py``)
+through a :class:`MirrorSource` (on the engine's loop, see ``app/engine/mirror_source.py``)
 and writes SQLite on its own thread, so the engine loop never waits for SQLite.
 
 What each record becomes:

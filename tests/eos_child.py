@@ -120,7 +120,7 @@ def take_some(polled: list, rng: random.Random) -> list:
 
 
 def run_jobs(broker: Broker) -> None:
-    """What the broker's scheduler does now and then (app/scheduler.py)."""
+    """What the broker's scheduler does now and then (app/engine/scheduler.py)."""
     engine = broker.engine
     engine.call(engine.take_snapshots)
     engine.call(engine.compact_logs)

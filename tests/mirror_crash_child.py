@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 
 from app import Broker
-from app.mirror_source import EngineMirrorSource
+from app.engine.mirror_source import EngineMirrorSource
 from coordinator.mirror import Mirror
 
 #: two partitions per internal topic: enough to interleave, few enough to read fast

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app import consumer_protocol as cp
+from app.client import consumer_protocol as cp
 from coordinator.schema import SchemaError
 
 

@@ -723,7 +723,7 @@ def test_a_restarted_group_whose_members_stay_silent_times_out(open_broker, cloc
 def test_a_cancelled_request_does_not_wedge_the_partition_it_appended_to(tmp_path, clock):
     """A coroutine awaiting a durable append (the leader's SyncGroup storing the
     group, a produce) is cancelled before the fsync completes; later appends to the
-    partition still complete and close is clean (once a bug in app/group_commit.py)."""
+    partition still complete and close is clean (once a bug in app/engine/group_commit.py)."""
     from tests.conftest import data_batch
     b = Broker(tmp_path / "wedged", clock=clock, **SMALL_INTERNAL_TOPICS)
     try:

@@ -13,8 +13,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from app import Broker
 from app.http import HttpSettings, create_app, openapi
-from app.mirror_source import EngineMirrorSource
-from app.producer import murmur2
+from app.engine.mirror_source import EngineMirrorSource
+from app.client.producer import murmur2
 from coordinator.mirror import Mirror
 from coordinator.mirror_db import db_path
 from storage.clock import FakeClock

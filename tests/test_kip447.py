@@ -18,9 +18,9 @@ from typing import Any, Callable, Iterator
 import pytest
 
 from app import Broker
-from app.client_types import ConsumerGroupMetadata
-from app.consumer import Consumer
-from app.producer import Producer
+from app.client.types import ConsumerGroupMetadata
+from app.client.consumer import Consumer
+from app.client.producer import Producer
 from coordinator.group_metadata import CommittedOffset
 from storage.clock import FakeClock
 from storage.errors import KafkaError, TransactionAbortableError

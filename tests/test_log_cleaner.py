@@ -752,7 +752,7 @@ def test_a_round_that_fails_before_the_commit_point_leaves_the_log_as_it_was(
 
 
 def test_the_cleaner_runs_every_log_cleaner_backoff_ms(broker: Broker) -> None:
-    from app.scheduler import start_scheduler
+    from app.engine.scheduler import start_scheduler
     assert BrokerConfig().log_cleaner_backoff_ms == 15_000
     scheduler = start_scheduler(broker.engine)
     try:

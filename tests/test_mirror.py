@@ -25,7 +25,7 @@ from sqlalchemy.exc import IntegrityError, OperationalError
 
 from app import Broker
 from app.cli import main as cli_main
-from app.mirror_source import EngineMirrorSource
+from app.engine.mirror_source import EngineMirrorSource
 from coordinator import mirror as mirror_module
 from coordinator import offsets_log, transaction_log
 from coordinator.mirror import Mirror, expected_state_from_logs, read_state

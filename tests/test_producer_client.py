@@ -14,8 +14,8 @@ from typing import Iterator
 import pytest
 
 from app import Broker
-from app.client_types import IllegalStateError
-from app.producer import murmur2
+from app.client.types import IllegalStateError
+from app.client.producer import murmur2
 from storage.clock import FakeClock
 from storage.errors import (
     KafkaError,

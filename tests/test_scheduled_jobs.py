@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from app import Broker
-from app.scheduler import start_scheduler
+from app.engine.scheduler import start_scheduler
 from storage.clock import FakeClock
 from storage.errors import UnknownProducerIdError
 from tests.conftest import data_batch

@@ -360,7 +360,7 @@ def test_the_sampler_ends_when_the_broker_closes(tmp_path):
 
 
 def test_transaction_history_and_counts_come_from_the_mirror(broker, tmp_path, scenario):
-    from app.mirror_source import EngineMirrorSource
+    from app.engine.mirror_source import EngineMirrorSource
     from coordinator.mirror import Mirror
     from coordinator.mirror_db import db_path
 

@@ -17,7 +17,7 @@ from typing import Callable, Iterator
 import pytest
 
 from app import Broker
-from app.producer import Producer
+from app.client.producer import Producer
 from storage.clock import FakeClock
 from storage.errors import ProducerFencedError
 from storage.read_committed import read_records

@@ -51,9 +51,9 @@ from pathlib import Path
 from typing import Any, Sequence, TextIO
 
 from app import Broker
-from app.consumer import Consumer
-from app.coordinator_io import EngineCoordinatorIO
-from app.producer import Producer
+from app.client.consumer import Consumer
+from app.engine.coordinator_io import EngineCoordinatorIO
+from app.client.producer import Producer
 from coordinator import offsets_log, transaction_log
 from coordinator.transaction_state import TransactionState
 from storage.record_batch import SimpleRecord, encode_batch

@@ -7,14 +7,14 @@ other resources are nested blueprints named after what they serve:
 ``groups`` (consumer groups) and ``openapi``. Every path below
 ``/v3/clusters/<cluster_id>`` checks the cluster id (another one is 404, as in the
 REST proxy), and every read goes through the shared read models of
-``app/queries.py`` on the engine's loop.
+``app/engine/queries.py`` on the engine's loop.
 """
 
 from __future__ import annotations
 
 from flask import Blueprint, abort, g, jsonify, request
 
-from app import queries
+from app.engine import queries
 from app.http import current_engine, groups, inputs, openapi, records, transactions
 from app.http.idempotency import IdempotencyCache
 from app.http.resources import crn, listing, related, resource

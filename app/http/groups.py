@@ -1,6 +1,6 @@
 """Consumer groups: list and describe (REST Proxy v3's ``consumer-groups``).
 
-A group's description is the shared read model ``app.queries.group``: members, the
+A group's description is the shared read model ``app.engine.queries.group``: members, the
 generation, committed offsets, offsets still *pending* inside an open transaction
 (they become committed at its COMMIT marker, or vanish at ABORT), and lag per
 partition measured against the last stable offset -- the position a caught-up
@@ -13,7 +13,7 @@ from typing import Any
 
 from flask import Blueprint, jsonify
 
-from app import queries
+from app.engine import queries
 from app.http import current_engine
 from app.http.resources import crn, listing, resource
 

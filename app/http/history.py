@@ -68,7 +68,7 @@ class History:
 
     def sample(self) -> None:
         """Read every partition once (on the engine's loop) and record it."""
-        from app import queries
+        from app.engine import queries
 
         topics = self.engine.call(queries.topics, self.engine, True, timeout=CALL_TIMEOUT_S)
         now = self.engine.clock.now_ms()

@@ -13,7 +13,7 @@ scrape sees one consistent moment:
 * ``exactly_transactions_completed_total{outcome}`` -- commits and aborts since start;
 * ``exactly_produce_requests_total``, ``exactly_produced_records_total``,
   ``exactly_fetch_requests_total``, ``exactly_fetched_bytes_total`` -- counted by the
-  engine (``app/counters.py``) for every source: HTTP, the embedded client, Kafka;
+  engine (``app/engine/counters.py``) for every source: HTTP, the embedded client, Kafka;
 * ``exactly_http_requests_total{endpoint,method,status}`` -- HTTP calls by route;
 * the process and platform metrics of prometheus-client.
 

@@ -27,7 +27,7 @@ from app.engine import READ_COMMITTED, READ_UNCOMMITTED
 from app.http import codec, current_engine, inputs
 from app.http.idempotency import idempotent
 from app.http.resources import cluster_id
-from app.producer import murmur2
+from app.client.producer import murmur2
 from storage.errors import InvalidRequestError
 from storage.read_committed import read_records
 from storage.record_batch import MAX_SEQUENCE, SimpleRecord, encode_batch

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from flask import Blueprint, jsonify, request
 
-from app import queries
+from app.engine import queries
 from app.engine import INTERNAL_TOPICS
 from app.http import current_engine, inputs, mirror_db
 from app.http.idempotency import idempotent

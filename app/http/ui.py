@@ -4,7 +4,7 @@ Every page has a live part, rendered by ``web/templates/fragments/<page>.html``.
 The same view serves the page (``/transactions``) and its fragment
 (``/fragments/transactions``); the fragment's root element polls its own URL
 every 2 s and replaces itself (``hx-swap="outerHTML"``). Facts come from the
-shared read models in ``app/queries.py`` through ``engine.call`` -- this module only
+shared read models in ``app/engine/queries.py`` through ``engine.call`` -- this module only
 picks them and chooses templates.
 
 Writes are two buttons, both POST forms carrying the session's CSRF token
@@ -40,7 +40,7 @@ from flask import (
 from werkzeug.exceptions import HTTPException, NotFound
 from werkzeug.routing import PathConverter
 
-from app import queries
+from app.engine import queries
 from app.http import current_engine, current_settings, mirror_db
 from app.http.errors import status_for
 from app.http.history import History, chart

@@ -35,7 +35,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
-from app.client_types import ConsumerGroupMetadata, IllegalStateError, OffsetAndMetadata, RecordMetadata
+from app.client.types import ConsumerGroupMetadata, IllegalStateError, OffsetAndMetadata, RecordMetadata
 from coordinator.group_metadata import CommittedOffset
 from storage.errors import (
     InvalidProducerEpochError,

@@ -6,7 +6,7 @@ Kafka listener runs on the same loop; HTTP worker threads, scheduled jobs and th
 embedded client submit work with :meth:`Engine.call` / :meth:`Engine.submit` and
 wait for the answer -- coordinator requests are the coordinators' own coroutines,
 e.g. ``engine.call(engine.transaction_coordinator.end_txn, ...)``. Fsyncs run on
-the fsync thread through group commit (``app/group_commit.py``), so no request
+the fsync thread through group commit (``app/engine/group_commit.py``), so no request
 blocks the loop on the disk.
 
 The internal topics ``__transaction_state`` and ``__consumer_offsets`` are created
@@ -25,9 +25,9 @@ from pathlib import Path
 from typing import Any, Awaitable, Callable, Mapping, TypeVar
 
 from app.config import BrokerConfig
-from app.coordinator_io import EngineCoordinatorIO
-from app.counters import EngineCounters
-from app.group_commit import FsyncThread, GroupCommit
+from app.engine.coordinator_io import EngineCoordinatorIO
+from app.engine.counters import EngineCounters
+from app.engine.group_commit import FsyncThread, GroupCommit
 from coordinator import offsets_log, transaction_log
 from coordinator.group_coordinator import GroupConfig, GroupCoordinator
 from coordinator.transaction_coordinator import CoordinatorConfig, TransactionCoordinator

@@ -32,8 +32,8 @@ import threading
 import time
 from typing import TYPE_CHECKING, Iterable, Mapping
 
-from app import consumer_protocol
-from app.client_types import ConsumerGroupMetadata, ConsumerRecord, IllegalStateError, OffsetAndMetadata
+from app.client import consumer_protocol
+from app.client.types import ConsumerGroupMetadata, ConsumerRecord, IllegalStateError, OffsetAndMetadata
 from coordinator.group_metadata import CommittedOffset
 from storage.errors import (
     IllegalGenerationError,

@@ -1,0 +1,1 @@
+"""The embedded producer and consumer: Kafka's client API, in-process, no network."""
