@@ -59,11 +59,16 @@ class Broker:
     def delete_topic(self, name: str) -> None:
         self.engine.call(self.engine.delete_topic, name)
 
-    def produce(self, topic: str, partition: int, batch: bytes, acks: int = -1) -> int:
+    def produce(self, topic: str, partition: int, batch: bytes, acks: int = -1,
+                transactional_id: str | None = None) -> int:
         """Append one raw v2 record batch; returns its base offset (the original
-        one when the batch is a retry of one already appended)."""
-        return self.engine.submit(self.engine.start_produce, topic, partition, batch, acks).result(
-            _TIMEOUT_S).base_offset
+        one when the batch is a retry of one already appended). A transactional
+        batch needs its producer's Ongoing transaction on this partition (the
+        producer id and epoch of InitProducerId, the partition added with
+        AddPartitionsToTxn); ``transactional_id``, as a Produce request carries
+        it, must then own the producer id."""
+        return self.engine.submit(self.engine.start_produce, topic, partition, batch, acks,
+                                  transactional_id).result(_TIMEOUT_S).base_offset
 
     def fetch(self, topic: str, partition: int, offset: int, max_bytes: int = 1 << 20,
               isolation_level: str | int = READ_UNCOMMITTED) -> ReadResult:
@@ -85,9 +90,3 @@ class Broker:
         """An embedded consumer: ``group_id``, ``isolation_level``, ``enable_auto_commit``,
         ``auto_offset_reset``, ``session_timeout_ms``, ``max_poll_records``, ..."""
         return Consumer(self.engine, **config)
-
-    def write_txn_marker(self, topic: str, partition: int, producer_id: int, producer_epoch: int,
-                         coordinator_epoch: int, commit: bool) -> int:
-        """Write a COMMIT or ABORT marker; returns its offset."""
-        return self.engine.submit(self.engine.start_txn_marker, topic, partition, producer_id,
-                                  producer_epoch, coordinator_epoch, commit).result(_TIMEOUT_S).base_offset

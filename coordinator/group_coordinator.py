@@ -16,8 +16,15 @@ Requests and their answers (Kafka's ``GroupCoordinator``, classic protocol):
   silent for its session timeout is removed and the group rebalances.
 * OffsetCommit -- a standalone commit (generation -1, no member id) only while the
   group has no members; otherwise the member and generation must be current.
-* TxnOffsetCommit -- (KIP-447) when the request names a member or generation they
-  must be current, so a zombie from an older generation is fenced
+* TxnOffsetCommit -- first, as Kafka verifies it (KIP-890), the group's
+  ``__consumer_offsets`` partition must be in the producer's Ongoing transaction
+  (AddOffsetsToTxn put it there): otherwise INVALID_PRODUCER_ID_MAPPING,
+  INVALID_PRODUCER_EPOCH or INVALID_TXN_STATE, and nothing is written -- a stray
+  commit would stay pending for ever, every ``require_stable`` fetch answering
+  UNSTABLE_OFFSET_COMMIT. Like Kafka, the check is per partition: another group
+  on the same partition is ended by the same marker. Then (KIP-447) when the
+  request names a member or generation they must be current, so a zombie from an
+  older generation is fenced
   (ILLEGAL_GENERATION / UNKNOWN_MEMBER_ID / FENCED_INSTANCE_ID). The offsets are
   appended inside the producer's transaction and stay *pending* until its COMMIT
   marker lands on this ``__consumer_offsets`` partition (then committed) or its
@@ -68,6 +75,11 @@ class GroupIO(Protocol):
 
     async def append_offsets_log(self, partition: int, records: list[tuple[bytes, bytes | None]],
                                  producer_id: int = -1, producer_epoch: int = -1) -> None: ...
+
+    def verify_transaction(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                           partition: int) -> None:
+        """Raise the Kafka error unless ``__consumer_offsets-<partition>`` is in the
+        Ongoing transaction of this producer (the transaction coordinator's KIP-890 check)."""
 
 
 @dataclass(frozen=True)
@@ -405,6 +417,7 @@ class GroupCoordinator:
                                  generation: int = -1, member_id: str = "",
                                  group_instance_id: str | None = None) -> dict[TopicPartition, KafkaError | None]:
         """TxnOffsetCommit: pending until the producer's transaction ends."""
+        self.io.verify_transaction(transactional_id, producer_id, producer_epoch, self.partition_of(group_id))
         group = self._group(group_id)
         self._validate_commit(group, generation, member_id, group_instance_id, transactional=True)
         return await self._append_offsets(group, offsets, producer_id, producer_epoch)

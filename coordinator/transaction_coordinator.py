@@ -103,6 +103,13 @@ TopicPartition = tuple[str, int]
 COORDINATOR_EPOCH_FILE = "transaction-coordinator-epoch"
 #: how long to wait before writing a failed marker again
 MARKER_RETRY_BACKOFF_S = 0.1
+#: the longest wait between writes of a marker that a partition refuses (see ``_complete``)
+MARKER_REFUSED_MAX_BACKOFF_S = 30.0
+#: how long a request waits for a transaction to complete before it answers
+#: CONCURRENT_TRANSACTIONS, which clients retry (Kafka's request.timeout.ms default)
+COMPLETION_WAIT_S = 30.0
+#: the transaction states in which its markers are being written
+_COMPLETING = (S.PREPARE_COMMIT, S.PREPARE_ABORT)
 
 
 class CoordinatorIO(Protocol):
@@ -138,6 +145,8 @@ class TransactionCoordinator:
         #: transaction-log partitions whose load found an inconsistency: NOT_COORDINATOR
         self.disabled_partitions: dict[int, str] = {}
         self._completions: dict[str, asyncio.Task[None]] = {}
+        #: the partitions that refuse the markers of a completion in progress (see ``_complete``)
+        self._refused: dict[str, set[TopicPartition]] = {}
         #: transactions completed since start, by outcome (for metrics)
         self.completed = {"commit": 0, "abort": 0}
         self.coordinator_epoch = self._bump_coordinator_epoch()
@@ -400,7 +409,8 @@ class TransactionCoordinator:
                 continue
             if state is S.ONGOING:
                 await self._write(meta, meta.prepare_abort_or_commit(commit, self.clock.now_ms()))
-                await self._start_completion(meta)
+                self._start_completion(meta)
+                await self._await_completion(meta)
                 return
             matching_prepare = S.PREPARE_COMMIT if commit else S.PREPARE_ABORT
             matching_complete = S.COMPLETE_COMMIT if commit else S.COMPLETE_ABORT
@@ -435,39 +445,70 @@ class TransactionCoordinator:
         if task is None:
             raise ConcurrentTransactionsError(
                 f"transactional id {meta.transactional_id!r} is being updated; retry")
-        await asyncio.shield(task)
+        try:
+            await asyncio.wait_for(asyncio.shield(task), COMPLETION_WAIT_S)
+        except asyncio.TimeoutError:
+            raise ConcurrentTransactionsError(
+                f"the transaction of {meta.transactional_id!r} is still completing "
+                f"({len(self._refused.get(meta.transactional_id, ()))} partition(s) refuse its markers); "
+                f"retry") from None
 
     async def _complete(self, meta: TransactionMetadata) -> None:
         """Write the markers of a prepared transaction until every one is durable,
-        then COMPLETE_*. Retried until it succeeds: PREPARE was the point of no return."""
+        then COMPLETE_*. PREPARE was the point of no return, so a marker that fails
+        is written again -- except UNKNOWN_TOPIC_OR_PARTITION: the topic was deleted,
+        there is nothing left to mark.
+
+        A partition that *refuses* the marker (INVALID_PRODUCER_EPOCH: it has seen a
+        newer epoch of the producer; TRANSACTION_COORDINATOR_FENCED: a newer
+        coordinator epoch) breaks an invariant: verification (``verify_transaction``)
+        lets into a partition only batches of this very epoch, and only this
+        coordinator writes markers. The outcome is then not in that partition, so the
+        transaction is not Complete: it stays Prepare*, the refusal is logged as an
+        error each time, and the marker is written again with a backoff doubling up to
+        MARKER_REFUSED_MAX_BACKOFF_S (as Kafka's coordinator, which stops sending and
+        leaves the transaction prepared). EndTxn, InitProducerId and the admin abort
+        waiting for it answer CONCURRENT_TRANSACTIONS after COMPLETION_WAIT_S -- never
+        OK; the partition's LSO is freed by the partition-level abort (KIP-664,
+        ``Engine.abort_hanging_transaction``), which fences the producer there."""
+        txn_id = meta.transactional_id
         commit = meta.state is S.PREPARE_COMMIT
         remaining = sorted(meta.partitions)
-        while remaining:
-            results = await asyncio.gather(*(
-                self.io.write_marker(topic, partition, meta.producer_id, meta.producer_epoch,
-                                     self.coordinator_epoch, commit)
-                for topic, partition in remaining), return_exceptions=True)
-            retry = []
-            for tp, result in zip(remaining, results):
-                if isinstance(result, (UnknownTopicOrPartitionError, InvalidProducerEpochError,
-                                       TransactionCoordinatorFencedError)):
-                    # the partition is gone or has moved past this transaction: nothing to mark
-                    log.warning("marker for %r on %s-%s not needed: %s", meta.transactional_id,
-                                tp[0], tp[1], result)
-                elif isinstance(result, BaseException):
-                    log.warning("marker for %r on %s-%s failed, retrying: %s", meta.transactional_id,
-                                tp[0], tp[1], result)
-                    retry.append(tp)
-            remaining = retry
-            if remaining:
-                await asyncio.sleep(MARKER_RETRY_BACKOFF_S)
+        backoff = MARKER_RETRY_BACKOFF_S
+        try:
+            while remaining:
+                results = await asyncio.gather(*(
+                    self.io.write_marker(topic, partition, meta.producer_id, meta.producer_epoch,
+                                         self.coordinator_epoch, commit)
+                    for topic, partition in remaining), return_exceptions=True)
+                failed = [(tp, e) for tp, e in zip(remaining, results) if e is not None]
+                refused = {tp for tp, e in failed
+                           if isinstance(e, (InvalidProducerEpochError, TransactionCoordinatorFencedError))}
+                for tp, error in failed:
+                    if isinstance(error, UnknownTopicOrPartitionError):
+                        log.warning("marker for %r on %s-%s not needed: %s", txn_id, tp[0], tp[1], error)
+                    elif tp in refused:
+                        log.error("invariant broken: %s-%s refuses the %s marker of %r (producer %d epoch "
+                                  "%d, coordinator epoch %d): %s; the transaction stays %s and the marker "
+                                  "is retried (free the partition with its Abort)", tp[0], tp[1],
+                                  "COMMIT" if commit else "ABORT", txn_id, meta.producer_id,
+                                  meta.producer_epoch, self.coordinator_epoch, error, meta.state.display)
+                    else:
+                        log.warning("marker for %r on %s-%s failed, retrying: %s", txn_id, tp[0], tp[1], error)
+                remaining = [tp for tp, e in failed if not isinstance(e, UnknownTopicOrPartitionError)]
+                self._refused[txn_id] = refused
+                if remaining:
+                    backoff = min(backoff * 2, MARKER_REFUSED_MAX_BACKOFF_S) if refused else MARKER_RETRY_BACKOFF_S
+                    await asyncio.sleep(backoff)
+        finally:
+            self._refused.pop(txn_id, None)
         while True:
             try:
                 await self._write(meta, meta.prepare_complete(self.clock.now_ms()))
                 self.completed["commit" if commit else "abort"] += 1
                 return
             except CoordinatorNotAvailableError as e:
-                log.warning("writing COMPLETE for %r failed, retrying: %s", meta.transactional_id, e)
+                log.warning("writing COMPLETE for %r failed, retrying: %s", txn_id, e)
                 await asyncio.sleep(MARKER_RETRY_BACKOFF_S)
 
     async def _fence_and_abort(self, meta: TransactionMetadata) -> None:
@@ -477,7 +518,8 @@ class TransactionCoordinator:
         meta.complete_transition(fence)  # in memory only: the PrepareAbort below carries the epoch
         self._by_producer_id[meta.producer_id] = meta.transactional_id
         await self._write(meta, meta.prepare_abort_or_commit(False, self.clock.now_ms()))
-        await self._start_completion(meta)
+        self._start_completion(meta)
+        await self._await_completion(meta)
 
     async def admin_abort(self, transactional_id: str) -> None:
         """An operator's abort of an open transaction (the console's Abort button):
@@ -493,6 +535,36 @@ class TransactionCoordinator:
             raise InvalidTxnStateError(
                 f"transactional id {transactional_id!r} has no open transaction ({meta.state.display})")
         await self._fence_and_abort(meta)
+
+    async def settle_for_partition_abort(self, transactional_id: str, topic_partition: TopicPartition) -> bool:
+        """Before the partition-level abort (KIP-664) of this id's producer on
+        ``topic_partition``: wait for a completion in progress to finish. False when
+        it cannot finish there -- that partition refuses its marker (see
+        :meth:`_complete`) -- so only a marker on the partition itself can free it."""
+        meta = self.txns.get(transactional_id)
+        while meta is not None and (meta.pending_state is not None or meta.state in _COMPLETING):
+            if topic_partition in self._refused.get(transactional_id, ()):
+                return False
+            await self._await_completion(meta)
+            meta = self.txns.get(transactional_id)
+        return True
+
+    async def abort_for_partition(self, transactional_id: str, topic_partition: TopicPartition) -> int:
+        """The partition-level abort (KIP-664) of a producer this coordinator knows,
+        holding ``topic_partition``'s transaction open: its transactional id's
+        transaction is aborted with an epoch bump, so the producer is fenced
+        everywhere and the ABORT marker lands on every partition of it. A partition
+        the transaction does not have -- a batch written before verification, or the
+        transaction already ended -- joins a transaction first, so the same markers
+        end it. Returns the epoch that fences the producer now."""
+        self._check_coordinator(transactional_id)
+        meta = self.txns.get(transactional_id)
+        if meta is None:
+            raise TransactionalIdNotFoundError(f"no transactional id {transactional_id!r}")
+        if meta.state is not S.ONGOING or topic_partition not in meta.partitions:
+            await self._write(meta, meta.prepare_add_partitions({topic_partition}, self.clock.now_ms()))
+        await self._fence_and_abort(meta)
+        return meta.producer_epoch
 
     # -- scheduled work ----------------------------------------------------------------
 
@@ -517,7 +589,11 @@ class TransactionCoordinator:
                     log.warning("aborting fenced %r failed: %s", meta.transactional_id, e)
                     continue
                 aborted.append(meta.transactional_id)
-                await self._start_completion(meta)
+                self._start_completion(meta)
+                try:
+                    await self._await_completion(meta)
+                except KafkaError as e:  # a refused marker: _complete says so and goes on trying
+                    log.warning("aborting fenced %r has not completed: %s", meta.transactional_id, e)
             elif meta.state.is_prepared and meta.transactional_id not in self._completions:
                 self._start_completion(meta)
         return aborted
@@ -543,18 +619,40 @@ class TransactionCoordinator:
     def transactional_id_of(self, producer_id: int) -> str | None:
         return self._by_producer_id.get(producer_id)
 
-    def verify_transactional_produce(self, producer_id: int, producer_epoch: int,
-                                     topic: str, partition: int) -> None:
-        """KIP-890's partition verification: a transactional batch from a producer this
-        coordinator knows must belong to its Ongoing transaction on that partition,
-        otherwise a late or stray batch would open a transaction nobody will end."""
-        txn_id = self._by_producer_id.get(producer_id)
-        if txn_id is None:
-            return  # not ours (the raw embedded API may use its own producer ids)
-        meta = self.txns[txn_id]
-        if producer_epoch < meta.producer_epoch:
+    def verify_transaction(self, producer_id: int, producer_epoch: int, topic: str, partition: int,
+                           transactional_id: str | None = None) -> None:
+        """KIP-890 part 1: a transactional batch (or a TxnOffsetCommit, for the group's
+        ``__consumer_offsets`` partition) is let in only when its producer id and epoch
+        are exactly those of an Ongoing transaction that has ``topic-partition``;
+        otherwise a stray batch would open a transaction nobody ends (or, one epoch
+        ahead, make the partition refuse the coordinator's marker). ``transactional_id``
+        is the request's, when it names one; else the producer id's.
+
+        The answers are Kafka's: TransactionCoordinator.handleVerifyPartitionsInTransaction
+        says INVALID_PRODUCER_ID_MAPPING for an unknown transactional id or another
+        producer id, PRODUCER_FENCED for another epoch (older or newer), which
+        AddPartitionsToTxnManager turns into INVALID_PRODUCER_EPOCH for a Produce,
+        CONCURRENT_TRANSACTIONS while the transaction is in PrepareCommit/PrepareAbort
+        (retriable; ReplicaManager shows pre-TV2 producers NOT_ENOUGH_REPLICAS -- the
+        wire's business), and TRANSACTION_ABORTABLE for a partition not in the
+        transaction, which Produce requests of clients that predate that error get as
+        INVALID_TXN_STATE, as every client in scope does here. An id that expired is
+        forgotten, so its producer id is unknown: INVALID_PRODUCER_ID_MAPPING.
+        """
+        txn_id = self._by_producer_id.get(producer_id) if transactional_id is None else transactional_id
+        if txn_id is not None:
+            self._check_coordinator(txn_id)
+        meta = self.txns.get(txn_id) if txn_id is not None else None
+        if meta is None or meta.producer_id != producer_id:
+            raise InvalidProducerIdMappingError(
+                f"producer id {producer_id} is not the producer of "
+                f"{'any transactional id' if txn_id is None else repr(txn_id)}")
+        if producer_epoch != meta.producer_epoch:
             raise InvalidProducerEpochError(
-                f"producer {producer_id} epoch {producer_epoch} is older than {meta.producer_epoch}")
+                f"producer {producer_id} epoch {producer_epoch} is not the current epoch "
+                f"{meta.producer_epoch} of {txn_id!r}")
+        if meta.state in _COMPLETING or meta.pending_state in _COMPLETING:
+            raise ConcurrentTransactionsError(f"the transaction of {txn_id!r} is completing")
         if meta.state is not S.ONGOING or (topic, partition) not in meta.partitions:
             raise InvalidTxnStateError(
                 f"{topic}-{partition} is not part of an ongoing transaction of {txn_id!r} "
@@ -570,7 +668,14 @@ class TransactionCoordinator:
                 if not wanted or meta.state.display.lower() in wanted]
 
     async def wait_for_completions(self) -> None:
-        """Let markers in flight finish (shutdown)."""
+        """Let markers in flight finish (shutdown); after COMPLETION_WAIT_S the rest are
+        cancelled -- their PREPARE is durable, so the next start rolls them forward."""
         tasks = [t for t in self._completions.values() if not t.done()]
-        if tasks:
-            await asyncio.gather(*tasks, return_exceptions=True)
+        if not tasks:
+            return
+        _, pending = await asyncio.wait(tasks, timeout=COMPLETION_WAIT_S)
+        for task in pending:
+            log.error("shutting down with a transaction still completing; the next start rolls it forward")
+            task.cancel()
+        if pending:
+            await asyncio.wait(pending)

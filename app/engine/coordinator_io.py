@@ -41,6 +41,13 @@ class EngineCoordinatorIO:
     def partition_exists(self, topic: str, partition: int) -> bool:
         return (topic, partition) in self.engine.logs.logs
 
+    def verify_transaction(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                           partition: int) -> None:
+        """For TxnOffsetCommit: the group's ``__consumer_offsets`` partition must be in
+        the producer's Ongoing transaction (AddOffsetsToTxn)."""
+        self.engine.transaction_coordinator.verify_transaction(
+            producer_id, producer_epoch, offsets_log.TOPIC, partition, transactional_id)
+
     async def append_offsets_log(self, partition: int, records: list[tuple[bytes, bytes | None]],
                                  producer_id: int = -1, producer_epoch: int = -1) -> None:
         """Append group records; inside a transaction the batch is the producer's own
@@ -50,9 +57,7 @@ class EngineCoordinatorIO:
         simple = [SimpleRecord(value, key=key, timestamp=now) for key, value in records]
         if producer_id < 0:
             batch = encode_batch(simple)
-        else:
-            self.engine.transaction_coordinator.verify_transactional_produce(
-                producer_id, producer_epoch, offsets_log.TOPIC, partition)
+        else:  # verified by the group coordinator (verify_transaction), in this same loop step
             batch = encode_batch(simple, producer_id=producer_id, producer_epoch=producer_epoch,
                                  base_sequence=self.engine.next_sequence(offsets_log.TOPIC, partition,
                                                                          producer_id, producer_epoch),

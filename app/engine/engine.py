@@ -31,6 +31,7 @@ from app.engine.group_commit import FsyncThread, GroupCommit
 from coordinator import offsets_log, transaction_log
 from coordinator.group_coordinator import GroupConfig, GroupCoordinator
 from coordinator.transaction_coordinator import CoordinatorConfig, TransactionCoordinator
+from coordinator.transaction_state import MAX_EPOCH_VALUE
 from storage.clock import Clock, SystemClock
 from storage.errors import (
     InvalidRequestError,
@@ -41,7 +42,7 @@ from storage.errors import (
 )
 from storage.log_manager import LogManager, TopicInfo
 from storage.partition_log import AppendResult, PartitionLog, ReadResult
-from storage.producer_state import next_sequence
+from storage.producer_state import ProducerStateEntry, next_sequence
 from storage.record_batch import Record, decode_batch, read_header
 
 INTERNAL_TOPICS = (transaction_log.TOPIC, offsets_log.TOPIC)
@@ -55,6 +56,18 @@ READ_UNCOMMITTED = "read_uncommitted"
 READ_COMMITTED = "read_committed"
 LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
+
+
+@dataclass(frozen=True, slots=True)
+class HangingAbort:
+    """What :meth:`Engine.abort_hanging_transaction` did."""
+
+    #: the transactional id whose transaction the coordinator aborted; None: an
+    #: ABORT marker was written on the partition alone
+    transactional_id: str | None
+    #: the producer's epoch now; older ones are fenced
+    producer_epoch: int
+    last_stable_offset: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,9 +241,13 @@ class Engine:
                 commit.close()
         self.logs.delete_topic(name)
 
-    def start_produce(self, topic: str, partition: int, batch: bytes, acks: int = -1) -> Future:
+    def start_produce(self, topic: str, partition: int, batch: bytes, acks: int = -1,
+                      transactional_id: str | None = None) -> Future:
         """Append one producer batch (on the loop); the future resolves to its
-        AppendResult -- with acks=-1 once it is fsynced."""
+        AppendResult -- with acks=-1 once it is fsynced. A transactional batch must
+        belong to its producer's Ongoing transaction on this partition (KIP-890,
+        ``TransactionCoordinator.verify_transaction``); ``transactional_id``, which a
+        Kafka Produce request carries, must then be that producer id's."""
         self.counters.produce_requests += 1
         if acks not in (-1, 0, 1):
             raise InvalidRequiredAcksError(f"acks must be -1, 0 or 1, got {acks!r}")
@@ -239,8 +256,8 @@ class Engine:
         log_ = self.logs.log(topic, partition)
         header = read_header(batch)
         if header.is_transactional:
-            self.transaction_coordinator.verify_transactional_produce(
-                header.producer_id, header.producer_epoch, topic, partition)
+            self.transaction_coordinator.verify_transaction(
+                header.producer_id, header.producer_epoch, topic, partition, transactional_id)
         commit = self._commit(log_)
         if commit.failed is not None:
             raise KafkaStorageError(f"{topic}-{partition} is offline after an fsync failure")
@@ -253,18 +270,31 @@ class Engine:
             commit.appended()
         return _done(result)
 
-    async def abort_hanging_transaction(self, topic: str, partition: int, producer_id: int) -> AppendResult:
-        """Kafka's AbortTransaction (KIP-664): end an open transaction on one partition
-        that no coordinator will end (its producer is not one the coordinator knows),
-        with an ABORT marker at the producer's epoch, so the LSO can move."""
+    async def abort_hanging_transaction(self, topic: str, partition: int, producer_id: int) -> HangingAbort:
+        """Kafka's AbortTransaction (KIP-664), for any producer holding a transaction
+        open on one partition, with a fence so that producer cannot carry on:
+
+        * a producer of a transactional id: once a completion in progress is done,
+          the coordinator aborts that id's transaction with an epoch bump (the
+          partition joins it first if a batch from before verification left it out);
+        * a producer no coordinator knows, or one whose transaction's marker this
+          partition refuses (a broken invariant, see ``TransactionCoordinator._complete``):
+          an ABORT marker at the producer's epoch + 1 on this partition, which then
+          refuses that epoch.
+        """
         log_ = self.logs.log(topic, partition)
-        entry = log_.producer_state.producers.get(producer_id)
-        if entry is None or entry.current_txn_first_offset is None:
-            raise InvalidTxnStateError(f"producer {producer_id} has no open transaction on {topic}-{partition}")
-        if self.transaction_coordinator.transactional_id_of(producer_id) is not None:
-            raise InvalidTxnStateError(f"producer {producer_id} belongs to a transactional id; abort that instead")
-        return await self.write_txn_marker(topic, partition, producer_id, entry.producer_epoch,
-                                           self.transaction_coordinator.coordinator_epoch, False)
+        tc = self.transaction_coordinator
+        _open_transaction(log_, producer_id)
+        txn_id = tc.transactional_id_of(producer_id)
+        if txn_id is not None and await tc.settle_for_partition_abort(txn_id, (topic, partition)):
+            _open_transaction(log_, producer_id)  # a completion may have ended it meanwhile
+            epoch = await tc.abort_for_partition(txn_id, (topic, partition))
+            return HangingAbort(txn_id, epoch, log_.last_stable_offset)
+        entry = _open_transaction(log_, producer_id)
+        epoch = min(entry.producer_epoch + 1, MAX_EPOCH_VALUE)
+        await self.write_txn_marker(topic, partition, producer_id, epoch,
+                                    max(tc.coordinator_epoch, entry.coordinator_epoch), commit=False)
+        return HangingAbort(None, epoch, log_.last_stable_offset)
 
     def next_sequence(self, topic: str, partition: int, producer_id: int, producer_epoch: int) -> int:
         """The base sequence a well-behaved producer sends next on this partition (0 for
@@ -282,20 +312,18 @@ class Engine:
         """Partitions per existing topic (unknown topics are left out)."""
         return {t: self.logs.topics[t].partitions for t in topics if t in self.logs.topics}
 
-    async def produce(self, topic: str, partition: int, batch: bytes, acks: int = -1) -> AppendResult:
-        return await asyncio.wrap_future(self.start_produce(topic, partition, batch, acks))
-
-    def start_txn_marker(self, topic: str, partition: int, producer_id: int, producer_epoch: int,
-                         coordinator_epoch: int, commit: bool) -> Future:
-        """Append a COMMIT/ABORT marker (WriteTxnMarkers); resolves once it is durable."""
-        log_ = self.logs.log(topic, partition)
-        result = log_.append_end_txn_marker(producer_id, producer_epoch, coordinator_epoch, commit)
-        return self._commit(log_).when_durable(result.last_offset, result)
+    async def produce(self, topic: str, partition: int, batch: bytes, acks: int = -1,
+                      transactional_id: str | None = None) -> AppendResult:
+        return await asyncio.wrap_future(self.start_produce(topic, partition, batch, acks, transactional_id))
 
     async def write_txn_marker(self, topic: str, partition: int, producer_id: int,
                                producer_epoch: int, coordinator_epoch: int, commit: bool) -> AppendResult:
-        return await asyncio.wrap_future(self.start_txn_marker(
-            topic, partition, producer_id, producer_epoch, coordinator_epoch, commit))
+        """Append a COMMIT/ABORT marker (WriteTxnMarkers) and wait until it is durable.
+        Internal: markers come from the transaction coordinator (``coordinator_io``)
+        and the partition-level abort, never from a client."""
+        log_ = self.logs.log(topic, partition)
+        result = log_.append_end_txn_marker(producer_id, producer_epoch, coordinator_epoch, commit)
+        return await asyncio.wrap_future(self._commit(log_).when_durable(result.last_offset, result))
 
     async def fetch(self, topic: str, partition: int, offset: int, max_bytes: int = 1 << 20,
                     isolation_level: str | int = READ_UNCOMMITTED) -> ReadResult:
@@ -387,6 +415,15 @@ def _copy_outcome(source: Future, target: Future) -> None:
         target.set_exception(error)
     else:
         target.set_result(source.result())
+
+
+def _open_transaction(log_: PartitionLog, producer_id: int) -> ProducerStateEntry:
+    """The producer's state on ``log_``; INVALID_TXN_STATE unless it has a transaction open there."""
+    entry = log_.producer_state.producers.get(producer_id)
+    if entry is None or entry.current_txn_first_offset is None:
+        raise InvalidTxnStateError(
+            f"producer {producer_id} has no open transaction on {log_.topic}-{log_.partition}")
+    return entry
 
 
 def _data_records(batch: bytes) -> tuple[Record, ...]:

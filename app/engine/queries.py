@@ -217,9 +217,11 @@ _OPEN_STATES = (TransactionState.ONGOING, TransactionState.PREPARE_COMMIT,
 
 def _holder(engine: "Engine", log: PartitionLog, producer_id: int, first_offset: int,
             now_ms: int) -> dict[str, Any]:
-    """One open transaction on ``log``: who owns it, since when, and whether the
+    """One open transaction on ``log``: who owns it, since when, whether the
     coordinator knows it (a producer it does not know is a *hanging* transaction:
-    only an AbortTransaction on the partition can end it)."""
+    only an AbortTransaction on the partition can end it) and whether it is the
+    coordinator's Ongoing transaction on this partition (``in_transaction``: the
+    transaction's own Abort ends it; any other holder takes the partition's)."""
     tc = engine.transaction_coordinator
     entry = log.producer_state.producers.get(producer_id)
     txn_id = tc.transactional_id_of(producer_id)
@@ -235,7 +237,9 @@ def _holder(engine: "Engine", log: PartitionLog, producer_id: int, first_offset:
             "transaction_timeout_ms": meta.txn_timeout_ms if meta else None,
             "age_ms": now_ms - start if start is not None and start >= 0 else None,
             "last_timestamp": entry.last_timestamp if entry else None,
-            "hanging": txn_id is None}
+            "hanging": txn_id is None,
+            "in_transaction": meta is not None and meta.state is TransactionState.ONGOING
+            and (log.topic, log.partition) in meta.partitions}
 
 
 async def lso_blockers(engine: "Engine") -> list[dict[str, Any]]:

@@ -208,7 +208,12 @@ SCHEMAS: dict[str, Schema] = {
     "SentOffsets": obj(transactional_id=string(), group_id=string(), offsets=array(obj(
         topic_name=string(), partition_id=integer(maximum=INT32_MAX), offset=integer(), metadata=string()))),
     "AbortedHanging": obj(topic_name=string(), partition_id=integer(maximum=INT32_MAX), producer_id=integer(),
-                          marker_offset=integer(description="offset of the ABORT marker")),
+                          transactional_id=nullable(string(description="the transactional id whose transaction "
+                                                                       "the coordinator aborted; null: no "
+                                                                       "coordinator could, an ABORT marker "
+                                                                       "was written on this partition")),
+                          producer_epoch=integer(description="the producer's epoch now: older ones are fenced"),
+                          last_stable_offset=integer()),
 }
 
 
@@ -308,8 +313,10 @@ def _paths() -> dict[str, dict[str, Any]]:
         P + "/producers/{producer_id}/abort": {"post": operation("post", 
             P + "/producers/{producer_id}/abort", "Abort hanging transaction", "Transactions",
             (200, "AbortedHanging"), (404, 409, 503),
-            description="Writes an ABORT marker for a producer's open transaction on this partition when "
-                        "no transactional id owns the producer (Kafka's AbortTransaction, KIP-664).")},
+            description="Ends the open transaction of any producer holding this partition's LSO and "
+                        "fences the producer (Kafka's AbortTransaction, KIP-664): the coordinator aborts "
+                        "its transactional id's transaction with an epoch bump, or, for a producer no "
+                        "coordinator knows, an ABORT marker one epoch up is written on this partition.")},
         T + "/records": {"post": operation("post", 
             T + "/records", "Produce record", "Records", (200, "ProduceResponse"), (404, 409, 503),
             body="ProduceRequest", idempotent=True,

@@ -25,8 +25,11 @@ Inspection: ``GET .../transactions`` (ListTransactions), ``GET .../transactions/
 (DescribeTransactions, plus finished transactions from the SQLite mirror when there
 is one), ``POST .../transactions/<id>/admin-abort`` (the coordinator aborts the open
 transaction and fences its producer), and
-``POST .../topics/<t>/partitions/<p>/producers/<producer_id>/abort`` for a hanging
-transaction whose producer no coordinator knows (Kafka's AbortTransaction, KIP-664).
+``POST .../topics/<t>/partitions/<p>/producers/<producer_id>/abort`` for any
+producer holding a partition's LSO (Kafka's AbortTransaction, KIP-664): the
+coordinator aborts its transactional id's transaction, or -- for a producer no
+coordinator knows -- an ABORT marker one epoch up ends it on that partition;
+either way the producer is fenced (``Engine.abort_hanging_transaction``).
 """
 
 from __future__ import annotations
@@ -260,9 +263,10 @@ def admin_abort(transactional_id: str):
 @bp.post("/v3/clusters/<cluster_id>/topics/<topic_name>/partitions/<int:partition_id>"
          "/producers/<int:producer_id>/abort")
 def abort_hanging(topic_name: str, partition_id: int, producer_id: int):
-    """Write an ABORT marker for a producer's open transaction on one partition when
-    no transactional id owns the producer (a hanging transaction)."""
+    """End the open transaction of any producer on one partition and fence the
+    producer, so the partition's LSO moves."""
     engine = current_engine()
     result = engine.call(engine.abort_hanging_transaction, topic_name, partition_id, producer_id)
     return jsonify({"topic_name": topic_name, "partition_id": partition_id, "producer_id": producer_id,
-                    "marker_offset": result.base_offset})
+                    "transactional_id": result.transactional_id, "producer_epoch": result.producer_epoch,
+                    "last_stable_offset": result.last_stable_offset})

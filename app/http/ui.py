@@ -10,8 +10,9 @@ picks them and chooses templates.
 Writes are two buttons, both POST forms carrying the session's CSRF token
 (``app/http/auth.py`` refuses them without it) and confirmed in the browser with
 ``hx-confirm``: Abort of a transaction (the coordinator fences its producer and
-aborts, ``TransactionCoordinator.admin_abort``) and Abort of a hanging transaction
-on a partition, whose producer no coordinator knows
+aborts, ``TransactionCoordinator.admin_abort``) and Abort of whatever producer holds
+a partition's LSO -- hanging (no coordinator knows it), outside its transaction, or
+stuck completing -- which fences that producer too
 (``Engine.abort_hanging_transaction``, Kafka's AbortTransaction).
 
 Errors on console routes are pages (404 for an unknown topic, transaction or group,
@@ -338,8 +339,10 @@ def abort_hanging(topic: str, partition: int, producer_id: int):
     except e.KafkaError as error:
         return _done(f"Could not abort producer {producer_id} on {topic}-{partition}: "
                      f"{error.name} — {error}", "error", target)
-    return _done(f"Wrote an ABORT marker for producer {producer_id} on {topic}-{partition} "
-                 f"at offset {result.base_offset}.", "success", target)
+    how = (f"aborted the transaction of {result.transactional_id}" if result.transactional_id
+           else f"wrote an ABORT marker on {topic}-{partition}")
+    return _done(f"Producer {producer_id}: {how}; epoch {result.producer_epoch} fences it. "
+                 f"The LSO of {topic}-{partition} is {result.last_stable_offset}.", "success", target)
 
 
 # -- session --------------------------------------------------------------------------------
