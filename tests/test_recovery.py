@@ -1,6 +1,7 @@
 """Recovery on open, in process and deterministic (storage/partition_log.py, segment.py).
 
-Each test builds a log through the embedded Broker, closes it, damages the data
+Each test builds a log on the storage layer (tests/storage_log.py: raw producer ids,
+transactional batches and markers, every append fsynced), closes it, damages the data
 directory the way a crash or a disk would, reopens it and compares a full
 ``Picture`` of the recovered partition (offsets, LSO, producer state, every
 index entry, every stored batch) with the picture taken before the close or
@@ -20,7 +21,7 @@ import sys
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 import pytest
 
@@ -30,7 +31,6 @@ from storage.checkpoint import write_checkpoint
 from storage.clock import FakeClock
 from storage.compression import Compression
 from storage.errors import KafkaStorageError
-from storage.partition_log import PartitionLog
 from storage.read_committed import read_records
 from storage.record_batch import (
     HEADER_SIZE,
@@ -40,6 +40,7 @@ from storage.record_batch import (
     iter_headers,
 )
 from storage.txn_index import AbortedTxn
+from tests.storage_log import DurableLogs
 
 TOPIC = "recovery"
 #: small segments and a dense sparse index, so a few dozen batches make many of both
@@ -56,27 +57,16 @@ OTHER_OPEN = 5000
 # -- building logs ------------------------------------------------------------------
 
 
-def open_broker(data_dir: Path, clock: FakeClock) -> Broker:
-    return Broker(data_dir, clock=clock, **CONFIG)
-
-
-def on_loop(broker: Broker, fn: Callable[[], Any]) -> Any:
-    """Run ``fn`` on the engine's loop, the one owner of partition state."""
-    async def run() -> Any:
-        return fn()
-    return broker.engine.call(run)
-
-
-def plog(broker: Broker) -> PartitionLog:
-    return broker.engine.logs.log(TOPIC, 0)
+def open_logs(data_dir: Path, clock: FakeClock) -> DurableLogs:
+    return DurableLogs(data_dir, clock=clock, **CONFIG)
 
 
 class Producers:
-    """Idempotent and transactional producers (epoch 0) writing through a Broker,
+    """Idempotent and transactional producers (epoch 0) writing to the partitions,
     each keeping its own sequence as a client would."""
 
-    def __init__(self, broker: Broker, clock: FakeClock, seed: int = 7) -> None:
-        self.broker = broker
+    def __init__(self, logs: DurableLogs, clock: FakeClock, seed: int = 7) -> None:
+        self.logs = logs
         self.clock = clock
         self.rng = random.Random(seed)
         self.sequences: dict[int, int] = defaultdict(int)
@@ -98,24 +88,24 @@ class Producers:
     def send(self, producer_id: int, count: int = 1, *, transactional: bool = False,
              gzip: bool = False) -> int:
         batch = self.batch(producer_id, count, transactional=transactional, gzip=gzip)
-        offset = self.broker.produce(TOPIC, 0, batch, acks=-1)
+        offset = self.logs.produce(TOPIC, 0, batch)
         self.sequences[producer_id] += count
         self.sent.append((offset, producer_id, batch))
         self.clock.advance(10)
         return offset
 
     def end(self, producer_id: int, commit: bool) -> int:
-        offset = self.broker.write_txn_marker(TOPIC, 0, producer_id, 0, 0, commit)
+        offset = self.logs.write_txn_marker(TOPIC, 0, producer_id, 0, 0, commit)
         self.clock.advance(10)
         return offset
 
 
-def build_mixed_log(broker: Broker, clock: FakeClock) -> Producers:
+def build_mixed_log(logs: DurableLogs, clock: FakeClock) -> Producers:
     """Many segments of idempotent and transactional batches (some gzip), commits,
     aborts (some while another transaction is open, so the .txnindex LSO is not
     marker + 1) and, at the end, an open transaction followed by other data."""
-    broker.create_topic(TOPIC, 1)
-    p = Producers(broker, clock)
+    logs.create_topic(TOPIC, 1)
+    p = Producers(logs, clock)
     for round_ in range(14):
         p.send(IDEMPOTENT, 3, gzip=round_ % 3 == 0)
         p.send(TXN_A, 2, transactional=True)
@@ -149,18 +139,16 @@ class Picture:
     batches: list[tuple[int, bytes]]
 
 
-def picture(broker: Broker) -> Picture:
-    def take() -> Picture:
-        log = plog(broker)
-        return Picture(
-            log.log_start_offset, log.log_end_offset, log.high_watermark, log.last_stable_offset,
-            log.producer_state.fingerprint(), log.producer_state.ongoing_transactions(),
-            [(s.base_offset, s.size, s.next_offset, s.max_timestamp) for s in log.segments],
-            {s.base_offset: s.offset_index.entries() for s in log.segments},
-            {s.base_offset: s.time_index.entries() for s in log.segments},
-            {s.base_offset: s.txn_index.all_entries() for s in log.segments},
-            [(header.base_offset, batch) for header, batch in log.batches()])
-    return on_loop(broker, take)
+def picture(logs: DurableLogs) -> Picture:
+    log = logs.log(TOPIC)
+    return Picture(
+        log.log_start_offset, log.log_end_offset, log.high_watermark, log.last_stable_offset,
+        log.producer_state.fingerprint(), log.producer_state.ongoing_transactions(),
+        [(s.base_offset, s.size, s.next_offset, s.max_timestamp) for s in log.segments],
+        {s.base_offset: s.offset_index.entries() for s in log.segments},
+        {s.base_offset: s.time_index.entries() for s in log.segments},
+        {s.base_offset: s.txn_index.all_entries() for s in log.segments},
+        [(header.base_offset, batch) for header, batch in log.batches()])
 
 
 def partition_dir(data_dir: Path) -> Path:
@@ -218,9 +206,9 @@ def snapshot_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 def built(tmp_path: Path, clock: FakeClock) -> tuple[Path, Picture, Producers]:
     """A closed data directory with the mixed log, and its picture before the close."""
     data_dir = tmp_path / "data"
-    with open_broker(data_dir, clock) as broker:
-        producers = build_mixed_log(broker, clock)
-        before = picture(broker)
+    with open_logs(data_dir, clock) as logs:
+        producers = build_mixed_log(logs, clock)
+        before = picture(logs)
     assert len(before.segments) >= 8, "the workload must span many segments"
     assert any(before.txn_index.values()), "the workload must abort transactions"
     assert before.last_stable_offset < before.high_watermark == before.log_end_offset
@@ -230,16 +218,16 @@ def built(tmp_path: Path, clock: FakeClock) -> tuple[Path, Picture, Producers]:
 
 
 def reopen_picture(data_dir: Path, clock: FakeClock) -> Picture:
-    with open_broker(data_dir, clock) as broker:
-        return picture(broker)
+    with open_logs(data_dir, clock) as logs:
+        return picture(logs)
 
 
-def all_batches(broker: Broker, isolation_level: str = "read_uncommitted",
+def all_batches(logs: DurableLogs, isolation_level: str = "read_uncommitted",
                 max_bytes: int = 700) -> Iterator[tuple[int, bytes]]:
     """Fetch from offset 0 to the end, checking that every response is whole batches."""
     offset = 0
     while True:
-        result = broker.fetch(TOPIC, 0, offset, max_bytes=max_bytes, isolation_level=isolation_level)
+        result = logs.fetch(TOPIC, 0, offset, max_bytes=max_bytes, isolation_level=isolation_level)
         if not result.records:
             return
         consumed = 0
@@ -288,7 +276,7 @@ def test_snapshot_recovery_equals_full_scan_on_a_copy(built, clock: FakeClock, t
     shutil.copytree(data_dir, full_scan)
     delete_snapshots(full_scan)
     make_unclean(full_scan, recovery_point=0)
-    with open_broker(data_dir, clock) as a, open_broker(full_scan, clock) as b:
+    with open_logs(data_dir, clock) as a, open_logs(full_scan, clock) as b:
         pa, pb = picture(a), picture(b)
         assert pa == pb == before
         assert pa.last_stable_offset == dict((pid, first) for pid, first in pa.ongoing)[TXN_OPEN]
@@ -313,8 +301,8 @@ def test_corrupt_newest_snapshots_are_deleted_and_an_older_one_used(
             flip_byte(path, 1)
         else:
             cut(path, 0)
-    with open_broker(data_dir, clock) as broker:
-        assert picture(broker) == before
+    with open_logs(data_dir, clock) as logs:
+        assert picture(logs) == before
         remaining = snapshot_offsets(data_dir)
         for offset in doomed:
             assert offset not in remaining, f"corrupt snapshot {offset} was not deleted"
@@ -336,8 +324,8 @@ def test_snapshot_beyond_the_truncated_log_end_is_ignored(
     delete_snapshots(full_scan)
     assert before.log_end_offset in snapshot_offsets(data_dir)
 
-    with open_broker(data_dir, clock) as broker, open_broker(full_scan, FakeClock(clock.now_ms())) as scan:
-        recovered = picture(broker)
+    with open_logs(data_dir, clock) as logs, open_logs(full_scan, FakeClock(clock.now_ms())) as scan:
+        recovered = picture(logs)
         assert recovered.log_end_offset == last_offset
         assert recovered.batches == before.batches[:-1]
         assert recovered.producers == picture(scan).producers
@@ -345,8 +333,8 @@ def test_snapshot_beyond_the_truncated_log_end_is_ignored(
         assert before.log_end_offset not in snapshot_offsets(data_dir)
         assert before.log_end_offset not in snapshot_reads
         # the producer's lost batch is not a duplicate: resending it appends it again
-        assert broker.produce(TOPIC, 0, last_batch) == last_offset
-        assert plog(broker).log_end_offset == before.log_end_offset
+        assert logs.produce(TOPIC, 0, last_batch) == last_offset
+        assert logs.log(TOPIC).log_end_offset == before.log_end_offset
 
 
 def test_stray_snapshot_above_the_log_end_is_ignored_and_deleted(
@@ -394,12 +382,12 @@ def _pick_segment(before: Picture, which: str, suffix: str) -> int:
 
 def _assert_rebuilt(data_dir: Path, clock: FakeClock, before: Picture, base: int, suffix: str) -> None:
     entry_size = 8 if suffix == filenames.INDEX_SUFFIX else 12
-    with open_broker(data_dir, clock) as broker:
-        assert picture(broker) == before
+    with open_logs(data_dir, clock) as logs:
+        assert picture(logs) == before
         path = segment_file(data_dir, base, suffix)
         expected = before.offset_index if suffix == filenames.INDEX_SUFFIX else before.time_index
         assert path.stat().st_size == entry_size * len(expected[base])
-        assert list(all_batches(broker)) == before.batches
+        assert list(all_batches(logs)) == before.batches
 
 
 # -- torn tails ----------------------------------------------------------------------------
@@ -448,26 +436,26 @@ def test_torn_tail_after_an_unclean_shutdown_is_truncated(
     damaged_size = log_path.stat().st_size
     make_unclean(data_dir)
 
-    with open_broker(data_dir, clock) as broker:
-        log = plog(broker)
+    with open_logs(data_dir, clock) as logs:
+        log = logs.log(TOPIC)
         kept = before.batches if keeps_last else before.batches[:-1]
         end = before.log_end_offset if keeps_last else last_offset
         expected_size = size if keeps_last else last_position
         assert log.truncated_bytes == damaged_size - expected_size
         assert log_path.stat().st_size == expected_size
-        recovered = picture(broker)
+        recovered = picture(logs)
         assert recovered.batches == kept
         if keeps_last:
             assert recovered == before
         assert log.log_end_offset == log.high_watermark == end
-        assert list(all_batches(broker)) == kept
+        assert list(all_batches(logs)) == kept
         # appending carries on where the valid log ends, with the right next sequence
         if not keeps_last:
-            assert broker.produce(TOPIC, 0, last_batch) == last_offset
-        producers.broker = broker
+            assert logs.produce(TOPIC, 0, last_batch) == last_offset
+        producers.logs = logs
         offset = producers.send(IDEMPOTENT, 2)
         assert offset == before.log_end_offset
-        assert [o for o, _ in all_batches(broker)][-1] == offset
+        assert [o for o, _ in all_batches(logs)][-1] == offset
 
 
 def test_corrupt_batch_mid_log_truncates_there_and_drops_the_later_segments(
@@ -486,12 +474,12 @@ def test_corrupt_batch_mid_log_truncates_there_and_drops_the_later_segments(
     delete_snapshots(full_scan)
     (full_scan / filenames.RECOVERY_POINT_CHECKPOINT).unlink()  # rebuild every segment
 
-    with open_broker(data_dir, clock) as broker, open_broker(full_scan, clock) as scan:
-        recovered = picture(broker)
+    with open_logs(data_dir, clock) as logs, open_logs(full_scan, clock) as scan:
+        recovered = picture(logs)
         assert recovered.log_end_offset == victim_offset
         assert recovered.batches == [(o, b) for o, b in before.batches if o < victim_offset]
         assert [base for base, *_ in recovered.segments] == [b for b in bases if b <= victim_base]
-        assert plog(broker).truncated_bytes == len(victim) + sum(
+        assert logs.log(TOPIC).truncated_bytes == len(victim) + sum(
             len(b) for o, b in victim_batches if o > victim_offset)
         assert recovered == picture(scan)
         assert max(snapshot_offsets(data_dir)) <= victim_offset
@@ -499,11 +487,10 @@ def test_corrupt_batch_mid_log_truncates_there_and_drops_the_later_segments(
             if base > victim_base:
                 assert not segment_file(data_dir, base, filenames.LOG_SUFFIX).exists()
     # the truncated log takes appends again, from where it now ends
-    with open_broker(data_dir, clock) as broker:
-        assert plog(broker).log_end_offset == victim_offset
-        p = Producers(broker, clock)
-        p.sequences[IDEMPOTENT] = on_loop(
-            broker, lambda: plog(broker).producer_state.producers[IDEMPOTENT].last_seq + 1)
+    with open_logs(data_dir, clock) as logs:
+        assert logs.log(TOPIC).log_end_offset == victim_offset
+        p = Producers(logs, clock)
+        p.sequences[IDEMPOTENT] = logs.log(TOPIC).producer_state.producers[IDEMPOTENT].last_seq + 1
         assert p.send(IDEMPOTENT, 2) == victim_offset
 
 
@@ -529,15 +516,15 @@ def test_appends_after_a_clean_restart_index_what_a_rebuild_indexes(
     """The sparse index is derived data: a segment appended to across restarts must
     hold the entries a rebuild from its .log gives (index.interval.bytes counts on)."""
     data_dir = tmp_path / "data"
-    with open_broker(data_dir, clock) as broker:
-        broker.create_topic(TOPIC, 1)
-        p = Producers(broker, clock)
+    with open_logs(data_dir, clock) as logs:
+        logs.create_topic(TOPIC, 1)
+        p = Producers(logs, clock)
     for restart in range(6):
-        with open_broker(data_dir, clock) as broker:
-            p.broker = broker
+        with open_logs(data_dir, clock) as logs:
+            p.logs = logs
             for _ in range(restart + 1):
                 p.send(IDEMPOTENT, 2)
-            written = picture(broker)
+            written = picture(logs)
     assert len(written.segments) >= 2 and len(written.offset_index[0]) >= 2
     rebuilt = tmp_path / "rebuilt"
     shutil.copytree(data_dir, rebuilt)
@@ -550,9 +537,9 @@ def test_rolled_segments_have_their_indexes_on_disk_once_flushed(tmp_path: Path,
     """What a recovery point past a rolled segment promises: its index files are
     complete on disk, not only in the process's buffers."""
     data_dir = tmp_path / "data"
-    with open_broker(data_dir, clock) as broker:
-        build_mixed_log(broker, clock)
-        log = plog(broker)
+    with open_logs(data_dir, clock) as logs:
+        build_mixed_log(logs, clock)
+        log = logs.log(TOPIC)
         for segment in log.segments[:-1]:
             assert segment.offset_index.entries()
             assert segment_file(data_dir, segment.base_offset, filenames.INDEX_SUFFIX).stat().st_size \
@@ -596,9 +583,9 @@ def test_unclean_restart_rebuilds_the_txn_index_of_recovered_segments(
 def test_open_transaction_keeps_the_lso_across_a_restart_and_a_later_abort_is_indexed(
         tmp_path: Path, clock: FakeClock, restart: str) -> None:
     data_dir = tmp_path / "data"
-    with open_broker(data_dir, clock) as broker:
-        broker.create_topic(TOPIC, 1)
-        p = Producers(broker, clock)
+    with open_logs(data_dir, clock) as logs:
+        logs.create_topic(TOPIC, 1)
+        p = Producers(logs, clock)
         for _ in range(6):
             p.send(IDEMPOTENT, 4)
         first = p.send(TXN_OPEN, 2, transactional=True)
@@ -608,49 +595,49 @@ def test_open_transaction_keeps_the_lso_across_a_restart_and_a_later_abort_is_in
         other_first = p.send(OTHER_OPEN, 1, transactional=True)
         for _ in range(12):
             p.send(IDEMPOTENT, 3)
-        before = picture(broker)
+        before = picture(logs)
         assert before.last_stable_offset == first
-        assert broker.list_offsets(TOPIC, 0, -1, "read_committed") == first
+        assert logs.list_offsets(TOPIC, 0, -1, "read_committed") == first
     assert len(before.segments) >= 3, "the open transaction must span segments"
 
     if restart != "clean":
         make_unclean(data_dir, recovery_point=0 if restart == "unclean-from-zero" else None)
     if restart == "unclean-no-snapshots":
         delete_snapshots(data_dir)
-    with open_broker(data_dir, clock) as broker:
-        p.broker = broker
-        assert picture(broker) == before
-        assert broker.list_offsets(TOPIC, 0, -1, "read_committed") == first
-        assert all(offset < first for offset, _ in all_batches(broker, "read_committed"))
+    with open_logs(data_dir, clock) as logs:
+        p.logs = logs
+        assert picture(logs) == before
+        assert logs.list_offsets(TOPIC, 0, -1, "read_committed") == first
+        assert all(offset < first for offset, _ in all_batches(logs, "read_committed"))
 
         marker = p.end(TXN_OPEN, commit=False)
-        log = plog(broker)
+        log = logs.log(TOPIC)
         assert log.active_segment.txn_index.all_entries()[-1] == AbortedTxn(
             producer_id=TXN_OPEN, first_offset=first, last_offset=marker,
             last_stable_offset=other_first)
         assert log.last_stable_offset == other_first
         p.end(OTHER_OPEN, commit=True)
         assert log.last_stable_offset == log.high_watermark == log.log_end_offset
-        after_markers = picture(broker)
+        after_markers = picture(logs)
 
     # the abort is in the .txnindex on disk, and a consumer drops the aborted records
-    with open_broker(data_dir, clock) as broker:
-        assert picture(broker) == after_markers
-        committed, aborted = consume(broker, read_committed=True)
+    with open_logs(data_dir, clock) as logs:
+        assert picture(logs) == after_markers
+        committed, aborted = consume(logs, read_committed=True)
         assert (TXN_OPEN, first) in aborted
         assert not [r for r in committed if r.producer_id == TXN_OPEN]
         assert [r for r in committed if r.producer_id == OTHER_OPEN]
-        everything, _ = consume(broker, read_committed=False)
+        everything, _ = consume(logs, read_committed=False)
         assert [r for r in everything if r.producer_id == TXN_OPEN]
 
 
-def consume(broker: Broker, read_committed: bool) -> tuple[list, list[tuple[int, int]]]:
+def consume(logs: DurableLogs, read_committed: bool) -> tuple[list, list[tuple[int, int]]]:
     """Every record a consumer at this isolation level sees, and the aborted
     transactions the fetches reported."""
     level = "read_committed" if read_committed else "read_uncommitted"
     records, aborted, offset = [], [], 0
     while True:
-        result = broker.fetch(TOPIC, 0, offset, max_bytes=1 << 20, isolation_level=level)
+        result = logs.fetch(TOPIC, 0, offset, max_bytes=1 << 20, isolation_level=level)
         if not result.records:
             return records, aborted
         aborted.extend(result.aborted_transactions or [])
@@ -665,12 +652,12 @@ def consume(broker: Broker, read_committed: bool) -> tuple[list, list[tuple[int,
 def test_a_second_broker_on_the_same_directory_is_refused_until_the_first_closes(
         tmp_path: Path, clock: FakeClock) -> None:
     data_dir = tmp_path / "data"
-    first = open_broker(data_dir, clock)
+    first = Broker(data_dir, clock=clock)
     try:
         first.create_topic(TOPIC, 1)
         Producers(first, clock).send(IDEMPOTENT, 2)
         with pytest.raises(KafkaStorageError) as refused:
-            open_broker(data_dir, clock)
+            open_logs(data_dir, clock)
         assert type(refused.value) is not KafkaStorageError, "expected a specific subclass"
         message = str(refused.value)
         assert str(data_dir) in message and "in use" in message
@@ -681,12 +668,12 @@ def test_a_second_broker_on_the_same_directory_is_refused_until_the_first_closes
         assert child.returncode == 3, child.stderr
         assert "in use" in child.stdout
         # the refused attempts changed nothing
-        assert picture(first).log_end_offset == 2
+        assert first.list_offsets(TOPIC, 0, -1) == 2
     finally:
         first.close()
     assert (data_dir / filenames.CLEAN_SHUTDOWN_FILE).exists()
-    with open_broker(data_dir, clock) as again:
-        assert plog(again).log_end_offset == 2
+    with Broker(data_dir, clock=clock) as again:
+        assert again.list_offsets(TOPIC, 0, -1) == 2
     child = subprocess.run([sys.executable, "-c", _OPEN_IN_CHILD, str(data_dir)], cwd=REPO,
                            capture_output=True, text=True, timeout=60)
     assert child.returncode == 0, child.stderr
@@ -694,15 +681,15 @@ def test_a_second_broker_on_the_same_directory_is_refused_until_the_first_closes
 
 def test_a_failed_open_releases_the_directory_lock(tmp_path: Path, clock: FakeClock) -> None:
     data_dir = tmp_path / "data"
-    with open_broker(data_dir, clock) as broker:
+    with Broker(data_dir, clock=clock) as broker:
         broker.create_topic(TOPIC, 1)
     topics = data_dir / "topics.json"
     good = topics.read_text()
     topics.write_text("{not json")
     with pytest.raises(KafkaStorageError, match="topic registry"):
-        open_broker(data_dir, clock)
+        Broker(data_dir, clock=clock)
     topics.write_text(good)
-    open_broker(data_dir, clock).close()
+    Broker(data_dir, clock=clock).close()
 
 
 def test_a_corrupt_recovery_point_checkpoint_recovers_every_segment(built, clock: FakeClock) -> None:
