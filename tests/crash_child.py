@@ -4,14 +4,16 @@ Run from the repository root::
 
     python -m tests.crash_child DATA_DIR ACK_FILE SEED [--checkpoint-every N]
 
-It opens ``Broker(DATA_DIR)`` with small segments (recovering whatever the last
-kill left), creates the topic if it is missing, learns where its producers left
-off and produces forever with ``acks=-1``:
+It opens DATA_DIR on the storage layer (``tests/storage_log.py``: a LogManager whose
+every append is fsynced before it returns, as ``acks=-1``) with small segments,
+recovering whatever the last kill left, creates the topic if it is missing, learns
+where its producers left off and produces forever:
 
 * producer ``IDEMPOTENT_ID`` (epoch 0): idempotent batches of random sizes, some
   multi-record, some gzip, with consecutive sequences;
 * producer ``TRANSACTIONAL_ID`` (epoch 0): transactional batches, each
-  transaction ended by a COMMIT or ABORT marker (``write_txn_marker``).
+  transaction ended by a COMMIT or ABORT marker (``write_txn_marker``), written
+  to the partition directly: what recovery must keep is the log's, whoever wrote it.
 
 Where they left off comes from the broker's producer state, and is cross-checked
 against a scan of the log; a mismatch exits with status 2. On start it also
@@ -43,9 +45,8 @@ import struct
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
-from app import Broker
 from storage.compression import Compression
 from storage.producer_state import next_sequence
 from storage.record_batch import (
@@ -57,6 +58,7 @@ from storage.record_batch import (
     iter_headers,
     read_header,
 )
+from tests.storage_log import DurableLogs
 
 TOPIC = "crash"
 IDEMPOTENT_ID = 1
@@ -89,18 +91,11 @@ def record_digest(records: Iterable[Any]) -> str:
     return digest.hexdigest()
 
 
-def on_loop(broker: Broker, fn: Callable[[], Any]) -> Any:
-    """Run ``fn`` on the engine's loop, the one owner of partition state."""
-    async def run() -> Any:
-        return fn()
-    return broker.engine.call(run)
-
-
-def stored_batches(broker: Broker, max_bytes: int = 1 << 20) -> Iterator[bytes]:
+def stored_batches(logs: DurableLogs, max_bytes: int = 1 << 20) -> Iterator[bytes]:
     """Every batch below the high watermark, by read_uncommitted fetches from 0."""
     offset = 0
     while True:
-        result = broker.fetch(TOPIC, 0, offset, max_bytes=max_bytes)
+        result = logs.fetch(TOPIC, 0, offset, max_bytes=max_bytes)
         if not result.records:
             return
         for position, header in iter_headers(result.records):
@@ -150,8 +145,8 @@ def random_records(rng: random.Random) -> list[SimpleRecord]:
 
 
 class Child:
-    def __init__(self, broker: Broker, ack_file: Any, rng: random.Random) -> None:
-        self.broker = broker
+    def __init__(self, logs: DurableLogs, ack_file: Any, rng: random.Random) -> None:
+        self.logs = logs
         self.ack_file = ack_file
         self.rng = rng
         self.next_sequence: dict[int, int] = {}
@@ -164,16 +159,13 @@ class Child:
     def learn_where_producers_left_off(self) -> int:
         """Next sequences and the open transaction from producer state, checked against
         the log; returns the log end offset."""
-        def from_state() -> tuple[dict[int, tuple[int, int | None]], int]:
-            log = self.broker.engine.logs.log(TOPIC, 0)
-            state = {}
-            for pid in (IDEMPOTENT_ID, TRANSACTIONAL_ID):
-                entry = log.producer_state.producers.get(pid)
-                state[pid] = ((entry.last_seq, entry.current_txn_first_offset) if entry
-                              else (-1, None))
-            return state, log.log_end_offset
-        state, log_end = on_loop(self.broker, from_state)
-        scan = LogScan(stored_batches(self.broker))
+        log = self.logs.log(TOPIC, 0)
+        state: dict[int, tuple[int, int | None]] = {}
+        for pid in (IDEMPOTENT_ID, TRANSACTIONAL_ID):
+            entry = log.producer_state.producers.get(pid)
+            state[pid] = (entry.last_seq, entry.current_txn_first_offset) if entry else (-1, None)
+        log_end = log.log_end_offset
+        scan = LogScan(stored_batches(self.logs))
         for pid in (IDEMPOTENT_ID, TRANSACTIONAL_ID):
             if state[pid][0] != scan.last_sequence[pid]:
                 sys.exit(f"producer {pid}: producer state says last sequence {state[pid][0]}, "
@@ -185,7 +177,7 @@ class Child:
         self.txn_open = scan.open_txn_first_offset is not None
         if scan.recent_idempotent:
             offset, batch = self.rng.choice(scan.recent_idempotent)
-            answered = self.broker.produce(TOPIC, 0, batch, acks=-1)
+            answered = self.logs.produce(TOPIC, 0, batch)
             if answered != offset:
                 print(f"resent batch at offset {offset} was answered with offset {answered}",
                       file=sys.stderr)
@@ -200,13 +192,13 @@ class Child:
         batch = encode_batch(records, producer_id=pid, producer_epoch=EPOCH, base_sequence=sequence,
                              transactional=transactional,
                              compression=Compression.GZIP if gzip else Compression.NONE)
-        offset = self.broker.produce(TOPIC, 0, batch, acks=-1)
+        offset = self.logs.produce(TOPIC, 0, batch)
         self.next_sequence[pid] = sequence + len(records)
         kind = "T" if transactional else "D"
         self.ack(f"{kind} {offset} {pid} {sequence} {len(records)} {record_digest(records)}")
 
     def end_transaction(self, commit: bool) -> None:
-        offset = self.broker.write_txn_marker(TOPIC, 0, TRANSACTIONAL_ID, EPOCH, COORDINATOR_EPOCH,
+        offset = self.logs.write_txn_marker(TOPIC, 0, TRANSACTIONAL_ID, EPOCH, COORDINATOR_EPOCH,
                                               commit)
         self.txn_open = False
         self.ack(f"M {offset} {TRANSACTIONAL_ID} {'COMMIT' if commit else 'ABORT'}")
@@ -231,19 +223,19 @@ def main(argv: Sequence[str]) -> int:
     args = parser.parse_args(argv)
     rng = random.Random(args.seed)
     deadline = time.monotonic() + LIFETIME_S
-    broker = Broker(args.data_dir, **CONFIG)
+    logs = DurableLogs(args.data_dir, **CONFIG)
     with open(args.ack_file, "a") as ack_file:
-        if on_loop(broker, lambda: TOPIC not in broker.engine.logs.topics):
-            broker.create_topic(TOPIC, 1)
-        child = Child(broker, ack_file, rng)
+        if TOPIC not in logs.logs.topics:
+            logs.create_topic(TOPIC, 1)
+        child = Child(logs, ack_file, rng)
         child.ack(f"S {child.learn_where_producers_left_off()}")
         appends = 0
         while time.monotonic() < deadline:
             child.step()
             appends += 1
             if args.checkpoint_every and appends % args.checkpoint_every == 0:
-                broker.engine.call(broker.engine.checkpoint)
-    broker.close()
+                logs.logs.checkpoint()
+    logs.close()
     return 0
 
 

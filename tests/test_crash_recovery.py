@@ -25,7 +25,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import pytest
 
@@ -45,7 +45,6 @@ from tests.crash_child import (
     IDEMPOTENT_ID,
     TOPIC,
     TRANSACTIONAL_ID,
-    on_loop,
     record_digest,
 )
 
@@ -183,6 +182,13 @@ def consume_committed(broker: Broker) -> list[int]:
         read = read_records(result.records, offset, True, result.aborted_transactions or [])
         seen.extend(record.offset for record in read.records)
         offset = read.next_offset
+
+
+def on_loop(broker: Broker, fn: Callable[[], Any]) -> Any:
+    """Run ``fn`` on the engine's loop, the one owner of partition state."""
+    async def run() -> Any:
+        return fn()
+    return broker.engine.call(run)
 
 
 def log_picture(broker: Broker) -> dict:
