@@ -3,6 +3,8 @@
 Each test writes a compacted topic, rolls the log so the data is cleanable, runs
 the cleaner and checks what a consumer, producer state and the files on disk see
 afterwards. A FakeClock drives min.compaction.lag.ms and delete.retention.ms.
+Transactions are real ones: producer ids and epochs from the coordinator, raw
+batches, markers written by EndTxn (tests/raw_txn.py).
 """
 
 from __future__ import annotations
@@ -38,6 +40,8 @@ from storage.record_batch import (
     decode_control_record,
     encode_batch,
 )
+from tests.conftest import SMALL_INTERNAL_TOPICS
+from tests.raw_txn import RawTxn, coordinator_call
 
 T = "compacted"
 HOUR = 3600 * 1000
@@ -80,26 +84,40 @@ def put(broker: Broker, key: bytes | None, value: bytes | None, **kwargs: Any) -
     return broker.produce(T, 0, batch(key, value, **kwargs))
 
 
-class Producer:
-    """An idempotent (or transactional) producer keeping its own sequence."""
+def open_broker(data: Path, clock: FakeClock) -> Broker:
+    return Broker(data, clock=clock, **SMALL_INTERNAL_TOPICS)
 
-    def __init__(self, broker: Broker, producer_id: int, transactional: bool = False,
-                 epoch: int = 0) -> None:
-        self.broker, self.pid, self.transactional, self.epoch = broker, producer_id, transactional, epoch
+
+class Producer:
+    """An idempotent producer keeping its own sequence."""
+
+    def __init__(self, broker: Broker, producer_id: int) -> None:
+        self.broker, self.pid, self.epoch = broker, producer_id, 0
         self.seq = 0
         self.sent: list[tuple[int, bytes]] = []
 
     def send(self, *pairs: tuple[bytes, bytes | None]) -> int:
         data = encode_batch([SimpleRecord(v, key=k) for k, v in pairs], producer_id=self.pid,
-                            producer_epoch=self.epoch, base_sequence=self.seq,
-                            transactional=self.transactional)
+                            producer_epoch=self.epoch, base_sequence=self.seq)
         offset = self.broker.produce(T, 0, data)
         self.seq += len(pairs)
         self.sent.append((offset, data))
         return offset
 
-    def end(self, commit: bool, coordinator_epoch: int = 0) -> int:
-        return self.broker.write_txn_marker(T, 0, self.pid, self.epoch, coordinator_epoch, commit)
+
+class TxnProducer:
+    """A transactional producer of ``transactional_id`` writing to the test partition."""
+
+    def __init__(self, broker: Broker, transactional_id: str) -> None:
+        self.txn = RawTxn(broker, transactional_id)
+        self.pid = self.txn.pid
+
+    def send(self, *pairs: tuple[bytes, bytes | None]) -> int:
+        return self.txn.produce(T, 0, [SimpleRecord(v, key=k) for k, v in pairs])
+
+    def end(self, commit: bool) -> int:
+        """EndTxn; the offset of its marker."""
+        return self.txn.end(commit)[(T, 0)]
 
 
 def consume(broker: Broker, read_committed: bool = True, start: int = 0) -> list:
@@ -227,14 +245,14 @@ def test_a_round_with_nothing_dirty_does_nothing_and_touches_no_file(broker: Bro
 
 
 def test_the_cleaner_checkpoint_survives_a_restart(tmp_path: Path, clock: FakeClock) -> None:
-    with Broker(tmp_path / "data", clock=clock) as broker:
+    with open_broker(tmp_path / "data", clock) as broker:
         broker.create_topic(T, 1, CONFIG)
         for i in range(20):
             put(broker, b"k%d" % (i % 3), b"v%d" % i)
         roll(broker)
         broker.engine.call(broker.engine.compact_logs)
         end = plog(broker).active_segment.base_offset
-    with Broker(tmp_path / "data", clock=clock) as broker:
+    with open_broker(tmp_path / "data", clock) as broker:
         assert plog(broker).cleaner_state.checkpoint == end
         assert clean(broker, clock) == CleanerStats()
 
@@ -355,13 +373,13 @@ def test_a_stamped_tombstone_keeps_its_timestamp(broker: Broker, clock: FakeCloc
 
 
 def test_a_horizon_is_found_again_after_a_restart(tmp_path: Path, clock: FakeClock) -> None:
-    with Broker(tmp_path / "data", clock=clock) as broker:
+    with open_broker(tmp_path / "data", clock) as broker:
         broker.create_topic(T, 1, CONFIG)
         put(broker, b"k", None)
         roll(broker)
         clean(broker, clock)
     clock.advance(HOUR)
-    with Broker(tmp_path / "data", clock=clock) as broker:
+    with open_broker(tmp_path / "data", clock) as broker:
         assert triples(broker) == [(0, b"k", None)]
         clean(broker, clock)
         assert triples(broker) == []
@@ -373,9 +391,9 @@ def test_a_horizon_is_found_again_after_a_restart(tmp_path: Path, clock: FakeClo
 def test_aborted_data_is_removed_and_committed_data_kept(broker: Broker, clock: FakeClock,
                                                          topic: str) -> None:
     put(broker, b"k3", b"plain")
-    aborted = Producer(broker, 100, transactional=True)
+    aborted = TxnProducer(broker, "txn-100")
     aborted.send((b"k1", b"aborted-1"), (b"k2", b"aborted-2"))
-    committed = Producer(broker, 200, transactional=True)
+    committed = TxnProducer(broker, "txn-200")
     committed.send((b"k1", b"committed"))
     aborted.send((b"k3", b"aborted-3"))  # later than k3=plain: must not remove it
     aborted.end(commit=False)
@@ -396,7 +414,7 @@ def test_nothing_at_or_beyond_the_lso_is_touched_while_a_transaction_is_open(
         broker: Broker, clock: FakeClock, topic: str) -> None:
     for i in range(10):
         put(broker, b"k", b"before%d" % i)
-    txn = Producer(broker, 100, transactional=True)
+    txn = TxnProducer(broker, "txn-100")
     lso = txn.send((b"k", b"open"))
     for i in range(10):
         put(broker, b"k", b"after%d" % i)
@@ -422,20 +440,20 @@ def test_markers_stay_while_their_data_does_then_until_delete_retention(
         broker: Broker, clock: FakeClock, topic: str) -> None:
     # producer 100: seven committed transactions overwriting k1; only the last five
     # batches are remembered by producer state, so the first two can go entirely
-    p = Producer(broker, 100, transactional=True)
+    p = TxnProducer(broker, "txn-100")
     commit_offsets = []
     for i in range(7):
         p.send((b"k1", b"x%d" % i))
         commit_offsets.append(p.end(commit=True))
     # producer 200: an aborted transaction, then five committed ones on other keys
-    q = Producer(broker, 200, transactional=True)
+    q = TxnProducer(broker, "txn-200")
     q.send((b"k2", b"aborted"))
     abort_offset = q.end(commit=False)
     for i in range(5):
         q.send((b"q%d" % i, b"v"))
         q.end(commit=True)
     # producer 300: one committed value that stays the latest of its key
-    r = Producer(broker, 300, transactional=True)
+    r = TxnProducer(broker, "txn-300")
     r.send((b"k9", b"forever"))
     forever_marker = r.end(commit=True)
     for i in range(5):
@@ -469,7 +487,7 @@ def test_markers_stay_while_their_data_does_then_until_delete_retention(
 def test_a_read_committed_consumer_sees_the_latest_committed_value_of_each_key(
         broker: Broker, clock: FakeClock, topic: str) -> None:
     idem = Producer(broker, 50)
-    a, b = Producer(broker, 100, transactional=True), Producer(broker, 200, transactional=True)
+    a, b = TxnProducer(broker, "txn-100"), TxnProducer(broker, "txn-200")
     for round_ in range(6):
         put(broker, b"plain", b"p%d" % round_)
         a.send((b"shared", b"a%d" % round_), (b"a-only", b"a%d" % round_))
@@ -504,21 +522,21 @@ def test_a_read_committed_consumer_sees_the_latest_committed_value_of_each_key(
 def test_producer_state_survives_cleaning_and_a_rebuild_from_the_log(tmp_path: Path,
                                                                       clock: FakeClock) -> None:
     data = tmp_path / "data"
-    with Broker(data, clock=clock) as broker:
+    with open_broker(data, clock) as broker:
         broker.create_topic(T, 1, CONFIG)
         idem = Producer(broker, 500)
         for i in range(8):
             idem.send((b"k%d" % (i % 2), b"i%d" % i))
-        txn = Producer(broker, 600, transactional=True)
+        txn = TxnProducer(broker, "txn-600")
         for i in range(3):
             txn.send((b"t", b"t%d" % i))
-            txn.end(commit=i != 1, coordinator_epoch=3)
-        last_aborted = Producer(broker, 700, transactional=True)
+            txn.end(commit=i != 1)
+        last_aborted = TxnProducer(broker, "txn-700")
         last_aborted.send((b"z", b"aborted"))
         last_aborted.end(commit=False)
-        fenced = Producer(broker, 800, transactional=True)
+        fenced = TxnProducer(broker, "txn-800")
         fenced.send((b"f", b"f0"))
-        broker.write_txn_marker(T, 0, 800, 1, 5, commit=False)  # aborted with a bumped epoch
+        coordinator_call(broker, "admin_abort", "txn-800")  # aborted with a bumped epoch
         put(broker, b"k0", b"plain")
         put(broker, b"k1", b"plain")  # idem's last batch keeps no record
         roll(broker)
@@ -529,16 +547,18 @@ def test_producer_state_survives_cleaning_and_a_rebuild_from_the_log(tmp_path: P
         clean(broker, clock)
 
         assert on_loop(broker, lambda: plog(broker).producer_state.fingerprint()) == before
-        assert 800 in {h.producer_id for h, _ in markers(broker)}, "the epoch-bumping marker stays"
+        fence = (fenced.pid, fenced.txn.epoch + 1)
+        assert fence in {(h.producer_id, h.producer_epoch) for h, _ in markers(broker)}, \
+            "the epoch-bumping marker stays"
         last_offset, last_sent = idem.sent[-1]
         header = next(h for h, _ in stored(broker) if h.base_offset == last_offset)
         assert (header.record_count, header.producer_id, header.base_sequence,
                 header.last_offset_delta, header.producer_epoch) == (0, 500, 7, 0, 0)
-    with Broker(data, clock=clock) as broker:
+    with open_broker(data, clock) as broker:
         assert on_loop(broker, lambda: plog(broker).producer_state.fingerprint()) == before
     for path in partition_dir(data).glob("*" + filenames.SNAPSHOT_SUFFIX):
         path.unlink()
-    with Broker(data, clock=clock) as broker:  # producer state rebuilt from the cleaned log
+    with open_broker(data, clock) as broker:  # producer state rebuilt from the cleaned log
         assert on_loop(broker, lambda: plog(broker).producer_state.fingerprint()) == before
         for offset, sent in idem.sent[-5:]:
             assert broker.produce(T, 0, sent) == offset, "a retry is still a duplicate"
@@ -554,9 +574,9 @@ def test_producer_state_survives_cleaning_and_a_rebuild_from_the_log(tmp_path: P
 def build_for_crash(data: Path, clock: FakeClock, precleaned: bool = True) -> None:
     """A log whose next round cleans every segment -- and, if ``precleaned``, merges
     the small segments an earlier round left."""
-    with Broker(data, clock=clock) as broker:
+    with open_broker(data, clock) as broker:
         broker.create_topic(T, 1, {**CONFIG, "segment.bytes": 700})
-        txn = Producer(broker, 100, transactional=True)
+        txn = TxnProducer(broker, "txn-100")
         for i in range(40):
             put(broker, b"k%d" % (i % 4), b"v%d" % i if i % 7 else None)
             if i % 5 == 0:
@@ -575,7 +595,7 @@ def picture(broker: Broker) -> tuple:
 
 
 def view(data: Path, clock: FakeClock) -> tuple:
-    with Broker(data, clock=clock) as broker:
+    with open_broker(data, clock) as broker:
         return picture(broker)
 
 
@@ -592,7 +612,7 @@ def test_a_crash_at_any_step_of_the_swap_leaves_a_valid_log(tmp_path: Path, cloc
     before = view(original, clock)
     reference = tmp_path / "reference"
     shutil.copytree(original, reference)
-    with Broker(reference, clock=clock) as broker:
+    with open_broker(reference, clock) as broker:
         segments = len(plog(broker).segments)
         broker.engine.call(broker.engine.compact_logs)
         assert len(plog(broker).segments) < segments, "the round merges segments"
@@ -610,7 +630,7 @@ def test_a_crash_at_any_step_of_the_swap_leaves_a_valid_log(tmp_path: Path, cloc
         if status == 0:
             break
         assert_swap_files_are_in_protocol_order(data)
-        with Broker(data, clock=clock) as broker:
+        with open_broker(data, clock) as broker:
             assert not leftovers(data), f"step {step}: {leftovers(data)}"
             remaining = picture(broker)
             assert remaining[0] == before[0], f"step {step}: what consumers see changed"
@@ -678,7 +698,7 @@ def test_leftover_cleaned_and_swap_files_are_discarded_or_completed(tmp_path: Pa
     before = view(original, clock)
     reference = tmp_path / "reference"
     shutil.copytree(original, reference)
-    with Broker(reference, clock=clock) as broker:
+    with open_broker(reference, clock) as broker:
         broker.engine.call(broker.engine.compact_logs)
         groups = [s.base_offset for s in plog(broker).segments[:-1]]
     after = view(reference, clock)
@@ -803,10 +823,10 @@ def test_cleaning_never_changes_the_latest_committed_value_of_any_key(ops: list[
     clock = FakeClock()
     with tempfile.TemporaryDirectory() as directory:
         data = Path(directory) / "data"
-        with Broker(data, clock=clock) as broker:
+        with open_broker(data, clock) as broker:
             broker.create_topic(T, 1, {**CONFIG, "segment.bytes": 300})
             idem = Producer(broker, 10)
-            txns = [Producer(broker, 20 + i, transactional=True) for i in range(3)]
+            txns = [TxnProducer(broker, f"txn-{i}") for i in range(3)]
             open_txns: set[int] = set()
             aborted_values: set[bytes] = set()
             pending: dict[int, list[bytes]] = defaultdict(list)
@@ -859,6 +879,6 @@ def test_cleaning_never_changes_the_latest_committed_value_of_any_key(ops: list[
             assert_indexes_match_the_log(broker)
         for path in partition_dir(data).glob("*" + filenames.SNAPSHOT_SUFFIX):
             path.unlink()
-        with Broker(data, clock=clock) as broker:
+        with open_broker(data, clock) as broker:
             assert on_loop(broker, lambda: plog(broker).producer_state.fingerprint()) == producers
             assert latest_per_key(broker) == expected
