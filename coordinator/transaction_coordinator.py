@@ -498,7 +498,8 @@ class TransactionCoordinator:
                 remaining = [tp for tp, e in failed if not isinstance(e, UnknownTopicOrPartitionError)]
                 self._refused[txn_id] = refused
                 if remaining:
-                    backoff = min(backoff * 2, MARKER_REFUSED_MAX_BACKOFF_S) if refused else MARKER_RETRY_BACKOFF_S
+                    backoff = (min(backoff * 2, MARKER_REFUSED_MAX_BACKOFF_S) if refused
+                               else MARKER_RETRY_BACKOFF_S)
                     await asyncio.sleep(backoff)
         finally:
             self._refused.pop(txn_id, None)

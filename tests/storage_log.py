@@ -41,7 +41,8 @@ class DurableLogs:
         """A clean shutdown: snapshots, checkpoints, the directory lock released."""
         self.logs.close(clean=True)
 
-    def create_topic(self, name: str, partitions: int = 1, config: Mapping[str, Any] | None = None) -> TopicInfo:
+    def create_topic(self, name: str, partitions: int = 1,
+                     config: Mapping[str, Any] | None = None) -> TopicInfo:
         return self.logs.create_topic(name, partitions, config)
 
     def log(self, topic: str, partition: int = 0) -> PartitionLog:

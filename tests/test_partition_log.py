@@ -14,6 +14,7 @@ from storage.errors import OffsetOutOfRangeError, UnknownTopicOrPartitionError
 from storage.read_committed import read_records
 from storage.record_batch import iter_headers
 from tests.conftest import data_batch
+from tests.storage_log import DurableLogs
 
 HOUR = 3600 * 1000
 
@@ -134,15 +135,17 @@ def test_retention_bytes_keeps_the_newest_data(broker: Broker) -> None:
     assert values == [b"%03d" % i for i in range(log.log_start_offset, 20)]
 
 
-def test_retention_never_deletes_what_read_committed_still_needs(broker: Broker, clock: FakeClock) -> None:
-    broker.create_topic("t", 1, {"segment.bytes": 500, "retention.ms": HOUR})
-    broker.produce("t", 0, data_batch([b"open"], 50, 0, 0, transactional=True, timestamp=clock.now_ms()))
-    for i in range(10):
-        broker.produce("t", 0, data_batch([b"w" * 200], timestamp=clock.now_ms()))
-    clock.advance(2 * HOUR)
-    assert broker.engine.call(broker.engine.apply_retention) == 0, "segment 0 holds an open transaction"
-    broker.write_txn_marker("t", 0, 50, 0, 0, commit=True)
-    assert broker.engine.call(broker.engine.apply_retention) > 0
+def test_retention_never_deletes_what_read_committed_still_needs(tmp_path: Path, clock: FakeClock) -> None:
+    # the storage layer: a raw transactional producer and its marker (tests/storage_log.py)
+    with DurableLogs(tmp_path / "data", clock=clock) as logs:
+        logs.create_topic("t", 1, {"segment.bytes": 500, "retention.ms": HOUR})
+        logs.produce("t", 0, data_batch([b"open"], 50, 0, 0, transactional=True, timestamp=clock.now_ms()))
+        for i in range(10):
+            logs.produce("t", 0, data_batch([b"w" * 200], timestamp=clock.now_ms()))
+        clock.advance(2 * HOUR)
+        assert logs.logs.apply_retention() == 0, "segment 0 holds an open transaction"
+        logs.write_txn_marker("t", 0, 50, 0, 0, commit=True)
+        assert logs.logs.apply_retention() > 0
 
 
 def test_records_with_ancient_timestamps_do_not_roll_a_segment_per_append(broker: Broker, clock: FakeClock) -> None:

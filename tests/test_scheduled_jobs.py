@@ -10,22 +10,25 @@ from app import Broker
 from app.engine.scheduler import start_scheduler
 from storage.clock import FakeClock
 from storage.errors import UnknownProducerIdError
-from tests.conftest import data_batch
+from tests.conftest import SMALL_INTERNAL_TOPICS, data_batch
+from tests.raw_txn import RawTxn
 
 DAY = 24 * 3600 * 1000
 
 
 def test_idle_producers_expire_after_producer_id_expiration_ms(tmp_path: Path, clock: FakeClock) -> None:
-    with Broker(tmp_path / "d", clock=clock, **{"producer.id.expiration.ms": DAY}) as broker:
+    config = {"producer.id.expiration.ms": DAY, **SMALL_INTERNAL_TOPICS}
+    with Broker(tmp_path / "d", clock=clock, **config) as broker:
         broker.create_topic("t", 1)
         broker.produce("t", 0, data_batch([b"a"], 7, 0, 0, timestamp=clock.now_ms()))
-        broker.produce("t", 0, data_batch([b"open"], 8, 0, 0, transactional=True, timestamp=clock.now_ms()))
+        open_txn = RawTxn(broker, "open")
+        open_txn.send("t", 0, b"open", timestamp=clock.now_ms())
         clock.advance(DAY - 1)
         assert broker.engine.call(broker.engine.expire_producer_ids) == 0, "not idle long enough"
         clock.advance(1)
         assert broker.engine.call(broker.engine.expire_producer_ids) == 1, "only the idle, non-transactional one"
         producers = broker.engine.logs.log("t", 0).producer_state.producers
-        assert set(producers) == {8}, "a producer with an open transaction is never expired"
+        assert set(producers) == {open_txn.pid}, "a producer with an open transaction is never expired"
         with pytest.raises(UnknownProducerIdError):
             broker.produce("t", 0, data_batch([b"b"], 7, 0, 1))  # its state is gone: no silent gap
         assert broker.produce("t", 0, data_batch([b"again"], 7, 0, 0)) == 2, "a fresh start is accepted"

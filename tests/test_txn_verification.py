@@ -187,7 +187,8 @@ def stray_after_commit(broker: Broker, clock: FakeClock) -> tuple[bytes, RawTxn 
 #: how Kafka's verification answers each (TransactionCoordinator.handleVerifyPartitionsInTransaction,
 #: translated for Produce by AddPartitionsToTxnManager and ReplicaManager)
 STRAYS = {
-    "epoch ahead of the coordinator's": (stray_epoch_ahead, InvalidProducerEpochError, 47, "INVALID_PRODUCER_EPOCH"),
+    "epoch ahead of the coordinator's": (stray_epoch_ahead, InvalidProducerEpochError, 47,
+                                         "INVALID_PRODUCER_EPOCH"),
     "epoch behind (fenced)": (stray_epoch_behind, InvalidProducerEpochError, 47, "INVALID_PRODUCER_EPOCH"),
     "producer id never seen": (stray_unknown_producer, InvalidProducerIdMappingError, 49,
                                "INVALID_PRODUCER_ID_MAPPING"),
@@ -301,7 +302,8 @@ STRAY_OFFSET_COMMITS = {
                                "INVALID_PRODUCER_ID_MAPPING"),
     "another id's producer": (lambda a: ("b", a.pid, a.epoch), InvalidProducerIdMappingError, 49,
                               "INVALID_PRODUCER_ID_MAPPING"),
-    "epoch ahead": (lambda a: ("a", a.pid, a.epoch + 1), InvalidProducerEpochError, 47, "INVALID_PRODUCER_EPOCH"),
+    "epoch ahead": (lambda a: ("a", a.pid, a.epoch + 1), InvalidProducerEpochError, 47,
+                    "INVALID_PRODUCER_EPOCH"),
     "group not added": (lambda a: ("a", a.pid, a.epoch), InvalidTxnStateError, 48, "INVALID_TXN_STATE"),
 }
 
