@@ -38,6 +38,7 @@ from storage.errors import OffsetOutOfRangeError
 from storage.partition_log import ReadResult
 from storage.record_batch import SimpleRecord, encode_batch, iter_headers
 from tests.mirror_crash_child import BROKER_CONFIG
+from tests.raw_txn import RawTxn
 
 REPO = Path(__file__).resolve().parents[1]
 S = TransactionState
@@ -67,6 +68,14 @@ def open_broker(data_dir: Path, clock: FakeClock | None = None) -> Broker:
 def append(broker: Broker, topic: str, partition: int, batch: bytes) -> int:
     """Append a batch to an internal topic as a coordinator does; its base offset."""
     return broker.engine.call(broker.engine.append_internal, topic, partition, batch).base_offset
+
+
+def marker(broker: Broker, topic: str, partition: int, producer_id: int, producer_epoch: int,
+           commit: bool) -> int:
+    """Write a COMMIT/ABORT marker as the transaction coordinator does (the engine's
+    internal path; no client may); its offset."""
+    return broker.engine.call(broker.engine.write_txn_marker, topic, partition, producer_id,
+                              producer_epoch, 0, commit).base_offset
 
 
 def txn_record(tid: str, transit: TxnTransitMetadata | None) -> SimpleRecord:
@@ -220,8 +229,7 @@ class Workload:
         producer = self.rng.choice(self.producers)
         commit = self.rng.random() < 0.6
         for partition in sorted(producer.open_partitions):
-            self.broker.write_txn_marker(offsets_log.TOPIC, partition, producer.producer_id,
-                                         producer.epoch, 0, commit)
+            marker(self.broker, offsets_log.TOPIC, partition, producer.producer_id, producer.epoch, commit)
         producer.open_partitions.clear()
         if self.rng.random() < 0.3:  # InitProducerId again: a new epoch starts at sequence 0
             producer.epoch += 1
@@ -348,15 +356,15 @@ def test_transactional_offsets_are_pending_until_the_marker(
     mirror.catch_up()
     assert offsets() == [(-1, "committed", 10), (100, "pending", 20), (200, "pending", 30)]
 
-    broker.write_txn_marker(offsets_log.TOPIC, partition, 100, 0, 0, commit=True)
-    broker.write_txn_marker(offsets_log.TOPIC, partition, 200, 0, 0, commit=False)
+    marker(broker, offsets_log.TOPIC, partition, 100, 0, commit=True)
+    marker(broker, offsets_log.TOPIC, partition, 200, 0, commit=False)
     mirror.catch_up()
     assert offsets() == [(-1, "committed", 20)]
 
     # A plain commit written after the pending one but before its marker wins (Kafka's rule).
     txn_commit(100, 1, 40)
     append(broker, offsets_log.TOPIC, partition, encode_batch([offset_record("g", "orders", 0, 50)]))
-    broker.write_txn_marker(offsets_log.TOPIC, partition, 100, 0, 0, commit=True)
+    marker(broker, offsets_log.TOPIC, partition, 100, 0, commit=True)
     mirror.catch_up()
     assert offsets() == [(-1, "committed", 50)]
     assert_mirrors_logs(mirror.path, source)
@@ -513,19 +521,20 @@ def test_rebuild_repeats_the_same_rows(broker: Broker, source: EngineMirrorSourc
 
 def test_refresh_stats_snapshots_offsets_and_producers(
         broker: Broker, source: EngineMirrorSource, mirror: Mirror, clock) -> None:
-    broker.produce("orders", 0, encode_batch([SimpleRecord(b"a", timestamp=T0)], producer_id=9,
-                                             producer_epoch=2, base_sequence=0, transactional=True))
+    for _ in range(3):  # the third instance: epoch 2
+        txn = RawTxn(broker, "stats")
+    txn.produce("orders", 0, [SimpleRecord(b"a", timestamp=T0)])
     broker.produce("orders", 0, encode_batch([SimpleRecord(b"b"), SimpleRecord(b"c")]))
     mirror.refresh_stats()
     assert rows(mirror.path, "SELECT * FROM partitions WHERE topic = 'orders' AND partition = 0") == [{
         "topic": "orders", "partition": 0, "high_watermark": 3, "last_stable_offset": 0,
         "log_start_offset": 0, "log_end_offset": 3, "updated_ms": clock.now_ms()}]
     assert rows(mirror.path, "SELECT * FROM partition_producers") == [{
-        "topic": "orders", "partition": 0, "producer_id": 9, "producer_epoch": 2, "coordinator_epoch": -1,
+        "topic": "orders", "partition": 0, "producer_id": txn.pid, "producer_epoch": 2, "coordinator_epoch": -1,
         "last_sequence": 0, "last_offset": 0, "last_timestamp_ms": T0, "txn_first_offset": 0,
         "updated_ms": clock.now_ms()}]
 
-    broker.write_txn_marker("orders", 0, 9, 2, 0, commit=True)
+    txn.commit()
     clock.advance(5)
     mirror.refresh_stats()
     assert rows(mirror.path, "SELECT last_stable_offset, updated_ms FROM partitions WHERE topic = 'orders' AND partition = 0") == [
