@@ -411,10 +411,10 @@ def test_producer_id_mapping_is_the_same_before_and_after_a_restart(data, clock,
         clock.advance(1000)
         assert b.engine.call(b.engine.expire_transactional_ids) == ["a"]
     with open_broker(data, clock) as b:
-        try:  # a stranger's batch now: whatever the answer, it is a Kafka answer
-            b.produce(T, 0, data_batch([b"late"], pid, small_epochs, 0, transactional=True))
-        except KafkaError:
-            pass
+        # a stranger's batch now: its producer id maps to nothing, and nothing is appended
+        expect(InvalidProducerIdMappingError, 49, "INVALID_PRODUCER_ID_MAPPING", b.produce, T, 0,
+               data_batch([b"late"], pid, small_epochs, 0, transactional=True))
+        assert hw(b) == 0 and lso(b) == 0
         assert b.engine.transaction_coordinator.transactional_id_of(pid) is None
 
 
