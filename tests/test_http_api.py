@@ -20,6 +20,7 @@ from coordinator.mirror_db import db_path
 from storage.clock import FakeClock
 from storage.record_batch import SimpleRecord, encode_batch
 from tests.conftest import SMALL_INTERNAL_TOPICS
+from tests.storage_log import DurableLogs
 
 
 
@@ -687,25 +688,46 @@ def test_admin_abort_ends_the_transaction_holding_the_lso_and_fences_its_produce
     assert topics.error("POST", "/transactions/nobody/admin-abort", 404) == "TRANSACTIONAL_ID_NOT_FOUND"
 
 
-def test_a_hanging_transaction_of_a_producer_no_coordinator_knows_is_aborted(topics: Api, broker: Broker) -> None:
-    hanging = encode_batch([SimpleRecord(b"hanging")], producer_id=424242, producer_epoch=3, base_sequence=0,
-                           transactional=True)
-    broker.produce("orders", 0, hanging)
-    topics.produce("orders", 0, "after")
-    detail = topics.partition("orders", 0)
-    assert detail["last_stable_offset"] == 0
-    assert detail["open_transactions"][0]["transactional_id"] is None
-    answer = topics.post("/topics/orders/partitions/0/producers/424242/abort")
-    assert answer == {"topic_name": "orders", "partition_id": 0, "producer_id": 424242, "marker_offset": 2}
-    detail = topics.partition("orders", 0)
-    assert detail["last_stable_offset"] == detail["high_watermark"] == 3
-    assert topics.values("orders", 0) == ["after"]
-    assert topics.error("POST", "/topics/orders/partitions/0/producers/424242/abort", 409) == "INVALID_TXN_STATE"
+def test_a_hanging_transaction_of_a_producer_no_coordinator_knows_is_aborted(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    # a log written without verification (an older broker): no coordinator knows producer 424242
+    with DurableLogs(data) as logs:
+        logs.create_topic("orders", 2)
+        logs.produce("orders", 0, encode_batch([SimpleRecord(b"hanging")], producer_id=424242, producer_epoch=3,
+                                               base_sequence=0, transactional=True))
+    with Broker(data, **SMALL_INTERNAL_TOPICS) as broker:
+        topics = Api(create_app(broker.engine, test_config={"TESTING": True}).test_client(), broker.cluster_id)
+        topics.produce("orders", 0, "after")
+        detail = topics.partition("orders", 0)
+        assert detail["last_stable_offset"] == 0
+        assert detail["open_transactions"][0]["transactional_id"] is None
+        answer = topics.post("/topics/orders/partitions/0/producers/424242/abort")
+        assert answer == {"topic_name": "orders", "partition_id": 0, "producer_id": 424242,
+                          "transactional_id": None, "producer_epoch": 4, "last_stable_offset": 3}
+        detail = topics.partition("orders", 0)
+        assert detail["last_stable_offset"] == detail["high_watermark"] == 3
+        assert topics.values("orders", 0) == ["after"]
+        assert topics.error("POST", "/topics/orders/partitions/0/producers/424242/abort", 409) == \
+            "INVALID_TXN_STATE"
+        assert topics.error("POST", "/topics/orders/partitions/1/producers/424242/abort", 409) == \
+            "INVALID_TXN_STATE"
+        assert topics.error("POST", "/topics/nope/partitions/0/producers/1/abort", 404) == \
+            "UNKNOWN_TOPIC_OR_PARTITION"
+
+
+def test_the_partition_abort_of_a_transactional_producer_aborts_its_transaction(topics: Api) -> None:
     owned = topics.init("owned-tx")
-    topics.post("/transactions/owned-tx/records", txn_body(owned, records=[record("orders", 1, "v")]))
-    assert topics.error("POST", f"/topics/orders/partitions/1/producers/{owned[0]}/abort", 409) == \
-        "INVALID_TXN_STATE"
-    assert topics.error("POST", "/topics/nope/partitions/0/producers/1/abort", 404) == "UNKNOWN_TOPIC_OR_PARTITION"
+    topics.post("/transactions/owned-tx/records", txn_body(owned, records=[record("orders", 1, "v"),
+                                                                           record("payments", 0, "w")]))
+    answer = topics.post(f"/topics/orders/partitions/1/producers/{owned[0]}/abort")
+    assert answer == {"topic_name": "orders", "partition_id": 1, "producer_id": owned[0],
+                      "transactional_id": "owned-tx", "producer_epoch": owned[1] + 1, "last_stable_offset": 2}
+    assert topics.get("/transactions/owned-tx")["state"] == "CompleteAbort"
+    for topic, partition in (("orders", 1), ("payments", 0)):  # the whole transaction, fenced everywhere
+        detail = topics.partition(topic, partition)
+        assert detail["last_stable_offset"] == detail["high_watermark"] == 2
+    assert topics.error("POST", "/transactions/owned-tx/records", 409, txn_body(
+        owned, records=[record("orders", 1, "late")])) == "PRODUCER_FENCED"
 
 
 # -- consumer groups ----------------------------------------------------------------------------

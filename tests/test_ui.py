@@ -15,7 +15,9 @@ from app import Broker
 from app.http import HttpSettings, create_app
 from app.http.history import History, chart, init_app
 from storage.clock import FakeClock
+from storage.errors import ProducerFencedError
 from tests.conftest import SMALL_INTERNAL_TOPICS, data_batch
+from tests.storage_log import DurableLogs
 
 CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
 
@@ -222,23 +224,38 @@ def test_abort_over_htmx_uses_the_header_and_redirects(client, broker, scenario)
     assert "Could not abort enricher" in client.get("/").get_data(as_text=True)
 
 
-def test_a_hanging_transaction_is_aborted_on_its_partition(client, broker, scenario):
-    broker.create_topic("legacy", 1)
-    broker.produce("legacy", 0, data_batch([b"a", b"b"], producer_id=777_000, epoch=3, sequence=0,
-                                           transactional=True))
-    html = client.get("/topics/legacy/partitions/0").get_data(as_text=True)
-    assert "hanging" in html and 'data-abort-producer="777000"' in html
-    assert "hanging" in client.get("/").get_data(as_text=True)
-    token = _csrf(client, "/topics/legacy/partitions/0")
-    assert client.post("/topics/legacy/partitions/0/producers/777000/abort").status_code == 403
-    done = client.post("/topics/legacy/partitions/0/producers/777000/abort", data={"csrf_token": token})
-    assert done.status_code == 303
-    log = _partition(broker, "legacy", 0)
-    assert log.last_stable_offset == log.high_watermark == 3
-    # the producer of a transactional id is refused there: its coordinator must abort it
+def test_a_hanging_transaction_is_aborted_on_its_partition(tmp_path, clock):
+    data = tmp_path / "legacy"
+    # a log written without verification: no coordinator knows its producer
+    with DurableLogs(data, clock=clock) as logs:
+        logs.create_topic("legacy", 1)
+        logs.produce("legacy", 0, data_batch([b"a", b"b"], producer_id=777_000, epoch=3, sequence=0,
+                                             transactional=True))
+    with Broker(data, clock=clock, **SMALL_INTERNAL_TOPICS) as broker:
+        client = create_app(broker.engine, test_config={"TESTING": True}).test_client()
+        html = client.get("/topics/legacy/partitions/0").get_data(as_text=True)
+        assert "hanging" in html and 'data-abort-producer="777000"' in html
+        assert "hanging" in client.get("/").get_data(as_text=True)
+        token = _csrf(client, "/topics/legacy/partitions/0")
+        assert client.post("/topics/legacy/partitions/0/producers/777000/abort").status_code == 403
+        done = client.post("/topics/legacy/partitions/0/producers/777000/abort", data={"csrf_token": token})
+        assert done.status_code == 303
+        log = _partition(broker, "legacy", 0)
+        assert log.last_stable_offset == log.high_watermark == 3
+        assert "wrote an ABORT marker on legacy-0; epoch 4 fences it" in client.get("/").get_data(as_text=True)
+
+
+def test_the_partition_abort_of_a_transactional_producer_aborts_its_transaction(client, broker, scenario):
     pid = broker.engine.transaction_coordinator.describe("enricher").producer_id
-    client.post(f"/topics/orders/partitions/0/producers/{pid}/abort", data={"csrf_token": token})
-    assert "belongs to a transactional id" in client.get("/").get_data(as_text=True)
+    token = _csrf(client, "/topics/orders/partitions/0")
+    done = client.post(f"/topics/orders/partitions/0/producers/{pid}/abort", data={"csrf_token": token})
+    assert done.status_code == 303
+    assert "aborted the transaction of enricher" in client.get("/").get_data(as_text=True)
+    assert broker.engine.transaction_coordinator.describe("enricher").state.display == "CompleteAbort"
+    log = _partition(broker, "orders", 0)
+    assert log.last_stable_offset == log.high_watermark
+    with pytest.raises(ProducerFencedError):
+        scenario["enricher"].commit_transaction()
 
 
 # -- login ----------------------------------------------------------------------------------
