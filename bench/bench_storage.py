@@ -444,8 +444,13 @@ class TxnPartition:
 
 def build_txn_partition(broker: Broker, topic: str, target_records: int) -> TxnPartition:
     """Four transactional producers, interleaved batch by batch and started one
-    batch apart so their transactions overlap; 1 transaction in 100 is aborted."""
+    batch apart so their transactions overlap; 1 transaction in 100 is aborted.
+    Each is a real transactional producer: InitProducerId, AddPartitionsToTxn at the
+    start of each transaction, raw batches (acks=1), EndTxn."""
     broker.create_topic(topic, 1)
+    tc = broker.engine.transaction_coordinator
+    producers = [(f"bench-{p}", *broker.engine.call(tc.init_producer_id, f"bench-{p}", 900_000))
+                 for p in range(TXN_PRODUCERS)]
     value = os.urandom(RECORD_VALUE_BYTES)
     records = make_records(TXN_BATCH_RECORDS, value, int(time.time() * 1000))
     sequences = [0] * TXN_PRODUCERS
@@ -456,8 +461,10 @@ def build_txn_partition(broker: Broker, topic: str, target_records: int) -> TxnP
         for p in range(TXN_PRODUCERS):
             if round_ < p or (data >= target_records and not open_batches[p]):
                 continue
-            pid = 3000 + p
-            batch = encode_batch(records, producer_id=pid, producer_epoch=0,
+            txn_id, pid, epoch = producers[p]
+            if not open_batches[p]:
+                broker.engine.call(tc.add_partitions, txn_id, pid, epoch, [(topic, 0)])
+            batch = encode_batch(records, producer_id=pid, producer_epoch=epoch,
                                  base_sequence=sequences[p], transactional=True)
             broker.produce(topic, 0, batch, acks=1)
             sequences[p] += TXN_BATCH_RECORDS
@@ -466,7 +473,7 @@ def build_txn_partition(broker: Broker, topic: str, target_records: int) -> TxnP
             batches += 1
             if open_batches[p] == TXN_BATCHES:
                 abort = transactions % ABORT_EVERY == ABORT_EVERY // 2
-                broker.write_txn_marker(topic, 0, pid, 0, 0, commit=not abort)
+                broker.engine.call(tc.end_txn, txn_id, pid, epoch, not abort)
                 transactions += 1
                 aborted += abort
                 if not abort:
