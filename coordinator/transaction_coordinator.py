@@ -30,7 +30,18 @@ to request versions that predate it, at the wire):
   no return), markers go out, COMPLETE_* is written, and only then does it answer,
   so a read_committed consumer sees the outcome as soon as commit returns. A
   retry with the same command while completing or after completion: OK. Anything
-  else: INVALID_TXN_STATE.
+  else: INVALID_TXN_STATE. A marker a partition refuses keeps the transaction
+  Prepare* and EndTxn never answers OK for it (``_complete``): after
+  COMPLETION_WAIT_S of waiting, CONCURRENT_TRANSACTIONS (retriable).
+* Produce of a transactional batch, and TxnOffsetCommit (for the group's
+  ``__consumer_offsets`` partition) -- KIP-890 verification (``verify_transaction``):
+  the producer id and epoch must be those of the transactional id's Ongoing
+  transaction, and it must have the partition; otherwise nothing is written. A
+  non-transactional batch may not carry a transactional id's producer id
+  (``verify_idempotent``).
+* The partition-level abort (KIP-664, ``Engine.abort_hanging_transaction``) of a
+  producer this coordinator knows: its transaction is aborted with an epoch bump
+  (``abort_for_partition``), the partition added first if it was not in it.
 
 The state of a transactional id moves only along these edges (``VALID_PREVIOUS`` in
 ``coordinator/transaction_state.py``; tests/test_transaction_state.py pins this
@@ -658,6 +669,18 @@ class TransactionCoordinator:
             raise InvalidTxnStateError(
                 f"{topic}-{partition} is not part of an ongoing transaction of {txn_id!r} "
                 f"(state {meta.state.display}); call AddPartitionsToTxn first")
+
+    def verify_idempotent(self, producer_id: int) -> None:
+        """A non-transactional batch must not carry the producer id of a transactional
+        id: one with a higher epoch would move a partition past this coordinator's
+        epoch, and the partition would then refuse the transaction's markers. (Kafka
+        leaves this to its clients, which never do it; here any HTTP or raw client
+        could, so it is INVALID_TXN_STATE, as for such a batch inside a transaction.)"""
+        txn_id = self._by_producer_id.get(producer_id)
+        if txn_id is not None:
+            raise InvalidTxnStateError(
+                f"producer id {producer_id} is the producer of transactional id {txn_id!r}: "
+                f"its batches must be transactional")
 
     def describe(self, transactional_id: str) -> TxnTransitMetadata | None:
         meta = self.txns.get(transactional_id)

@@ -478,8 +478,8 @@ def stuck_completing(data: Path, clock: FakeClock) -> Stuck:
     def fenced() -> None:
         expect(InvalidProducerEpochError, 47, "INVALID_PRODUCER_EPOCH", broker.produce, T, 0,
                data_batch([b"late"], txn.pid, txn.epoch + 1, 1, transactional=True))
-        expect(InvalidProducerEpochError, 47, "INVALID_PRODUCER_EPOCH", broker.produce, T, 0,
-               data_batch([b"late"], txn.pid, txn.epoch + 1, 1))  # the partition's own fence
+        log = broker.engine.logs.log(T, 0)  # the partition's own fence
+        assert on_loop(broker, lambda: log.producer_state.producers[txn.pid].producer_epoch) == txn.epoch + 2
         # and the commit is still never reported as one
         expect(ConcurrentTransactionsError, 51, "CONCURRENT_TRANSACTIONS", coordinator_call, broker,
                "end_txn", "a", txn.pid, txn.epoch, True)
@@ -540,3 +540,19 @@ def test_the_partition_abort_frees_any_stuck_lso_and_fences_its_producer(data, c
             assert (again.status_code, again.json["error_name"]) == (409, "INVALID_TXN_STATE")
     finally:
         close_within(broker)
+
+
+def test_an_idempotent_batch_may_not_carry_a_transactional_producer_id(broker):
+    """A non-transactional batch with a transactional id's producer id one epoch up
+    (any client can send one) would move that partition past the coordinator's epoch
+    and make it refuse the transaction's marker: the commit could never complete."""
+    txn = RawTxn(broker, "a")
+    txn.send(T, 0, b"mine")
+    before = footprint(broker, T, 1)
+    expect(InvalidTxnStateError, 48, "INVALID_TXN_STATE", broker.produce, T, 1,
+           data_batch([b"forged"], txn.pid, txn.epoch + 5, 0))
+    assert footprint(broker, T, 1) == before
+    txn.send(T, 1, b"also mine")
+    txn.commit()
+    assert committed(broker, 0) == [b"mine"] and committed(broker, 1) == [b"also mine"]
+    assert describe(broker, "a").state is S.COMPLETE_COMMIT

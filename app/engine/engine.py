@@ -43,7 +43,7 @@ from storage.errors import (
 from storage.log_manager import LogManager, TopicInfo
 from storage.partition_log import AppendResult, PartitionLog, ReadResult
 from storage.producer_state import ProducerStateEntry, next_sequence
-from storage.record_batch import Record, decode_batch, read_header
+from storage.record_batch import BatchHeader, Record, decode_batch, read_header
 
 INTERNAL_TOPICS = (transaction_log.TOPIC, offsets_log.TOPIC)
 #: how often the group coordinator checks session and rebalance timeouts
@@ -247,7 +247,8 @@ class Engine:
         AppendResult -- with acks=-1 once it is fsynced. A transactional batch must
         belong to its producer's Ongoing transaction on this partition (KIP-890,
         ``TransactionCoordinator.verify_transaction``); ``transactional_id``, which a
-        Kafka Produce request carries, must then be that producer id's."""
+        Kafka Produce request carries, must then be that producer id's. An idempotent
+        batch must not use a transactional id's producer id (``verify_idempotent``)."""
         self.counters.produce_requests += 1
         if acks not in (-1, 0, 1):
             raise InvalidRequiredAcksError(f"acks must be -1, 0 or 1, got {acks!r}")
@@ -255,9 +256,7 @@ class Engine:
             raise InvalidTopicError(f"clients may not produce to the internal topic {topic}")
         log_ = self.logs.log(topic, partition)
         header = read_header(batch)
-        if header.is_transactional:
-            self.transaction_coordinator.verify_transaction(
-                header.producer_id, header.producer_epoch, topic, partition, transactional_id)
+        self._verify_producer(header, topic, partition, transactional_id)
         commit = self._commit(log_)
         if commit.failed is not None:
             raise KafkaStorageError(f"{topic}-{partition} is offline after an fsync failure")
@@ -269,6 +268,18 @@ class Engine:
         if not result.duplicate:
             commit.appended()
         return _done(result)
+
+    def _verify_producer(self, header: BatchHeader, topic: str, partition: int,
+                         transactional_id: str | None) -> None:
+        """The transaction coordinator's checks of a producer batch. A control batch
+        is not one: the log refuses it (INVALID_RECORD), clients never write markers."""
+        tc = self.transaction_coordinator
+        if header.is_control:
+            return
+        if header.is_transactional:
+            tc.verify_transaction(header.producer_id, header.producer_epoch, topic, partition, transactional_id)
+        elif header.producer_id >= 0:
+            tc.verify_idempotent(header.producer_id)
 
     async def abort_hanging_transaction(self, topic: str, partition: int, producer_id: int) -> HangingAbort:
         """Kafka's AbortTransaction (KIP-664), for any producer holding a transaction
