@@ -554,7 +554,8 @@ class TransactionCoordinator:
         it cannot finish there -- that partition refuses its marker (see
         :meth:`_complete`) -- so only a marker on the partition itself can free it."""
         meta = self.txns.get(transactional_id)
-        while meta is not None and (meta.pending_state is not None or meta.state in _COMPLETING):
+        while meta is not None and (meta.pending_state is not None or meta.state in _COMPLETING
+                                    or meta.state is S.PREPARE_EPOCH_FENCE):
             if topic_partition in self._refused.get(transactional_id, ()):
                 return False
             await self._await_completion(meta)
