@@ -31,7 +31,7 @@ import pytest
 import coordinator.transaction_coordinator as tc_module
 from app import Broker
 from app.http import create_app
-from coordinator import offsets_log
+from coordinator import offsets_log, transaction_log
 from coordinator.group_metadata import CommittedOffset
 from coordinator.transaction_state import TransactionState
 from storage import filenames
@@ -45,7 +45,14 @@ from storage.errors import (
     ProducerFencedError,
 )
 from storage.read_committed import read_records
-from storage.record_batch import ControlType, SimpleRecord, decode_batch, decode_control_record, iter_headers
+from storage.record_batch import (
+    ControlType,
+    SimpleRecord,
+    decode_batch,
+    decode_control_record,
+    encode_batch,
+    iter_headers,
+)
 from tests.conftest import SMALL_INTERNAL_TOPICS, data_batch
 from tests.raw_txn import RawTxn, coordinator_call
 from tests.storage_log import DurableLogs
@@ -556,3 +563,27 @@ def test_an_idempotent_batch_may_not_carry_a_transactional_producer_id(broker):
     txn.commit()
     assert committed(broker, 0) == [b"mine"] and committed(broker, 1) == [b"also mine"]
     assert describe(broker, "a").state is S.COMPLETE_COMMIT
+
+
+def test_the_partition_abort_ends_offsets_a_hanging_producer_left_pending(data, clock):
+    """Transactional offsets of a producer no coordinator knows (a log written without
+    verification) pin the group's ``__consumer_offsets`` partition and make every
+    require_stable fetch UNSTABLE_OFFSET_COMMIT: the partition's Abort ends both."""
+    partition = transaction_log.partition_for("g", SMALL_INTERNAL_TOPICS["offsets.topic.num.partitions"])
+    with DurableLogs(data, clock=clock) as logs:
+        logs.create_topic(T, 2)
+        logs.logs.create_topic(offsets_log.TOPIC, 3, {"cleanup.policy": "compact"}, internal=True)
+        pending = SimpleRecord(offsets_log.encode_offset_value(offsets_log.OffsetValue(7, -1, "", 0)),
+                               key=offsets_log.encode_offset_key("g", T, 0))
+        logs.produce(offsets_log.TOPIC, partition, encode_batch([pending], producer_id=424_242, producer_epoch=0,
+                                                                base_sequence=0, transactional=True))
+    with open_broker(data, clock) as broker:
+        assert fetch_stable(broker, "g").error.name == "UNSTABLE_OFFSET_COMMIT"
+        client = create_app(broker.engine, test_config={"TESTING": True}).test_client()
+        answer = client.post(f"/v3/clusters/{broker.cluster_id}/topics/{offsets_log.TOPIC}/partitions/"
+                             f"{partition}/producers/424242/abort").json
+        assert (answer["transactional_id"], answer["producer_epoch"]) == (None, 1)
+        lso, hw = lso_and_hw(broker, offsets_log.TOPIC, partition)
+        assert lso == hw == 2
+        fetched = fetch_stable(broker, "g")
+        assert (fetched.error, fetched.offset) == (None, -1), "stable again, the aborted offset dropped"

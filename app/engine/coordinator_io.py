@@ -3,9 +3,8 @@
 The coordinators (``coordinator/``) know nothing of the engine; they are handed this
 adapter, which appends their records to the internal topics and writes markers
 through the same partition logs and group commit as any produce, on the engine's
-loop. A marker on a ``__consumer_offsets`` partition is also reported to the group
-coordinator once durable, so pending transactional offsets become committed (or
-are dropped) exactly when the marker is in the log.
+loop (``Engine.write_txn_marker`` also reports a marker on ``__consumer_offsets`` to
+the group coordinator once it is durable).
 """
 
 from __future__ import annotations
@@ -35,8 +34,6 @@ class EngineCoordinatorIO:
                            coordinator_epoch: int, commit: bool) -> None:
         await self.engine.write_txn_marker(topic, partition, producer_id, producer_epoch,
                                            coordinator_epoch, commit)
-        if topic == offsets_log.TOPIC:
-            self.engine.group_coordinator.on_marker(partition, producer_id, commit)
 
     def partition_exists(self, topic: str, partition: int) -> bool:
         return (topic, partition) in self.engine.logs.logs

@@ -331,10 +331,16 @@ class Engine:
                                producer_epoch: int, coordinator_epoch: int, commit: bool) -> AppendResult:
         """Append a COMMIT/ABORT marker (WriteTxnMarkers) and wait until it is durable.
         Internal: markers come from the transaction coordinator (``coordinator_io``)
-        and the partition-level abort, never from a client."""
+        and the partition-level abort, never from a client. One on a
+        ``__consumer_offsets`` partition is then reported to the group coordinator, so
+        the producer's pending transactional offsets become committed (or are dropped)
+        exactly when the marker is in the log."""
         log_ = self.logs.log(topic, partition)
         result = log_.append_end_txn_marker(producer_id, producer_epoch, coordinator_epoch, commit)
-        return await asyncio.wrap_future(self._commit(log_).when_durable(result.last_offset, result))
+        durable = await asyncio.wrap_future(self._commit(log_).when_durable(result.last_offset, result))
+        if topic == offsets_log.TOPIC:
+            self.group_coordinator.on_marker(partition, producer_id, commit)
+        return durable
 
     async def fetch(self, topic: str, partition: int, offset: int, max_bytes: int = 1 << 20,
                     isolation_level: str | int = READ_UNCOMMITTED) -> ReadResult:
