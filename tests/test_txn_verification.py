@@ -88,7 +88,7 @@ def on_loop(broker: Broker, fn: Callable[[], Any]) -> Any:
 
 
 def footprint(broker: Broker, topic: str = T, partition: int = 0) -> tuple[int, int]:
-    """The log end offset and the bytes of every file of the partition on disk."""
+    """The log end offset and the bytes of the partition's segment files on disk."""
     log = broker.engine.logs.log(topic, partition)
     end = on_loop(broker, lambda: log.log_end_offset)
     return end, sum(p.stat().st_size for p in log.directory.iterdir()
