@@ -11,7 +11,6 @@ from app import Broker
 from storage.clock import FakeClock
 from storage.record_batch import SimpleRecord, encode_batch
 
-SHARED = Path(__file__).resolve().parents[2] / "shared"
 #: internal topics of 3 partitions instead of Kafka's 50: the same behaviour, far fewer files
 SMALL_INTERNAL_TOPICS = {"transaction.state.log.num.partitions": 3, "offsets.topic.num.partitions": 3}
 
