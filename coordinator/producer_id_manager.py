@@ -2,7 +2,7 @@
 deleted SQLite mirror.
 
 Ids are allocated in blocks of ``BLOCK_SIZE``; the end of the current block is
-made durable (``producer-id-block`` in the data directory, written atomically)
+made durable (``producer-id-block``, docs/formats.md §11, written atomically)
 *before* the first id of the block is handed out. After a crash the unused rest
 of the block is skipped, never reused. Kafka keeps the same block record in its
 metadata log (``ProducerIdsRecord``). The file::

@@ -1,6 +1,7 @@
 """Bytes on disk, in Kafka's formats. Nothing here imports ``coordinator/`` or ``app/``.
 
-One module per file type or concept; each module's docstring is its format's spec:
+Every file's layout, with worked examples, is in ``docs/formats.md``. One module per
+file type or concept; each module's docstring is its format's spec:
 
 * ``record_batch``  -- v2 record batches (header, records, control records, CRC-32C)
 * ``compression``   -- gzip / snappy / lz4 / zstd codecs;  ``varint`` -- zigzag varints

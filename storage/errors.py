@@ -4,8 +4,7 @@ Every layer raises these (storage is the lowest layer, so they live here and
 ``coordinator/`` and ``app/`` import them); the edges translate them -- the Kafka
 listener to the numeric ``code`` on the wire, the HTTP API to JSON carrying
 ``code`` and ``name``. Names and numbers are those of
-``org.apache.kafka.common.protocol.Errors`` (see
-``shared/kafka-protocol/README.md`` section 7).
+``org.apache.kafka.common.protocol.Errors``.
 
 Declare one with its code and wire name::
 

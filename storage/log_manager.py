@@ -1,4 +1,4 @@
-"""The data directory: which partitions exist, and the files that span them.
+"""The data directory: which partitions exist, and the files that span them (docs/formats.md §1).
 
 Layout (Kafka's names where Kafka has the file)::
 

@@ -1,4 +1,4 @@
-"""Producer-state snapshot files: ``<offset>.snapshot``.
+"""Producer-state snapshot files: ``<offset>.snapshot`` (docs/formats.md §6).
 
 The seed's ``PidSnapshot`` (version, CRC, [PidEntry]) in the byte layout of
 Kafka's ``ProducerStateManager`` version 1, so Kafka's own tools read our files::

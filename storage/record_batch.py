@@ -1,4 +1,4 @@
-"""Kafka's v2 record batch ("magic 2"), byte for byte (RECORD-BATCH.md).
+"""Kafka's v2 record batch ("magic 2"), byte for byte (docs/formats.md §2).
 
 The same bytes travel in Produce requests, are stored in ``.log`` segments and
 are returned by Fetch, so this one codec serves all three::
@@ -39,7 +39,7 @@ itself are outside it, which is what lets the broker stamp BaseOffset and
 PartitionLeaderEpoch on append without recomputing it (``with_base_offset``,
 ``with_partition_leader_epoch``).
 
-**Errors** (RECORD-BATCH.md section 3): a CRC mismatch, a batch shorter than its header
+**Errors** (docs/formats.md §2.5): a CRC mismatch, a batch shorter than its header
 or whose length disagrees with BatchLength raises ``CorruptMessageError``
 (CORRUPT_MESSAGE); a wrong magic or any structural fault under a good CRC
 (record count, offset deltas, lengths, trailing bytes) raises
@@ -96,7 +96,7 @@ _INT32 = struct.Struct(">i")   # PartitionLeaderEpoch
 _INT16 = struct.Struct(">h")   # Attributes
 _UINT32 = struct.Struct(">I")  # CRC
 
-# Attributes bits (RECORD-BATCH.md section 2); bits 7-15 are unused.
+# Attributes bits (docs/formats.md §2.2); bits 7-15 are unused.
 COMPRESSION_MASK = 0x07
 TIMESTAMP_TYPE_BIT = 0x08     # 0 CreateTime, 1 LogAppendTime
 TRANSACTIONAL_BIT = 0x10

@@ -5,7 +5,7 @@ least-significant group first, the high bit set on every byte except the last::
 
     300  ->  0b10_0101100  ->  ac 02      (0x2c | 0x80, then 0x02)
 
-* **Signed varint / varlong** (record fields, RECORD-BATCH.md section 5). The value is
+* **Signed varint / varlong** (record fields, docs/formats.md §2.3). The value is
   zigzag-mapped first (0, -1, 1, -2, 2 ... -> 0, 1, 2, 3, 4 ...) so small negative
   numbers stay short. Kafka's int32 varint takes at most 5 bytes and its int64
   varlong at most 10. Python ints have no width, so one pair of functions covers
