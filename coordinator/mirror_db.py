@@ -8,8 +8,8 @@ timeout instead of instant ``database is locked`` errors. ``synchronous=NORMAL``
 is enough for derived data: a power cut may lose the last commits, never
 consistency, and the mirror re-derives what is missing from the logs.
 
-Alembic owns the schema; its environment is ``migrations/`` at the repository root
-and :func:`upgrade` runs it without an ``alembic.ini``. To write the next
+Alembic owns the schema; its environment is ``coordinator/migrations/`` and
+:func:`upgrade` runs it without an ``alembic.ini``. To write the next
 migration, autogenerate against a migrated database::
 
     from alembic import command
@@ -28,7 +28,8 @@ from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.pool import NullPool
 
 DB_FILE = "exactly.db"
-MIGRATIONS_DIR = Path(__file__).resolve().parents[1] / "migrations"
+#: the Alembic environment, package data of ``coordinator`` (found from an installed copy too)
+MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 BUSY_TIMEOUT_MS = 5_000
 
 

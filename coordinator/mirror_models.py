@@ -12,7 +12,7 @@ Spark reads these tables over JDBC, so (docs/formats.md §15):
 
 Columns holding an enum carry a CHECK constraint generated from the Python enum,
 so the database refuses a value the code does not know. Alembic owns the schema
-(``migrations/``); a test checks that the migrations and these models agree.
+(``coordinator/migrations/``); a test checks that the migrations and these models agree.
 """
 
 from __future__ import annotations

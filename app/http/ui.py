@@ -1,6 +1,6 @@
 """The admin console at ``/``: server-rendered pages that htmx refreshes in place.
 
-Every page has a live part, rendered by ``web/templates/fragments/<page>.html``.
+Every page has a live part, rendered by ``app/http/web/templates/fragments/<page>.html``.
 The same view serves the page (``/transactions``) and its fragment
 (``/fragments/transactions``); the fragment's root element polls its own URL
 every 2 s and replaces itself (``hx-swap="outerHTML"``). Facts come from the
