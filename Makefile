@@ -45,4 +45,4 @@ bench: $(STAMP)
 	$(PY) bench/bench_transactions.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache .hypothesis
