@@ -238,7 +238,9 @@ PATH_PARAMS: dict[str, Schema] = {
 
 IDEMPOTENCY_KEY = {"name": "Idempotency-Key", "in": "header", "required": False,
                    "description": "a retry with the same key and body returns the first answer and appends "
-                                  "nothing; remembered for this broker process's lifetime (bounded)",
+                                  "nothing; remembered for this broker process's lifetime (bounded), and "
+                                  "for a transaction's records call also across a restart while the "
+                                  "transaction is open",
                    "schema": string(pattern="^[!-~]{1,255}$")}
 
 
