@@ -203,6 +203,13 @@ def test_a_write_needs_a_json_object_body(api: Api, data: bytes, content_type: s
     assert (response.status_code, response.json["error_name"]) == (status, error)
 
 
+def test_an_optional_body_may_be_absent_but_not_blank(topics: Api) -> None:
+    assert topics.client.post(f"{topics.base}/transactions/blank-tx/init").status_code == 200
+    response = topics.client.post(f"{topics.base}/transactions/blank-tx/init", data=b"\n",
+                                  content_type="application/json")
+    assert (response.status_code, response.json["error_name"]) == (400, "INVALID_REQUEST")
+
+
 def test_a_body_over_the_size_limit_is_413(topics: Api) -> None:
     body = json.dumps({"value": {"type": "BINARY", "data": b64(b"x" * (4 << 20))}})
     response = topics.client.post(f"{topics.base}/topics/orders/records", data=body,
