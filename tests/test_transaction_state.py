@@ -30,6 +30,7 @@ from coordinator.transaction_state import (
     TxnTransitMetadata,
 )
 from storage.errors import ConcurrentTransactionsError, InvalidTxnStateError
+from storage.record_batch import ControlType
 
 S = TransactionState
 TP = ("orders", 0)
@@ -334,6 +335,37 @@ def test_every_state_is_in_the_table_and_in_the_docs():
     assert set(table) == {s.display for s in S}
     for state in S:
         assert table[state.display] == {p.display for p in VALID_PREVIOUS[state]}, state.display
+
+
+#: each state's flags, written out independently of the code; expiration as Kafka's
+#: TransactionState.expirationAllowed (Empty, CompleteCommit, CompleteAbort)
+FLAGS: dict[S, tuple[bool, bool, bool, bool, bool, ControlType | None]] = {
+    #                       open   ending prepared complete expires outcome
+    S.EMPTY:               (False, False, False,   False,   True,   None),
+    S.ONGOING:             (True,  False, False,   False,   False,  None),
+    S.PREPARE_COMMIT:      (True,  True,  True,    False,   False,  ControlType.COMMIT),
+    S.PREPARE_ABORT:       (True,  True,  True,    False,   False,  ControlType.ABORT),
+    S.COMPLETE_COMMIT:     (False, False, False,   True,    True,   ControlType.COMMIT),
+    S.COMPLETE_ABORT:      (False, False, False,   True,    True,   ControlType.ABORT),
+    S.DEAD:                (False, False, False,   False,   False,  None),
+    S.PREPARE_EPOCH_FENCE: (True,  True,  False,   False,   False,  ControlType.ABORT),
+}
+
+
+def test_each_state_carries_its_flags():
+    assert {s: (s.is_open, s.is_ending, s.is_prepared, s.is_complete, s.expiration_allowed, s.outcome)
+            for s in S} == FLAGS
+
+
+def test_the_flags_agree_with_the_transition_table():
+    assert {s for s in S if s.expiration_allowed} == VALID_PREVIOUS[S.DEAD], "only an idle id expires"
+    for complete in (s for s in S if s.is_complete):
+        (prepared,) = VALID_PREVIOUS[complete]
+        assert prepared.is_prepared and prepared.outcome is complete.outcome
+    assert {s for s in S if s.is_prepared} == {p for s in S if s.is_complete for p in VALID_PREVIOUS[s]}
+    for state, previous in VALID_PREVIOUS.items():
+        if any(p.is_open for p in previous):
+            assert state.is_open or state.is_complete, f"{state.display}: an open transaction only ends complete"
 
 
 def test_persisted_state_ids_are_kafkas():

@@ -86,6 +86,7 @@ def test_overview_shows_the_blocked_partition_and_who_holds_it(client, broker, s
     assert re.search(r"Committed</span>\s*<span class=\"stat-value\">1<", counts)
     assert re.search(r"Aborted</span>\s*<span class=\"stat-value\">1<", counts)
     assert re.search(r"Open transactions</span>\s*<span class=\"stat-value\">1<", counts)
+    assert '<span class="stat-sub">1 Ongoing</span>' in counts  # billing, complete, is not open
 
 
 def test_transactions_page_lists_and_filters_by_state(client, scenario):

@@ -44,7 +44,9 @@ from app.engine import queries
 from app.http import current_engine, current_settings, mirror_db
 from app.http.errors import status_for
 from app.http.history import History, chart
+from coordinator.transaction_state import TransactionState
 from storage import errors as e
+from storage.record_batch import ControlType
 
 log = logging.getLogger(__name__)
 
@@ -62,10 +64,9 @@ class ConsolePathConverter(PathConverter):
 bp.record_once(lambda state: state.app.url_map.converters.setdefault("console_path", ConsolePathConverter))
 
 FRAGMENTS = "/fragments"
-#: transaction states, in the order a transaction moves through them (the filter chips)
-STATES = ("Empty", "Ongoing", "PrepareCommit", "PrepareAbort", "CompleteCommit", "CompleteAbort",
-          "PrepareEpochFence", "Dead")
-OPEN_STATES = ("Ongoing", "PrepareCommit", "PrepareAbort", "PrepareEpochFence")
+#: transaction states, in Kafka's order (the filter chips)
+STATES = tuple(state.display for state in TransactionState)
+OPEN_STATES = tuple(state.display for state in TransactionState if state.is_open)
 #: finished transactions shown on a transaction's page
 HISTORY_LIMIT = 50
 
@@ -243,7 +244,7 @@ def transaction(txn_id: str):
 def _timeline(state: str) -> list[dict[str, str]]:
     """The steps of the current transaction, each ``done``, ``current`` or ``todo``;
     the branch (commit or abort) follows the state."""
-    aborting = state in ("PrepareAbort", "CompleteAbort", "PrepareEpochFence")
+    aborting = TransactionState.from_display(state).outcome is ControlType.ABORT
     steps = ["Empty", "Ongoing"]
     if state == "PrepareEpochFence":
         steps.append("PrepareEpochFence")
