@@ -23,7 +23,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field, replace
 
-from storage.errors import ConcurrentTransactionsError, InvalidTxnStateError
+from storage.errors import ConcurrentTransactionsError, InvariantViolation
 from storage.record_batch import ControlType
 
 NO_PRODUCER_ID = -1
@@ -125,8 +125,9 @@ VALID_PREVIOUS: dict[TransactionState, frozenset[TransactionState]] = {
 }
 
 
-class IllegalTransitionError(InvalidTxnStateError):
-    """A transition the state table does not allow; a bug or a protocol violation."""
+class IllegalTransitionError(InvariantViolation):
+    """A transition the state table does not allow. The coordinator answers every
+    request that could ask for one with its Kafka error first, so this is a bug."""
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,9 @@ from app.engine.mirror_source import EngineMirrorSource
 from app.client.producer import murmur2
 from coordinator.mirror import Mirror
 from coordinator.mirror_db import db_path
+from coordinator.transaction_state import IllegalTransitionError, TransactionMetadata
 from storage.clock import FakeClock
+from storage.errors import UnknownServerError
 from storage.record_batch import SimpleRecord, encode_batch
 from tests.conftest import SMALL_INTERNAL_TOPICS
 
@@ -140,6 +143,32 @@ def test_unknown_paths_and_methods_answer_json(api: Api) -> None:
     assert api.error("GET", "/no-such-thing", 404) == "NOT_FOUND"
     assert api.error("PUT", "/topics", 405) == "METHOD_NOT_ALLOWED"
     assert api.error("GET", "/transactions//init", 404) == "NOT_FOUND"  # not a redirect to a merged path
+
+
+SECRET = "/srv/secret/path and internals"
+
+
+@pytest.mark.parametrize("failure", [IllegalTransitionError(SECRET), UnknownServerError(SECRET), KeyError(SECRET)])
+def test_a_server_error_is_a_500_with_a_reference_and_never_the_exception_s_text(
+        topics: Api, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, failure: Exception) -> None:
+    """A bug inside the coordinator (forced here: adding a partition fails as an illegal
+    transition would) is not the client's fault: never a 409, never its text."""
+    producer = topics.init("bug-tx")
+
+    def broken(self, *args, **kwargs):
+        raise failure
+
+    monkeypatch.setattr(TransactionMetadata, "prepare_add_partitions", broken)
+    body = txn_body(producer, records=[record("orders", 0, "x")])
+    with caplog.at_level("ERROR", logger="app.http.errors"):
+        answer = topics.call("POST", "/transactions/bug-tx/records", 500, body).json
+    assert answer["error_name"] == "UNKNOWN_SERVER_ERROR" and answer["error_code"] == -1
+    reference = re.fullmatch(r"internal server error; reference ([0-9a-f]{8}) in the broker's log",
+                             answer["message"]).group(1)
+    assert "secret" not in json.dumps(answer) and type(failure).__name__ not in json.dumps(answer)
+    logged = [r for r in caplog.records if reference in r.getMessage()]
+    assert logged and SECRET in str(logged[0].exc_info[1]), "the log keeps what the client is not told"
+    assert topics.partition("orders", 0)["high_watermark"] == 0
 
 
 # -- topics ------------------------------------------------------------------------------------

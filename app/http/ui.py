@@ -42,7 +42,7 @@ from werkzeug.routing import PathConverter
 
 from app.engine import queries
 from app.http import current_engine, current_settings, mirror_db
-from app.http.errors import status_for
+from app.http.errors import log_server_error, status_for
 from app.http.history import History, chart
 from coordinator.transaction_state import TransactionState
 from storage import errors as e
@@ -234,9 +234,8 @@ def transaction(txn_id: str):
     if db is not None:
         try:
             history = queries.transaction_history(db, txn_id, HISTORY_LIMIT)
-        except Exception as error:
-            log.exception("reading the history of %r from the SQLite mirror failed", txn_id)
-            history_error = f"{type(error).__name__}: {error}"
+        except Exception as error:  # the mirror is optional: the live state still shows
+            history_error = f"reference {log_server_error(error)} in the broker's log"
     return _render("transaction", txn=detail, history=history, history_error=history_error,
                    mirror=db is not None, timeline=_timeline(detail["state"]))
 
@@ -396,6 +395,8 @@ def _kafka_error(error: e.KafkaError):
               e.TransactionalIdNotFoundError: "No such transactional id",
               e.GroupIdNotFoundError: "No such consumer group",
               e.OffsetOutOfRangeError: "Offset out of range"}
+    if status == 500:
+        return _unexpected(error)
     title = next((t for cls, t in titles.items() if isinstance(error, cls)), error.name)
     return _error_page(status, title, str(error))
 
@@ -408,5 +409,6 @@ def _http_error(error: HTTPException):
 
 @bp.errorhandler(Exception)
 def _unexpected(error: Exception):
-    log.exception("console error on %s %s", request.method, request.path)
-    return _error_page(500, "Something broke", f"{type(error).__name__}: {error}")
+    """A bug (or anything unforeseen): the page gives a reference id into the log, not the text."""
+    reference = log_server_error(error)
+    return _error_page(500, "Something broke", f"The broker's log has the details under reference {reference}.")
