@@ -585,7 +585,7 @@ def test_a_keyed_call_cut_short_by_a_crash_answers_transaction_abortable_after_a
         b.engine.call(b.engine.transaction_coordinator.add_partitions, "cut-tx", *producer,
                       {("orders", 0), ("orders", 1)})
         mark = json.dumps({"key": "cut-1", "fingerprint": fingerprint, "index": 0, "count": 2}).encode()
-        for partition, header in ((0, mark), (1, b"a Kafka client's own header of that name")):
+        for partition, header in ((0, mark), (1, b"[" * 100_000)):  # a Kafka client's own header of that name
             b.produce("orders", partition, encode_batch(
                 [SimpleRecord(b"x", headers=((transactions.KEY_HEADER, header),))], producer_id=producer[0],
                 producer_epoch=producer[1], base_sequence=0, transactional=True))

@@ -53,6 +53,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from flask import Blueprint, Flask, Response, jsonify, request
+from flask.blueprints import BlueprintSetupState
 
 from app.engine import queries
 from app.engine import INTERNAL_TOPICS
@@ -199,7 +200,7 @@ def _mark_of(record: Record) -> dict[str, Any] | None:
     raw = next((value for name, value in reversed(record.headers) if name == KEY_HEADER), None)
     try:
         mark = json.loads(raw) if raw else None
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: absurdly deep nesting
         return None
     shape = {"key": str, "fingerprint": str, "index": int, "count": int}
     if not isinstance(mark, dict) or not all(isinstance(mark.get(k), t) for k, t in shape.items()):
@@ -237,7 +238,7 @@ def _first_answer(call: _KeyedCall) -> Response:
 
 
 @bp.record_once
-def _remember_keyed_calls(state) -> None:
+def _remember_keyed_calls(state: BlueprintSetupState) -> None:
     """When the app is made: the first answers of the keyed ``records`` calls of the
     open transactions go back into the ``Idempotency-Key`` cache."""
     app: Flask = state.app
