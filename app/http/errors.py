@@ -90,10 +90,11 @@ def server_error_response(error: BaseException) -> Response:
 
 
 def kafka_error_response(error: e.KafkaError) -> Response:
-    if status_for(error) == 500:
+    status = status_for(error)
+    if status == 500:
         return server_error_response(error)
     response = jsonify(error_body(error.code, error.name, str(error)))
-    response.status_code = status_for(error)
+    response.status_code = status
     if error.retriable:
         response.headers["Retry-After"] = "1"
     return response
