@@ -58,7 +58,7 @@ from coordinator.mirror_models import (
     TransactionalId,
 )
 from coordinator.schema import SchemaError
-from coordinator.transaction_state import TransactionState, TxnTransitMetadata
+from coordinator.transaction_state import VALID_PREVIOUS, TxnTransitMetadata
 from storage.clock import Clock, SystemClock
 from storage.errors import InvalidRecordError, OffsetOutOfRangeError
 from storage.partition_log import ReadResult
@@ -78,8 +78,6 @@ _GROUPS: Table = Group.__table__
 _PROGRESS: Table = MirrorProgress.__table__
 #: tables derived from the logs (cleared by a rebuild), with the columns compared by tests
 DERIVED_TABLES: tuple[Table, ...] = (_TXN_IDS, _FINISHED, _PRODUCERS, _OFFSETS, _GROUPS, _PROGRESS)
-_PREPARED_BY_COMPLETE = {TransactionState.COMPLETE_COMMIT: TransactionState.PREPARE_COMMIT,
-                         TransactionState.COMPLETE_ABORT: TransactionState.PREPARE_ABORT}
 
 Row = dict[str, Any]
 TopicPartition = tuple[str, int]
@@ -151,11 +149,9 @@ def finished_row(transactional_id: str, transit: TxnTransitMetadata, previous: M
     """The ``transactions`` row of a Complete record (without its id); ``previous``
     is the transactional id's row before it, which holds the Prepare record."""
     prepared = (previous is not None and previous["producer_id"] == transit.producer_id
-                and previous["state"] == _PREPARED_BY_COMPLETE[transit.state].display)
+                and previous["state"] in {state.display for state in VALID_PREVIOUS[transit.state]})
     return {"transactional_id": transactional_id, "producer_id": transit.producer_id,
-            "producer_epoch": transit.producer_epoch,
-            "outcome": (ControlType.COMMIT if transit.state is TransactionState.COMPLETE_COMMIT
-                        else ControlType.ABORT).name,
+            "producer_epoch": transit.producer_epoch, "outcome": transit.state.outcome.name,
             "partitions": previous["partitions"] if prepared else partitions_json(transit.partitions),
             "start_ms": previous["txn_start_ms"] if prepared else transit.txn_start_timestamp,
             "end_ms": transit.txn_last_update_timestamp,

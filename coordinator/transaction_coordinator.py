@@ -291,8 +291,7 @@ class TransactionCoordinator:
             meta = self.txns.get(transactional_id)
             if meta is None:
                 return await self._init_new(transactional_id, transaction_timeout_ms)
-            if meta.pending_state is not None or meta.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT,
-                                                                 S.PREPARE_EPOCH_FENCE):
+            if meta.pending_state is not None or meta.state.is_ending:
                 await self._await_completion(meta)
                 continue
             if expected:
@@ -360,8 +359,7 @@ class TransactionCoordinator:
         if unknown:
             return {tp: (UnknownTopicOrPartitionError(f"{tp[0]}-{tp[1]} does not exist") if tp in unknown
                          else OperationNotAttemptedError()) for tp in wanted}
-        if meta.pending_state is not None or meta.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT,
-                                                             S.PREPARE_EPOCH_FENCE):
+        if meta.pending_state is not None or meta.state.is_ending:
             raise ConcurrentTransactionsError(
                 f"the previous transaction of {transactional_id!r} is still completing")
         if meta.state is S.DEAD:
@@ -527,7 +525,7 @@ class TransactionCoordinator:
         now = self.clock.now_ms()
         expired = []
         for meta in list(self.txns.values()):
-            if (meta.pending_state is None and meta.state in (S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT)
+            if (meta.pending_state is None and meta.state.expiration_allowed
                     and now - meta.txn_last_update_timestamp >= self.config.transactional_id_expiration_ms):
                 try:
                     await self._write(meta, meta.prepare_dead(now))

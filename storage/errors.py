@@ -10,6 +10,13 @@ Declare one with its code and wire name::
 
     class InvalidProducerEpochError(KafkaError, code=47, name="INVALID_PRODUCER_EPOCH"):
         '''Produce with an epoch older than the producer's current one.'''
+
+A Kafka error is an answer a client can get. A state that only a bug in the broker
+can reach is not: it raises an :class:`InternalError` (an :class:`InvariantViolation`
+when a checked invariant broke), which is deliberately *not* a Kafka error, so no
+``except InvalidTxnStateError`` can mistake a bug for a client's mistake and no
+edge can send it as a 409. The edges answer it as a server error and log it (the
+HTTP API: 500 with a reference id, never the exception's text).
 """
 
 from __future__ import annotations
@@ -45,6 +52,15 @@ class KafkaError(Exception):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name}={self.code}: {self})"
+
+
+class InternalError(Exception):
+    """Base of the broker's own failures: never a Kafka error, never a client's fault."""
+
+
+class InvariantViolation(InternalError):
+    """An invariant the broker keeps itself was about to break (an illegal state
+    transition, an offset going backwards in an index or a segment): a bug."""
 
 
 def error_for_code(code: int) -> type[KafkaError]:

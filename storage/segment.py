@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from storage import filenames
-from storage.errors import CorruptMessageError, InvalidRecordError, KafkaError
+from storage.errors import CorruptMessageError, InvalidRecordError, InvariantViolation, KafkaError
 from storage.offset_index import CorruptIndexError, OffsetIndex
 from storage.record_batch import HEADER_SIZE, BatchHeader, read_header, validate_batch
 from storage.time_index import TimeIndex
@@ -101,7 +101,7 @@ class LogSegment:
     def append(self, batch: bytes | memoryview, header: BatchHeader) -> int:
         """Write one batch (its base offset already assigned); returns its position."""
         if header.base_offset < self.next_offset:
-            raise InvalidRecordError(
+            raise InvariantViolation(  # the log assigns offsets: only a bug gets here
                 f"{self.log_path}: offset {header.base_offset} is below the segment's next offset "
                 f"{self.next_offset}")
         position = self.size

@@ -12,9 +12,11 @@ import re
 import pytest
 
 from app import Broker
+from app.engine import queries
 from app.http import HttpSettings, create_app
 from app.http.history import History, chart, init_app
 from storage.clock import FakeClock
+from storage.errors import InvariantViolation
 from tests.conftest import SMALL_INTERNAL_TOPICS, data_batch
 
 CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
@@ -86,6 +88,7 @@ def test_overview_shows_the_blocked_partition_and_who_holds_it(client, broker, s
     assert re.search(r"Committed</span>\s*<span class=\"stat-value\">1<", counts)
     assert re.search(r"Aborted</span>\s*<span class=\"stat-value\">1<", counts)
     assert re.search(r"Open transactions</span>\s*<span class=\"stat-value\">1<", counts)
+    assert '<span class="stat-sub">1 Ongoing</span>' in counts  # billing, complete, is not open
 
 
 def test_transactions_page_lists_and_filters_by_state(client, scenario):
@@ -304,6 +307,21 @@ def test_other_console_errors_are_pages_and_the_api_keeps_json(client, scenario)
     api = client.get("/v3/no-such-thing")
     assert api.status_code == 404 and api.is_json and api.get_json()["error_code"] == 404
     assert client.get("/static/no-such-file.css").status_code == 404
+
+
+def test_a_console_bug_is_a_500_page_with_a_reference_not_the_exception_s_text(
+        client, scenario, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture):
+    async def broken(engine, txn_id):
+        raise InvariantViolation("/srv/secret internals")
+
+    monkeypatch.setattr(queries, "transaction_detail", broken)
+    with caplog.at_level("ERROR", logger="app.http.errors"):
+        page = client.get("/transactions/billing")
+    html = page.get_data(as_text=True)
+    assert page.status_code == 500 and "Something broke" in html
+    assert "secret" not in html and "InvariantViolation" not in html
+    reference = re.search(r"under reference ([0-9a-f]{8})", html).group(1)
+    assert any(reference in r.getMessage() for r in caplog.records)
 
 
 # -- the LSO history -------------------------------------------------------------------------
