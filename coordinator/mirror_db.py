@@ -27,14 +27,15 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.pool import NullPool
 
-DB_FILE = "exactly.db"
+from storage.filenames import MIRROR_DB
+
 MIGRATIONS_DIR = Path(__file__).resolve().parents[1] / "migrations"
 BUSY_TIMEOUT_MS = 5_000
 
 
 def db_path(data_dir: Path | str) -> Path:
     """Where the mirror of a data directory lives."""
-    return Path(data_dir) / DB_FILE
+    return Path(data_dir) / MIRROR_DB
 
 
 def _take_over_transactions(engine: Engine, begin: str, pragmas: tuple[str, ...]) -> None:
