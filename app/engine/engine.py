@@ -86,11 +86,14 @@ class Engine:
         self._data_waiters: list[asyncio.Future[None]] = []
         self.counters = EngineCounters()
         io = EngineCoordinatorIO(self)
+        max_seen_coordinator_epoch = max(
+            (entry.coordinator_epoch for log_ in self.logs for entry in log_.producer_state), default=-1)
         self.transaction_coordinator = TransactionCoordinator(Path(data_dir), CoordinatorConfig(
             transaction_state_log_num_partitions=config.transaction_state_log_num_partitions,
             offsets_topic_num_partitions=config.offsets_topic_num_partitions,
             transaction_max_timeout_ms=config.transaction_max_timeout_ms,
-            transactional_id_expiration_ms=config.transactional_id_expiration_ms), io, self.clock)
+            transactional_id_expiration_ms=config.transactional_id_expiration_ms), io, self.clock,
+            max_seen_coordinator_epoch)
         self.group_coordinator = GroupCoordinator(GroupConfig(
             offsets_topic_num_partitions=config.offsets_topic_num_partitions,
             group_min_session_timeout_ms=config.group_min_session_timeout_ms,
