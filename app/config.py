@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any, Mapping
 
+from coordinator.group_coordinator import GroupConfig
+from coordinator.transaction_coordinator import CoordinatorConfig
 from storage.errors import InvalidConfigError
 from storage.log_config import LogConfig
 
@@ -34,23 +36,19 @@ _HOURS = {"log.retention.hours": "retention.ms", "log.roll.hours": "segment.ms"}
 
 
 @dataclass(frozen=True)
-class BrokerConfig:
-    """Broker-wide settings; attribute names are Kafka's with underscores."""
+class BrokerConfig(CoordinatorConfig, GroupConfig):
+    """Broker-wide settings; attribute names are Kafka's with underscores.
+
+    The transaction and group coordinators' settings are declared (names and
+    defaults) beside the coordinators, in ``CoordinatorConfig`` and ``GroupConfig``
+    (``coordinator/`` cannot import ``app/``); a BrokerConfig is both, so it is what
+    the engine hands each coordinator. The broker's own settings follow.
+    """
 
     num_partitions: int = 1
     auto_create_topics_enable: bool = True
-    transaction_state_log_num_partitions: int = 50
-    offsets_topic_num_partitions: int = 50
-    #: segment.bytes of both internal topics (Kafka's transaction.state.log.segment.bytes
-    #: and offsets.topic.segment.bytes, both 104857600)
-    internal_topic_segment_bytes: int = 104_857_600
-    group_min_session_timeout_ms: int = 6_000
-    group_max_session_timeout_ms: int = 1_800_000
-    #: Kafka's default is 3000; its shipped server.properties uses 0 for development, as we do
-    group_initial_rebalance_delay_ms: int = 0
-    offset_metadata_max_bytes: int = 4096
-    transaction_max_timeout_ms: int = 900_000
-    transactional_id_expiration_ms: int = 7 * 24 * 3600 * 1000
+    transaction_state_log_segment_bytes: int = 104_857_600
+    offsets_topic_segment_bytes: int = 104_857_600
     producer_id_expiration_ms: int = 24 * 3600 * 1000
     producer_id_expiration_check_interval_ms: int = 600_000
     transaction_abort_timed_out_transaction_cleanup_interval_ms: int = 10_000

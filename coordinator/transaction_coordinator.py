@@ -120,11 +120,17 @@ class CoordinatorIO(Protocol):
 
     def partition_exists(self, topic: str, partition: int) -> bool: ...
 
+    def offsets_partition(self, group_id: str) -> int:
+        """The ``__consumer_offsets`` partition of a group (the group coordinator's
+        partitioning, as Kafka's ``groupCoordinator.partitionFor``)."""
+
 
 @dataclass(frozen=True)
 class CoordinatorConfig:
+    """The transaction coordinator's configs: Kafka's names (dots as underscores) and
+    defaults. Declared here only; ``app/config.py``'s BrokerConfig includes them."""
+
     transaction_state_log_num_partitions: int = 50
-    offsets_topic_num_partitions: int = 50
     transaction_max_timeout_ms: int = 900_000
     transactional_id_expiration_ms: int = 7 * 24 * 3600 * 1000
 
@@ -245,7 +251,7 @@ class TransactionCoordinator:
         return transaction_log.partition_for(txn_id, self.config.transaction_state_log_num_partitions)
 
     def offsets_partition(self, group_id: str) -> int:
-        return transaction_log.partition_for(group_id, self.config.offsets_topic_num_partitions)
+        return self.io.offsets_partition(group_id)
 
     def _check_coordinator(self, txn_id: str) -> None:
         reason = self.disabled_partitions.get(self._partition(txn_id))

@@ -399,7 +399,8 @@ def test_pending_offsets_rebuilt_on_restart_become_committed_by_the_commit_marke
 def test_offsets_replay_the_same_after_the_log_cleaner_compacted_consumer_offsets(tmp_path, clock):
     """Compaction keeps the last record per key and drops aborted data; replaying what
     it leaves must give the same committed and pending offsets."""
-    config = {**SMALL_INTERNAL_TOPICS, "internal.topic.segment.bytes": 300}
+    config = {**SMALL_INTERNAL_TOPICS, "transaction.state.log.segment.bytes": 300,
+              "offsets.topic.segment.bytes": 300}
     tps = [("in", p) for p in range(4)]
     with Broker(tmp_path / "data", clock=clock, **config) as b:
         prepare(b)
