@@ -33,6 +33,8 @@ _TOPIC_DEFAULTS = {
     "log.segment.delete.delay.ms": "file.delete.delay.ms",
 }
 _HOURS = {"log.retention.hours": "retention.ms", "log.roll.hours": "segment.ms"}
+#: the settings that are the period of a scheduled job (a period must be positive)
+_PERIODS = ("_interval_ms", "_backoff_ms")
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,11 @@ class BrokerConfig(CoordinatorConfig, GroupConfig):
     producer_snapshot_interval_ms: int = 60_000
     #: when set, the HTTP API needs "Authorization: Bearer <token>" and the console a login
     http_auth_token: str = ""
+    #: Exactly's own (Kafka has no such key): false runs no scheduled job and no mirror
+    #: round, for tests that drive them by hand in a frozen world; never for a real broker
+    exactly_jobs_enable: bool = True
+    #: how often the SQLite mirror (<data-dir>/exactly.db) catches up with the logs
+    exactly_mirror_interval_ms: int = 1_000
     log: LogConfig = field(default_factory=LogConfig)
 
     @classmethod
@@ -83,8 +90,9 @@ class BrokerConfig(CoordinatorConfig, GroupConfig):
             else:
                 raise InvalidConfigError(f"unknown config {raw_key!r}")
         config = cls(**broker, log=LogConfig.from_kafka(topic))
-        if config.transaction_max_timeout_ms < 1:
-            raise InvalidConfigError("transaction.max.timeout.ms must be >= 1")
+        for name in ("transaction_max_timeout_ms", *(f.name for f in fields(cls) if f.name.endswith(_PERIODS))):
+            if getattr(config, name) < 1:
+                raise InvalidConfigError(f"{name.replace('_', '.')} must be >= 1")
         return config
 
 

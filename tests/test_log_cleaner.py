@@ -754,7 +754,7 @@ def test_a_round_that_fails_before_the_commit_point_leaves_the_log_as_it_was(
 def test_the_cleaner_runs_every_log_cleaner_backoff_ms(broker: Broker) -> None:
     from app.engine.scheduler import start_scheduler
     assert BrokerConfig().log_cleaner_backoff_ms == 15_000
-    scheduler = start_scheduler(broker.engine)
+    scheduler = start_scheduler(broker.engine, broker.mirror)
     try:
         assert scheduler.get_job("log-cleaner").trigger.interval == timedelta(seconds=15)
     finally:
