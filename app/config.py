@@ -4,9 +4,10 @@ Accepted everywhere a user gives config (``Broker(data_dir, **config)``,
 ``--config key=value``): Kafka's dotted names (``log.segment.bytes``), the same
 with underscores (``log_segment_bytes=...`` as a Python keyword), and topic-level
 names (``segment.bytes``) as the default for every topic. Unknown names are an
-error, so a typo never silently does nothing. Settings Kafka has no name for are
-Exactly's own and start with ``exactly.`` (``exactly.jobs.enable``); README's config
-table lists every setting (tests/test_config.py keeps it complete).
+error, so a typo never silently does nothing. A few settings Kafka has no name for are
+Exactly's own (``http.auth.token``, ``producer.snapshot.interval.ms``, and the
+``exactly.`` ones such as ``exactly.jobs.enable``); README's config table lists every
+setting (tests/test_config.py keeps it complete).
 """
 
 from __future__ import annotations
