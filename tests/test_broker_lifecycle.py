@@ -28,7 +28,7 @@ TOPIC = "orders"
 QUICK_JOBS = {**SMALL_INTERNAL_TOPICS,
               "transaction.abort.timed.out.transaction.cleanup.interval.ms": 20,
               "exactly.mirror.interval.ms": 20}
-TXN_TIMEOUT_MS = 300
+TXN_TIMEOUT_MS = 500
 
 
 def wait_until(condition: Callable[[], bool], what: str, timeout_s: float = 15) -> None:
@@ -66,6 +66,8 @@ def open_transaction(broker: Broker):
     producer.init_transactions()
     producer.begin_transaction()
     producer.send(TOPIC, b"never visible", partition=0)
+    producer.flush()
+    assert lso_and_hw(broker) == (0, 1), "the open transaction holds the LSO"
     return producer
 
 
@@ -74,8 +76,6 @@ def test_an_embedded_transaction_past_its_timeout_is_aborted_by_the_brokers_own_
     with Broker(data, **QUICK_JOBS) as broker:
         producer = open_transaction(broker)
         epoch = producer.producer_epoch
-        assert lso_and_hw(broker)[0] == 0, "the open transaction holds the LSO"
-
         wait_until(lambda: lso_and_hw(broker)[0] == lso_and_hw(broker)[1], "the LSO caught up")
         wait_until(lambda: describe(broker, "slow").state is TransactionState.COMPLETE_ABORT,
                    "the abort completed")
@@ -94,7 +94,7 @@ def test_with_jobs_off_the_world_stays_frozen_until_a_test_drives_it(tmp_path: P
     data = tmp_path / "data"
     with Broker(data, **QUICK_JOBS, **{"exactly.jobs.enable": False}) as broker:
         producer = open_transaction(broker)
-        deadline = time.monotonic() + 10 * TXN_TIMEOUT_MS / 1000  # many rounds had the jobs run
+        deadline = time.monotonic() + 4 * TXN_TIMEOUT_MS / 1000  # the jobs would have run 100 times
         while time.monotonic() < deadline:
             assert lso_and_hw(broker)[0] == 0, "a job ran with exactly.jobs.enable=false"
             time.sleep(0.05)
