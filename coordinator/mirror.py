@@ -7,7 +7,8 @@ read. :class:`Mirror` is its only writer. It reads ``__transaction_state`` and
 in one SQLite transaction that also moves ``mirror_progress`` past it, so a crash
 between two batches neither loses nor repeats one. It reads the broker only
 through a :class:`MirrorSource` (on the engine's loop, see ``app/engine/mirror_source.py``)
-and writes SQLite on its own thread, so the engine loop never waits for SQLite.
+and writes SQLite on its caller's thread (a scheduled job's), so the engine loop never
+waits for SQLite.
 
 What each record becomes:
 
@@ -107,7 +108,7 @@ class ProducerStats(TypedDict):
 
 
 class MirrorSource(Protocol):
-    """What the mirror needs from a broker; safe to call from the mirror's thread."""
+    """What the mirror needs from a broker; safe to call from any thread but the engine's."""
 
     def partitions_of(self, topic: str) -> int | None:
         """How many partitions ``topic`` has; None if it does not exist."""
@@ -318,9 +319,9 @@ class _Database:
 class Mirror:
     """The one writer of the mirror database at ``path``.
 
-    Opening creates or migrates the database. :meth:`catch_up` and
-    :meth:`refresh_stats` may be called directly or by the background thread of
-    :meth:`start`; a lock keeps them one at a time.
+    Opening creates or migrates the database. A broker runs :meth:`catch_up` and
+    :meth:`refresh_stats` as a scheduled job (``app/engine/scheduler.py``); they may
+    also be called directly, and a lock keeps them one at a time.
     """
 
     def __init__(self, path: Path | str, source: MirrorSource, *, clock: Clock | None = None,
@@ -332,8 +333,6 @@ class Mirror:
         upgrade(self.path)
         self._engine: Engine = writer_engine(self.path)
         self._lock = threading.Lock()
-        self._stopping = threading.Event()
-        self._thread: threading.Thread | None = None
 
     def __enter__(self) -> "Mirror":
         return self
@@ -401,36 +400,7 @@ class Mirror:
             for table in DERIVED_TABLES:
                 db.execute(delete(table))
 
-    # -- the background writer ----------------------------------------------------------------
-
-    def start(self, interval_s: float = 1.0) -> None:
-        """Catch up and refresh the snapshots every ``interval_s`` on one thread."""
-        if self._thread is not None:
-            raise RuntimeError("the mirror is already running")
-        self._stopping.clear()
-        self._thread = threading.Thread(target=self._run, args=(interval_s,), name="exactly-mirror",
-                                        daemon=True)
-        self._thread.start()
-
-    def _run(self, interval_s: float) -> None:
-        while not self._stopping.is_set():
-            try:
-                self.catch_up()
-                self.refresh_stats()
-            except Exception:  # logged and retried next round: the mirror never stops the broker
-                log.exception("SQLite mirror round failed")
-            self._stopping.wait(interval_s)
-
-    def stop(self) -> None:
-        """Stop the background thread after its current round."""
-        if self._thread is None:
-            return
-        self._stopping.set()
-        self._thread.join()
-        self._thread = None
-
     def close(self) -> None:
-        self.stop()
         self._engine.dispose()
 
 

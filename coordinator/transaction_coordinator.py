@@ -51,23 +51,22 @@ table to it both ways)::
 A crash anywhere is rolled forward on load: every PREPARE_* found in the log is
 completed again (markers are idempotent for the reader). The coordinator epoch,
 carried in every marker, is bumped at every load, so a zombie coordinator's late
-markers are fenced by the partitions (TRANSACTION_COORDINATOR_FENCED).
+markers are fenced by the partitions (TRANSACTION_COORDINATOR_FENCED). It is kept in
+``transaction-coordinator-epoch`` and never starts below the highest coordinator
+epoch a partition's producer state holds, so losing that file fences no one.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Protocol
 
 from coordinator import offsets_log, transaction_log
-from coordinator.producer_id_manager import (
-    BLOCK_SIZE,
-    CorruptProducerIdBlockError,
-    ProducerIdManager,
-)
+from coordinator.producer_id_manager import BLOCK_SIZE, ProducerIdManager
 from coordinator.schema import SchemaError
 from coordinator.transaction_state import (
     MAX_PRODUCER_EPOCH,
@@ -77,7 +76,7 @@ from coordinator.transaction_state import (
     TransactionState,
     TxnTransitMetadata,
 )
-from storage.atomic_file import write_atomically
+from storage.checked_file import CorruptFileError, read_fields, write_fields
 from storage.clock import Clock
 from storage.errors import (
     ConcurrentTransactionsError,
@@ -95,12 +94,18 @@ from storage.errors import (
     TransactionalIdNotFoundError,
     UnknownTopicOrPartitionError,
 )
+from storage.filenames import COORDINATOR_EPOCH, PRODUCER_ID_BLOCK
 
 log = logging.getLogger(__name__)
 S = TransactionState
 TopicPartition = tuple[str, int]
 
-COORDINATOR_EPOCH_FILE = "transaction-coordinator-epoch"
+#: ``transaction-coordinator-epoch``, framed as storage/checked_file.py says (version 0)
+EPOCH_FILE_VERSION = 0
+EPOCH_FILE_BODY = struct.Struct(
+    ">"
+    "i"  # CoordinatorEpoch: the epoch of the coordinator's latest start
+)
 #: how long to wait before writing a failed marker again
 MARKER_RETRY_BACKOFF_S = 0.1
 
@@ -115,11 +120,17 @@ class CoordinatorIO(Protocol):
 
     def partition_exists(self, topic: str, partition: int) -> bool: ...
 
+    def offsets_partition(self, group_id: str) -> int:
+        """The ``__consumer_offsets`` partition of a group (the group coordinator's
+        partitioning, as Kafka's ``groupCoordinator.partitionFor``)."""
+
 
 @dataclass(frozen=True)
 class CoordinatorConfig:
+    """The transaction coordinator's configs: Kafka's names (dots as underscores) and
+    defaults. Declared here only; ``app/config.py``'s BrokerConfig includes them."""
+
     transaction_state_log_num_partitions: int = 50
-    offsets_topic_num_partitions: int = 50
     transaction_max_timeout_ms: int = 900_000
     transactional_id_expiration_ms: int = 7 * 24 * 3600 * 1000
 
@@ -128,7 +139,9 @@ class TransactionCoordinator:
     """Transaction state for every transactional id; runs on one event loop."""
 
     def __init__(self, data_dir: Path, config: CoordinatorConfig, io: CoordinatorIO,
-                 clock: Clock) -> None:
+                 clock: Clock, max_seen_coordinator_epoch: int = -1) -> None:
+        """``max_seen_coordinator_epoch``: the highest coordinator epoch any partition's
+        producer state holds (from the markers it has); this start's epoch is above it."""
         self.data_dir = Path(data_dir)
         self.config = config
         self.io = io
@@ -140,29 +153,34 @@ class TransactionCoordinator:
         self._completions: dict[str, asyncio.Task[None]] = {}
         #: transactions completed since start, by outcome (for metrics)
         self.completed = {"commit": 0, "abort": 0}
-        self.coordinator_epoch = self._bump_coordinator_epoch()
+        self.coordinator_epoch = self._bump_coordinator_epoch(max_seen_coordinator_epoch)
         self.producer_ids = self._producer_id_manager()
 
     # -- start-up -----------------------------------------------------------------------
 
-    def _bump_coordinator_epoch(self) -> int:
-        """Every load is a new coordinator incarnation: its epoch is persisted first."""
-        path = self.data_dir / COORDINATOR_EPOCH_FILE
+    def _bump_coordinator_epoch(self, max_seen: int) -> int:
+        """Every load is a new coordinator incarnation, with an epoch above every earlier
+        one: above the file's and above ``max_seen``, so a lost or damaged file cannot
+        make the partitions refuse this coordinator's markers (a marker whose epoch is
+        below the one a partition saw last is TRANSACTION_COORDINATOR_FENCED). It is
+        persisted before any marker carries it."""
+        path = self.data_dir / COORDINATOR_EPOCH
         try:
-            previous = int(path.read_text().strip()) if path.exists() else -1
-        except ValueError:
-            previous = -1
-            log.warning("%s is unreadable; starting the coordinator epoch over", path)
-        epoch = previous + 1
-        write_atomically(path, f"{epoch}\n".encode())
+            fields = read_fields(path, EPOCH_FILE_VERSION, EPOCH_FILE_BODY)
+        except CorruptFileError as e:
+            log.warning("%s; the coordinator epoch goes on from the partitions' producer state (%d)",
+                        e, max_seen)
+            fields = None
+        epoch = max(-1 if fields is None else fields[0], max_seen) + 1
+        write_fields(path, EPOCH_FILE_VERSION, EPOCH_FILE_BODY, epoch)
         return epoch
 
     def _producer_id_manager(self) -> ProducerIdManager:
         try:
             return ProducerIdManager(self.data_dir)
-        except CorruptProducerIdBlockError as e:
+        except CorruptFileError as e:
             log.warning("%s; skipping ahead so no producer id can repeat", e)
-            (self.data_dir / "producer-id-block").unlink()
+            (self.data_dir / PRODUCER_ID_BLOCK).unlink()
             manager = ProducerIdManager(self.data_dir)
             manager.raise_floor(BLOCK_SIZE * 1000)
             return manager
@@ -233,7 +251,7 @@ class TransactionCoordinator:
         return transaction_log.partition_for(txn_id, self.config.transaction_state_log_num_partitions)
 
     def offsets_partition(self, group_id: str) -> int:
-        return transaction_log.partition_for(group_id, self.config.offsets_topic_num_partitions)
+        return self.io.offsets_partition(group_id)
 
     def _check_coordinator(self, txn_id: str) -> None:
         reason = self.disabled_partitions.get(self._partition(txn_id))

@@ -48,7 +48,6 @@ from storage.atomic_file import fsync_dir, write_atomically
 
 log = logging.getLogger(__name__)
 
-TOPICS_FILE = "topics.json"
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 
 
@@ -148,7 +147,7 @@ class LogManager:
             return None
 
     def _read_topics(self) -> dict[str, TopicInfo]:
-        path = self.data_dir / TOPICS_FILE
+        path = self.data_dir / filenames.TOPICS_FILE
         if not path.exists():
             return {}
         try:
@@ -162,7 +161,7 @@ class LogManager:
     def _write_topics(self) -> None:
         raw = {t.name: {"partitions": t.partitions, "topic_id": t.topic_id, "config": t.overrides,
                         "internal": t.internal} for t in self.topics.values()}
-        write_atomically(self.data_dir / TOPICS_FILE, json.dumps(raw, indent=2, sort_keys=True).encode())
+        write_atomically(self.data_dir / filenames.TOPICS_FILE, json.dumps(raw, indent=2, sort_keys=True).encode())
 
     def _open_log(self, info: TopicInfo, partition: int, recovery_point: int,
                   log_start_offset: int, clean: bool, cleaner_checkpoint: int = 0) -> PartitionLog:

@@ -59,7 +59,8 @@ CONSUMER_CONFIG = dict(group_id=GROUP, isolation_level="read_committed", enable_
 #: at most this many records of each partition per transaction
 MAX_PER_PARTITION = 4
 #: with the scheduled jobs: internal segments small enough for the cleaner to have work
-JOBS_CONFIG = {**CONFIG, "internal.topic.segment.bytes": 2048}
+JOBS_CONFIG = {**CONFIG, "transaction.state.log.segment.bytes": 2048,
+               "offsets.topic.segment.bytes": 2048}
 #: a child the test forgot to kill stops by itself
 LIFETIME_S = 120
 

@@ -24,16 +24,19 @@ from typing import Callable
 import crc32c
 import pytest
 
+from app import Broker
 from coordinator import offsets_log, transaction_log
 from coordinator.producer_id_manager import ProducerIdManager
 from coordinator.transaction_state import TransactionState, TxnTransitMetadata
 from storage import filenames
 from storage.clock import FakeClock
+from storage.filenames import COORDINATOR_EPOCH
 from storage.log_config import LogConfig
 from storage.log_manager import LogManager
 from storage.record_batch import (ControlType, decode_batch, decode_control_record,
                                   encode_end_txn_marker)
 from storage.varint import decode_uvarint, decode_varint, encode_varint
+from tests.conftest import FROZEN
 
 REPO = Path(__file__).resolve().parents[1]
 DOC = REPO / "docs" / "formats.md"
@@ -42,8 +45,6 @@ DATA_DIR = "data-dir/"
 
 _MARKED = re.compile(r"<!-- (dump|file|tree|hex): (\S+) -->\n```[a-z]*\n(.*?)\n```", re.DOTALL)
 _FIXED = {"int8": 1, "int16": 2, "int32": 4, "int64": 8, "uint32": 4}
-#: the coordinator's files, until storage/filenames.py names them too (issue 7 item 7)
-_OTHER_FILE_NAMES = ("topics.json", "producer-id-block", "transaction-coordinator-epoch", "exactly.db")
 
 
 def doc_text() -> str:
@@ -116,6 +117,13 @@ def producer_id_block(tmp_path: Path) -> bytes:
     return (tmp_path / "producer-id-block").read_bytes()
 
 
+def coordinator_epoch_file(tmp_path: Path) -> bytes:
+    """The file after the fourth start of a coordinator on ``tmp_path``."""
+    for _ in range(4):
+        Broker(tmp_path / "data", **FROZEN).close()
+    return (tmp_path / "data" / COORDINATOR_EPOCH).read_bytes()
+
+
 def transaction_log_value() -> bytes:
     return transaction_log.encode_value(TxnTransitMetadata(
         producer_id=1000, last_producer_id=-1, producer_epoch=3, last_producer_epoch=-1,
@@ -139,6 +147,7 @@ EXPECTED: dict[str, Callable[[Path, Path], bytes]] = {
     "data-dir/vectors-0/00000000000000000020.snapshot":
         lambda data, tmp: (data / "vectors-0/00000000000000000020.snapshot").read_bytes(),
     "producer-id-block": lambda data, tmp: producer_id_block(tmp),
+    "transaction-coordinator-epoch": lambda data, tmp: coordinator_epoch_file(tmp),
     "transaction-log-key": lambda data, tmp: transaction_log.encode_key("billing-1"),
     "transaction-log-value": lambda data, tmp: transaction_log_value(),
     "offset-commit-key": lambda data, tmp: offsets_log.encode_offset_key("billing", "orders", 0),
@@ -242,6 +251,6 @@ def test_every_file_name_the_broker_writes_is_described():
              if key.isupper() and isinstance(value, str)]
     assert ".log" in names and ".lock" in names
     spans = re.findall(r"`([^`\n]+)`", doc_text())
-    missing = [name for name in (*names, *_OTHER_FILE_NAMES)
+    missing = [name for name in names
                if not any(name in span for span in spans)]
     assert not missing, f"docs/formats.md does not describe {missing}"

@@ -14,10 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from app import Broker
 from app.http import HttpSettings, create_app, idempotency, openapi, transactions
-from app.engine.mirror_source import EngineMirrorSource
 from app.client.producer import murmur2
-from coordinator.mirror import Mirror
-from coordinator.mirror_db import db_path
 from coordinator.transaction_state import IllegalTransitionError, TransactionMetadata
 from storage.clock import FakeClock
 from storage.errors import UnknownServerError
@@ -727,25 +724,24 @@ def test_list_and_describe_transactions(topics: Api, clock: FakeClock) -> None:
     assert topics.error("GET", "/transactions/open-tx", 400, history_limit=-1) == "INVALID_REQUEST"
 
 
-def test_describe_shows_finished_transactions_from_the_sqlite_mirror(broker: Broker, tmp_path: Path) -> None:
-    with Mirror(db_path(broker.data_dir), EngineMirrorSource(broker.engine)) as mirror:
-        app = create_app(broker.engine, test_config={"TESTING": True}, mirror=mirror)
-        api = Api(app.test_client(), broker.cluster_id)
-        api.create_topic("orders", 2)
-        producer = api.init("hist-tx")
-        api.post("/transactions/hist-tx/records", txn_body(producer, records=[record("orders", 0, "a"),
-                                                                              record("orders", 1, "b")]))
-        api.post("/transactions/hist-tx/commit", txn_body(producer))
-        api.post("/transactions/hist-tx/records", txn_body(producer, records=[record("orders", 1, "c")]))
-        api.post("/transactions/hist-tx/abort", txn_body(producer))
-        mirror.catch_up()
-        history = api.get("/transactions/hist-tx")["history"]
-        assert [h["outcome"] for h in history] == ["ABORT", "COMMIT"]
-        assert history[1]["partitions"] == [{"topic_name": "orders", "partition_id": 0},
-                                            {"topic_name": "orders", "partition_id": 1}]
-        assert history[0]["partitions"] == [{"topic_name": "orders", "partition_id": 1}]
-        assert all(h["producer_id"] == producer[0] for h in history)
-        assert api.get("/transactions/hist-tx", history_limit=1)["history"][0]["outcome"] == "ABORT"
+def test_describe_shows_finished_transactions_from_the_sqlite_mirror(broker: Broker) -> None:
+    app = create_app(broker.engine, test_config={"TESTING": True}, mirror=broker.mirror)
+    api = Api(app.test_client(), broker.cluster_id)
+    api.create_topic("orders", 2)
+    producer = api.init("hist-tx")
+    api.post("/transactions/hist-tx/records", txn_body(producer, records=[record("orders", 0, "a"),
+                                                                          record("orders", 1, "b")]))
+    api.post("/transactions/hist-tx/commit", txn_body(producer))
+    api.post("/transactions/hist-tx/records", txn_body(producer, records=[record("orders", 1, "c")]))
+    api.post("/transactions/hist-tx/abort", txn_body(producer))
+    broker.mirror.catch_up()  # now, rather than at the broker's next mirror round
+    history = api.get("/transactions/hist-tx")["history"]
+    assert [h["outcome"] for h in history] == ["ABORT", "COMMIT"]
+    assert history[1]["partitions"] == [{"topic_name": "orders", "partition_id": 0},
+                                        {"topic_name": "orders", "partition_id": 1}]
+    assert history[0]["partitions"] == [{"topic_name": "orders", "partition_id": 1}]
+    assert all(h["producer_id"] == producer[0] for h in history)
+    assert api.get("/transactions/hist-tx", history_limit=1)["history"][0]["outcome"] == "ABORT"
 
 
 def test_admin_abort_ends_the_transaction_holding_the_lso_and_fences_its_producer(topics: Api) -> None:

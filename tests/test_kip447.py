@@ -24,18 +24,19 @@ from app.client.producer import Producer
 from coordinator.group_metadata import CommittedOffset
 from storage.clock import FakeClock
 from storage.errors import KafkaError, TransactionAbortableError
-from tests.conftest import SMALL_INTERNAL_TOPICS
+from tests.conftest import FROZEN, SMALL_INTERNAL_TOPICS, jobs_config
 
 DEADLINE_S = 10
 TP = ("in", 0)
 
 
 @pytest.fixture
-def open_broker(tmp_path: Path, clock: FakeClock) -> Iterator[Callable[[], Broker]]:
+def open_broker(tmp_path: Path, clock: FakeClock,
+                request: pytest.FixtureRequest) -> Iterator[Callable[[], Broker]]:
     opened: list[Broker] = []
 
     def open_() -> Broker:
-        b = Broker(tmp_path / "data", clock=clock, **SMALL_INTERNAL_TOPICS)
+        b = Broker(tmp_path / "data", clock=clock, **SMALL_INTERNAL_TOPICS, **jobs_config(request))
         opened.append(b)
         return b
 
@@ -312,6 +313,7 @@ def test_a_consumer_taking_over_waits_for_the_open_transaction_to_commit(broker,
     assert [r.offset for r in got] == [5, 6, 7, 8, 9]
 
 
+@pytest.mark.frozen
 def test_a_consumer_taking_over_resumes_from_the_old_offset_when_the_transaction_times_out(
         broker, consumer, clock):
     fill(broker, 10)
@@ -399,7 +401,8 @@ def test_pending_offsets_rebuilt_on_restart_become_committed_by_the_commit_marke
 def test_offsets_replay_the_same_after_the_log_cleaner_compacted_consumer_offsets(tmp_path, clock):
     """Compaction keeps the last record per key and drops aborted data; replaying what
     it leaves must give the same committed and pending offsets."""
-    config = {**SMALL_INTERNAL_TOPICS, "internal.topic.segment.bytes": 300}
+    config = {**SMALL_INTERNAL_TOPICS, **FROZEN, "transaction.state.log.segment.bytes": 300,
+              "offsets.topic.segment.bytes": 300}
     tps = [("in", p) for p in range(4)]
     with Broker(tmp_path / "data", clock=clock, **config) as b:
         prepare(b)

@@ -377,18 +377,13 @@ def test_the_sampler_ends_when_the_broker_closes(tmp_path):
 # -- with the SQLite mirror -------------------------------------------------------------------
 
 
-def test_transaction_history_and_counts_come_from_the_mirror(broker, tmp_path, scenario):
-    from app.engine.mirror_source import EngineMirrorSource
-    from coordinator.mirror import Mirror
-    from coordinator.mirror_db import db_path
-
-    with Mirror(db_path(broker.data_dir), EngineMirrorSource(broker.engine)) as mirror:
-        mirror.catch_up()
-        client = create_app(broker.engine, test_config={"TESTING": True}, mirror=mirror).test_client()
-        html = client.get("/transactions/billing").get_data(as_text=True)
-        history = html[html.index("<h2>History</h2>"):]
-        assert "history-commit" in history and "history-abort" in history
-        assert history.index("history-abort") < history.index("history-commit")  # newest first
-        overview = client.get("/").get_data(as_text=True)
-        assert "all time" in overview
-        assert "No finished transactions yet." in client.get("/transactions/enricher").get_data(as_text=True)
+def test_transaction_history_and_counts_come_from_the_mirror(broker, scenario):
+    broker.mirror.catch_up()  # now, rather than at the broker's next mirror round
+    client = create_app(broker.engine, test_config={"TESTING": True}, mirror=broker.mirror).test_client()
+    html = client.get("/transactions/billing").get_data(as_text=True)
+    history = html[html.index("<h2>History</h2>"):]
+    assert "history-commit" in history and "history-abort" in history
+    assert history.index("history-abort") < history.index("history-commit")  # newest first
+    overview = client.get("/").get_data(as_text=True)
+    assert "all time" in overview
+    assert "No finished transactions yet." in client.get("/transactions/enricher").get_data(as_text=True)

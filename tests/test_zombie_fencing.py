@@ -21,15 +21,15 @@ from app.client.producer import Producer
 from storage.clock import FakeClock
 from storage.errors import ProducerFencedError
 from storage.read_committed import read_records
-from tests.conftest import SMALL_INTERNAL_TOPICS
+from tests.conftest import SMALL_INTERNAL_TOPICS, jobs_config
 
 T = "orders"
 SMALL = SMALL_INTERNAL_TOPICS
 
 
 @pytest.fixture
-def broker(tmp_path: Path, clock: FakeClock) -> Iterator[Broker]:
-    with Broker(tmp_path / "data", clock=clock, **SMALL) as b:
+def broker(tmp_path: Path, clock: FakeClock, request: pytest.FixtureRequest) -> Iterator[Broker]:
+    with Broker(tmp_path / "data", clock=clock, **SMALL, **jobs_config(request)) as b:
         b.create_topic(T, partitions=3)
         yield b
 
@@ -116,6 +116,7 @@ def test_the_older_instance_was_aborted_not_committed(broker):
     assert visible(broker) == []
 
 
+@pytest.mark.frozen
 def test_a_timed_out_transaction_is_aborted_by_the_job_and_its_producer_fenced(broker, clock):
     slow = broker.producer(transactional_id="slow", transaction_timeout_ms=5_000, delivery_timeout_ms=2_000)
     slow.init_transactions()

@@ -41,6 +41,9 @@ class EngineCoordinatorIO:
     def partition_exists(self, topic: str, partition: int) -> bool:
         return (topic, partition) in self.engine.logs.logs
 
+    def offsets_partition(self, group_id: str) -> int:
+        return self.engine.group_coordinator.partition_of(group_id)
+
     async def append_offsets_log(self, partition: int, records: list[tuple[bytes, bytes | None]],
                                  producer_id: int = -1, producer_epoch: int = -1) -> None:
         """Append group records; inside a transaction the batch is the producer's own

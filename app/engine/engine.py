@@ -29,8 +29,8 @@ from app.engine.coordinator_io import EngineCoordinatorIO
 from app.engine.counters import EngineCounters
 from app.engine.group_commit import FsyncThread, GroupCommit
 from coordinator import offsets_log, transaction_log
-from coordinator.group_coordinator import GroupConfig, GroupCoordinator
-from coordinator.transaction_coordinator import CoordinatorConfig, TransactionCoordinator
+from coordinator.group_coordinator import GroupCoordinator
+from coordinator.transaction_coordinator import TransactionCoordinator
 from storage.clock import Clock, SystemClock
 from storage.errors import (
     InvalidRequestError,
@@ -86,17 +86,11 @@ class Engine:
         self._data_waiters: list[asyncio.Future[None]] = []
         self.counters = EngineCounters()
         io = EngineCoordinatorIO(self)
-        self.transaction_coordinator = TransactionCoordinator(Path(data_dir), CoordinatorConfig(
-            transaction_state_log_num_partitions=config.transaction_state_log_num_partitions,
-            offsets_topic_num_partitions=config.offsets_topic_num_partitions,
-            transaction_max_timeout_ms=config.transaction_max_timeout_ms,
-            transactional_id_expiration_ms=config.transactional_id_expiration_ms), io, self.clock)
-        self.group_coordinator = GroupCoordinator(GroupConfig(
-            offsets_topic_num_partitions=config.offsets_topic_num_partitions,
-            group_min_session_timeout_ms=config.group_min_session_timeout_ms,
-            group_max_session_timeout_ms=config.group_max_session_timeout_ms,
-            group_initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
-            offset_metadata_max_bytes=config.offset_metadata_max_bytes), io, self.clock)
+        max_seen_coordinator_epoch = max(
+            (entry.coordinator_epoch for log_ in self.logs for entry in log_.producer_state), default=-1)
+        self.transaction_coordinator = TransactionCoordinator(Path(data_dir), config, io, self.clock,
+                                                              max_seen_coordinator_epoch)
+        self.group_coordinator = GroupCoordinator(config, io, self.clock)
         self._load_coordinators()
         self._thread = threading.Thread(target=self._run_loop, name="exactly-engine", daemon=True)
         self._closed = False
@@ -135,10 +129,12 @@ class Engine:
         """Create ``__transaction_state`` / ``__consumer_offsets`` on first use, compacted."""
         if name in self.logs.topics:
             return
-        partitions = (self.config.transaction_state_log_num_partitions if name == transaction_log.TOPIC
-                      else self.config.offsets_topic_num_partitions)
-        self.logs.create_topic(name, partitions, {"cleanup.policy": "compact",
-                                                  "segment.bytes": self.config.internal_topic_segment_bytes},
+        config = self.config
+        partitions, segment_bytes = (
+            (config.transaction_state_log_num_partitions, config.transaction_state_log_segment_bytes)
+            if name == transaction_log.TOPIC
+            else (config.offsets_topic_num_partitions, config.offsets_topic_segment_bytes))
+        self.logs.create_topic(name, partitions, {"cleanup.policy": "compact", "segment.bytes": segment_bytes},
                                internal=True)
 
     async def append_internal(self, topic: str, partition: int, batch: bytes) -> AppendResult:
