@@ -566,8 +566,11 @@ def _encode_bytes(data: bytes | None) -> bytes:
     return encode_varint(len(data)) + data
 
 
-def _encode_record(offset_delta: int, timestamp_delta: int, key: bytes | None,
-                   value: bytes | None, headers: Sequence[tuple[str, bytes | None]]) -> bytes:
+def encode_record(offset_delta: int, timestamp_delta: int, key: bytes | None,
+                  value: bytes | None, headers: Sequence[tuple[str, bytes | None]] = ()) -> bytes:
+    """One record (Length included) at ``offset_delta`` / ``timestamp_delta`` from its
+    batch's base: what a producer appends to an open batch as each record arrives;
+    :func:`pack_records` puts the header around the records."""
     parts = [b"\x00",  # attributes
              encode_varint(timestamp_delta),
              encode_varint(offset_delta),
@@ -598,9 +601,6 @@ def encode_batch(records: Sequence[SimpleRecord | tuple], *, base_offset: int = 
         raise ValueError("a record batch needs at least one record")
     if control and len(records) != 1:
         raise ValueError(f"a control batch holds exactly one record, got {len(records)}")
-    if timestamp_type not in (CREATE_TIME, LOG_APPEND_TIME):
-        raise ValueError(f"timestamp type must be 0 or 1, got {timestamp_type}")
-    compression = Compression(compression)
     now = None
     rows = []
     for record in records:
@@ -617,8 +617,27 @@ def encode_batch(records: Sequence[SimpleRecord | tuple], *, base_offset: int = 
     if base_timestamp is None:
         base_timestamp = rows[0][3]
     max_timestamp = max(row[3] for row in rows)
-    body = b"".join(_encode_record(delta, timestamp - base_timestamp, key, value, headers)
-                    for delta, (key, value, headers, timestamp) in enumerate(rows))
+    records_ = [encode_record(delta, timestamp - base_timestamp, key, value, headers)
+                for delta, (key, value, headers, timestamp) in enumerate(rows)]
+    return pack_records(records_, base_timestamp=base_timestamp, max_timestamp=max_timestamp,
+                        base_offset=base_offset, producer_id=producer_id,
+                        producer_epoch=producer_epoch, base_sequence=base_sequence,
+                        transactional=transactional, control=control, compression=compression,
+                        timestamp_type=timestamp_type, partition_leader_epoch=partition_leader_epoch)
+
+
+def pack_records(records: Sequence[bytes], *, base_timestamp: int, max_timestamp: int,
+                 base_offset: int = 0, producer_id: int = NO_PRODUCER_ID,
+                 producer_epoch: int = NO_PRODUCER_EPOCH, base_sequence: int = NO_SEQUENCE,
+                 transactional: bool = False, control: bool = False,
+                 compression: Compression = Compression.NONE, timestamp_type: int = CREATE_TIME,
+                 partition_leader_epoch: int = 0) -> bytes:
+    """One v2 batch around ``records``, each encoded by :func:`encode_record` at offset
+    deltas 0..n-1 from ``base_timestamp``; compressed as one stream, then the CRC."""
+    if timestamp_type not in (CREATE_TIME, LOG_APPEND_TIME):
+        raise ValueError(f"timestamp type must be 0 or 1, got {timestamp_type}")
+    compression = Compression(compression)
+    body = b"".join(records)
     if compression is not Compression.NONE:
         body = compress(compression, body)
     attributes = (compression
@@ -628,9 +647,9 @@ def encode_batch(records: Sequence[SimpleRecord | tuple], *, base_offset: int = 
     batch = bytearray(HEADER_SIZE + len(body))
     try:
         HEADER.pack_into(batch, 0, base_offset, HEADER_SIZE - LOG_OVERHEAD + len(body),
-                         partition_leader_epoch, MAGIC, 0, attributes, len(rows) - 1,
+                         partition_leader_epoch, MAGIC, 0, attributes, len(records) - 1,
                          base_timestamp, max_timestamp, producer_id, producer_epoch,
-                         base_sequence, len(rows))
+                         base_sequence, len(records))
     except struct.error as exc:
         raise ValueError(f"batch header field out of range: {exc}") from None
     batch[HEADER_SIZE:] = body
