@@ -560,9 +560,12 @@ def _read_bytes(data: bytes, pos: int, end: int) -> tuple[bytes | None, int]:
     return data[pos:stop], stop
 
 
+_NULL_LENGTH = encode_varint(-1)  # a null key, value or header value
+
+
 def _encode_bytes(data: bytes | None) -> bytes:
     if data is None:
-        return encode_varint(-1)
+        return _NULL_LENGTH
     return encode_varint(len(data)) + data
 
 
@@ -573,10 +576,14 @@ def encode_record(offset_delta: int, timestamp_delta: int, key: bytes | None,
     :func:`pack_records` puts the header around the records."""
     parts = [b"\x00",  # attributes
              encode_varint(timestamp_delta),
-             encode_varint(offset_delta),
-             _encode_bytes(key),
-             _encode_bytes(value),
-             encode_varint(len(headers))]
+             encode_varint(offset_delta)]
+    for data in (key, value):
+        if data is None:
+            parts.append(_NULL_LENGTH)
+        else:
+            parts.append(encode_varint(len(data)))
+            parts.append(data)
+    parts.append(encode_varint(len(headers)))
     for header_key, header_value in headers:
         parts.append(_encode_bytes(header_key.encode("utf-8")))
         parts.append(_encode_bytes(header_value))

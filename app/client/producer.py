@@ -202,6 +202,7 @@ class Producer:
             raise ValueError(f"compression_type must be one of none, gzip, snappy, lz4, zstd; "
                              f"got {compression_type!r}") from None
         self.engine = engine
+        self._now_ms = engine.clock.now_ms
         self.transactional_id = transactional_id
         self.transaction_timeout_ms = transaction_timeout_ms
         self.idempotent = enable_idempotence
@@ -362,36 +363,39 @@ class Producer:
              timestamp: int | None = None, on_delivery: DeliveryCallback | None = None
              ) -> FutureRecordMetadata:
         """Append one record to its partition's batch; returns its future at once."""
-        if self.idempotent and not self._transactional and self.producer_id < 0:
+        if self.producer_id < 0 and self.idempotent and not self._transactional:
             self._idempotent_producer_id()
-        with self._lock:
-            self._check_can_send()
         try:
             partition = self._partition(topic, key, value, partition)
         except KafkaError as e:
             with self._lock:
+                self._check_can_send()  # an error of state comes first
                 raised = self._fail(e)
             if raised is not e:
                 raise raised from e
             raise
         headers = tuple(headers) if headers else ()
         if timestamp is None:
-            timestamp = self.engine.clock.now_ms()
+            timestamp = self._now_ms()
         tp = (topic, partition)
         with self._lock:
             self._check_can_send()
-            self._wait_for_buffer()
+            if self._acc.buffered >= self.buffer_memory:
+                self._wait_for_buffer()
             now = time.monotonic()
             future, partition_queue, created = self._acc.append(tp, timestamp, key, value, headers,
                                                                 on_delivery, now)
-            failed = self._drain(tp, partition_queue, now, self._forcing > 0)
+            failed = (self._drain(tp, partition_queue, now, self._forcing > 0)
+                      if partition_queue.batches[0].closed or self._forcing or self._acc.linger_s == 0
+                      else ())
             wake = created and self._sender_needed(partition_queue)
             if self._transactional and tp not in self._txn_partitions and tp not in self._partitions_to_add:
                 self._partitions_to_add.add(tp)
                 wake = True
         if wake:
             self._wakeups.put(None)
-        self._complete(failed)
+        if failed:
+            self._complete(failed)
         return future
 
     def flush(self, timeout: float | None = None) -> None:
@@ -450,6 +454,8 @@ class Producer:
     # -- the accumulator side of send (under the lock) -----------------------------------
 
     def _check_can_send(self) -> None:
+        if self._state is TxnState.IN_TRANSACTION:
+            return
         self._check_not_fatal()
         if self._transactional:
             self._raise_if_abortable()
@@ -457,8 +463,6 @@ class Producer:
 
     def _wait_for_buffer(self) -> None:
         """Block while buffer.memory is used up (every waiting batch goes out meanwhile)."""
-        if self._acc.buffered < self.buffer_memory:
-            return
         deadline = time.monotonic() + self.max_block_s
         self._forcing += 1
         try:

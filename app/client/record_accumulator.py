@@ -256,9 +256,9 @@ class RecordAccumulator:
                now: float) -> tuple[FutureRecordMetadata, PartitionQueue, bool]:
         """Add a record to the partition's open batch, or to a new one; returns its future,
         the queue, and whether a batch was created."""
-        queue = self.queue(tp)
-        batch = queue.open_batch()
-        if batch is not None:
+        queue = self.queues.get(tp) or self.queue(tp)
+        batch = queue.batches[-1] if queue.batches else None
+        if batch is not None and not batch.closed:
             before = batch.size
             future = batch.try_append(timestamp, key, value, headers, on_delivery, self.batch_size)
             if future is not None:
