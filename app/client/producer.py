@@ -778,11 +778,13 @@ class Producer:
             return self._set_fatal(error)
         if self._transactional and self._state in _SENDING:
             self._state, self._error = TxnState.ABORTABLE_ERROR, error
+            self._wakeups.put(None)  # the sender fails the records still waiting
         return error
 
     def _set_fatal(self, error: KafkaError) -> KafkaError:
         if self._state is not TxnState.FATAL_ERROR:
             self._state, self._error = TxnState.FATAL_ERROR, _as_fenced(error)
+            self._wakeups.put(None)
         return self._error if isinstance(self._error, KafkaError) else error
 
     def _check_not_fatal(self) -> None:
