@@ -633,7 +633,7 @@ class Producer:
         if isinstance(error, SEQUENCE_ERRORS):
             # refused, so not appended: either a batch before it is being sent again or
             # failed, or (idempotent only) the partition lost track of us (KIP-360: bump)
-            if not (partition_queue.resend or partition_queue.sequence_unknown):
+            if not (partition_queue.sequence_unknown or self._acc.has_earlier(partition_queue, batch)):
                 if self._transactional:
                     return False
                 self._bump_required = True

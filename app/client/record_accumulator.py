@@ -311,6 +311,11 @@ class RecordAccumulator:
         queue.batches.insert(position, batch)
         queue.resend = True
 
+    def has_earlier(self, queue: PartitionQueue, batch: ProducerBatch) -> bool:
+        """Whether a batch created before ``batch`` is still in flight or waiting to go
+        again (so a sequence error of ``batch`` is that batch's doing, not its own)."""
+        return any(other.serial < batch.serial for other in (*queue.in_flight, *queue.batches))
+
     def done(self, batch: ProducerBatch) -> None:
         """The batch is complete: it no longer counts for flush or buffer.memory."""
         self.incomplete.discard(batch)
