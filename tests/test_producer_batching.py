@@ -30,7 +30,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 
 from app import Broker
 from app.client.producer import Producer
-from app.client.types import TransactionAbortedError
+from app.client.types import IllegalStateError, TransactionAbortedError
 from storage.clock import FakeClock
 from storage.errors import MessageTooLargeError, RequestTimedOutError, TransactionAbortableError
 from storage.read_committed import read_records
@@ -146,6 +146,24 @@ def test_every_record_gets_its_callback_once_with_what_its_future_says(broker):
     assert {thread for _, _, thread in delivered} == {"exactly-producer-sender"}
 
 
+def test_flush_and_close_inside_a_delivery_callback_do_not_deadlock(broker):
+    p = broker.producer()
+    raised: list[BaseException] = []
+
+    def flush_inside(error, metadata):
+        try:
+            p.flush()
+        except BaseException as e:  # what flush did in the callback is the answer
+            raised.append(e)
+        p.send(T, b"from the callback", partition=0)
+        p.close()  # from the sender thread: closes at once, failing what is left
+
+    p.send(T, b"first", partition=0, on_delivery=flush_inside).get(timeout=DEADLINE_S)
+    wait_until(lambda: p._closed, "the callback closed the producer")
+    assert [type(e) for e in raised] == [IllegalStateError]
+    assert stored_values(broker, 0)[0] == b"first"
+
+
 def test_a_batch_goes_after_linger_ms_without_a_flush(broker):
     p = broker.producer(linger_ms=20)
     md = p.send(T, b"alone", partition=1).get(timeout=DEADLINE_S)
@@ -235,7 +253,7 @@ def test_abort_fails_the_records_not_sent_and_appends_nothing_of_them(broker, tx
     assert committed_values(broker, 1) == [b"next"]
 
 
-def test_a_send_during_commit_is_illegal_and_a_failed_record_makes_commit_abortable(broker, txn):
+def test_a_record_that_failed_makes_commit_abortable(broker, txn):
     broker.create_topic("small", 1, {"max.message.bytes": 500})
     txn.begin_transaction()
     txn.send(T, b"fine", partition=0)

@@ -274,7 +274,7 @@ class Producer:
                 self._raise_if_abortable()
                 self._require(TxnState.IN_TRANSACTION, "commit")
                 self._state = TxnState.COMMITTING_TRANSACTION
-            self.flush()
+            self.flush()  # IllegalStateError from a delivery callback, as Kafka's
             with self._lock:
                 self._check_not_fatal()
                 self._raise_if_abortable()
@@ -401,7 +401,13 @@ class Producer:
     def flush(self, timeout: float | None = None) -> None:
         """Send every waiting batch now and wait until each record sent before this call
         is acknowledged or failed (their futures say which); raises a fatal error, and
-        ``TimeoutError`` if ``timeout`` seconds pass first."""
+        ``TimeoutError`` if ``timeout`` seconds pass first. Not from a delivery callback:
+        the sender thread would wait for itself (IllegalStateError, as Kafka's)."""
+        if threading.current_thread() is self._sender:
+            raise IllegalStateError("flush() inside a delivery callback would deadlock")
+        self._flush(timeout)
+
+    def _flush(self, timeout: float | None) -> None:
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._lock:
             results = [batch.result for batch in self._acc.incomplete]
@@ -421,12 +427,14 @@ class Producer:
 
     def close(self, timeout: float | None = None) -> None:
         """Flush, abort a transaction left open, stop the sender. After ``timeout``
-        seconds the records still incomplete fail instead."""
+        seconds (at once from a delivery callback) the records still incomplete fail instead."""
+        if threading.current_thread() is self._sender:
+            timeout = 0
         with self._api_lock:
             if self._closed:
                 return
             try:
-                self.flush(timeout)
+                self._flush(timeout)
             except TimeoutError:
                 with self._lock:
                     forced = [(batch, -1, -1, KafkaError("the producer was closed before the record was "
