@@ -431,22 +431,17 @@ class TransactionalProducerMachine(RuleBasedStateMachine):
 
     @invariant()
     def the_log_agrees(self) -> None:
+        delivered = [(partition, value, future.get(timeout=0)) for partition, value, future in self.open
+                     if future.done() and future.exception(timeout=0) is None]  # before reading the log
         for partition in range(self.PARTITIONS):
             batches = stored_batches(self.broker, partition)
-            values = [r.value for b in batches for r in b.records]
-            assert len(values) == len(set(values)), "a record is stored twice"
+            by_offset = {r.offset: r.value for b in batches for r in b.records}
+            assert len(by_offset) == len(set(by_offset.values())), "a record is stored twice"
             assert {b.header.producer_id for b in batches} <= {self.producer.producer_id}
             assert_contiguous_sequences(batches)
-            for partition_, value, future in self.open:
-                if partition_ == partition and future.done() and future.exception(timeout=0) is None:
-                    assert values[future.get(timeout=0).offset - self._markers_before(
-                        batches, future.get(timeout=0).offset)] == value
-
-    @staticmethod
-    def _markers_before(batches: list[RecordBatch], offset: int) -> int:
-        """Control records (markers) hold offsets the data batches skip."""
-        data_offsets = {r.offset for b in batches for r in b.records}
-        return sum(1 for o in range(offset) if o not in data_offsets)
+            for partition_, value, md in delivered:
+                if partition_ == partition:
+                    assert by_offset[md.offset] == value
 
     def teardown(self) -> None:
         try:
@@ -458,6 +453,6 @@ class TransactionalProducerMachine(RuleBasedStateMachine):
 
 
 TransactionalProducerMachine.TestCase.settings = settings(
-    max_examples=15, stateful_step_count=12, deadline=None,
+    max_examples=25, stateful_step_count=15, deadline=None,
     suppress_health_check=[HealthCheck.too_slow])
 test_transactional_producer_machine = TransactionalProducerMachine.TestCase

@@ -81,7 +81,7 @@ import random
 import threading
 import time
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, NoReturn, Sequence
 
 from app.client.record_accumulator import (
     DeliveryCallback,
@@ -104,7 +104,6 @@ from storage.errors import (
     InvalidTransactionTimeoutError,
     InvalidTxnStateError,
     KafkaError,
-    KafkaStorageError,
     OutOfOrderSequenceNumberError,
     ProducerFencedError,
     RequestTimedOutError,
@@ -350,11 +349,7 @@ class Producer:
                 if first is not None:
                     raise first
             except KafkaError as e:
-                with self._lock:
-                    raised = self._fail(e)
-                if raised is not e:
-                    raise raised from e
-                raise
+                self._raise_failed(e)
 
     # -- sending --------------------------------------------------------------------------
 
@@ -370,10 +365,7 @@ class Producer:
         except KafkaError as e:
             with self._lock:
                 self._check_can_send()  # an error of state comes first
-                raised = self._fail(e)
-            if raised is not e:
-                raise raised from e
-            raise
+            self._raise_failed(e)
         headers = tuple(headers) if headers else ()
         if timestamp is None:
             timestamp = self._now_ms()
@@ -571,10 +563,12 @@ class Producer:
         """Complete answered batches, expire late ones, add partitions to the transaction,
         bump the epoch, and send what becomes ready: Kafka's Sender, one per producer."""
         while True:
-            with self._lock:
+            with self._lock:  # send what is ready, then sleep until the next batch will be
                 now = time.monotonic()
+                failed = self._drain_all(now)
                 timer = self._acc.next_timer(now, self._forcing > 0)
                 self._sender_wake_at = timer if timer is not None else float("inf")
+            self._complete(failed)
             wait = SENDER_IDLE_S if timer is None else max(0.0, timer - now)
             items = []
             try:
@@ -598,6 +592,7 @@ class Producer:
             return True
 
     def _sender_round(self, items: list[Any]) -> None:
+        """Everything but sending (the loop sends next, under the same lock as its timer)."""
         outcomes: list[_Outcome] = []
         with self._lock:
             now = time.monotonic()
@@ -613,9 +608,6 @@ class Producer:
         self._complete(outcomes)
         self._add_partitions()
         self._bump_idempotent_epoch()
-        with self._lock:
-            failed = self._drain_all(time.monotonic())
-        self._complete(failed)
 
     def _landed(self, batch: ProducerBatch, future: Future, now: float) -> list[_Outcome]:
         """The engine answered a batch: done, sent again, or failed (under the lock)."""
@@ -778,6 +770,14 @@ class Producer:
                         fenced = self._set_fatal(e)
                     raise fenced from e
                 raise
+
+    def _raise_failed(self, error: KafkaError) -> NoReturn:
+        """Raise the error of a call after recording it (ProducerFenced for a stale epoch)."""
+        with self._lock:
+            raised = self._fail(error)
+        if raised is not error:
+            raise raised from error
+        raise error
 
     def _fail(self, error: KafkaError) -> KafkaError:
         """Record an error of a send or of the transaction (under the lock); returns the

@@ -351,7 +351,9 @@ class RecordAccumulator:
 
     def next_timer(self, now: float, force: bool) -> float | None:
         """When something needs the sender without anything waking it: a batch's linger
-        or retry backoff ending, or the first delivery deadline."""
+        or retry backoff ending, or the first delivery deadline. Called right after a
+        drain at the same ``now``: a ready batch still here waits for an answer (the
+        in-flight limit) or for the sender's own work (an epoch bump, partitions to add)."""
         times = []
         for queue in self.queues.values():
             if queue.batches:
