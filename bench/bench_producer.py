@@ -16,7 +16,8 @@ The producer runs twice: with Kafka's defaults (batch.size 16384: 15 records a b
 and with batch.size large enough for the 100 records of a ready-made batch (the same
 unit of work on the broker). Goals: idempotent >= 50% of ready-made; transactional >=
 95% of idempotent. The trials of the variants are interleaved so drift in the disk's
-speed affects them alike; each figure is the median of its trials.
+speed (and the load of anything else on the machine) affects them alike, each round in
+a rotated order; each figure is the median of its trials, [min..max] beside it.
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ class Sizes:
     trials: int
 
 
-FULL = Sizes(trial_s=4.0, trials=3)
+FULL = Sizes(trial_s=4.0, trials=5)
 QUICK = Sizes(trial_s=0.5, trials=1)
 
 
@@ -146,9 +147,10 @@ def main(argv: list[str] | None = None) -> int:
     trials: dict[str, list[Trial]] = {name: [] for name in variants}
     try:
         with Broker(workdir / "data") as broker:
-            for round_ in range(sizes.trials):
-                for name, run in variants.items():
-                    trials[name].append(trial(broker, f"{round_}-{name}", run, sizes.trial_s))
+            names = list(variants)
+            for round_ in range(sizes.trials):  # interleaved, each round in a rotated order
+                for name in names[round_ % len(names):] + names[:round_ % len(names)]:
+                    trials[name].append(trial(broker, f"{round_}-{name}", variants[name], sizes.trial_s))
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     rates = {name: statistics.median(t.mb_per_s for t in ts) for name, ts in trials.items()}
