@@ -121,6 +121,17 @@ def test_init_transactions_twice_is_illegal_state(txn, broker):
     assert txn.producer_epoch == epoch and values(broker, 0) == [b"x"]
 
 
+def test_a_record_that_is_not_bytes_or_has_a_negative_timestamp_is_refused_at_send(broker):
+    p = broker.producer()
+    with pytest.raises(TypeError):
+        p.send(T, "text", partition=0)
+    with pytest.raises(TypeError):
+        p.send(T, b"v", key=42, partition=0)
+    with pytest.raises(ValueError):
+        p.send(T, b"v", partition=0, timestamp=-5)
+    assert p.send(T, None, key=b"tombstone", partition=0).get(timeout=5).offset == 0
+
+
 def test_transactional_apis_need_a_transactional_id(broker):
     p = broker.producer()
     with pytest.raises(IllegalStateError):

@@ -358,6 +358,12 @@ class Producer:
              timestamp: int | None = None, on_delivery: DeliveryCallback | None = None
              ) -> FutureRecordMetadata:
         """Append one record to its partition's batch; returns its future at once."""
+        if not (isinstance(value, (bytes, bytearray)) or value is None) or not (
+                isinstance(key, (bytes, bytearray)) or key is None):
+            raise TypeError(f"key and value must be bytes or None, got {type(key).__name__} "
+                            f"and {type(value).__name__} (serialize them first)")
+        if timestamp is not None and timestamp < 0:
+            raise ValueError(f"invalid timestamp {timestamp}: must be >= 0")
         if self.producer_id < 0 and self.idempotent and not self._transactional:
             self._idempotent_producer_id()
         try:
