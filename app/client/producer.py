@@ -15,7 +15,8 @@
 waits for the record's ``RecordMetadata`` or raises the Kafka error that failed it, and
 ``on_delivery(error, metadata)`` (confluent-kafka's signature) is called once the
 outcome is known, on the producer's sender thread: keep it short and never block in
-it. A batch goes to the broker as one v2 batch when it holds ``batch_size`` bytes
+it (``flush``, ``commit_transaction`` and ``abort_transaction`` there raise
+IllegalStateError; ``close`` there closes at once). A batch goes to the broker as one v2 batch when it holds ``batch_size`` bytes
 (16384), when ``linger_ms`` (5) has passed since its first record, or at once on
 ``flush``; at most ``max_in_flight_requests_per_connection`` (5) batches per partition
 are in flight, so the broker's duplicate window (5 batches) covers every retry.
@@ -267,13 +268,14 @@ class Producer:
     def commit_transaction(self) -> None:
         """Flush, then EndTxn(commit): returns once every record and offset of the
         transaction is committed and visible to read_committed consumers."""
+        self._not_in_callback("commit_transaction")
         with self._api_lock:
             with self._lock:
                 self._check_not_fatal()
                 self._raise_if_abortable()
                 self._require(TxnState.IN_TRANSACTION, "commit")
                 self._state = TxnState.COMMITTING_TRANSACTION
-            self.flush()  # IllegalStateError from a delivery callback, as Kafka's
+            self._flush(None)
             with self._lock:
                 self._check_not_fatal()
                 self._raise_if_abortable()
@@ -288,6 +290,7 @@ class Producer:
     def abort_transaction(self) -> None:
         """Fail the records not sent yet, wait for those in flight, EndTxn(abort); then
         bump the epoch if a sequence was left unknown (KIP-360)."""
+        self._not_in_callback("abort_transaction")
         with self._api_lock:
             with self._lock:
                 self._check_not_fatal()
@@ -401,8 +404,7 @@ class Producer:
         is acknowledged or failed (their futures say which); raises a fatal error, and
         ``TimeoutError`` if ``timeout`` seconds pass first. Not from a delivery callback:
         the sender thread would wait for itself (IllegalStateError, as Kafka's)."""
-        if threading.current_thread() is self._sender:
-            raise IllegalStateError("flush() inside a delivery callback would deadlock")
+        self._not_in_callback("flush")
         self._flush(timeout)
 
     def _flush(self, timeout: float | None) -> None:
@@ -800,6 +802,11 @@ class Producer:
             self._state, self._error = TxnState.FATAL_ERROR, _as_fenced(error)
             self._wakeups.put(None)
         return self._error if isinstance(self._error, KafkaError) else error
+
+    def _not_in_callback(self, call: str) -> None:
+        if threading.current_thread() is self._sender:
+            raise IllegalStateError(f"{call}() inside a delivery callback would deadlock: "
+                                    "the sender thread would wait for itself")
 
     def _check_not_fatal(self) -> None:
         if self._state is TxnState.FATAL_ERROR:
