@@ -32,7 +32,12 @@ from app import Broker
 from app.client.producer import Producer
 from app.client.types import IllegalStateError, TransactionAbortedError
 from storage.clock import FakeClock
-from storage.errors import MessageTooLargeError, RequestTimedOutError, TransactionAbortableError
+from storage.errors import (
+    KafkaStorageError,
+    MessageTooLargeError,
+    RequestTimedOutError,
+    TransactionAbortableError,
+)
 from storage.read_committed import read_records
 from storage.record_batch import RecordBatch, decode_batch, iter_headers
 from tests.conftest import SMALL_INTERNAL_TOPICS
@@ -214,6 +219,21 @@ def test_records_are_compressed_when_asked(broker):
     assert [r.value for r in batch.records] == [b"a" * 1000] * 10
     with pytest.raises(ValueError):
         broker.producer(compression_type="brotli")
+
+
+def test_records_waiting_when_the_broker_closes_fail_instead_of_hanging(tmp_path):
+    broker = Broker(tmp_path / "data", **SMALL_INTERNAL_TOPICS)
+    broker.create_topic(T, partitions=1)
+    p = broker.producer(linger_ms=60_000)
+    p.send(T, b"sent", partition=0)
+    p.flush()
+    waiting = p.send(T, b"waiting", partition=0)
+    broker.close()
+    p.close()  # quiet: there is nothing left to deliver to
+    with pytest.raises(KafkaStorageError):
+        waiting.get(timeout=DEADLINE_S)
+    with pytest.raises(KafkaStorageError):
+        p.send(T, b"after", partition=0)
 
 
 # -- transactions ------------------------------------------------------------------------------

@@ -99,12 +99,13 @@ from app.client.types import (
     TransactionAbortedError,
 )
 from coordinator.group_metadata import CommittedOffset
-from storage.compression import Compression
+from storage.compression import Compression, compress
 from storage.errors import (
     InvalidProducerEpochError,
     InvalidTransactionTimeoutError,
     InvalidTxnStateError,
     KafkaError,
+    KafkaStorageError,
     OutOfOrderSequenceNumberError,
     ProducerFencedError,
     RequestTimedOutError,
@@ -201,6 +202,7 @@ class Producer:
         except KeyError:
             raise ValueError(f"compression_type must be one of none, gzip, snappy, lz4, zstd; "
                              f"got {compression_type!r}") from None
+        compress(self.compression, b"")  # UNSUPPORTED_COMPRESSION_TYPE now if its codec is missing
         self.engine = engine
         self._now_ms = engine.clock.now_ms
         self.transactional_id = transactional_id
@@ -545,11 +547,12 @@ class Producer:
             try:
                 future = self.engine.submit(self.engine.start_produce, batch.topic, batch.partition,
                                             data, self.acks)
-            except KafkaError as e:  # the engine is closed: nothing will ever go
+            except (KafkaError, RuntimeError) as e:  # the engine (or its loop) is closed: nothing will go
+                error = e if isinstance(e, KafkaError) else KafkaStorageError(f"the broker is closed: {e}")
                 self._acc.landed(partition_queue, batch)
                 self._acc.done(batch)
-                self._set_fatal(e)
-                failed.append((batch, -1, -1, e))
+                self._set_fatal(error)
+                failed.append((batch, -1, -1, error))
                 continue
             future.add_done_callback(functools.partial(self._answered, batch))
         return failed
@@ -589,7 +592,10 @@ class Producer:
                 return
             if not items and timer is None and self._stop_when_idle():
                 return
-            self._sender_round(items)
+            try:
+                self._sender_round(items)
+            except Exception:  # a bug must not stop every later delivery: batches still expire
+                log.exception("a round of the producer's sender failed")
 
     def _stop_when_idle(self) -> bool:
         with self._lock:
