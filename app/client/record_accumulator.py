@@ -256,7 +256,7 @@ class RecordAccumulator:
                now: float) -> tuple[FutureRecordMetadata, PartitionQueue, bool]:
         """Add a record to the partition's open batch, or to a new one; returns its future,
         the queue, and whether a batch was created."""
-        queue = self.queues.get(tp) or self.queue(tp)
+        queue = self.queue(tp)
         batch = queue.batches[-1] if queue.batches else None
         if batch is not None and not batch.closed:
             before = batch.size
