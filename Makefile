@@ -39,11 +39,12 @@ $(CHROMIUM):
 	$(SUDO) apt-get update
 	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y chromium
 
-## bench: storage (append, fetch, restart), transaction and broker-lifecycle figures (see bench/RESULTS.md)
+## bench: storage (append, fetch, restart), transaction, broker-lifecycle and embedded-producer figures (see bench/RESULTS.md)
 bench: $(STAMP)
 	$(PY) bench/bench_storage.py
 	$(PY) bench/bench_transactions.py
 	$(PY) bench/bench_lifecycle.py
+	$(PY) bench/bench_producer.py
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .hypothesis

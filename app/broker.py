@@ -113,8 +113,13 @@ class Broker:
                                 isolation_level).offset
 
     def producer(self, **config: Any) -> Producer:
-        """An embedded producer: ``transactional_id=...``, ``transaction_timeout_ms``,
-        ``enable_idempotence`` (default True), ``acks``, ``delivery_timeout_ms``."""
+        """An embedded producer whose ``send`` returns a future and batches as Kafka's
+        does (``app/client/producer.py``). Config, Kafka's names and defaults:
+        ``transactional_id``, ``transaction_timeout_ms`` (60000), ``enable_idempotence``
+        (True), ``acks`` (-1), ``batch_size`` (16384), ``linger_ms`` (5),
+        ``max_in_flight_requests_per_connection`` (5), ``delivery_timeout_ms`` (120000),
+        ``compression_type`` ("none"), ``buffer_memory`` (32 MiB), ``max_block_ms``
+        (60000), ``retry_backoff_ms`` (100)."""
         return Producer(self.engine, **config)
 
     def consumer(self, **config: Any) -> Consumer:

@@ -40,6 +40,8 @@ def _encode_unsigned(n: int) -> bytes:
     """Base-128 bytes of ``n >= 0``."""
     if n < 0x80:
         return _ONE_BYTE[n]
+    if n < 0x4000:  # two bytes: record lengths and value lengths up to 8 KiB
+        return bytes(((n & 0x7F) | 0x80, n >> 7))
     out = bytearray()
     while n >= 0x80:
         out.append((n & 0x7F) | 0x80)

@@ -156,6 +156,8 @@ def run(broker: Broker, progress: Progress, rng: random.Random, jobs_every: int 
         progress.line(f"B {len(records)}")
         for record in records:
             producer.send(OUTPUT, transform(record.value), key=record.key)
+        producer.flush()  # the records are durable before the child says they are sent
+        for _ in records:
             progress.line("P")
         producer.send_offsets_to_transaction(next_offsets, consumer.group_metadata())
         producer.commit_transaction()

@@ -95,7 +95,7 @@ def is_unstable(broker: Broker, tp=TP) -> bool:
 def fill(broker: Broker, count: int) -> None:
     p = broker.producer()
     for i in range(count):
-        p.send("in", b"in-%d" % i, partition=0)
+        p.send("in", b"in-%d" % i, partition=0).get(timeout=10)
 
 
 def commit_standalone(broker: Broker, offset: int, tp=TP) -> None:
@@ -114,7 +114,7 @@ def open_transaction_with_offsets(broker: Broker, offset: int, group: ConsumerGr
                                   txn_id: str = "app-1", **config: Any) -> Producer:
     p = transactional(broker, txn_id, **config)
     p.begin_transaction()
-    p.send("out", b"result", partition=0)
+    p.send("out", b"result", partition=0).get(timeout=10)
     p.send_offsets_to_transaction({TP: offset}, group)
     return p
 
@@ -171,7 +171,7 @@ def test_a_zombie_with_the_old_generation_is_fenced_at_txn_offset_commit(broker,
 
     p = transactional(broker)
     p.begin_transaction()
-    p.send("out", b"from the zombie", partition=0)
+    p.send("out", b"from the zombie", partition=0).get(timeout=10)
     with pytest.raises(KafkaError) as info:
         p.send_offsets_to_transaction({TP: records[-1].offset + 1}, stale)
     assert (info.value.name, info.value.code) == ("ILLEGAL_GENERATION", 22)
@@ -299,7 +299,7 @@ def test_a_consumer_taking_over_waits_for_the_open_transaction_to_commit(broker,
     processed = poll_until(owner, 5)[:5]
     p = transactional(broker)
     p.begin_transaction()
-    p.send("out", b"processed 0-4", partition=0)
+    p.send("out", b"processed 0-4", partition=0).get(timeout=10)
     p.send_offsets_to_transaction({TP: processed[-1].offset + 1}, owner.group_metadata())
     owner.close()  # the owner goes away with its transaction still open
 
@@ -322,7 +322,7 @@ def test_a_consumer_taking_over_resumes_from_the_old_offset_when_the_transaction
     poll_until(owner, 5)
     p = transactional(broker, transaction_timeout_ms=5_000)
     p.begin_transaction()
-    p.send("out", b"processed", partition=0)
+    p.send("out", b"processed", partition=0).get(timeout=10)
     p.send_offsets_to_transaction({TP: 7}, owner.group_metadata())
     owner.close()
 

@@ -369,7 +369,7 @@ def test_what_the_coordinators_write_is_mirrored(broker: Broker, source: EngineM
     producer.init_transactions()
     for offset, commit in ((42, True), (43, False)):
         producer.begin_transaction()
-        producer.send("orders", b"value", key=b"key")
+        producer.send("orders", b"value", key=b"key").get(timeout=10)
         producer.send_offsets_to_transaction({("payments", 1): offset}, "readers")
         producer.commit_transaction() if commit else producer.abort_transaction()
     producer.close()
