@@ -31,7 +31,8 @@ from app.broker import Broker
 from app.http import HttpSettings, create_app
 from app.http.auth import LOOPBACK_HOSTS
 from app.http.server import HttpServer
-from app.listeners import PortInUseError, bind, refuse_connections
+from app.kafka import attach as attach_kafka
+from app.listeners import PortInUseError, bind
 from app.engine.mirror_source import EngineMirrorSource
 from app.engine.scheduler import start_scheduler
 from coordinator.mirror import Mirror
@@ -89,7 +90,6 @@ def serve(args: argparse.Namespace) -> int:
         _close(sockets)
         return 1
     kafka_socket, http_socket = sockets
-    refuse_connections(kafka_socket)
     try:
         broker = Broker(args.data_dir, **dict(args.config))
     except KafkaError as e:
@@ -104,14 +104,16 @@ def serve(args: argparse.Namespace) -> int:
                             allowed_hosts=LOOPBACK_HOSTS | {args.host} if loopback else None)
     web = create_app(broker.engine, settings, mirror=mirror)
     http = HttpServer(web, http_socket).start()
+    kafka = attach_kafka(broker.engine, kafka_socket)
     topics = len(broker.engine.logs.topics)
     print(f"exactly: data directory {args.data_dir.resolve()} recovered ({topics} topics), "
           f"cluster id {broker.cluster_id}", flush=True)
-    print(f"exactly: console and HTTP API on http://{args.host}:{args.http_port}/ ; "
-          f"Kafka port {args.host}:{args.kafka_port} reserved (the wire protocol arrives in a later "
-          f"release); Ctrl-C to stop", flush=True)
+    print(f"exactly: console and HTTP API on http://{args.host}:{args.http_port}/ ; Kafka on "
+          f"{args.host}:{args.kafka_port} (advertised as {kafka.node.host}:{kafka.node.port}); "
+          f"Ctrl-C to stop", flush=True)
     stop.wait()
     print("exactly: shutting down", flush=True)
+    kafka.close()
     http.close()
     web.extensions["exactly.history"].stop()
     mirror.close()

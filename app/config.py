@@ -63,6 +63,14 @@ class BrokerConfig:
     producer_snapshot_interval_ms: int = 60_000
     #: when set, the HTTP API needs "Authorization: Bearer <token>" and the console a login
     http_auth_token: str = ""
+    #: the Kafka address clients are told to connect to (Metadata, FindCoordinator), e.g.
+    #: ``PLAINTEXT://broker.example:9092``; empty: the address the Kafka port is bound to
+    advertised_listeners: str = ""
+    #: the largest Kafka request frame accepted; a bigger one closes the connection
+    socket_request_max_bytes: int = 104_857_600
+    #: a Kafka connection with no traffic for this long is closed (one that stopped
+    #: reading its responses included)
+    connections_max_idle_ms: int = 600_000
     log: LogConfig = field(default_factory=LogConfig)
 
     @classmethod
@@ -87,7 +95,22 @@ class BrokerConfig:
         config = cls(**broker, log=LogConfig.from_kafka(topic))
         if config.transaction_max_timeout_ms < 1:
             raise InvalidConfigError("transaction.max.timeout.ms must be >= 1")
+        if config.socket_request_max_bytes < 1 or config.connections_max_idle_ms < 1:
+            raise InvalidConfigError("socket.request.max.bytes and connections.max.idle.ms must be >= 1")
+        config.advertised_listener()  # a malformed address is an error now, not at the first client
         return config
+
+    def advertised_listener(self) -> tuple[str, int] | None:
+        """``(host, port)`` of the first entry of ``advertised.listeners``, None when unset."""
+        if not self.advertised_listeners:
+            return None
+        first = self.advertised_listeners.split(",")[0].strip()
+        _, sep, address = first.rpartition("://")
+        host, _, port = address.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise InvalidConfigError(
+                f"advertised.listeners must look like PLAINTEXT://host:port, got {self.advertised_listeners!r}")
+        return host.strip("[]"), int(port)
 
 
 def _coerce(key: str, value: Any, kind: Any) -> Any:

@@ -257,6 +257,11 @@ class GroupIdNotFoundError(KafkaError, code=69, name="GROUP_ID_NOT_FOUND"):
     """The group id does not exist."""
 
 
+class FetchSessionIdNotFoundError(KafkaError, code=70, name="FETCH_SESSION_ID_NOT_FOUND",
+                                  retriable=True):
+    """The fetch session id is not known (this broker creates no fetch sessions)."""
+
+
 class FencedLeaderEpochError(KafkaError, code=74, name="FENCED_LEADER_EPOCH", retriable=True):
     """The leader epoch in the request is older than the epoch on the broker."""
 
