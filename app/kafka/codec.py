@@ -171,7 +171,7 @@ def _zero(kind: Any, nullable: bool) -> Any:
         if issubclass(kind, datetime.timedelta):
             return datetime.timedelta(0)
         if issubclass(kind, TZAware):
-            return _EPOCH - _MS
+            return _EPOCH
         for base, zero in ((bool, False), (int, 0), (float, 0.0), (str, ""), (bytes, b"")):
             if issubclass(kind, base):
                 return zero

@@ -130,8 +130,7 @@ async def describe_transactions(ctx: RequestContext, request: Any) -> dict:
         meta = coordinator.describe(txn_id)
         if meta is None:
             described.append({"error_code": TransactionalIdNotFoundError.code, "transactional_id": txn_id,
-                              "transaction_state": "", "transaction_timeout": 0,
-                              "transaction_start_time": -1, "producer_id": -1, "producer_epoch": -1})
+                              "producer_id": -1, "producer_epoch": -1})
             continue
         described.append({
             "error_code": 0, "transactional_id": txn_id, "transaction_state": meta.state.display,
