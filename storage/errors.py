@@ -307,5 +307,9 @@ class TransactionalIdNotFoundError(KafkaError, code=105, name="TRANSACTIONAL_ID_
     """The transactional id cannot be found."""
 
 
+class UnsupportedEndpointTypeError(KafkaError, code=115, name="UNSUPPORTED_ENDPOINT_TYPE"):
+    """The target endpoint type is not supported (a broker answers for brokers, not controllers)."""
+
+
 class TransactionAbortableError(KafkaError, code=120, name="TRANSACTION_ABORTABLE"):
     """The transaction hit an error it cannot commit past; abort it and start over."""

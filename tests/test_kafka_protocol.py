@@ -434,6 +434,8 @@ def test_describe_cluster_and_threads_do_not_matter(kafka: KafkaBroker) -> None:
             answers.append(client.request(ApiKey.DESCRIBE_CLUSTER, 0, {}).brokers[0].port)
         client.close()
 
+    controllers = RawClient(kafka.port).request(ApiKey.DESCRIBE_CLUSTER, 1, {"endpoint_type": 2})
+    assert controllers.error_code == 115  # UNSUPPORTED_ENDPOINT_TYPE: a broker describes brokers
     threads = [threading.Thread(target=ask) for _ in range(8)]
     for t in threads:
         t.start()

@@ -92,8 +92,8 @@ async def describe_configs(ctx: RequestContext, request: Any) -> dict:
                  "error_code": 0, "error_message": None, "configs": []}
         try:
             configs = _configs(ctx, resource.resource_type, resource.resource_name)
-            keys = resource.configuration_keys
-            entry["configs"] = [c for c in configs if not keys or c["name"] in keys]
+            keys = resource.configuration_keys  # null: every config; a list, even empty: those
+            entry["configs"] = [c for c in configs if keys is None or c["name"] in keys]
         except KafkaError as e:
             entry.update(error_code=error_code(e), error_message=str(e))
         results.append(entry)

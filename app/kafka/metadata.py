@@ -13,10 +13,12 @@ from storage.errors import (
     KafkaError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
+    UnsupportedEndpointTypeError,
 )
 from storage.log_manager import validate_topic_name
 
 GROUP_KEY, TRANSACTION_KEY = 0, 1
+BROKERS_ENDPOINT = 1
 
 
 @serves(ApiKey.API_VERSIONS, 0, 4)
@@ -87,8 +89,14 @@ def _coordinator(ctx: RequestContext, key_type: int) -> dict:
             "port": ctx.node.port}
 
 
-@serves(ApiKey.DESCRIBE_CLUSTER, 0, 0)
+@serves(ApiKey.DESCRIBE_CLUSTER, 0, 1)
 async def describe_cluster(ctx: RequestContext, request: Any) -> dict:
+    """This node; v1 may ask for the controllers' endpoints, which a broker does not give."""
+    endpoint_type = getattr(request, "endpoint_type", BROKERS_ENDPOINT)
+    if endpoint_type != BROKERS_ENDPOINT:
+        error = UnsupportedEndpointTypeError(f"endpoint type {endpoint_type}: a broker describes brokers (1)")
+        return {"error_code": error.code, "error_message": str(error), "endpoint_type": endpoint_type}
     return {"cluster_id": ctx.engine.logs.cluster_id, "controller_id": ctx.node.node_id,
+            "endpoint_type": BROKERS_ENDPOINT,
             "brokers": [{"broker_id": ctx.node.node_id, "host": ctx.node.host, "port": ctx.node.port}]}
 
