@@ -86,6 +86,8 @@ class Engine:
         #: partition (None: any partition) -> futures waiting for its high watermark to move
         self._data_waiters: dict[tuple[str, int] | None, list[asyncio.Future[None]]] = {}
         self.counters = EngineCounters()
+        #: open Kafka connections (``app/kafka/`` adds and removes them; read models list them)
+        self.kafka_connections: set[Any] = set()
         io = EngineCoordinatorIO(self)
         self.transaction_coordinator = TransactionCoordinator(Path(data_dir), CoordinatorConfig(
             transaction_state_log_num_partitions=config.transaction_state_log_num_partitions,

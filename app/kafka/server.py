@@ -67,7 +67,7 @@ class KafkaListener:
         self.node = Node(engine.logs.node_id, *(advertised or (host, port)))
         self.max_request_bytes = config.socket_request_max_bytes
         self.idle_s = config.connections_max_idle_ms / 1000
-        self.connections: set[Connection] = set()
+        self.connections: set[Connection] = engine.kafka_connections
         self._server: asyncio.Server | None = None
         self._idle_check: asyncio.TimerHandle | None = None
 
@@ -117,7 +117,7 @@ class Connection:
         self.client_id: str | None = None
         #: KIP-511: what the client says it is, in its ApiVersions request (v3+)
         self.software_name = self.software_version = ""
-        self.since_ms = int(time.time() * 1000)
+        self.since_ms = self.engine.clock.now_ms()
         self.requests = 0
         self._responses: asyncio.Queue[Awaitable[Any] | None] = asyncio.Queue(MAX_IN_FLIGHT)
         self._handlers: set[asyncio.Task[Any]] = set()
@@ -229,19 +229,22 @@ class Connection:
 
     async def _handle(self, api: Api, head: RequestHead, client_id: str | None, body: Any) -> Any:
         ctx = RequestContext(self.engine, self.listener.node, self, head.api_version, client_id)
+        started = time.perf_counter()
         try:
             response = await api.handler(ctx, body)
         except asyncio.CancelledError:
             raise
         except Exception as e:
             response = self._error_response(api, head, e)
-        if response is None or response is CLOSE:
-            return response
         try:
+            if response is None or response is CLOSE:
+                return response
             return encode_response(head.api_key, head.api_version, head.correlation_id, response)
         except Exception:
             log.exception("kafka: cannot encode the %s v%d response to %s", api.name, head.api_version, self)
             return CLOSE
+        finally:
+            self.engine.counters.observe_kafka_request(api.name, time.perf_counter() - started)
 
     def _error_response(self, api: Api, head: RequestHead, error: Exception) -> Any:
         """A request that failed as a whole: its error code in the response's top-level
