@@ -50,6 +50,10 @@ log = logging.getLogger(__name__)
 
 #: requests read from one connection ahead of its responses
 MAX_IN_FLIGHT = 16
+#: bytes a connection's reader buffers before it stops reading the socket (asyncio
+#: pauses at twice this); large enough that a 1 MB produce request is not read in
+#: dozens of pause/resume rounds
+READ_BUFFER_BYTES = 1 << 20
 #: a handler's answer that closes the connection instead (Kafka's closeConnection)
 CLOSE = object()
 
@@ -72,7 +76,7 @@ class KafkaListener:
         self._idle_check: asyncio.TimerHandle | None = None
 
     async def start(self) -> None:
-        self._server = await asyncio.start_server(self._accept, sock=self._sock)
+        self._server = await asyncio.start_server(self._accept, sock=self._sock, limit=READ_BUFFER_BYTES)
         self._schedule_idle_check()
 
     def close(self) -> None:
