@@ -45,10 +45,11 @@ $(KCAT):
 	$(SUDO) apt-get update
 	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y kcat
 
-## bench: storage (append, fetch, restart) and transaction figures (see bench/RESULTS.md)
+## bench: storage (append, fetch, restart), transaction and Kafka wire figures (see bench/RESULTS.md)
 bench: $(STAMP)
 	$(PY) bench/bench_storage.py
 	$(PY) bench/bench_transactions.py
+	$(PY) bench/bench_kafka.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis

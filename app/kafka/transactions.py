@@ -94,7 +94,7 @@ async def txn_offset_commit(ctx: RequestContext, request: Any) -> dict:
     return {"topics": commit_results(offsets, errors, unknown, code=lambda e: fenced_code(e, ctx.version, None))}
 
 
-@serves(ApiKey.WRITE_TXN_MARKERS, 0, 1, advertised=False)
+@serves(ApiKey.WRITE_TXN_MARKERS, 1, 1, advertised=False)
 async def write_txn_markers(ctx: RequestContext, request: Any) -> dict:
     code = ClusterAuthorizationFailedError.code
     return {"markers": [{"producer_id": marker.producer_id, "topics": [
