@@ -199,6 +199,9 @@ class Connection:
             except MalformedRequestError as e:
                 self._bad(str(e))
                 return True
+            except Exception:  # a bug of ours, not the client's: still only this connection
+                log.exception("kafka: closing %s: its request could not be dispatched", self)
+                return True
             if self._responses.full():
                 self._note_stall()
             await self._responses.put(response)
