@@ -219,7 +219,8 @@ def _commit(producer: Producer) -> float:
     return time.perf_counter() - start
 
 
-def consume(bootstrap: str, topic: str, messages: int, isolation_level: str) -> float:
+def consume(bootstrap: str, topic: str, isolation_level: str) -> float:
+    """MB/s of a fresh consumer reading the whole topic, until the end of every partition."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{isolation_level}",
                          "isolation.level": isolation_level, "enable.auto.commit": False,
                          "enable.partition.eof": True, "broker.address.family": "v4",
@@ -227,7 +228,9 @@ def consume(bootstrap: str, topic: str, messages: int, isolation_level: str) -> 
     consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
     received, at_end = 0, set()
     start = time.perf_counter()
-    while received < messages or len(at_end) < PARTITIONS:
+    while len(at_end) < PARTITIONS:
+        if time.perf_counter() - start > 300:
+            raise RuntimeError(f"{topic}: {received} messages and no end after 300 s")
         for message in consumer.consume(1000, 0.05):  # a short wait: the end is not waited out
             if message.error():
                 if message.error().code() == KafkaError._PARTITION_EOF:
@@ -250,7 +253,7 @@ def workloads(bootstrap: str, sizes: Sizes, label: str, create_topics: bool) -> 
     for topic in topics if create_topics else ():
         create_topic(bootstrap, topic)
     produce(bootstrap, "warm-up", 1000, transactional_id="warm-up")
-    consume(bootstrap, "warm-up", 1000, "read_committed")
+    consume(bootstrap, "warm-up", "read_committed")
     for trial in range(sizes.trials):
         rate, latencies = produce(bootstrap, f"idem-{trial}", sizes.messages)
         results["idempotent"].append(rate)
@@ -258,8 +261,8 @@ def workloads(bootstrap: str, sizes: Sizes, label: str, create_topics: bool) -> 
         rate, latencies = produce(bootstrap, f"txn-{trial}", sizes.messages, transactional_id=f"bench-{trial}")
         results["transactional"].append(rate)
         results["commit_latency"] += latencies
-        results["read_uncommitted"].append(consume(bootstrap, f"txn-{trial}", sizes.messages, "read_uncommitted"))
-        results["read_committed"].append(consume(bootstrap, f"txn-{trial}", sizes.messages, "read_committed"))
+        results["read_uncommitted"].append(consume(bootstrap, f"txn-{trial}", "read_uncommitted"))
+        results["read_committed"].append(consume(bootstrap, f"txn-{trial}", "read_committed"))
         print(f"  {label} trial {trial + 1}: idempotent {results['idempotent'][-1]:.1f} MB/s, transactional "
               f"{results['transactional'][-1]:.1f} MB/s, read_committed {results['read_committed'][-1]:.1f} MB/s, "
               f"read_uncommitted {results['read_uncommitted'][-1]:.1f} MB/s", flush=True)

@@ -85,6 +85,11 @@ def _response_writers(api_key: int, version: int) -> tuple[type, Callable, type,
     return body, entity_writer(body), header, entity_writer(header)
 
 
+def has_error_code(api_key: int, version: int) -> bool:
+    """Does this response carry a top-level ``error_code`` (one error for the whole request)?"""
+    return "error_code" in _response_writers(api_key, version)[0].__dataclass_fields__
+
+
 def encode_response(api_key: int, version: int, correlation_id: int, body: Mapping[str, Any]) -> bytes:
     """The whole frame (size, response header, body) answering one request."""
     body_cls, body_writer, header_cls, header_writer = _response_writers(api_key, version)

@@ -37,8 +37,8 @@ from app.kafka.codec import (
     RequestHead,
     decode_request,
     encode_response,
+    has_error_code,
     read_head,
-    _response_writers,
 )
 from storage.errors import KafkaError, UnsupportedVersionError
 
@@ -258,8 +258,7 @@ class Connection:
         ``error_code``, or -- for a response without one -- the connection closed."""
         if not isinstance(error, KafkaError):
             log.error("kafka: %s v%d from %s failed", api.name, head.api_version, self, exc_info=error)
-        body_cls = _response_writers(head.api_key, head.api_version)[0]
-        if "error_code" in body_cls.__dataclass_fields__:
+        if has_error_code(head.api_key, head.api_version):
             return {"error_code": error_code(error)}
         if isinstance(error, KafkaError):
             log.warning("kafka: %s v%d from %s failed: %s: %s", api.name, head.api_version, self,
