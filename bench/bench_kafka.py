@@ -14,7 +14,7 @@ median of its trials):
 3. wire     -- the same client workloads against the broker (a separate process,
                ``run.py``) and against librdkafka's built-in mock cluster
                (``test.mock.num.brokers``: in memory, no fsync, no read_committed
-               filtering) as a ceiling:
+               filtering; also a process of its own) as a ceiling:
                * idempotent produce, acks=all (throughput; delivery latency p50/p99);
                * transactional produce committing every 100 ms (throughput; commit
                  latency p50/p99);
@@ -147,15 +147,23 @@ class Served:
 
 
 class Mock:
-    """librdkafka's in-memory mock cluster, kept alive by the client that owns it."""
+    """librdkafka's in-memory mock cluster, in a process of its own (as the broker is),
+    kept alive by the client that owns it until its stdin closes."""
+
+    SCRIPT = ("import sys; from confluent_kafka import Producer; owner = Producer({'test.mock.num.brokers': 1}); "
+              "b = next(iter(owner.list_topics(timeout=10).brokers.values())); "
+              "print(f'{b.host}:{b.port}', flush=True); sys.stdin.read()")
 
     def __init__(self) -> None:
-        self.owner = Producer({"test.mock.num.brokers": 1})
-        broker = next(iter(self.owner.list_topics(timeout=10).brokers.values()))
-        self.bootstrap = f"{broker.host}:{broker.port}"
+        self.process = subprocess.Popen([sys.executable, "-c", self.SCRIPT], stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        self.bootstrap = self.process.stdout.readline().strip()
+        if not self.bootstrap:
+            raise RuntimeError("the mock cluster did not start")
 
     def close(self) -> None:
-        self.owner.flush(10)
+        self.process.stdin.close()
+        self.process.wait(30)
 
 
 def create_topic(bootstrap: str, name: str) -> None:

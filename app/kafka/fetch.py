@@ -54,7 +54,7 @@ async def _read(ctx: RequestContext, request: Any) -> tuple[list[dict], int, boo
         partitions = []
         for wanted in topic.partitions:
             entry = await _read_partition(ctx, topic.topic, wanted, min(wanted.partition_max_bytes, budget - size),
-                                    first=size == 0, committed=committed)
+                                          first=size == 0, committed=committed)
             size += len(entry["records"])
             failed = failed or entry["error_code"] != 0
             partitions.append(entry)
@@ -63,7 +63,7 @@ async def _read(ctx: RequestContext, request: Any) -> tuple[list[dict], int, boo
 
 
 async def _read_partition(ctx: RequestContext, topic: str, wanted: Any, limit: int, first: bool,
-                    committed: bool) -> dict:
+                          committed: bool) -> dict:
     entry = {"partition_index": wanted.partition, "error_code": 0, "high_watermark": -1,
              "last_stable_offset": -1, "log_start_offset": -1, "preferred_read_replica": -1,
              "aborted_transactions": [] if committed else None, "records": b""}
