@@ -18,7 +18,7 @@ from app.kafka import KafkaListener, attach
 from app.kafka.codec import build
 from app.listeners import bind
 
-#: internal topics of 3 partitions instead of 50 (as tests/conftest.py), short group timeouts
+#: internal topics of 3 partitions instead of 50, as tests/conftest.py does
 CONFIG = {"transaction.state.log.num.partitions": 3, "offsets.topic.num.partitions": 3}
 
 
