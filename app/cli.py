@@ -29,7 +29,8 @@ from app.broker import Broker
 from app.http import HttpSettings, create_app
 from app.http.auth import LOOPBACK_HOSTS
 from app.http.server import HttpServer
-from app.listeners import PortInUseError, bind, refuse_connections
+from app.kafka import KafkaListener, attach as attach_kafka
+from app.listeners import PortInUseError, bind
 from coordinator.mirror_db import UPGRADE_ERRORS, db_path, upgrade
 from storage.errors import KafkaError
 
@@ -82,20 +83,19 @@ def serve(args: argparse.Namespace) -> int:
         _close(sockets)
         return 1
     kafka_socket, http_socket = sockets
-    refuse_connections(kafka_socket)  # until the Kafka listener arrives: no client hangs on it
     try:
         broker = Broker(args.data_dir, **dict(args.config))
     except KafkaError as e:
         print(f"exactly: {e.name}: {e}", file=sys.stderr)
         _close(sockets)
         return 1
-    stoppers = attach_listeners(broker, args, http_socket)
+    stoppers, kafka = attach_listeners(broker, args, http_socket, kafka_socket)
     topics = len(broker.engine.logs.topics)
     print(f"exactly: data directory {args.data_dir.resolve()} recovered ({topics} topics), "
           f"cluster id {broker.cluster_id}", flush=True)
-    print(f"exactly: console and HTTP API on http://{args.host}:{args.http_port}/ ; "
-          f"Kafka port {args.host}:{args.kafka_port} reserved (the wire protocol arrives in a later "
-          f"release); Ctrl-C to stop", flush=True)
+    print(f"exactly: console and HTTP API on http://{args.host}:{args.http_port}/ ; Kafka on "
+          f"{args.host}:{args.kafka_port} (advertised as {kafka.node.host}:{kafka.node.port}); "
+          f"Ctrl-C to stop", flush=True)
     stop.wait()
     print("exactly: shutting down", flush=True)
     for stop_listener in reversed(stoppers):
@@ -106,17 +106,18 @@ def serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def attach_listeners(broker: Broker, args: argparse.Namespace,
-                     http_socket: socket.socket) -> list[Callable[[], None]]:
+def attach_listeners(broker: Broker, args: argparse.Namespace, http_socket: socket.socket,
+                     kafka_socket: socket.socket) -> tuple[list[Callable[[], None]], KafkaListener]:
     """Start the listeners of ``exactly serve`` on the broker's engine, on sockets bound
-    before the broker opened (the Kafka listener joins here); returns what stops each,
-    called in reverse order before the broker closes."""
+    before the broker opened; returns what stops each (called in reverse order before
+    the broker closes) and the Kafka listener."""
     loopback = ipaddress.ip_address(socket.gethostbyname(args.host)).is_loopback
     settings = HttpSettings(token=broker.config.http_auth_token,
                             allowed_hosts=LOOPBACK_HOSTS | {args.host} if loopback else None)
     web = create_app(broker.engine, settings, mirror=broker.mirror)
     http = HttpServer(web, http_socket).start()
-    return [web.extensions["exactly.history"].stop, http.close]
+    kafka = attach_kafka(broker.engine, kafka_socket)
+    return [web.extensions["exactly.history"].stop, http.close, kafka.close], kafka
 
 
 def db_upgrade(args: argparse.Namespace) -> int:

@@ -71,6 +71,14 @@ class BrokerConfig(CoordinatorConfig, GroupConfig):
     exactly_jobs_enable: bool = True
     #: how often the SQLite mirror (<data-dir>/exactly.db) catches up with the logs
     exactly_mirror_interval_ms: int = 1_000
+    #: the Kafka address clients are told to connect to (Metadata, FindCoordinator), e.g.
+    #: ``PLAINTEXT://broker.example:9092``; empty: the address the Kafka port is bound to
+    advertised_listeners: str = ""
+    #: the largest Kafka request frame accepted; a bigger one closes the connection
+    socket_request_max_bytes: int = 104_857_600
+    #: a Kafka connection with no traffic for this long is closed (one that stopped
+    #: reading its responses included)
+    connections_max_idle_ms: int = 600_000
     log: LogConfig = field(default_factory=LogConfig)
 
     @classmethod
@@ -93,10 +101,24 @@ class BrokerConfig(CoordinatorConfig, GroupConfig):
             else:
                 raise InvalidConfigError(f"unknown config {raw_key!r}")
         config = cls(**broker, log=LogConfig.from_kafka(topic))
-        for name in ("transaction_max_timeout_ms", *(f.name for f in fields(cls) if f.name.endswith(_PERIODS))):
+        for name in ("transaction_max_timeout_ms", "socket_request_max_bytes", "connections_max_idle_ms",
+                     *(f.name for f in fields(cls) if f.name.endswith(_PERIODS))):
             if getattr(config, name) < 1:
                 raise InvalidConfigError(f"{name.replace('_', '.')} must be >= 1")
+        config.advertised_listener()  # a malformed address is an error now, not at the first client
         return config
+
+    def advertised_listener(self) -> tuple[str, int] | None:
+        """``(host, port)`` of the first entry of ``advertised.listeners``, None when unset."""
+        if not self.advertised_listeners:
+            return None
+        first = self.advertised_listeners.split(",")[0].strip()
+        _, sep, address = first.rpartition("://")
+        host, _, port = address.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise InvalidConfigError(
+                f"advertised.listeners must look like PLAINTEXT://host:port, got {self.advertised_listeners!r}")
+        return host.strip("[]"), int(port)
 
 
 def _coerce(key: str, value: Any, kind: Any) -> Any:

@@ -272,6 +272,11 @@ class GroupIdNotFoundError(KafkaError, code=69, name="GROUP_ID_NOT_FOUND"):
     """The group id does not exist."""
 
 
+class FetchSessionIdNotFoundError(KafkaError, code=70, name="FETCH_SESSION_ID_NOT_FOUND",
+                                  retriable=True):
+    """The fetch session id is not known (this broker creates no fetch sessions)."""
+
+
 class FencedLeaderEpochError(KafkaError, code=74, name="FENCED_LEADER_EPOCH", retriable=True):
     """The leader epoch in the request is older than the epoch on the broker."""
 
@@ -315,6 +320,10 @@ class ProducerFencedError(KafkaError, code=90, name="PRODUCER_FENCED"):
 
 class TransactionalIdNotFoundError(KafkaError, code=105, name="TRANSACTIONAL_ID_NOT_FOUND"):
     """The transactional id cannot be found."""
+
+
+class UnsupportedEndpointTypeError(KafkaError, code=115, name="UNSUPPORTED_ENDPOINT_TYPE"):
+    """The target endpoint type is not supported (a broker answers for brokers, not controllers)."""
 
 
 class TransactionAbortableError(KafkaError, code=120, name="TRANSACTION_ABORTABLE"):

@@ -22,7 +22,7 @@ import threading
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Awaitable, Callable, Mapping, TypeVar
+from typing import Any, Awaitable, Callable, Collection, Mapping, TypeVar
 
 from app.config import BrokerConfig
 from app.engine.coordinator_io import EngineCoordinatorIO
@@ -83,8 +83,11 @@ class Engine:
         self.loop = asyncio.new_event_loop()
         self._fsync = FsyncThread(self.loop)
         self._commits: dict[tuple[str, int], GroupCommit] = {}
-        self._data_waiters: list[asyncio.Future[None]] = []
+        #: partition (None: any partition) -> futures waiting for its high watermark to move
+        self._data_waiters: dict[tuple[str, int] | None, list[asyncio.Future[None]]] = {}
         self.counters = EngineCounters()
+        #: open Kafka connections (``app/kafka/`` adds and removes them; read models list them)
+        self.kafka_connections: set[Any] = set()
         io = EngineCoordinatorIO(self)
         max_seen_coordinator_epoch = max(
             (entry.coordinator_epoch for log_ in self.logs for entry in log_.producer_state), default=-1)
@@ -143,22 +146,30 @@ class Engine:
         result = log_.append_data(batch)
         return await asyncio.wrap_future(self._commit(log_).when_durable(result.last_offset, result))
 
-    async def wait_for_data(self, timeout_s: float) -> None:
-        """Return when any partition's high watermark moves, or after ``timeout_s``
-        (consumers wait here instead of polling in a loop)."""
+    async def wait_for_data(self, timeout_s: float,
+                            partitions: Collection[tuple[str, int]] | None = None) -> None:
+        """Return when the high watermark (and with it the LSO) of one of ``partitions``
+        -- of any partition when None -- moves, or after ``timeout_s``: consumers and
+        long-polling fetches wait here instead of polling in a loop."""
         waiter = self.loop.create_future()
-        self._data_waiters.append(waiter)
+        keys: list[tuple[str, int] | None] = [None] if partitions is None else list(partitions)
+        for key in keys:
+            self._data_waiters.setdefault(key, []).append(waiter)
         try:
             await asyncio.wait_for(waiter, timeout_s)
         except asyncio.TimeoutError:
             pass
         finally:
-            if waiter in self._data_waiters:
-                self._data_waiters.remove(waiter)
+            for key in keys:
+                waiters = self._data_waiters.get(key)
+                if waiters and waiter in waiters:
+                    waiters.remove(waiter)
+                    if not waiters:
+                        del self._data_waiters[key]
 
-    def _on_durable(self) -> None:
-        waiters, self._data_waiters = self._data_waiters, []
-        for waiter in waiters:
+    def _on_durable(self, key: tuple[str, int]) -> None:
+        """A partition's high watermark moved: wake who waits for it, or for any."""
+        for waiter in self._data_waiters.pop(key, []) + self._data_waiters.pop(None, []):
             if not waiter.done():
                 waiter.set_result(None)
 
@@ -203,7 +214,8 @@ class Engine:
         key = (log_.topic, log_.partition)
         commit = self._commits.get(key)
         if commit is None:
-            commit = self._commits[key] = GroupCommit(log_, self.loop, self._fsync, self._on_durable)
+            commit = self._commits[key] = GroupCommit(log_, self.loop, self._fsync,
+                                                      lambda: self._on_durable(key))
         return commit
 
     async def create_topic(self, name: str, partitions: int | None = None,

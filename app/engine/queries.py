@@ -196,6 +196,15 @@ async def group(engine: "Engine", group_id: str) -> dict[str, Any]:
             "offsets": offsets}
 
 
+async def kafka_clients(engine: "Engine") -> list[dict[str, Any]]:
+    """Connected Kafka clients, oldest first: who they say they are (client id; software
+    name and version from ApiVersions v3+), where from, since when, how many requests."""
+    return sorted(({"client_id": c.client_id, "client_software_name": c.software_name,
+                    "client_software_version": c.software_version, "address": c.address,
+                    "connected_since_ms": c.since_ms, "requests": c.requests}
+                   for c in engine.kafka_connections), key=lambda c: (c["connected_since_ms"], c["address"]))
+
+
 async def overview(engine: "Engine") -> dict[str, Any]:
     """What the console's first page shows: partitions with their LSO gap, and
     transaction counts by state."""
