@@ -13,6 +13,7 @@ from confluent_kafka import Producer
 
 from app.engine import queries
 from app.http import create_app
+from app.http.ui import FRAGMENTS
 from app.kafka.api import ApiKey
 from tests.kafka_support import KafkaBroker, RawClient, wait_until
 
@@ -59,3 +60,18 @@ def test_metrics_count_and_time_kafka_requests_per_api(kafka: KafkaBroker) -> No
     assert re.search(r'^exactly_kafka_request_duration_seconds_bucket\{api="metadata",le="\+Inf"\} 3\.0$', text, re.M)
     assert re.search(r"^exactly_kafka_connections 1\.0$", text, re.M)
     raw.close()
+
+
+def test_the_console_lists_connected_clients(kafka: KafkaBroker) -> None:
+    console = create_app(kafka.engine, test_config={"TESTING": True}).test_client()
+    assert "No Kafka client is connected." in console.get("/clients").get_data(True)
+    raw = RawClient(kafka.port, client_id="console-visible")
+    raw.request(ApiKey.API_VERSIONS, 3, {"client_software_name": "handmade", "client_software_version": "0.1"})
+    host, port = raw.sock.getsockname()[:2]
+    page = console.get("/clients").get_data(True)
+    assert 'data-client="console-visible"' in page and f"{host}:{port}" in page and "handmade" in page
+    fragment = console.get(FRAGMENTS + "/clients").get_data(True)
+    assert fragment.lstrip().startswith("<div") and "console-visible" in fragment  # htmx refreshes the part
+    raw.close()
+    wait_until(lambda: "console-visible" not in console.get("/clients").get_data(True),
+               what="the closed client to leave the page")

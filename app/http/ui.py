@@ -286,6 +286,11 @@ def groups():
     return _render("groups", groups=_call(queries.groups_summary))
 
 
+@page("/clients")
+def clients():
+    return _render("clients", clients=_call(queries.kafka_clients), now_ms=current_engine().clock.now_ms())
+
+
 @page("/groups/<path:group_id>")
 def group(group_id: str):
     return _render("group", g=_call(queries.group, group_id))
