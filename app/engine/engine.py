@@ -94,8 +94,9 @@ class Engine:
         self.logs = LogManager(data_dir, config.log, self.clock)  # recovers before anything runs
         self.loop = asyncio.new_event_loop()
         self._fsync = Worker(self.loop, "exactly-fsync")
-        self._maintenance = Maintenance(self.loop)
-        self.logs.background = self._maintenance.start  # the snapshot of a roll
+        #: snapshots, checkpoints, retention, cleaning, topic changes, producer-id blocks
+        self.maintenance = Maintenance(self.loop)
+        self.logs.background = self.maintenance.start  # the snapshot of a roll
         #: one topic creation or deletion at a time
         self._topic_changes = asyncio.Lock()
         self._commits: dict[tuple[str, int], GroupCommit] = {}
@@ -245,8 +246,8 @@ class Engine:
     async def _create_topic(self, name: str, partitions: int, config: Mapping[str, Any] | None,
                             internal: bool = False) -> TopicInfo:
         async with self._topic_changes:
-            return await self._maintenance.run(self.logs.create_topic(name, partitions, config, internal),
-                                               self._maintenance.metadata)
+            return await self.maintenance.run(self.logs.create_topic(name, partitions, config, internal),
+                                               self.maintenance.metadata)
 
     async def delete_topic(self, name: str) -> None:
         """Delete a topic: at once no request finds it; in-flight fsyncs finish and its
@@ -261,8 +262,8 @@ class Engine:
                 if commit is not None:
                     await commit.drain()
                     commit.close()
-            await self._maintenance.quiesce(logs)
-            await self._maintenance.run(self.logs.delete_topic(logs), self._maintenance.metadata)
+            await self.maintenance.quiesce(logs)
+            await self.maintenance.run(self.logs.delete_topic(logs), self.maintenance.metadata)
 
     def start_produce(self, topic: str, partition: int, batch: bytes, acks: int = -1) -> Future:
         """Append one producer batch (on the loop); the future resolves to its
@@ -364,7 +365,7 @@ class Engine:
     async def take_snapshots(self) -> int:
         """Snapshot producer state on every partition whose log end has no snapshot."""
         due = [log_.take_snapshot() for log_ in self.logs if log_.log_end_offset not in log_.snapshot_offsets()]
-        await asyncio.gather(*(self._maintenance.run(steps, self._maintenance.metadata) for steps in due))
+        await asyncio.gather(*(self.maintenance.run(steps, self.maintenance.metadata) for steps in due))
         return len(due)
 
     async def apply_retention(self) -> int:
@@ -373,7 +374,7 @@ class Engine:
         deleted = 0
         for log_ in self.logs:
             try:
-                deleted += await self._maintenance.on_partition(log_, log_.delete_old_segments, now)
+                deleted += await self.maintenance.on_partition(log_, log_.delete_old_segments, now)
             except MaintenanceCancelledError:
                 continue  # its topic is being deleted
         if deleted:
@@ -393,7 +394,7 @@ class Engine:
                 continue
             before = log_.cleaner_state.checkpoint
             try:
-                rewritten += (await self._maintenance.on_partition(log_, log_.clean, now)).segments_rewritten
+                rewritten += (await self.maintenance.on_partition(log_, log_.clean, now)).segments_rewritten
             except (MaintenanceCancelledError, CleaningAbortedError):
                 continue  # its topic is being deleted
             except (KafkaError, OSError):
@@ -417,17 +418,17 @@ class Engine:
 
     async def checkpoint(self) -> None:
         """Write the recovery-point, log-start-offset and cleaner checkpoints."""
-        await self._maintenance.run(self.logs.checkpoint(), self._maintenance.metadata)
+        await self.maintenance.run(self.logs.checkpoint(), self.maintenance.metadata)
 
     async def persist(self, job: Job) -> None:
         """Run a short file write (``job.run()``) on the metadata thread; return once done."""
-        await self._maintenance.run(_one(job), self._maintenance.metadata)
+        await self.maintenance.run(_one(job), self.maintenance.metadata)
 
     # -- lifecycle ------------------------------------------------------------------------
 
     async def _shutdown(self) -> None:
         await self.transaction_coordinator.wait_for_completions()
-        await self._maintenance.close()
+        await self.maintenance.close()
         for commit in self._commits.values():
             await commit.drain()
             commit.close()
@@ -445,7 +446,7 @@ class Engine:
             self._closed = True
             self.loop.call_soon_threadsafe(self.loop.stop)
             self._thread.join()
-            self._maintenance.stop()
+            self.maintenance.stop()
             self._fsync.stop()
             self.logs.close(clean=clean)
             self.loop.close()
