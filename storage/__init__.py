@@ -11,5 +11,6 @@ One module per file type or concept; each module's docstring is its format's spe
 * ``log_cleaner``   -- transaction-aware compaction;  ``read_committed`` -- the consumer-side reader
 * ``log_manager``   -- the data directory;  ``checkpoint`` -- Kafka's text checkpoints
 * ``filenames``     -- every file name;  ``atomic_file`` -- crash-safe whole-file writes
+* ``background``    -- maintenance as steps of jobs, so the owner's thread never waits on the disk
 * ``errors``        -- one exception per Kafka error code (every layer raises these)
 """
