@@ -167,6 +167,18 @@ class SegmentDeletion:
 
 
 @dataclass(frozen=True, slots=True)
+class SegmentClose:
+    """Close segments the log no longer holds (any thread): the last close of a
+    deleted file frees its blocks, which is disk work too."""
+
+    segments: tuple[LogSegment, ...]
+
+    def run(self) -> None:
+        for segment in self.segments:
+            segment.close()
+
+
+@dataclass(frozen=True, slots=True)
 class SegmentSwap:
     """Swap the cleaned segment ``base_offset`` (written as ``.cleaned`` files, synced)
     in for the segments at ``replaced`` on disk, crash-safely (Kafka's
@@ -628,17 +640,16 @@ class PartitionLog:
         return SegmentSwap(self.directory, old[0].base_offset, tuple(s.base_offset for s in old),
                            self.config.index_interval_bytes, self.clock.now_ms())
 
-    def complete_swap(self, old: list[LogSegment], cleaned: LogSegment) -> None:
-        """Install ``cleaned`` (what :class:`SegmentSwap` returned) in place of ``old``
-        and close them."""
+    def complete_swap(self, old: list[LogSegment], cleaned: LogSegment) -> SegmentClose:
+        """Install ``cleaned`` (what :class:`SegmentSwap` returned) in place of ``old``;
+        returns the job that closes them."""
         if not self._holds_run(old) or cleaned.base_offset != old[0].base_offset:
             raise ValueError(f"{self.directory}: cleaned segment {cleaned.base_offset} does not "
                              f"replace consecutive segments starting there")
         first = self.segments.index(old[0])
-        for segment in old:
-            segment.close()
-            self._dirty.discard(segment)
+        self._dirty.difference_update(old)
         self.segments[first:first + len(old)] = [cleaned]
+        return SegmentClose(tuple(old))
 
     def _holds_run(self, run: list[LogSegment]) -> bool:
         """Whether ``run`` is a run of consecutive segments of this log, not the active one."""
