@@ -545,17 +545,13 @@ class PartitionLog:
         steps yield. Recovery never needs the newest snapshot: a crash before the file
         is durable only means replaying from an older one."""
         offset = self.log_end_offset
-        self._snapshot_set().add(offset)
         write = SnapshotWrite(filenames.snapshot_path(self.directory, offset),
-                              producer_snapshot.encode(list(self.producer_state)), self._prune_snapshots())
+                              producer_snapshot.encode(list(self.producer_state)), self._prune_snapshots(offset))
         return self._snapshot_steps(offset, write)
 
     def _snapshot_steps(self, offset: int, write: SnapshotWrite) -> Steps[None]:
-        try:
-            yield write
-        except BaseException:
-            self._snapshot_set().discard(offset)
-            raise
+        yield write
+        self._snapshot_set().add(offset)
 
     def snapshot_offsets(self) -> list[int]:
         return sorted(self._snapshot_set())
@@ -571,14 +567,16 @@ class PartitionLog:
         filenames.snapshot_path(self.directory, offset).unlink(missing_ok=True)
         self._snapshot_set().discard(offset)
 
-    def _prune_snapshots(self) -> tuple[Path, ...]:
+    def _prune_snapshots(self, new: int | None = None) -> tuple[Path, ...]:
         """Keep one snapshot per segment base at or above the log start offset, plus
-        the newest PERIODIC_SNAPSHOTS_TO_KEEP others: forget the rest, and return
-        their files for the caller's job to delete."""
+        the newest PERIODIC_SNAPSHOTS_TO_KEEP others (counting ``new``, one about to be
+        written): forget the rest, and return their files for the caller's job to delete."""
+        offsets = sorted(self._snapshot_set() | ({new} if new is not None else set()))
         bases = {segment.base_offset for segment in self.segments}
-        periodic = [o for o in self.snapshot_offsets() if o not in bases]
-        doomed = {o for o in self.snapshot_offsets() if o < self.log_start_offset}
+        periodic = [o for o in offsets if o not in bases]
+        doomed = {o for o in offsets if o < self.log_start_offset}
         doomed.update(periodic[:-PERIODIC_SNAPSHOTS_TO_KEEP])
+        doomed.discard(new)
         self._snapshot_set().difference_update(doomed)
         return tuple(filenames.snapshot_path(self.directory, offset) for offset in sorted(doomed))
 

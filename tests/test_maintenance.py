@@ -13,6 +13,7 @@ it acknowledged.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -296,6 +297,38 @@ def test_a_topic_deleted_while_its_cleaning_round_runs_is_gone_and_the_round_sto
         assert '"big"' not in (data / TOPICS_FILE).read_text()
         broker.create_topic("big", 1, COMPACTED)
         assert values(broker, "big") == []
+
+
+def settle(broker: Broker) -> None:
+    """Let the loop run what is already scheduled, a few callbacks deep (each round
+    trip queues behind what the one before scheduled)."""
+    for _ in range(10):
+        on_loop(broker, lambda: None)
+
+
+def test_retention_waits_for_a_cleaning_round_on_the_same_partition(broker: Broker, clock: FakeClock,
+                                                                    gates: list[Gate]) -> None:
+    broker.create_topic("both", 1, {**COMPACTED, "retention.ms": HOUR})
+    for round_ in range(4):
+        for key in range(8):
+            put(broker, "both", b"k%d" % key, b"v%d" % round_ + b"." * 60, clock.now_ms())
+    clock.advance(2 * HOUR)
+    put(broker, "both", b"fresh", b"x", clock.now_ms())
+    on_loop(broker, lambda: plog(broker, "both").roll())
+    gate = hold(gates, broker.engine.maintenance.partitions, SegmentSwap)
+    engine = broker.engine
+
+    cleaning = in_thread(lambda: engine.call(engine.compact_logs, timeout=DEADLINE_S))
+    gate.wait_held()
+    retention = asyncio.run_coroutine_threadsafe(engine.apply_retention(), engine.loop)
+    settle(broker)
+    assert broker.list_offsets("both", 0, -2) == 0, "retention planned nothing while the round runs"
+    assert not retention.done()
+
+    gate.release()
+    assert cleaning.result(DEADLINE_S) > 0
+    retention.result(DEADLINE_S)  # then it ran, on the cleaned segments
+    assert [key for _, key, _ in values(broker, "both")][-1] == b"fresh"
 
 
 def test_a_round_whose_segments_changed_under_it_is_discarded(broker: Broker, clock: FakeClock) -> None:

@@ -19,8 +19,8 @@ module runs them:
   nobody waits for it.
 
 A topic being deleted, or the engine closing, first cancels its partitions' jobs
-(:meth:`Maintenance.quiesce`): a cleaning job in progress stops at its next batch
-and deletes what it wrote, and the steps stop between jobs.
+(:meth:`Maintenance.quiesce`): a cleaning job in progress or to come stops at its
+next batch and deletes what it wrote, which ends the round.
 """
 
 from __future__ import annotations
@@ -40,8 +40,9 @@ T = TypeVar("T")
 
 
 class MaintenanceCancelledError(Exception):
-    """A partition's maintenance was cancelled (its topic is being deleted, or the
-    engine is closing) before or between its jobs."""
+    """A partition's maintenance was not started: its topic is being deleted, or the
+    engine is closing. (One cancelled while it runs ends with its job's error, e.g.
+    ``CleaningAbortedError``.)"""
 
 
 @dataclass
@@ -111,19 +112,21 @@ class Maintenance:
             return await self._drive(make_steps(*args), self.partitions, slot)
 
     async def _drive(self, steps: Steps[T], worker: Worker, slot: _Slot | None) -> T:
-        """A job's result is sent back into the steps, its exception thrown in."""
+        """A job's result is sent back into the steps, its exception thrown in. Once
+        the slot is cancelled every cancellable job is cancelled before it starts (it
+        raises, and the steps end); the others -- a swap, a close -- still run, so
+        whatever a finished job did on disk is installed in memory."""
         result: Any = None
         error: BaseException | None = None
         while True:
-            if slot is not None and slot.cancelled:
-                steps.close()
-                raise MaintenanceCancelledError("the partition's maintenance was cancelled")
             try:
                 job = steps.send(result) if error is None else steps.throw(error)
             except StopIteration as stop:
                 return stop.value
             if slot is not None:
                 slot.job = job
+                if slot.cancelled and isinstance(job, Cancellable):
+                    job.cancel()
             try:
                 result, error = await worker.run(job), None
             except Exception as e:  # handed to the steps, which clean up and re-raise
