@@ -39,10 +39,11 @@ $(CHROMIUM):
 	$(SUDO) apt-get update
 	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y chromium
 
-## bench: storage (append, fetch, restart) and transaction figures (see bench/RESULTS.md)
+## bench: storage (append, fetch, restart), transaction and maintenance figures (see bench/RESULTS.md)
 bench: $(STAMP)
 	$(PY) bench/bench_storage.py
 	$(PY) bench/bench_transactions.py
+	$(PY) bench/bench_maintenance.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis

@@ -138,6 +138,9 @@ if TYPE_CHECKING:
 
 #: bytes read from a segment at a time while cleaning
 _READ_CHUNK = 1 << 20
+#: the cleaned segment is synced every this many bytes written, so that its last sync
+#: is short and no produce fsync queues behind one large one
+_SYNC_EVERY_BYTES = 4 << 20
 #: how long a job works before it lets other threads take the GIL, and for how long
 #: (bench/bench_maintenance.py: produce p99 during a round, against none at all)
 _WORK_BETWEEN_PAUSES_S = 0.0005
@@ -270,12 +273,22 @@ class _Job:
 
     def _batches(self, segment: LogSegment) -> Iterator[tuple[int, BatchHeader, bytes]]:
         for item in _batches(segment):
-            if self._cancelled:
-                raise CleaningAbortedError(f"cleaning of {segment.directory} was cancelled")
-            if time.perf_counter() - self._last_pause >= _WORK_BETWEEN_PAUSES_S:
-                time.sleep(_PAUSE_S)
-                self._last_pause = time.perf_counter()
+            self._between_batches(segment)
             yield item
+
+    def _headers(self, segments: list[LogSegment]) -> Iterator[BatchHeader]:
+        """The header of every batch of ``segments``, in order."""
+        for segment in segments:
+            for location in segment.headers_from(0):
+                self._between_batches(segment)
+                yield location.header
+
+    def _between_batches(self, segment: LogSegment) -> None:
+        if self._cancelled:
+            raise CleaningAbortedError(f"cleaning of {segment.directory} was cancelled")
+        if time.perf_counter() - self._last_pause >= _WORK_BETWEEN_PAUSES_S:
+            time.sleep(_PAUSE_S)
+            self._last_pause = time.perf_counter()
 
 
 class _HorizonScan(_Job):
@@ -286,9 +299,8 @@ class _HorizonScan(_Job):
         self.segments = segments
 
     def run(self) -> int | None:
-        horizons = [location.header.base_timestamp for segment in self.segments
-                    for location in segment.headers_from(0) if location.header.delete_horizon_ms is not None]
-        return min(horizons, default=None)
+        return min((header.base_timestamp for header in self._headers(self.segments)
+                    if header.delete_horizon_ms is not None), default=None)
 
 
 class _DeleteFiles:
@@ -363,9 +375,8 @@ class _Scan(_Job):
         self.last_markers: dict[int, int] = {}
 
     def run(self) -> None:
-        self.last_markers = {location.header.producer_id: location.header.base_offset
-                             for segment in self.segments for location in segment.headers_from(0)
-                             if location.header.is_control and location.header.producer_id in self.producers}
+        self.last_markers = {header.producer_id: header.base_offset for header in self._headers(self.segments)
+                             if header.is_control and header.producer_id in self.producers}
         first_dirty = self.first_dirty
         aborted = _AbortedTxns(self.aborted)
         for segment, following_base in _with_following_bases(self.segments, self.end):
@@ -427,6 +438,8 @@ class _GroupWriter(_Job):
         self.round = round_
         self.group = group
         self.cleaned: LogSegment | None = None
+        #: bytes of the cleaned segment synced so far
+        self._synced = 0
         #: unchanged batches not written yet: (segment, position, header, its .txnindex entry)
         self._pending: list[tuple[LogSegment, int, BatchHeader, AbortedTxn | None]] = []
 
@@ -484,6 +497,9 @@ class _GroupWriter(_Job):
         self.cleaned.append(batch, header)
         if txn is not None:
             self.cleaned.append_aborted_txn(txn)
+        if self.cleaned.size - self._synced >= _SYNC_EVERY_BYTES:
+            self.cleaned.flush()
+            self._synced = self.cleaned.size
 
     def _finish(self) -> None:
         """Sync the cleaned segment, with every index file (so a swap is unambiguous)

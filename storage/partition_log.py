@@ -175,7 +175,7 @@ class SegmentClose:
 
     def run(self) -> None:
         for segment in self.segments:
-            segment.close()
+            segment.release()
 
 
 @dataclass(frozen=True, slots=True)

@@ -38,6 +38,9 @@ from storage.partition_log import PartitionLog
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
+#: the niceness of the maintenance thread (0 is normal, 19 the lowest priority)
+MAINTENANCE_NICE = 10
+
 
 class MaintenanceCancelledError(Exception):
     """A partition's maintenance was not started: its topic is being deleted, or the
@@ -64,8 +67,9 @@ class Maintenance:
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
-        #: cleaning rounds and retention (long jobs)
-        self.partitions = Worker(loop, "exactly-maintenance")
+        #: cleaning rounds and retention (long jobs, at a lower CPU priority than the
+        #: loop and the fsync thread, which produce and fetch wait on)
+        self.partitions = Worker(loop, "exactly-maintenance", nice=MAINTENANCE_NICE)
         #: short whole-file writes: snapshots, checkpoints, topics.json, producer-id blocks
         self.metadata = Worker(loop, "exactly-metadata")
         self._slots: weakref.WeakKeyDictionary[PartitionLog, _Slot] = weakref.WeakKeyDictionary()

@@ -11,6 +11,8 @@ snapshots, checkpoints, ``topics.json``, producer-id blocks).
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import queue
 import threading
 from typing import Any, Callable
@@ -24,8 +26,11 @@ Done = Callable[[Any, BaseException | None], None]
 class Worker:
     """One thread that runs jobs in the order they were submitted."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, name: str) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, name: str, nice: int = 0) -> None:
+        """``nice`` > 0 lowers the thread's CPU priority (Linux schedules threads
+        apart): when the machine's cores are busy, the others run first."""
         self._loop = loop
+        self._nice = nice
         self._queue: queue.SimpleQueue[tuple[Job, Done] | None] = queue.SimpleQueue()
         #: Test hook: when set, called on the worker thread with each job just before it
         #: runs. A test holds a real job in progress with it (waiting there on a gate of
@@ -57,6 +62,9 @@ class Worker:
         return future
 
     def _run(self) -> None:
+        if self._nice:
+            with contextlib.suppress(OSError, AttributeError):  # not on every platform
+                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), self._nice)
         while (item := self._queue.get()) is not None:
             job, done = item
             result: Any = None
