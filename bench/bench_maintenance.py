@@ -2,7 +2,7 @@
 """Maintenance benchmark: produce latency on one partition while another partition of
 1 GiB is cleaned, and while retention deletes a 1 GiB partition's segments.
 
-    .venv/bin/python bench/bench_maintenance.py            # full run (about 5 minutes, ~6.5 GB written)
+    .venv/bin/python bench/bench_maintenance.py            # full run (about 3 minutes, ~6.5 GB written)
     .venv/bin/python bench/bench_maintenance.py --quick    # 64 MiB partitions, for checking the script
 
 A producer thread sends a 10 KiB batch (10 records of 1 KiB) with acks=all to the
