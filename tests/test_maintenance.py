@@ -14,6 +14,7 @@ it acknowledged.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -246,6 +247,23 @@ def test_a_topic_is_durable_before_create_topic_returns(tmp_path: Path, gates: l
         assert creating.result(DEADLINE_S).partitions == 2
         assert '"fresh"' in (data / TOPICS_FILE).read_text()
         assert produce(broker, "fresh", 1, data_batch([b"now"])) == 0
+
+
+def test_a_topic_created_again_never_gets_the_data_a_crash_left_of_its_namesake(tmp_path: Path) -> None:
+    """A crash after topics.json dropped a deleted topic but before its directory went
+    leaves the directory behind; creating a topic of that name starts empty."""
+    data = tmp_path / "data"
+    with Broker(data, **SMALL_INTERNAL_TOPICS) as broker:
+        broker.create_topic("t", 1)
+        produce(broker, "t", 0, data_batch([b"old data"]))
+    registry = json.loads((data / TOPICS_FILE).read_text())
+    del registry["t"]  # as delete_topic's commit point leaves it
+    (data / TOPICS_FILE).write_text(json.dumps(registry))
+    with Broker(data, **SMALL_INTERNAL_TOPICS) as broker:
+        assert (data / "t-0").exists()
+        broker.create_topic("t", 1)
+        assert values(broker, "t") == []
+        assert produce(broker, "t", 0, data_batch([b"new data"])) == 0
 
 
 def test_no_producer_id_is_handed_out_before_its_block_is_durable(tmp_path: Path, gates: list[Gate]) -> None:
