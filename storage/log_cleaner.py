@@ -211,9 +211,10 @@ def clean(log: PartitionLog, now_ms: int) -> Steps[CleanerStats]:
     producers = log.producer_state.producers
     scan = _Scan(segments, first_dirty, end, log.collect_aborted(first_dirty, end), frozenset(producers))
     yield scan
-    round_ = _Round(log.config, now_ms, scan, segments, end, log.collect_aborted(segments[0].base_offset, end),
-                    remembered=frozenset((pid, batch.last_offset) for pid, entry in producers.items()
-                                         for batch in entry.batches))
+    remembered = frozenset((pid, batch.last_offset)
+                           for pid, entry in producers.items() for batch in entry.batches)
+    aborted = log.collect_aborted(segments[0].base_offset, end)
+    round_ = _Round(log.config, now_ms, scan, segments, end, aborted, remembered)
     after = rewritten = 0
     for group in _groups(segments, end, log.config):
         writer = _GroupWriter(log.directory, log.config.index_interval_bytes, round_, group)

@@ -546,7 +546,8 @@ class PartitionLog:
         is durable only means replaying from an older one."""
         offset = self.log_end_offset
         write = SnapshotWrite(filenames.snapshot_path(self.directory, offset),
-                              producer_snapshot.encode(list(self.producer_state)), self._prune_snapshots(offset))
+                              producer_snapshot.encode(list(self.producer_state)),
+                              self._prune_snapshots(offset))
         return self._snapshot_steps(offset, write)
 
     def _snapshot_steps(self, offset: int, write: SnapshotWrite) -> Steps[None]:

@@ -246,8 +246,7 @@ class Engine:
     async def _create_topic(self, name: str, partitions: int, config: Mapping[str, Any] | None,
                             internal: bool = False) -> TopicInfo:
         async with self._topic_changes:
-            return await self.maintenance.run(self.logs.create_topic(name, partitions, config, internal),
-                                               self.maintenance.metadata)
+            return await self.maintenance.run(self.logs.create_topic(name, partitions, config, internal))
 
     async def delete_topic(self, name: str) -> None:
         """Delete a topic: at once no request finds it; in-flight fsyncs finish and its
@@ -263,7 +262,7 @@ class Engine:
                     await commit.drain()
                     commit.close()
             await self.maintenance.quiesce(logs)
-            await self.maintenance.run(self.logs.delete_topic(logs), self.maintenance.metadata)
+            await self.maintenance.run(self.logs.delete_topic(logs))
 
     def start_produce(self, topic: str, partition: int, batch: bytes, acks: int = -1) -> Future:
         """Append one producer batch (on the loop); the future resolves to its
@@ -364,8 +363,9 @@ class Engine:
 
     async def take_snapshots(self) -> int:
         """Snapshot producer state on every partition whose log end has no snapshot."""
-        due = [log_.take_snapshot() for log_ in self.logs if log_.log_end_offset not in log_.snapshot_offsets()]
-        await asyncio.gather(*(self.maintenance.run(steps, self.maintenance.metadata) for steps in due))
+        due = [log_.take_snapshot() for log_ in self.logs
+               if log_.log_end_offset not in log_.snapshot_offsets()]
+        await asyncio.gather(*(self.maintenance.run(steps) for steps in due))
         return len(due)
 
     async def apply_retention(self) -> int:
@@ -376,7 +376,7 @@ class Engine:
             try:
                 deleted += await self.maintenance.on_partition(log_, log_.delete_old_segments, now)
             except MaintenanceCancelledError:
-                continue  # its topic is being deleted
+                continue  # its topic is being deleted, or the broker is closing
         if deleted:
             await self.checkpoint()
         return deleted
@@ -396,7 +396,7 @@ class Engine:
             try:
                 rewritten += (await self.maintenance.on_partition(log_, log_.clean, now)).segments_rewritten
             except (MaintenanceCancelledError, CleaningAbortedError):
-                continue  # its topic is being deleted
+                continue  # its topic is being deleted, or the broker is closing
             except (KafkaError, OSError):
                 log.exception("cleaning %s-%d failed", log_.topic, log_.partition)
             moved = moved or log_.cleaner_state.checkpoint != before
@@ -418,11 +418,11 @@ class Engine:
 
     async def checkpoint(self) -> None:
         """Write the recovery-point, log-start-offset and cleaner checkpoints."""
-        await self.maintenance.run(self.logs.checkpoint(), self.maintenance.metadata)
+        await self.maintenance.run(self.logs.checkpoint())
 
     async def persist(self, job: Job) -> None:
         """Run a short file write (``job.run()``) on the metadata thread; return once done."""
-        await self.maintenance.run(_one(job), self.maintenance.metadata)
+        await self.maintenance.run(_one(job))
 
     # -- lifecycle ------------------------------------------------------------------------
 

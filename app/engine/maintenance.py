@@ -12,9 +12,9 @@ module runs them:
   partition -- both change the partition's sealed segments, so they never overlap
   on one partition (Kafka's cleaner manager keeps the same rule). A long round
   delays no fsync of a produce: those run on the fsync thread.
-* **short writes** (:meth:`Maintenance.run` on :attr:`Maintenance.metadata`):
-  snapshots, checkpoints, topic changes, producer-id blocks, on the
-  ``exactly-metadata`` thread, so none of them waits behind a cleaning round.
+* **short writes** (:meth:`Maintenance.run`): snapshots, checkpoints, topic
+  changes, producer-id blocks, on the ``exactly-metadata`` thread, so none of them
+  waits behind a cleaning round.
 * **in the background** (:meth:`Maintenance.start`): the snapshot a roll takes;
   nobody waits for it.
 
@@ -76,17 +76,18 @@ class Maintenance:
         self._in_flight: set[asyncio.Future[Any]] = set()
         self._closing = False
 
-    async def run(self, steps: Steps[T], worker: Worker) -> T:
-        """Drive ``steps`` to the end: their own code here on the loop, each job on
-        ``worker``. The drive is a task of its own: a caller that gives up (a
-        cancelled request) never leaves steps half done, e.g. a segment swapped on
-        disk but not in memory."""
-        return await self._task(self._drive(steps, worker, None))
+    async def run(self, steps: Steps[T]) -> T:
+        """Drive ``steps`` of short writes to the end: their own code here on the loop,
+        each job on the metadata thread. The drive is a task of its own: a caller that
+        gives up (a cancelled request) never leaves steps half done, e.g. a topic
+        registered on disk but not in memory."""
+        return await self._task(self._drive(steps, self.metadata, None))
 
     async def on_partition(self, partition_log: PartitionLog, make_steps: Callable[..., Steps[T]],
                            *args: Any) -> T:
         """Run ``make_steps(*args)`` -- called once this partition's earlier maintenance
-        is done, so it plans from the state that left -- on the maintenance thread.
+        is done, so it plans from the state that left -- on the maintenance thread. The
+        drive is a task of its own, as in :meth:`run`: a swap is never left half installed.
 
         :raise MaintenanceCancelledError: the partition is being deleted or the engine closed.
         """
