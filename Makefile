@@ -45,12 +45,13 @@ $(KCAT):
 	$(SUDO) apt-get update
 	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y kcat
 
-## bench: storage (append, fetch, restart), transaction, broker-lifecycle, embedded-producer and Kafka wire figures (see bench/RESULTS.md)
+## bench: storage (append, fetch, restart), transaction, broker-lifecycle, embedded-producer, maintenance and Kafka wire figures (see bench/RESULTS.md)
 bench: $(STAMP)
 	$(PY) bench/bench_storage.py
 	$(PY) bench/bench_transactions.py
 	$(PY) bench/bench_lifecycle.py
 	$(PY) bench/bench_producer.py
+	$(PY) bench/bench_maintenance.py
 	$(PY) bench/bench_kafka.py
 
 clean:

@@ -14,11 +14,17 @@ says (version 0)::
 
 As a second guard the caller passes ``floor``, one more than the largest producer
 id found in the logs, so even a lost file cannot make an id come back.
+
+The file is written off the owner's thread: when :meth:`ProducerIdManager.next_id`
+has no durable id left it answers None, and the owner runs the job
+:meth:`ProducerIdManager.next_block` returns (on a worker; its ``run`` writes and
+syncs the file), then :meth:`ProducerIdManager.install` s it and asks again.
 """
 
 from __future__ import annotations
 
 import struct
+from dataclasses import dataclass
 from pathlib import Path
 
 from storage.checked_file import read_fields, write_fields
@@ -32,6 +38,18 @@ BODY = struct.Struct(
 )
 
 
+@dataclass(frozen=True)
+class ProducerIdBlock:
+    """The file that makes every id below ``end`` usable; ``run`` writes it durably
+    (any thread)."""
+
+    path: Path
+    end: int
+
+    def run(self) -> None:
+        write_fields(self.path, VERSION, BODY, self.end)
+
+
 class ProducerIdManager:
     """Hands out producer ids from durable blocks. Not thread-safe (one owner)."""
 
@@ -42,15 +60,26 @@ class ProducerIdManager:
         self._next = max(0 if fields is None else fields[0], floor)
         self._block_end = self._next  # nothing of a new block is durable yet
 
-    def next_id(self) -> int:
-        """A producer id no one has had before."""
-        if self._next >= self._block_end:
-            block_end = self._next + BLOCK_SIZE
-            write_fields(self.path, VERSION, BODY, block_end)
-            self._block_end = block_end
+    def next_id(self) -> int | None:
+        """A producer id no one has had before, or None when the durable block is used
+        up and :meth:`next_block` must be made durable first."""
+        if self.exhausted:
+            return None
         producer_id = self._next
         self._next += 1
         return producer_id
+
+    @property
+    def exhausted(self) -> bool:
+        return self._next >= self._block_end
+
+    def next_block(self) -> ProducerIdBlock:
+        """The write that makes the next ``BLOCK_SIZE`` ids durable."""
+        return ProducerIdBlock(self.path, self._next + BLOCK_SIZE)
+
+    def install(self, block: ProducerIdBlock) -> None:
+        """``block`` is durable: hand out the ids below its end."""
+        self._block_end = max(self._block_end, block.end)
 
     def raise_floor(self, floor: int) -> None:
         """Never hand out anything below ``floor`` (a producer id seen in a log)."""

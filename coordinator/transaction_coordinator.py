@@ -5,9 +5,11 @@ persists every change to ``__transaction_state`` before applying it
 (``coordinator/transaction_log.py``), hands out producer ids
 (``coordinator/producer_id_manager.py``) and completes transactions by writing
 COMMIT/ABORT markers to every partition in them. It runs on the engine's event
-loop; the engine gives it three capabilities (:class:`CoordinatorIO`): append a
+loop; the engine gives it four capabilities (:class:`CoordinatorIO`): append a
 record to a transaction-log partition and wait until durable, write a marker to a
-partition and wait until durable, and say whether a partition exists.
+partition and wait until durable, say whether a partition exists, and run a file
+write off the loop (a block of producer ids is made durable that way before any
+id of it is handed out).
 
 How each request is answered (PRODUCER_FENCED is answered as INVALID_PRODUCER_EPOCH
 to request versions that predate it, at the wire):
@@ -66,7 +68,7 @@ from pathlib import Path
 from typing import Iterable, Protocol
 
 from coordinator import offsets_log, transaction_log
-from coordinator.producer_id_manager import BLOCK_SIZE, ProducerIdManager
+from coordinator.producer_id_manager import BLOCK_SIZE, ProducerIdBlock, ProducerIdManager
 from coordinator.schema import SchemaError
 from coordinator.transaction_state import (
     MAX_PRODUCER_EPOCH,
@@ -124,6 +126,10 @@ class CoordinatorIO(Protocol):
         """The ``__consumer_offsets`` partition of a group (the group coordinator's
         partitioning, as Kafka's ``groupCoordinator.partitionFor``)."""
 
+    async def persist(self, write: ProducerIdBlock) -> None:
+        """Run ``write.run()`` (file I/O and fsync) off the loop; return once it is done."""
+        ...
+
 
 @dataclass(frozen=True)
 class CoordinatorConfig:
@@ -155,6 +161,7 @@ class TransactionCoordinator:
         self.completed = {"commit": 0, "abort": 0}
         self.coordinator_epoch = self._bump_coordinator_epoch(max_seen_coordinator_epoch)
         self.producer_ids = self._producer_id_manager()
+        self._id_block_lock = asyncio.Lock()
 
     # -- start-up -----------------------------------------------------------------------
 
@@ -295,7 +302,7 @@ class TransactionCoordinator:
                                producer_epoch: int = NO_PRODUCER_EPOCH) -> tuple[int, int]:
         """InitProducerId: ``(producer id, epoch)`` for this producer instance."""
         if transactional_id is None:
-            return self.producer_ids.next_id(), 0
+            return await self._new_producer_id(), 0
         if transactional_id == "":
             raise InvalidRequestError("the transactional id must not be empty")
         if not 0 < transaction_timeout_ms <= self.config.transaction_max_timeout_ms:
@@ -307,6 +314,9 @@ class TransactionCoordinator:
         expected = kip360  # KIP-360: checked once, before any fencing
         while True:
             meta = self.txns.get(transactional_id)
+            if self.producer_ids.exhausted and (meta is None or meta.producer_epoch >= MAX_PRODUCER_EPOCH):
+                await self._durable_id_block()
+                continue  # the world may have moved while the block was written
             if meta is None:
                 return await self._init_new(transactional_id, transaction_timeout_ms)
             if meta.pending_state is not None or meta.state.is_ending:
@@ -321,7 +331,7 @@ class TransactionCoordinator:
                 await self._fence_and_abort(meta)
                 continue
             if meta.producer_epoch >= MAX_PRODUCER_EPOCH:
-                transit = meta.prepare_new_producer_id(self.producer_ids.next_id(), transaction_timeout_ms,
+                transit = meta.prepare_new_producer_id(self._take_producer_id(), transaction_timeout_ms,
                                                        self.clock.now_ms(), remember_last_epoch=kip360)
             else:
                 transit = meta.prepare_increment_epoch(transaction_timeout_ms, self.clock.now_ms(),
@@ -329,8 +339,30 @@ class TransactionCoordinator:
             await self._write(meta, transit)
             return meta.producer_id, meta.producer_epoch
 
+    async def _new_producer_id(self) -> int:
+        """A producer id never handed out before, from a block that is durable."""
+        while (producer_id := self.producer_ids.next_id()) is None:
+            await self._durable_id_block()
+        return producer_id
+
+    async def _durable_id_block(self) -> None:
+        """Make the next block of producer ids durable (the file is written off the
+        loop), unless another request already has."""
+        async with self._id_block_lock:
+            if self.producer_ids.exhausted:
+                block = self.producer_ids.next_block()
+                await self.io.persist(block)
+                self.producer_ids.install(block)
+
+    def _take_producer_id(self) -> int:
+        """A producer id from the durable block, which the caller has made sure has one
+        (in the same loop callback: nothing can take it in between)."""
+        producer_id = self.producer_ids.next_id()
+        assert producer_id is not None, "the caller made a block durable first"
+        return producer_id
+
     async def _init_new(self, txn_id: str, timeout_ms: int) -> tuple[int, int]:
-        meta = TransactionMetadata(txn_id, self.producer_ids.next_id(), NO_PRODUCER_ID,
+        meta = TransactionMetadata(txn_id, self._take_producer_id(), NO_PRODUCER_ID,
                                    NO_PRODUCER_EPOCH, NO_PRODUCER_EPOCH, timeout_ms, S.EMPTY)
         transit = meta.prepare_increment_epoch(timeout_ms, self.clock.now_ms())
         self.txns[txn_id] = meta

@@ -13,5 +13,6 @@ file type or concept; each module's docstring is its format's spec:
 * ``log_manager``   -- the data directory;  ``checkpoint`` -- Kafka's text checkpoints
 * ``filenames``     -- every file name;  ``atomic_file`` -- crash-safe whole-file writes
 * ``checked_file``  -- the version + CRC-32C framing of whole files the broker owns
+* ``background``    -- maintenance as steps of jobs, so the owner's thread never waits on the disk
 * ``errors``        -- one exception per Kafka error code (every layer raises these)
 """

@@ -29,6 +29,7 @@ from coordinator import offsets_log, transaction_log
 from coordinator.producer_id_manager import ProducerIdManager
 from coordinator.transaction_state import TransactionState, TxnTransitMetadata
 from storage import filenames
+from storage.background import run_inline
 from storage.clock import FakeClock
 from storage.filenames import COORDINATOR_EPOCH
 from storage.log_config import LogConfig
@@ -102,7 +103,7 @@ def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The worked data directory of section 1."""
     data = tmp_path_factory.mktemp("formats") / "data"
     logs = LogManager(data, LogConfig(), FakeClock())
-    logs.create_topic("vectors", 1, {"index.interval.bytes": "100", "cleanup.policy": "compact"})
+    run_inline(logs.create_topic("vectors", 1, {"index.interval.bytes": "100", "cleanup.policy": "compact"}))
     logs.close(clean=False)
     partition = data / "vectors-0"
     for path in partition.iterdir():
@@ -113,7 +114,11 @@ def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def producer_id_block(tmp_path: Path) -> bytes:
-    assert ProducerIdManager(tmp_path).next_id() == 0
+    manager = ProducerIdManager(tmp_path)
+    block = manager.next_block()
+    block.run()  # the coordinator runs this off its loop, before the first id is handed out
+    manager.install(block)
+    assert manager.next_id() == 0
     return (tmp_path / "producer-id-block").read_bytes()
 
 

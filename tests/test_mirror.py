@@ -56,7 +56,7 @@ def open_broker(data_dir: Path, clock: FakeClock | None = None, **config: object
 
     async def create_internal_topics() -> None:  # clients may not; the coordinators do on first use
         for topic in (transaction_log.TOPIC, offsets_log.TOPIC):
-            broker.engine.ensure_internal_topic(topic)
+            await broker.engine.ensure_internal_topic(topic)
 
     broker.engine.call(create_internal_topics)
     for topic, partitions in USER_TOPICS.items():

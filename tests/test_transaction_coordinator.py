@@ -187,7 +187,7 @@ def append_txn_log(broker: Broker, txn_id: str, transit: TxnTransitMetadata | No
     value = None if transit is None else transaction_log.encode_value(transit)
     batch = encode_batch([SimpleRecord(value, key=transaction_log.encode_key(txn_id),
                                        timestamp=broker.engine.clock.now_ms())])
-    broker.engine.ensure_internal_topic(transaction_log.TOPIC)
+    broker.engine.call(broker.engine.ensure_internal_topic, transaction_log.TOPIC)
     broker.engine.call(broker.engine.append_internal, transaction_log.TOPIC,
                        transaction_log.partition_for(txn_id, 3), batch)
 
@@ -523,7 +523,7 @@ def test_add_offsets_adds_the_groups_consumer_offsets_partition(broker):
 
 def test_the_commit_marker_lands_in_the_groups_consumer_offsets_partition(broker):
     async def create_offsets_topic() -> None:
-        broker.engine.ensure_internal_topic(offsets_log.TOPIC)
+        await broker.engine.ensure_internal_topic(offsets_log.TOPIC)
     broker.engine.call(create_offsets_topic)
     pid, epoch = init(broker, "a")
     _, partition = call(broker, "add_offsets", "a", pid, epoch, "billing-app")

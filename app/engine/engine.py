@@ -5,9 +5,13 @@ only by code running on the engine's loop, so there are no locks around them. Th
 Kafka listener runs on the same loop; HTTP worker threads, scheduled jobs and the
 embedded client submit work with :meth:`Engine.call` / :meth:`Engine.submit` and
 wait for the answer -- coordinator requests are the coordinators' own coroutines,
-e.g. ``engine.call(engine.transaction_coordinator.end_txn, ...)``. Fsyncs run on
-the fsync thread through group commit (``app/engine/group_commit.py``), so no request
-blocks the loop on the disk.
+e.g. ``engine.call(engine.transaction_coordinator.end_txn, ...)``. The loop never
+waits on the disk: fsyncs of appends run on the fsync thread through group commit
+(``app/engine/group_commit.py``); snapshots, checkpoints, retention, cleaning, topic
+changes and producer-id blocks are planned on the loop, written on a maintenance
+thread and installed on the loop (``app/engine/maintenance.py``). Only opening and
+closing the data directory touch the disk from the caller's thread, while the loop
+is not running.
 
 The internal topics ``__transaction_state`` and ``__consumer_offsets`` are created
 when first needed (as Kafka does), compacted, and read back into the coordinators
@@ -17,6 +21,8 @@ when the engine starts; prepared transactions are then rolled forward.
 from __future__ import annotations
 
 import asyncio
+import functools
+import inspect
 import logging
 import threading
 from concurrent.futures import Future
@@ -27,18 +33,24 @@ from typing import Any, Awaitable, Callable, Collection, Mapping, TypeVar
 from app.config import BrokerConfig
 from app.engine.coordinator_io import EngineCoordinatorIO
 from app.engine.counters import EngineCounters
-from app.engine.group_commit import FsyncThread, GroupCommit
+from app.engine.group_commit import GroupCommit
+from app.engine.maintenance import Maintenance, MaintenanceCancelledError
+from app.engine.worker import Worker
 from coordinator import offsets_log, transaction_log
 from coordinator.group_coordinator import GroupCoordinator
 from coordinator.transaction_coordinator import TransactionCoordinator
+from storage.background import Job, Steps
 from storage.clock import Clock, SystemClock
 from storage.errors import (
     InvalidRequestError,
     InvalidRequiredAcksError,
     InvalidTopicError,
     InvalidTxnStateError,
+    KafkaError,
     KafkaStorageError,
+    TopicAlreadyExistsError,
 )
+from storage.log_cleaner import CleaningAbortedError
 from storage.log_manager import LogManager, TopicInfo
 from storage.partition_log import AppendResult, PartitionLog, ReadResult
 from storage.producer_state import next_sequence
@@ -81,7 +93,12 @@ class Engine:
         self.clock = clock or SystemClock()
         self.logs = LogManager(data_dir, config.log, self.clock)  # recovers before anything runs
         self.loop = asyncio.new_event_loop()
-        self._fsync = FsyncThread(self.loop)
+        self._fsync = Worker(self.loop, "exactly-fsync")
+        #: snapshots, checkpoints, retention, cleaning, topic changes, producer-id blocks
+        self.maintenance = Maintenance(self.loop)
+        self.logs.background = self.maintenance.start  # the snapshot of a roll
+        #: one topic creation or deletion at a time
+        self._topic_changes = asyncio.Lock()
         self._commits: dict[tuple[str, int], GroupCommit] = {}
         #: partition (None: any partition) -> futures waiting for its high watermark to move
         self._data_waiters: dict[tuple[str, int] | None, list[asyncio.Future[None]]] = {}
@@ -128,7 +145,7 @@ class Engine:
             self.group_coordinator.tick()
             self.loop.call_later(GROUP_TICK_S, self._tick_groups)
 
-    def ensure_internal_topic(self, name: str) -> None:
+    async def ensure_internal_topic(self, name: str) -> None:
         """Create ``__transaction_state`` / ``__consumer_offsets`` on first use, compacted."""
         if name in self.logs.topics:
             return
@@ -137,8 +154,11 @@ class Engine:
             (config.transaction_state_log_num_partitions, config.transaction_state_log_segment_bytes)
             if name == transaction_log.TOPIC
             else (config.offsets_topic_num_partitions, config.offsets_topic_segment_bytes))
-        self.logs.create_topic(name, partitions, {"cleanup.policy": "compact", "segment.bytes": segment_bytes},
-                               internal=True)
+        try:
+            await self._create_topic(name, partitions, {"cleanup.policy": "compact", "segment.bytes": segment_bytes},
+                                     internal=True)
+        except TopicAlreadyExistsError:
+            pass  # another request created it while this one waited
 
     async def append_internal(self, topic: str, partition: int, batch: bytes) -> AppendResult:
         """Append a coordinator's batch to an internal topic and wait until durable."""
@@ -175,12 +195,16 @@ class Engine:
 
     # -- submitting work from other threads --------------------------------------------
 
-    def call(self, fn: Callable[..., Awaitable[T]], *args: Any, timeout: float | None = 60,
-             **kwargs: Any) -> T:
-        """Run the coroutine ``fn(*args, **kwargs)`` on the loop and wait for its result."""
+    def call(self, fn: Callable[..., Awaitable[T]] | Callable[..., T], *args: Any,
+             timeout: float | None = 60, **kwargs: Any) -> T:
+        """Run ``fn(*args, **kwargs)`` on the loop and wait for its result: a coroutine
+        function is awaited there, a plain function called there."""
         if self._closed:
             raise KafkaStorageError("the broker is closed")
-        future = asyncio.run_coroutine_threadsafe(fn(*args, **kwargs), self.loop)
+        if inspect.iscoroutinefunction(fn):
+            future = asyncio.run_coroutine_threadsafe(fn(*args, **kwargs), self.loop)
+        else:
+            future = self.submit(functools.partial(fn, *args, **kwargs))
         return future.result(timeout)
 
     def submit(self, fn: Callable[..., Any], *args: Any) -> Future:
@@ -220,21 +244,33 @@ class Engine:
 
     async def create_topic(self, name: str, partitions: int | None = None,
                            config: Mapping[str, Any] | None = None) -> TopicInfo:
+        """Create a topic; returns once it is durable (its directories and topics.json
+        are written off the loop)."""
         if name in INTERNAL_TOPICS:
             raise InvalidTopicError(f"{name} is an internal topic; the broker creates it")
-        return self.logs.create_topic(name, partitions if partitions is not None
-                                      else self.config.num_partitions, config)
+        return await self._create_topic(name, partitions if partitions is not None
+                                        else self.config.num_partitions, config)
+
+    async def _create_topic(self, name: str, partitions: int, config: Mapping[str, Any] | None,
+                            internal: bool = False) -> TopicInfo:
+        async with self._topic_changes:
+            return await self.maintenance.run(self.logs.create_topic(name, partitions, config, internal))
 
     async def delete_topic(self, name: str) -> None:
+        """Delete a topic: at once no request finds it; in-flight fsyncs finish and its
+        maintenance is cancelled; returns once topics.json without it is durable and
+        its files are gone."""
         if name in INTERNAL_TOPICS:
             raise InvalidTopicError(f"the internal topic {name} cannot be deleted")
-        info = self.logs.topic(name)
-        for partition in range(info.partitions):
-            commit = self._commits.pop((name, partition), None)
-            if commit is not None:
-                await commit.drain()
-                commit.close()
-        self.logs.delete_topic(name)
+        async with self._topic_changes:
+            logs = self.logs.detach_topic(name)
+            for log_ in logs:
+                commit = self._commits.pop((name, log_.partition), None)
+                if commit is not None:
+                    await commit.drain()
+                    commit.close()
+            await self.maintenance.quiesce(logs)
+            await self.maintenance.run(self.logs.delete_topic(logs))
 
     def start_produce(self, topic: str, partition: int, batch: bytes, acks: int = -1) -> Future:
         """Append one producer batch (on the loop); the future resolves to its
@@ -283,10 +319,10 @@ class Engine:
             return 0
         return next_sequence(entry.last_seq)
 
-    async def partition_count(self, topic: str) -> int:
+    def partition_count(self, topic: str) -> int:
         return self.logs.topic(topic).partitions
 
-    async def partition_counts(self, topics: list[str]) -> dict[str, int]:
+    def partition_counts(self, topics: list[str]) -> dict[str, int]:
         """Partitions per existing topic (unknown topics are left out)."""
         return {t: self.logs.topics[t].partitions for t in topics if t in self.logs.topics}
 
@@ -305,16 +341,16 @@ class Engine:
         return await asyncio.wrap_future(self.start_txn_marker(
             topic, partition, producer_id, producer_epoch, coordinator_epoch, commit))
 
-    async def fetch(self, topic: str, partition: int, offset: int, max_bytes: int = 1 << 20,
-                    isolation_level: str | int = READ_UNCOMMITTED) -> ReadResult:
+    def fetch(self, topic: str, partition: int, offset: int, max_bytes: int = 1 << 20,
+              isolation_level: str | int = READ_UNCOMMITTED) -> ReadResult:
         self.counters.fetch_requests += 1
         committed = isolation_is_committed(isolation_level)
         result = self.logs.log(topic, partition).read(offset, max_bytes, read_committed=committed)
         self.counters.fetched_bytes += len(result.records)
         return result
 
-    async def list_offsets(self, topic: str, partition: int, timestamp: int,
-                           isolation_level: str | int = READ_UNCOMMITTED) -> OffsetAndTimestamp:
+    def list_offsets(self, topic: str, partition: int, timestamp: int,
+                     isolation_level: str | int = READ_UNCOMMITTED) -> OffsetAndTimestamp:
         """Kafka's ListOffsets: -1 latest (the LSO when read_committed), -2 earliest,
         otherwise the first offset with a timestamp >= ``timestamp`` (-1 if none)."""
         committed = isolation_is_committed(isolation_level)
@@ -329,23 +365,54 @@ class Engine:
         return OffsetAndTimestamp(*found) if found else OffsetAndTimestamp(-1, -1)
 
     # -- periodic work (scheduled jobs call these) -----------------------------------------
+    #
+    # Each is planned here on the loop and does its file I/O on a maintenance thread
+    # (app/engine/maintenance.py); the loop serves requests meanwhile.
 
     async def take_snapshots(self) -> int:
-        count = 0
-        for log_ in self.logs:
-            if log_.log_end_offset not in log_.snapshot_offsets():
-                log_.take_snapshot()
-                count += 1
-        return count
+        """Snapshot producer state on every partition whose log end has no snapshot."""
+        due = [log_.take_snapshot() for log_ in self.logs
+               if log_.log_end_offset not in log_.snapshot_offsets()]
+        await asyncio.gather(*(self.maintenance.run(steps) for steps in due))
+        return len(due)
 
     async def apply_retention(self) -> int:
-        return self.logs.apply_retention()
+        """Delete segments past retention everywhere; returns how many went."""
+        now = self.clock.now_ms()
+        deleted = 0
+        for log_ in self.logs:
+            try:
+                deleted += await self.maintenance.on_partition(log_, log_.delete_old_segments, now)
+            except MaintenanceCancelledError:
+                continue  # its topic is being deleted, or the broker is closing
+        if deleted:
+            await self.checkpoint()
+        return deleted
 
     async def compact_logs(self) -> int:
-        """One log-cleaner round on every compacted partition; segments rewritten."""
-        return self.logs.compact()
+        """One log-cleaner round on every compacted partition; returns how many segments
+        were rewritten. A partition that cannot be cleaned (a damaged batch, an I/O
+        error) is logged and skipped, as Kafka's cleaner skips an uncleanable
+        partition; the others are still cleaned."""
+        now = self.clock.now_ms()
+        rewritten = 0
+        moved = False
+        for log_ in self.logs:
+            if not log_.config.compact:
+                continue
+            before = log_.cleaner_state.checkpoint
+            try:
+                rewritten += (await self.maintenance.on_partition(log_, log_.clean, now)).segments_rewritten
+            except (MaintenanceCancelledError, CleaningAbortedError):
+                continue  # its topic is being deleted, or the broker is closing
+            except (KafkaError, OSError):
+                log.exception("cleaning %s-%d failed", log_.topic, log_.partition)
+            moved = moved or log_.cleaner_state.checkpoint != before
+        if moved:
+            await self.checkpoint()
+        return rewritten
 
-    async def expire_producer_ids(self) -> int:
+    def expire_producer_ids(self) -> int:
         """Forget producers idle for producer.id.expiration.ms on every partition."""
         now = self.clock.now_ms()
         return sum(len(log_.producer_state.remove_expired(now, self.config.producer_id_expiration_ms))
@@ -358,28 +425,38 @@ class Engine:
         return await self.transaction_coordinator.expire_transactional_ids()
 
     async def checkpoint(self) -> None:
-        self.logs.checkpoint()
+        """Write the recovery-point, log-start-offset and cleaner checkpoints."""
+        await self.maintenance.run(self.logs.checkpoint())
+
+    async def persist(self, job: Job) -> None:
+        """Run a short file write (``job.run()``) on the metadata thread; return once done."""
+        await self.maintenance.run(_one(job))
 
     # -- lifecycle ------------------------------------------------------------------------
 
     async def _shutdown(self) -> None:
         await self.transaction_coordinator.wait_for_completions()
+        await self.maintenance.close()
         for commit in self._commits.values():
             await commit.drain()
             commit.close()
-        self.logs.close(clean=True)
 
     def close(self) -> None:
-        """Finish in-flight fsyncs, snapshot and flush every log, release the directory."""
+        """Finish in-flight fsyncs and maintenance, then -- with the loop stopped, on
+        the calling thread -- snapshot and flush every log and release the directory."""
         if self._closed:
             return
+        clean = False
         try:
             asyncio.run_coroutine_threadsafe(self._shutdown(), self.loop).result()
+            clean = True
         finally:
             self._closed = True
             self.loop.call_soon_threadsafe(self.loop.stop)
             self._thread.join()
+            self.maintenance.stop()
             self._fsync.stop()
+            self.logs.close(clean=clean)
             self.loop.close()
 
 
@@ -395,6 +472,11 @@ def _copy_outcome(source: Future, target: Future) -> None:
         target.set_exception(error)
     else:
         target.set_result(source.result())
+
+
+def _one(job: Job) -> Steps[Any]:
+    """Steps of a single job."""
+    return (yield job)
 
 
 def _data_records(batch: bytes) -> tuple[Record, ...]:

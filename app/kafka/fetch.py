@@ -74,8 +74,8 @@ async def _read_partition(ctx: RequestContext, topic: str, wanted: Any, limit: i
                      log_start_offset=log.log_start_offset)
         if limit <= 0 and not first:
             return entry  # the response is full
-        result = await ctx.engine.fetch(topic, wanted.partition, wanted.fetch_offset, max(limit, 0),
-                                        READ_COMMITTED if committed else READ_UNCOMMITTED)
+        result = ctx.engine.fetch(topic, wanted.partition, wanted.fetch_offset, max(limit, 0),
+                                  READ_COMMITTED if committed else READ_UNCOMMITTED)
     except KafkaError as e:
         entry["error_code"] = error_code(e)
         return entry

@@ -37,8 +37,8 @@ async def list_offsets(ctx: RequestContext, request: Any) -> dict:
                      "offset": -1, "leader_epoch": -1}
             try:
                 check_leader_epoch(getattr(wanted, "current_leader_epoch", -1))
-                found = await ctx.engine.list_offsets(topic.name, wanted.partition_index, wanted.timestamp,
-                                                      isolation)
+                found = ctx.engine.list_offsets(topic.name, wanted.partition_index, wanted.timestamp,
+                                                isolation)
                 entry.update(offset=found.offset, timestamp=found.timestamp,
                              leader_epoch=LEADER_EPOCH if found.offset >= 0 else -1)
             except KafkaError as e:
