@@ -121,7 +121,7 @@ def test_kafka_python_admin_describes_transactions_producers_cluster_and_configs
     producer = kafka.broker.producer(transactional_id="ops-tx")
     producer.init_transactions()
     producer.begin_transaction()
-    producer.send("ops", b"open", partition=0)
+    producer.send("ops", b"open", partition=0).get(10)
     admin = KafkaAdminClient(bootstrap_servers=kafka.bootstrap)
     [listing] = [t for listings in admin.list_transactions().values() for t in listings]
     assert (listing.transactional_id, listing.producer_id, listing.state.value) == (
