@@ -10,6 +10,7 @@ DATA_DIR ?= ./data
 ARGS     ?=
 
 CHROMIUM := /usr/bin/chromium
+KCAT     := /usr/bin/kcat
 SUDO     := $(shell [ "$$(id -u)" = 0 ] || ! command -v sudo >/dev/null 2>&1 || echo sudo)
 
 .PHONY: run test bench install clean
@@ -27,9 +28,9 @@ run: $(STAMP)
 	$(PY) -m app.cli db upgrade --data-dir $(DATA_DIR)
 	$(PY) run.py --data-dir $(DATA_DIR) $(ARGS)
 
-## test: install everything the tests need (the environment, Debian's chromium for the
-## browser test), then run the whole suite
-test: $(STAMP) $(CHROMIUM)
+## test: install everything the tests need (the environment with the Kafka clients,
+## Debian's chromium for the browser test and kcat for the Kafka tests), then run the whole suite
+test: $(STAMP) $(CHROMIUM) $(KCAT)
 	$(PY) -m pytest -q -p no:cacheprovider
 
 # The browser test (tests/test_browser.py) drives Debian's Chromium through the
@@ -39,10 +40,19 @@ $(CHROMIUM):
 	$(SUDO) apt-get update
 	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y chromium
 
-## bench: storage (append, fetch, restart) and transaction figures (see bench/RESULTS.md)
+# kcat for tests/test_kafka_kcat.py, from Debian, the same way.
+$(KCAT):
+	$(SUDO) apt-get update
+	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y kcat
+
+## bench: storage (append, fetch, restart), transaction, broker-lifecycle, embedded-producer, maintenance and Kafka wire figures (see bench/RESULTS.md)
 bench: $(STAMP)
 	$(PY) bench/bench_storage.py
 	$(PY) bench/bench_transactions.py
+	$(PY) bench/bench_lifecycle.py
+	$(PY) bench/bench_producer.py
+	$(PY) bench/bench_maintenance.py
+	$(PY) bench/bench_kafka.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache .hypothesis

@@ -1,4 +1,4 @@
-"""``Broker``: the embedded, synchronous face of the engine.
+"""``Broker``: the embedded, synchronous face of the engine, and its lifecycle.
 
 Tests, the CLI and later the embedded producer/consumer use it::
 
@@ -8,35 +8,57 @@ Tests, the CLI and later the embedded producer/consumer use it::
         base_offset = broker.produce("t", 0, batch_bytes, acks=-1)
         r = broker.fetch("t", 0, 0, isolation_level="read_committed")
 
+An open Broker is a whole broker without listeners: opening it recovers every
+partition, creates or migrates the SQLite mirror ``<data-dir>/exactly.db`` and starts
+the scheduled jobs (``app/engine/scheduler.py``: transaction timeouts, expirations,
+snapshots, retention, cleaning, checkpoints, the mirror's rounds); closing it stops
+them and shuts down cleanly. ``exactly serve`` is a Broker plus its listeners, which
+reach it through ``broker.engine`` (and the console reads ``broker.mirror``).
+``exactly.jobs.enable=false`` turns the jobs off, for tests that drive them by hand.
+
 Every method raises the Kafka error (``storage.errors``) the wire would carry.
 """
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any, Mapping
 
-from app.config import BrokerConfig
 from app.client.consumer import Consumer
-from app.engine import READ_UNCOMMITTED, Engine
 from app.client.producer import Producer
+from app.config import BrokerConfig
+from app.engine import READ_UNCOMMITTED, Engine
+from app.engine.mirror_source import EngineMirrorSource
+from app.engine.scheduler import mirror_round, start_scheduler
+from coordinator.mirror import Mirror
+from coordinator.mirror_db import UPGRADE_ERRORS, db_path
 from storage.clock import Clock
+from storage.errors import KafkaStorageError
 from storage.log_manager import TopicInfo
 from storage.partition_log import ReadResult
 
+log = logging.getLogger(__name__)
 
 #: how long a call waits for the engine before giving up (an fsync stuck this long is a dead disk)
 _TIMEOUT_S = 60
 
 
 class Broker:
-    """A broker on ``data_dir``; opening it recovers every partition."""
+    """A broker on ``data_dir``: the engine, the SQLite mirror and the scheduled jobs."""
 
     def __init__(self, data_dir: str | Path = "data", *, clock: Clock | None = None,
                  **config: Any) -> None:
         self.data_dir = Path(data_dir)
         self.config = BrokerConfig.from_kafka(config)
         self.engine = Engine(self.data_dir, self.config, clock)
+        try:
+            self.mirror = _open_mirror(self.data_dir, self.engine)
+        except BaseException:
+            self.engine.close()
+            raise
+        self._scheduler = start_scheduler(self.engine, self.mirror) if self.config.exactly_jobs_enable else None
+        self._closed = False
 
     def __enter__(self) -> "Broker":
         return self
@@ -45,8 +67,22 @@ class Broker:
         self.close()
 
     def close(self) -> None:
-        """Clean shutdown: fsync, snapshot producer state, write checkpoints."""
-        self.engine.close()
+        """Stop the jobs (a running round finishes), bring the mirror up to date, then
+        shut the engine down cleanly: fsync, snapshot producer state, write checkpoints.
+        Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self._scheduler is not None:
+                self._scheduler.shutdown(wait=True)
+                try:
+                    mirror_round(self.mirror)
+                except Exception:  # derived data: the next open catches up from the logs
+                    log.exception("the SQLite mirror's last round failed")
+            self.mirror.close()
+        finally:
+            self.engine.close()
 
     @property
     def cluster_id(self) -> str:
@@ -82,11 +118,25 @@ class Broker:
                                 isolation_level).offset
 
     def producer(self, **config: Any) -> Producer:
-        """An embedded producer: ``transactional_id=...``, ``transaction_timeout_ms``,
-        ``enable_idempotence`` (default True), ``acks``, ``delivery_timeout_ms``."""
+        """An embedded producer whose ``send`` returns a future and batches as Kafka's
+        does (``app/client/producer.py``). Config, Kafka's names and defaults:
+        ``transactional_id``, ``transaction_timeout_ms`` (60000), ``enable_idempotence``
+        (True), ``acks`` (-1), ``batch_size`` (16384), ``linger_ms`` (5),
+        ``max_in_flight_requests_per_connection`` (5), ``delivery_timeout_ms`` (120000),
+        ``compression_type`` ("none"), ``buffer_memory`` (32 MiB), ``max_block_ms``
+        (60000), ``retry_backoff_ms`` (100)."""
         return Producer(self.engine, **config)
 
     def consumer(self, **config: Any) -> Consumer:
         """An embedded consumer: ``group_id``, ``isolation_level``, ``enable_auto_commit``,
         ``auto_offset_reset``, ``session_timeout_ms``, ``max_poll_records``, ..."""
         return Consumer(self.engine, **config)
+
+
+def _open_mirror(data_dir: Path, engine: Engine) -> Mirror:
+    """The mirror of ``data_dir``, its database created or migrated."""
+    path = db_path(data_dir)
+    try:
+        return Mirror(path, EngineMirrorSource(engine), clock=engine.clock)
+    except UPGRADE_ERRORS as e:
+        raise KafkaStorageError(f"cannot open the SQLite mirror {path}: {e}") from e

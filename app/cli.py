@@ -1,11 +1,12 @@
 """The ``exactly`` command (also ``python run.py``).
 
-``exactly serve`` opens the data directory (recovering every partition), binds
-the Kafka and HTTP ports, runs the scheduled jobs and stays up until SIGINT or
-SIGTERM, then shuts down cleanly: in-flight fsyncs finish, producer state is
-snapshotted, checkpoints are written. Bad flags, an unusable data directory, a
-directory another process holds and a port in use each exit non-zero with one
-clear line on stderr.
+``exactly serve`` binds the Kafka and HTTP ports, opens a :class:`~app.broker.Broker`
+on the data directory (recovering every partition, migrating the SQLite mirror,
+starting the scheduled jobs), attaches the listeners to it and stays up until SIGINT
+or SIGTERM, then shuts down cleanly: listeners first, then the broker (in-flight
+fsyncs finish, producer state is snapshotted, checkpoints are written). Bad flags,
+an unusable data directory, a directory another process holds and a port in use each
+exit non-zero with one clear line on stderr.
 
 ``exactly db upgrade`` creates or migrates the SQLite mirror ``<data-dir>/exactly.db``
 (a no-op when it is current); ``exactly db rebuild`` re-derives it from the logs of a
@@ -22,25 +23,18 @@ import socket
 import sys
 import threading
 from pathlib import Path
-from typing import Sequence
-
-from alembic.util import CommandError
-from sqlalchemy.exc import SQLAlchemyError
+from typing import Callable, Sequence
 
 from app.broker import Broker
 from app.http import HttpSettings, create_app
 from app.http.auth import LOOPBACK_HOSTS
 from app.http.server import HttpServer
-from app.listeners import PortInUseError, bind, refuse_connections
-from app.engine.mirror_source import EngineMirrorSource
-from app.engine.scheduler import start_scheduler
-from coordinator.mirror import Mirror
-from coordinator.mirror_db import db_path, upgrade
+from app.kafka import KafkaListener, attach as attach_kafka
+from app.listeners import PortInUseError, bind
+from coordinator.mirror_db import UPGRADE_ERRORS, db_path, upgrade
 from storage.errors import KafkaError
 
 log = logging.getLogger("exactly")
-#: how often the SQLite mirror catches up with the internal topics while serving
-MIRROR_INTERVAL_S = 1.0
 
 
 def _config_pair(text: str) -> tuple[str, str]:
@@ -89,44 +83,48 @@ def serve(args: argparse.Namespace) -> int:
         _close(sockets)
         return 1
     kafka_socket, http_socket = sockets
-    refuse_connections(kafka_socket)
     try:
         broker = Broker(args.data_dir, **dict(args.config))
     except KafkaError as e:
         print(f"exactly: {e.name}: {e}", file=sys.stderr)
         _close(sockets)
         return 1
-    scheduler = start_scheduler(broker.engine)
-    mirror = Mirror(db_path(args.data_dir), EngineMirrorSource(broker.engine))
-    mirror.start(MIRROR_INTERVAL_S)
-    loopback = ipaddress.ip_address(socket.gethostbyname(args.host)).is_loopback
-    settings = HttpSettings(token=broker.config.http_auth_token,
-                            allowed_hosts=LOOPBACK_HOSTS | {args.host} if loopback else None)
-    web = create_app(broker.engine, settings, mirror=mirror)
-    http = HttpServer(web, http_socket).start()
+    stoppers, kafka = attach_listeners(broker, args, http_socket, kafka_socket)
     topics = len(broker.engine.logs.topics)
     print(f"exactly: data directory {args.data_dir.resolve()} recovered ({topics} topics), "
           f"cluster id {broker.cluster_id}", flush=True)
-    print(f"exactly: console and HTTP API on http://{args.host}:{args.http_port}/ ; "
-          f"Kafka port {args.host}:{args.kafka_port} reserved (the wire protocol arrives in a later "
-          f"release); Ctrl-C to stop", flush=True)
+    print(f"exactly: console and HTTP API on http://{args.host}:{args.http_port}/ ; Kafka on "
+          f"{args.host}:{args.kafka_port} (advertised as {kafka.node.host}:{kafka.node.port}); "
+          f"Ctrl-C to stop", flush=True)
     stop.wait()
     print("exactly: shutting down", flush=True)
-    http.close()
-    web.extensions["exactly.history"].stop()
-    mirror.close()
-    scheduler.shutdown(wait=True)
+    for stop_listener in reversed(stoppers):
+        stop_listener()
     broker.close()
     _close(sockets)
     print("exactly: stopped cleanly", flush=True)
     return 0
 
 
+def attach_listeners(broker: Broker, args: argparse.Namespace, http_socket: socket.socket,
+                     kafka_socket: socket.socket) -> tuple[list[Callable[[], None]], KafkaListener]:
+    """Start the listeners of ``exactly serve`` on the broker's engine, on sockets bound
+    before the broker opened; returns what stops each (called in reverse order before
+    the broker closes) and the Kafka listener."""
+    loopback = ipaddress.ip_address(socket.gethostbyname(args.host)).is_loopback
+    settings = HttpSettings(token=broker.config.http_auth_token,
+                            allowed_hosts=LOOPBACK_HOSTS | {args.host} if loopback else None)
+    web = create_app(broker.engine, settings, mirror=broker.mirror)
+    http = HttpServer(web, http_socket).start()
+    kafka = attach_kafka(broker.engine, kafka_socket)
+    return [web.extensions["exactly.history"].stop, http.close, kafka.close], kafka
+
+
 def db_upgrade(args: argparse.Namespace) -> int:
     path = db_path(args.data_dir)
     try:
         before, after = upgrade(path)
-    except (OSError, SQLAlchemyError, CommandError) as e:  # one line, not a traceback
+    except UPGRADE_ERRORS as e:  # one line, not a traceback
         print(f"exactly: cannot migrate {path}: {e}", file=sys.stderr)
         return 1
     change = "already current" if before == after else f"migrated from {before or 'nothing'}"
@@ -138,15 +136,14 @@ def db_rebuild(args: argparse.Namespace) -> int:
     if not args.data_dir.is_dir():
         print(f"exactly: no data directory {args.data_dir}", file=sys.stderr)
         return 1
-    try:
-        broker = Broker(args.data_dir, **dict(args.config))
+    try:  # no jobs: nothing but the rebuild touches the directory
+        broker = Broker(args.data_dir, **{**dict(args.config), "exactly.jobs.enable": False})
     except KafkaError as e:
         print(f"exactly: {e.name}: {e}", file=sys.stderr)
         return 1
     try:
-        with Mirror(db_path(args.data_dir), EngineMirrorSource(broker.engine)) as mirror:
-            records = mirror.rebuild()
-            mirror.refresh_stats()
+        records = broker.mirror.rebuild()
+        broker.mirror.refresh_stats()
     finally:
         broker.close()
     print(f"exactly: {db_path(args.data_dir)} rebuilt from {records} records", flush=True)

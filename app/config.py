@@ -4,7 +4,10 @@ Accepted everywhere a user gives config (``Broker(data_dir, **config)``,
 ``--config key=value``): Kafka's dotted names (``log.segment.bytes``), the same
 with underscores (``log_segment_bytes=...`` as a Python keyword), and topic-level
 names (``segment.bytes``) as the default for every topic. Unknown names are an
-error, so a typo never silently does nothing.
+error, so a typo never silently does nothing. A few settings Kafka has no name for are
+Exactly's own (``http.auth.token``, ``producer.snapshot.interval.ms``, and the
+``exactly.`` ones such as ``exactly.jobs.enable``); README's config table lists every
+setting (tests/test_config.py keeps it complete).
 """
 
 from __future__ import annotations
@@ -12,6 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any, Mapping
 
+from coordinator.group_coordinator import GroupConfig
+from coordinator.transaction_coordinator import CoordinatorConfig
 from storage.errors import InvalidConfigError
 from storage.log_config import LogConfig
 
@@ -31,26 +36,24 @@ _TOPIC_DEFAULTS = {
     "log.segment.delete.delay.ms": "file.delete.delay.ms",
 }
 _HOURS = {"log.retention.hours": "retention.ms", "log.roll.hours": "segment.ms"}
+#: the settings that are the period of a scheduled job (a period must be positive)
+_PERIODS = ("_interval_ms", "_backoff_ms")
 
 
 @dataclass(frozen=True)
-class BrokerConfig:
-    """Broker-wide settings; attribute names are Kafka's with underscores."""
+class BrokerConfig(CoordinatorConfig, GroupConfig):
+    """Broker-wide settings; attribute names are Kafka's with underscores.
+
+    The transaction and group coordinators' settings are declared (names and
+    defaults) beside the coordinators, in ``CoordinatorConfig`` and ``GroupConfig``
+    (``coordinator/`` cannot import ``app/``); a BrokerConfig is both, so it is what
+    the engine hands each coordinator. The broker's own settings follow.
+    """
 
     num_partitions: int = 1
     auto_create_topics_enable: bool = True
-    transaction_state_log_num_partitions: int = 50
-    offsets_topic_num_partitions: int = 50
-    #: segment.bytes of both internal topics (Kafka's transaction.state.log.segment.bytes
-    #: and offsets.topic.segment.bytes, both 104857600)
-    internal_topic_segment_bytes: int = 104_857_600
-    group_min_session_timeout_ms: int = 6_000
-    group_max_session_timeout_ms: int = 1_800_000
-    #: Kafka's default is 3000; its shipped server.properties uses 0 for development, as we do
-    group_initial_rebalance_delay_ms: int = 0
-    offset_metadata_max_bytes: int = 4096
-    transaction_max_timeout_ms: int = 900_000
-    transactional_id_expiration_ms: int = 7 * 24 * 3600 * 1000
+    transaction_state_log_segment_bytes: int = 104_857_600
+    offsets_topic_segment_bytes: int = 104_857_600
     producer_id_expiration_ms: int = 24 * 3600 * 1000
     producer_id_expiration_check_interval_ms: int = 600_000
     transaction_abort_timed_out_transaction_cleanup_interval_ms: int = 10_000
@@ -63,6 +66,19 @@ class BrokerConfig:
     producer_snapshot_interval_ms: int = 60_000
     #: when set, the HTTP API needs "Authorization: Bearer <token>" and the console a login
     http_auth_token: str = ""
+    #: Exactly's own (Kafka has no such key): false runs no scheduled job and no mirror
+    #: round, for tests that drive them by hand in a frozen world; never for a real broker
+    exactly_jobs_enable: bool = True
+    #: how often the SQLite mirror (<data-dir>/exactly.db) catches up with the logs
+    exactly_mirror_interval_ms: int = 1_000
+    #: the Kafka address clients are told to connect to (Metadata, FindCoordinator), e.g.
+    #: ``PLAINTEXT://broker.example:9092``; empty: the address the Kafka port is bound to
+    advertised_listeners: str = ""
+    #: the largest Kafka request frame accepted; a bigger one closes the connection
+    socket_request_max_bytes: int = 104_857_600
+    #: a Kafka connection with no traffic for this long is closed (one that stopped
+    #: reading its responses included)
+    connections_max_idle_ms: int = 600_000
     log: LogConfig = field(default_factory=LogConfig)
 
     @classmethod
@@ -85,9 +101,24 @@ class BrokerConfig:
             else:
                 raise InvalidConfigError(f"unknown config {raw_key!r}")
         config = cls(**broker, log=LogConfig.from_kafka(topic))
-        if config.transaction_max_timeout_ms < 1:
-            raise InvalidConfigError("transaction.max.timeout.ms must be >= 1")
+        for name in ("transaction_max_timeout_ms", "socket_request_max_bytes", "connections_max_idle_ms",
+                     *(f.name for f in fields(cls) if f.name.endswith(_PERIODS))):
+            if getattr(config, name) < 1:
+                raise InvalidConfigError(f"{name.replace('_', '.')} must be >= 1")
+        config.advertised_listener()  # a malformed address is an error now, not at the first client
         return config
+
+    def advertised_listener(self) -> tuple[str, int] | None:
+        """``(host, port)`` of the first entry of ``advertised.listeners``, None when unset."""
+        if not self.advertised_listeners:
+            return None
+        first = self.advertised_listeners.split(",")[0].strip()
+        _, sep, address = first.rpartition("://")
+        host, _, port = address.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise InvalidConfigError(
+                f"advertised.listeners must look like PLAINTEXT://host:port, got {self.advertised_listeners!r}")
+        return host.strip("[]"), int(port)
 
 
 def _coerce(key: str, value: Any, kind: Any) -> Any:

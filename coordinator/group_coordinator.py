@@ -84,6 +84,9 @@ class GroupIO(Protocol):
 
 @dataclass(frozen=True)
 class GroupConfig:
+    """The group coordinator's configs: Kafka's names (dots as underscores) and
+    defaults. Declared here only; ``app/config.py``'s BrokerConfig includes them."""
+
     offsets_topic_num_partitions: int = 50
     group_min_session_timeout_ms: int = 6_000
     group_max_session_timeout_ms: int = 1_800_000

@@ -18,7 +18,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
-from storage.errors import IllegalGenerationError
+from storage.errors import InvariantViolation
 
 TopicPartition = tuple[str, int]
 
@@ -49,8 +49,9 @@ VALID_PREVIOUS: dict[GroupState, frozenset[GroupState]] = {
 }
 
 
-class IllegalGroupTransitionError(IllegalGenerationError):
-    pass
+class IllegalGroupTransitionError(InvariantViolation):
+    """A group transition VALID_PREVIOUS does not allow: a bug in the coordinator,
+    which answers members with their Kafka errors before it moves a group."""
 
 
 @dataclass(frozen=True)

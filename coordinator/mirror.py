@@ -7,7 +7,8 @@ read. :class:`Mirror` is its only writer. It reads ``__transaction_state`` and
 in one SQLite transaction that also moves ``mirror_progress`` past it, so a crash
 between two batches neither loses nor repeats one. It reads the broker only
 through a :class:`MirrorSource` (on the engine's loop, see ``app/engine/mirror_source.py``)
-and writes SQLite on its own thread, so the engine loop never waits for SQLite.
+and writes SQLite on its caller's thread (a scheduled job's), so the engine loop never
+waits for SQLite.
 
 What each record becomes:
 
@@ -58,7 +59,7 @@ from coordinator.mirror_models import (
     TransactionalId,
 )
 from coordinator.schema import SchemaError
-from coordinator.transaction_state import TransactionState, TxnTransitMetadata
+from coordinator.transaction_state import VALID_PREVIOUS, TxnTransitMetadata
 from storage.clock import Clock, SystemClock
 from storage.errors import InvalidRecordError, OffsetOutOfRangeError
 from storage.partition_log import ReadResult
@@ -78,8 +79,6 @@ _GROUPS: Table = Group.__table__
 _PROGRESS: Table = MirrorProgress.__table__
 #: tables derived from the logs (cleared by a rebuild), with the columns compared by tests
 DERIVED_TABLES: tuple[Table, ...] = (_TXN_IDS, _FINISHED, _PRODUCERS, _OFFSETS, _GROUPS, _PROGRESS)
-_PREPARED_BY_COMPLETE = {TransactionState.COMPLETE_COMMIT: TransactionState.PREPARE_COMMIT,
-                         TransactionState.COMPLETE_ABORT: TransactionState.PREPARE_ABORT}
 
 Row = dict[str, Any]
 TopicPartition = tuple[str, int]
@@ -109,7 +108,7 @@ class ProducerStats(TypedDict):
 
 
 class MirrorSource(Protocol):
-    """What the mirror needs from a broker; safe to call from the mirror's thread."""
+    """What the mirror needs from a broker; safe to call from any thread but the engine's."""
 
     def partitions_of(self, topic: str) -> int | None:
         """How many partitions ``topic`` has; None if it does not exist."""
@@ -151,11 +150,9 @@ def finished_row(transactional_id: str, transit: TxnTransitMetadata, previous: M
     """The ``transactions`` row of a Complete record (without its id); ``previous``
     is the transactional id's row before it, which holds the Prepare record."""
     prepared = (previous is not None and previous["producer_id"] == transit.producer_id
-                and previous["state"] == _PREPARED_BY_COMPLETE[transit.state].display)
+                and previous["state"] in {state.display for state in VALID_PREVIOUS[transit.state]})
     return {"transactional_id": transactional_id, "producer_id": transit.producer_id,
-            "producer_epoch": transit.producer_epoch,
-            "outcome": (ControlType.COMMIT if transit.state is TransactionState.COMPLETE_COMMIT
-                        else ControlType.ABORT).name,
+            "producer_epoch": transit.producer_epoch, "outcome": transit.state.outcome.name,
             "partitions": previous["partitions"] if prepared else partitions_json(transit.partitions),
             "start_ms": previous["txn_start_ms"] if prepared else transit.txn_start_timestamp,
             "end_ms": transit.txn_last_update_timestamp,
@@ -322,9 +319,9 @@ class _Database:
 class Mirror:
     """The one writer of the mirror database at ``path``.
 
-    Opening creates or migrates the database. :meth:`catch_up` and
-    :meth:`refresh_stats` may be called directly or by the background thread of
-    :meth:`start`; a lock keeps them one at a time.
+    Opening creates or migrates the database. A broker runs :meth:`catch_up` and
+    :meth:`refresh_stats` as a scheduled job (``app/engine/scheduler.py``); they may
+    also be called directly, and a lock keeps them one at a time.
     """
 
     def __init__(self, path: Path | str, source: MirrorSource, *, clock: Clock | None = None,
@@ -336,8 +333,6 @@ class Mirror:
         upgrade(self.path)
         self._engine: Engine = writer_engine(self.path)
         self._lock = threading.Lock()
-        self._stopping = threading.Event()
-        self._thread: threading.Thread | None = None
 
     def __enter__(self) -> "Mirror":
         return self
@@ -405,36 +400,7 @@ class Mirror:
             for table in DERIVED_TABLES:
                 db.execute(delete(table))
 
-    # -- the background writer ----------------------------------------------------------------
-
-    def start(self, interval_s: float = 1.0) -> None:
-        """Catch up and refresh the snapshots every ``interval_s`` on one thread."""
-        if self._thread is not None:
-            raise RuntimeError("the mirror is already running")
-        self._stopping.clear()
-        self._thread = threading.Thread(target=self._run, args=(interval_s,), name="exactly-mirror",
-                                        daemon=True)
-        self._thread.start()
-
-    def _run(self, interval_s: float) -> None:
-        while not self._stopping.is_set():
-            try:
-                self.catch_up()
-                self.refresh_stats()
-            except Exception:  # logged and retried next round: the mirror never stops the broker
-                log.exception("SQLite mirror round failed")
-            self._stopping.wait(interval_s)
-
-    def stop(self) -> None:
-        """Stop the background thread after its current round."""
-        if self._thread is None:
-            return
-        self._stopping.set()
-        self._thread.join()
-        self._thread = None
-
     def close(self) -> None:
-        self.stop()
         self._engine.dispose()
 
 

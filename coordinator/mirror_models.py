@@ -3,7 +3,7 @@
 The mirror (``coordinator/mirror.py``) derives every row from the logs of
 ``__transaction_state`` and ``__consumer_offsets`` or from periodic snapshots of the
 partitions; nothing here is a source of truth, and a deleted database is rebuilt.
-Spark reads these tables over JDBC, so (SPARK-NOTES section 3):
+Spark reads these tables over JDBC, so (docs/formats.md §15):
 
 * every id, offset, epoch, sequence and time is ``BIGINT`` (an ``INTEGER`` column
   is read as a 32-bit int and silently wraps); partitions are Kafka's int32;
@@ -12,7 +12,7 @@ Spark reads these tables over JDBC, so (SPARK-NOTES section 3):
 
 Columns holding an enum carry a CHECK constraint generated from the Python enum,
 so the database refuses a value the code does not know. Alembic owns the schema
-(``migrations/``); a test checks that the migrations and these models agree.
+(``coordinator/migrations/``); a test checks that the migrations and these models agree.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Records of ``__consumer_offsets``, the compacted internal topic of the group coordinator.
+"""Records of ``__consumer_offsets``, the group coordinator's log (docs/formats.md §14).
 
 The layouts of Kafka's ``OffsetCommitKey``/``Value`` and ``GroupMetadataKey``/``Value``
 (every key and value prefixed by its int16 version)::

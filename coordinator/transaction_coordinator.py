@@ -5,9 +5,11 @@ persists every change to ``__transaction_state`` before applying it
 (``coordinator/transaction_log.py``), hands out producer ids
 (``coordinator/producer_id_manager.py``) and completes transactions by writing
 COMMIT/ABORT markers to every partition in them. It runs on the engine's event
-loop; the engine gives it three capabilities (:class:`CoordinatorIO`): append a
+loop; the engine gives it four capabilities (:class:`CoordinatorIO`): append a
 record to a transaction-log partition and wait until durable, write a marker to a
-partition and wait until durable, and say whether a partition exists.
+partition and wait until durable, say whether a partition exists, and run a file
+write off the loop (a block of producer ids is made durable that way before any
+id of it is handed out).
 
 How each request is answered (PRODUCER_FENCED is answered as INVALID_PRODUCER_EPOCH
 to request versions that predate it, at the wire):
@@ -62,23 +64,22 @@ table to it both ways)::
 A crash anywhere is rolled forward on load: every PREPARE_* found in the log is
 completed again (markers are idempotent for the reader). The coordinator epoch,
 carried in every marker, is bumped at every load, so a zombie coordinator's late
-markers are fenced by the partitions (TRANSACTION_COORDINATOR_FENCED).
+markers are fenced by the partitions (TRANSACTION_COORDINATOR_FENCED). It is kept in
+``transaction-coordinator-epoch`` and never starts below the highest coordinator
+epoch a partition's producer state holds, so losing that file fences no one.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Protocol
 
 from coordinator import offsets_log, transaction_log
-from coordinator.producer_id_manager import (
-    BLOCK_SIZE,
-    CorruptProducerIdBlockError,
-    ProducerIdManager,
-)
+from coordinator.producer_id_manager import BLOCK_SIZE, ProducerIdBlock, ProducerIdManager
 from coordinator.schema import SchemaError
 from coordinator.transaction_state import (
     MAX_PRODUCER_EPOCH,
@@ -88,7 +89,7 @@ from coordinator.transaction_state import (
     TransactionState,
     TxnTransitMetadata,
 )
-from storage.atomic_file import write_atomically
+from storage.checked_file import CorruptFileError, read_fields, write_fields
 from storage.clock import Clock
 from storage.errors import (
     ConcurrentTransactionsError,
@@ -106,12 +107,18 @@ from storage.errors import (
     TransactionalIdNotFoundError,
     UnknownTopicOrPartitionError,
 )
+from storage.filenames import COORDINATOR_EPOCH, PRODUCER_ID_BLOCK
 
 log = logging.getLogger(__name__)
 S = TransactionState
 TopicPartition = tuple[str, int]
 
-COORDINATOR_EPOCH_FILE = "transaction-coordinator-epoch"
+#: ``transaction-coordinator-epoch``, framed as storage/checked_file.py says (version 0)
+EPOCH_FILE_VERSION = 0
+EPOCH_FILE_BODY = struct.Struct(
+    ">"
+    "i"  # CoordinatorEpoch: the epoch of the coordinator's latest start
+)
 #: how long to wait before writing a failed marker again
 MARKER_RETRY_BACKOFF_S = 0.1
 #: the longest wait between writes of a marker that a partition refuses (see ``_complete``)
@@ -119,8 +126,6 @@ MARKER_REFUSED_MAX_BACKOFF_S = 30.0
 #: how long a request waits for a transaction to complete before it answers
 #: CONCURRENT_TRANSACTIONS, which clients retry (Kafka's request.timeout.ms default)
 COMPLETION_WAIT_S = 30.0
-#: the transaction states in which its markers are being written
-_COMPLETING = (S.PREPARE_COMMIT, S.PREPARE_ABORT)
 
 
 class CoordinatorIO(Protocol):
@@ -133,11 +138,21 @@ class CoordinatorIO(Protocol):
 
     def partition_exists(self, topic: str, partition: int) -> bool: ...
 
+    def offsets_partition(self, group_id: str) -> int:
+        """The ``__consumer_offsets`` partition of a group (the group coordinator's
+        partitioning, as Kafka's ``groupCoordinator.partitionFor``)."""
+
+    async def persist(self, write: ProducerIdBlock) -> None:
+        """Run ``write.run()`` (file I/O and fsync) off the loop; return once it is done."""
+        ...
+
 
 @dataclass(frozen=True)
 class CoordinatorConfig:
+    """The transaction coordinator's configs: Kafka's names (dots as underscores) and
+    defaults. Declared here only; ``app/config.py``'s BrokerConfig includes them."""
+
     transaction_state_log_num_partitions: int = 50
-    offsets_topic_num_partitions: int = 50
     transaction_max_timeout_ms: int = 900_000
     transactional_id_expiration_ms: int = 7 * 24 * 3600 * 1000
 
@@ -146,7 +161,9 @@ class TransactionCoordinator:
     """Transaction state for every transactional id; runs on one event loop."""
 
     def __init__(self, data_dir: Path, config: CoordinatorConfig, io: CoordinatorIO,
-                 clock: Clock) -> None:
+                 clock: Clock, max_seen_coordinator_epoch: int = -1) -> None:
+        """``max_seen_coordinator_epoch``: the highest coordinator epoch any partition's
+        producer state holds (from the markers it has); this start's epoch is above it."""
         self.data_dir = Path(data_dir)
         self.config = config
         self.io = io
@@ -160,29 +177,35 @@ class TransactionCoordinator:
         self._refused: dict[str, set[TopicPartition]] = {}
         #: transactions completed since start, by outcome (for metrics)
         self.completed = {"commit": 0, "abort": 0}
-        self.coordinator_epoch = self._bump_coordinator_epoch()
+        self.coordinator_epoch = self._bump_coordinator_epoch(max_seen_coordinator_epoch)
         self.producer_ids = self._producer_id_manager()
+        self._id_block_lock = asyncio.Lock()
 
     # -- start-up -----------------------------------------------------------------------
 
-    def _bump_coordinator_epoch(self) -> int:
-        """Every load is a new coordinator incarnation: its epoch is persisted first."""
-        path = self.data_dir / COORDINATOR_EPOCH_FILE
+    def _bump_coordinator_epoch(self, max_seen: int) -> int:
+        """Every load is a new coordinator incarnation, with an epoch above every earlier
+        one: above the file's and above ``max_seen``, so a lost or damaged file cannot
+        make the partitions refuse this coordinator's markers (a marker whose epoch is
+        below the one a partition saw last is TRANSACTION_COORDINATOR_FENCED). It is
+        persisted before any marker carries it."""
+        path = self.data_dir / COORDINATOR_EPOCH
         try:
-            previous = int(path.read_text().strip()) if path.exists() else -1
-        except ValueError:
-            previous = -1
-            log.warning("%s is unreadable; starting the coordinator epoch over", path)
-        epoch = previous + 1
-        write_atomically(path, f"{epoch}\n".encode())
+            fields = read_fields(path, EPOCH_FILE_VERSION, EPOCH_FILE_BODY)
+        except CorruptFileError as e:
+            log.warning("%s; the coordinator epoch goes on from the partitions' producer state (%d)",
+                        e, max_seen)
+            fields = None
+        epoch = max(-1 if fields is None else fields[0], max_seen) + 1
+        write_fields(path, EPOCH_FILE_VERSION, EPOCH_FILE_BODY, epoch)
         return epoch
 
     def _producer_id_manager(self) -> ProducerIdManager:
         try:
             return ProducerIdManager(self.data_dir)
-        except CorruptProducerIdBlockError as e:
+        except CorruptFileError as e:
             log.warning("%s; skipping ahead so no producer id can repeat", e)
-            (self.data_dir / "producer-id-block").unlink()
+            (self.data_dir / PRODUCER_ID_BLOCK).unlink()
             manager = ProducerIdManager(self.data_dir)
             manager.raise_floor(BLOCK_SIZE * 1000)
             return manager
@@ -253,7 +276,7 @@ class TransactionCoordinator:
         return transaction_log.partition_for(txn_id, self.config.transaction_state_log_num_partitions)
 
     def offsets_partition(self, group_id: str) -> int:
-        return transaction_log.partition_for(group_id, self.config.offsets_topic_num_partitions)
+        return self.io.offsets_partition(group_id)
 
     def _check_coordinator(self, txn_id: str) -> None:
         reason = self.disabled_partitions.get(self._partition(txn_id))
@@ -297,7 +320,7 @@ class TransactionCoordinator:
                                producer_epoch: int = NO_PRODUCER_EPOCH) -> tuple[int, int]:
         """InitProducerId: ``(producer id, epoch)`` for this producer instance."""
         if transactional_id is None:
-            return self.producer_ids.next_id(), 0
+            return await self._new_producer_id(), 0
         if transactional_id == "":
             raise InvalidRequestError("the transactional id must not be empty")
         if not 0 < transaction_timeout_ms <= self.config.transaction_max_timeout_ms:
@@ -309,10 +332,12 @@ class TransactionCoordinator:
         expected = kip360  # KIP-360: checked once, before any fencing
         while True:
             meta = self.txns.get(transactional_id)
+            if self.producer_ids.exhausted and (meta is None or meta.producer_epoch >= MAX_PRODUCER_EPOCH):
+                await self._durable_id_block()
+                continue  # the world may have moved while the block was written
             if meta is None:
                 return await self._init_new(transactional_id, transaction_timeout_ms)
-            if meta.pending_state is not None or meta.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT,
-                                                                 S.PREPARE_EPOCH_FENCE):
+            if meta.pending_state is not None or meta.state.is_ending:
                 await self._await_completion(meta)
                 continue
             if expected:
@@ -324,7 +349,7 @@ class TransactionCoordinator:
                 await self._fence_and_abort(meta)
                 continue
             if meta.producer_epoch >= MAX_PRODUCER_EPOCH:
-                transit = meta.prepare_new_producer_id(self.producer_ids.next_id(), transaction_timeout_ms,
+                transit = meta.prepare_new_producer_id(self._take_producer_id(), transaction_timeout_ms,
                                                        self.clock.now_ms(), remember_last_epoch=kip360)
             else:
                 transit = meta.prepare_increment_epoch(transaction_timeout_ms, self.clock.now_ms(),
@@ -332,8 +357,30 @@ class TransactionCoordinator:
             await self._write(meta, transit)
             return meta.producer_id, meta.producer_epoch
 
+    async def _new_producer_id(self) -> int:
+        """A producer id never handed out before, from a block that is durable."""
+        while (producer_id := self.producer_ids.next_id()) is None:
+            await self._durable_id_block()
+        return producer_id
+
+    async def _durable_id_block(self) -> None:
+        """Make the next block of producer ids durable (the file is written off the
+        loop), unless another request already has."""
+        async with self._id_block_lock:
+            if self.producer_ids.exhausted:
+                block = self.producer_ids.next_block()
+                await self.io.persist(block)
+                self.producer_ids.install(block)
+
+    def _take_producer_id(self) -> int:
+        """A producer id from the durable block, which the caller has made sure has one
+        (in the same loop callback: nothing can take it in between)."""
+        producer_id = self.producer_ids.next_id()
+        assert producer_id is not None, "the caller made a block durable first"
+        return producer_id
+
     async def _init_new(self, txn_id: str, timeout_ms: int) -> tuple[int, int]:
-        meta = TransactionMetadata(txn_id, self.producer_ids.next_id(), NO_PRODUCER_ID,
+        meta = TransactionMetadata(txn_id, self._take_producer_id(), NO_PRODUCER_ID,
                                    NO_PRODUCER_EPOCH, NO_PRODUCER_EPOCH, timeout_ms, S.EMPTY)
         transit = meta.prepare_increment_epoch(timeout_ms, self.clock.now_ms())
         self.txns[txn_id] = meta
@@ -380,8 +427,7 @@ class TransactionCoordinator:
         if unknown:
             return {tp: (UnknownTopicOrPartitionError(f"{tp[0]}-{tp[1]} does not exist") if tp in unknown
                          else OperationNotAttemptedError()) for tp in wanted}
-        if meta.pending_state is not None or meta.state in (S.PREPARE_COMMIT, S.PREPARE_ABORT,
-                                                             S.PREPARE_EPOCH_FENCE):
+        if meta.pending_state is not None or meta.state.is_ending:
             raise ConcurrentTransactionsError(
                 f"the previous transaction of {transactional_id!r} is still completing")
         if meta.state is S.DEAD:
@@ -554,8 +600,7 @@ class TransactionCoordinator:
         it cannot finish there -- that partition refuses its marker (see
         :meth:`_complete`) -- so only a marker on the partition itself can free it."""
         meta = self.txns.get(transactional_id)
-        while meta is not None and (meta.pending_state is not None or meta.state in _COMPLETING
-                                    or meta.state is S.PREPARE_EPOCH_FENCE):
+        while meta is not None and (meta.pending_state is not None or meta.state.is_ending):
             if topic_partition in self._refused.get(transactional_id, ()):
                 return False
             await self._await_completion(meta)
@@ -616,7 +661,7 @@ class TransactionCoordinator:
         now = self.clock.now_ms()
         expired = []
         for meta in list(self.txns.values()):
-            if (meta.pending_state is None and meta.state in (S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT)
+            if (meta.pending_state is None and meta.state.expiration_allowed
                     and now - meta.txn_last_update_timestamp >= self.config.transactional_id_expiration_ms):
                 try:
                     await self._write(meta, meta.prepare_dead(now))
@@ -664,7 +709,7 @@ class TransactionCoordinator:
             raise InvalidProducerEpochError(
                 f"producer {producer_id} epoch {producer_epoch} is not the current epoch "
                 f"{meta.producer_epoch} of {txn_id!r}")
-        if meta.state in _COMPLETING or meta.pending_state in _COMPLETING:
+        if meta.state.is_prepared or (meta.pending_state is not None and meta.pending_state.is_prepared):
             raise ConcurrentTransactionsError(f"the transaction of {txn_id!r} is completing")
         if meta.state is not S.ONGOING or (topic, partition) not in meta.partitions:
             raise InvalidTxnStateError(

@@ -1,4 +1,4 @@
-"""Records of the transaction log, the compacted internal topic ``__transaction_state``.
+"""Records of ``__transaction_state``, the transaction log (docs/formats.md §13).
 
 Key and value are the seed's "Producer TransactionalId mapping message", in the
 layout of Kafka's ``TransactionLogKey``/``TransactionLogValue`` version 0, each

@@ -23,7 +23,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field, replace
 
-from storage.errors import ConcurrentTransactionsError, InvalidTxnStateError
+from storage.errors import ConcurrentTransactionsError, InvariantViolation
+from storage.record_batch import ControlType
 
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
@@ -33,31 +34,65 @@ MAX_PRODUCER_EPOCH = 32767 - 1
 MAX_EPOCH_VALUE = 32767
 
 
-class TransactionState(enum.Enum):
-    """The state of a transactional id; ``id`` is the byte persisted in the log."""
+@dataclass(frozen=True)
+class StateFlags:
+    """What a state says about the transaction in it. Every set of states the broker
+    needs is derived from these (Kafka's TransactionState carries
+    ``expirationAllowed`` the same way), never written out by hand."""
 
-    EMPTY = (0, "Empty")
+    #: a transaction is in progress: its records may hold back the LSO
+    open: bool = False
+    #: its end is decided, or its producer is being fenced first: other calls wait for
+    #: the completion or answer CONCURRENT_TRANSACTIONS
+    ending: bool = False
+    #: the decision is in the log (the point of no return); markers are being written
+    prepared: bool = False
+    #: every marker is durable
+    complete: bool = False
+    #: transactional.id.expiration.ms may tombstone the id (Kafka's expirationAllowed)
+    expiration_allowed: bool = False
+    #: how the transaction ends, once that is decided
+    outcome: ControlType | None = None
+
+
+class TransactionState(enum.Enum):
+    """The state of a transactional id; ``id`` is the byte persisted in the log, and
+    the :class:`StateFlags` are readable as ``is_open``, ``is_ending``,
+    ``is_prepared``, ``is_complete``, ``expiration_allowed`` and ``outcome``."""
+
+    EMPTY = (0, "Empty", StateFlags(expiration_allowed=True))
     """No transaction in progress. Entered by InitProducerId (a new id or an epoch bump)."""
-    ONGOING = (1, "Ongoing")
+    ONGOING = (1, "Ongoing", StateFlags(open=True))
     """A transaction is open. Entered by AddPartitionsToTxn / AddOffsetsToTxn."""
-    PREPARE_COMMIT = (2, "PrepareCommit")
+    PREPARE_COMMIT = (2, "PrepareCommit", StateFlags(open=True, ending=True, prepared=True,
+                                                     outcome=ControlType.COMMIT))
     """Decided to commit; markers are being written. Entered by EndTxn(commit)."""
-    PREPARE_ABORT = (3, "PrepareAbort")
+    PREPARE_ABORT = (3, "PrepareAbort", StateFlags(open=True, ending=True, prepared=True,
+                                                   outcome=ControlType.ABORT))
     """Decided to abort; markers are being written. Entered by EndTxn(abort), by
     InitProducerId fencing an open transaction, or by the transaction timeout."""
-    COMPLETE_COMMIT = (4, "CompleteCommit")
+    COMPLETE_COMMIT = (4, "CompleteCommit", StateFlags(complete=True, expiration_allowed=True,
+                                                       outcome=ControlType.COMMIT))
     """Committed: every COMMIT marker is durable."""
-    COMPLETE_ABORT = (5, "CompleteAbort")
+    COMPLETE_ABORT = (5, "CompleteAbort", StateFlags(complete=True, expiration_allowed=True,
+                                                     outcome=ControlType.ABORT))
     """Aborted: every ABORT marker is durable."""
-    DEAD = (6, "Dead")
+    DEAD = (6, "Dead", StateFlags())
     """The transactional id expired (transactional.id.expiration.ms); tombstoned."""
-    PREPARE_EPOCH_FENCE = (7, "PrepareEpochFence")
+    PREPARE_EPOCH_FENCE = (7, "PrepareEpochFence", StateFlags(open=True, ending=True,
+                                                              outcome=ControlType.ABORT))
     """The epoch is being bumped to fence a producer before its transaction is aborted
     (InitProducerId with a transaction open, or the timeout). Never written to the log."""
 
-    def __init__(self, id_: int, display: str) -> None:
+    def __init__(self, id_: int, display: str, flags: StateFlags) -> None:
         self.id = id_
         self.display = display
+        self.is_open = flags.open
+        self.is_ending = flags.ending
+        self.is_prepared = flags.prepared
+        self.is_complete = flags.complete
+        self.expiration_allowed = flags.expiration_allowed
+        self.outcome = flags.outcome
 
     @classmethod
     def from_id(cls, id_: int) -> "TransactionState":
@@ -66,13 +101,13 @@ class TransactionState(enum.Enum):
                 return state
         raise ValueError(f"unknown transaction state id {id_}")
 
-    @property
-    def is_complete(self) -> bool:
-        return self in (TransactionState.COMPLETE_COMMIT, TransactionState.COMPLETE_ABORT)
-
-    @property
-    def is_prepared(self) -> bool:
-        return self in (TransactionState.PREPARE_COMMIT, TransactionState.PREPARE_ABORT)
+    @classmethod
+    def from_display(cls, display: str) -> "TransactionState":
+        """The state named ``display`` (Kafka's name, e.g. ``PrepareCommit``)."""
+        for state in cls:
+            if state.display == display:
+                return state
+        raise ValueError(f"unknown transaction state {display!r}")
 
 
 S = TransactionState
@@ -90,8 +125,9 @@ VALID_PREVIOUS: dict[TransactionState, frozenset[TransactionState]] = {
 }
 
 
-class IllegalTransitionError(InvalidTxnStateError):
-    """A transition the state table does not allow; a bug or a protocol violation."""
+class IllegalTransitionError(InvariantViolation):
+    """A transition the state table does not allow. The coordinator answers every
+    request that could ask for one with its Kafka error first, so this is a bug."""
 
 
 @dataclass(frozen=True)
@@ -190,7 +226,7 @@ class TransactionMetadata:
     def prepare_add_partitions(self, partitions: set[tuple[str, int]], now_ms: int) -> TxnTransitMetadata:
         """AddPartitionsToTxn / AddOffsetsToTxn: state Ongoing with the union of partitions;
         the transaction timer starts with the first partition."""
-        starting = self.state in (S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT)
+        starting = not self.state.is_open
         return self._prepare(
             S.ONGOING,
             partitions=frozenset(partitions if starting else self.partitions | partitions),

@@ -1,4 +1,4 @@
-"""Kafka's text checkpoint files: recovery-point-offset-checkpoint, log-start-offset-checkpoint.
+"""Kafka's text checkpoint files, such as recovery-point-offset-checkpoint (docs/formats.md §7).
 
 The format is that of Kafka's ``CheckpointFile`` at version 0. It is UTF-8 text
 and every line ends with ``\\n``::

@@ -1,4 +1,4 @@
-"""Record-batch compression codecs (RECORD-BATCH.md section 4).
+"""Record-batch compression codecs (docs/formats.md §2.6).
 
 A compressed batch keeps its 61-byte header in the clear; everything after
 RecordCount is one stream in the codec named by attribute bits 0-2. The

@@ -4,13 +4,19 @@ Every layer raises these (storage is the lowest layer, so they live here and
 ``coordinator/`` and ``app/`` import them); the edges translate them -- the Kafka
 listener to the numeric ``code`` on the wire, the HTTP API to JSON carrying
 ``code`` and ``name``. Names and numbers are those of
-``org.apache.kafka.common.protocol.Errors`` (see
-``shared/kafka-protocol/README.md`` section 7).
+``org.apache.kafka.common.protocol.Errors``.
 
 Declare one with its code and wire name::
 
     class InvalidProducerEpochError(KafkaError, code=47, name="INVALID_PRODUCER_EPOCH"):
         '''Produce with an epoch older than the producer's current one.'''
+
+A Kafka error is an answer a client can get. A state that only a bug in the broker
+can reach is not: it raises an :class:`InternalError` (an :class:`InvariantViolation`
+when a checked invariant broke), which is deliberately *not* a Kafka error, so no
+``except InvalidTxnStateError`` can mistake a bug for a client's mistake and no
+edge can send it as a 409. The edges answer it as a server error and log it (the
+HTTP API: 500 with a reference id, never the exception's text).
 """
 
 from __future__ import annotations
@@ -46,6 +52,15 @@ class KafkaError(Exception):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name}={self.code}: {self})"
+
+
+class InternalError(Exception):
+    """Base of the broker's own failures: never a Kafka error, never a client's fault."""
+
+
+class InvariantViolation(InternalError):
+    """An invariant the broker keeps itself was about to break (an illegal state
+    transition, an offset going backwards in an index or a segment): a bug."""
 
 
 def error_for_code(code: int) -> type[KafkaError]:
@@ -257,6 +272,11 @@ class GroupIdNotFoundError(KafkaError, code=69, name="GROUP_ID_NOT_FOUND"):
     """The group id does not exist."""
 
 
+class FetchSessionIdNotFoundError(KafkaError, code=70, name="FETCH_SESSION_ID_NOT_FOUND",
+                                  retriable=True):
+    """The fetch session id is not known (this broker creates no fetch sessions)."""
+
+
 class FencedLeaderEpochError(KafkaError, code=74, name="FENCED_LEADER_EPOCH", retriable=True):
     """The leader epoch in the request is older than the epoch on the broker."""
 
@@ -300,6 +320,10 @@ class ProducerFencedError(KafkaError, code=90, name="PRODUCER_FENCED"):
 
 class TransactionalIdNotFoundError(KafkaError, code=105, name="TRANSACTIONAL_ID_NOT_FOUND"):
     """The transactional id cannot be found."""
+
+
+class UnsupportedEndpointTypeError(KafkaError, code=115, name="UNSUPPORTED_ENDPOINT_TYPE"):
+    """The target endpoint type is not supported (a broker answers for brokers, not controllers)."""
 
 
 class TransactionAbortableError(KafkaError, code=120, name="TRANSACTION_ABORTABLE"):

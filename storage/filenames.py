@@ -18,8 +18,25 @@ segment's names with ``.cleaned`` appended (``00000000000000000000.log.cleaned``
 renames every file to ``.swap`` -- the ``.log.swap`` last: its rename is the
 commit point -- and then over the segment(s) it replaces. On start a ``.cleaned``
 file, or a ``.swap`` file without its ``.log.swap``, is deleted; a ``.log.swap``
-is completed (``PartitionLog._complete_swap``). Which offsets are clean is in the
+is completed (``partition_log.complete_swap_files``). Which offsets are clean is in the
 data directory's ``cleaner-offset-checkpoint`` (Kafka's name and format).
+
+The data directory itself holds, beside the partition directories (Kafka's names
+where Kafka has the file)::
+
+    .lock                              held by the one process that owns the directory
+    meta.properties                    cluster.id, node.id, version
+    .kafka_cleanshutdown               present only between a clean shutdown and the next start
+    recovery-point-offset-checkpoint   } Kafka's text checkpoints (storage/checkpoint.py)
+    log-start-offset-checkpoint        }
+    cleaner-offset-checkpoint          }
+    topics.json                        the topic registry (storage/log_manager.py)
+    producer-id-block                  end of the producer-id block handed out
+                                       (coordinator/producer_id_manager.py)
+    transaction-coordinator-epoch      the coordinator epoch of the last start
+                                       (coordinator/transaction_coordinator.py)
+    exactly.db                         the SQLite mirror, with SQLite's -wal and -shm
+                                       files beside it (coordinator/mirror_db.py)
 """
 
 from __future__ import annotations
@@ -47,6 +64,10 @@ RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
 LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
 CLEANER_OFFSET_CHECKPOINT = "cleaner-offset-checkpoint"
 META_PROPERTIES = "meta.properties"
+TOPICS_FILE = "topics.json"
+PRODUCER_ID_BLOCK = "producer-id-block"
+COORDINATOR_EPOCH = "transaction-coordinator-epoch"
+MIRROR_DB = "exactly.db"
 
 _OFFSET_NAME = re.compile(r"^(\d{20})(\.[a-z]+)$")
 _SWAP_NAME = re.compile(r"^(\d{20})(\.[a-z]+)\.swap$")

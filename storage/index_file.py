@@ -32,6 +32,8 @@ from itertools import pairwise
 from pathlib import Path
 from typing import BinaryIO, ClassVar, Self
 
+from storage.errors import InvariantViolation
+
 #: The ``path`` of an index whose file object is not a file on disk (tests use io.BytesIO).
 MEMORY_PATH = "<memory>"
 
@@ -52,7 +54,7 @@ class CorruptIndexError(Exception):
         self.reason = reason
 
 
-class IndexInvariantError(Exception):
+class IndexInvariantError(InvariantViolation):
     """An append that would break an index's ordering. It is a bug in the caller, not a Kafka error.
 
     ``field`` is the offending field, ``value`` its value, and ``bound`` the

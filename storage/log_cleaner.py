@@ -71,7 +71,7 @@ found). Its ``.txnindex`` keeps exactly the entries whose ABORT marker is kept: 
 entry whose marker is gone must go too -- a read_committed reader would otherwise
 mark the producer aborted and never see the marker that ends it.
 
-**Swap protocol** (Kafka's ``replaceSegments``; ``PartitionLog.replace_segments``).
+**Swap protocol** (Kafka's ``replaceSegments``; ``partition_log.SegmentSwap``).
 The cleaned segment is written as ``<base>.log.cleaned`` and
 ``.index/.timeindex/.txnindex.cleaned`` (all four, an empty ``.txnindex`` too),
 fsynced, its indexes renamed to ``.swap``, the directory fsynced, then the
@@ -86,10 +86,20 @@ entirely, the cleaned one followed by those old segments, which is still a valid
 merely less compacted, log. A failure before the commit point deletes the
 ``.cleaned`` files and leaves the log as it was.
 
+**Off the loop.** A round is steps (``storage/background.py``), as Kafka's cleaner
+runs on its own threads: what it needs of the log's state (producer state, the
+``.txnindex`` entries, the segments of the range) is captured on the owner's thread;
+its jobs -- scan, then write each group's cleaned segment, then swap it in on disk --
+run on the engine's maintenance thread while produce and fetch go on; each swap is
+installed on the owner's thread. Appends only touch the active segment, which is
+never in the range; retention is never run on the log during a round (the engine
+runs one maintenance job per partition at a time), and should the segments of a
+group still have changed, :meth:`PartitionLog.prepare_swap` says so and the round
+stops, deleting what it wrote.
+
 **Where this differs from Kafka.** No ``min.cleanable.dirty.ratio``: any dirty
 segment makes a round. The map is an unbounded dict, not a fixed dedupe buffer,
-so a round always covers the whole range. The cleaner runs on the engine's loop,
-between requests. A marker's horizon starts when the last batch of its
+so a round always covers the whole range. A marker's horizon starts when the last batch of its
 transaction leaves the log, in that same round (Kafka waits for the next round).
 Five batches per producer keep their headers, not one, as this broker's
 snapshots keep five. A producer's last marker is kept whole, not as an empty
@@ -99,10 +109,14 @@ control batch (our readers, and producer-state replay, need its record).
 from __future__ import annotations
 
 import heapq
+import os
+import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
 
 from storage import filenames
+from storage.background import Steps
 from storage.errors import CorruptMessageError
 from storage.log_config import LogConfig
 from storage.record_batch import (
@@ -124,6 +138,13 @@ if TYPE_CHECKING:
 
 #: bytes read from a segment at a time while cleaning
 _READ_CHUNK = 1 << 20
+#: the cleaned segment is synced every this many bytes written, so that its last sync
+#: is short and no produce fsync queues behind one large one
+_SYNC_EVERY_BYTES = 4 << 20
+#: how long a job works before it lets other threads take the GIL, and for how long
+#: (bench/bench_maintenance.py: produce p99 during a round, against none at all)
+_WORK_BETWEEN_PAUSES_S = 0.0005
+_PAUSE_S = 0.0002
 _INT32_MAX = 2**31 - 1
 #: the larger of the offset (8) and time (12) index entries, as PartitionLog rolls
 _INDEX_ENTRY_BYTES = 12
@@ -157,8 +178,20 @@ class CleanerStats:
     segments_rewritten: int = 0
 
 
-def clean(log: PartitionLog, now_ms: int) -> CleanerStats:
-    """One cleaning round on ``log`` at time ``now_ms`` (see the module docstring)."""
+class CleaningAbortedError(Exception):
+    """A round was cancelled (its partition is being deleted, the broker is closing);
+    Kafka's ``LogCleaningAbortedException``. The log is as it was before the group
+    being written."""
+
+
+def clean(log: PartitionLog, now_ms: int) -> Steps[CleanerStats]:
+    """One cleaning round on ``log`` at time ``now_ms`` (see the module docstring), as
+    steps (``storage/background.py``): what the round reads of the log's state is
+    captured on the owner's thread; the jobs read the segments, write and sync the
+    cleaned ones and swap them in on disk; each swap is installed on the owner's
+    thread, group by group, once :meth:`PartitionLog.prepare_swap` has found the
+    segments it replaces still in the log (else the round stops and its work is
+    discarded)."""
     if not log.config.compact:
         return CleanerStats()
     state = log.cleaner_state
@@ -170,17 +203,35 @@ def clean(log: PartitionLog, now_ms: int) -> CleanerStats:
         return CleanerStats()
     end = log.segments[len(segments)].base_offset
     if not state.horizons_known:
-        state.next_horizon_ms = _earliest_horizon(segments)
+        state.next_horizon_ms = yield _HorizonScan(segments)
         state.horizons_known = True
     horizon_due = state.next_horizon_ms is not None and state.next_horizon_ms <= now_ms
     if end <= first_dirty and not horizon_due:
         return CleanerStats()
-    offset_map = _build_offset_map(log, segments, first_dirty, end)
-    round_ = _Round(log, now_ms, offset_map, segments, end)
-    stats = round_.run()
+    producers = log.producer_state.producers
+    scan = _Scan(segments, first_dirty, end, log.collect_aborted(first_dirty, end), frozenset(producers))
+    yield scan
+    remembered = frozenset((pid, batch.last_offset)
+                           for pid, entry in producers.items() for batch in entry.batches)
+    aborted = log.collect_aborted(segments[0].base_offset, end)
+    round_ = _Round(log.config, now_ms, scan, segments, end, aborted, remembered)
+    after = rewritten = 0
+    for group in _groups(segments, end, log.config):
+        writer = _GroupWriter(log.directory, log.config.index_interval_bytes, round_, group)
+        if not (yield writer):
+            after += sum(segment.size for segment in group)
+            continue
+        swap = log.prepare_swap(group)
+        if swap is None:  # retention (or anything else) changed the log under the round
+            yield _DeleteFiles(writer.cleaned_paths())
+            return round_.stats(after, rewritten)
+        cleaned = yield swap
+        yield log.complete_swap(group, cleaned)
+        after += cleaned.size
+        rewritten += len(group)
     state.checkpoint = max(first_dirty, end)
     state.next_horizon_ms = round_.next_horizon_ms
-    return stats
+    return round_.stats(after, rewritten)
 
 
 def cleanable_segments(log: PartitionLog, now_ms: int, first_dirty: int) -> list[LogSegment]:
@@ -201,11 +252,67 @@ def cleanable_segments(log: PartitionLog, now_ms: int, first_dirty: int) -> list
     return log.segments[:count]
 
 
-def _earliest_horizon(segments: list[LogSegment]) -> int | None:
+class _Job:
+    """A job of a round (``storage/background.py``): it reads only sealed segments,
+    which nothing but this round and retention changes, and retention never runs on
+    the log during a round. ``cancel`` (from any thread) makes it raise
+    CleaningAbortedError at the next batch.
+
+    A round is CPU work in Python, beside the event loop in the same interpreter:
+    CPython hands the GIL to a thread that asks for it only after
+    ``sys.getswitchinterval()`` (5 ms), and an acks=all produce needs it several
+    times over (client thread, loop, fsync thread). So after every
+    ``_WORK_BETWEEN_PAUSES_S`` of work a job sleeps ``_PAUSE_S``: whoever waits for
+    the GIL gets it at once; the round takes about a quarter longer."""
+
+    def __init__(self) -> None:
+        self._cancelled = False
+        self._last_pause = time.perf_counter()
+
+    def cancel(self) -> None:
+        self._cancelled = True
+
+    def _batches(self, segment: LogSegment) -> Iterator[tuple[int, BatchHeader, bytes]]:
+        for item in _batches(segment):
+            self._between_batches(segment)
+            yield item
+
+    def _headers(self, segments: list[LogSegment]) -> Iterator[BatchHeader]:
+        """The header of every batch of ``segments``, in order."""
+        for segment in segments:
+            for location in segment.headers_from(0):
+                self._between_batches(segment)
+                yield location.header
+
+    def _between_batches(self, segment: LogSegment) -> None:
+        if self._cancelled:
+            raise CleaningAbortedError(f"cleaning of {segment.directory} was cancelled")
+        if time.perf_counter() - self._last_pause >= _WORK_BETWEEN_PAUSES_S:
+            time.sleep(_PAUSE_S)
+            self._last_pause = time.perf_counter()
+
+
+class _HorizonScan(_Job):
     """The earliest delete horizon stamped in ``segments``, from the batch headers."""
-    horizons = [location.header.base_timestamp for segment in segments
-                for location in segment.headers_from(0) if location.header.delete_horizon_ms is not None]
-    return min(horizons, default=None)
+
+    def __init__(self, segments: list[LogSegment]) -> None:
+        super().__init__()
+        self.segments = segments
+
+    def run(self) -> int | None:
+        return min((header.base_timestamp for header in self._headers(self.segments)
+                    if header.delete_horizon_ms is not None), default=None)
+
+
+class _DeleteFiles:
+    """Delete the files of work a round discards."""
+
+    def __init__(self, paths: list[Path]) -> None:
+        self.paths = paths
+
+    def run(self) -> None:
+        for path in self.paths:
+            path.unlink(missing_ok=True)
 
 
 def _batches(segment: LogSegment) -> Iterator[tuple[int, BatchHeader, bytes]]:
@@ -254,30 +361,42 @@ def _control_type(batch: bytes) -> ControlType | int:
     return decode_control_record(decode_batch(batch).records[0])[0]
 
 
-def _build_offset_map(log: PartitionLog, segments: list[LogSegment], first_dirty: int,
-                      end: int) -> dict[bytes, int]:
-    """Key -> highest offset of a record with that key in ``[first_dirty, end)``,
-    aborted data left out (it must never make committed data go)."""
-    offset_map: dict[bytes, int] = {}
-    aborted = _AbortedTxns(log.collect_aborted(first_dirty, end))
-    for segment, following_base in _with_following_bases(segments, end):
-        if following_base <= first_dirty:
-            continue
-        for _, header, batch in _batches(segment):
-            if header.last_offset < first_dirty:
+class _Scan(_Job):
+    """What the round needs to know before it filters anything: the *offset map* (key
+    -> highest offset of a record with that key in ``[first_dirty, end)``, aborted
+    data left out: it must never make committed data go) and each known producer's
+    last marker in the range (from the headers of every segment)."""
+
+    def __init__(self, segments: list[LogSegment], first_dirty: int, end: int,
+                 aborted: list[AbortedTxn], producers: frozenset[int]) -> None:
+        super().__init__()
+        self.segments, self.first_dirty, self.end = segments, first_dirty, end
+        self.aborted, self.producers = aborted, producers
+        self.offset_map: dict[bytes, int] = {}
+        self.last_markers: dict[int, int] = {}
+
+    def run(self) -> None:
+        self.last_markers = {header.producer_id: header.base_offset for header in self._headers(self.segments)
+                             if header.is_control and header.producer_id in self.producers}
+        first_dirty = self.first_dirty
+        aborted = _AbortedTxns(self.aborted)
+        for segment, following_base in _with_following_bases(self.segments, self.end):
+            if following_base <= first_dirty:
                 continue
-            if aborted.is_aborted_data(header):
-                continue
-            if header.is_control:
-                if header.has_producer_id and _control_type(batch) == ControlType.ABORT:
-                    aborted.on_abort_marker(header.producer_id)
-                continue
-            base_offset = header.base_offset
-            for record in stored_records(batch)[1]:
-                offset = base_offset + record.offset_delta
-                if record.key is not None and offset >= first_dirty:
-                    offset_map[record.key] = offset
-    return offset_map
+            for _, header, batch in self._batches(segment):
+                if header.last_offset < first_dirty:
+                    continue
+                if aborted.is_aborted_data(header):
+                    continue
+                if header.is_control:
+                    if header.has_producer_id and _control_type(batch) == ControlType.ABORT:
+                        aborted.on_abort_marker(header.producer_id)
+                    continue
+                base_offset = header.base_offset
+                for record in stored_records(batch)[1]:
+                    offset = base_offset + record.offset_delta
+                    if record.key is not None and offset >= first_dirty:
+                        self.offset_map[record.key] = offset
 
 
 def _with_following_bases(segments: list[LogSegment], end: int) -> Iterator[tuple[LogSegment, int]]:
@@ -306,22 +425,54 @@ def _groups(segments: list[LogSegment], end: int, config: LogConfig) -> list[lis
     return groups
 
 
-class _GroupWriter:
-    """Writes one group's cleaned segment. A lone segment is written only once one
-    of its batches changes (the unchanged ones before it are copied then), so a
-    segment that comes out as it went in is left alone."""
+class _GroupWriter(_Job):
+    """Writes one group's cleaned segment, as ``.cleaned`` files, synced; ``run``
+    returns whether it wrote one. A lone segment is written only once one of its
+    batches changes (the unchanged ones before it are copied then), so a segment that
+    comes out as it went in is left alone. On failure its files are deleted."""
 
-    def __init__(self, log: PartitionLog, group: list[LogSegment]) -> None:
-        self.log = log
+    def __init__(self, directory: Path, index_interval_bytes: int, round_: _Round,
+                 group: list[LogSegment]) -> None:
+        super().__init__()
+        self.directory = directory
+        self.index_interval_bytes = index_interval_bytes
+        self.round = round_
         self.group = group
         self.cleaned: LogSegment | None = None
+        #: bytes of the cleaned segment synced so far
+        self._synced = 0
         #: unchanged batches not written yet: (segment, position, header, its .txnindex entry)
         self._pending: list[tuple[LogSegment, int, BatchHeader, AbortedTxn | None]] = []
-        if len(group) > 1:
-            self._open()
 
-    def add(self, segment: LogSegment, position: int, header: BatchHeader, batch: bytes,
-            out: bytes | None, txn: AbortedTxn | None) -> None:
+    def run(self) -> bool:
+        try:
+            if len(self.group) > 1:
+                self._open()
+            aborts = self.round.aborts_by_marker
+            for segment in self.group:
+                for position, header, batch in self._batches(segment):
+                    out = self.round.filter(header, batch)
+                    txn = aborts.get(header.base_offset) if header.is_control and out is not None else None
+                    self._add(segment, position, header, batch, out, txn)
+            if self.cleaned is None:
+                return False
+            self._finish()
+            return True
+        except BaseException:
+            for path in self.cleaned_paths():
+                path.unlink(missing_ok=True)
+            raise
+        finally:
+            if self.cleaned is not None:
+                self.cleaned.close()
+
+    def cleaned_paths(self) -> list[Path]:
+        base = self.group[0].base_offset
+        return [filenames.segment_path(self.directory, base, suffix + filenames.CLEANED_SUFFIX)
+                for suffix in filenames.SEGMENT_SUFFIXES]
+
+    def _add(self, segment: LogSegment, position: int, header: BatchHeader, batch: bytes,
+             out: bytes | None, txn: AbortedTxn | None) -> None:
         """``out`` is what becomes of ``batch``: the same object when it is unchanged,
         new bytes when it was rewritten, None when it is dropped."""
         if self.cleaned is None:
@@ -333,11 +484,9 @@ class _GroupWriter:
             self._append(out, header if out is batch else read_header(out), txn)
 
     def _open(self) -> None:
-        base = self.group[0].base_offset
-        for suffix in filenames.SEGMENT_SUFFIXES:  # a failed earlier round may have left some
-            filenames.segment_path(self.log.directory, base,
-                                   suffix + filenames.CLEANED_SUFFIX).unlink(missing_ok=True)
-        self.cleaned = LogSegment(self.log.directory, base, self.log.config.index_interval_bytes,
+        for path in self.cleaned_paths():  # a failed earlier round may have left some
+            path.unlink(missing_ok=True)
+        self.cleaned = LogSegment(self.directory, self.group[0].base_offset, self.index_interval_bytes,
                                   created_ms=self.group[0].rolling_base_ms,
                                   file_suffix=filenames.CLEANED_SUFFIX)
         for segment, position, header, txn in self._pending:
@@ -349,70 +498,56 @@ class _GroupWriter:
         self.cleaned.append(batch, header)
         if txn is not None:
             self.cleaned.append_aborted_txn(txn)
+        if self.cleaned.size - self._synced >= _SYNC_EVERY_BYTES:
+            self.cleaned.flush()
+            self._synced = self.cleaned.size
 
-    def finish(self) -> int:
-        """Swap the cleaned segment in, if one was written; returns its size."""
-        if self.cleaned is None:
-            return sum(segment.size for segment in self.group)
-        cleaned, self.cleaned = self.cleaned, None
-        return self.log.replace_segments(self.group, cleaned).size
-
-    def abort(self) -> None:
-        if self.cleaned is not None:
-            self.cleaned.delete()
-            self.cleaned = None
+    def _finish(self) -> None:
+        """Sync the cleaned segment, with every index file (so a swap is unambiguous)
+        and the old segments' modification time (retention by mtime sees the old age)."""
+        assert self.cleaned is not None
+        self.cleaned.flush()
+        self.cleaned.path(filenames.TXN_INDEX_SUFFIX).touch()
+        modified = max(os.stat(segment.log_path).st_mtime_ns for segment in self.group)
+        os.utime(self.cleaned.log_path, ns=(modified, modified))
 
 
 class _Round:
-    """Filters every batch of the cleanable range, in offset order, group by group."""
+    """The filter of a round: every batch of the cleanable range, in offset order,
+    group by group (its writers call :meth:`filter` one after another). Built on the
+    owner's thread from what the round captured there and what :class:`_Scan` found."""
 
-    def __init__(self, log: PartitionLog, now_ms: int, offset_map: dict[bytes, int],
-                 segments: list[LogSegment], end: int) -> None:
-        self.log = log
+    def __init__(self, config: LogConfig, now_ms: int, scan: _Scan, segments: list[LogSegment],
+                 end: int, aborted: list[AbortedTxn], remembered: frozenset[tuple[int, int]]) -> None:
         self.now_ms = now_ms
-        self.offset_map = offset_map
-        self.segments = segments
-        self.end = end
-        self.horizon_ms = now_ms + log.config.delete_retention_ms
-        self.aborted = _AbortedTxns(log.collect_aborted(segments[0].base_offset, end))
-        producers = log.producer_state.producers
+        self.offset_map = scan.offset_map
+        self.bytes_before = sum(segment.size for segment in segments)
+        self.horizon_ms = now_ms + config.delete_retention_ms
+        self.aborted = _AbortedTxns(aborted)
+        #: the ``.txnindex`` entries of the range, by the offset of their ABORT marker
+        self.aborts_by_marker = {txn.last_offset: txn for segment in segments
+                                 for txn in segment.txn_index.all_entries()}
         #: (producer id, last offset) of every batch producer state remembers
-        self.remembered = {(pid, batch.last_offset) for pid, entry in producers.items()
-                           for batch in entry.batches}
+        self.remembered = remembered
         #: each known producer's last marker in the range
-        self.last_markers = {location.header.producer_id: location.header.base_offset
-                             for segment in segments for location in segment.headers_from(0)
-                             if location.header.is_control and location.header.producer_id in producers}
+        self.last_markers = scan.last_markers
         #: producer id -> whether a batch of its current transaction is kept
         self.txn_kept: dict[int, bool] = {}
         self.next_horizon_ms: int | None = None
         self.records_removed = self.batches_removed = 0
 
-    def run(self) -> CleanerStats:
-        before = sum(segment.size for segment in self.segments)
-        after = rewritten = 0
-        for group in _groups(self.segments, self.end, self.log.config):
-            writer = _GroupWriter(self.log, group)
-            try:
-                for segment in group:
-                    aborts = {txn.last_offset: txn for txn in segment.txn_index.all_entries()}
-                    for position, header, batch in _batches(segment):
-                        out = self._filter(header, batch)
-                        if out is None:
-                            self.batches_removed += 1
-                        txn = aborts.get(header.base_offset) if header.is_control and out is not None else None
-                        writer.add(segment, position, header, batch, out, txn)
-                changed = writer.cleaned is not None
-                after += writer.finish()
-            except BaseException:
-                writer.abort()
-                raise
-            if changed:
-                rewritten += len(group)
-        return CleanerStats(before, after, self.records_removed, self.batches_removed, rewritten)
+    def stats(self, bytes_after: int, segments_rewritten: int) -> CleanerStats:
+        return CleanerStats(self.bytes_before, bytes_after, self.records_removed, self.batches_removed,
+                            segments_rewritten)
+
+    def filter(self, header: BatchHeader, batch: bytes) -> bytes | None:
+        """What becomes of one batch: ``batch`` itself, a rewrite, or None (dropped)."""
+        out = self._filter(header, batch)
+        if out is None:
+            self.batches_removed += 1
+        return out
 
     def _filter(self, header: BatchHeader, batch: bytes) -> bytes | None:
-        """What becomes of one batch: ``batch`` itself, a rewrite, or None (dropped)."""
         aborted = self.aborted.is_aborted_data(header)
         if header.is_control:
             return self._filter_marker(header, batch)

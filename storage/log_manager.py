@@ -1,4 +1,4 @@
-"""The data directory: which partitions exist, and the files that span them.
+"""The data directory: which partitions exist, and the files that span them (docs/formats.md §1).
 
 Layout (Kafka's names where Kafka has the file)::
 
@@ -15,6 +15,12 @@ Layout (Kafka's names where Kafka has the file)::
 Kafka keeps its topic registry in the metadata quorum; a single node keeps it in
 ``topics.json``, written atomically. ``.kafka_cleanshutdown`` is removed at start, so
 a crash leaves no marker and the next start recovers from the recovery points.
+
+Opening and closing run on the caller's thread. After that, whatever writes files
+comes as steps of jobs (``storage/background.py``) for the owner to run off its
+thread: :meth:`LogManager.checkpoint`, :meth:`LogManager.create_topic` and
+:meth:`LogManager.delete_topic` change the in-memory registry on the owner's thread
+and yield the jobs that make the change durable.
 """
 
 from __future__ import annotations
@@ -29,26 +35,25 @@ import shutil
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterable, Iterator, Mapping
 
 from storage import filenames
+from storage.atomic_file import fsync_dir, write_atomically
+from storage.background import RunSteps, Steps, run_inline
 from storage.checkpoint import CorruptCheckpointError, read_checkpoint, write_checkpoint
 from storage.clock import Clock
 from storage.errors import (
     InvalidPartitionsError,
     InvalidTopicError,
-    KafkaError,
     KafkaStorageError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
 )
 from storage.log_config import LogConfig
 from storage.partition_log import PartitionLog
-from storage.atomic_file import fsync_dir, write_atomically
 
 log = logging.getLogger(__name__)
 
-TOPICS_FILE = "topics.json"
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 
 
@@ -63,6 +68,80 @@ class TopicInfo:
     topic_id: str
     overrides: dict[str, Any]
     internal: bool = False
+
+
+Offsets = dict[tuple[str, int], int]
+
+
+@dataclass(frozen=True)
+class CheckpointWrite:
+    """Every partition's recovery point and log start offset, and the cleaner
+    checkpoint of every compacted one, as captured on the owner's thread; ``run``
+    writes the three checkpoint files (any thread)."""
+
+    data_dir: Path
+    recovery_points: Offsets
+    log_start_offsets: Offsets
+    cleaner_offsets: Offsets
+
+    def run(self) -> None:
+        write_checkpoint(self.data_dir / filenames.RECOVERY_POINT_CHECKPOINT, self.recovery_points)
+        write_checkpoint(self.data_dir / filenames.LOG_START_OFFSET_CHECKPOINT, self.log_start_offsets)
+        write_checkpoint(self.data_dir / filenames.CLEANER_OFFSET_CHECKPOINT, self.cleaner_offsets)
+
+
+@dataclass(frozen=True)
+class TopicsWrite:
+    """Replace ``topics.json`` (any thread)."""
+
+    path: Path
+    data: bytes
+
+    def run(self) -> None:
+        write_atomically(self.path, self.data)
+
+
+@dataclass(frozen=True)
+class TopicCreation:
+    """Make a new topic's partition directories and sync them, then register it in
+    ``topics.json`` (the commit point: a crash before it leaves only empty
+    directories of an unknown topic). A directory already there is what a crash left
+    of a deleted topic of the same name, and goes first, so its data never comes back.
+    ``run`` (any thread) returns the opened logs, for the owner to install."""
+
+    data_dir: Path
+    info: TopicInfo
+    config: LogConfig
+    clock: Clock
+    topics: TopicsWrite
+
+    def run(self) -> list[PartitionLog]:
+        logs: list[PartitionLog] = []
+        try:
+            for partition in range(self.info.partitions):
+                directory = self.data_dir / filenames.partition_dir_name(self.info.name, partition)
+                shutil.rmtree(directory, ignore_errors=True)
+                logs.append(PartitionLog(directory, self.info.name, partition, self.config, self.clock,
+                                         clean_shutdown=True))
+                fsync_dir(directory)
+            fsync_dir(self.data_dir)
+            self.topics.run()
+        except BaseException:
+            for log_ in logs:
+                log_.close(clean=False)
+            raise
+        return logs
+
+
+@dataclass(frozen=True)
+class DirectoriesRemoval:
+    """Remove the directories of a deleted topic's partitions (any thread)."""
+
+    directories: tuple[Path, ...]
+
+    def run(self) -> None:
+        for directory in self.directories:
+            shutil.rmtree(directory, ignore_errors=True)
 
 
 def validate_topic_name(name: str) -> None:
@@ -81,6 +160,7 @@ class LogManager:
         self.clock = clock
         self._lock_fd = self._lock()
         self.logs: dict[tuple[str, int], PartitionLog] = {}
+        self._background: RunSteps = run_inline
         try:
             self._open()
         except BaseException:
@@ -106,7 +186,7 @@ class LogManager:
                                                 cleaned_to.get(key, 0))
         clean_marker.unlink(missing_ok=True)
         fsync_dir(self.data_dir)
-        self.checkpoint()
+        run_inline(self.checkpoint())
 
     # -- the directory ------------------------------------------------------------------
 
@@ -148,7 +228,7 @@ class LogManager:
             return None
 
     def _read_topics(self) -> dict[str, TopicInfo]:
-        path = self.data_dir / TOPICS_FILE
+        path = self.data_dir / filenames.TOPICS_FILE
         if not path.exists():
             return {}
         try:
@@ -159,10 +239,10 @@ class LogManager:
                                 overrides=t.get("config", {}), internal=t.get("internal", False))
                 for name, t in raw.items()}
 
-    def _write_topics(self) -> None:
+    def _topics_write(self, topics: Iterable[TopicInfo]) -> TopicsWrite:
         raw = {t.name: {"partitions": t.partitions, "topic_id": t.topic_id, "config": t.overrides,
-                        "internal": t.internal} for t in self.topics.values()}
-        write_atomically(self.data_dir / TOPICS_FILE, json.dumps(raw, indent=2, sort_keys=True).encode())
+                        "internal": t.internal} for t in topics}
+        return TopicsWrite(self.data_dir / filenames.TOPICS_FILE, json.dumps(raw, indent=2, sort_keys=True).encode())
 
     def _open_log(self, info: TopicInfo, partition: int, recovery_point: int,
                   log_start_offset: int, clean: bool, cleaner_checkpoint: int = 0) -> PartitionLog:
@@ -170,6 +250,17 @@ class LogManager:
                             info.name, partition, self.topic_config(info.name), self.clock,
                             recovery_point=recovery_point, log_start_offset=log_start_offset,
                             clean_shutdown=clean, cleaner_checkpoint=cleaner_checkpoint)
+
+    @property
+    def background(self) -> RunSteps:
+        """How every log has the snapshot of a roll written (``PartitionLog.background``)."""
+        return self._background
+
+    @background.setter
+    def background(self, run: RunSteps) -> None:
+        self._background = run
+        for log_ in self.logs.values():
+            log_.background = run
 
     # -- topics ----------------------------------------------------------------------------
 
@@ -183,30 +274,45 @@ class LogManager:
         return info
 
     def create_topic(self, name: str, partitions: int, config: Mapping[str, Any] | None = None,
-                     internal: bool = False) -> TopicInfo:
+                     internal: bool = False) -> Steps[TopicInfo]:
+        """Create a topic: validated at once (raising the Kafka error), registered
+        once the yielded :class:`TopicCreation` has made it durable. The owner runs
+        one topic change at a time."""
         validate_topic_name(name)
         if name in self.topics:
             raise TopicAlreadyExistsError(f"topic {name!r} already exists")
         if not isinstance(partitions, int) or isinstance(partitions, bool) or partitions < 1:
             raise InvalidPartitionsError(f"number of partitions must be at least 1, got {partitions!r}")
         overrides = {k: str(v) for k, v in (config or {}).items()}
-        LogConfig.from_kafka(overrides, base=self.defaults)  # raises INVALID_CONFIG
+        log_config = LogConfig.from_kafka(overrides, base=self.defaults)  # raises INVALID_CONFIG
         info = TopicInfo(name, partitions, str(uuid.uuid4()), overrides, internal)
-        self.topics[name] = info
-        self._write_topics()
-        for partition in range(partitions):
-            self.logs[(name, partition)] = self._open_log(info, partition, 0, 0, clean=True)
+        return self._create_steps(info, log_config)
+
+    def _create_steps(self, info: TopicInfo, config: LogConfig) -> Steps[TopicInfo]:
+        logs = yield TopicCreation(self.data_dir, info, config, self.clock,
+                                   self._topics_write([*self.topics.values(), info]))
+        self.topics[info.name] = info
+        for partition, log_ in enumerate(logs):
+            log_.background = self._background
+            self.logs[(info.name, partition)] = log_
         return info
 
-    def delete_topic(self, name: str) -> None:
+    def detach_topic(self, name: str) -> list[PartitionLog]:
+        """Take topic ``name`` out of the registry in memory, so no request finds it
+        again; returns its logs for the owner to quiesce and pass to :meth:`delete_topic`."""
         info = self.topic(name)
         del self.topics[name]
-        self._write_topics()
-        for partition in range(info.partitions):
-            log = self.logs.pop((name, partition))
-            log.close(clean=False)
-            shutil.rmtree(log.directory, ignore_errors=True)
-        self.checkpoint()
+        return [self.logs.pop((name, partition)) for partition in range(info.partitions)]
+
+    def delete_topic(self, logs: list[PartitionLog]) -> Steps[None]:
+        """Delete a detached topic: close its ``logs`` now, then, as jobs, write
+        ``topics.json`` without it (the commit point), remove its directories and
+        rewrite the checkpoints."""
+        for log_ in logs:
+            log_.close(clean=False)
+        yield self._topics_write(self.topics.values())
+        yield DirectoriesRemoval(tuple(log_.directory for log_ in logs))
+        yield from self.checkpoint()
 
     def log(self, topic: str, partition: int) -> PartitionLog:
         log = self.logs.get((topic, partition))
@@ -223,60 +329,26 @@ class LogManager:
 
     # -- periodic work ---------------------------------------------------------------------
 
-    def checkpoint(self) -> None:
+    def checkpoint(self) -> Steps[None]:
         """Persist every partition's recovery point and log start offset, and the
-        cleaner checkpoint of every compacted one."""
-        write_checkpoint(self.data_dir / filenames.RECOVERY_POINT_CHECKPOINT,
-                         {key: log.recovery_point for key, log in self.logs.items()})
-        write_checkpoint(self.data_dir / filenames.LOG_START_OFFSET_CHECKPOINT,
-                         {key: log.log_start_offset for key, log in self.logs.items()})
-        self._write_cleaner_checkpoint()
+        cleaner checkpoint of every compacted one: captured now, written by the
+        yielded job."""
+        return self._checkpoint_steps(CheckpointWrite(
+            self.data_dir,
+            {key: log.recovery_point for key, log in self.logs.items()},
+            {key: log.log_start_offset for key, log in self.logs.items()},
+            {key: log.cleaner_state.checkpoint for key, log in self.logs.items() if log.config.compact}))
 
-    def _write_cleaner_checkpoint(self) -> None:
-        write_checkpoint(self.data_dir / filenames.CLEANER_OFFSET_CHECKPOINT,
-                         {key: log.cleaner_state.checkpoint for key, log in self.logs.items()
-                          if log.config.compact})
-
-    def compact(self) -> int:
-        """One log-cleaner round on every compacted partition (``storage/log_cleaner.py``);
-        returns how many segments were rewritten. A partition that cannot be cleaned
-        (a damaged batch, an I/O error) is logged and skipped, as Kafka's cleaner
-        skips an uncleanable partition; the others are still cleaned."""
-        now = self.clock.now_ms()
-        rewritten = 0
-        moved = False
-        for log_ in self:
-            if not log_.config.compact:
-                continue
-            before = log_.cleaner_state.checkpoint
-            try:
-                rewritten += log_.clean(now).segments_rewritten
-            except (KafkaError, OSError):
-                log.exception("cleaning %s-%d failed", log_.topic, log_.partition)
-            moved = moved or log_.cleaner_state.checkpoint != before
-        if moved:
-            self._write_cleaner_checkpoint()
-        return rewritten
-
-    def apply_retention(self) -> int:
-        """Delete segments past retention everywhere; returns how many went."""
-        now = self.clock.now_ms()
-        deleted = 0
-        for log in self:
-            doomed = log.deletable_segments(now)
-            if doomed:
-                log.delete_segments(doomed)
-                deleted += len(doomed)
-        if deleted:
-            self.checkpoint()
-        return deleted
+    @staticmethod
+    def _checkpoint_steps(write: CheckpointWrite) -> Steps[None]:
+        yield write
 
     def close(self, clean: bool = True) -> None:
         """Close every log; after a clean close the next start skips recovery."""
         for log in self:
             log.close(clean=clean)
         if clean:
-            self.checkpoint()
+            run_inline(self.checkpoint())
             marker = self.data_dir / filenames.CLEAN_SHUTDOWN_FILE
             marker.touch()
             fsync_dir(self.data_dir)

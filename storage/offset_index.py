@@ -1,4 +1,4 @@
-"""The sparse offset index (``<base offset>.index``), as Kafka's ``OffsetIndex`` lays it out.
+"""The sparse offset index ``<base offset>.index`` (docs/formats.md §3), Kafka's ``OffsetIndex``.
 
 The index maps an offset to the byte position in the segment's ``.log`` where
 its batch starts. It is sparse: only some batches get an entry. A reader jumps

@@ -20,7 +20,11 @@ Offsets, as Kafka names them:
 Durability is two-step so that an fsync never runs on the owner's thread:
 :meth:`prepare_flush` (owner thread) captures what to sync, :meth:`FlushPlan.run`
 (any thread) fsyncs, :meth:`complete_flush` (owner thread) advances the high
-watermark and the recovery point.
+watermark and the recovery point. Maintenance works the same way, as steps of jobs
+(``storage/background.py``): :meth:`take_snapshot` encodes producer state at once
+and yields the job that writes it; :meth:`delete_old_segments` drops segments from
+the log at once and yields the job that deletes their files; :meth:`clean` yields
+the log cleaner's jobs. A roll hands its snapshot to :attr:`PartitionLog.background`.
 
 Recovery on open (Kafka's ``LogLoader``): after an unclean shutdown every segment
 from the one holding the last flushed offset (the recovery point - 1) onwards is
@@ -29,12 +33,14 @@ everything after it is truncated and the indexes of those segments are rebuilt.
 Producer state is loaded from the newest valid snapshot at or below the first
 segment that needs recovery, and batch headers are replayed from there to the end.
 
-Compaction (``cleanup.policy=compact``): :meth:`PartitionLog.clean` runs the log
-cleaner (``storage/log_cleaner.py``), which writes cleaned segments as
-``.cleaned`` files and hands them to :meth:`PartitionLog.replace_segments`;
-``_remove_leftovers`` finishes or discards a swap a crash interrupted. Cleaning
-changes no offset, neither the log start offset, producer state, LSO nor high
-watermark.
+Compaction (``cleanup.policy=compact``): :meth:`PartitionLog.clean` is the log
+cleaner's round (``storage/log_cleaner.py``), which writes cleaned segments as
+``.cleaned`` files; :meth:`prepare_swap` checks that the segments they replace are
+still in the log, :class:`SegmentSwap` swaps them in on disk and
+:meth:`complete_swap` in memory; ``_remove_leftovers`` finishes or discards a swap
+a crash interrupted. Cleaning changes no offset, neither the log start offset,
+producer state, LSO nor high watermark. Sealed segments change only through
+retention and cleaning, so the owner must not run both on one log at once.
 """
 
 from __future__ import annotations
@@ -46,7 +52,8 @@ from pathlib import Path
 from typing import Iterator
 
 from storage import filenames, log_cleaner, producer_snapshot
-from storage.atomic_file import fsync_dir
+from storage.atomic_file import fsync_dir, write_atomically
+from storage.background import RunSteps, Steps, run_inline
 from storage.clock import Clock
 from storage.errors import (
     CorruptMessageError,
@@ -128,6 +135,106 @@ class FlushPlan:
         self.fds = []
 
 
+@dataclass(frozen=True, slots=True)
+class SnapshotWrite:
+    """Write one producer-state snapshot (encoded on the owner's thread) and delete the
+    snapshots it makes redundant; ``run`` may execute on any thread."""
+
+    path: Path
+    data: bytes
+    stale: tuple[Path, ...] = ()
+
+    def run(self) -> None:
+        write_atomically(self.path, self.data)
+        for path in self.stale:
+            path.unlink(missing_ok=True)
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentDeletion:
+    """Close and delete segments the log no longer holds, and stale snapshots; ``run``
+    may execute on any thread. A crash half way leaves files below the log start
+    offset, which the next open ignores or removes."""
+
+    segments: tuple[LogSegment, ...]
+    snapshots: tuple[Path, ...]
+
+    def run(self) -> None:
+        for segment in self.segments:
+            segment.delete()
+        for path in self.snapshots:
+            path.unlink(missing_ok=True)
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentClose:
+    """Close segments the log no longer holds (any thread): the last close of a
+    deleted file frees its blocks, which is disk work too."""
+
+    segments: tuple[LogSegment, ...]
+
+    def run(self) -> None:
+        for segment in self.segments:
+            segment.release()
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentSwap:
+    """Swap the cleaned segment ``base_offset`` (written as ``.cleaned`` files, synced)
+    in for the segments at ``replaced`` on disk, crash-safely (Kafka's
+    ``replaceSegments``): rename its indexes and then its ``.log`` to ``.swap`` (that
+    last rename is the commit point), then complete the swap as
+    :func:`complete_swap_files` does on open. ``run`` may execute on any thread; it
+    returns the new segment, opened, for :meth:`PartitionLog.complete_swap`. The
+    replaced segments stay open: whoever reads them keeps reading the old files."""
+
+    directory: Path
+    base_offset: int
+    replaced: tuple[int, ...]
+    index_interval_bytes: int
+    created_ms: int
+
+    def run(self) -> LogSegment:
+        base, directory = self.base_offset, self.directory
+        cleaned = [filenames.segment_path(directory, base, suffix + filenames.CLEANED_SUFFIX)
+                   for suffix in filenames.SEGMENT_SUFFIXES]
+        try:
+            for suffix, path in zip(filenames.SEGMENT_SUFFIXES[1:], cleaned[1:]):
+                os.rename(path, swap_path(directory, base, suffix))
+            fsync_dir(directory)
+            os.rename(cleaned[0], swap_path(directory, base, filenames.LOG_SUFFIX))  # the commit point
+            fsync_dir(directory)
+        except BaseException:  # the old segments are untouched: forget the cleaned one
+            for suffix, path in zip(filenames.SEGMENT_SUFFIXES, cleaned):
+                path.unlink(missing_ok=True)
+                swap_path(directory, base, suffix).unlink(missing_ok=True)
+            raise
+        complete_swap_files(directory, base, self.replaced)
+        segment = LogSegment(directory, base, self.index_interval_bytes, created_ms=self.created_ms)
+        segment.load_tail()
+        return segment
+
+
+def swap_path(directory: Path, base_offset: int, suffix: str) -> Path:
+    return filenames.segment_path(directory, base_offset, suffix + filenames.SWAP_SUFFIX)
+
+
+def complete_swap_files(directory: Path, base: int, replaced: tuple[int, ...] | list[int]) -> None:
+    """Put the committed swap segment ``base`` in place of the segments ``replaced``:
+    delete those at other base offsets, rename each index ``.swap`` over the old
+    index (one already gone was renamed before a crash), the ``.log.swap`` last.
+    Repeating it after a crash at any step finishes the same swap."""
+    for old_base in replaced:
+        if old_base != base:
+            for suffix in filenames.SEGMENT_SUFFIXES:
+                filenames.segment_path(directory, old_base, suffix).unlink(missing_ok=True)
+    for suffix in (*filenames.SEGMENT_SUFFIXES[1:], filenames.LOG_SUFFIX):
+        swap = swap_path(directory, base, suffix)
+        if swap.exists():
+            os.replace(swap, filenames.segment_path(directory, base, suffix))
+    fsync_dir(directory)
+
+
 class PartitionLog:
     """One partition's log. See the module docstring for the offsets it keeps."""
 
@@ -152,6 +259,9 @@ class PartitionLog:
         self._first_unflushed_ms: int | None = None
         #: what the log cleaner knows of this log (the checkpoint is persisted by the log manager)
         self.cleaner_state = log_cleaner.CleanerState(cleaner_checkpoint)
+        #: how the snapshot a roll takes is written: at once by default; the owner
+        #: hands it to another thread (the engine: its metadata worker)
+        self.background: RunSteps = run_inline
         directory.mkdir(parents=True, exist_ok=True)
         #: bytes truncated from a torn or corrupt tail during recovery (for logs and tests)
         self.truncated_bytes = self._load(clean_shutdown)
@@ -320,7 +430,7 @@ class PartitionLog:
         segment = self._new_segment(base)
         self.segments.append(segment)
         self._dir_dirty = True
-        self.take_snapshot()
+        self.background(self.take_snapshot())
         return segment
 
     def _new_segment(self, base_offset: int) -> LogSegment:
@@ -429,13 +539,20 @@ class PartitionLog:
 
     # -- producer snapshots -------------------------------------------------------------
 
-    def take_snapshot(self) -> Path:
-        """Write the producer state at the log end offset to ``<offset>.snapshot``."""
-        path = filenames.snapshot_path(self.directory, self.log_end_offset)
-        producer_snapshot.write(path, list(self.producer_state))
-        self._snapshot_set().add(self.log_end_offset)
-        self._prune_snapshots()
-        return path
+    def take_snapshot(self) -> Steps[None]:
+        """Snapshot the producer state at the log end offset: encoded now, written to
+        ``<offset>.snapshot`` (and older snapshots pruned) by the one job the returned
+        steps yield. Recovery never needs the newest snapshot: a crash before the file
+        is durable only means replaying from an older one."""
+        offset = self.log_end_offset
+        write = SnapshotWrite(filenames.snapshot_path(self.directory, offset),
+                              producer_snapshot.encode(list(self.producer_state)),
+                              self._prune_snapshots(offset))
+        return self._snapshot_steps(offset, write)
+
+    def _snapshot_steps(self, offset: int, write: SnapshotWrite) -> Steps[None]:
+        yield write
+        self._snapshot_set().add(offset)
 
     def snapshot_offsets(self) -> list[int]:
         return sorted(self._snapshot_set())
@@ -451,15 +568,18 @@ class PartitionLog:
         filenames.snapshot_path(self.directory, offset).unlink(missing_ok=True)
         self._snapshot_set().discard(offset)
 
-    def _prune_snapshots(self) -> None:
+    def _prune_snapshots(self, new: int | None = None) -> tuple[Path, ...]:
         """Keep one snapshot per segment base at or above the log start offset, plus
-        the newest PERIODIC_SNAPSHOTS_TO_KEEP others."""
+        the newest PERIODIC_SNAPSHOTS_TO_KEEP others (counting ``new``, one about to be
+        written): forget the rest, and return their files for the caller's job to delete."""
+        offsets = sorted(self._snapshot_set() | ({new} if new is not None else set()))
         bases = {segment.base_offset for segment in self.segments}
-        periodic = [o for o in self.snapshot_offsets() if o not in bases]
-        doomed = [o for o in self.snapshot_offsets() if o < self.log_start_offset]
-        doomed += periodic[:-PERIODIC_SNAPSHOTS_TO_KEEP]
-        for offset in set(doomed):
-            self._delete_snapshot(offset)
+        periodic = [o for o in offsets if o not in bases]
+        doomed = {o for o in offsets if o < self.log_start_offset}
+        doomed.update(periodic[:-PERIODIC_SNAPSHOTS_TO_KEEP])
+        doomed.discard(new)
+        self._snapshot_set().difference_update(doomed)
+        return tuple(filenames.snapshot_path(self.directory, offset) for offset in sorted(doomed))
 
     # -- retention ----------------------------------------------------------------------
 
@@ -488,78 +608,54 @@ class PartitionLog:
             return segment.max_timestamp
         return int(os.stat(segment.log_path).st_mtime * 1000)
 
-    def delete_segments(self, doomed: list[LogSegment]) -> int:
-        """Drop ``doomed`` (the oldest segments) and move the log start offset past
-        them; returns the new log start offset. The caller persists it."""
+    def delete_old_segments(self, now_ms: int) -> Steps[int]:
+        """Retention: drop the :meth:`deletable_segments` from the log now (no read
+        reaches them again, the log start offset moves past them) and yield the job
+        that deletes their files. Returns how many went; the caller persists the log
+        start offset."""
+        doomed = self.deletable_segments(now_ms)
+        if not doomed:
+            return 0
         for segment in doomed:
             self.segments.remove(segment)
             self._dirty.discard(segment)
-            segment.delete()
         self.log_start_offset = max(self.log_start_offset, self.segments[0].base_offset)
-        self._prune_snapshots()
-        return self.log_start_offset
+        yield SegmentDeletion(tuple(doomed), self._prune_snapshots())
+        return len(doomed)
 
     # -- compaction ---------------------------------------------------------------------
 
-    def clean(self, now_ms: int) -> log_cleaner.CleanerStats:
-        """Compact the cleanable part of the log (``storage/log_cleaner.py``); nothing
-        happens unless the topic's cleanup.policy includes compact."""
+    def clean(self, now_ms: int) -> Steps[log_cleaner.CleanerStats]:
+        """One round of the log cleaner on this log (``storage/log_cleaner.py``); it
+        does nothing unless the topic's cleanup.policy includes compact."""
         return log_cleaner.clean(self, now_ms)
 
-    def replace_segments(self, old: list[LogSegment], cleaned: LogSegment) -> LogSegment:
-        """Swap ``cleaned`` -- written with the ``.cleaned`` suffix at the base offset
-        of ``old[0]`` -- in for the consecutive segments ``old``, crash-safely (Kafka's
-        ``replaceSegments``): fsync it, rename its indexes and then its ``.log`` to
-        ``.swap`` (that last rename is the commit point), then complete the swap as
-        :meth:`_complete_swap` does on open. Returns the segment now in the log."""
-        first = self.segments.index(old[0])
-        if self.segments[first:first + len(old)] != old or cleaned.base_offset != old[0].base_offset:
+    def prepare_swap(self, old: list[LogSegment]) -> SegmentSwap | None:
+        """The job that swaps the cleaned segment written for ``old`` (at the base offset
+        of ``old[0]``) in on disk; None when ``old`` is no longer a run of this log's
+        segments, so what was cleaned from them is stale."""
+        if not self._holds_run(old):
+            return None
+        return SegmentSwap(self.directory, old[0].base_offset, tuple(s.base_offset for s in old),
+                           self.config.index_interval_bytes, self.clock.now_ms())
+
+    def complete_swap(self, old: list[LogSegment], cleaned: LogSegment) -> SegmentClose:
+        """Install ``cleaned`` (what :class:`SegmentSwap` returned) in place of ``old``;
+        returns the job that closes them."""
+        if not self._holds_run(old) or cleaned.base_offset != old[0].base_offset:
             raise ValueError(f"{self.directory}: cleaned segment {cleaned.base_offset} does not "
                              f"replace consecutive segments starting there")
-        base = cleaned.base_offset
-        try:
-            cleaned.flush()
-            cleaned.close()
-            cleaned.path(filenames.TXN_INDEX_SUFFIX).touch()  # every index file: a swap is unambiguous
-            modified = max(os.stat(segment.log_path).st_mtime_ns for segment in old)
-            os.utime(cleaned.log_path, ns=(modified, modified))  # retention by mtime sees the old age
-            for suffix in filenames.SEGMENT_SUFFIXES[1:]:
-                os.rename(cleaned.path(suffix), self._swap_path(base, suffix))
-            fsync_dir(self.directory)
-            os.rename(cleaned.log_path, self._swap_path(base, filenames.LOG_SUFFIX))  # the commit point
-            fsync_dir(self.directory)
-        except BaseException:  # the old segments are untouched: forget the cleaned one
-            cleaned.close()
-            for suffix in filenames.SEGMENT_SUFFIXES:
-                cleaned.path(suffix).unlink(missing_ok=True)
-                self._swap_path(base, suffix).unlink(missing_ok=True)
-            raise
-        for segment in old:
-            segment.close()
-            self._dirty.discard(segment)
-        self._complete_swap(base, [segment.base_offset for segment in old])
-        segment = self._new_segment(base)
-        segment.load_tail()
-        self.segments[first:first + len(old)] = [segment]
-        return segment
+        first = self.segments.index(old[0])
+        self._dirty.difference_update(old)
+        self.segments[first:first + len(old)] = [cleaned]
+        return SegmentClose(tuple(old))
 
-    def _swap_path(self, base_offset: int, suffix: str) -> Path:
-        return filenames.segment_path(self.directory, base_offset, suffix + filenames.SWAP_SUFFIX)
-
-    def _complete_swap(self, base: int, replaced: list[int]) -> None:
-        """Put the committed swap segment ``base`` in place of the segments ``replaced``:
-        delete those at other base offsets, rename each index ``.swap`` over the old
-        index (one already gone was renamed before a crash), the ``.log.swap`` last.
-        Repeating it after a crash at any step finishes the same swap."""
-        for old_base in replaced:
-            if old_base != base:
-                for suffix in filenames.SEGMENT_SUFFIXES:
-                    filenames.segment_path(self.directory, old_base, suffix).unlink(missing_ok=True)
-        for suffix in (*filenames.SEGMENT_SUFFIXES[1:], filenames.LOG_SUFFIX):
-            swap = self._swap_path(base, suffix)
-            if swap.exists():
-                os.replace(swap, filenames.segment_path(self.directory, base, suffix))
-        fsync_dir(self.directory)
+    def _holds_run(self, run: list[LogSegment]) -> bool:
+        """Whether ``run`` is a run of consecutive segments of this log, not the active one."""
+        if not run or run[0] not in self.segments:
+            return False
+        first = self.segments.index(run[0])
+        return self.segments[first:first + len(run)] == run and first + len(run) < len(self.segments)
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -571,7 +667,7 @@ class PartitionLog:
             fsync_dir(self.directory)
             self.complete_flush(FlushPlan(self.log_end_offset))
             if self.log_end_offset not in self.snapshot_offsets():
-                self.take_snapshot()
+                run_inline(self.take_snapshot())
         for segment in self.segments:
             segment.close()
         self.segments = []
@@ -616,11 +712,11 @@ class PartitionLog:
             replaced = [parsed[0] for path in self.directory.iterdir()
                         if (parsed := filenames.parse_offset_name(path.name))
                         and parsed[1] == filenames.LOG_SUFFIX and base <= parsed[0] < max(end, base + 1)]
-            self._complete_swap(base, replaced)
+            complete_swap_files(self.directory, base, replaced)
 
     def _swap_end(self, base: int) -> int:
         """The offset after the last batch of the swap segment ``base`` (``base`` if empty)."""
-        fd = os.open(self._swap_path(base, filenames.LOG_SUFFIX), os.O_RDONLY)
+        fd = os.open(swap_path(self.directory, base, filenames.LOG_SUFFIX), os.O_RDONLY)
         try:
             end = base
             for location in walk_headers(fd, 0, os.fstat(fd).st_size):

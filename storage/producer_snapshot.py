@@ -1,7 +1,8 @@
-"""Producer-state snapshot files: ``<offset>.snapshot``.
+"""Producer-state snapshot files: ``<offset>.snapshot`` (docs/formats.md §6).
 
 The seed's ``PidSnapshot`` (version, CRC, [PidEntry]) in the byte layout of
-Kafka's ``ProducerStateManager`` version 1, so Kafka's own tools read our files::
+Kafka's ``ProducerStateManager`` version 1, so Kafka's own tools read our files
+(Version and Crc are the framing of ``storage/checked_file.py``)::
 
     Snapshot       => Version Crc ProducerEntries
       Version      => int16          1
@@ -36,22 +37,18 @@ import struct
 from collections import deque
 from pathlib import Path
 
-import crc32c
-
 from storage.atomic_file import write_atomically
-
+from storage.checked_file import CorruptFileError, frame, unframe
 from storage.producer_state import BATCHES_TO_RETAIN, NO_OFFSET, BatchMetadata, ProducerStateEntry
 from storage.record_batch import NO_SEQUENCE
 
 VERSION = 1
 
-HEADER = struct.Struct(
+#: after the Version and Crc of storage/checked_file.py's framing
+COUNT = struct.Struct(
     ">"
-    "h"  # Version
-    "I"  # Crc: CRC-32C of everything after this field
     "i"  # ProducerEntries: array length
 )
-CRC_START = struct.calcsize(">hI")
 
 ENTRY = struct.Struct(
     ">"
@@ -66,19 +63,13 @@ ENTRY = struct.Struct(
 )
 
 
-class CorruptSnapshotError(Exception):
+class CorruptSnapshotError(CorruptFileError):
     """A snapshot file cannot be trusted; the caller deletes it and falls back."""
-
-    def __init__(self, path: Path | str, reason: str) -> None:
-        super().__init__(f"{path}: {reason}")
-        self.path = path
-        self.reason = reason
 
 
 def encode(entries: list[ProducerStateEntry]) -> bytes:
     rows = [row for entry in entries for row in _rows(entry)]
-    body = struct.pack(">i", len(rows)) + b"".join(ENTRY.pack(*row) for row in rows)
-    return struct.pack(">hI", VERSION, crc32c.crc32c(body)) + body
+    return frame(VERSION, COUNT.pack(len(rows)) + b"".join(ENTRY.pack(*row) for row in rows))
 
 
 def _rows(entry: ProducerStateEntry) -> list[tuple]:
@@ -91,17 +82,17 @@ def _rows(entry: ProducerStateEntry) -> list[tuple]:
 
 
 def decode(data: bytes, path: Path | str = "<memory>") -> list[ProducerStateEntry]:
-    if len(data) < HEADER.size:
+    try:
+        body = unframe(data, VERSION, path)
+    except CorruptFileError as e:
+        raise CorruptSnapshotError(path, e.reason) from None
+    if len(body) < COUNT.size:
         raise CorruptSnapshotError(path, f"{len(data)} bytes is shorter than the header")
-    version, crc, count = HEADER.unpack_from(data)
-    if version != VERSION:
-        raise CorruptSnapshotError(path, f"unknown snapshot version {version}")
-    if crc32c.crc32c(data[CRC_START:]) != crc:
-        raise CorruptSnapshotError(path, "CRC-32C mismatch")
-    if count < 0 or len(data) != HEADER.size + count * ENTRY.size:
+    (count,) = COUNT.unpack_from(body)
+    if count < 0 or len(body) != COUNT.size + count * ENTRY.size:
         raise CorruptSnapshotError(path, f"{count} entries do not fit {len(data)} bytes")
     entries: dict[int, ProducerStateEntry] = {}
-    for pid, epoch, last_seq, last_offset, delta, ts, coord, txn in ENTRY.iter_unpack(data[HEADER.size:]):
+    for pid, epoch, last_seq, last_offset, delta, ts, coord, txn in ENTRY.iter_unpack(body[COUNT.size:]):
         entry = entries.get(pid)
         if entry is None or entry.producer_epoch != epoch:
             entry = entries[pid] = ProducerStateEntry(

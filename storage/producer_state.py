@@ -10,7 +10,7 @@ replaying batch headers, and checkpointed to ``.snapshot`` files
 
 Sequence and epoch rules for a data batch from producer ``pid`` with epoch ``e``
 and sequence range ``[first, last]`` -- the seed's ProduceRequest handling as
-today's Kafka applies it (``RECORD-BATCH.md`` section 7):
+today's Kafka applies it (``ProducerAppendInfo``):
 
 =====================================  ==========================================
 state of ``pid`` on this partition      outcome

@@ -1,4 +1,4 @@
-"""Kafka's v2 record batch ("magic 2"), byte for byte (RECORD-BATCH.md).
+"""Kafka's v2 record batch ("magic 2"), byte for byte (docs/formats.md §2).
 
 The same bytes travel in Produce requests, are stored in ``.log`` segments and
 are returned by Fetch, so this one codec serves all three::
@@ -39,7 +39,7 @@ itself are outside it, which is what lets the broker stamp BaseOffset and
 PartitionLeaderEpoch on append without recomputing it (``with_base_offset``,
 ``with_partition_leader_epoch``).
 
-**Errors** (RECORD-BATCH.md section 3): a CRC mismatch, a batch shorter than its header
+**Errors** (docs/formats.md §2.5): a CRC mismatch, a batch shorter than its header
 or whose length disagrees with BatchLength raises ``CorruptMessageError``
 (CORRUPT_MESSAGE); a wrong magic or any structural fault under a good CRC
 (record count, offset deltas, lengths, trailing bytes) raises
@@ -96,7 +96,7 @@ _INT32 = struct.Struct(">i")   # PartitionLeaderEpoch
 _INT16 = struct.Struct(">h")   # Attributes
 _UINT32 = struct.Struct(">I")  # CRC
 
-# Attributes bits (RECORD-BATCH.md section 2); bits 7-15 are unused.
+# Attributes bits (docs/formats.md §2.2); bits 7-15 are unused.
 COMPRESSION_MASK = 0x07
 TIMESTAMP_TYPE_BIT = 0x08     # 0 CreateTime, 1 LogAppendTime
 TRANSACTIONAL_BIT = 0x10
@@ -560,20 +560,30 @@ def _read_bytes(data: bytes, pos: int, end: int) -> tuple[bytes | None, int]:
     return data[pos:stop], stop
 
 
+_NULL_LENGTH = encode_varint(-1)  # a null key, value or header value
+
+
 def _encode_bytes(data: bytes | None) -> bytes:
     if data is None:
-        return encode_varint(-1)
+        return _NULL_LENGTH
     return encode_varint(len(data)) + data
 
 
-def _encode_record(offset_delta: int, timestamp_delta: int, key: bytes | None,
-                   value: bytes | None, headers: Sequence[tuple[str, bytes | None]]) -> bytes:
+def encode_record(offset_delta: int, timestamp_delta: int, key: bytes | None,
+                  value: bytes | None, headers: Sequence[tuple[str, bytes | None]] = ()) -> bytes:
+    """One record (Length included) at ``offset_delta`` / ``timestamp_delta`` from its
+    batch's base: what a producer appends to an open batch as each record arrives;
+    :func:`pack_records` puts the header around the records."""
     parts = [b"\x00",  # attributes
              encode_varint(timestamp_delta),
-             encode_varint(offset_delta),
-             _encode_bytes(key),
-             _encode_bytes(value),
-             encode_varint(len(headers))]
+             encode_varint(offset_delta)]
+    for data in (key, value):
+        if data is None:
+            parts.append(_NULL_LENGTH)
+        else:
+            parts.append(encode_varint(len(data)))
+            parts.append(data)
+    parts.append(encode_varint(len(headers)))
     for header_key, header_value in headers:
         parts.append(_encode_bytes(header_key.encode("utf-8")))
         parts.append(_encode_bytes(header_value))
@@ -598,9 +608,6 @@ def encode_batch(records: Sequence[SimpleRecord | tuple], *, base_offset: int = 
         raise ValueError("a record batch needs at least one record")
     if control and len(records) != 1:
         raise ValueError(f"a control batch holds exactly one record, got {len(records)}")
-    if timestamp_type not in (CREATE_TIME, LOG_APPEND_TIME):
-        raise ValueError(f"timestamp type must be 0 or 1, got {timestamp_type}")
-    compression = Compression(compression)
     now = None
     rows = []
     for record in records:
@@ -617,8 +624,27 @@ def encode_batch(records: Sequence[SimpleRecord | tuple], *, base_offset: int = 
     if base_timestamp is None:
         base_timestamp = rows[0][3]
     max_timestamp = max(row[3] for row in rows)
-    body = b"".join(_encode_record(delta, timestamp - base_timestamp, key, value, headers)
-                    for delta, (key, value, headers, timestamp) in enumerate(rows))
+    records_ = [encode_record(delta, timestamp - base_timestamp, key, value, headers)
+                for delta, (key, value, headers, timestamp) in enumerate(rows)]
+    return pack_records(records_, base_timestamp=base_timestamp, max_timestamp=max_timestamp,
+                        base_offset=base_offset, producer_id=producer_id,
+                        producer_epoch=producer_epoch, base_sequence=base_sequence,
+                        transactional=transactional, control=control, compression=compression,
+                        timestamp_type=timestamp_type, partition_leader_epoch=partition_leader_epoch)
+
+
+def pack_records(records: Sequence[bytes], *, base_timestamp: int, max_timestamp: int,
+                 base_offset: int = 0, producer_id: int = NO_PRODUCER_ID,
+                 producer_epoch: int = NO_PRODUCER_EPOCH, base_sequence: int = NO_SEQUENCE,
+                 transactional: bool = False, control: bool = False,
+                 compression: Compression = Compression.NONE, timestamp_type: int = CREATE_TIME,
+                 partition_leader_epoch: int = 0) -> bytes:
+    """One v2 batch around ``records``, each encoded by :func:`encode_record` at offset
+    deltas 0..n-1 from ``base_timestamp``; compressed as one stream, then the CRC."""
+    if timestamp_type not in (CREATE_TIME, LOG_APPEND_TIME):
+        raise ValueError(f"timestamp type must be 0 or 1, got {timestamp_type}")
+    compression = Compression(compression)
+    body = b"".join(records)
     if compression is not Compression.NONE:
         body = compress(compression, body)
     attributes = (compression
@@ -628,9 +654,9 @@ def encode_batch(records: Sequence[SimpleRecord | tuple], *, base_offset: int = 
     batch = bytearray(HEADER_SIZE + len(body))
     try:
         HEADER.pack_into(batch, 0, base_offset, HEADER_SIZE - LOG_OVERHEAD + len(body),
-                         partition_leader_epoch, MAGIC, 0, attributes, len(rows) - 1,
+                         partition_leader_epoch, MAGIC, 0, attributes, len(records) - 1,
                          base_timestamp, max_timestamp, producer_id, producer_epoch,
-                         base_sequence, len(rows))
+                         base_sequence, len(records))
     except struct.error as exc:
         raise ValueError(f"batch header field out of range: {exc}") from None
     batch[HEADER_SIZE:] = body

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from storage import filenames
-from storage.errors import CorruptMessageError, InvalidRecordError, KafkaError
+from storage.errors import CorruptMessageError, InvalidRecordError, InvariantViolation, KafkaError
 from storage.offset_index import CorruptIndexError, OffsetIndex
 from storage.record_batch import HEADER_SIZE, BatchHeader, read_header, validate_batch
 from storage.time_index import TimeIndex
@@ -32,6 +32,8 @@ _SCAN_CHUNK = 1 << 16
 #: batches larger than this are stepped over by reading only the next header
 _HEADER_ONLY_ABOVE = 4096
 _RECOVERY_CHUNK = 1 << 20
+#: how much of a deleted segment's .log is freed at a time (LogSegment.release)
+_FREE_STEP = 8 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,7 +103,7 @@ class LogSegment:
     def append(self, batch: bytes | memoryview, header: BatchHeader) -> int:
         """Write one batch (its base offset already assigned); returns its position."""
         if header.base_offset < self.next_offset:
-            raise InvalidRecordError(
+            raise InvariantViolation(  # the log assigns offsets: only a bug gets here
                 f"{self.log_path}: offset {header.base_offset} is below the segment's next offset "
                 f"{self.next_offset}")
         position = self.size
@@ -190,10 +192,21 @@ class LogSegment:
             self._fd = -1
 
     def delete(self) -> None:
-        """Close and remove every file of this segment."""
-        self.close()
+        """Remove every file of this segment and close it."""
         for suffix in filenames.SEGMENT_SUFFIXES:
             self.path(suffix).unlink(missing_ok=True)
+        self.release()
+
+    def release(self) -> None:
+        """Close the segment; if its ``.log`` is deleted already (retention, a swap),
+        first give its blocks back ``_FREE_STEP`` at a time: freeing a large file in
+        one go holds the filesystem's journal, and every fsync of the broker waits."""
+        if self._fd >= 0 and os.fstat(self._fd).st_nlink == 0:
+            size = self.size
+            while size > _FREE_STEP:
+                size -= _FREE_STEP
+                os.ftruncate(self._fd, size)
+        self.close()
 
     def truncate_to(self, offset: int) -> None:
         """Remove every batch at or above ``offset`` (a batch boundary)."""

@@ -1,4 +1,4 @@
-"""The sparse time index (``<base offset>.timeindex``), as Kafka's ``TimeIndex`` lays it out.
+"""The sparse time index ``<base offset>.timeindex`` (docs/formats.md §4), Kafka's ``TimeIndex``.
 
 An entry ``(timestamp, offset)`` means that ``timestamp`` is the largest
 timestamp seen in the segment before ``offset``, so any record with a greater

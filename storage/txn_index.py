@@ -1,4 +1,4 @@
-"""The aborted transaction index (``<base offset>.txnindex``), Kafka's ``TransactionIndex``.
+"""The aborted transaction index ``<base offset>.txnindex`` (docs/formats.md §5).
 
 There is one entry for each transaction whose ABORT marker was written in this
 segment. A READ_COMMITTED fetch uses the index to tell the consumer which

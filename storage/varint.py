@@ -5,7 +5,7 @@ least-significant group first, the high bit set on every byte except the last::
 
     300  ->  0b10_0101100  ->  ac 02      (0x2c | 0x80, then 0x02)
 
-* **Signed varint / varlong** (record fields, RECORD-BATCH.md section 5). The value is
+* **Signed varint / varlong** (record fields, docs/formats.md §2.3). The value is
   zigzag-mapped first (0, -1, 1, -2, 2 ... -> 0, 1, 2, 3, 4 ...) so small negative
   numbers stay short. Kafka's int32 varint takes at most 5 bytes and its int64
   varlong at most 10. Python ints have no width, so one pair of functions covers
@@ -40,6 +40,8 @@ def _encode_unsigned(n: int) -> bytes:
     """Base-128 bytes of ``n >= 0``."""
     if n < 0x80:
         return _ONE_BYTE[n]
+    if n < 0x4000:  # two bytes: record lengths and value lengths up to 8 KiB
+        return bytes(((n & 0x7F) | 0x80, n >> 7))
     out = bytearray()
     while n >= 0x80:
         out.append((n & 0x7F) | 0x80)

@@ -11,9 +11,20 @@ from app import Broker
 from storage.clock import FakeClock
 from storage.record_batch import SimpleRecord, encode_batch
 
-SHARED = Path(__file__).resolve().parents[2] / "shared"
 #: internal topics of 3 partitions instead of Kafka's 50: the same behaviour, far fewer files
 SMALL_INTERNAL_TOPICS = {"transaction.state.log.num.partitions": 3, "offsets.topic.num.partitions": 3}
+#: a broker whose scheduled jobs never run: for a test that runs a job by hand and asserts
+#: what that run did, which the broker's own run of the same job could have done first
+FROZEN = {"exactly.jobs.enable": False}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "frozen: the test's broker fixture runs no scheduled job (FROZEN)")
+
+
+def jobs_config(request: pytest.FixtureRequest) -> dict[str, bool]:
+    """FROZEN for a test marked ``frozen``, else nothing: for broker fixtures."""
+    return FROZEN if request.node.get_closest_marker("frozen") else {}
 
 
 @pytest.fixture
@@ -22,8 +33,8 @@ def clock() -> FakeClock:
 
 
 @pytest.fixture
-def broker(tmp_path: Path, clock: FakeClock) -> Iterator[Broker]:
-    with Broker(tmp_path / "data", clock=clock, **SMALL_INTERNAL_TOPICS) as b:
+def broker(tmp_path: Path, clock: FakeClock, request: pytest.FixtureRequest) -> Iterator[Broker]:
+    with Broker(tmp_path / "data", clock=clock, **SMALL_INTERNAL_TOPICS, **jobs_config(request)) as b:
         yield b
 
 

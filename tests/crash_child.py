@@ -47,6 +47,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
 
+from storage.background import run_inline
 from storage.compression import Compression
 from storage.producer_state import next_sequence
 from storage.record_batch import (
@@ -234,7 +235,7 @@ def main(argv: Sequence[str]) -> int:
             child.step()
             appends += 1
             if args.checkpoint_every and appends % args.checkpoint_every == 0:
-                logs.logs.checkpoint()
+                run_inline(logs.logs.checkpoint())
     logs.close()
     return 0
 

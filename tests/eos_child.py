@@ -59,7 +59,8 @@ CONSUMER_CONFIG = dict(group_id=GROUP, isolation_level="read_committed", enable_
 #: at most this many records of each partition per transaction
 MAX_PER_PARTITION = 4
 #: with the scheduled jobs: internal segments small enough for the cleaner to have work
-JOBS_CONFIG = {**CONFIG, "internal.topic.segment.bytes": 2048}
+JOBS_CONFIG = {**CONFIG, "transaction.state.log.segment.bytes": 2048,
+               "offsets.topic.segment.bytes": 2048}
 #: a child the test forgot to kill stops by itself
 LIFETIME_S = 120
 
@@ -155,6 +156,8 @@ def run(broker: Broker, progress: Progress, rng: random.Random, jobs_every: int 
         progress.line(f"B {len(records)}")
         for record in records:
             producer.send(OUTPUT, transform(record.value), key=record.key)
+        producer.flush()  # the records are durable before the child says they are sent
+        for _ in records:
             progress.line("P")
         producer.send_offsets_to_transaction(next_offsets, consumer.group_metadata())
         producer.commit_transaction()

@@ -20,6 +20,7 @@ from typing import Any, Mapping
 
 from app.config import BrokerConfig
 from app.engine import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, READ_UNCOMMITTED, isolation_is_committed
+from storage.background import run_inline
 from storage.clock import Clock, SystemClock
 from storage.log_manager import LogManager, TopicInfo
 from storage.partition_log import PartitionLog, ReadResult
@@ -43,7 +44,7 @@ class DurableLogs:
 
     def create_topic(self, name: str, partitions: int = 1,
                      config: Mapping[str, Any] | None = None) -> TopicInfo:
-        return self.logs.create_topic(name, partitions, config)
+        return run_inline(self.logs.create_topic(name, partitions, config))
 
     def log(self, topic: str, partition: int = 0) -> PartitionLog:
         return self.logs.log(topic, partition)

@@ -69,12 +69,12 @@ def test_abort_a_transaction_that_holds_the_lso_from_the_browser(console):
 
     broker, base = console
     broker.create_topic("orders", 1)
-    broker.producer().send("orders", b"before", partition=0)
+    broker.producer().send("orders", b"before", partition=0).get(timeout=10)
     producer = broker.producer(transactional_id="orders-tx", transaction_timeout_ms=300_000)
     producer.init_transactions()
     producer.begin_transaction()
     for i in range(3):
-        producer.send("orders", b"inside-%d" % i, partition=0)  # left open
+        producer.send("orders", b"inside-%d" % i, partition=0).get(timeout=10)  # left open
     log = broker.engine.logs.log("orders", 0)
     assert log.last_stable_offset == 1 < log.high_watermark == 4
 

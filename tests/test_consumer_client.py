@@ -41,9 +41,11 @@ def consumer(broker) -> Iterator[Callable[..., Consumer]]:
             pass
 
 
-def send(broker: Broker, topic: str, partition: int, values: list[bytes]) -> list[int]:
-    producer = broker.producer()
-    return [producer.send(topic, v, partition=partition).offset for v in values]
+def send(broker: Broker, topic: str, partition: int, values: list[bytes], **config: Any) -> list[int]:
+    """Send ``values`` at once (they share batches) and wait for them; their offsets."""
+    producer = broker.producer(**config)
+    futures = [producer.send(topic, v, partition=partition) for v in values]
+    return [future.get(timeout=DEADLINE_S).offset for future in futures]
 
 
 def values(records: list[ConsumerRecord]) -> list[bytes]:
@@ -207,7 +209,7 @@ def test_a_position_out_of_range_is_reset_by_policy(broker, consumer, reset, exp
 def test_a_committed_offset_deleted_by_retention_is_reset_by_policy(broker, consumer, clock, reset,
                                                                     expected_first):
     broker.create_topic("t", 1, {"segment.bytes": 200, "retention.ms": 1000})
-    send(broker, "t", 0, [b"v%02d" % i for i in range(20)])
+    send(broker, "t", 0, [b"v%02d" % i for i in range(20)], batch_size=0)  # a batch per record
     consumer(group_id="g").commit({("t", 0): 3})
     clock.advance(10_000)
     broker.engine.call(broker.engine.apply_retention, timeout=DEADLINE_S)
@@ -252,17 +254,17 @@ def interleaved_transactions(broker: Broker) -> None:
     t2 = broker.producer(transactional_id="t2")
     t1.init_transactions()
     t2.init_transactions()
-    plain.send("t", b"n0", partition=0)
+    plain.send("t", b"n0", partition=0).get(timeout=10)
     t1.begin_transaction()
-    t1.send("t", b"a1", partition=0)
-    plain.send("t", b"n1", partition=0)
+    t1.send("t", b"a1", partition=0).get(timeout=10)
+    plain.send("t", b"n1", partition=0).get(timeout=10)
     t2.begin_transaction()
-    t2.send("t", b"b1", partition=0)
-    t1.send("t", b"a2", partition=0)
+    t2.send("t", b"b1", partition=0).get(timeout=10)
+    t1.send("t", b"a2", partition=0).get(timeout=10)
     t1.abort_transaction()
-    t2.send("t", b"b2", partition=0)
+    t2.send("t", b"b2", partition=0).get(timeout=10)
     t2.commit_transaction()
-    plain.send("t", b"n2", partition=0)
+    plain.send("t", b"n2", partition=0).get(timeout=10)
 
 
 def test_read_committed_skips_aborted_and_control_records(broker, consumer):
@@ -290,7 +292,7 @@ def test_read_committed_position_moves_past_an_aborted_transaction_to_the_log_en
     p.init_transactions()
     p.begin_transaction()
     for v in (b"x", b"y", b"z"):
-        p.send("t", v, partition=0)
+        p.send("t", v, partition=0).get(timeout=10)
     p.abort_transaction()
     c = consumer(isolation_level="read_committed", auto_offset_reset="earliest")
     c.assign([("t", 0)])
@@ -307,7 +309,7 @@ def test_read_committed_waits_for_an_open_transaction_then_sees_it(broker, consu
     p = broker.producer(transactional_id="tx")
     p.init_transactions()
     p.begin_transaction()
-    p.send("t", b"inside", partition=0)
+    p.send("t", b"inside", partition=0).get(timeout=10)
     send(broker, "t", 0, [b"after"])  # behind the open transaction: not yet visible
     c = consumer(isolation_level="read_committed", auto_offset_reset="earliest")
     c.assign([("t", 0)])
@@ -324,7 +326,7 @@ def test_seek_to_end_is_the_lso_under_read_committed(broker, consumer):
     p = broker.producer(transactional_id="tx")
     p.init_transactions()
     p.begin_transaction()
-    p.send("t", b"open-3", partition=0)
+    p.send("t", b"open-3", partition=0).get(timeout=10)
     send(broker, "t", 0, [b"4"])
     committed = consumer(isolation_level="read_committed")
     committed.assign([("t", 0)])

@@ -39,7 +39,7 @@ import pytest
 
 from app import Broker
 from storage.read_committed import read_records
-from tests.conftest import LineTail
+from tests.conftest import FROZEN, LineTail
 from tests.eos_child import (
     CONFIG,
     GROUP,
@@ -272,7 +272,7 @@ def test_committed_offsets_survive_compaction_and_a_restart(tmp_path: Path) -> N
     """The jobs variant above, reduced: the cleaner drops the superseded last record of
     a two-record offsets batch but keeps its LastOffsetDelta (v2 allows the gap); the
     group coordinator must still load that batch after a restart."""
-    config = {"offsets.topic.num.partitions": 1, "internal.topic.segment.bytes": 1024}
+    config = {"offsets.topic.num.partitions": 1, "offsets.topic.segment.bytes": 1024, **FROZEN}
     with Broker(tmp_path / "data", **config) as broker:
         broker.create_topic(INPUT, PARTITIONS)
         consumer = broker.consumer(group_id=GROUP, enable_auto_commit=False)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -12,12 +13,11 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from app import Broker
-from app.http import HttpSettings, create_app, openapi
-from app.engine.mirror_source import EngineMirrorSource
+from app.http import HttpSettings, create_app, idempotency, openapi, transactions
 from app.client.producer import murmur2
-from coordinator.mirror import Mirror
-from coordinator.mirror_db import db_path
+from coordinator.transaction_state import IllegalTransitionError, TransactionMetadata
 from storage.clock import FakeClock
+from storage.errors import UnknownServerError
 from storage.record_batch import SimpleRecord, encode_batch
 from tests.conftest import SMALL_INTERNAL_TOPICS
 from tests.storage_log import DurableLogs
@@ -143,6 +143,32 @@ def test_unknown_paths_and_methods_answer_json(api: Api) -> None:
     assert api.error("GET", "/transactions//init", 404) == "NOT_FOUND"  # not a redirect to a merged path
 
 
+SECRET = "/srv/secret/path and internals"
+
+
+@pytest.mark.parametrize("failure", [IllegalTransitionError(SECRET), UnknownServerError(SECRET), KeyError(SECRET)])
+def test_a_server_error_is_a_500_with_a_reference_and_never_the_exception_s_text(
+        topics: Api, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, failure: Exception) -> None:
+    """A bug inside the coordinator (forced here: adding a partition fails as an illegal
+    transition would) is not the client's fault: never a 409, never its text."""
+    producer = topics.init("bug-tx")
+
+    def broken(self, *args, **kwargs):
+        raise failure
+
+    monkeypatch.setattr(TransactionMetadata, "prepare_add_partitions", broken)
+    body = txn_body(producer, records=[record("orders", 0, "x")])
+    with caplog.at_level("ERROR", logger="app.http.errors"):
+        answer = topics.call("POST", "/transactions/bug-tx/records", 500, body).json
+    assert answer["error_name"] == "UNKNOWN_SERVER_ERROR" and answer["error_code"] == -1
+    reference = re.fullmatch(r"internal server error; reference ([0-9a-f]{8}) in the broker's log",
+                             answer["message"]).group(1)
+    assert "secret" not in json.dumps(answer) and type(failure).__name__ not in json.dumps(answer)
+    logged = [r for r in caplog.records if reference in r.getMessage()]
+    assert logged and SECRET in str(logged[0].exc_info[1]), "the log keeps what the client is not told"
+    assert topics.partition("orders", 0)["high_watermark"] == 0
+
+
 # -- topics ------------------------------------------------------------------------------------
 
 
@@ -202,6 +228,13 @@ def test_a_write_needs_a_json_object_body(api: Api, data: bytes, content_type: s
                                           error: str) -> None:
     response = api.client.post(f"{api.base}/topics", data=data, content_type=content_type)
     assert (response.status_code, response.json["error_name"]) == (status, error)
+
+
+def test_an_optional_body_may_be_absent_but_not_blank(topics: Api) -> None:
+    assert topics.client.post(f"{topics.base}/transactions/blank-tx/init").status_code == 200
+    response = topics.client.post(f"{topics.base}/transactions/blank-tx/init", data=b"\n",
+                                  content_type="application/json")
+    assert (response.status_code, response.json["error_name"]) == (400, "INVALID_REQUEST")
 
 
 def test_a_body_over_the_size_limit_is_413(topics: Api) -> None:
@@ -521,6 +554,48 @@ def test_a_retried_call_with_the_same_idempotency_key_appends_once(topics: Api) 
     assert topics.error("POST", "/transactions/retry-tx/records", 409, body) == "PRODUCER_FENCED"
 
 
+def test_a_records_call_keeps_its_key_in_a_header_that_clients_may_not_send(topics: Api) -> None:
+    producer = topics.init("mark-tx")
+    body = txn_body(producer, records=[record("orders", 0, "a"), record("orders", 0, "b")])
+    topics.call("POST", "/transactions/mark-tx/records", 200, body, {"Idempotency-Key": "mark-1"})
+    marks = [[(h["name"], json.loads(base64.b64decode(h["value"]))) for h in r["headers"]]
+             for r in topics.read("orders", 0, "read_uncommitted")["records"]]
+    assert [[(name, mark["key"], mark["index"], mark["count"]) for name, mark in m] for m in marks] == \
+        [[(transactions.KEY_HEADER, "mark-1", 0, 2)], [(transactions.KEY_HEADER, "mark-1", 1, 2)]]
+    forged = {**record("orders", 0, "c"), "headers": [{"name": transactions.KEY_HEADER, "value": b64(b"{}")}]}
+    assert topics.error("POST", "/transactions/mark-tx/records", 400,
+                        txn_body(producer, records=[forged])) == "INVALID_REQUEST"
+    topics.post("/transactions/mark-tx/records", txn_body(producer, records=[record("orders", 0, "d")]))
+    assert topics.read("orders", 0, "read_uncommitted")["records"][2]["headers"] == [], "no key, no header"
+
+
+def test_a_keyed_call_cut_short_by_a_crash_answers_transaction_abortable_after_a_restart(tmp_path: Path) -> None:
+    key = {"Idempotency-Key": "cut-1"}
+    with Broker(tmp_path / "data", **SMALL_INTERNAL_TOPICS) as b:
+        app = create_app(b.engine, test_config={"TESTING": True})
+        api = Api(app.test_client(), b.cluster_id)
+        api.create_topic("orders", 2)
+        producer = api.init("cut-tx")
+        body = txn_body(producer, records=[record("orders", 0, "a"), record("orders", 1, "b")])
+        with app.test_request_context(f"{api.base}/transactions/cut-tx/records", method="POST", json=body):
+            fingerprint = idempotency.fingerprint()
+        # what a crash between the two partitions' appends of that call leaves: its first record only
+        b.engine.call(b.engine.transaction_coordinator.add_partitions, "cut-tx", *producer,
+                      {("orders", 0), ("orders", 1)})
+        mark = json.dumps({"key": "cut-1", "fingerprint": fingerprint, "index": 0, "count": 2}).encode()
+        for partition, header in ((0, mark), (1, b"[" * 100_000)):  # a Kafka client's own header of that name
+            b.produce("orders", partition, encode_batch(
+                [SimpleRecord(b"x", headers=((transactions.KEY_HEADER, header),))], producer_id=producer[0],
+                producer_epoch=producer[1], base_sequence=0, transactional=True))
+    with Broker(tmp_path / "data", **SMALL_INTERNAL_TOPICS) as b:
+        api = Api(create_app(b.engine, test_config={"TESTING": True}).test_client(), b.cluster_id)
+        retry = api.call("POST", "/transactions/cut-tx/records", 409, body, key)
+        assert retry.json["error_name"] == "TRANSACTION_ABORTABLE" and retry.headers["Idempotent-Replayed"] == "true"
+        assert [api.partition("orders", p)["high_watermark"] for p in (0, 1)] == [1, 1], "nothing appended"
+        assert api.post("/transactions/cut-tx/abort", txn_body(producer))["state"] == "CompleteAbort"
+        assert api.values("orders", 0) == api.values("orders", 1) == []
+
+
 def test_an_error_answer_is_replayed_but_a_retriable_one_runs_again(topics: Api) -> None:
     producer = topics.init("err-tx")
     key = {"Idempotency-Key": "bad-partition"}
@@ -650,25 +725,24 @@ def test_list_and_describe_transactions(topics: Api, clock: FakeClock) -> None:
     assert topics.error("GET", "/transactions/open-tx", 400, history_limit=-1) == "INVALID_REQUEST"
 
 
-def test_describe_shows_finished_transactions_from_the_sqlite_mirror(broker: Broker, tmp_path: Path) -> None:
-    with Mirror(db_path(broker.data_dir), EngineMirrorSource(broker.engine)) as mirror:
-        app = create_app(broker.engine, test_config={"TESTING": True}, mirror=mirror)
-        api = Api(app.test_client(), broker.cluster_id)
-        api.create_topic("orders", 2)
-        producer = api.init("hist-tx")
-        api.post("/transactions/hist-tx/records", txn_body(producer, records=[record("orders", 0, "a"),
-                                                                              record("orders", 1, "b")]))
-        api.post("/transactions/hist-tx/commit", txn_body(producer))
-        api.post("/transactions/hist-tx/records", txn_body(producer, records=[record("orders", 1, "c")]))
-        api.post("/transactions/hist-tx/abort", txn_body(producer))
-        mirror.catch_up()
-        history = api.get("/transactions/hist-tx")["history"]
-        assert [h["outcome"] for h in history] == ["ABORT", "COMMIT"]
-        assert history[1]["partitions"] == [{"topic_name": "orders", "partition_id": 0},
-                                            {"topic_name": "orders", "partition_id": 1}]
-        assert history[0]["partitions"] == [{"topic_name": "orders", "partition_id": 1}]
-        assert all(h["producer_id"] == producer[0] for h in history)
-        assert api.get("/transactions/hist-tx", history_limit=1)["history"][0]["outcome"] == "ABORT"
+def test_describe_shows_finished_transactions_from_the_sqlite_mirror(broker: Broker) -> None:
+    app = create_app(broker.engine, test_config={"TESTING": True}, mirror=broker.mirror)
+    api = Api(app.test_client(), broker.cluster_id)
+    api.create_topic("orders", 2)
+    producer = api.init("hist-tx")
+    api.post("/transactions/hist-tx/records", txn_body(producer, records=[record("orders", 0, "a"),
+                                                                          record("orders", 1, "b")]))
+    api.post("/transactions/hist-tx/commit", txn_body(producer))
+    api.post("/transactions/hist-tx/records", txn_body(producer, records=[record("orders", 1, "c")]))
+    api.post("/transactions/hist-tx/abort", txn_body(producer))
+    broker.mirror.catch_up()  # now, rather than at the broker's next mirror round
+    history = api.get("/transactions/hist-tx")["history"]
+    assert [h["outcome"] for h in history] == ["ABORT", "COMMIT"]
+    assert history[1]["partitions"] == [{"topic_name": "orders", "partition_id": 0},
+                                        {"topic_name": "orders", "partition_id": 1}]
+    assert history[0]["partitions"] == [{"topic_name": "orders", "partition_id": 1}]
+    assert all(h["producer_id"] == producer[0] for h in history)
+    assert api.get("/transactions/hist-tx", history_limit=1)["history"][0]["outcome"] == "ABORT"
 
 
 def test_admin_abort_ends_the_transaction_holding_the_lso_and_fences_its_producer(topics: Api) -> None:

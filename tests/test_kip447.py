@@ -24,18 +24,19 @@ from app.client.producer import Producer
 from coordinator.group_metadata import CommittedOffset
 from storage.clock import FakeClock
 from storage.errors import KafkaError, TransactionAbortableError
-from tests.conftest import SMALL_INTERNAL_TOPICS
+from tests.conftest import FROZEN, SMALL_INTERNAL_TOPICS, jobs_config
 
 DEADLINE_S = 10
 TP = ("in", 0)
 
 
 @pytest.fixture
-def open_broker(tmp_path: Path, clock: FakeClock) -> Iterator[Callable[[], Broker]]:
+def open_broker(tmp_path: Path, clock: FakeClock,
+                request: pytest.FixtureRequest) -> Iterator[Callable[[], Broker]]:
     opened: list[Broker] = []
 
     def open_() -> Broker:
-        b = Broker(tmp_path / "data", clock=clock, **SMALL_INTERNAL_TOPICS)
+        b = Broker(tmp_path / "data", clock=clock, **SMALL_INTERNAL_TOPICS, **jobs_config(request))
         opened.append(b)
         return b
 
@@ -94,7 +95,7 @@ def is_unstable(broker: Broker, tp=TP) -> bool:
 def fill(broker: Broker, count: int) -> None:
     p = broker.producer()
     for i in range(count):
-        p.send("in", b"in-%d" % i, partition=0)
+        p.send("in", b"in-%d" % i, partition=0).get(timeout=10)
 
 
 def commit_standalone(broker: Broker, offset: int, tp=TP) -> None:
@@ -113,7 +114,7 @@ def open_transaction_with_offsets(broker: Broker, offset: int, group: ConsumerGr
                                   txn_id: str = "app-1", **config: Any) -> Producer:
     p = transactional(broker, txn_id, **config)
     p.begin_transaction()
-    p.send("out", b"result", partition=0)
+    p.send("out", b"result", partition=0).get(timeout=10)
     p.send_offsets_to_transaction({TP: offset}, group)
     return p
 
@@ -170,7 +171,7 @@ def test_a_zombie_with_the_old_generation_is_fenced_at_txn_offset_commit(broker,
 
     p = transactional(broker)
     p.begin_transaction()
-    p.send("out", b"from the zombie", partition=0)
+    p.send("out", b"from the zombie", partition=0).get(timeout=10)
     with pytest.raises(KafkaError) as info:
         p.send_offsets_to_transaction({TP: records[-1].offset + 1}, stale)
     assert (info.value.name, info.value.code) == ("ILLEGAL_GENERATION", 22)
@@ -298,7 +299,7 @@ def test_a_consumer_taking_over_waits_for_the_open_transaction_to_commit(broker,
     processed = poll_until(owner, 5)[:5]
     p = transactional(broker)
     p.begin_transaction()
-    p.send("out", b"processed 0-4", partition=0)
+    p.send("out", b"processed 0-4", partition=0).get(timeout=10)
     p.send_offsets_to_transaction({TP: processed[-1].offset + 1}, owner.group_metadata())
     owner.close()  # the owner goes away with its transaction still open
 
@@ -312,6 +313,7 @@ def test_a_consumer_taking_over_waits_for_the_open_transaction_to_commit(broker,
     assert [r.offset for r in got] == [5, 6, 7, 8, 9]
 
 
+@pytest.mark.frozen
 def test_a_consumer_taking_over_resumes_from_the_old_offset_when_the_transaction_times_out(
         broker, consumer, clock):
     fill(broker, 10)
@@ -320,7 +322,7 @@ def test_a_consumer_taking_over_resumes_from_the_old_offset_when_the_transaction
     poll_until(owner, 5)
     p = transactional(broker, transaction_timeout_ms=5_000)
     p.begin_transaction()
-    p.send("out", b"processed", partition=0)
+    p.send("out", b"processed", partition=0).get(timeout=10)
     p.send_offsets_to_transaction({TP: 7}, owner.group_metadata())
     owner.close()
 
@@ -399,7 +401,8 @@ def test_pending_offsets_rebuilt_on_restart_become_committed_by_the_commit_marke
 def test_offsets_replay_the_same_after_the_log_cleaner_compacted_consumer_offsets(tmp_path, clock):
     """Compaction keeps the last record per key and drops aborted data; replaying what
     it leaves must give the same committed and pending offsets."""
-    config = {**SMALL_INTERNAL_TOPICS, "internal.topic.segment.bytes": 300}
+    config = {**SMALL_INTERNAL_TOPICS, **FROZEN, "transaction.state.log.segment.bytes": 300,
+              "offsets.topic.segment.bytes": 300}
     tps = [("in", p) for p in range(4)]
     with Broker(tmp_path / "data", clock=clock, **config) as b:
         prepare(b)

@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 from app import Broker
 from app.config import BrokerConfig
 from storage import filenames, log_cleaner
+from storage.background import run_inline
 from storage.clock import FakeClock
 from storage.compression import Compression
 from storage.errors import InvalidRecordError
@@ -64,7 +65,9 @@ def plog(broker: Broker) -> PartitionLog:
 
 
 def clean(broker: Broker, clock: FakeClock) -> CleanerStats:
-    return on_loop(broker, lambda: plog(broker).clean(clock.now_ms()))
+    """One round, its jobs run right there on the loop (the engine runs them on its
+    maintenance thread; tests/test_maintenance.py shows that)."""
+    return on_loop(broker, lambda: run_inline(plog(broker).clean(clock.now_ms())))
 
 
 def roll(broker: Broker) -> None:
@@ -683,7 +686,9 @@ def run_until_step(data: Path, clock: FakeClock, step: int) -> int:
                 return call
             os.rename, os.replace = dying("rename"), dying("replace")
             manager = LogManager(data, BrokerConfig().log, FakeClock(clock.now_ms()))
-            manager.compact()
+            for log_ in manager:
+                run_inline(log_.clean(clock.now_ms()))
+            run_inline(manager.checkpoint())
             status = 0
         finally:
             os._exit(status)
@@ -732,6 +737,7 @@ def test_leftover_cleaned_and_swap_files_are_discarded_or_completed(tmp_path: Pa
 
 
 @pytest.mark.parametrize("failing", ["writing", "commit"])
+@pytest.mark.frozen
 def test_a_round_that_fails_before_the_commit_point_leaves_the_log_as_it_was(
         broker: Broker, clock: FakeClock, topic: str, tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch, failing: str) -> None:
@@ -774,13 +780,14 @@ def test_a_round_that_fails_before_the_commit_point_leaves_the_log_as_it_was(
 def test_the_cleaner_runs_every_log_cleaner_backoff_ms(broker: Broker) -> None:
     from app.engine.scheduler import start_scheduler
     assert BrokerConfig().log_cleaner_backoff_ms == 15_000
-    scheduler = start_scheduler(broker.engine)
+    scheduler = start_scheduler(broker.engine, broker.mirror)
     try:
         assert scheduler.get_job("log-cleaner").trigger.interval == timedelta(seconds=15)
     finally:
         scheduler.shutdown(wait=True)
 
 
+@pytest.mark.frozen
 def test_only_compacted_topics_are_cleaned(broker: Broker, clock: FakeClock) -> None:
     broker.create_topic("plain", 1, {"segment.bytes": 400})
     broker.create_topic(T, 1, CONFIG)

@@ -49,14 +49,15 @@ USER_TOPICS = {"orders": 3, "payments": 2}
 # -- writing coordinator records ---------------------------------------------------------------
 
 
-def open_broker(data_dir: Path, clock: FakeClock | None = None) -> Broker:
+def open_broker(data_dir: Path, clock: FakeClock | None = None, **config: object) -> Broker:
     """A broker with both internal topics (two partitions each) and the user topics
-    the workload's transactions name (a reopened coordinator rolls them forward)."""
-    broker = Broker(data_dir, clock=clock, **BROKER_CONFIG)
+    the workload's transactions name (a reopened coordinator rolls them forward);
+    its scheduled jobs are off unless ``config`` turns them on."""
+    broker = Broker(data_dir, clock=clock, **{**BROKER_CONFIG, **config})
 
     async def create_internal_topics() -> None:  # clients may not; the coordinators do on first use
         for topic in (transaction_log.TOPIC, offsets_log.TOPIC):
-            broker.engine.ensure_internal_topic(topic)
+            await broker.engine.ensure_internal_topic(topic)
 
     broker.engine.call(create_internal_topics)
     for topic, partitions in USER_TOPICS.items():
@@ -376,7 +377,7 @@ def test_what_the_coordinators_write_is_mirrored(broker: Broker, source: EngineM
     producer.init_transactions()
     for offset, commit in ((42, True), (43, False)):
         producer.begin_transaction()
-        producer.send("orders", b"value", key=b"key")
+        producer.send("orders", b"value", key=b"key").get(timeout=10)
         producer.send_offsets_to_transaction({("payments", 1): offset}, "readers")
         producer.commit_transaction() if commit else producer.abort_transaction()
     producer.close()
@@ -489,15 +490,16 @@ def test_progress_on_a_vanished_partition_rebuilds(tmp_path: Path) -> None:
 def test_progress_beyond_the_end_of_a_log_rebuilds(tmp_path: Path, clock: FakeClock) -> None:
     """The logs were wiped and the broker started afresh, but exactly.db stayed."""
     data = tmp_path / "data"
-    with open_broker(data, clock) as broker, Mirror(db_path(data), EngineMirrorSource(broker.engine)) as mirror:
+    with open_broker(data, clock) as broker:
         Workload(broker, seed=7).run(60)
-        mirror.catch_up()
-        assert rows(mirror.path, "SELECT count(*) AS n FROM group_offsets")[0]["n"] > 1
+        broker.mirror.catch_up()
+        assert rows(broker.mirror.path, "SELECT count(*) AS n FROM group_offsets")[0]["n"] > 1
     for child in data.iterdir():
         if not child.name.startswith("exactly.db"):
             shutil.rmtree(child) if child.is_dir() else child.unlink()
 
-    with open_broker(data, clock) as broker, Mirror(db_path(data), EngineMirrorSource(broker.engine)) as mirror:
+    with open_broker(data, clock) as broker:
+        mirror = broker.mirror
         group = "fresh"
         append(broker, offsets_log.TOPIC, transaction_log.partition_for(group, 2),
                encode_batch([offset_record(group, "orders", 0, 1)]))
@@ -543,18 +545,26 @@ def test_refresh_stats_snapshots_offsets_and_producers(
     assert len(rows(mirror.path, "SELECT * FROM partitions")) == 3 + 2 + 2 + 2  # user and internal topics
 
 
-def test_the_background_writer_follows_the_logs(
-        broker: Broker, source: EngineMirrorSource, mirror: Mirror) -> None:
-    mirror.start(interval_s=0.02)
-    try:
-        Workload(broker, seed=5).run(60)
+def test_a_broker_keeps_its_mirror_current_with_its_own_job(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    with open_broker(data, **{"exactly.jobs.enable": True, "exactly.mirror.interval.ms": 20}) as broker:
+        source = EngineMirrorSource(broker.engine)
+        workload = Workload(broker, seed=5)
+        workload.run(60)
         deadline = time.monotonic() + 10
-        while read_state(mirror.path) != expected_state_from_logs(source):
-            assert time.monotonic() < deadline, "the background writer did not catch up"
+        while read_state(db_path(data)) != expected_state_from_logs(source):
+            assert time.monotonic() < deadline, "the broker's mirror job did not catch up"
             time.sleep(0.02)
-        assert rows(mirror.path, "SELECT count(*) AS n FROM partitions") == [{"n": 9}]
-    finally:
-        mirror.stop()
+        assert rows(db_path(data), "SELECT count(*) AS n FROM partitions") == [{"n": 9}]
+
+
+def test_closing_a_broker_brings_its_mirror_up_to_date(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    with open_broker(data, **{"exactly.jobs.enable": True, "exactly.mirror.interval.ms": 3_600_000}) as broker:
+        Workload(broker, seed=9).run(40)
+        expected = expected_state_from_logs(EngineMirrorSource(broker.engine))
+        assert read_state(db_path(data)) != expected, "no round is due for an hour"
+    assert read_state(db_path(data)) == expected
 
 
 def test_readers_cannot_write_and_the_database_is_in_wal_mode(mirror: Mirror) -> None:
@@ -601,7 +611,7 @@ def test_a_killed_writer_leaves_rows_and_progress_consistent(tmp_path: Path) -> 
     rng = random.Random(3)
     partial = 0
     for _ in range(8):
-        child = subprocess.Popen([sys.executable, "-m", "tests.mirror_crash_child", str(data), str(db)],
+        child = subprocess.Popen([sys.executable, "-m", "tests.mirror_crash_child", str(data)],
                                  cwd=REPO, stdout=subprocess.PIPE, text=True)
         try:
             assert child.stdout.readline().strip() == "ready"
@@ -618,9 +628,9 @@ def test_a_killed_writer_leaves_rows_and_progress_consistent(tmp_path: Path) -> 
         partial += progress != {(r["topic"], r["partition"]): r["next_offset"] for r in complete}
     assert partial, "every kill landed after a finished catch-up; the test proved nothing"
 
-    with Broker(data, **BROKER_CONFIG) as broker, Mirror(db, EngineMirrorSource(broker.engine)) as mirror:
-        mirror.catch_up()
-        assert_mirrors_logs(db, mirror.source)
+    with Broker(data, **BROKER_CONFIG) as broker:
+        broker.mirror.catch_up()
+        assert_mirrors_logs(db, broker.mirror.source)
 
 
 # -- the schema -------------------------------------------------------------------------------------

@@ -1,9 +1,12 @@
 """The embedded Producer API against its module docstring and Kafka's client rules.
 
 Calls out of order are IllegalStateError; an error inside a transaction is
-abortable (the call raises it, commit raises TRANSACTION_ABORTABLE, abort clears
-it); an idempotent producer partitions keys with Kafka's murmur2 and never drops a
-record as a duplicate that is not one; flush returns; close aborts what is open.
+abortable (the call raises it, records still waiting fail with it, commit raises
+TRANSACTION_ABORTABLE, abort clears it); an idempotent producer partitions keys with
+Kafka's murmur2, records without a key with the sticky partitioner, and never drops a
+record as a duplicate that is not one; close flushes and aborts what is open.
+Batching, flush, in-flight limits, retries and delivery timeouts:
+tests/test_producer_batching.py.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from storage.errors import (
     UnknownTopicOrPartitionError,
 )
 from storage.read_committed import read_records
-from tests.conftest import SMALL_INTERNAL_TOPICS
+from tests.conftest import SMALL_INTERNAL_TOPICS, data_batch
 
 T = "orders"
 SMALL = SMALL_INTERNAL_TOPICS
@@ -118,6 +121,17 @@ def test_init_transactions_twice_is_illegal_state(txn, broker):
     assert txn.producer_epoch == epoch and values(broker, 0) == [b"x"]
 
 
+def test_a_record_that_is_not_bytes_or_has_a_negative_timestamp_is_refused_at_send(broker):
+    p = broker.producer()
+    with pytest.raises(TypeError):
+        p.send(T, "text", partition=0)
+    with pytest.raises(TypeError):
+        p.send(T, b"v", key=42, partition=0)
+    with pytest.raises(ValueError):
+        p.send(T, b"v", partition=0, timestamp=-5)
+    assert p.send(T, None, key=b"tombstone", partition=0).get(timeout=5).offset == 0
+
+
 def test_transactional_apis_need_a_transactional_id(broker):
     p = broker.producer()
     with pytest.raises(IllegalStateError):
@@ -139,12 +153,20 @@ def test_an_empty_transaction_commits_and_aborts_without_the_coordinator(txn, br
 # -- abortable errors ------------------------------------------------------------------
 
 @pytest.mark.parametrize("target", [(T, 7), ("no-such-topic", None)], ids=["unknown partition", "unknown topic"])
-def test_an_error_inside_a_transaction_is_abortable(txn, broker, target):
+def test_an_error_inside_a_transaction_is_abortable(broker, target):
+    txn = broker.producer(transactional_id="app", linger_ms=60_000)  # records wait for flush
+    txn.init_transactions()
     txn.begin_transaction()
     txn.send(T, b"before", partition=0)
+    txn.flush()  # in the log, uncommitted
+    waiting = txn.send(T, b"waiting", partition=1)  # still in its batch when the error comes
     with pytest.raises(UnknownTopicOrPartitionError) as raised:
         txn.send(target[0], b"bad", partition=target[1])
     assert raised.value.code == 3
+    with pytest.raises(UnknownTopicOrPartitionError):
+        waiting.get(timeout=5)  # failed with the transaction's error, never sent
+    with pytest.raises(TransactionAbortableError):
+        txn.send(T, b"more", partition=0)
     with pytest.raises(TransactionAbortableError) as raised:
         txn.commit_transaction()
     assert (raised.value.code, raised.value.name) == (120, "TRANSACTION_ABORTABLE")
@@ -157,6 +179,7 @@ def test_an_error_inside_a_transaction_is_abortable(txn, broker, target):
     txn.commit_transaction()
     assert values(broker, 0) == [b"after"]
     assert values(broker, 0, read_committed=False) == [b"before", b"after"]
+    assert values(broker, 1, read_committed=False) == []
 
 
 def test_an_abortable_error_on_the_first_send_needs_no_coordinator_to_abort(txn, broker):
@@ -188,11 +211,13 @@ def test_a_sequence_error_is_abortable_and_the_abort_bumps_the_epoch(txn, broker
     a new epoch from the coordinator (a bump of its own epoch, not a new instance)
     and every sequence starts over."""
     txn.begin_transaction()
-    txn.send(T, b"one", partition=0)
+    txn.send(T, b"one", partition=0).get(timeout=5)
     pid, epoch = txn.producer_id, txn.producer_epoch
-    txn._sequences[(T, 0)] += 3  # as if acknowledged batches had been lost
+    # another writer takes sequences 1-3 under our producer id: the producer's next
+    # batch (sequence 1, one record) is neither next nor a duplicate
+    broker.produce(T, 0, data_batch([b"x", b"y", b"z"], pid, epoch, 1, transactional=True))
     with pytest.raises(OutOfOrderSequenceNumberError):
-        txn.send(T, b"gap", partition=0)
+        txn.send(T, b"gap", partition=0).get(timeout=5)
     with pytest.raises(TransactionAbortableError):
         txn.commit_transaction()
     txn.abort_transaction()
@@ -221,21 +246,22 @@ def test_keys_go_to_kafkas_murmur2_partitions(broker):
     p = broker.producer()
     keys = [b"21", b"foobar", b"a-little-bit-long-string", b"abc", b"k-%d" % 7, b""]
     for key in keys:
-        md = p.send(T, b"v-" + key, key=key)
+        md = p.send(T, b"v-" + key, key=key).get(timeout=5)
         assert md.partition == (murmur2(key) & 0x7FFFFFFF) % 3
         assert md.topic == T
     for key in keys:
         partition = (murmur2(key) & 0x7FFFFFFF) % 3
         assert (key, b"v-" + key) in [(r.key, r.value) for r in records(broker, partition)]
     # the same key always goes to the same partition
-    assert {p.send(T, b"again", key=b"foobar").partition for _ in range(3)} == {(murmur2(b"foobar") & 0x7FFFFFFF) % 3}
+    assert {p.send(T, b"again", key=b"foobar").get(timeout=5).partition
+            for _ in range(3)} == {(murmur2(b"foobar") & 0x7FFFFFFF) % 3}
 
 
 def test_an_idempotent_producer_keeps_every_distinct_record(broker):
     first = broker.producer()
     second = broker.producer()
-    offsets = [first.send(T, b"same", partition=0).offset for _ in range(3)]
-    offsets += [second.send(T, b"same", partition=0).offset for _ in range(2)]
+    offsets = [first.send(T, b"same", partition=0).get(timeout=5).offset for _ in range(3)]
+    offsets += [second.send(T, b"same", partition=0).get(timeout=5).offset for _ in range(2)]
     assert offsets == [0, 1, 2, 3, 4]
     stored = records(broker, 0, read_committed=False)
     assert [r.value for r in stored] == [b"same"] * 5
@@ -244,17 +270,19 @@ def test_an_idempotent_producer_keeps_every_distinct_record(broker):
     assert not any(r.is_transactional for r in stored)
 
 
-def test_round_robin_without_a_key(broker):
-    p = broker.producer()
-    assert [p.send(T, b"v").partition for _ in range(6)] == [0, 1, 2, 0, 1, 2]
+def test_records_without_a_key_stick_to_a_partition_for_a_batch(broker):
+    """Kafka's built-in partitioner: batch_size bytes to one partition, then the next."""
+    p = broker.producer(batch_size=1_000, linger_ms=0)
+    futures = [p.send(T, b"v" * 100) for _ in range(30)]
+    partitions = [f.get(timeout=5).partition for f in futures]
+    first = partitions[0]
+    assert partitions == [(first + i // 10) % 3 for i in range(30)]
 
 
-def test_flush_returns(txn, broker):
+def test_flush_of_an_idle_producer_returns(txn, broker):
     assert broker.producer().flush() is None
     txn.begin_transaction()
-    txn.send(T, b"x", partition=0)
     assert txn.flush() is None
-    assert values(broker, 0, read_committed=False) == [b"x"]  # send was durable already
     txn.commit_transaction()
 
 
@@ -273,7 +301,7 @@ def test_close_aborts_an_open_transaction(txn, broker):
 
 def test_close_aborts_a_transaction_that_hit_an_abortable_error(txn, broker):
     txn.begin_transaction()
-    txn.send(T, b"open", partition=0)
+    txn.send(T, b"open", partition=0).get(timeout=5)  # in the log, so the abort needs markers
     with pytest.raises(UnknownTopicOrPartitionError):
         txn.send(T, b"bad", partition=9)
     txn.close()

@@ -1,8 +1,8 @@
 """The record-batch codec against byte-exact batches from independent encoders.
 
-Inputs are ``shared/test-vectors/`` (kafka-python's record builder; see its
-README) and the COMMIT marker printed in RECORD-BATCH.md section 6. A missing vector
-directory fails these tests rather than skipping them.
+Inputs are ``tests/data/record_batches/`` (written by kafka-python's record builder;
+see the README there) and the COMMIT marker printed in ``docs/formats.md`` ("Control
+records"). A missing vector directory fails these tests rather than skipping them.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from storage.record_batch import (ControlType, RecordBatch, SimpleRecord, decode
                                   decode_control_record, encode_batch, encode_end_txn_marker,
                                   iter_headers, read_header, validate_batch)
 
-VECTORS = Path(__file__).resolve().parents[2] / "shared" / "test-vectors"
+VECTORS = Path(__file__).resolve().parent / "data" / "record_batches"
 SEGMENT = "segment_00000000000000000000.log"
 
 # The valid batches, in the order the segment holds them (README table).
@@ -34,7 +34,7 @@ VALID = (
 UNCOMPRESSED = tuple(name for name in VALID if not name.startswith("gzip"))
 CORRUPT = "corrupt_crc_plain"
 
-# RECORD-BATCH.md section 6: COMMIT, base offset 42, leader epoch 0, producer 1000,
+# docs/formats.md, "Control records": COMMIT, base offset 42, leader epoch 0, producer 1000,
 # epoch 3, timestamps 1700000000000, coordinator epoch 0, CRC 0xd75fc58e.
 SPEC_COMMIT_MARKER = bytes.fromhex(
     "00000000000000 2a 00000042 00000000 02 d75fc58e 0030 00000000"

@@ -14,6 +14,7 @@ from tests.conftest import SMALL_INTERNAL_TOPICS, data_batch
 from tests.raw_txn import RawTxn
 
 DAY = 24 * 3600 * 1000
+FROZEN = {"exactly.jobs.enable": False}
 
 
 def test_idle_producers_expire_after_producer_id_expiration_ms(tmp_path: Path, clock: FakeClock) -> None:
@@ -35,11 +36,12 @@ def test_idle_producers_expire_after_producer_id_expiration_ms(tmp_path: Path, c
 
 
 def test_the_scheduler_runs_every_job_the_broker_needs(tmp_path: Path) -> None:
-    with Broker(tmp_path / "d") as broker:
-        scheduler = start_scheduler(broker.engine)
+    with Broker(tmp_path / "d", **FROZEN) as broker:
+        scheduler = start_scheduler(broker.engine, broker.mirror)
         try:
             jobs = {job.id for job in scheduler.get_jobs()}
         finally:
             scheduler.shutdown(wait=True)
     assert {"abort-timed-out-transactions", "expire-transactional-ids", "expire-producer-ids",
-            "producer-snapshots", "log-retention", "log-cleaner", "offset-checkpoints"} <= jobs
+            "producer-snapshots", "log-retention", "log-cleaner", "offset-checkpoints",
+            "sqlite-mirror"} <= jobs

@@ -49,7 +49,7 @@ from storage.record_batch import (
     encode_batch,
     iter_headers,
 )
-from tests.conftest import SMALL_INTERNAL_TOPICS, data_batch
+from tests.conftest import SMALL_INTERNAL_TOPICS, data_batch, jobs_config
 
 S = TransactionState
 T = "orders"
@@ -67,8 +67,8 @@ def data(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def broker(data: Path, clock: FakeClock) -> Iterator[Broker]:
-    b = open_broker(data, clock, **{"transactional.id.expiration.ms": 3_600_000})
+def broker(data: Path, clock: FakeClock, request: pytest.FixtureRequest) -> Iterator[Broker]:
+    b = open_broker(data, clock, **{"transactional.id.expiration.ms": 3_600_000}, **jobs_config(request))
     b.create_topic(T, partitions=2)
     yield b
     b.close()
@@ -187,7 +187,7 @@ def append_txn_log(broker: Broker, txn_id: str, transit: TxnTransitMetadata | No
     value = None if transit is None else transaction_log.encode_value(transit)
     batch = encode_batch([SimpleRecord(value, key=transaction_log.encode_key(txn_id),
                                        timestamp=broker.engine.clock.now_ms())])
-    broker.engine.ensure_internal_topic(transaction_log.TOPIC)
+    broker.engine.call(broker.engine.ensure_internal_topic, transaction_log.TOPIC)
     broker.engine.call(broker.engine.append_internal, transaction_log.TOPIC,
                        transaction_log.partition_for(txn_id, 3), batch)
 
@@ -525,7 +525,7 @@ def test_add_offsets_adds_the_groups_consumer_offsets_partition(broker):
 
 def test_the_commit_marker_lands_in_the_groups_consumer_offsets_partition(broker):
     async def create_offsets_topic() -> None:
-        broker.engine.ensure_internal_topic(offsets_log.TOPIC)
+        await broker.engine.ensure_internal_topic(offsets_log.TOPIC)
     broker.engine.call(create_offsets_topic)
     pid, epoch = init(broker, "a")
     _, partition = call(broker, "add_offsets", "a", pid, epoch, "billing-app")
@@ -710,6 +710,7 @@ def test_a_prepared_abort_is_rolled_forward_on_reopen(data, clock):
 
 # -- scheduled work: transaction timeout and transactional id expiration ---------------
 
+@pytest.mark.frozen
 def test_a_timed_out_transaction_is_aborted_with_an_epoch_bump(broker, clock):
     p = producer(broker, "a", timeout=10_000)
     p.begin(0, 1)
@@ -733,6 +734,7 @@ def test_a_timed_out_transaction_is_aborted_with_an_epoch_bump(broker, clock):
     assert init(broker, "a") == (p.pid, p.epoch + 2)
 
 
+@pytest.mark.frozen
 def test_the_timeout_job_leaves_completed_and_young_transactions_alone(broker, clock):
     young = producer(broker, "young", timeout=100_000)
     young.begin(0)
@@ -783,6 +785,7 @@ def test_a_transactional_batch_to_a_partition_not_in_the_transaction_is_invalid_
     assert committed(broker) == [b"fine"]
 
 
+@pytest.mark.frozen
 def test_a_timeout_abort_whose_log_write_fails_is_finished_by_a_later_run(broker, clock, monkeypatch):
     """The fence happens in memory first, so the zombie is refused at once; a failed
     PrepareAbort write leaves PrepareEpochFence, which the next run finishes -- one

@@ -29,7 +29,8 @@ from coordinator.transaction_state import (
     TransactionState,
     TxnTransitMetadata,
 )
-from storage.errors import ConcurrentTransactionsError, InvalidTxnStateError
+from storage.errors import ConcurrentTransactionsError, InvariantViolation, KafkaError
+from storage.record_batch import ControlType
 
 S = TransactionState
 TP = ("orders", 0)
@@ -102,14 +103,14 @@ def test_every_transition_is_allowed_exactly_when_the_table_says_so(source, targ
     else:
         with pytest.raises(IllegalTransitionError) as raised:
             meta._prepare(target)
-        assert isinstance(raised.value, InvalidTxnStateError) and raised.value.code == 48
-        assert raised.value.name == "INVALID_TXN_STATE"
+        # a bug, not a client's mistake: no Kafka error a client could be sent (409)
+        assert isinstance(raised.value, InvariantViolation) and not isinstance(raised.value, KafkaError)
         assert meta.pending_state is None and meta.snapshot() == before
         complete_target = {S.PREPARE_COMMIT: S.COMPLETE_COMMIT}.get(source, S.COMPLETE_ABORT)
         if target in (S.COMPLETE_COMMIT, S.COMPLETE_ABORT) and complete_target is not target:
             # prepare_complete cannot even name this target from ``source``
             return
-        with pytest.raises(InvalidTxnStateError):
+        with pytest.raises(IllegalTransitionError):
             prepare_to(meta, target)
         assert meta.pending_state is None and meta.snapshot() == before
 
@@ -334,6 +335,37 @@ def test_every_state_is_in_the_table_and_in_the_docs():
     assert set(table) == {s.display for s in S}
     for state in S:
         assert table[state.display] == {p.display for p in VALID_PREVIOUS[state]}, state.display
+
+
+#: each state's flags, written out independently of the code; expiration as Kafka's
+#: TransactionState.expirationAllowed (Empty, CompleteCommit, CompleteAbort)
+FLAGS: dict[S, tuple[bool, bool, bool, bool, bool, ControlType | None]] = {
+    #                       open   ending prepared complete expires outcome
+    S.EMPTY:               (False, False, False,   False,   True,   None),
+    S.ONGOING:             (True,  False, False,   False,   False,  None),
+    S.PREPARE_COMMIT:      (True,  True,  True,    False,   False,  ControlType.COMMIT),
+    S.PREPARE_ABORT:       (True,  True,  True,    False,   False,  ControlType.ABORT),
+    S.COMPLETE_COMMIT:     (False, False, False,   True,    True,   ControlType.COMMIT),
+    S.COMPLETE_ABORT:      (False, False, False,   True,    True,   ControlType.ABORT),
+    S.DEAD:                (False, False, False,   False,   False,  None),
+    S.PREPARE_EPOCH_FENCE: (True,  True,  False,   False,   False,  ControlType.ABORT),
+}
+
+
+def test_each_state_carries_its_flags():
+    assert {s: (s.is_open, s.is_ending, s.is_prepared, s.is_complete, s.expiration_allowed, s.outcome)
+            for s in S} == FLAGS
+
+
+def test_the_flags_agree_with_the_transition_table():
+    assert {s for s in S if s.expiration_allowed} == VALID_PREVIOUS[S.DEAD], "only an idle id expires"
+    for complete in (s for s in S if s.is_complete):
+        (prepared,) = VALID_PREVIOUS[complete]
+        assert prepared.is_prepared and prepared.outcome is complete.outcome
+    assert {s for s in S if s.is_prepared} == {p for s in S if s.is_complete for p in VALID_PREVIOUS[s]}
+    for state, previous in VALID_PREVIOUS.items():
+        if any(p.is_open for p in previous):
+            assert state.is_open or state.is_complete, f"{state.display}: an open transaction only ends complete"
 
 
 def test_persisted_state_ids_are_kafkas():

@@ -35,6 +35,7 @@ from coordinator import offsets_log, transaction_log
 from coordinator.group_metadata import CommittedOffset
 from coordinator.transaction_state import TransactionState
 from storage import filenames
+from storage.background import run_inline
 from storage.clock import FakeClock
 from storage.errors import (
     ConcurrentTransactionsError,
@@ -572,7 +573,7 @@ def test_the_partition_abort_ends_offsets_a_hanging_producer_left_pending(data, 
     partition = transaction_log.partition_for("g", SMALL_INTERNAL_TOPICS["offsets.topic.num.partitions"])
     with DurableLogs(data, clock=clock) as logs:
         logs.create_topic(T, 2)
-        logs.logs.create_topic(offsets_log.TOPIC, 3, {"cleanup.policy": "compact"}, internal=True)
+        run_inline(logs.logs.create_topic(offsets_log.TOPIC, 3, {"cleanup.policy": "compact"}, internal=True))
         pending = SimpleRecord(offsets_log.encode_offset_value(offsets_log.OffsetValue(7, -1, "", 0)),
                                key=offsets_log.encode_offset_key("g", T, 0))
         logs.produce(offsets_log.TOPIC, partition, encode_batch([pending], producer_id=424_242, producer_epoch=0,

@@ -12,10 +12,11 @@ import re
 import pytest
 
 from app import Broker
+from app.engine import queries
 from app.http import HttpSettings, create_app
 from app.http.history import History, chart, init_app
 from storage.clock import FakeClock
-from storage.errors import ProducerFencedError
+from storage.errors import InvariantViolation, ProducerFencedError
 from tests.conftest import SMALL_INTERNAL_TOPICS, data_batch
 from tests.storage_log import DurableLogs
 
@@ -39,20 +40,20 @@ def scenario(broker: Broker, clock: FakeClock) -> dict:
     broker.create_topic("orders", 2)
     plain = broker.producer()
     for i in range(5):
-        plain.send("orders", b"plain-%d" % i, partition=0)
+        plain.send("orders", b"plain-%d" % i, partition=0).get(timeout=10)
     billing = broker.producer(transactional_id="billing", transaction_timeout_ms=60_000)
     billing.init_transactions()
     billing.begin_transaction()
-    billing.send("orders", b"paid", key=b"k", partition=0)
+    billing.send("orders", b"paid", key=b"k", partition=0).get(timeout=10)
     billing.send_offsets_to_transaction({("orders", 0): 3}, "svc")
     billing.commit_transaction()
     billing.begin_transaction()
-    billing.send("orders", b"refund", key=b"k", partition=1)
+    billing.send("orders", b"refund", key=b"k", partition=1).get(timeout=10)
     billing.abort_transaction()
     enricher = broker.producer(transactional_id="enricher", transaction_timeout_ms=100_000)
     enricher.init_transactions()
     enricher.begin_transaction()
-    enricher.send("orders", b"open-1", key=b"k", partition=0)
+    enricher.send("orders", b"open-1", key=b"k", partition=0).get(timeout=10)
     enricher.send_offsets_to_transaction({("orders", 0): 5}, "svc")
     clock.advance(30_000)
     return {"enricher": enricher, "billing": billing}
@@ -88,6 +89,7 @@ def test_overview_shows_the_blocked_partition_and_who_holds_it(client, broker, s
     assert re.search(r"Committed</span>\s*<span class=\"stat-value\">1<", counts)
     assert re.search(r"Aborted</span>\s*<span class=\"stat-value\">1<", counts)
     assert re.search(r"Open transactions</span>\s*<span class=\"stat-value\">1<", counts)
+    assert '<span class="stat-sub">1 Ongoing</span>' in counts  # billing, complete, is not open
 
 
 def test_transactions_page_lists_and_filters_by_state(client, scenario):
@@ -323,6 +325,21 @@ def test_other_console_errors_are_pages_and_the_api_keeps_json(client, scenario)
     assert client.get("/static/no-such-file.css").status_code == 404
 
 
+def test_a_console_bug_is_a_500_page_with_a_reference_not_the_exception_s_text(
+        client, scenario, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture):
+    async def broken(engine, txn_id):
+        raise InvariantViolation("/srv/secret internals")
+
+    monkeypatch.setattr(queries, "transaction_detail", broken)
+    with caplog.at_level("ERROR", logger="app.http.errors"):
+        page = client.get("/transactions/billing")
+    html = page.get_data(as_text=True)
+    assert page.status_code == 500 and "Something broke" in html
+    assert "secret" not in html and "InvariantViolation" not in html
+    reference = re.search(r"under reference ([0-9a-f]{8})", html).group(1)
+    assert any(reference in r.getMessage() for r in caplog.records)
+
+
 # -- the LSO history -------------------------------------------------------------------------
 
 
@@ -330,7 +347,7 @@ def test_history_samples_every_partition_and_draws_the_gap(broker, clock, scenar
     history = History(broker.engine)
     history.sample()
     clock.advance(2_000)
-    scenario["enricher"].send("orders", b"more", key=b"k", partition=0)
+    scenario["enricher"].send("orders", b"more", key=b"k", partition=0).get(timeout=10)
     history.sample()
     samples = history.series("orders", 0)
     assert len(samples) == 2 and samples[1].high_watermark > samples[0].high_watermark
@@ -376,18 +393,13 @@ def test_the_sampler_ends_when_the_broker_closes(tmp_path):
 # -- with the SQLite mirror -------------------------------------------------------------------
 
 
-def test_transaction_history_and_counts_come_from_the_mirror(broker, tmp_path, scenario):
-    from app.engine.mirror_source import EngineMirrorSource
-    from coordinator.mirror import Mirror
-    from coordinator.mirror_db import db_path
-
-    with Mirror(db_path(broker.data_dir), EngineMirrorSource(broker.engine)) as mirror:
-        mirror.catch_up()
-        client = create_app(broker.engine, test_config={"TESTING": True}, mirror=mirror).test_client()
-        html = client.get("/transactions/billing").get_data(as_text=True)
-        history = html[html.index("<h2>History</h2>"):]
-        assert "history-commit" in history and "history-abort" in history
-        assert history.index("history-abort") < history.index("history-commit")  # newest first
-        overview = client.get("/").get_data(as_text=True)
-        assert "all time" in overview
-        assert "No finished transactions yet." in client.get("/transactions/enricher").get_data(as_text=True)
+def test_transaction_history_and_counts_come_from_the_mirror(broker, scenario):
+    broker.mirror.catch_up()  # now, rather than at the broker's next mirror round
+    client = create_app(broker.engine, test_config={"TESTING": True}, mirror=broker.mirror).test_client()
+    html = client.get("/transactions/billing").get_data(as_text=True)
+    history = html[html.index("<h2>History</h2>"):]
+    assert "history-commit" in history and "history-abort" in history
+    assert history.index("history-abort") < history.index("history-commit")  # newest first
+    overview = client.get("/").get_data(as_text=True)
+    assert "all time" in overview
+    assert "No finished transactions yet." in client.get("/transactions/enricher").get_data(as_text=True)

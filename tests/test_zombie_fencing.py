@@ -21,15 +21,15 @@ from app.client.producer import Producer
 from storage.clock import FakeClock
 from storage.errors import ProducerFencedError
 from storage.read_committed import read_records
-from tests.conftest import SMALL_INTERNAL_TOPICS
+from tests.conftest import SMALL_INTERNAL_TOPICS, jobs_config
 
 T = "orders"
 SMALL = SMALL_INTERNAL_TOPICS
 
 
 @pytest.fixture
-def broker(tmp_path: Path, clock: FakeClock) -> Iterator[Broker]:
-    with Broker(tmp_path / "data", clock=clock, **SMALL) as b:
+def broker(tmp_path: Path, clock: FakeClock, request: pytest.FixtureRequest) -> Iterator[Broker]:
+    with Broker(tmp_path / "data", clock=clock, **SMALL, **jobs_config(request)) as b:
         b.create_topic(T, partitions=3)
         yield b
 
@@ -55,8 +55,8 @@ def two_instances(broker: Broker) -> tuple[Producer, Producer]:
     old = broker.producer(transactional_id="app", delivery_timeout_ms=2_000)
     old.init_transactions()
     old.begin_transaction()
-    old.send(T, b"zombie-0", partition=0)
-    old.send(T, b"zombie-1", partition=1)
+    old.send(T, b"zombie-0", partition=0).get(timeout=10)
+    old.send(T, b"zombie-1", partition=1).get(timeout=10)
     new = broker.producer(transactional_id="app", delivery_timeout_ms=2_000)
     new.init_transactions()
     assert (new.producer_id, new.producer_epoch) == (old.producer_id, old.producer_epoch + 2)
@@ -75,8 +75,8 @@ def stays_fenced(old: Producer) -> None:
 
 
 FENCED_CALLS: dict[str, Callable[[Producer], object]] = {
-    "send to a partition in the transaction (Produce)": lambda old: old.send(T, b"zombie-late", partition=0),
-    "send to a new partition (AddPartitionsToTxn)": lambda old: old.send(T, b"zombie-new", partition=2),
+    "send to a partition in the transaction (Produce)": lambda old: old.send(T, b"zombie-late", partition=0).get(timeout=10),
+    "send to a new partition (AddPartitionsToTxn)": lambda old: old.send(T, b"zombie-new", partition=2).get(timeout=10),
     "commit (EndTxn)": lambda old: old.commit_transaction(),
 }
 
@@ -89,8 +89,8 @@ def test_the_older_instance_is_fenced_and_nothing_it_wrote_is_visible(broker, re
     assert (raised.value.code, raised.value.name) == (90, "PRODUCER_FENCED")
     stays_fenced(old)
     new.begin_transaction()
-    new.send(T, b"new-0", partition=0)
-    new.send(T, b"new-2", partition=2)
+    new.send(T, b"new-0", partition=0).get(timeout=10)
+    new.send(T, b"new-2", partition=2).get(timeout=10)
     new.commit_transaction()
     assert visible(broker) == [b"new-0", b"new-2"]
     assert stable(broker)
@@ -99,11 +99,11 @@ def test_the_older_instance_is_fenced_and_nothing_it_wrote_is_visible(broker, re
 def test_the_zombie_is_fenced_even_while_the_newer_instance_has_a_transaction_open(broker):
     old, new = two_instances(broker)
     new.begin_transaction()
-    new.send(T, b"new-0", partition=0)
+    new.send(T, b"new-0", partition=0).get(timeout=10)
     for call in FENCED_CALLS.values():
         with pytest.raises(ProducerFencedError):
             call(old)
-    new.send(T, b"new-1", partition=1)
+    new.send(T, b"new-1", partition=1).get(timeout=10)
     new.commit_transaction()
     assert visible(broker) == [b"new-0", b"new-1"] and stable(broker)
 
@@ -116,24 +116,25 @@ def test_the_older_instance_was_aborted_not_committed(broker):
     assert visible(broker) == []
 
 
+@pytest.mark.frozen
 def test_a_timed_out_transaction_is_aborted_by_the_job_and_its_producer_fenced(broker, clock):
     slow = broker.producer(transactional_id="slow", transaction_timeout_ms=5_000, delivery_timeout_ms=2_000)
     slow.init_transactions()
     slow.begin_transaction()
-    slow.send(T, b"slow-0", partition=0)
+    slow.send(T, b"slow-0", partition=0).get(timeout=10)
     assert not stable(broker)
     clock.advance(5_001)
     assert broker.engine.call(broker.engine.abort_timed_out_transactions) == ["slow"]
     assert stable(broker) and visible(broker) == []
     with pytest.raises(ProducerFencedError):
-        slow.send(T, b"slow-late", partition=0)  # refused by the partition: the markers bumped the epoch
+        slow.send(T, b"slow-late", partition=0).get(timeout=10)  # refused by the partition: the markers bumped the epoch
     stays_fenced(slow)
     assert visible(broker) == [] and stable(broker)
     # a new instance carries on where the fenced one left off
     fresh = broker.producer(transactional_id="slow")
     fresh.init_transactions()
     fresh.begin_transaction()
-    fresh.send(T, b"fresh", partition=0)
+    fresh.send(T, b"fresh", partition=0).get(timeout=10)
     fresh.commit_transaction()
     assert visible(broker) == [b"fresh"]
 
@@ -143,7 +144,7 @@ def test_a_timed_out_producer_is_fenced_by_the_coordinator(broker, clock, reques
     slow = broker.producer(transactional_id="slow", transaction_timeout_ms=5_000, delivery_timeout_ms=2_000)
     slow.init_transactions()
     slow.begin_transaction()
-    slow.send(T, b"slow-0", partition=0)
+    slow.send(T, b"slow-0", partition=0).get(timeout=10)
     clock.advance(5_001)
     broker.engine.call(broker.engine.abort_timed_out_transactions)
     with pytest.raises(ProducerFencedError):

@@ -170,13 +170,15 @@ def poll_inputs(consumer: Consumer, wanted: int, timeout_s: float = 30.0) -> dic
 
 
 def send_outputs(producer: Producer, records: Sequence[Any]) -> list[tuple[str, int]]:
-    """Send both outputs of each input record; the partitions they went to."""
-    sent = []
+    """Send both outputs of each input record and flush them (durable, as a crash
+    point after this expects); the partitions they went to."""
+    futures = []
     for record in records:
-        sent.append(producer.send(OUTPUTS[0], b"a-" + record.value[3:], key=record.key)[:2])
-        sent.append(producer.send(OUTPUTS[1], b"b-" + record.value[3:], key=record.key,
-                                  partition=record.offset % OUTPUT_PARTITIONS)[:2])
-    return sent
+        futures.append(producer.send(OUTPUTS[0], b"a-" + record.value[3:], key=record.key))
+        futures.append(producer.send(OUTPUTS[1], b"b-" + record.value[3:], key=record.key,
+                                     partition=record.offset % OUTPUT_PARTITIONS))
+    producer.flush()
+    return [future.get(timeout=0)[:2] for future in futures]
 
 
 def next_offsets(batch: dict[tuple[str, int], list]) -> dict[tuple[str, int], int]:
@@ -325,7 +327,7 @@ def run(data_dir: Path, side: SideFile, name: str) -> None:
     consumer = broker.consumer(**CONSUMER_CONFIG)
     consumer.subscribe([INPUT])
     transactions = split(poll_inputs(consumer, INPUT_PARTITIONS * RECORDS_PER_PARTITION))
-    sent: Counter[tuple[str, int]] = Counter()  # one record per send: the next sequence, per partition
+    sent: Counter[tuple[str, int]] = Counter()  # a sequence per record: the next sequence, per partition
     for n, batch in enumerate(transactions[:TARGET_TXN + 1]):
         side.line(describe_txn(n, batch))
         producer.begin_transaction()

@@ -340,7 +340,7 @@ class Consumer:
         subscriptions = {member_id: consumer_protocol.decode_subscription(metadata)
                          for member_id, _, metadata in joined.members}
         topics = {t for ts in subscriptions.values() for t in ts}
-        counts = await self.engine.partition_counts(sorted(topics))
+        counts = self.engine.partition_counts(sorted(topics))
         return {member: consumer_protocol.encode_assignment(tps)
                 for member, tps in consumer_protocol.range_assign(subscriptions, counts).items()}
 

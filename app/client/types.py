@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from storage.errors import KafkaError
+
 
 class IllegalStateError(Exception):
     """An API call out of order (Kafka's IllegalStateException), e.g. send before begin."""
@@ -47,3 +49,8 @@ class ConsumerRecord:
     key: bytes | None
     value: bytes | None
     headers: tuple[tuple[str, bytes | None], ...]
+
+
+class TransactionAbortedError(KafkaError):
+    """A record that was waiting to be sent when its transaction was aborted (Kafka's
+    TransactionAbortedException: a client-side outcome with no error code)."""

@@ -1,7 +1,7 @@
 """The engine: the one owner of broker state (partitions, producer state, both
 coordinators) on one asyncio loop, its lifecycle (scheduled jobs and the SQLite
-mirror, the same embedded or served), group commit, the adapters the coordinators
-and the mirror use, and the read models the faces show."""
+mirror, the same embedded or served), group commit and the maintenance threads, the
+adapters the coordinators and the mirror use, and the read models the faces show."""
 
 from app.engine.engine import (
     EARLIEST_TIMESTAMP,

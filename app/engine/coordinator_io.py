@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from coordinator import offsets_log, transaction_log
+from coordinator.producer_id_manager import ProducerIdBlock
 from storage.record_batch import SimpleRecord, encode_batch
 
 if TYPE_CHECKING:
@@ -25,7 +26,7 @@ class EngineCoordinatorIO:
         self.engine = engine
 
     async def append_txn_log(self, partition: int, key: bytes, value: bytes | None) -> int:
-        self.engine.ensure_internal_topic(transaction_log.TOPIC)
+        await self.engine.ensure_internal_topic(transaction_log.TOPIC)
         batch = encode_batch([SimpleRecord(value, key=key, timestamp=self.engine.clock.now_ms())])
         result = await self.engine.append_internal(transaction_log.TOPIC, partition, batch)
         return result.base_offset
@@ -45,16 +46,27 @@ class EngineCoordinatorIO:
         self.engine.transaction_coordinator.verify_transaction(
             producer_id, producer_epoch, offsets_log.TOPIC, partition, transactional_id)
 
+    def offsets_partition(self, group_id: str) -> int:
+        return self.engine.group_coordinator.partition_of(group_id)
+
+    async def persist(self, write: ProducerIdBlock) -> None:
+        await self.engine.persist(write)
+
     async def append_offsets_log(self, partition: int, records: list[tuple[bytes, bytes | None]],
                                  producer_id: int = -1, producer_epoch: int = -1) -> None:
         """Append group records; inside a transaction the batch is the producer's own
         (transactional, its id and epoch, its next sequence on this partition)."""
-        self.engine.ensure_internal_topic(offsets_log.TOPIC)
+        await self.engine.ensure_internal_topic(offsets_log.TOPIC)
         now = self.engine.clock.now_ms()
         simple = [SimpleRecord(value, key=key, timestamp=now) for key, value in records]
         if producer_id < 0:
             batch = encode_batch(simple)
-        else:  # verified by the group coordinator (verify_transaction), in this same loop step
+        else:
+            # checked again here, in the loop step of the append: creating the topic above
+            # may have let the transaction end (a timeout abort) since the group coordinator
+            # checked it, and a transactional append after its marker would stay pending
+            self.engine.transaction_coordinator.verify_transaction(
+                producer_id, producer_epoch, offsets_log.TOPIC, partition)
             batch = encode_batch(simple, producer_id=producer_id, producer_epoch=producer_epoch,
                                  base_sequence=self.engine.next_sequence(offsets_log.TOPIC, partition,
                                                                          producer_id, producer_epoch),

@@ -5,9 +5,13 @@ only by code running on the engine's loop, so there are no locks around them. Th
 Kafka listener runs on the same loop; HTTP worker threads, scheduled jobs and the
 embedded client submit work with :meth:`Engine.call` / :meth:`Engine.submit` and
 wait for the answer -- coordinator requests are the coordinators' own coroutines,
-e.g. ``engine.call(engine.transaction_coordinator.end_txn, ...)``. Fsyncs run on
-the fsync thread through group commit (``app/engine/group_commit.py``), so no request
-blocks the loop on the disk.
+e.g. ``engine.call(engine.transaction_coordinator.end_txn, ...)``. The loop never
+waits on the disk: fsyncs of appends run on the fsync thread through group commit
+(``app/engine/group_commit.py``); snapshots, checkpoints, retention, cleaning, topic
+changes and producer-id blocks are planned on the loop, written on a maintenance
+thread and installed on the loop (``app/engine/maintenance.py``). Only opening and
+closing the data directory touch the disk from the caller's thread, while the loop
+is not running.
 
 The internal topics ``__transaction_state`` and ``__consumer_offsets`` are created
 when first needed (as Kafka does), compacted, and read back into the coordinators
@@ -17,29 +21,37 @@ when the engine starts; prepared transactions are then rolled forward.
 from __future__ import annotations
 
 import asyncio
+import functools
+import inspect
 import logging
 import threading
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Awaitable, Callable, Mapping, TypeVar
+from typing import Any, Awaitable, Callable, Collection, Mapping, TypeVar
 
 from app.config import BrokerConfig
 from app.engine.coordinator_io import EngineCoordinatorIO
 from app.engine.counters import EngineCounters
-from app.engine.group_commit import FsyncThread, GroupCommit
+from app.engine.group_commit import GroupCommit
+from app.engine.maintenance import Maintenance, MaintenanceCancelledError
+from app.engine.worker import Worker
 from coordinator import offsets_log, transaction_log
-from coordinator.group_coordinator import GroupConfig, GroupCoordinator
-from coordinator.transaction_coordinator import CoordinatorConfig, TransactionCoordinator
+from coordinator.group_coordinator import GroupCoordinator
+from coordinator.transaction_coordinator import TransactionCoordinator
 from coordinator.transaction_state import MAX_EPOCH_VALUE
+from storage.background import Job, Steps
 from storage.clock import Clock, SystemClock
 from storage.errors import (
     InvalidRequestError,
     InvalidRequiredAcksError,
     InvalidTopicError,
     InvalidTxnStateError,
+    KafkaError,
     KafkaStorageError,
+    TopicAlreadyExistsError,
 )
+from storage.log_cleaner import CleaningAbortedError
 from storage.log_manager import LogManager, TopicInfo
 from storage.partition_log import AppendResult, PartitionLog, ReadResult
 from storage.producer_state import ProducerStateEntry, next_sequence
@@ -94,22 +106,24 @@ class Engine:
         self.clock = clock or SystemClock()
         self.logs = LogManager(data_dir, config.log, self.clock)  # recovers before anything runs
         self.loop = asyncio.new_event_loop()
-        self._fsync = FsyncThread(self.loop)
+        self._fsync = Worker(self.loop, "exactly-fsync")
+        #: snapshots, checkpoints, retention, cleaning, topic changes, producer-id blocks
+        self.maintenance = Maintenance(self.loop)
+        self.logs.background = self.maintenance.start  # the snapshot of a roll
+        #: one topic creation or deletion at a time
+        self._topic_changes = asyncio.Lock()
         self._commits: dict[tuple[str, int], GroupCommit] = {}
-        self._data_waiters: list[asyncio.Future[None]] = []
+        #: partition (None: any partition) -> futures waiting for its high watermark to move
+        self._data_waiters: dict[tuple[str, int] | None, list[asyncio.Future[None]]] = {}
         self.counters = EngineCounters()
+        #: open Kafka connections (``app/kafka/`` adds and removes them; read models list them)
+        self.kafka_connections: set[Any] = set()
         io = EngineCoordinatorIO(self)
-        self.transaction_coordinator = TransactionCoordinator(Path(data_dir), CoordinatorConfig(
-            transaction_state_log_num_partitions=config.transaction_state_log_num_partitions,
-            offsets_topic_num_partitions=config.offsets_topic_num_partitions,
-            transaction_max_timeout_ms=config.transaction_max_timeout_ms,
-            transactional_id_expiration_ms=config.transactional_id_expiration_ms), io, self.clock)
-        self.group_coordinator = GroupCoordinator(GroupConfig(
-            offsets_topic_num_partitions=config.offsets_topic_num_partitions,
-            group_min_session_timeout_ms=config.group_min_session_timeout_ms,
-            group_max_session_timeout_ms=config.group_max_session_timeout_ms,
-            group_initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
-            offset_metadata_max_bytes=config.offset_metadata_max_bytes), io, self.clock)
+        max_seen_coordinator_epoch = max(
+            (entry.coordinator_epoch for log_ in self.logs for entry in log_.producer_state), default=-1)
+        self.transaction_coordinator = TransactionCoordinator(Path(data_dir), config, io, self.clock,
+                                                              max_seen_coordinator_epoch)
+        self.group_coordinator = GroupCoordinator(config, io, self.clock)
         self._load_coordinators()
         self._thread = threading.Thread(target=self._run_loop, name="exactly-engine", daemon=True)
         self._closed = False
@@ -144,15 +158,20 @@ class Engine:
             self.group_coordinator.tick()
             self.loop.call_later(GROUP_TICK_S, self._tick_groups)
 
-    def ensure_internal_topic(self, name: str) -> None:
+    async def ensure_internal_topic(self, name: str) -> None:
         """Create ``__transaction_state`` / ``__consumer_offsets`` on first use, compacted."""
         if name in self.logs.topics:
             return
-        partitions = (self.config.transaction_state_log_num_partitions if name == transaction_log.TOPIC
-                      else self.config.offsets_topic_num_partitions)
-        self.logs.create_topic(name, partitions, {"cleanup.policy": "compact",
-                                                  "segment.bytes": self.config.internal_topic_segment_bytes},
-                               internal=True)
+        config = self.config
+        partitions, segment_bytes = (
+            (config.transaction_state_log_num_partitions, config.transaction_state_log_segment_bytes)
+            if name == transaction_log.TOPIC
+            else (config.offsets_topic_num_partitions, config.offsets_topic_segment_bytes))
+        try:
+            await self._create_topic(name, partitions, {"cleanup.policy": "compact", "segment.bytes": segment_bytes},
+                                     internal=True)
+        except TopicAlreadyExistsError:
+            pass  # another request created it while this one waited
 
     async def append_internal(self, topic: str, partition: int, batch: bytes) -> AppendResult:
         """Append a coordinator's batch to an internal topic and wait until durable."""
@@ -160,33 +179,45 @@ class Engine:
         result = log_.append_data(batch)
         return await asyncio.wrap_future(self._commit(log_).when_durable(result.last_offset, result))
 
-    async def wait_for_data(self, timeout_s: float) -> None:
-        """Return when any partition's high watermark moves, or after ``timeout_s``
-        (consumers wait here instead of polling in a loop)."""
+    async def wait_for_data(self, timeout_s: float,
+                            partitions: Collection[tuple[str, int]] | None = None) -> None:
+        """Return when the high watermark (and with it the LSO) of one of ``partitions``
+        -- of any partition when None -- moves, or after ``timeout_s``: consumers and
+        long-polling fetches wait here instead of polling in a loop."""
         waiter = self.loop.create_future()
-        self._data_waiters.append(waiter)
+        keys: list[tuple[str, int] | None] = [None] if partitions is None else list(partitions)
+        for key in keys:
+            self._data_waiters.setdefault(key, []).append(waiter)
         try:
             await asyncio.wait_for(waiter, timeout_s)
         except asyncio.TimeoutError:
             pass
         finally:
-            if waiter in self._data_waiters:
-                self._data_waiters.remove(waiter)
+            for key in keys:
+                waiters = self._data_waiters.get(key)
+                if waiters and waiter in waiters:
+                    waiters.remove(waiter)
+                    if not waiters:
+                        del self._data_waiters[key]
 
-    def _on_durable(self) -> None:
-        waiters, self._data_waiters = self._data_waiters, []
-        for waiter in waiters:
+    def _on_durable(self, key: tuple[str, int]) -> None:
+        """A partition's high watermark moved: wake who waits for it, or for any."""
+        for waiter in self._data_waiters.pop(key, []) + self._data_waiters.pop(None, []):
             if not waiter.done():
                 waiter.set_result(None)
 
     # -- submitting work from other threads --------------------------------------------
 
-    def call(self, fn: Callable[..., Awaitable[T]], *args: Any, timeout: float | None = 60,
-             **kwargs: Any) -> T:
-        """Run the coroutine ``fn(*args, **kwargs)`` on the loop and wait for its result."""
+    def call(self, fn: Callable[..., Awaitable[T]] | Callable[..., T], *args: Any,
+             timeout: float | None = 60, **kwargs: Any) -> T:
+        """Run ``fn(*args, **kwargs)`` on the loop and wait for its result: a coroutine
+        function is awaited there, a plain function called there."""
         if self._closed:
             raise KafkaStorageError("the broker is closed")
-        future = asyncio.run_coroutine_threadsafe(fn(*args, **kwargs), self.loop)
+        if inspect.iscoroutinefunction(fn):
+            future = asyncio.run_coroutine_threadsafe(fn(*args, **kwargs), self.loop)
+        else:
+            future = self.submit(functools.partial(fn, *args, **kwargs))
         return future.result(timeout)
 
     def submit(self, fn: Callable[..., Any], *args: Any) -> Future:
@@ -220,26 +251,39 @@ class Engine:
         key = (log_.topic, log_.partition)
         commit = self._commits.get(key)
         if commit is None:
-            commit = self._commits[key] = GroupCommit(log_, self.loop, self._fsync, self._on_durable)
+            commit = self._commits[key] = GroupCommit(log_, self.loop, self._fsync,
+                                                      lambda: self._on_durable(key))
         return commit
 
     async def create_topic(self, name: str, partitions: int | None = None,
                            config: Mapping[str, Any] | None = None) -> TopicInfo:
+        """Create a topic; returns once it is durable (its directories and topics.json
+        are written off the loop)."""
         if name in INTERNAL_TOPICS:
             raise InvalidTopicError(f"{name} is an internal topic; the broker creates it")
-        return self.logs.create_topic(name, partitions if partitions is not None
-                                      else self.config.num_partitions, config)
+        return await self._create_topic(name, partitions if partitions is not None
+                                        else self.config.num_partitions, config)
+
+    async def _create_topic(self, name: str, partitions: int, config: Mapping[str, Any] | None,
+                            internal: bool = False) -> TopicInfo:
+        async with self._topic_changes:
+            return await self.maintenance.run(self.logs.create_topic(name, partitions, config, internal))
 
     async def delete_topic(self, name: str) -> None:
+        """Delete a topic: at once no request finds it; in-flight fsyncs finish and its
+        maintenance is cancelled; returns once topics.json without it is durable and
+        its files are gone."""
         if name in INTERNAL_TOPICS:
             raise InvalidTopicError(f"the internal topic {name} cannot be deleted")
-        info = self.logs.topic(name)
-        for partition in range(info.partitions):
-            commit = self._commits.pop((name, partition), None)
-            if commit is not None:
-                await commit.drain()
-                commit.close()
-        self.logs.delete_topic(name)
+        async with self._topic_changes:
+            logs = self.logs.detach_topic(name)
+            for log_ in logs:
+                commit = self._commits.pop((name, log_.partition), None)
+                if commit is not None:
+                    await commit.drain()
+                    commit.close()
+            await self.maintenance.quiesce(logs)
+            await self.maintenance.run(self.logs.delete_topic(logs))
 
     def start_produce(self, topic: str, partition: int, batch: bytes, acks: int = -1,
                       transactional_id: str | None = None) -> Future:
@@ -316,10 +360,10 @@ class Engine:
             return 0
         return next_sequence(entry.last_seq)
 
-    async def partition_count(self, topic: str) -> int:
+    def partition_count(self, topic: str) -> int:
         return self.logs.topic(topic).partitions
 
-    async def partition_counts(self, topics: list[str]) -> dict[str, int]:
+    def partition_counts(self, topics: list[str]) -> dict[str, int]:
         """Partitions per existing topic (unknown topics are left out)."""
         return {t: self.logs.topics[t].partitions for t in topics if t in self.logs.topics}
 
@@ -342,16 +386,16 @@ class Engine:
             self.group_coordinator.on_marker(partition, producer_id, commit)
         return durable
 
-    async def fetch(self, topic: str, partition: int, offset: int, max_bytes: int = 1 << 20,
-                    isolation_level: str | int = READ_UNCOMMITTED) -> ReadResult:
+    def fetch(self, topic: str, partition: int, offset: int, max_bytes: int = 1 << 20,
+              isolation_level: str | int = READ_UNCOMMITTED) -> ReadResult:
         self.counters.fetch_requests += 1
         committed = isolation_is_committed(isolation_level)
         result = self.logs.log(topic, partition).read(offset, max_bytes, read_committed=committed)
         self.counters.fetched_bytes += len(result.records)
         return result
 
-    async def list_offsets(self, topic: str, partition: int, timestamp: int,
-                           isolation_level: str | int = READ_UNCOMMITTED) -> OffsetAndTimestamp:
+    def list_offsets(self, topic: str, partition: int, timestamp: int,
+                     isolation_level: str | int = READ_UNCOMMITTED) -> OffsetAndTimestamp:
         """Kafka's ListOffsets: -1 latest (the LSO when read_committed), -2 earliest,
         otherwise the first offset with a timestamp >= ``timestamp`` (-1 if none)."""
         committed = isolation_is_committed(isolation_level)
@@ -366,23 +410,54 @@ class Engine:
         return OffsetAndTimestamp(*found) if found else OffsetAndTimestamp(-1, -1)
 
     # -- periodic work (scheduled jobs call these) -----------------------------------------
+    #
+    # Each is planned here on the loop and does its file I/O on a maintenance thread
+    # (app/engine/maintenance.py); the loop serves requests meanwhile.
 
     async def take_snapshots(self) -> int:
-        count = 0
-        for log_ in self.logs:
-            if log_.log_end_offset not in log_.snapshot_offsets():
-                log_.take_snapshot()
-                count += 1
-        return count
+        """Snapshot producer state on every partition whose log end has no snapshot."""
+        due = [log_.take_snapshot() for log_ in self.logs
+               if log_.log_end_offset not in log_.snapshot_offsets()]
+        await asyncio.gather(*(self.maintenance.run(steps) for steps in due))
+        return len(due)
 
     async def apply_retention(self) -> int:
-        return self.logs.apply_retention()
+        """Delete segments past retention everywhere; returns how many went."""
+        now = self.clock.now_ms()
+        deleted = 0
+        for log_ in self.logs:
+            try:
+                deleted += await self.maintenance.on_partition(log_, log_.delete_old_segments, now)
+            except MaintenanceCancelledError:
+                continue  # its topic is being deleted, or the broker is closing
+        if deleted:
+            await self.checkpoint()
+        return deleted
 
     async def compact_logs(self) -> int:
-        """One log-cleaner round on every compacted partition; segments rewritten."""
-        return self.logs.compact()
+        """One log-cleaner round on every compacted partition; returns how many segments
+        were rewritten. A partition that cannot be cleaned (a damaged batch, an I/O
+        error) is logged and skipped, as Kafka's cleaner skips an uncleanable
+        partition; the others are still cleaned."""
+        now = self.clock.now_ms()
+        rewritten = 0
+        moved = False
+        for log_ in self.logs:
+            if not log_.config.compact:
+                continue
+            before = log_.cleaner_state.checkpoint
+            try:
+                rewritten += (await self.maintenance.on_partition(log_, log_.clean, now)).segments_rewritten
+            except (MaintenanceCancelledError, CleaningAbortedError):
+                continue  # its topic is being deleted, or the broker is closing
+            except (KafkaError, OSError):
+                log.exception("cleaning %s-%d failed", log_.topic, log_.partition)
+            moved = moved or log_.cleaner_state.checkpoint != before
+        if moved:
+            await self.checkpoint()
+        return rewritten
 
-    async def expire_producer_ids(self) -> int:
+    def expire_producer_ids(self) -> int:
         """Forget producers idle for producer.id.expiration.ms on every partition."""
         now = self.clock.now_ms()
         return sum(len(log_.producer_state.remove_expired(now, self.config.producer_id_expiration_ms))
@@ -395,28 +470,38 @@ class Engine:
         return await self.transaction_coordinator.expire_transactional_ids()
 
     async def checkpoint(self) -> None:
-        self.logs.checkpoint()
+        """Write the recovery-point, log-start-offset and cleaner checkpoints."""
+        await self.maintenance.run(self.logs.checkpoint())
+
+    async def persist(self, job: Job) -> None:
+        """Run a short file write (``job.run()``) on the metadata thread; return once done."""
+        await self.maintenance.run(_one(job))
 
     # -- lifecycle ------------------------------------------------------------------------
 
     async def _shutdown(self) -> None:
         await self.transaction_coordinator.wait_for_completions()
+        await self.maintenance.close()
         for commit in self._commits.values():
             await commit.drain()
             commit.close()
-        self.logs.close(clean=True)
 
     def close(self) -> None:
-        """Finish in-flight fsyncs, snapshot and flush every log, release the directory."""
+        """Finish in-flight fsyncs and maintenance, then -- with the loop stopped, on
+        the calling thread -- snapshot and flush every log and release the directory."""
         if self._closed:
             return
+        clean = False
         try:
             asyncio.run_coroutine_threadsafe(self._shutdown(), self.loop).result()
+            clean = True
         finally:
             self._closed = True
             self.loop.call_soon_threadsafe(self.loop.stop)
             self._thread.join()
+            self.maintenance.stop()
             self._fsync.stop()
+            self.logs.close(clean=clean)
             self.loop.close()
 
 
@@ -441,6 +526,11 @@ def _open_transaction(log_: PartitionLog, producer_id: int) -> ProducerStateEntr
         raise InvalidTxnStateError(
             f"producer {producer_id} has no open transaction on {log_.topic}-{log_.partition}")
     return entry
+
+
+def _one(job: Job) -> Steps[Any]:
+    """Steps of a single job."""
+    return (yield job)
 
 
 def _data_records(batch: bytes) -> tuple[Record, ...]:

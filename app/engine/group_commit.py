@@ -19,50 +19,21 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import queue
-import threading
 from concurrent.futures import Future, InvalidStateError
 from typing import Any, Callable
 
+from app.engine.worker import Worker
 from storage.errors import KafkaStorageError
 from storage.partition_log import FlushPlan, PartitionLog
 
 log = logging.getLogger(__name__)
 
 
-class FsyncThread:
-    """One thread that runs flush plans in order and reports back to the loop."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
-        self._queue: queue.SimpleQueue[tuple[FlushPlan, Callable[[BaseException | None], None]] | None] = (
-            queue.SimpleQueue())
-        self._thread = threading.Thread(target=self._run, name="exactly-fsync", daemon=True)
-        self._thread.start()
-
-    def submit(self, plan: FlushPlan, done: Callable[[BaseException | None], None]) -> None:
-        self._queue.put((plan, done))
-
-    def _run(self) -> None:
-        while (item := self._queue.get()) is not None:
-            plan, done = item
-            error: BaseException | None = None
-            try:
-                plan.run()
-            except BaseException as e:  # reported to the waiters, never lost
-                error = e
-            self._loop.call_soon_threadsafe(done, error)
-
-    def stop(self) -> None:
-        self._queue.put(None)
-        self._thread.join()
-
-
 class GroupCommit:
     """The fsync scheduler of one partition log. Lives on the event loop."""
 
     def __init__(self, partition_log: PartitionLog, loop: asyncio.AbstractEventLoop,
-                 fsync_thread: FsyncThread, on_durable: Callable[[], None] = lambda: None) -> None:
+                 fsync_thread: Worker, on_durable: Callable[[], None] = lambda: None) -> None:
         self._log = partition_log
         self._on_durable = on_durable
         self._loop = loop
@@ -108,7 +79,7 @@ class GroupCommit:
             return
         plan = self._log.prepare_flush()
         self._in_flight = True
-        self._fsync.submit(plan, lambda error: self._finished(plan, error))
+        self._fsync.submit(plan, lambda _, error: self._finished(plan, error))
 
     def _finished(self, plan: FlushPlan, error: BaseException | None) -> None:
         self._in_flight = False

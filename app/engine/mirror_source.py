@@ -7,7 +7,7 @@ mirror's thread does its SQLite work without ever holding up the loop.
 
 from __future__ import annotations
 
-from app.engine import READ_UNCOMMITTED, Engine
+from app.engine import Engine
 from coordinator.mirror import PartitionStats, ProducerStats
 from storage.partition_log import ReadResult
 
@@ -25,7 +25,9 @@ class EngineMirrorSource:
         return self.engine.call(count)
 
     def fetch(self, topic: str, partition: int, offset: int, max_bytes: int) -> ReadResult:
-        return self.engine.call(self.engine.fetch, topic, partition, offset, max_bytes, READ_UNCOMMITTED)
+        async def read() -> ReadResult:  # the log itself: the broker's own reads are no client's fetches
+            return self.engine.logs.log(topic, partition).read(offset, max_bytes, read_committed=False)
+        return self.engine.call(read)
 
     def log_start_offset(self, topic: str, partition: int) -> int:
         async def start() -> int:

@@ -11,6 +11,7 @@ high watermark never reaches 0 with transactional producers).
 from __future__ import annotations
 
 import json
+from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from coordinator import offsets_log, transaction_log
@@ -110,8 +111,7 @@ async def producers(engine: "Engine", name: str, partition_id: int) -> list[dict
 
 
 def _transaction(txn_id: str, meta, now_ms: int) -> dict[str, Any]:
-    open_ = meta.state in (TransactionState.ONGOING, TransactionState.PREPARE_COMMIT,
-                           TransactionState.PREPARE_ABORT, TransactionState.PREPARE_EPOCH_FENCE)
+    open_ = meta.state.is_open
     return {"transactional_id": txn_id, "state": meta.state.display, "producer_id": meta.producer_id,
             "producer_epoch": meta.producer_epoch, "transaction_timeout_ms": meta.txn_timeout_ms,
             "transaction_start_ms": meta.txn_start_timestamp if open_ else None,
@@ -197,6 +197,15 @@ async def group(engine: "Engine", group_id: str) -> dict[str, Any]:
             "offsets": offsets}
 
 
+async def kafka_clients(engine: "Engine") -> list[dict[str, Any]]:
+    """Connected Kafka clients, oldest first: who they say they are (client id; software
+    name and version from ApiVersions v3+), where from, since when, how many requests."""
+    return sorted(({"client_id": c.client_id, "client_software_name": c.software_name,
+                    "client_software_version": c.software_version, "address": c.address,
+                    "connected_since_ms": c.since_ms, "requests": c.requests}
+                   for c in engine.kafka_connections), key=lambda c: (c["connected_since_ms"], c["address"]))
+
+
 async def overview(engine: "Engine") -> dict[str, Any]:
     """What the console's first page shows: partitions with their LSO gap, and
     transaction counts by state."""
@@ -211,10 +220,6 @@ async def overview(engine: "Engine") -> dict[str, Any]:
 
 # -- what the console asks (app/http/ui.py); the API may use them too ----------------------
 
-_OPEN_STATES = (TransactionState.ONGOING, TransactionState.PREPARE_COMMIT,
-                TransactionState.PREPARE_ABORT, TransactionState.PREPARE_EPOCH_FENCE)
-
-
 def _holder(engine: "Engine", log: PartitionLog, producer_id: int, first_offset: int,
             now_ms: int) -> dict[str, Any]:
     """One open transaction on ``log``: who owns it, since when, whether the
@@ -226,7 +231,7 @@ def _holder(engine: "Engine", log: PartitionLog, producer_id: int, first_offset:
     entry = log.producer_state.producers.get(producer_id)
     txn_id = tc.transactional_id_of(producer_id)
     meta = tc.describe(txn_id) if txn_id else None
-    start = meta.txn_start_timestamp if meta and meta.state in _OPEN_STATES else None
+    start = meta.txn_start_timestamp if meta and meta.state.is_open else None
     return {"producer_id": producer_id,
             "producer_epoch": entry.producer_epoch if entry else None,
             "transactional_id": txn_id,
@@ -264,13 +269,11 @@ async def lso_blockers(engine: "Engine") -> list[dict[str, Any]]:
 
 async def transaction_counts(engine: "Engine") -> dict[str, Any]:
     """Open transactions now (by state) and those finished since the broker started."""
-    by_state: dict[str, int] = {}
-    for _, meta in engine.transaction_coordinator.list_transactions():
-        by_state[meta.state.display] = by_state.get(meta.state.display, 0) + 1
+    by_state = Counter(meta.state for _, meta in engine.transaction_coordinator.list_transactions())
+    open_by_state = {state.display: n for state, n in by_state.items() if state.is_open}
     completed = engine.transaction_coordinator.completed
-    return {"open": sum(n for state, n in by_state.items()
-                        if state in {s.display for s in _OPEN_STATES}),
-            "by_state": by_state,
+    return {"open": sum(open_by_state.values()),
+            "by_state": {state.display: n for state, n in by_state.items()}, "open_by_state": open_by_state,
             "committed_since_start": completed["commit"], "aborted_since_start": completed["abort"]}
 
 

@@ -22,7 +22,9 @@ if TYPE_CHECKING:
     from app.engine import Engine
     from coordinator.mirror import Mirror
 
-WEB = Path(__file__).resolve().parents[2] / "web"
+#: the console's templates and static files, package data of ``app.http`` (so an
+#: installed broker finds them wherever it runs)
+WEB = Path(__file__).resolve().parent / "web"
 #: the largest request body accepted (Kafka's default max.message.bytes, plus JSON overhead)
 MAX_CONTENT_LENGTH = 4 * 1024 * 1024
 

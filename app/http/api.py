@@ -16,7 +16,6 @@ from flask import Blueprint, abort, g, jsonify, request
 
 from app.engine import queries
 from app.http import current_engine, groups, inputs, openapi, records, transactions
-from app.http.idempotency import IdempotencyCache
 from app.http.resources import crn, listing, related, resource
 from storage.errors import InvalidReplicationFactorError
 
@@ -32,7 +31,6 @@ MAX_PARTITIONS = 1000
 def _setup(state) -> None:
     # "/v3//x" must be a 404 like any unknown path, not a redirect to "/v3/x"
     state.app.url_map.merge_slashes = False
-    state.app.extensions.setdefault("exactly.idempotency", IdempotencyCache())
 
 
 @bp.url_value_preprocessor

@@ -1,17 +1,24 @@
-"""Errors at the HTTP edge: every failure becomes JSON, never an HTML page or a 500.
+"""Errors at the HTTP edge: every failure becomes JSON, never an HTML page.
 
 ``{"error_code": <Kafka code, or the HTTP status for non-Kafka errors>,
 "error_name": "INVALID_PRODUCER_EPOCH", "message": "..."}`` with an HTTP status that
 fits the Kafka error (``STATUS_BY_ERROR``). Bad input is raised as
 ``InvalidRequestError`` (INVALID_REQUEST, 42) by the handlers' validation and ends
 here as a 400.
+
+Anything else -- an ``InternalError`` (a broken invariant: a bug, see
+``storage/errors.py``), UNKNOWN_SERVER_ERROR or an unexpected exception -- is a 500
+that says only UNKNOWN_SERVER_ERROR and a short reference id; the exception's text
+and traceback go to the broker's log under that id (:func:`log_server_error`), never
+to the client, whose request did nothing wrong and who must not see internals.
 """
 
 from __future__ import annotations
 
 import logging
+import secrets
 
-from flask import Flask, jsonify, request
+from flask import Flask, Response, jsonify, request
 from werkzeug.exceptions import HTTPException
 
 from storage import errors as e
@@ -65,9 +72,29 @@ def error_body(code: int, name: str, message: str) -> dict:
     return {"error_code": code, "error_name": name, "message": message}
 
 
-def kafka_error_response(error: e.KafkaError):
+def log_server_error(error: BaseException) -> str:
+    """Log ``error`` with its traceback under a new short reference id; returns the id."""
+    reference = secrets.token_hex(4)
+    log.error("server error %s on %s %s: %s", reference, request.method, request.path, type(error).__name__,
+              exc_info=error)
+    return reference
+
+
+def server_error_response(error: BaseException) -> Response:
+    """The 500 for ``error``: its reference id, never its text."""
+    reference = log_server_error(error)
+    response = jsonify(error_body(e.UnknownServerError.code, e.UnknownServerError.name,
+                                  f"internal server error; reference {reference} in the broker's log"))
+    response.status_code = 500
+    return response
+
+
+def kafka_error_response(error: e.KafkaError) -> Response:
+    status = status_for(error)
+    if status == 500:
+        return server_error_response(error)
     response = jsonify(error_body(error.code, error.name, str(error)))
-    response.status_code = status_for(error)
+    response.status_code = status
     if error.retriable:
         response.headers["Retry-After"] = "1"
     return response
@@ -85,9 +112,6 @@ def init_app(app: Flask) -> None:
         response.status_code = error.code or 500
         return response
 
-    @app.errorhandler(Exception)
+    @app.errorhandler(Exception)  # InternalError included: a bug is a 500, whatever its base
     def _unexpected(error: Exception):
-        log.exception("unexpected error on %s %s", request.method, request.path)
-        response = jsonify(error_body(-1, "UNKNOWN_SERVER_ERROR", f"{type(error).__name__}: {error}"))
-        response.status_code = 500
-        return response
+        return server_error_response(error)

@@ -13,7 +13,7 @@ partition adds what it saw (:meth:`History.observe`), so the chart always ends a
 the value on the page.
 
 :func:`chart` turns samples into the geometry of a server-rendered SVG (step lines:
-an offset keeps its value until the next sample); ``web/templates/_chart.html``
+an offset keeps its value until the next sample); ``app/http/web/templates/_chart.html``
 draws it.
 """
 

@@ -1,9 +1,10 @@
 """``Idempotency-Key``: a retried HTTP call appends nothing new and gets the first answer.
 
-A client that lost the answer to a call (a timeout, a dropped connection) sends it
-again with the same ``Idempotency-Key`` header. Calls are remembered per scope (the
-transactional id for transaction calls, the topic for a produce) and key, with a
-SHA-256 fingerprint of the operation (method and path) and of the JSON body:
+A client that lost the answer to a call (a timeout, a dropped connection, a broker
+that was killed) sends it again with the same ``Idempotency-Key`` header. Calls are
+remembered per scope (the transactional id for transaction calls, the topic for a
+produce) and key, with a SHA-256 fingerprint of the operation (method and path) and
+of the JSON body:
 
 * the same key and fingerprint -- the first answer is returned again, with
   ``Idempotent-Replayed: true``, and nothing is executed; a retry that arrives
@@ -13,11 +14,18 @@ SHA-256 fingerprint of the operation (method and path) and of the JSON body:
   A retriable error (5xx, or one sent with ``Retry-After``) is not kept, so the
   retry runs the call again.
 
-The memory is this process's, bounded to :data:`CAPACITY` keys (least recently
-used go first), and gone after a restart. Across restarts the Kafka-level
-identities dedupe instead: producer id, epoch and sequence on a produce (the
-partition's producer state is persisted), and the producer epoch on transaction
-calls (a call from an older epoch is fenced).
+The cache is this process's, bounded to :data:`CAPACITY` keys (least recently used
+go first). The one answer that must outlive the process is written with the data
+itself and put back into the cache when the app is made
+(:meth:`IdempotencyCache.remember`): a transaction's ``records`` call stores its key
+and fingerprint in each record it appends, and its answer is rebuilt from the open
+transactions at start (``app/http/transactions.py``). The other calls need no memory
+across a restart: ``offsets`` writes the same pending offsets again, ``commit`` and
+``abort`` of a finished transaction answer from the coordinator's state, ``init``
+bumps the epoch once more (only the lost answer's epoch is fenced), and a plain
+produce is deduplicated by Kafka's own producer id, epoch and sequence when it
+carries them (the producer state is persisted); without them the key protects it
+within one process only.
 """
 
 from __future__ import annotations
@@ -31,13 +39,14 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Callable
 
-from flask import Response, current_app, make_response, request
+from flask import Flask, Response, current_app, g, make_response, request
 from werkzeug.exceptions import UnprocessableEntity
 
 from app.http import errors, inputs
 from storage.errors import InvalidRequestError, KafkaError
 
 HEADER = "Idempotency-Key"
+EXTENSION = "exactly.idempotency"
 CAPACITY = 10_000
 #: how long a retry waits for the answer of the first call, still running
 WAIT_S = 120
@@ -61,6 +70,21 @@ class IdempotencyCache:
     def __len__(self) -> int:
         return len(self._entries)
 
+    def remember(self, scope: str, key: str, fingerprint: str, answer: Response) -> None:
+        """Keep ``answer`` as the first answer of (scope, key), unless one is kept already
+        (how answers written with the data come back after a restart)."""
+        kept = _kept(answer)
+        with self._lock:
+            if kept is None or (scope, key) in self._entries:
+                return
+            entry = self._entries[(scope, key)] = _Entry(fingerprint, answer=kept)
+            entry.done.set()
+            self._evict()
+
+    def _evict(self) -> None:
+        while len(self._entries) > self.capacity:
+            self._entries.popitem(last=False)
+
     def run(self, scope: str, key: str, fingerprint: str, call: Callable[[], Response]) -> Response:
         """The answer of ``call``, run at most once per (scope, key) while remembered."""
         while True:
@@ -68,8 +92,7 @@ class IdempotencyCache:
                 entry = self._entries.get((scope, key))
                 if entry is None:
                     entry = self._entries[(scope, key)] = _Entry(fingerprint)
-                    while len(self._entries) > self.capacity:
-                        self._entries.popitem(last=False)
+                    self._evict()
                     break
                 self._entries.move_to_end((scope, key))
             if entry.fingerprint != fingerprint:
@@ -85,8 +108,7 @@ class IdempotencyCache:
             # the first answer was not kept: run again (the loop makes this call the owner)
         try:
             response = call()
-            if response.status_code < 500 and "Retry-After" not in response.headers:
-                entry.answer = (response.status_code, response.get_data(), response.mimetype)
+            entry.answer = _kept(response)
             return response
         finally:
             if entry.answer is None:
@@ -94,6 +116,24 @@ class IdempotencyCache:
                     if self._entries.get((scope, key)) is entry:
                         del self._entries[(scope, key)]
             entry.done.set()
+
+
+def _kept(response: Response) -> tuple[int, bytes, str] | None:
+    """What a retry gets back: the answer, unless a retry could meet another one."""
+    if response.status_code >= 500 or "Retry-After" in response.headers:
+        return None
+    return response.status_code, response.get_data(), response.mimetype
+
+
+def cache(app: Flask) -> IdempotencyCache:
+    """The app's cache (made on first use)."""
+    return app.extensions.setdefault(EXTENSION, IdempotencyCache())
+
+
+def current_call() -> tuple[str, str] | None:
+    """``(key, fingerprint)`` of the request being run under an ``Idempotency-Key``;
+    None without one. For a view that stores them with what it writes."""
+    return g.get("idempotency")
 
 
 def fingerprint() -> str:
@@ -116,8 +156,8 @@ def idempotent(scope: Callable[..., str]) -> Callable:
                 return view(**kwargs)
             if not KEY_PATTERN.match(key):
                 raise InvalidRequestError(f"{HEADER} must be 1 to 255 visible ASCII characters")
-            cache: IdempotencyCache = current_app.extensions["exactly.idempotency"]
-            return cache.run(scope(**kwargs), key, fingerprint(), lambda: _answer(view, kwargs))
+            g.idempotency = (key, fingerprint())
+            return cache(current_app).run(scope(**kwargs), key, g.idempotency[1], lambda: _answer(view, kwargs))
         return run
 
     return decorate

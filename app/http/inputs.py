@@ -32,7 +32,7 @@ def json_body(required: bool = True) -> dict[str, Any]:
     if "json_body" in g:
         return g.json_body
     raw = request.get_data(cache=True)  # RequestEntityTooLarge (413) past MAX_CONTENT_LENGTH
-    if not raw.strip():
+    if not raw:  # whitespace is a body, and not JSON: 400
         if required:
             raise InvalidRequestError("the request needs a JSON object body")
         body = {}

@@ -14,6 +14,9 @@ scrape sees one consistent moment:
 * ``exactly_produce_requests_total``, ``exactly_produced_records_total``,
   ``exactly_fetch_requests_total``, ``exactly_fetched_bytes_total`` -- counted by the
   engine (``app/engine/counters.py``) for every source: HTTP, the embedded client, Kafka;
+* ``exactly_kafka_request_duration_seconds{api}`` -- a histogram per Kafka API of how
+  long its requests took from decoded to answered (its ``_count`` is the request count);
+  ``exactly_kafka_connections`` -- Kafka clients connected now;
 * ``exactly_http_requests_total{endpoint,method,status}`` -- HTTP calls by route;
 * the process and platform metrics of prometheus-client.
 
@@ -23,6 +26,7 @@ never share counters.
 
 from __future__ import annotations
 
+import itertools
 from typing import TYPE_CHECKING, Any, Iterator
 
 from flask import Blueprint, Response, current_app, request
@@ -34,9 +38,10 @@ from prometheus_client import (
     ProcessCollector,
     generate_latest,
 )
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from app.engine.counters import KAFKA_LATENCY_BUCKETS_S
 from coordinator.transaction_state import TransactionState
 
 if TYPE_CHECKING:
@@ -59,6 +64,8 @@ async def _snapshot(engine: "Engine") -> dict[str, Any]:
         "completed": dict(engine.transaction_coordinator.completed),
         "counters": (counters.produce_requests, counters.produced_records, counters.fetch_requests,
                      counters.fetched_bytes),
+        "kafka_requests": {api: (list(h.counts), h.total_s) for api, h in counters.kafka_requests.items()},
+        "kafka_connections": len(engine.kafka_connections),
     }
 
 
@@ -94,6 +101,15 @@ class BrokerCollector(Collector):
                 ("exactly_fetch_requests", "Fetches (all sources)"),
                 ("exactly_fetched_bytes", "Record-batch bytes returned by fetches")), snap["counters"]):
             yield CounterMetricFamily(name, doc, value=value)
+        latency = HistogramMetricFamily("exactly_kafka_request_duration_seconds",
+                                        "Kafka requests by API: time from decoded to answered", labels=["api"])
+        for api, (counts, total) in sorted(snap["kafka_requests"].items()):
+            cumulative = list(itertools.accumulate(counts))
+            latency.add_metric([api], [(str(bound), n) for bound, n in zip(KAFKA_LATENCY_BUCKETS_S, cumulative)]
+                               + [("+Inf", cumulative[-1])], sum_value=total)
+        yield latency
+        yield GaugeMetricFamily("exactly_kafka_connections", "Kafka clients connected now",
+                                value=snap["kafka_connections"])
 
 
 @bp.record_once

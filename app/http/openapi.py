@@ -15,14 +15,15 @@ from typing import Any
 from flask import Blueprint, jsonify
 
 from app.http.inputs import INT16_MAX, INT32_MAX, INT64_MAX
+from coordinator.transaction_state import TransactionState
 
 bp = Blueprint("openapi", __name__)
 
 Schema = dict[str, Any]
 
 TOPIC_PATTERN = "^[a-zA-Z0-9._-]{1,249}$"
-STATES = ["Empty", "Ongoing", "PrepareCommit", "PrepareAbort", "CompleteCommit", "CompleteAbort", "Dead",
-          "PrepareEpochFence"]
+STATES = [state.display for state in TransactionState]
+OUTCOMES = sorted({state.outcome.name for state in TransactionState if state.outcome is not None})
 MAX_FETCH_BYTES = 52_428_800
 
 
@@ -179,7 +180,7 @@ SCHEMAS: dict[str, Schema] = {
     "TransactionList": obj(kind=string(enum=["KafkaTransactionList"]), metadata=ref("ListMetadata"),
                            data=array(ref("Transaction"))),
     "FinishedTransaction": obj(
-        producer_id=integer(), producer_epoch=integer(-1, INT16_MAX), outcome=string(enum=["ABORT", "COMMIT"]),
+        producer_id=integer(), producer_epoch=integer(-1, INT16_MAX), outcome=string(enum=OUTCOMES),
         partitions=array(TOPIC_PARTITION), start_ms=TIMESTAMP_MS, end_ms=TIMESTAMP_MS),
     "TransactionDetail": {"allOf": [ref("Transaction"), obj(history=nullable(array(
         ref("FinishedTransaction"), description="finished transactions, newest first, from the SQLite "
@@ -243,7 +244,9 @@ PATH_PARAMS: dict[str, Schema] = {
 
 IDEMPOTENCY_KEY = {"name": "Idempotency-Key", "in": "header", "required": False,
                    "description": "a retry with the same key and body returns the first answer and appends "
-                                  "nothing; remembered for this broker process's lifetime (bounded)",
+                                  "nothing; remembered for this broker process's lifetime (bounded), and "
+                                  "for a transaction's records call also across a restart while the "
+                                  "transaction is open",
                    "schema": string(pattern="^[!-~]{1,255}$")}
 
 

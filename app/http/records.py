@@ -133,7 +133,7 @@ async def _fetch(engine: "Engine", topic: str, partition: int, offset: int | Non
                  isolation_level: str):
     if offset is None:
         offset = engine.logs.log(topic, partition).log_start_offset
-    return offset, await engine.fetch(topic, partition, offset, max_bytes, isolation_level)
+    return offset, engine.fetch(topic, partition, offset, max_bytes, isolation_level)
 
 
 @bp.get(PARTITION + "/records")

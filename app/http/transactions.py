@@ -21,6 +21,21 @@ loop in the same step as its append, so concurrent calls never collide. Retrying
 ``Idempotency-Key`` to make retries safe (``app/http/idempotency.py``). Committing
 a transaction that has nothing in it is a no-op, as a Kafka client does it.
 
+A ``records`` call's key survives a crash because it is written with the records:
+each record the call appends carries the header :data:`KEY_HEADER`, whose value is
+``{"key", "fingerprint", "index", "count"}`` (the key, the request's fingerprint, the
+record's place in the request and the number of records in it), durable in the same
+fsync as the record itself. When the app is made, the records of every open
+transaction are read back (from the first offset the partition's producer state keeps
+for it) and each key's first answer is rebuilt into the ``Idempotency-Key`` cache, so
+a retry after a restart appends nothing and gets the first answer, and one with
+another body is still 422. A key whose records did not all reach the log (the broker
+died between two partitions' appends, before answering) answers
+TRANSACTION_ABORTABLE: abort and run the transaction again. Keys of finished
+transactions are not rebuilt -- the client already had its answer to commit. The
+header is visible to consumers, which may read it as "this record came from that
+HTTP request"; a client may not send it itself.
+
 Inspection: ``GET .../transactions`` (ListTransactions), ``GET .../transactions/<id>``
 (DescribeTransactions, plus finished transactions from the SQLite mirror when there
 is one), ``POST .../transactions/<id>/admin-abort`` (the coordinator aborts the open
@@ -35,14 +50,17 @@ either way the producer is fenced (``Engine.abort_hanging_transaction``).
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from flask import Blueprint, jsonify, request
+from flask import Blueprint, Flask, Response, jsonify, request
+from flask.blueprints import BlueprintSetupState
 
 from app.engine import queries
 from app.engine import INTERNAL_TOPICS
-from app.http import current_engine, inputs, mirror_db
+from app.http import current_engine, errors, idempotency, inputs, mirror_db
 from app.http.idempotency import idempotent
 from app.http.records import choose_partition, parse_record
 from app.http.resources import listing
@@ -54,10 +72,11 @@ from storage.errors import (
     InvalidTxnStateError,
     KafkaError,
     OperationNotAttemptedError,
+    TransactionAbortableError,
     TransactionalIdNotFoundError,
     UnknownTopicOrPartitionError,
 )
-from storage.record_batch import SimpleRecord, encode_batch
+from storage.record_batch import Record, SimpleRecord, decode_batch, encode_batch
 
 if TYPE_CHECKING:
     from app.engine import Engine
@@ -70,6 +89,8 @@ TXN = BASE + "/<transactional_id>"
 STATES = tuple(state.display for state in TransactionState)
 DEFAULT_TIMEOUT_MS = 60_000
 MAX_HISTORY = 1000
+#: the record header in which a ``records`` call keeps its ``Idempotency-Key`` (see above)
+KEY_HEADER = "exactly.idempotency-key"
 
 
 def _scope(transactional_id: str) -> str:
@@ -137,9 +158,98 @@ def produce(transactional_id: str):
     records = []
     for where, item in inputs.objects(body, "records", min_items=1):
         topic = inputs.string(item, "topic_name", where=where, max_length=249)
-        records.append((topic, *parse_record(item, now, where)))
+        partition, record = parse_record(item, now, where)
+        if any(name == KEY_HEADER for name, _ in record.headers):
+            raise InvalidRequestError(f"{where}headers: {KEY_HEADER} is the broker's own header")
+        records.append((topic, partition, record))
+    call = idempotency.current_call()
+    if call is not None:
+        records = _marked(records, *call)
     appended = engine.call(_append_in_txn, engine, transactional_id, producer_id, epoch, records)
+    return _records_answer(appended)
+
+
+def _records_answer(appended: list[tuple[str, int, int]]) -> Response:
     return jsonify({"records": [{"topic_name": t, "partition_id": p, "offset": o} for t, p, o in appended]})
+
+
+# -- Idempotency-Key across restarts (see the module docstring) -------------------------
+
+
+def _marked(records: list[tuple[str, int | None, SimpleRecord]], key: str,
+            fingerprint: str) -> list[tuple[str, int | None, SimpleRecord]]:
+    """``records``, each with the :data:`KEY_HEADER` of this call."""
+    def mark(index: int) -> bytes:
+        return json.dumps({"key": key, "fingerprint": fingerprint, "index": index, "count": len(records)},
+                          separators=(",", ":")).encode()
+
+    return [(topic, partition, replace(record, headers=(*record.headers, (KEY_HEADER, mark(i)))))
+            for i, (topic, partition, record) in enumerate(records)]
+
+
+@dataclass
+class _KeyedCall:
+    """What the log holds of one keyed ``records`` call."""
+
+    fingerprint: str
+    count: int
+    #: request index -> (topic, partition, offset) of each record found
+    placed: dict[int, tuple[str, int, int]] = field(default_factory=dict)
+
+
+def _mark_of(record: Record) -> dict[str, Any] | None:
+    """The :data:`KEY_HEADER` of a record, or None (also when it is not ours: a Kafka
+    client may send any header, and start-up must not fail on it)."""
+    raw = next((value for name, value in reversed(record.headers) if name == KEY_HEADER), None)
+    try:
+        mark = json.loads(raw) if raw else None
+    except (ValueError, RecursionError):  # RecursionError: absurdly deep nesting
+        return None
+    shape = {"key": str, "fingerprint": str, "index": int, "count": int}
+    if not isinstance(mark, dict) or not all(isinstance(mark.get(k), t) for k, t in shape.items()):
+        return None
+    return mark if 0 <= mark["index"] < mark["count"] else None
+
+
+async def _keyed_calls(engine: "Engine") -> dict[tuple[str, str], _KeyedCall]:
+    """On the loop: the keyed ``records`` calls in the open transactions, by
+    (transactional id, key), read from each open transaction's first offset."""
+    calls: dict[tuple[str, str], _KeyedCall] = {}
+    for log_ in engine.logs:
+        first_offsets = dict(log_.producer_state.ongoing_transactions())
+        if log_.topic in INTERNAL_TOPICS or not first_offsets:
+            continue
+        for header, batch in log_.batches(min(first_offsets.values())):
+            first = first_offsets.get(header.producer_id)
+            txn_id = engine.transaction_coordinator.transactional_id_of(header.producer_id)
+            if first is None or header.base_offset < first or header.is_control or txn_id is None:
+                continue
+            for record in decode_batch(batch).records:
+                mark = _mark_of(record)
+                if mark is not None:
+                    call = calls.setdefault((txn_id, mark["key"]), _KeyedCall(mark["fingerprint"], mark["count"]))
+                    call.placed[mark["index"]] = (log_.topic, log_.partition, record.offset)
+    return calls
+
+
+def _first_answer(call: _KeyedCall) -> Response:
+    if len(call.placed) == call.count:
+        return _records_answer([call.placed[i] for i in range(call.count)])
+    return errors.kafka_error_response(TransactionAbortableError(
+        f"only {len(call.placed)} of the {call.count} records of this call reached the log before the broker "
+        f"stopped; abort the transaction and run it again"))
+
+
+@bp.record_once
+def _remember_keyed_calls(state: BlueprintSetupState) -> None:
+    """When the app is made: the first answers of the keyed ``records`` calls of the
+    open transactions go back into the ``Idempotency-Key`` cache."""
+    app: Flask = state.app
+    engine: "Engine" = app.extensions["exactly.engine"]
+    cache = idempotency.cache(app)
+    with app.app_context():
+        for (txn_id, key), call in engine.call(_keyed_calls, engine).items():
+            cache.remember(_scope(txn_id), key, call.fingerprint, _first_answer(call))
 
 
 async def _offsets_in_txn(engine: "Engine", txn_id: str, producer_id: int, epoch: int, group: dict[str, Any],

@@ -1,6 +1,6 @@
 """The admin console at ``/``: server-rendered pages that htmx refreshes in place.
 
-Every page has a live part, rendered by ``web/templates/fragments/<page>.html``.
+Every page has a live part, rendered by ``app/http/web/templates/fragments/<page>.html``.
 The same view serves the page (``/transactions``) and its fragment
 (``/fragments/transactions``); the fragment's root element polls its own URL
 every 2 s and replaces itself (``hx-swap="outerHTML"``). Facts come from the
@@ -43,9 +43,11 @@ from werkzeug.routing import PathConverter
 
 from app.engine import queries
 from app.http import current_engine, current_settings, mirror_db
-from app.http.errors import status_for
+from app.http.errors import log_server_error, status_for
 from app.http.history import History, chart
+from coordinator.transaction_state import TransactionState
 from storage import errors as e
+from storage.record_batch import ControlType
 
 log = logging.getLogger(__name__)
 
@@ -63,10 +65,9 @@ class ConsolePathConverter(PathConverter):
 bp.record_once(lambda state: state.app.url_map.converters.setdefault("console_path", ConsolePathConverter))
 
 FRAGMENTS = "/fragments"
-#: transaction states, in the order a transaction moves through them (the filter chips)
-STATES = ("Empty", "Ongoing", "PrepareCommit", "PrepareAbort", "CompleteCommit", "CompleteAbort",
-          "PrepareEpochFence", "Dead")
-OPEN_STATES = ("Ongoing", "PrepareCommit", "PrepareAbort", "PrepareEpochFence")
+#: transaction states, in Kafka's order (the filter chips)
+STATES = tuple(state.display for state in TransactionState)
+OPEN_STATES = tuple(state.display for state in TransactionState if state.is_open)
 #: finished transactions shown on a transaction's page
 HISTORY_LIMIT = 50
 
@@ -234,9 +235,8 @@ def transaction(txn_id: str):
     if db is not None:
         try:
             history = queries.transaction_history(db, txn_id, HISTORY_LIMIT)
-        except Exception as error:
-            log.exception("reading the history of %r from the SQLite mirror failed", txn_id)
-            history_error = f"{type(error).__name__}: {error}"
+        except Exception as error:  # the mirror is optional: the live state still shows
+            history_error = f"reference {log_server_error(error)} in the broker's log"
     return _render("transaction", txn=detail, history=history, history_error=history_error,
                    mirror=db is not None, timeline=_timeline(detail["state"]))
 
@@ -244,7 +244,7 @@ def transaction(txn_id: str):
 def _timeline(state: str) -> list[dict[str, str]]:
     """The steps of the current transaction, each ``done``, ``current`` or ``todo``;
     the branch (commit or abort) follows the state."""
-    aborting = state in ("PrepareAbort", "CompleteAbort", "PrepareEpochFence")
+    aborting = TransactionState.from_display(state).outcome is ControlType.ABORT
     steps = ["Empty", "Ongoing"]
     if state == "PrepareEpochFence":
         steps.append("PrepareEpochFence")
@@ -285,6 +285,11 @@ def partition(topic: str, partition: int):
 @page("/groups")
 def groups():
     return _render("groups", groups=_call(queries.groups_summary))
+
+
+@page("/clients")
+def clients():
+    return _render("clients", clients=_call(queries.kafka_clients), now_ms=current_engine().clock.now_ms())
 
 
 @page("/groups/<path:group_id>")
@@ -398,6 +403,8 @@ def _kafka_error(error: e.KafkaError):
               e.TransactionalIdNotFoundError: "No such transactional id",
               e.GroupIdNotFoundError: "No such consumer group",
               e.OffsetOutOfRangeError: "Offset out of range"}
+    if status == 500:
+        return _unexpected(error)
     title = next((t for cls, t in titles.items() if isinstance(error, cls)), error.name)
     return _error_page(status, title, str(error))
 
@@ -410,5 +417,6 @@ def _http_error(error: HTTPException):
 
 @bp.errorhandler(Exception)
 def _unexpected(error: Exception):
-    log.exception("console error on %s %s", request.method, request.path)
-    return _error_page(500, "Something broke", f"{type(error).__name__}: {error}")
+    """A bug (or anything unforeseen): the page gives a reference id into the log, not the text."""
+    reference = log_server_error(error)
+    return _error_page(500, "Something broke", f"The broker's log has the details under reference {reference}.")

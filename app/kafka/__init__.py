@@ -1,0 +1,44 @@
+"""The Kafka wire protocol: Kafka's own clients (librdkafka / confluent-kafka, kcat,
+kafka-python, aiokafka) against this broker, unchanged.
+
+Layout:
+
+* ``server.py`` -- the listener on the engine's event loop: connections, framing,
+  back-pressure, responses in request order, bad input;
+* ``codec.py`` -- requests and responses through ``kio`` (generated from Kafka's
+  JSON message definitions); record batches pass through as bytes;
+* ``api.py`` -- the registry: each handler declares the versions it serves, and
+  ApiVersions is built from those declarations;
+* one module per API family: ``metadata`` (ApiVersions, Metadata, FindCoordinator,
+  DescribeCluster), ``produce``, ``fetch``, ``offsets`` (ListOffsets,
+  OffsetForLeaderEpoch, OffsetCommit, OffsetFetch), ``groups``, ``transactions``
+  (and the operator APIs), ``admin`` (CreateTopics, DeleteTopics, DescribeConfigs).
+
+Handlers call the engine and the coordinators directly (they run on the engine's
+loop); ``storage/`` and ``coordinator/`` know nothing of the wire.
+
+Start it on a bound socket with :func:`attach`; ``close()`` the returned listener
+before the engine.
+"""
+
+from __future__ import annotations
+
+import socket
+from typing import TYPE_CHECKING
+
+from app.kafka import admin, fetch, groups, metadata, offsets, produce, transactions  # noqa: F401 (they register)
+from app.kafka.api import APIS
+from app.kafka.server import KafkaListener
+
+if TYPE_CHECKING:
+    from app.engine import Engine
+
+
+def attach(engine: "Engine", sock: socket.socket) -> KafkaListener:
+    """Serve the Kafka protocol on ``sock`` (bound and listening) from ``engine``'s loop."""
+    listener = KafkaListener(engine, sock, engine.config)
+    engine.call(listener.start)
+    return listener
+
+
+__all__ = ["APIS", "KafkaListener", "attach"]

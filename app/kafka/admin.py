@@ -1,0 +1,125 @@
+"""Administration: CreateTopics, DeleteTopics, DescribeConfigs.
+
+One node holds one replica of everything: a replication factor other than 1 (or
+-1, the default) is INVALID_REPLICATION_FACTOR, and a manual assignment may name
+only this node. Configs are Kafka's topic configs (``storage/log_config.py``);
+a bad one is INVALID_CONFIG and creates nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from typing import Any
+
+from app.config import BrokerConfig
+from app.kafka.api import ApiKey, RequestContext, error_code, serves
+from storage.errors import (
+    InvalidPartitionsError,
+    InvalidReplicationFactorError,
+    InvalidRequestError,
+    KafkaError,
+    TopicAlreadyExistsError,
+)
+from storage.log_config import LogConfig
+from storage.log_manager import validate_topic_name
+
+TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4
+#: DescribeConfigs ConfigSource values
+TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 1, 4, 5
+SENSITIVE = frozenset({"http.auth.token"})
+
+
+@serves(ApiKey.CREATE_TOPICS, 2, 4)
+async def create_topics(ctx: RequestContext, request: Any) -> dict:
+    names = [t.name for t in request.topics]
+    results = []
+    for topic in request.topics:
+        try:
+            if names.count(topic.name) > 1:
+                raise InvalidRequestError(f"topic {topic.name!r} appears more than once in the request")
+            await _create(ctx, topic, request.validate_only)
+            results.append({"name": topic.name, "error_code": 0, "error_message": None})
+        except KafkaError as e:
+            results.append({"name": topic.name, "error_code": error_code(e), "error_message": str(e)})
+    return {"topics": results}
+
+
+async def _create(ctx: RequestContext, topic: Any, validate_only: bool) -> None:
+    engine = ctx.engine
+    node = ctx.node.node_id
+    if topic.assignments:
+        if topic.num_partitions != -1 or topic.replication_factor != -1:
+            raise InvalidRequestError("give either assignments or num_partitions and replication_factor")
+        if any(list(a.broker_ids) != [node] for a in topic.assignments):
+            raise InvalidReplicationFactorError(f"every partition must be assigned to this node ({node}) alone")
+        if sorted(a.partition_index for a in topic.assignments) != list(range(len(topic.assignments))):
+            raise InvalidPartitionsError("assigned partitions must be 0 .. n-1")
+        partitions = len(topic.assignments)
+    else:
+        if topic.replication_factor not in (-1, 1):
+            raise InvalidReplicationFactorError(
+                f"replication factor {topic.replication_factor} is more than the 1 broker there is")
+        partitions = engine.config.num_partitions if topic.num_partitions == -1 else topic.num_partitions
+    configs = {c.name: c.value for c in topic.configs if c.value is not None}
+    if not validate_only:
+        await engine.create_topic(topic.name, partitions, configs)
+        return
+    validate_topic_name(topic.name)
+    if topic.name in engine.logs.topics:
+        raise TopicAlreadyExistsError(f"topic {topic.name!r} already exists")
+    if partitions < 1:
+        raise InvalidPartitionsError(f"number of partitions must be at least 1, got {partitions}")
+    LogConfig.from_kafka(configs, base=engine.logs.defaults)
+
+
+@serves(ApiKey.DELETE_TOPICS, 1, 3)
+async def delete_topics(ctx: RequestContext, request: Any) -> dict:
+    results = []
+    for name in request.topic_names:
+        try:
+            await ctx.engine.delete_topic(name)
+            results.append({"name": name, "error_code": 0})
+        except KafkaError as e:
+            results.append({"name": name, "error_code": error_code(e)})
+    return {"responses": results}
+
+
+@serves(ApiKey.DESCRIBE_CONFIGS, 1, 2)
+async def describe_configs(ctx: RequestContext, request: Any) -> dict:
+    results = []
+    for resource in request.resources:
+        entry = {"resource_type": resource.resource_type, "resource_name": resource.resource_name,
+                 "error_code": 0, "error_message": None, "configs": []}
+        try:
+            configs = _configs(ctx, resource.resource_type, resource.resource_name)
+            keys = resource.configuration_keys  # null: every config; a list, even empty: those
+            entry["configs"] = [c for c in configs if keys is None or c["name"] in keys]
+        except KafkaError as e:
+            entry.update(error_code=error_code(e), error_message=str(e))
+        results.append(entry)
+    return {"results": results}
+
+
+def _configs(ctx: RequestContext, resource_type: int, name: str) -> list[dict]:
+    """``(name, value, source)`` of every config of a topic or of this broker."""
+    engine = ctx.engine
+    if resource_type == TOPIC_RESOURCE:
+        overrides = engine.logs.topic(name).overrides
+        return [_config(key, value, TOPIC_CONFIG if key in overrides else DEFAULT_CONFIG)
+                for key, value in engine.logs.topic_config(name).to_kafka().items()]
+    if resource_type == BROKER_RESOURCE:
+        if name not in ("", str(ctx.node.node_id)):
+            raise InvalidRequestError(f"this is broker {ctx.node.node_id}, not {name!r}")
+        defaults = BrokerConfig()
+        return [_config(f.name.replace("_", "."), getattr(engine.config, f.name),
+                        STATIC_BROKER_CONFIG if getattr(engine.config, f.name) != getattr(defaults, f.name)
+                        else DEFAULT_CONFIG)
+                for f in fields(BrokerConfig) if f.name != "log"]
+    raise InvalidRequestError(f"resource type {resource_type} is not a topic (2) or a broker (4)")
+
+
+def _config(name: str, value: Any, source: int) -> dict:
+    sensitive = name in SENSITIVE
+    text = str(value).lower() if isinstance(value, bool) else str(value)
+    return {"name": name, "value": None if sensitive else text, "read_only": True, "config_source": source,
+            "is_sensitive": sensitive, "synonyms": []}

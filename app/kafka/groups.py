@@ -1,0 +1,88 @@
+"""Consumer groups, the classic protocol: JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
+and DescribeGroups / ListGroups for tools.
+
+The group coordinator (``coordinator/group_coordinator.py``) does the work; a
+JoinGroup waits there until the rebalance completes. When its client disconnects
+meanwhile, the connection cancels the request and the coordinator stops waiting
+for that member.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from app.kafka.api import ApiKey, RequestContext, error_code, serves
+from app.kafka.codec import millis
+from coordinator.group_metadata import GroupState
+from storage.errors import KafkaError
+
+
+@serves(ApiKey.JOIN_GROUP, 0, 5)
+async def join_group(ctx: RequestContext, request: Any) -> dict:
+    session_timeout = millis(request.session_timeout)
+    rebalance_timeout = millis(getattr(request, "rebalance_timeout", request.session_timeout))
+    try:
+        joined = await ctx.engine.group_coordinator.join_group(
+            request.group_id, request.member_id, request.protocol_type,
+            [(p.name, p.metadata) for p in request.protocols], session_timeout, rebalance_timeout,
+            getattr(request, "group_instance_id", None), ctx.client_id or "", f"/{ctx.connection.host}")
+    except KafkaError as e:
+        return {"error_code": error_code(e), "generation_id": -1, "member_id": request.member_id}
+    return {"error_code": 0, "generation_id": joined.generation, "protocol_name": joined.protocol or "",
+            "leader": joined.leader, "member_id": joined.member_id,
+            "members": [{"member_id": member_id, "group_instance_id": instance_id, "metadata": metadata}
+                        for member_id, instance_id, metadata in joined.members]}
+
+
+@serves(ApiKey.SYNC_GROUP, 0, 3)
+async def sync_group(ctx: RequestContext, request: Any) -> dict:
+    try:
+        assignment = await ctx.engine.group_coordinator.sync_group(
+            request.group_id, request.generation_id, request.member_id,
+            {a.member_id: a.assignment for a in request.assignments}, getattr(request, "group_instance_id", None))
+    except KafkaError as e:
+        return {"error_code": error_code(e), "assignment": b""}
+    return {"error_code": 0, "assignment": assignment}
+
+
+@serves(ApiKey.HEARTBEAT, 0, 3)
+async def heartbeat(ctx: RequestContext, request: Any) -> dict:
+    await ctx.engine.group_coordinator.heartbeat(request.group_id, request.generation_id, request.member_id,
+                                                 getattr(request, "group_instance_id", None))
+    return {"error_code": 0}
+
+
+@serves(ApiKey.LEAVE_GROUP, 0, 1)
+async def leave_group(ctx: RequestContext, request: Any) -> dict:
+    await ctx.engine.group_coordinator.leave_group(request.group_id, request.member_id)
+    return {"error_code": 0}
+
+
+@serves(ApiKey.DESCRIBE_GROUPS, 0, 4)
+async def describe_groups(ctx: RequestContext, request: Any) -> dict:
+    """Each group's state and members; an unknown group is described as Dead, as Kafka
+    does at these versions."""
+    described = []
+    for group_id in request.groups:
+        group = ctx.engine.group_coordinator.describe(group_id)
+        if group is None:
+            described.append({"error_code": 0, "group_id": group_id, "group_state": GroupState.DEAD.value})
+            continue
+        stable = group.state is GroupState.STABLE
+        described.append({
+            "error_code": 0, "group_id": group_id, "group_state": group.state.value,
+            "protocol_type": group.protocol_type or "", "protocol_data": group.protocol or "",
+            "members": [{"member_id": m.member_id, "group_instance_id": m.group_instance_id,
+                         "client_id": m.client_id, "client_host": m.client_host,
+                         "member_metadata": m.metadata_for(group.protocol or "") if stable else b"",
+                         "member_assignment": m.assignment if stable else b""}
+                        for m in group.members.values()]})
+    return {"groups": described}
+
+
+@serves(ApiKey.LIST_GROUPS, 0, 2)
+async def list_groups(ctx: RequestContext, request: Any) -> dict:
+    groups = ctx.engine.group_coordinator.groups
+    return {"error_code": 0, "groups": [{"group_id": group_id, "protocol_type": group.protocol_type or ""}
+                                        for group_id, group in sorted(groups.items())
+                                        if group.state is not GroupState.DEAD]}

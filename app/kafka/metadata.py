@@ -1,0 +1,102 @@
+"""ApiVersions, Metadata, FindCoordinator and DescribeCluster: what a client asks
+before anything else -- which versions to speak, where each partition's leader is
+and which node coordinates its group or transaction. On one node the answer to
+the last two is always this broker."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from app.kafka.api import APIS, LEADER_EPOCH, ApiKey, RequestContext, error_code, serves
+from storage.errors import (
+    InvalidRequestError,
+    KafkaError,
+    TopicAlreadyExistsError,
+    UnknownTopicOrPartitionError,
+    UnsupportedEndpointTypeError,
+)
+from storage.log_manager import validate_topic_name
+
+GROUP_KEY, TRANSACTION_KEY = 0, 1
+BROKERS_ENDPOINT = 1
+
+
+@serves(ApiKey.API_VERSIONS, 0, 4)
+async def api_versions(ctx: RequestContext, request: Any) -> dict:
+    """Every advertised API with the versions its handler declared."""
+    ctx.connection.software_name = getattr(request, "client_software_name", "")
+    ctx.connection.software_version = getattr(request, "client_software_version", "")
+    return {"api_keys": [{"api_key": api.key, "min_version": api.min_version, "max_version": api.max_version}
+                         for api in sorted(APIS.values(), key=lambda a: a.key) if api.advertised]}
+
+
+def _broker(ctx: RequestContext) -> dict:
+    return {"node_id": ctx.node.node_id, "host": ctx.node.host, "port": ctx.node.port, "rack": None}
+
+
+@serves(ApiKey.METADATA, 0, 8)
+async def metadata(ctx: RequestContext, request: Any) -> dict:
+    """Brokers (this one) and topics; a requested topic that does not exist is created
+    when ``auto.create.topics.enable`` and the client allow it (``num.partitions``)."""
+    engine = ctx.engine
+    wanted = request.topics
+    if wanted is None or (ctx.version == 0 and not wanted):
+        names = sorted(engine.logs.topics)
+    else:
+        names = list(dict.fromkeys(t.name for t in wanted))
+    allow_create = getattr(request, "allow_auto_topic_creation", True) and engine.config.auto_create_topics_enable
+    topics = [await _topic_metadata(ctx, name, allow_create) for name in names]
+    return {"brokers": [_broker(ctx)], "cluster_id": engine.logs.cluster_id,
+            "controller_id": ctx.node.node_id, "topics": topics}
+
+
+async def _topic_metadata(ctx: RequestContext, name: str, allow_create: bool) -> dict:
+    engine = ctx.engine
+    info = engine.logs.topics.get(name)
+    if info is None:
+        try:
+            validate_topic_name(name)
+            if not allow_create:
+                raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
+            info = await engine.create_topic(name)
+        except TopicAlreadyExistsError:
+            info = engine.logs.topic(name)
+        except KafkaError as e:
+            return {"error_code": error_code(e), "name": name, "partitions": []}
+    node = ctx.node.node_id
+    return {"error_code": 0, "name": name, "is_internal": info.internal, "partitions": [
+        {"error_code": 0, "partition_index": p, "leader_id": node, "leader_epoch": LEADER_EPOCH,
+         "replica_nodes": [node], "isr_nodes": [node], "offline_replicas": []}
+        for p in range(info.partitions)]}
+
+
+@serves(ApiKey.FIND_COORDINATOR, 0, 4)
+async def find_coordinator(ctx: RequestContext, request: Any) -> dict:
+    """This node, for any group id (KeyType 0) or transactional id (1); v4 asks for
+    several keys at once."""
+    key_type = getattr(request, "key_type", GROUP_KEY)
+    if ctx.version >= 4:
+        return {"coordinators": [{"key": key, **_coordinator(ctx, key_type)}
+                                 for key in request.coordinator_keys]}
+    return _coordinator(ctx, key_type)
+
+
+def _coordinator(ctx: RequestContext, key_type: int) -> dict:
+    if key_type not in (GROUP_KEY, TRANSACTION_KEY):
+        error = InvalidRequestError(f"unknown coordinator key type {key_type}")
+        return {"error_code": error.code, "error_message": str(error), "node_id": -1, "host": "", "port": -1}
+    return {"error_code": 0, "error_message": None, "node_id": ctx.node.node_id, "host": ctx.node.host,
+            "port": ctx.node.port}
+
+
+@serves(ApiKey.DESCRIBE_CLUSTER, 0, 1)
+async def describe_cluster(ctx: RequestContext, request: Any) -> dict:
+    """This node; v1 may ask for the controllers' endpoints, which a broker does not give."""
+    endpoint_type = getattr(request, "endpoint_type", BROKERS_ENDPOINT)
+    if endpoint_type != BROKERS_ENDPOINT:
+        error = UnsupportedEndpointTypeError(f"endpoint type {endpoint_type}: a broker describes brokers (1)")
+        return {"error_code": error.code, "error_message": str(error), "endpoint_type": endpoint_type}
+    return {"cluster_id": ctx.engine.logs.cluster_id, "controller_id": ctx.node.node_id,
+            "endpoint_type": BROKERS_ENDPOINT,
+            "brokers": [{"broker_id": ctx.node.node_id, "host": ctx.node.host, "port": ctx.node.port}]}
+

@@ -1,0 +1,118 @@
+"""Offsets: where to read (ListOffsets, OffsetForLeaderEpoch) and where a group got
+to (OffsetCommit, OffsetFetch).
+
+ListOffsets answers -1 (latest) with the high watermark, or the last stable offset
+under read_committed; -2 (earliest) with the log start offset; a timestamp with the
+first offset at or after it (-1 when there is none). OffsetFetch with
+``require_stable`` answers UNSTABLE_OFFSET_COMMIT for a partition whose group has
+transactional offsets pending, and the consumer retries until the transaction
+ends (librdkafka's read_committed consumers ask for this).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from app.kafka.api import LEADER_EPOCH, ApiKey, RequestContext, check_leader_epoch, error_code, serves
+from coordinator.group_metadata import CommittedOffset
+from storage.errors import KafkaError, UnknownTopicOrPartitionError
+
+
+def by_topic(entries: list[tuple[str, dict]], topic_key: str = "name", partitions_key: str = "partitions",
+             ) -> list[dict]:
+    """``[(topic, partition entry)]`` grouped as Kafka's responses nest them."""
+    grouped: dict[str, list[dict]] = {}
+    for topic, entry in entries:
+        grouped.setdefault(topic, []).append(entry)
+    return [{topic_key: topic, partitions_key: partitions} for topic, partitions in grouped.items()]
+
+
+@serves(ApiKey.LIST_OFFSETS, 1, 5)
+async def list_offsets(ctx: RequestContext, request: Any) -> dict:
+    isolation = getattr(request, "isolation_level", 0)
+    entries = []
+    for topic in request.topics:
+        for wanted in topic.partitions:
+            entry = {"partition_index": wanted.partition_index, "error_code": 0, "timestamp": -1,
+                     "offset": -1, "leader_epoch": -1}
+            try:
+                check_leader_epoch(getattr(wanted, "current_leader_epoch", -1))
+                found = ctx.engine.list_offsets(topic.name, wanted.partition_index, wanted.timestamp,
+                                                isolation)
+                entry.update(offset=found.offset, timestamp=found.timestamp,
+                             leader_epoch=LEADER_EPOCH if found.offset >= 0 else -1)
+            except KafkaError as e:
+                entry["error_code"] = error_code(e)
+            entries.append((topic.name, entry))
+    return {"topics": by_topic(entries)}
+
+
+@serves(ApiKey.OFFSET_FOR_LEADER_EPOCH, 2, 3)
+async def offset_for_leader_epoch(ctx: RequestContext, request: Any) -> dict:
+    """The end offset of a leader epoch. There is one epoch, so any epoch up to ours
+    ends where a consumer can read to: the high watermark (KIP-320 validation)."""
+    entries = []
+    for topic in request.topics:
+        for wanted in topic.partitions:
+            entry = {"partition": wanted.partition, "error_code": 0, "leader_epoch": -1, "end_offset": -1}
+            try:
+                check_leader_epoch(wanted.current_leader_epoch)
+                log = ctx.engine.logs.log(topic.topic, wanted.partition)
+                if wanted.leader_epoch <= LEADER_EPOCH:
+                    entry.update(leader_epoch=LEADER_EPOCH, end_offset=log.high_watermark)
+            except KafkaError as e:
+                entry["error_code"] = error_code(e)
+            entries.append((topic.topic, entry))
+    return {"topics": by_topic(entries, topic_key="topic")}
+
+
+def requested_offsets(ctx: RequestContext, topics: Any) -> tuple[dict, list[tuple[str, dict]]]:
+    """An OffsetCommit / TxnOffsetCommit request's offsets by partition, and an error
+    entry for each partition that does not exist (Kafka refuses those at the edge)."""
+    now = ctx.engine.clock.now_ms()
+    offsets, unknown = {}, []
+    for topic in topics:
+        for p in topic.partitions:
+            if (topic.name, p.partition_index) not in ctx.engine.logs.logs:
+                error = UnknownTopicOrPartitionError(f"{topic.name}-{p.partition_index} does not exist")
+                unknown.append((topic.name, {"partition_index": p.partition_index, "error_code": error.code}))
+                continue
+            offsets[(topic.name, p.partition_index)] = CommittedOffset(
+                p.committed_offset, p.committed_metadata or "", getattr(p, "committed_leader_epoch", -1), now)
+    return offsets, unknown
+
+
+def commit_results(offsets: dict, errors: dict | BaseException, unknown: list[tuple[str, dict]],
+                   code: Callable[[BaseException | None], int] = error_code) -> list[dict]:
+    """The per-partition answer to an offset commit: ``errors`` per partition, or one
+    error for all of them."""
+    entries = [(topic, {"partition_index": partition,
+                        "error_code": code(errors if isinstance(errors, BaseException)
+                                           else errors.get((topic, partition)))})
+               for topic, partition in offsets]
+    return by_topic(entries + unknown)
+
+
+@serves(ApiKey.OFFSET_COMMIT, 2, 7)
+async def offset_commit(ctx: RequestContext, request: Any) -> dict:
+    offsets, unknown = requested_offsets(ctx, request.topics)
+    try:
+        errors: dict | BaseException = await ctx.engine.group_coordinator.commit_offsets(
+            request.group_id, offsets, request.generation_id_or_member_epoch, request.member_id,
+            getattr(request, "group_instance_id", None)) if offsets else {}
+    except KafkaError as e:
+        errors = e
+    return {"topics": commit_results(offsets, errors, unknown)}
+
+
+@serves(ApiKey.OFFSET_FETCH, 1, 7)
+async def offset_fetch(ctx: RequestContext, request: Any) -> dict:
+    wanted = None if request.topics is None else [
+        (topic.name, p) for topic in request.topics for p in topic.partition_indexes]
+    fetched = await ctx.engine.group_coordinator.fetch_offsets(
+        request.group_id, wanted, getattr(request, "require_stable", False))
+    entries = [(topic, {"partition_index": partition, "committed_offset": found.offset,
+                        "committed_leader_epoch": found.leader_epoch, "metadata": found.metadata,
+                        "error_code": error_code(found.error)})
+               for (topic, partition), found in fetched.items()]
+    return {"error_code": 0, "topics": by_topic(entries)}

@@ -1,0 +1,160 @@
+"""Transactions: InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn and
+TxnOffsetCommit go to the coordinators; ListTransactions, DescribeTransactions and
+DescribeProducers show their state (the operator APIs of KIP-664).
+
+The coordinators decide everything (``coordinator/transaction_coordinator.py``
+lists every answer); here only the version rule of the wire is applied: a fenced
+producer hears PRODUCER_FENCED only from request versions that know that error
+(InitProducerId v4+, AddPartitionsToTxn / AddOffsetsToTxn / EndTxn v2+), and
+INVALID_PRODUCER_EPOCH from older ones -- librdkafka sends AddPartitionsToTxn and
+AddOffsetsToTxn at v0, aiokafka everything at v0.
+
+WriteTxnMarkers is broker-internal: a client sending it gets
+CLUSTER_AUTHORIZATION_FAILED for every partition, as from Kafka, and it is not
+advertised.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from app.engine import queries
+from app.kafka.api import ApiKey, RequestContext, error_code, fenced_code, serves
+from app.kafka.codec import millis
+from app.kafka.offsets import by_topic, commit_results, requested_offsets
+from coordinator.transaction_state import TransactionState
+from storage.errors import (
+    ClusterAuthorizationFailedError,
+    KafkaError,
+    TransactionalIdNotFoundError,
+)
+
+
+@serves(ApiKey.INIT_PRODUCER_ID, 0, 4)
+async def init_producer_id(ctx: RequestContext, request: Any) -> dict:
+    """A producer id and epoch; v3+ may name the current ones to have the epoch bumped
+    (KIP-360), which is how a producer recovers from an abortable idempotence error."""
+    try:
+        producer_id, epoch = await ctx.engine.transaction_coordinator.init_producer_id(
+            request.transactional_id, millis(request.transaction_timeout),
+            getattr(request, "producer_id", -1), getattr(request, "producer_epoch", -1))
+    except KafkaError as e:
+        return {"error_code": fenced_code(e, ctx.version, 4), "producer_id": -1, "producer_epoch": -1}
+    return {"error_code": 0, "producer_id": producer_id, "producer_epoch": epoch}
+
+
+@serves(ApiKey.ADD_PARTITIONS_TO_TXN, 0, 3)
+async def add_partitions_to_txn(ctx: RequestContext, request: Any) -> dict:
+    wanted = [(topic.name, p) for topic in request.v3_and_below_topics for p in topic.partitions]
+    try:
+        errors: dict = await ctx.engine.transaction_coordinator.add_partitions(
+            request.v3_and_below_transactional_id, request.v3_and_below_producer_id,
+            request.v3_and_below_producer_epoch, wanted)
+    except KafkaError as e:
+        errors = {tp: e for tp in wanted}
+    entries = [(topic, {"partition_index": p, "partition_error_code": fenced_code(errors[(topic, p)], ctx.version, 2)})
+               for topic, p in wanted]
+    return {"results_by_topic_v3_and_below": by_topic(entries, partitions_key="results_by_partition")}
+
+
+@serves(ApiKey.ADD_OFFSETS_TO_TXN, 0, 3)
+async def add_offsets_to_txn(ctx: RequestContext, request: Any) -> dict:
+    try:
+        await ctx.engine.transaction_coordinator.add_offsets(
+            request.transactional_id, request.producer_id, request.producer_epoch, request.group_id)
+    except KafkaError as e:
+        return {"error_code": fenced_code(e, ctx.version, 2)}
+    return {"error_code": 0}
+
+
+@serves(ApiKey.END_TXN, 0, 3)
+async def end_txn(ctx: RequestContext, request: Any) -> dict:
+    """Returns once the markers are durable: read_committed consumers see the outcome."""
+    try:
+        await ctx.engine.transaction_coordinator.end_txn(
+            request.transactional_id, request.producer_id, request.producer_epoch, request.committed)
+    except KafkaError as e:
+        return {"error_code": fenced_code(e, ctx.version, 2)}
+    return {"error_code": 0}
+
+
+@serves(ApiKey.TXN_OFFSET_COMMIT, 0, 3)
+async def txn_offset_commit(ctx: RequestContext, request: Any) -> dict:
+    """Offsets pending until the transaction's marker; v3 carries the group generation
+    and member so a zombie from an older generation is fenced (KIP-447)."""
+    offsets, unknown = requested_offsets(ctx, request.topics)
+    try:
+        errors: dict | BaseException = await ctx.engine.group_coordinator.txn_commit_offsets(
+            request.transactional_id, request.group_id, request.producer_id, request.producer_epoch, offsets,
+            getattr(request, "generation_id", -1), getattr(request, "member_id", ""),
+            getattr(request, "group_instance_id", None)) if offsets else {}
+    except KafkaError as e:
+        errors = e
+    # TxnOffsetCommit never answers PRODUCER_FENCED at the versions served
+    return {"topics": commit_results(offsets, errors, unknown, code=lambda e: fenced_code(e, ctx.version, None))}
+
+
+@serves(ApiKey.WRITE_TXN_MARKERS, 1, 1, advertised=False)
+async def write_txn_markers(ctx: RequestContext, request: Any) -> dict:
+    code = ClusterAuthorizationFailedError.code
+    return {"markers": [{"producer_id": marker.producer_id, "topics": [
+        {"name": topic.name, "partitions": [{"partition_index": p, "error_code": code}
+                                            for p in topic.partition_indexes]}
+        for topic in marker.topics]} for marker in request.markers]}
+
+
+@serves(ApiKey.LIST_TRANSACTIONS, 0, 1)
+async def list_transactions(ctx: RequestContext, request: Any) -> dict:
+    coordinator = ctx.engine.transaction_coordinator
+    known = {state.display.lower() for state in TransactionState}
+    states = [s for s in request.state_filters if s.lower() in known]
+    producer_ids = set(request.producer_id_filters)
+    min_duration = getattr(request, "duration_filter", -1)
+    now = ctx.engine.clock.now_ms()
+    found = [{"transactional_id": txn_id, "producer_id": meta.producer_id, "transaction_state": meta.state.display}
+             for txn_id, meta in coordinator.list_transactions(states)
+             if (not producer_ids or meta.producer_id in producer_ids)
+             and (min_duration < 0 or (meta.txn_start_timestamp >= 0
+                                       and now - meta.txn_start_timestamp >= min_duration))]
+    unknown = [s for s in request.state_filters if s.lower() not in known]
+    if request.state_filters and not states:
+        found = []
+    return {"error_code": 0, "unknown_state_filters": unknown, "transaction_states": found}
+
+
+@serves(ApiKey.DESCRIBE_TRANSACTIONS, 0, 0)
+async def describe_transactions(ctx: RequestContext, request: Any) -> dict:
+    coordinator = ctx.engine.transaction_coordinator
+    described = []
+    for txn_id in request.transactional_ids:
+        meta = coordinator.describe(txn_id)
+        if meta is None:
+            described.append({"error_code": TransactionalIdNotFoundError.code, "transactional_id": txn_id,
+                              "producer_id": -1, "producer_epoch": -1})
+            continue
+        described.append({
+            "error_code": 0, "transactional_id": txn_id, "transaction_state": meta.state.display,
+            "transaction_timeout": meta.txn_timeout_ms, "transaction_start_time": meta.txn_start_timestamp,
+            "producer_id": meta.producer_id, "producer_epoch": meta.producer_epoch,
+            "topics": by_topic([(topic, p) for topic, p in sorted(meta.partitions)], topic_key="topic")})
+    return {"transaction_states": described}
+
+
+@serves(ApiKey.DESCRIBE_PRODUCERS, 0, 0)
+async def describe_producers(ctx: RequestContext, request: Any) -> dict:
+    """The producer state of each partition: who is writing, and who holds the LSO."""
+    entries = []
+    for topic in request.topics:
+        for partition in topic.partition_indexes:
+            try:
+                producers = await queries.producers(ctx.engine, topic.name, partition)
+            except KafkaError as e:
+                entries.append((topic.name, {"partition_index": partition, "error_code": error_code(e),
+                                             "error_message": str(e)}))
+                continue
+            entries.append((topic.name, {"partition_index": partition, "error_code": 0, "active_producers": [
+                {"producer_id": p["producer_id"], "producer_epoch": p["producer_epoch"],
+                 "last_sequence": p["last_sequence"], "last_timestamp": p["last_timestamp"],
+                 "coordinator_epoch": p["coordinator_epoch"],
+                 "current_txn_start_offset": p["current_transaction_start_offset"]} for p in producers]}))
+    return {"topics": by_topic(entries)}

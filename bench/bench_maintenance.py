@@ -1,0 +1,270 @@
+#!/usr/bin/env python3
+"""Maintenance benchmark: produce latency on one partition while another partition of
+1 GiB is cleaned, and while retention deletes a 1 GiB partition's segments.
+
+    .venv/bin/python bench/bench_maintenance.py            # full run (about 3 minutes, ~6.5 GB written)
+    .venv/bin/python bench/bench_maintenance.py --quick    # 64 MiB partitions, for checking the script
+
+A producer thread sends a 10 KiB batch (10 records of 1 KiB) with acks=all to the
+partition ``live-0`` every 5 ms, and records each latency from the moment the send
+was due to its acknowledgement (so a stall also counts against the sends it delays).
+Each trial measures it in three windows, back to back:
+
+1. quiet       -- nothing else happening, for as long as the compaction before took
+                  (at least 5 s);
+2. compaction  -- one log-cleaner round on a partition of 1 GiB of 1 KiB records
+                  over 100,000 keys (each written about 10 times), in 128 MiB
+                  segments: the round rewrites all of it to about a tenth;
+3. retention   -- one retention pass deleting the 4 MiB segments of a partition of
+                  1 GiB past its retention.ms (a pass takes about a second, so this
+                  window has few sends; its p99 is their maximum, near enough).
+
+Every partition is written before the first trial and synced, so no writeback of
+the build lands in a window. The ratios are maintenance / quiet of the same trial,
+the median over the trials. Goal: **p99 within 2x of the quiet run**. The machine's
+CPU and I/O pressure (``/proc/pressure``) are printed before and after: on a shared
+machine they say how far to trust the figures. The data lives in ``bench/.work/``
+(like bench_storage.py) and is deleted at the end unless ``--keep`` is given.
+
+It uses only the Broker and Engine API, so the same script measures an older
+revision too (copy it into that tree and run it there).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import shutil
+import statistics
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from app import Broker  # noqa: E402
+from bench_storage import print_machine  # noqa: E402
+from storage.record_batch import SimpleRecord, encode_batch  # noqa: E402
+
+KiB = 1024
+MiB = 1024 * KiB
+GiB = 1024 * MiB
+
+P99_GOAL_RATIO = 2.0
+SEND_EVERY_S = 0.005
+LIVE_BATCH = encode_batch([SimpleRecord(b"l" * KiB, key=b"live-%d" % i) for i in range(10)])
+BUILD_BATCH_RECORDS = 100
+DAY_MS = 24 * 3600 * 1000
+
+
+@dataclass(frozen=True)
+class Sizes:
+    partition_bytes: int
+    keys: int
+    cleaned_segment_bytes: int
+    retained_segment_bytes: int
+    trials: int
+    min_quiet_s: float
+
+
+FULL = Sizes(partition_bytes=1 * GiB, keys=100_000, cleaned_segment_bytes=128 * MiB,
+             retained_segment_bytes=4 * MiB, trials=3, min_quiet_s=10.0)
+QUICK = Sizes(partition_bytes=64 * MiB, keys=6_000, cleaned_segment_bytes=8 * MiB,
+              retained_segment_bytes=1 * MiB, trials=1, min_quiet_s=1.0)
+
+
+# -- the workload -------------------------------------------------------------------------
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+class LiveProducer:
+    """Sends LIVE_BATCH to live-0 with acks=all, one send every SEND_EVERY_S (or at once
+    when the one before took longer), and records when each send started and was
+    acknowledged."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.sends: list[tuple[float, float]] = []
+        self._acknowledged = threading.Condition()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="live-producer", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            started = time.perf_counter()
+            self.broker.produce("live", 0, LIVE_BATCH, acks=-1)
+            done = time.perf_counter()
+            with self._acknowledged:
+                self.sends.append((started, done))
+                self._acknowledged.notify_all()
+            if done - started < SEND_EVERY_S:
+                time.sleep(SEND_EVERY_S - (done - started))  # pacing the sends, not waiting for a condition
+
+    def measure(self, during: Callable[[], object]) -> tuple[list[float], object]:
+        """The latency of every send that was in flight while ``during()`` ran (a send
+        it held up from start to end counts too), and what ``during()`` returned."""
+        begin = time.perf_counter()
+        result = during()
+        end = time.perf_counter()
+        with self._acknowledged:  # the send in flight at the end
+            if not self._acknowledged.wait_for(lambda: self.sends and self.sends[-1][1] >= end, 600):
+                raise TimeoutError("the live producer stopped")
+        return [done - started for started, done in self.sends if started < end and done > begin], result
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def build_partition(broker: Broker, topic: str, sizes: Sizes, timestamp: int | None) -> int:
+    """Fill ``topic``-0 with ``partition_bytes`` of 1 KiB records cycling over the keys;
+    returns how many batches it took."""
+    value = b"v" * KiB
+    batches = 0
+    written = 0
+    key = 0
+    while written < sizes.partition_bytes:
+        records = [SimpleRecord(value, key=b"k%06d" % ((key + i) % sizes.keys), timestamp=timestamp)
+                   for i in range(BUILD_BATCH_RECORDS)]
+        key += BUILD_BATCH_RECORDS
+        batch = encode_batch(records)
+        broker.produce(topic, 0, batch, acks=1)
+        written += len(batch)
+        batches += 1
+    broker.produce(topic, 0, encode_batch([SimpleRecord(value, key=b"end", timestamp=timestamp)]), acks=-1)
+    return batches
+
+
+def roll(broker: Broker, topic: str) -> None:
+    """Start a new active segment, so every segment written so far may be maintained."""
+    async def on_loop() -> None:
+        broker.engine.logs.log(topic, 0).roll()
+    broker.engine.call(on_loop)
+
+
+def log_shape(broker: Broker, topic: str) -> str:
+    async def on_loop() -> tuple[int, int]:
+        log_ = broker.engine.logs.log(topic, 0)
+        return len(log_.segments), log_.size_bytes
+    segments, size = broker.engine.call(on_loop)
+    return f"{segments} segments, {size / MiB:.0f} MiB"
+
+
+def pressure() -> str:
+    """The machine's CPU and I/O pressure (share of the last 60 s some task waited)."""
+    out = []
+    for kind in ("cpu", "io"):
+        try:
+            with open(f"/proc/pressure/{kind}") as f:
+                some = f.readline().split()
+            out.append(f"{kind} {some[2].split('=')[1]}%")
+        except (OSError, IndexError):
+            out.append(f"{kind} ?")
+    return "pressure (avg60, some): " + ", ".join(out)
+
+
+@dataclass
+class Window:
+    latencies: list[float]
+    seconds: float
+
+    def p(self, q: float) -> float:
+        return percentile(self.latencies, q) * 1e3 if self.latencies else float("nan")
+
+    def text(self) -> str:
+        return (f"p50 {self.p(0.5):7.2f} ms  p99 {self.p(0.99):8.2f} ms  max {max(self.latencies) * 1e3:8.1f} ms"
+                f"  ({len(self.latencies)} sends, {self.seconds:.1f} s)")
+
+
+def measure(producer: LiveProducer, action: Callable[[], object]) -> tuple[Window, object]:
+    started = time.perf_counter()
+    latencies, result = producer.measure(action)
+    return Window(latencies, time.perf_counter() - started), result
+
+
+def build(broker: Broker, sizes: Sizes, big: str, old: str) -> None:
+    """A dirty compacted partition ``big`` and a partition ``old`` past retention."""
+    broker.create_topic(big, 1, {"cleanup.policy": "compact", "segment.bytes": sizes.cleaned_segment_bytes})
+    broker.create_topic(old, 1, {"segment.bytes": sizes.retained_segment_bytes, "retention.ms": DAY_MS})
+    build_partition(broker, big, sizes, None)
+    build_partition(broker, old, sizes, int(time.time() * 1000) - 2 * DAY_MS)
+    roll(broker, big)
+    roll(broker, old)
+    broker.engine.call(broker.engine.take_snapshots, timeout=None)
+    os.sync()  # the build's writeback must not land in a measured window
+
+
+def run(workdir: Path, sizes: Sizes) -> dict[str, list[tuple[Window, Window]]]:
+    """(quiet, maintenance) windows of every trial, by maintenance."""
+    results: dict[str, list[tuple[Window, Window]]] = {"compaction": [], "retention": []}
+    with Broker(workdir / "data") as broker:
+        engine = broker.engine
+        broker.create_topic("live", 1)
+        producer = LiveProducer(broker)
+        try:
+            quiet_s = sizes.min_quiet_s
+            for trial in range(sizes.trials):
+                big, old = f"big{trial}", f"old{trial}"
+                started = time.perf_counter()
+                build(broker, sizes, big, old)
+                print(f"\ntrial {trial + 1}: built {big}-0 and {old}-0 ({sizes.partition_bytes / MiB:.0f} MiB "
+                      f"each) in {time.perf_counter() - started:.0f} s; {pressure()}")
+                quiet, _ = measure(producer, lambda: time.sleep(quiet_s))
+                cleaning, rewritten = measure(producer, lambda: engine.call(engine.compact_logs, timeout=None))
+                retention, deleted = measure(producer, lambda: engine.call(engine.apply_retention, timeout=None))
+                print(f"  quiet       {quiet.text()}")
+                print(f"  compaction  {cleaning.text()}  {rewritten} segments rewritten, {big} now {log_shape(broker, big)}")
+                print(f"  retention   {retention.text()}  {deleted} segments deleted, {old} now {log_shape(broker, old)}")
+                results["compaction"].append((quiet, cleaning))
+                results["retention"].append((quiet, retention))
+                quiet_s = max(sizes.min_quiet_s, cleaning.seconds)
+        finally:
+            producer.stop()
+    print(f"\n{pressure()}")
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="64 MiB partitions; for checking the script")
+    parser.add_argument("--workdir", type=Path, default=ROOT / "bench" / ".work",
+                        help="where the data goes (default bench/.work/); must be on the disk to measure")
+    parser.add_argument("--keep", action="store_true", help="do not delete the data afterwards")
+    args = parser.parse_args(argv)
+    sizes = QUICK if args.quick else FULL
+    args.workdir.mkdir(parents=True, exist_ok=True)
+    workdir = args.workdir / f"run-{os.getpid()}"
+    workdir.mkdir()
+    print_machine(workdir, args.quick)
+    started = time.perf_counter()
+    try:
+        results = run(workdir, sizes)
+    finally:
+        if not args.keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+            with contextlib.suppress(OSError):
+                args.workdir.rmdir()  # only if nothing else is in it
+    print("\nsummary (maintenance / quiet of the same trial; median over trials):")
+    for name, pairs in results.items():
+        p50 = statistics.median(m.p(0.5) / q.p(0.5) for q, m in pairs)
+        p99s = [m.p(0.99) / q.p(0.99) for q, m in pairs]
+        p99 = statistics.median(p99s)
+        verdict = "  MET  " if p99 <= P99_GOAL_RATIO else "NOT MET"
+        print(f"  [{verdict}] {name:<10}  p50 x{p50:.2f}   p99 x{p99:.2f}  (trials: "
+              f"{', '.join(f'x{r:.2f}' for r in p99s)}; goal p99 <= x{P99_GOAL_RATIO:g})")
+    print(f"\ntotal time: {time.perf_counter() - started:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,122 @@
+"""Test support for the Kafka listener: a served broker on 127.0.0.1, and a raw
+protocol client that speaks single requests with kio (for what real clients never
+send: exact versions, pipelining, bad frames)."""
+
+from __future__ import annotations
+
+import io
+import socket
+import time
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from kio.index import load_request_schema, load_response_schema
+from kio.serial import entity_reader, entity_writer
+
+from app import Broker
+from app.kafka import KafkaListener, attach
+from app.kafka.codec import build
+from app.listeners import bind
+
+#: internal topics of 3 partitions instead of 50, as tests/conftest.py does
+CONFIG = {"transaction.state.log.num.partitions": 3, "offsets.topic.num.partitions": 3}
+
+
+class KafkaBroker:
+    """A broker on ``data_dir`` with its Kafka listener on a free 127.0.0.1 port."""
+
+    def __init__(self, data_dir: Path, **config: Any) -> None:
+        self.broker = Broker(data_dir, **{**CONFIG, **config})
+        self.engine = self.broker.engine
+        self._sock = bind("127.0.0.1", 0, "Kafka")
+        self.port = self._sock.getsockname()[1]
+        self.listener: KafkaListener = attach(self.engine, self._sock)
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def close(self) -> None:
+        self.listener.close()
+        self.broker.close()
+        self._sock.close()
+
+    def __enter__(self) -> "KafkaBroker":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class RawClient:
+    """One connection; requests built from mappings (``app/kafka/codec.build``)."""
+
+    def __init__(self, port: int, client_id: str | None = "raw-test", timeout: float = 10) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+        self.client_id = client_id
+        self._next_correlation = 0
+
+    def frame(self, api_key: int, version: int, body: Mapping[str, Any], correlation_id: int | None = None) -> bytes:
+        """The bytes of one request frame."""
+        if correlation_id is None:
+            correlation_id = self._next_correlation
+            self._next_correlation += 1
+        cls = load_request_schema(api_key, version)
+        header_cls = cls.__header_schema__
+        out = io.BytesIO()
+        entity_writer(header_cls)(out, header_cls(request_api_key=api_key, request_api_version=version,
+                                                  correlation_id=correlation_id, client_id=self.client_id))
+        entity_writer(cls)(out, build(cls, body))
+        data = out.getvalue()
+        return len(data).to_bytes(4, "big") + data
+
+    def send(self, api_key: int, version: int, body: Mapping[str, Any], correlation_id: int | None = None) -> None:
+        self.sock.sendall(self.frame(api_key, version, body, correlation_id))
+
+    def read_frame(self) -> bytes:
+        size = int.from_bytes(self._read_exactly(4), "big")
+        return self._read_exactly(size)
+
+    def receive(self, api_key: int, version: int) -> tuple[int, Any]:
+        """``(correlation id, response entity)`` of the next response."""
+        frame = memoryview(self.read_frame())
+        cls = load_response_schema(api_key, version)
+        header, used = entity_reader(cls.__header_schema__)(frame, 0)
+        body, _ = entity_reader(cls)(frame, used)
+        return header.correlation_id, body
+
+    def request(self, api_key: int, version: int, body: Mapping[str, Any]) -> Any:
+        self.send(api_key, version, body)
+        return self.receive(api_key, version)[1]
+
+    def closed_by_peer(self) -> bool:
+        """True when the broker has closed the connection (reads EOF or a reset)."""
+        try:
+            return self.sock.recv(1) == b""
+        except ConnectionResetError:
+            return True
+
+    def _read_exactly(self, size: int) -> bytes:
+        chunks, left = [], size
+        while left:
+            chunk = self.sock.recv(left)
+            if not chunk:
+                raise ConnectionError("closed by the broker")
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def wait_until(condition: Callable[[], Any], timeout: float = 30, what: str = "condition") -> Any:
+    """Poll ``condition`` until it is truthy; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)

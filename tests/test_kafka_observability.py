@@ -1,0 +1,77 @@
+"""What an operator sees of Kafka clients: who is connected (client id, software
+name and version from ApiVersions, address, since when), and per-API request counts
+and latency histograms in ``/metrics``."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+from confluent_kafka import Producer
+
+from app.engine import queries
+from app.http import create_app
+from app.http.ui import FRAGMENTS
+from app.kafka.api import ApiKey
+from tests.kafka_support import KafkaBroker, RawClient, wait_until
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture
+def kafka(tmp_path: Path) -> Iterator[KafkaBroker]:
+    with KafkaBroker(tmp_path / "data") as k:
+        yield k
+
+
+def clients(kafka: KafkaBroker) -> list[dict]:
+    return kafka.engine.call(queries.kafka_clients, kafka.engine)
+
+
+def test_connected_clients_are_listed_with_what_they_said_they_are(kafka: KafkaBroker) -> None:
+    kafka.broker.create_topic("t", 1)
+    producer = Producer({"bootstrap.servers": kafka.bootstrap, "client.id": "billing-app",
+                         "broker.address.family": "v4"})
+    producer.produce("t", b"v", partition=0)
+    assert producer.flush(30) == 0
+    raw = RawClient(kafka.port, client_id="raw")
+    raw.request(ApiKey.API_VERSIONS, 3, {"client_software_name": "handmade", "client_software_version": "0.1"})
+    listed = {c["client_id"]: c for c in clients(kafka)}
+    billing = [c for c in clients(kafka) if c["client_id"] == "billing-app"]  # librdkafka opens two
+    assert {c["client_software_name"] for c in billing} == {"confluent-kafka-python"}
+    assert sum(c["requests"] for c in billing) >= 2  # ApiVersions and Produce at least
+    assert listed["raw"]["client_software_name"] == "handmade" and listed["raw"]["client_software_version"] == "0.1"
+    host, port = raw.sock.getsockname()[:2]
+    assert listed["raw"]["address"] == f"{host}:{port}" and listed["raw"]["connected_since_ms"] > 0
+    raw.close()
+    wait_until(lambda: "raw" not in {c["client_id"] for c in clients(kafka)}, what="the closed client to go")
+
+
+def test_metrics_count_and_time_kafka_requests_per_api(kafka: KafkaBroker) -> None:
+    kafka.broker.create_topic("t", 1)
+    raw = RawClient(kafka.port)
+    for _ in range(3):
+        raw.request(ApiKey.METADATA, 8, {"topics": None})
+    text = create_app(kafka.engine, test_config={"TESTING": True}).test_client().get("/metrics").get_data(True)
+    count = re.search(r'^exactly_kafka_request_duration_seconds_count\{api="metadata"\} (\S+)$', text, re.M)
+    assert count and float(count.group(1)) == 3
+    assert re.search(r'^exactly_kafka_request_duration_seconds_bucket\{api="metadata",le="\+Inf"\} 3\.0$', text, re.M)
+    assert re.search(r"^exactly_kafka_connections 1\.0$", text, re.M)
+    raw.close()
+
+
+def test_the_console_lists_connected_clients(kafka: KafkaBroker) -> None:
+    console = create_app(kafka.engine, test_config={"TESTING": True}).test_client()
+    assert "No Kafka client is connected." in console.get("/clients").get_data(True)
+    raw = RawClient(kafka.port, client_id="console-visible")
+    raw.request(ApiKey.API_VERSIONS, 3, {"client_software_name": "handmade", "client_software_version": "0.1"})
+    host, port = raw.sock.getsockname()[:2]
+    page = console.get("/clients").get_data(True)
+    assert 'data-client="console-visible"' in page and f"{host}:{port}" in page and "handmade" in page
+    fragment = console.get(FRAGMENTS + "/clients").get_data(True)
+    assert fragment.lstrip().startswith("<div") and "console-visible" in fragment  # htmx refreshes the part
+    raw.close()
+    wait_until(lambda: "console-visible" not in console.get("/clients").get_data(True),
+               what="the closed client to leave the page")
