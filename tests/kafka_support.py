@@ -120,3 +120,28 @@ def wait_until(condition: Callable[[], Any], timeout: float = 30, what: str = "c
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.02)
+
+
+def read_to_end(consumer_config: Mapping[str, Any], topic: str, partitions: int,
+                timeout: float = 30) -> list[bytes]:
+    """Every value a fresh confluent-kafka consumer with ``consumer_config`` reads from
+    the start of ``topic``'s ``partitions`` to their end (partition EOF), in poll order."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+
+    consumer = Consumer({**consumer_config, "enable.partition.eof": True})
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+    values, at_end = [], set()
+    deadline = time.monotonic() + timeout
+    while len(at_end) < partitions:
+        assert time.monotonic() < deadline, f"read {len(values)} values of {topic}, no end"
+        message = consumer.poll(0.5)
+        if message is None:
+            continue
+        if message.error():
+            assert message.error().code() == KafkaError._PARTITION_EOF, message.error()
+            at_end.add(message.partition())
+            continue
+        at_end.discard(message.partition())
+        values.append(message.value())
+    consumer.close()
+    return values

@@ -19,7 +19,7 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.kafka_support import KafkaBroker, wait_until
+from tests.kafka_support import KafkaBroker, read_to_end, wait_until
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -50,24 +50,8 @@ def feed(kafka: KafkaBroker, topic: str, values: list[bytes], partitions: int) -
 def read_all(kafka: KafkaBroker, topic: str, partitions: int, isolation_level: str = "read_committed",
              timeout: float = 30) -> list[bytes]:
     """Every value of ``topic`` a fresh consumer at this isolation level reads, up to the end."""
-    consumer = Consumer(config(kafka, **{"group.id": "reader", "enable.auto.commit": False,
-                                         "enable.partition.eof": True, "isolation.level": isolation_level}))
-    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
-    values, at_end = [], set()
-    deadline = time.monotonic() + timeout
-    while len(at_end) < partitions:
-        assert time.monotonic() < deadline, f"read {len(values)} values of {topic}, no end"
-        message = consumer.poll(0.5)
-        if message is None:
-            continue
-        if message.error():
-            assert message.error().code() == KafkaError._PARTITION_EOF, message.error()
-            at_end.add(message.partition())
-            continue
-        at_end.discard(message.partition())
-        values.append(message.value())
-    consumer.close()
-    return values
+    return read_to_end(config(kafka, **{"group.id": "reader", "enable.auto.commit": False,
+                                        "isolation.level": isolation_level}), topic, partitions, timeout)
 
 
 def test_admin_creates_and_deletes_topics(kafka: KafkaBroker) -> None:

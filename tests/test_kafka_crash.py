@@ -18,15 +18,14 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.kafka_support import CONFIG, wait_until
+from tests.kafka_support import CONFIG, read_to_end, wait_until
 
 REPO = Path(__file__).resolve().parents[1]
 KILLS = 3
@@ -152,24 +151,8 @@ class TransactionalWriter(threading.Thread):
 
 
 def read_all(broker: ServedBroker, topic: str, isolation_level: str) -> list[bytes]:
-    consumer = Consumer(client(broker, **{"group.id": "verify", "enable.partition.eof": True,
-                                          "isolation.level": isolation_level}))
-    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in (0, 1)])
-    values, at_end = [], set()
-    deadline = time.monotonic() + 60
-    while len(at_end) < 2:
-        assert time.monotonic() < deadline, f"no end of {topic}"
-        message = consumer.poll(0.5)
-        if message is None:
-            continue
-        if message.error():
-            assert message.error().code() == KafkaError._PARTITION_EOF, message.error()
-            at_end.add(message.partition())
-            continue
-        at_end.discard(message.partition())
-        values.append(message.value())
-    consumer.close()
-    return values
+    return read_to_end(client(broker, **{"group.id": "verify", "isolation.level": isolation_level}),
+                       topic, 2, timeout=60)
 
 
 def test_sigkill_during_idempotent_and_transactional_writes_loses_and_duplicates_nothing(tmp_path: Path) -> None:
