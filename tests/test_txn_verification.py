@@ -54,7 +54,7 @@ from storage.record_batch import (
     encode_batch,
     iter_headers,
 )
-from tests.conftest import SMALL_INTERNAL_TOPICS, data_batch
+from tests.conftest import FROZEN, SMALL_INTERNAL_TOPICS, data_batch
 from tests.raw_txn import RawTxn, coordinator_call
 from tests.storage_log import DurableLogs
 
@@ -64,7 +64,8 @@ CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
 
 
 def open_broker(data: Path, clock: FakeClock, **config: Any) -> Broker:
-    return Broker(data, clock=clock, **{**SMALL_INTERNAL_TOPICS, **config})
+    """Frozen: the tests run the jobs they need by hand and move the clock past timeouts."""
+    return Broker(data, clock=clock, **{**SMALL_INTERNAL_TOPICS, **FROZEN, **config})
 
 
 @pytest.fixture
