@@ -31,6 +31,7 @@ import pytest
 import coordinator.transaction_coordinator as tc_module
 from app import Broker
 from app.http import create_app
+from app.kafka.api import ApiKey
 from coordinator import offsets_log, transaction_log
 from coordinator.group_metadata import CommittedOffset
 from coordinator.transaction_state import TransactionState
@@ -54,7 +55,8 @@ from storage.record_batch import (
     encode_batch,
     iter_headers,
 )
-from tests.conftest import SMALL_INTERNAL_TOPICS, data_batch
+from tests.conftest import FROZEN, SMALL_INTERNAL_TOPICS, data_batch
+from tests.kafka_support import KafkaBroker, RawClient
 from tests.raw_txn import RawTxn, coordinator_call
 from tests.storage_log import DurableLogs
 
@@ -64,7 +66,8 @@ CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
 
 
 def open_broker(data: Path, clock: FakeClock, **config: Any) -> Broker:
-    return Broker(data, clock=clock, **{**SMALL_INTERNAL_TOPICS, **config})
+    """Frozen: the tests run the jobs they need by hand and move the clock past timeouts."""
+    return Broker(data, clock=clock, **{**SMALL_INTERNAL_TOPICS, **FROZEN, **config})
 
 
 @pytest.fixture
@@ -588,3 +591,28 @@ def test_the_partition_abort_ends_offsets_a_hanging_producer_left_pending(data, 
         assert lso == hw == 2
         fetched = fetch_stable(broker, "g")
         assert (fetched.error, fetched.offset) == (None, -1), "stable again, the aborted offset dropped"
+
+
+def test_over_the_kafka_wire_produce_answers_with_the_verification_error(tmp_path):
+    """The listener hands Produce's transactional_id to the engine: the same answers,
+    as error codes in the partition response, and nothing appended."""
+    with KafkaBroker(tmp_path / "kafka") as kafka:
+        kafka.broker.create_topic(T, 2)
+        a, b = RawTxn(kafka.broker, "a"), RawTxn(kafka.broker, "b")
+        a.add((T, 0))
+        client = RawClient(kafka.port)
+        try:
+            def produce(partition: int, txn_id: str, epoch: int) -> int:
+                records = data_batch([b"v"], a.pid, epoch, 0, transactional=True)
+                response = client.request(ApiKey.PRODUCE, 9, {
+                    "transactional_id": txn_id, "acks": -1, "timeout": 10_000,
+                    "topic_data": [{"name": T, "partition_data": [{"index": partition, "records": records}]}]})
+                return response.responses[0].partition_responses[0].error_code
+            assert produce(0, "a", a.epoch + 1) == 47  # INVALID_PRODUCER_EPOCH
+            assert produce(0, "b", a.epoch) == 49      # INVALID_PRODUCER_ID_MAPPING: b's id, a's producer
+            assert produce(1, "a", a.epoch) == 48      # INVALID_TXN_STATE: orders-1 not added
+            assert lso_and_hw(kafka.broker, T, 0) == lso_and_hw(kafka.broker, T, 1) == (0, 0)
+            assert produce(0, "a", a.epoch) == 0
+            assert b.pid != a.pid
+        finally:
+            client.close()
