@@ -62,7 +62,7 @@ MAX_PER_PARTITION = 4
 JOBS_CONFIG = {**CONFIG, "transaction.state.log.segment.bytes": 2048,
                "offsets.topic.segment.bytes": 2048}
 #: a child the test forgot to kill stops by itself
-LIFETIME_S = 120
+LIFETIME_S = 180
 
 
 def input_key(partition: int, index: int) -> bytes:
@@ -128,7 +128,11 @@ def run_jobs(broker: Broker) -> None:
     engine.call(engine.checkpoint)
 
 
-def run(broker: Broker, progress: Progress, rng: random.Random, jobs_every: int = 0) -> None:
+def run(broker: Broker, progress: Progress, rng: random.Random, jobs_every: int = 0,
+        stall_at: int | None = None) -> None:
+    """Process the input to its end. With ``stall_at``, the first transaction that starts
+    once that many input records are committed stops after its records are sent ("P")
+    and waits to be killed there: a kill inside a transaction, never just after it."""
     partitions = [(INPUT, p) for p in range(PARTITIONS)]
     ends = {tp: broker.list_offsets(*tp, -1) for tp in partitions}
     producer = broker.producer(transactional_id=TXN_ID)
@@ -139,6 +143,7 @@ def run(broker: Broker, progress: Progress, rng: random.Random, jobs_every: int 
     progress.line(f"S {producer.producer_id} {producer.producer_epoch} "
                   + " ".join(str(committed[tp] or 0) for tp in partitions))
     commits = 0
+    done = sum(committed[tp] or 0 for tp in partitions)  # input records committed so far
     while True:
         polled = consumer.poll(timeout_ms=100)
         if not polled:
@@ -159,10 +164,13 @@ def run(broker: Broker, progress: Progress, rng: random.Random, jobs_every: int 
         producer.flush()  # the records are durable before the child says they are sent
         for _ in records:
             progress.line("P")
+        if stall_at is not None and done >= stall_at:
+            threading.Event().wait()  # until the test's SIGKILL (or the reaper's)
         producer.send_offsets_to_transaction(next_offsets, consumer.group_metadata())
         producer.commit_transaction()
         progress.line(f"C {len(records)} " + " ".join(str(next_offsets.get(tp, -1)) for tp in partitions))
         commits += 1
+        done += len(records)
         if jobs_every and commits % jobs_every == 0:
             run_jobs(broker)
 
@@ -173,6 +181,8 @@ def main(argv: Sequence[str]) -> int:
     parser.add_argument("progress_file", type=Path)
     parser.add_argument("seed", type=int)
     parser.add_argument("--jobs-every", type=int, default=0)
+    parser.add_argument("--stall-at", type=int, default=None,
+                        help="stop inside the first transaction begun once this many records are committed")
     args = parser.parse_args(argv)
     reaper = threading.Timer(LIFETIME_S, os.kill, (os.getpid(), signal.SIGKILL))
     reaper.daemon = True
@@ -180,7 +190,7 @@ def main(argv: Sequence[str]) -> int:
     config = JOBS_CONFIG if args.jobs_every else CONFIG
     with Broker(args.data_dir, **config) as broker, open(args.progress_file, "a") as f:
         progress = Progress(f)
-        run(broker, progress, random.Random(args.seed), args.jobs_every)
+        run(broker, progress, random.Random(args.seed), args.jobs_every, args.stall_at)
         progress.line("DONE")
     return 0
 
