@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import socket
 import threading
 
@@ -9,6 +10,8 @@ from flask import Flask
 from waitress import wasyncore
 from waitress.server import create_server
 from waitress.trigger import trigger
+
+log = logging.getLogger(__name__)
 
 
 class HttpServer:
@@ -34,7 +37,10 @@ class HttpServer:
         self._server.task_dispatcher.shutdown()
         wakers = [d for d in self._map.values() if isinstance(d, trigger)]
         if self._thread.is_alive() and wakers:
-            wakers[0].pull_trigger(lambda: wasyncore.close_all(self._map))
+            try:
+                wakers[0].pull_trigger(lambda: wasyncore.close_all(self._map))
+            except OSError as e:  # its loop ended meanwhile and closed the map, trigger included
+                log.warning("HTTP server loop had already stopped at shutdown: %s", e)
             self._thread.join(timeout=10)
         else:
             wasyncore.close_all(self._map)
