@@ -4,19 +4,15 @@ send: exact versions, pipelining, bad frames)."""
 
 from __future__ import annotations
 
-import io
 import socket
 import time
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from kio.index import load_request_schema, load_response_schema
-from kio.serial import entity_reader, entity_writer
-
 from app import Broker
 from app.kafka import KafkaListener, attach
-from app.kafka.codec import build
 from app.listeners import bind
+from app.wire import decode_response, encode_request
 
 #: internal topics of 3 partitions instead of 50, as tests/conftest.py does
 CONFIG = {"transaction.state.log.num.partitions": 3, "offsets.topic.num.partitions": 3}
@@ -49,7 +45,7 @@ class KafkaBroker:
 
 
 class RawClient:
-    """One connection; requests built from mappings (``app/kafka/codec.build``)."""
+    """One connection; requests built from mappings (``app/wire.py``)."""
 
     def __init__(self, port: int, client_id: str | None = "raw-test", timeout: float = 10) -> None:
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
@@ -61,14 +57,7 @@ class RawClient:
         if correlation_id is None:
             correlation_id = self._next_correlation
             self._next_correlation += 1
-        cls = load_request_schema(api_key, version)
-        header_cls = cls.__header_schema__
-        out = io.BytesIO()
-        entity_writer(header_cls)(out, header_cls(request_api_key=api_key, request_api_version=version,
-                                                  correlation_id=correlation_id, client_id=self.client_id))
-        entity_writer(cls)(out, build(cls, body))
-        data = out.getvalue()
-        return len(data).to_bytes(4, "big") + data
+        return encode_request(api_key, version, correlation_id, self.client_id, body)
 
     def send(self, api_key: int, version: int, body: Mapping[str, Any], correlation_id: int | None = None) -> None:
         self.sock.sendall(self.frame(api_key, version, body, correlation_id))
@@ -79,11 +68,7 @@ class RawClient:
 
     def receive(self, api_key: int, version: int) -> tuple[int, Any]:
         """``(correlation id, response entity)`` of the next response."""
-        frame = memoryview(self.read_frame())
-        cls = load_response_schema(api_key, version)
-        header, used = entity_reader(cls.__header_schema__)(frame, 0)
-        body, _ = entity_reader(cls)(frame, used)
-        return header.correlation_id, body
+        return decode_response(api_key, version, self.read_frame())
 
     def request(self, api_key: int, version: int, body: Mapping[str, Any]) -> Any:
         self.send(api_key, version, body)

@@ -10,35 +10,27 @@ class's ``__header_schema__``. Record batches are plain bytes fields, so they pa
 through untouched: stored verbatim, served verbatim.
 
 Handlers build responses as plain mappings, one shape for every version of an API
-(as Kafka's generated ``*Data`` classes are): :func:`build` turns a mapping into the
-kio entity of the requested version. A field that version does not have is left
-out; a field the mapping does not give gets the schema's default (or Kafka's zero
-value). Milliseconds become the ``timedelta`` / ``datetime`` kio uses for ``*Ms``
-fields, ints the ``ErrorCode`` it uses for error codes.
+(as Kafka's generated ``*Data`` classes are): ``app/wire.py``'s :func:`build` turns a
+mapping into the kio entity of the requested version (and Kafka-protocol clients use
+the same module to frame requests).
 """
 
 from __future__ import annotations
 
-import dataclasses
-import datetime
 import functools
 import io
 import struct
-import types
-import typing
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 from kio.index import load_request_schema, load_response_schema
-from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
-from kio.static.primitive import TZAware
+
+from app.wire import build, millis  # noqa: F401  (millis: the handlers' *Ms fields)
 
 #: ApiKey int16, ApiVersion int16, CorrelationId int32: the start of every request header
 HEADER_PREFIX = struct.Struct(">hhi")
 SIZE = struct.Struct(">i")
-_MS = datetime.timedelta(milliseconds=1)
-_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
 
 
 class MalformedRequestError(Exception):
@@ -101,88 +93,3 @@ def encode_response(api_key: int, version: int, correlation_id: int, body: Mappi
     SIZE.pack_into(frame, 0, len(frame) - SIZE.size)
     del frame
     return out.getvalue()
-
-
-# -- mapping -> entity ------------------------------------------------------------------
-
-
-def build(cls: type, values: Mapping[str, Any]) -> Any:
-    """The kio entity ``cls`` from ``values`` (see the module docstring)."""
-    kwargs = {}
-    for name, convert, default in _plan(cls):
-        value = values.get(name, _MISSING)
-        if value is _MISSING:
-            kwargs[name] = default
-        elif value is None or convert is None:
-            kwargs[name] = value
-        else:
-            kwargs[name] = convert(value)
-    return cls(**kwargs)
-
-
-_MISSING = object()
-
-
-@functools.cache
-def _plan(cls: type) -> tuple[tuple[str, Callable | None, Any], ...]:
-    hints = typing.get_type_hints(cls)
-    plan = []
-    for field in dataclasses.fields(cls):
-        kind, nullable = _strip_optional(hints[field.name])
-        default = field.default if field.default is not dataclasses.MISSING else _zero(kind, nullable)
-        plan.append((field.name, _converter(kind), default))
-    return tuple(plan)
-
-
-def _strip_optional(kind: Any) -> tuple[Any, bool]:
-    if isinstance(kind, types.UnionType) or typing.get_origin(kind) is typing.Union:
-        args = [a for a in typing.get_args(kind) if a is not type(None)]
-        return args[0], len(args) < len(typing.get_args(kind))
-    return kind, False
-
-
-def _is_entity(kind: Any) -> bool:
-    return isinstance(kind, type) and dataclasses.is_dataclass(kind)
-
-
-def _converter(kind: Any) -> Callable | None:
-    if _is_entity(kind):
-        return functools.partial(build, kind)
-    if typing.get_origin(kind) is tuple:
-        element = typing.get_args(kind)[0]
-        if _is_entity(element):
-            return lambda values, element=element: tuple(build(element, v) for v in values)
-        return tuple
-    if isinstance(kind, type) and issubclass(kind, ErrorCode):
-        return ErrorCode
-    if isinstance(kind, type) and issubclass(kind, datetime.timedelta):
-        return lambda ms: ms if isinstance(ms, datetime.timedelta) else ms * _MS
-    if isinstance(kind, type) and issubclass(kind, datetime.datetime):
-        return lambda ms: ms if isinstance(ms, datetime.datetime) else _EPOCH + ms * _MS
-    return None
-
-
-def _zero(kind: Any, nullable: bool) -> Any:
-    """Kafka's default for a field with no default of its own."""
-    if nullable:
-        return None
-    if _is_entity(kind):
-        return build(kind, {})  # entities are frozen: one shared instance will do
-    if typing.get_origin(kind) is tuple:
-        return ()
-    if isinstance(kind, type):
-        if issubclass(kind, ErrorCode):
-            return ErrorCode.none
-        if issubclass(kind, datetime.timedelta):
-            return datetime.timedelta(0)
-        if issubclass(kind, TZAware):
-            return _EPOCH
-        for base, zero in ((bool, False), (int, 0), (float, 0.0), (str, ""), (bytes, b"")):
-            if issubclass(kind, base):
-                return zero
-    raise TypeError(f"no zero value for {kind!r}")
-
-
-def millis(value: datetime.timedelta | int) -> int:
-    """A kio ``*Ms`` duration as Kafka's integer milliseconds."""
-    return value if isinstance(value, int) else value // _MS
