@@ -108,9 +108,10 @@ def wait_until(condition: Callable[[], Any], timeout: float = 30, what: str = "c
 
 
 def read_to_end(consumer_config: Mapping[str, Any], topic: str, partitions: int,
-                timeout: float = 30) -> list[bytes]:
-    """Every value a fresh confluent-kafka consumer with ``consumer_config`` reads from
-    the start of ``topic``'s ``partitions`` to their end (partition EOF), in poll order."""
+                timeout: float = 30, select: Callable[[Any], Any] = lambda message: message.value()) -> list:
+    """Every value (or ``select(message)``) a fresh confluent-kafka consumer with
+    ``consumer_config`` reads from the start of ``topic``'s ``partitions`` to their end
+    (partition EOF), in poll order."""
     from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
     consumer = Consumer({**consumer_config, "enable.partition.eof": True})
@@ -127,6 +128,6 @@ def read_to_end(consumer_config: Mapping[str, Any], topic: str, partitions: int,
             at_end.add(message.partition())
             continue
         at_end.discard(message.partition())
-        values.append(message.value())
+        values.append(select(message))
     consumer.close()
     return values

@@ -35,8 +35,8 @@ runs in some Python worker, so nothing is kept between calls but the module's
 connections (:func:`client_for`).
 
 Test hook (the only one): ``EXACTLY_SPARK_CRASH_AT=before-decision[:batch]`` or
-``after-decision[:batch]`` makes a streaming commit SIGKILL its own process group at
-that point (the crash tests' driver runs in a group of its own).
+``after-decision[:batch]`` makes a streaming commit SIGKILL the driver's processes at
+that point (:func:`crash_point`).
 """
 
 from __future__ import annotations
@@ -243,10 +243,13 @@ class SinkLog:
 
 
 def crash_point(point: str, batch: int) -> None:
-    """The test hook: SIGKILL this process group at ``point`` when asked to."""
+    """The test hook: at ``point``, when asked to, SIGKILL the driver's process group
+    (the leader of this session: a crash test starts the driver in a session of its
+    own) and this worker's (pyspark.daemon puts its workers in a group of their own)."""
     wanted = os.environ.get(CRASH_AT_ENV, "")
     name, _, at_batch = wanted.partition(":")
     if name == point and (not at_batch or int(at_batch) == batch):
+        os.killpg(os.getsid(0), signal.SIGKILL)
         os.killpg(os.getpgrp(), signal.SIGKILL)
 
 
