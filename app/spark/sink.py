@@ -41,6 +41,7 @@ that point (:func:`crash_point`).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -61,6 +62,10 @@ SINK_COMMITS_TOPIC = "exactly-spark-sink-commits"
 PREFIX = "exactly-spark-"
 CRASH_AT_ENV = "EXACTLY_SPARK_CRASH_AT"
 ONGOING = "Ongoing"
+
+
+class WriteAbandoned(Exception):
+    """A batch write task finished after its job was aborted."""
 
 
 class PreparedTransactionLost(Exception):
@@ -138,9 +143,23 @@ def check_schema(schema: StructType, options: dict) -> None:
 def write_rows(options: dict, ids: "TxnIds", batch: int, rows: Iterator[Any]) -> TaskCommit:
     """Write ``rows`` in a prepared transaction of this task's id in ``ids``."""
     transactional_id = ids.task(batch, _task_partition())
-    producer = TransactionalProducer(client_for(bootstrap_of(options)), transactional_id)
+    client = client_for(bootstrap_of(options))
+    producer = TransactionalProducer(client, transactional_id)
     producer.begin()
-    fixed_topic = options.get("topic")
+    try:
+        _produce(producer, options.get("topic"), rows)
+    except BaseException:
+        with contextlib.suppress(Exception):  # the driver or a retry aborts it otherwise
+            client.abort_transaction(transactional_id)
+        raise
+    if not producer.records_sent:
+        return TaskCommit(ids, transactional_id, -1, -1, 0)
+    return TaskCommit(ids, transactional_id, producer.producer_id, producer.producer_epoch,
+                      producer.records_sent)
+
+
+def _produce(producer: TransactionalProducer, fixed_topic: str | None, rows: Iterator[Any]) -> None:
+    """Send every row (Spark's Kafka sink columns) and flush."""
     next_partition: dict[str, int] = {}
     for row in rows:
         values = row.asDict()
@@ -159,10 +178,6 @@ def write_rows(options: dict, ids: "TxnIds", batch: int, rows: Iterator[Any]) ->
         headers = tuple((h["key"], _bytes(h["value"])) for h in values.get("headers") or ())
         producer.send(topic, partition, SimpleRecord(_bytes(values["value"]), key, headers))
     producer.prepare()
-    if not producer.records_sent:
-        return TaskCommit(ids, transactional_id, -1, -1, 0)
-    return TaskCommit(ids, transactional_id, producer.producer_id, producer.producer_epoch,
-                      producer.records_sent)
 
 
 def _bytes(value: Any) -> bytes | None:
@@ -218,8 +233,11 @@ def written(messages: Iterable[WriterCommitMessage | None]) -> list[TaskCommit]:
 
 
 class SinkLog:
-    """A streaming sink's decisions: the last decided batch id and the run that wrote
-    it, as the committed offset (metadata: the run) of the sink's group."""
+    """A sink's decisions, as the committed offset of the sink's group: a streaming
+    sink's last decided batch id (metadata: the run that decided it); a batch job's
+    abandonment (metadata :data:`ABANDONED`)."""
+
+    ABANDONED = "abandoned"
 
     def __init__(self, client: KafkaClient, sink: str) -> None:
         self.client = client
@@ -234,6 +252,15 @@ class SinkLog:
 
     def decide(self, run: str, batch: int) -> None:
         self.client.commit_offset(self.group, SINK_COMMITS_TOPIC, 0, batch, run)
+
+    def abandon(self) -> None:
+        """Record that a batch job was aborted (its late tasks abort themselves)."""
+        self._topic()
+        self.client.commit_offset(self.group, SINK_COMMITS_TOPIC, 0, 0, self.ABANDONED)
+
+    def abandoned(self) -> bool:
+        found = self.latest()
+        return found is not None and found[0].run == self.ABANDONED
 
     def _topic(self) -> None:
         """Create :data:`SINK_COMMITS_TOPIC` (once per client) if it is missing."""
@@ -266,7 +293,14 @@ class TopicWriter(DataSourceWriter):
         self.ids = TxnIds(uuid.uuid4().hex, "batch")
 
     def write(self, rows: Iterator[Any]) -> TaskCommit:
-        return write_rows(self.options, self.ids, 0, rows)
+        """Prepare this task's transaction; abort it instead if the job was abandoned
+        meanwhile (a task Spark could not stop in time must not leave it open)."""
+        commit = write_rows(self.options, self.ids, 0, rows)
+        client = client_for(bootstrap_of(self.options))
+        if SinkLog(client, self.ids.sink).abandoned():
+            client.abort_transaction(commit.transactional_id)
+            raise WriteAbandoned(f"batch write {self.ids.sink} was aborted while this task ran")
+        return commit
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         client = client_for(bootstrap_of(self.options))
@@ -276,7 +310,14 @@ class TopicWriter(DataSourceWriter):
         complete(client, commits)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        settle(client_for(bootstrap_of(self.options)), self.ids.sink)
+        """Abandon the job, then abort every task's transaction: fencing each task's id
+        stops tasks still running (one message per task: its id is known), and a task
+        that begins after the fence sees the abandonment."""
+        client = client_for(bootstrap_of(self.options))
+        SinkLog(client, self.ids.sink).abandon()
+        for partition in range(len(messages)):
+            client.abort_transaction(self.ids.task(0, partition))
+        settle(client, self.ids.sink)
 
 
 class TopicStreamWriter(DataSourceStreamWriter):
