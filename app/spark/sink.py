@@ -251,6 +251,7 @@ class SinkLog:
         return None if found is None else (TxnIds(self.sink, found[1]), found[0])
 
     def decide(self, run: str, batch: int) -> None:
+        self._topic()
         self.client.commit_offset(self.group, SINK_COMMITS_TOPIC, 0, batch, run)
 
     def abandon(self) -> None:
