@@ -87,14 +87,15 @@ class Cluster:
             special = {EARLIEST: self.earliest([tp for tp in tps if wanted[tp] == EARLIEST]),
                        LATEST: self.latest([tp for tp in tps if wanted[tp] == LATEST])}
             return {tp: special[wanted[tp]][tp] if wanted[tp] in special else wanted[tp] for tp in tps}
-        return self._by_timestamp(limit, tps, option)
+        return self._by_timestamp(limit, tps)
 
     def close(self) -> None:
         self._admin = None
 
-    def _by_timestamp(self, limit: Timestamps, tps: list[TopicPartition], option: str) -> Offsets:
+    def _by_timestamp(self, limit: Timestamps, tps: list[TopicPartition]) -> Offsets:
         from confluent_kafka.admin import OffsetSpec
 
+        option = limit.option
         if limit.everywhere is None:
             _check_covers(limit.by_partition, tps, option)
         found = self._list_offsets({tp: OffsetSpec.for_timestamp(limit.timestamp(tp)) for tp in tps})
@@ -259,7 +260,8 @@ def input_partitions(ranges: list[OffsetRange], options: SourceOptions) -> list[
     wanted = options.min_partitions
     if wanted and wanted > len(ranges):
         total = sum(r.size for r in ranges)
-        ranges = [part for r in ranges for part in divide(r, max(round(r.size / total * wanted), 1))]
+        # Java's Math.round (half up), not Python's round (half to even)
+        ranges = [part for r in ranges for part in divide(r, max(math.floor(r.size / total * wanted + 0.5), 1))]
     return [InputPartition(r) for r in ranges]
 
 

@@ -67,6 +67,8 @@ class Timestamps:
     everywhere: int | None = None
     #: when no record is that recent: fail ("error", Spark's default) or take "latest"
     missing: str = "error"
+    #: the option that gave the timestamps, for errors
+    option: str = "startingTimestamp"
 
     def timestamp(self, tp: TopicPartition) -> int | None:
         return self.everywhere if self.everywhere is not None else self.by_partition.get(tp)
@@ -208,14 +210,15 @@ def _offset_limit(opts: dict[str, str], side: str, default: OffsetLimit) -> Offs
             raise ValueError(f"Invalid value '{missing}' for option 'startingOffsetsByTimestampStrategy': "
                              "expected error or latest")
     if f"{side}timestamp" in opts:
-        return Timestamps(everywhere=_timestamp(opts[f"{side}timestamp"], f"{side}Timestamp"), missing=missing)
+        name = f"{side}Timestamp"
+        return Timestamps(everywhere=_timestamp(opts[name.lower()], name), missing=missing, option=name)
     if f"{side}offsetsbytimestamp" in opts:
         name = f"{side}OffsetsByTimestamp"
         by_partition = _partition_numbers(opts[f"{side}offsetsbytimestamp"], name)
         for tp, ts in by_partition.items():
             if ts < 0:
                 raise ValueError(f"Invalid timestamp {ts} for {tp[0]}-{tp[1]} in option '{name}'")
-        return Timestamps(by_partition=by_partition, missing=missing)
+        return Timestamps(by_partition=by_partition, missing=missing, option=name)
     value = opts.get(f"{side}offsets")
     if value is None:
         return default

@@ -93,6 +93,16 @@ def test_assign_and_json_offsets_read_the_chosen_range(spark, workload: Workload
     assert [(r.partition, r.offset) for r in df.collect()] == [(0, w.offset) for w in p0[2:5]]
 
 
+def test_starting_timestamp_starts_each_partition_at_its_first_record_that_recent(
+        spark, workload: Workload) -> None:
+    """Only the plain records carry the old PLAIN_TIMESTAMP_MS; the transactions' are now."""
+    recent = [w for ws in workload.records.values() for w in ws if w.timestamp_ms is None]
+    first = {p: min(w.offset for w in recent if w.partition == p) for p in range(3)}
+    df = read(spark, workload.bootstrap, subscribe=workload.topic, startingTimestamp=str(PLAIN_TIMESTAMP_MS + 1))
+    assert_rows_are(df.collect(), {p: [w for w in ws if w.offset >= first[p]]
+                                   for p, ws in workload.visible().items()})
+
+
 def test_subscribe_pattern_reads_every_matching_topic(spark, kafka: KafkaBroker, workload: Workload) -> None:
     df = read(spark, kafka.bootstrap, subscribePattern="interleave.")  # a full match, as Java's
     assert_rows_are(df.collect(), workload.visible())
@@ -120,6 +130,8 @@ def test_large_partitions_are_split_into_offset_ranges(spark, workload: Workload
     ({"subscribe": "interleaved", "endingOffsets": '{"interleaved":{"0":-1}}'},
      "If endingOffsets contains specific offsets, you must specify all TopicPartitions"),
     ({"assign": '{"interleaved":[9]}'}, "UNKNOWN_TOPIC_OR_PARTITION"),
+    ({"subscribe": "interleaved", "startingTimestamp": "99999999999999"},
+     "No offset matched the timestamp in option 'startingTimestamp'"),
     ({"assign": '{"interleaved":[0]}', "endingOffsets": '{"interleaved":{"0":100000}}'},
      "endingOffsets for interleaved-0 is 100000, past its last stable offset"),
 ])
