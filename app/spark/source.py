@@ -75,27 +75,28 @@ class Cluster:
         from confluent_kafka.admin import OffsetSpec
         return self._list_offsets({tp: OffsetSpec.latest() for tp in tps})
 
-    def resolve(self, limit: OffsetLimit, tps: list[TopicPartition], option: str) -> Offsets:
-        """``limit`` as an offset for each of ``tps`` (``option`` names it in errors)."""
+    def resolve(self, limit: OffsetLimit, option: str, earliest: Offsets, latest: Offsets) -> Offsets:
+        """``limit`` as an offset for each partition of ``earliest`` and ``latest`` (one
+        snapshot of the bounds, so that a range's start and end agree); ``option``
+        names it in errors."""
         if isinstance(limit, Earliest):
-            return self.earliest(tps)
+            return dict(earliest)
         if isinstance(limit, Latest):
-            return self.latest(tps)
+            return dict(latest)
         if isinstance(limit, SpecificOffsets):
             wanted = limit.offsets
-            _check_covers(wanted, tps, option)
-            special = {EARLIEST: self.earliest([tp for tp in tps if wanted[tp] == EARLIEST]),
-                       LATEST: self.latest([tp for tp in tps if wanted[tp] == LATEST])}
-            return {tp: special[wanted[tp]][tp] if wanted[tp] in special else wanted[tp] for tp in tps}
-        return self._by_timestamp(limit, tps)
+            _check_covers(wanted, list(latest), option)
+            special = {EARLIEST: earliest, LATEST: latest}
+            return {tp: special[wanted[tp]][tp] if wanted[tp] in special else wanted[tp] for tp in latest}
+        return self._by_timestamp(limit, latest)
 
     def close(self) -> None:
         self._admin = None
 
-    def _by_timestamp(self, limit: Timestamps, tps: list[TopicPartition]) -> Offsets:
+    def _by_timestamp(self, limit: Timestamps, latest: Offsets) -> Offsets:
         from confluent_kafka.admin import OffsetSpec
 
-        option = limit.option
+        tps, option = list(latest), limit.option
         if limit.everywhere is None:
             _check_covers(limit.by_partition, tps, option)
         found = self._list_offsets({tp: OffsetSpec.for_timestamp(limit.timestamp(tp)) for tp in tps})
@@ -104,7 +105,6 @@ class Cluster:
             raise ValueError(f"No offset matched the timestamp in option '{option}' for "
                              f"{', '.join(f'{t}-{p}' for t, p in missing)}: no record is that recent "
                              "(startingOffsetsByTimestampStrategy=latest starts them at latest)")
-        latest = self.latest(tps)
         return {tp: latest[tp] if found[tp] < 0 else min(found[tp], latest[tp]) for tp in tps}
 
     def _list_offsets(self, specs: dict) -> Offsets:
@@ -137,13 +137,13 @@ class TopicReader(DataSourceReader):
         cluster = Cluster(self.options)
         try:
             tps = cluster.partitions()
-            bounds = cluster.earliest(tps), cluster.latest(tps)
-            starts = cluster.resolve(self.options.starting, tps, "startingOffsets")
-            ends = cluster.resolve(self.options.ending, tps, "endingOffsets")
+            earliest, latest = cluster.earliest(tps), cluster.latest(tps)
+            starts = cluster.resolve(self.options.starting, "startingOffsets", earliest, latest)
+            ends = cluster.resolve(self.options.ending, "endingOffsets", earliest, latest)
         finally:
             cluster.close()
-        ranges = [OffsetRange(t, p, start, end)
-                  for (t, p), (start, end) in checked_bounds(starts, ends, *bounds, self.options).items()]
+        ranges = [OffsetRange(t, p, start, end) for (t, p), (start, end)
+                  in checked_bounds(starts, ends, earliest, latest, self.options).items()]
         return input_partitions(ranges, self.options)
 
     def read(self, partition: InputPartition) -> Iterator:
@@ -177,7 +177,8 @@ class TopicStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # Spark asks twice when a query starts: both answers must be the same
         if self._initial is None:
             tps = self.cluster.partitions()
-            self._initial = to_json(self.cluster.resolve(self.options.starting, tps, "startingOffsets"))
+            self._initial = to_json(self.cluster.resolve(self.options.starting, "startingOffsets",
+                                                         self.cluster.earliest(tps), self.cluster.latest(tps)))
         return self._initial
 
     def getDefaultReadLimit(self) -> ReadLimit:

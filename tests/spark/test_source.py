@@ -5,7 +5,9 @@ in Spark's Kafka-source columns."""
 from __future__ import annotations
 
 import json
+import re
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
@@ -144,3 +146,14 @@ def test_misused_options_fail_with_an_error_naming_them(spark, workload: Workloa
 def test_an_empty_topic_reads_no_rows(spark, kafka: KafkaBroker) -> None:
     kafka.broker.create_topic("empty", partitions=2)
     assert read(spark, kafka.bootstrap, subscribe="empty").collect() == []
+
+
+def test_the_readme_example_reads_the_committed_records(spark, kafka: KafkaBroker) -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme[readme.index("## Reading topics from Spark"):]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    kafka.broker.create_topic("orders", partitions=3)
+    workload = interleaved(kafka.bootstrap, "orders")
+    scope: dict[str, Any] = {}
+    exec(code.replace("127.0.0.1:9092", kafka.bootstrap), scope)  # spark_session() returns the shared session
+    assert_rows_are(scope["df"].collect(), workload.visible())
