@@ -13,17 +13,17 @@ progress for ``poll_timeout_ms`` fails with an error naming the range: it never 
 
 from __future__ import annotations
 
+import bisect
 import time
 import uuid
 from dataclasses import dataclass
 from typing import Any, Iterator
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 #: records per consume() call and per RecordBatch handed to Spark
 CONSUME_BATCH = 10_000
-#: Kafka's TimestampType ids (Spark's timestampType column) by librdkafka's timestamp type
-TIMESTAMP_TYPES = {0: -1, 1: 0, 2: 1}  # NOT_AVAILABLE, CREATE_TIME, LOG_APPEND_TIME
 
 
 @dataclass(frozen=True)
@@ -74,9 +74,9 @@ def read_range(rng: OffsetRange, config: dict[str, Any], schema: pa.Schema,
             # consume() waits for as many messages as asked or the timeout: ask for no
             # more than the range can still hold
             messages = consumer.consume(min(CONSUME_BATCH, rng.end - position), 0.1)
-            records, position = _in_range(messages, rng, position)
+            records, offsets, position = _in_range(messages, rng, position)
             if records:
-                yield _record_batch(records, rng, schema)
+                yield _record_batch(records, offsets, rng, schema)
             if messages:
                 progress_at = time.monotonic()
             elif time.monotonic() - progress_at > poll_timeout_ms / 1000:
@@ -88,39 +88,47 @@ def read_range(rng: OffsetRange, config: dict[str, Any], schema: pa.Schema,
         consumer.close()
 
 
-def _in_range(messages: list, rng: OffsetRange, position: int) -> tuple[list, int]:
-    """The data records of ``messages`` below the range's end, and the consumer's
-    position after them (an EOF event moves it past filtered offsets)."""
+def _in_range(messages: list, rng: OffsetRange, position: int) -> tuple[list, list[int], int]:
+    """The data records of ``messages`` below the range's end, their offsets, and the
+    consumer's position after them (an EOF event moves it past filtered offsets)."""
+    records = [m for m in messages if m.error() is None]
+    if len(records) < len(messages):
+        position = _position_after_events(messages, position)
+    offsets = [m.offset() for m in records]
+    if offsets and offsets[-1] >= rng.end:
+        cut = bisect.bisect_left(offsets, rng.end)
+        return records[:cut], offsets[:cut], rng.end
+    if offsets:
+        position = max(position, offsets[-1] + 1)
+    return records, offsets, position
+
+
+def _position_after_events(messages: list, position: int) -> int:
+    """The position partition-EOF events in ``messages`` report; any other error raises."""
     from confluent_kafka import KafkaError, KafkaException
 
-    records = []
     for message in messages:
         error = message.error()
-        if error is None:
-            if message.offset() >= rng.end:
-                return records, rng.end
-            records.append(message)
-            position = message.offset() + 1
-        elif error.code() == KafkaError._PARTITION_EOF:
+        if error is not None:
+            if error.code() != KafkaError._PARTITION_EOF:
+                raise KafkaException(error)
             position = max(position, message.offset())
-        else:
-            raise KafkaException(error)
-    return records, position
+    return position
 
 
-def _record_batch(records: list, rng: OffsetRange, schema: pa.Schema) -> pa.RecordBatch:
+def _record_batch(records: list, offsets: list[int], rng: OffsetRange, schema: pa.Schema) -> pa.RecordBatch:
     """The Kafka source's columns of ``records``, in ``schema``'s order and types."""
     n = len(records)
-    timestamps = [m.timestamp() for m in records]
+    kinds, stamps = zip(*[m.timestamp() for m in records])
     columns = {
         "key": pa.array([m.key() for m in records], pa.binary()),
         "value": pa.array([m.value() for m in records], pa.binary()),
-        "topic": pa.array([rng.topic] * n, pa.string()),
-        "partition": pa.array([rng.partition] * n, pa.int32()),
-        "offset": pa.array([m.offset() for m in records], pa.int64()),
-        "timestamp": pa.array([ts for _, ts in timestamps], pa.int64()).cast(pa.timestamp("ms"))
-                       .cast(schema.field("timestamp").type),
-        "timestampType": pa.array([TIMESTAMP_TYPES.get(kind, -1) for kind, _ in timestamps], pa.int32()),
+        "topic": pa.repeat(pa.scalar(rng.topic, pa.string()), n),
+        "partition": pa.repeat(pa.scalar(rng.partition, pa.int32()), n),
+        "offset": pa.array(offsets, pa.int64()),
+        "timestamp": pc.multiply(pa.array(stamps, pa.int64()), 1000).cast(schema.field("timestamp").type),
+        # librdkafka's timestamp types 0, 1, 2 are Kafka's -1 (none), 0 (create), 1 (log append)
+        "timestampType": pc.subtract(pa.array(kinds, pa.int32()), pa.scalar(1, pa.int32())),
     }
     if "headers" in schema.names:
         columns["headers"] = pa.array([m.headers() for m in records], schema.field("headers").type)
