@@ -34,9 +34,10 @@ The stream writer is a new instance for each commit/abort call and every method
 runs in some Python worker, so nothing is kept between calls but the module's
 connections (:func:`client_for`).
 
-Test hook (the only one): ``EXACTLY_SPARK_CRASH_AT=before-decision[:batch]`` or
-``after-decision[:batch]`` makes a streaming commit SIGKILL the driver's processes at
-that point (:func:`crash_point`).
+Test hook (the only one): ``EXACTLY_SPARK_CRASH_AT=<point>[:batch]``, the point
+``before-decision``, ``after-decision`` or ``mid-completion`` (between the first and
+second EndTxn), makes a streaming commit SIGKILL the driver's processes there
+(:func:`crash_point`; in-process tests replace that function).
 """
 
 from __future__ import annotations
@@ -222,8 +223,12 @@ def verify(client: KafkaClient, commits: Sequence[TaskCommit]) -> None:
                 f"{init.ongoing_producer_epoch}")
 
 
-def complete(client: KafkaClient, commits: Sequence[TaskCommit]) -> None:
-    for commit in commits:
+def complete(client: KafkaClient, commits: Sequence[TaskCommit], batch: int | None = None) -> None:
+    """Commit the (verified) transactions; a streaming ``batch`` has a crash point
+    between the first and the second."""
+    for number, commit in enumerate(commits):
+        if number == 1 and batch is not None:
+            crash_point("mid-completion", batch)
         client.end_txn(commit.transactional_id, commit.producer_id, commit.producer_epoch, commit=True)
 
 
@@ -352,7 +357,7 @@ class TopicStreamWriter(DataSourceStreamWriter):
         crash_point("before-decision", batchId)
         log.decide(ids.run, batchId)
         crash_point("after-decision", batchId)
-        complete(client, commits)
+        complete(client, commits, batchId)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Abort the batch's transactions unless it was decided (then they commit);

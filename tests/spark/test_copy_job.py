@@ -1,7 +1,7 @@
 """The streaming copy job, exactly once through crashes: its driver's process group
 (driver, JVM, Python workers) is SIGKILLed during the sink's commit, before and
-after the decision record (the sink's one test hook, EXACTLY_SPARK_CRASH_AT), and at
-arbitrary moments mid-batch, and restarted from its checkpoint each time. The output
+after the decision record and between two EndTxn (the sink's one test hook,
+EXACTLY_SPARK_CRASH_AT), and at arbitrary moments mid-batch, and restarted from its checkpoint each time. The output
 read read_committed is then exactly the transformed input: nothing missing, nothing
 twice, no transaction left open."""
 
@@ -132,8 +132,8 @@ def test_killed_during_commits_and_batches_then_restarted_the_output_is_exactly_
     checkpoint = tmp_path / "checkpoint"
     jobs = []
     try:
-        for crash_at in ("before-decision:1", "after-decision:2"):
-            job = Job(served, checkpoint, crash_at)
+        for crash_at in ("before-decision:1", "after-decision:2", "mid-completion:4"):
+            job = Job(served, checkpoint, crash_at, "--available-now")  # ends, should the crash not come
             jobs.append(job)
             assert job.wait() == -signal.SIGKILL, job.output()
         for _ in range(2):  # killed at an arbitrary moment of the batch after a progress line

@@ -5,12 +5,16 @@ only hit by chance is set up here on purpose."""
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 from typing import Iterator
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from pyspark.sql.types import StringType, StructField, StructType
 
+from app.spark import sink
 from app.spark.kafka_client import KafkaClient, TransactionalProducer
 from app.spark.sink import PreparedTransactionLost, SinkLog, TaskCommit, TopicStreamWriter, TxnIds
 from storage.record_batch import SimpleRecord
@@ -135,3 +139,62 @@ def test_the_batch_after_the_decided_one_is_aborted_not_rolled_forward(served, c
     writer(served).commit([task(client, "run2", 5, 0, ["b5"])], 5)
     assert committed(served) == [b"b4p0", b"b4p1", b"b5"]
     assert open_transactions(client) == []
+
+
+#: what can happen to a micro-batch between its tasks and Spark's checkpoint commit:
+#: a clean commit, the driver dying at one of the sink's crash points, a task failing
+OUTCOMES = ("committed", "before-decision", "after-decision", "mid-completion", "a task failed")
+
+
+class Died(Exception):
+    """The driver process dying at a crash point (here: the commit call ends)."""
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
+    with KafkaBroker(tmp_path_factory.mktemp("stateful") / "data") as broker:
+        yield broker
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.sampled_from(OUTCOMES), max_size=8))
+def test_any_sequence_of_crashes_and_replays_writes_each_batch_once(shared, outcomes) -> None:
+    """Spark's side as it behaves: until a commit returns, a new run replays the batch
+    with the same id; after the outcomes, one last run commits."""
+    topic, query = f"out-{uuid.uuid4().hex[:8]}", str(uuid.uuid4())
+    shared.broker.create_topic(topic, partitions=2)
+    options = {"kafka.bootstrap.servers": shared.bootstrap, "topic": topic}
+    batch, run = 0, 0
+    with KafkaClient(shared.bootstrap) as client, pytest.MonkeyPatch.context() as patch:
+        def tasks() -> list[TaskCommit]:
+            ids = TxnIds(query, f"run{run}")
+            messages = []
+            for p in (0, 1):
+                producer = TransactionalProducer(client, ids.task(batch, p))
+                producer.begin()
+                producer.send(topic, p, SimpleRecord(f"b{batch}p{p}".encode()))
+                producer.prepare()
+                messages.append(TaskCommit(ids, producer.transactional_id, producer.producer_id,
+                                           producer.producer_epoch, 1))
+            return messages
+
+        for outcome in outcomes + ["committed"]:
+            messages = tasks()
+            if outcome == "a task failed":
+                TopicStreamWriter(options, SCHEMA).abort([messages[0], None], batch)
+                run += 1
+                continue
+
+            def crash_point(point: str, at_batch: int, outcome: str = outcome) -> None:
+                if point == outcome:
+                    raise Died(point)
+            patch.setattr(sink, "crash_point", crash_point)
+            try:
+                TopicStreamWriter(options, SCHEMA).commit(messages, batch)
+                batch += 1  # Spark records the batch in its checkpoint
+            except Died:
+                run += 1  # the query restarts from its checkpoint and replays the batch
+        output = read_to_end({"bootstrap.servers": shared.bootstrap, "group.id": "check",
+                              "isolation.level": "read_committed"}, topic, 2)
+        assert sorted(output) == sorted(f"b{b}p{p}".encode() for b in range(batch) for p in (0, 1))
+        assert [t for t in open_transactions(client) if query in t] == []
