@@ -76,7 +76,7 @@ def failing_rows(spark, count: int, size: int, attempt: int):
 
     last = count - 1
 
-    def value(id_: int) -> str:
+    def value(id_):  # no hints: Spark would try to infer a pandas UDF from them
         from pyspark import TaskContext
         context = TaskContext.get()
         if id_ == last and (context.partitionId(), context.attemptNumber()) == (1, attempt):
