@@ -6,60 +6,52 @@ scrape sees one consistent moment. Counters and latency histograms are counted b
 the engine where the work happens (``app/engine/counters.py``), whichever face asked
 for it: the HTTP API, the embedded client or the Kafka listener.
 
-What to alert on, and Kafka's name for the same thing where Kafka has one:
+What to alert on (every name starts ``exactly_``), with Kafka's name for the same
+thing where Kafka has one -- the README's "Metrics and logs" repeats this list:
 
-===================================================  ==========================================================
-exactly_...                                          Kafka (JMX) / meaning
-===================================================  ==========================================================
-``partition_last_stable_offset_lag{topic,partition}`` ``kafka.cluster:type=Partition,name=LastStableOffsetLag``:
-                                                     high watermark - LSO, what read_committed consumers cannot
-                                                     read yet
-``partition_oldest_transaction_age_seconds``         (none) how long the oldest transaction still open on the
-``{topic,partition}``                                partition has been open (its coordinator's start time; a
-                                                     producer no coordinator knows: its last write); 0: none
-``partitions_with_late_transactions``                ``kafka.server:type=ReplicaManager,name=``
-                                                     ``PartitionsWithLateTransactionsCount``: partitions whose
-                                                     oldest open transaction's producer last wrote more than
-                                                     transaction.max.timeout.ms + 5 min ago (Kafka's rule, see
-                                                     ``ProducerStateManager.has_late_transaction``)
-``consumer_group_lag{group,topic,partition}``        (Kafka: the consumer's ``records-lag``) records a
-                                                     read_committed consumer of the group would still receive
-                                                     (the ``lag`` of ``queries.group``)
-``produce_duration_seconds``                         ``kafka.network:type=RequestMetrics,name=TotalTimeMs,``
-                                                     ``request=Produce``, per batch: appended until
-                                                     acknowledged (durable for acks=all)
-``log_flush_duration_seconds``                       ``kafka.log:type=LogFlushStats,name=LogFlushRateAndTimeMs``:
-                                                     one fsync round of group commit
-``transaction_end_duration_seconds{outcome}``        ``RequestMetrics TotalTimeMs request=EndTxn``: EndTxn until
-                                                     its markers and COMPLETE are durable
-``fetch_duration_seconds``                           ``RequestMetrics TotalTimeMs request=Fetch``, per partition
-                                                     read (a long poll's wait excluded)
-``fenced_producers_total{error}``                    ``RequestMetrics ErrorsPerSec error=PRODUCER_FENCED`` (or
-                                                     ``INVALID_PRODUCER_EPOCH``): zombie producers refused
-``transactions_timed_out_total``                     (Confluent Server's ``transaction-timeout-count``)
-                                                     transactions aborted past transaction.timeout.ms
-``transactions_admin_aborted_total``                 (none) transactions an operator aborted: the console's or
-                                                     API's Abort, Kafka's AbortTransaction (KIP-664)
-``active_transactional_ids{state}``                  transactional ids with a transaction open now (Ongoing,
-                                                     PrepareCommit, PrepareAbort, PrepareEpochFence)
-``transactions_completed_total{outcome}``            transactions committed / aborted since start
-``live_producer_ids{topic,partition}``               ``kafka.server:type=ReplicaManager,name=ProducerIdCount``
-                                                     (per partition here)
-``partition_high_watermark`` / ``_last_stable_offset``  the log's offsets
-/ ``_log_start_offset`` ``{topic,partition}``
-``produce_requests_total``, ``produced_records_total``  ``BrokerTopicMetrics TotalProduceRequestsPerSec``,
-                                                     ``MessagesInPerSec`` (duplicates excluded)
-``fetch_requests_total``, ``fetched_bytes_total``    ``BrokerTopicMetrics TotalFetchRequestsPerSec``,
-                                                     ``BytesOutPerSec``: clients' partition reads only -- the
-                                                     SQLite mirror, the console and coordinator loads are not
-                                                     clients
-``kafka_request_duration_seconds{api}``              ``RequestMetrics TotalTimeMs`` per Kafka API, from decoded to
-                                                     answered (its ``_count`` is the request count)
-``kafka_connections``                                ``kafka.server:type=socket-server-metrics,connection-count``
-``http_requests_total{endpoint,method,status}``      HTTP calls by route
-===================================================  ==========================================================
+* ``partition_last_stable_offset_lag{topic,partition}`` -- Kafka's
+  ``kafka.cluster:type=Partition,name=LastStableOffsetLag``: high watermark - LSO,
+  what read_committed consumers cannot read yet.
+* ``partition_oldest_transaction_age_seconds{topic,partition}`` -- how long the
+  oldest transaction open on the partition has been open (its coordinator's start
+  time; for a producer no coordinator knows, its last write there); 0: none.
+* ``partitions_with_late_transactions`` -- Kafka's
+  ``kafka.server:type=ReplicaManager,name=PartitionsWithLateTransactionsCount``:
+  partitions whose oldest open transaction's producer last wrote more than
+  transaction.max.timeout.ms + 5 minutes ago (Kafka's rule,
+  ``ProducerStateManager.has_late_transaction``).
+* ``consumer_group_lag{group,topic,partition}`` -- the records a read_committed
+  consumer of the group would still receive (``queries.group``'s ``lag``; Kafka's
+  consumers report it as ``records-lag``).
+* ``produce_duration_seconds`` -- a batch from append to acknowledgement (durable,
+  for acks=all); Kafka's ``RequestMetrics TotalTimeMs request=Produce``.
+* ``log_flush_duration_seconds`` -- one fsync round of group commit; Kafka's
+  ``kafka.log:type=LogFlushStats,name=LogFlushRateAndTimeMs``.
+* ``transaction_end_duration_seconds{outcome}`` -- EndTxn until its markers and
+  COMPLETE are durable; Kafka's ``RequestMetrics TotalTimeMs request=EndTxn``.
+* ``fetch_duration_seconds`` -- a client's read of one partition (a long poll's wait
+  excluded); Kafka's ``RequestMetrics TotalTimeMs request=Fetch``.
+* ``fenced_producers_total{error}`` -- PRODUCER_FENCED / INVALID_PRODUCER_EPOCH
+  answered to zombie producers; Kafka's ``RequestMetrics ErrorsPerSec error=...``.
+* ``transactions_timed_out_total`` -- transactions aborted past their
+  transaction.timeout.ms (Confluent Server's ``transaction-timeout-count``).
+* ``transactions_admin_aborted_total`` -- transactions an operator aborted: the
+  console's or the API's Abort, AbortTransaction (KIP-664).
+* ``active_transactional_ids{state}`` -- transactional ids with a transaction open
+  now (Ongoing, PrepareCommit, PrepareAbort, PrepareEpochFence); completed ones are
+  not active.
 
-plus the process and platform metrics of prometheus-client.
+And to understand them: ``transactions_completed_total{outcome}``;
+``live_producer_ids{topic,partition}`` (Kafka's ReplicaManager ``ProducerIdCount``,
+per partition here); ``partition_high_watermark`` / ``partition_last_stable_offset``
+/ ``partition_log_start_offset``; ``produce_requests_total`` and
+``produced_records_total`` (Kafka's ``TotalProduceRequestsPerSec``,
+``MessagesInPerSec``; retried duplicates excluded); ``fetch_requests_total`` and
+``fetched_bytes_total`` (``TotalFetchRequestsPerSec``, ``BytesOutPerSec``: clients'
+partition reads only -- the SQLite mirror, the console and coordinator loads are
+not clients); ``kafka_request_duration_seconds{api}`` (``RequestMetrics
+TotalTimeMs`` per Kafka API, decoded to answered); ``kafka_connections``;
+``http_requests_total{endpoint,method,status}``; plus the process and platform metrics of prometheus-client.
 
 Each app has its own registry: nothing is global, two apps in one process (tests)
 never share counters.
