@@ -314,15 +314,16 @@ class Engine:
             raise
         if not result.duplicate:
             self.counters.produced_records += header.record_count
+        latency = self.counters.produce_latency
         if acks == -1:
-            acknowledged = commit.when_durable(result.last_offset, result)
-        else:
-            if not result.duplicate:
-                commit.appended()
-            acknowledged = _done(result)
-        latency = self.counters.produce_latency  # the callback runs on the loop: durable there, or now
-        acknowledged.add_done_callback(lambda _: latency.observe(time.perf_counter() - started))
-        return acknowledged
+            durable = commit.when_durable(result.last_offset, result)
+            # the callback runs on the loop, which makes the append durable (or now, if it is)
+            durable.add_done_callback(lambda _: latency.observe(time.perf_counter() - started))
+            return durable
+        if not result.duplicate:
+            commit.appended()
+        latency.observe(time.perf_counter() - started)
+        return _done(result)
 
     def _verify_producer(self, header: BatchHeader, topic: str, partition: int,
                          transactional_id: str | None) -> None:
