@@ -32,7 +32,9 @@ thing where Kafka has one -- the README's "Metrics and logs" repeats this list:
 * ``fetch_duration_seconds`` -- a client's read of one partition (a long poll's wait
   excluded); Kafka's ``RequestMetrics TotalTimeMs request=Fetch``.
 * ``fenced_producers_total{error}`` -- PRODUCER_FENCED / INVALID_PRODUCER_EPOCH
-  answered to zombie producers; Kafka's ``RequestMetrics ErrorsPerSec error=...``.
+  answered to zombie producers, by the error the broker decided (the Kafka listener
+  tells request versions older than PRODUCER_FENCED INVALID_PRODUCER_EPOCH instead);
+  Kafka's ``RequestMetrics ErrorsPerSec error=...``.
 * ``transactions_timed_out_total`` -- transactions aborted past their
   transaction.timeout.ms (Confluent Server's ``transaction-timeout-count``).
 * ``transactions_admin_aborted_total`` -- transactions an operator aborted: the
@@ -51,7 +53,8 @@ per partition here); ``partition_high_watermark`` / ``partition_last_stable_offs
 partition reads only -- the SQLite mirror, the console and coordinator loads are
 not clients); ``kafka_request_duration_seconds{api}`` (``RequestMetrics
 TotalTimeMs`` per Kafka API, decoded to answered); ``kafka_connections``;
-``http_requests_total{endpoint,method,status}``; plus the process and platform metrics of prometheus-client.
+``http_requests_total{endpoint,method,status}``; plus the process and platform
+metrics of prometheus-client.
 
 Each app has its own registry: nothing is global, two apps in one process (tests)
 never share counters.
@@ -98,8 +101,8 @@ def _oldest_transaction_age_ms(engine: "Engine", log: PartitionLog, now_ms: int)
         meta = tc.txns.get(txn_id) if txn_id is not None else None
         if meta is not None and meta.state.is_open and meta.txn_start_timestamp >= 0:
             starts.append(meta.txn_start_timestamp)
-        else:
-            starts.append(log.producer_state.producers[producer_id].last_timestamp)
+        elif (entry := log.producer_state.producers.get(producer_id)) is not None:
+            starts.append(entry.last_timestamp)
     return max(0, now_ms - min(starts)) if starts else 0
 
 
@@ -225,7 +228,8 @@ class BrokerCollector(Collector):
             yield CounterMetricFamily(name, doc, value=value)
         for (name, doc), (counts, total) in zip((
                 ("exactly_produce_duration_seconds", "A batch from append to acknowledgement (durable for acks=all)"),
-                ("exactly_log_flush_duration_seconds", "One fsync round of group commit (Kafka: LogFlushRateAndTimeMs)"),
+                ("exactly_log_flush_duration_seconds",
+                 "One fsync round of group commit (Kafka: LogFlushRateAndTimeMs)"),
                 ("exactly_fetch_duration_seconds", "A client's read of one partition")), snap["latency"]):
             histogram = HistogramMetricFamily(name, doc)
             _add_histogram(histogram, [], counts, total)
