@@ -13,13 +13,18 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from prometheus_client.core import HistogramMetricFamily
 from prometheus_client.parser import text_string_to_metric_families
 
 from app import Broker
 from app.client.producer import Producer
 from app.engine import queries
+from app.engine.counters import LATENCY_BUCKETS_S, LatencyHistogram
 from app.engine.scheduler import mirror_round
 from app.http import create_app
+from app.http.metrics import add_histogram
 from storage.clock import FakeClock
 from storage.errors import ProducerFencedError
 from storage.producer_state import LATE_TRANSACTION_BUFFER_MS
@@ -209,3 +214,18 @@ def test_the_fetch_counter_counts_clients_only(tmp_path: Path, clock: FakeClock)
     with Broker(tmp_path / "data", clock=clock, **SMALL_INTERNAL_TOPICS, **FROZEN) as reopened:
         # loading the coordinators read __transaction_state and __consumer_offsets: no client fetched
         assert Scraper(reopened).value("exactly_fetch_requests_total") == 0
+
+
+@given(st.lists(st.one_of(st.sampled_from(LATENCY_BUCKETS_S), st.floats(0, 100)), max_size=50))
+def test_a_histogram_bucket_counts_the_observations_at_or_below_its_bound(seconds: list[float]) -> None:
+    """Prometheus' ``le``: a value equal to a bound is in that bound's bucket."""
+    histogram = LatencyHistogram()
+    for value in seconds:
+        histogram.observe(value)
+    family = HistogramMetricFamily("h", "h")
+    add_histogram(family, [], histogram.counts, histogram.total_s)
+    buckets = {s.labels["le"]: s.value for s in family.samples if s.name == "h_bucket"}
+    for bound in LATENCY_BUCKETS_S:
+        assert buckets[str(bound)] == sum(value <= bound for value in seconds)
+    assert buckets["+Inf"] == len(seconds)
+    assert [s.value for s in family.samples if s.name == "h_sum"] == [pytest.approx(sum(seconds))]

@@ -149,7 +149,7 @@ async def _snapshot(engine: "Engine") -> dict[str, Any]:
     }
 
 
-def _add_histogram(family: HistogramMetricFamily, labels: list[str], counts: list[int], total: float) -> None:
+def add_histogram(family: HistogramMetricFamily, labels: list[str], counts: list[int], total: float) -> None:
     cumulative = list(itertools.accumulate(counts))
     family.add_metric(labels, [(str(bound), n) for bound, n in zip(LATENCY_BUCKETS_S, cumulative)]
                       + [("+Inf", cumulative[-1])], sum_value=total)
@@ -207,7 +207,7 @@ class BrokerCollector(Collector):
         end_txn = HistogramMetricFamily("exactly_transaction_end_duration_seconds",
                                         "EndTxn until its markers and COMPLETE are durable", labels=["outcome"])
         for outcome, (counts, total) in snap["end_txn"].items():
-            _add_histogram(end_txn, [outcome], counts, total)
+            add_histogram(end_txn, [outcome], counts, total)
         yield end_txn
         fenced = CounterMetricFamily("exactly_fenced_producers",
                                      "PRODUCER_FENCED / INVALID_PRODUCER_EPOCH answered to producers",
@@ -232,12 +232,12 @@ class BrokerCollector(Collector):
                  "One fsync round of group commit (Kafka: LogFlushRateAndTimeMs)"),
                 ("exactly_fetch_duration_seconds", "A client's read of one partition")), snap["latency"]):
             histogram = HistogramMetricFamily(name, doc)
-            _add_histogram(histogram, [], counts, total)
+            add_histogram(histogram, [], counts, total)
             yield histogram
         latency = HistogramMetricFamily("exactly_kafka_request_duration_seconds",
                                         "Kafka requests by API: time from decoded to answered", labels=["api"])
         for api, (counts, total) in sorted(snap["kafka_requests"].items()):
-            _add_histogram(latency, [api], counts, total)
+            add_histogram(latency, [api], counts, total)
         yield latency
         yield GaugeMetricFamily("exactly_kafka_connections", "Kafka clients connected now",
                                 value=snap["kafka_connections"])
