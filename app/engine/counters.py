@@ -5,8 +5,8 @@ face asked for it (the HTTP API, the embedded client, the Kafka listener):
 
 * ``Engine.start_produce`` (produce: from the call to the acknowledgement, i.e. the
   fsync for acks=all), ``Engine.fetch`` (a client's read of one partition; the
-  broker's own reads -- the SQLite mirror, the console, coordinator loads -- read
-  the logs directly and are not counted);
+  broker's own reads -- the SQLite mirror and the console through ``Engine.read``,
+  coordinator loads from the logs -- are not counted);
 * group commit (``app/engine/group_commit.py``): how long each fsync round took;
 * the transaction coordinator, through :class:`TransactionObserver`'s methods
   (EndTxn to durable markers, fenced producers, timed-out and admin-aborted

@@ -402,15 +402,22 @@ class Engine:
     def fetch(self, topic: str, partition: int, offset: int, max_bytes: int = 1 << 20,
               isolation_level: str | int = READ_UNCOMMITTED) -> ReadResult:
         """A client's read of one partition (the Kafka Fetch, the HTTP records GET, the
-        embedded consumer): counted and timed for ``/metrics``. The broker's own reads
-        (the SQLite mirror, the console, coordinator loads) read the log directly."""
+        embedded consumer): :meth:`read`, counted and timed for ``/metrics``."""
         started = time.perf_counter()
         self.counters.fetch_requests += 1
-        committed = isolation_is_committed(isolation_level)
-        result = self.logs.log(topic, partition).read(offset, max_bytes, read_committed=committed)
+        result = self.read(topic, partition, offset, max_bytes, isolation_level)
         self.counters.fetched_bytes += len(result.records)
         self.counters.fetch_latency.observe(time.perf_counter() - started)
         return result
+
+    def read(self, topic: str, partition: int, offset: int, max_bytes: int = 1 << 20,
+             isolation_level: str | int = READ_UNCOMMITTED) -> ReadResult:
+        """Whole batches from ``offset``, up to the high watermark (read_uncommitted) or
+        the LSO (read_committed, with the aborted transactions in range). The broker's
+        own reads -- the SQLite mirror, the console -- use this one: they are no
+        client's fetches, so ``/metrics`` does not count them."""
+        committed = isolation_is_committed(isolation_level)
+        return self.logs.log(topic, partition).read(offset, max_bytes, read_committed=committed)
 
     def list_offsets(self, topic: str, partition: int, timestamp: int,
                      isolation_level: str | int = READ_UNCOMMITTED) -> OffsetAndTimestamp:
