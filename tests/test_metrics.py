@@ -9,6 +9,7 @@ admin-aborted transactions, and the fetch counter (clients only).
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Iterator
 
@@ -23,6 +24,7 @@ from app.client.producer import Producer
 from app.engine import queries
 from app.engine.counters import LATENCY_BUCKETS_S, LatencyHistogram
 from app.engine.scheduler import mirror_round
+import app.http.metrics as metrics_module
 from app.http import create_app
 from app.http.metrics import add_histogram
 from storage.clock import FakeClock
@@ -229,3 +231,18 @@ def test_a_histogram_bucket_counts_the_observations_at_or_below_its_bound(second
         assert buckets[str(bound)] == sum(value <= bound for value in seconds)
     assert buckets["+Inf"] == len(seconds)
     assert [s.value for s in family.samples if s.name == "h_sum"] == [pytest.approx(sum(seconds))]
+
+
+def test_every_metric_the_readme_and_the_module_name_is_served(broker: Broker) -> None:
+    """The docs cannot drift from the code: each ``exactly_`` name in the README's
+    "Metrics and logs" table and in ``app/http/metrics.py``'s docstring is served."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = readme.split("## Metrics and logs", 1)[1].split("\n## ", 1)[0]
+    documented = {name for row in section.splitlines() if row.startswith("| `")
+                  for name in re.findall(r"`([a-z_]+)(?:\{[^}]*\})?`", row.split("|")[1])}
+    documented |= set(re.findall(r"``([a-z_]+)(?:\{[^}]*\})?``", metrics_module.__doc__ or ""))
+    documented = {n for n in documented if not n.startswith(("exactly", "app")) and "_" in n}
+    text = Scraper(broker).client.get("/metrics").get_data(True)
+    families = set(re.findall(r"^# TYPE exactly_(\S+) ", text, re.M))  # served, with or without samples
+    missing = sorted(n for n in documented if n not in families and re.sub("_total$", "", n) not in families)
+    assert len(documented) >= 15 and not missing, missing
