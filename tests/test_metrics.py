@@ -24,9 +24,7 @@ from app.client.producer import Producer
 from app.engine import queries
 from app.engine.counters import LATENCY_BUCKETS_S, LatencyHistogram
 from app.engine.scheduler import mirror_round
-import app.http.metrics as metrics_module
-from app.http import create_app
-from app.http.metrics import add_histogram
+from app.http import create_app, metrics
 from storage.clock import FakeClock
 from storage.errors import ProducerFencedError
 from storage.producer_state import LATE_TRANSACTION_BUFFER_MS
@@ -225,7 +223,7 @@ def test_a_histogram_bucket_counts_the_observations_at_or_below_its_bound(second
     for value in seconds:
         histogram.observe(value)
     family = HistogramMetricFamily("h", "h")
-    add_histogram(family, [], histogram.counts, histogram.total_s)
+    metrics.add_histogram(family, [], histogram.counts, histogram.total_s)
     buckets = {s.labels["le"]: s.value for s in family.samples if s.name == "h_bucket"}
     for bound in LATENCY_BUCKETS_S:
         assert buckets[str(bound)] == sum(value <= bound for value in seconds)
@@ -240,7 +238,7 @@ def test_every_metric_the_readme_and_the_module_name_is_served(broker: Broker) -
     section = readme.split("## Metrics and logs", 1)[1].split("\n## ", 1)[0]
     documented = {name for row in section.splitlines() if row.startswith("| `")
                   for name in re.findall(r"`([a-z_]+)(?:\{[^}]*\})?`", row.split("|")[1])}
-    documented |= set(re.findall(r"``([a-z_]+)(?:\{[^}]*\})?``", metrics_module.__doc__ or ""))
+    documented |= set(re.findall(r"``([a-z_]+)(?:\{[^}]*\})?``", metrics.__doc__ or ""))
     documented = {n for n in documented if not n.startswith(("exactly", "app")) and "_" in n}
     text = Scraper(broker).client.get("/metrics").get_data(True)
     families = set(re.findall(r"^# TYPE exactly_(\S+) ", text, re.M))  # served, with or without samples
