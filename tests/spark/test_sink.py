@@ -37,7 +37,8 @@ def open_transactions(served: KafkaBroker) -> list[str]:
 
 def test_a_batch_write_commits_every_row_once(spark, served) -> None:
     df = spark.range(200).selectExpr("CAST(id AS STRING) AS key", "CONCAT('v', id) AS value").repartition(3)
-    df.write.mode("append").format("exactly").option("kafka.bootstrap.servers", served.bootstrap).option("topic", "out").save()
+    df.write.mode("append").format("exactly").option("kafka.bootstrap.servers", served.bootstrap) \
+        .option("topic", "out").save()
     assert sorted(committed(served)) == sorted(f"v{i}".encode() for i in range(200))
     assert open_transactions(served) == []
 
@@ -65,7 +66,8 @@ def test_the_kafka_sink_columns_topic_partition_key_headers(spark, served) -> No
 def test_a_dataframe_without_a_value_column_is_refused_clearly(spark, served) -> None:
     df = spark.range(3).selectExpr("CAST(id AS STRING) AS key")
     with pytest.raises(Exception, match="needs a value column"):
-        df.write.mode("append").format("exactly").option("kafka.bootstrap.servers", served.bootstrap).option("topic", "out").save()
+        df.write.mode("append").format("exactly").option("kafka.bootstrap.servers", served.bootstrap) \
+        .option("topic", "out").save()
 
 
 def failing_rows(spark, count: int, size: int, attempt: int):

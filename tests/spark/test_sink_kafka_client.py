@@ -121,7 +121,8 @@ def test_errors_are_kafkas_exception_classes(served, client) -> None:
     producer.begin()
     with pytest.raises(UnknownTopicOrPartitionError):
         producer.send("out", 5, SimpleRecord(b"x"))
-    with pytest.raises(InvalidProducerIdMappingError, match=r"EndTxn\('t', commit\): INVALID_PRODUCER_ID_MAPPING \(49\)"):
+    with pytest.raises(InvalidProducerIdMappingError,
+                       match=r"EndTxn\('t', commit\): INVALID_PRODUCER_ID_MAPPING \(49\)"):
         client.end_txn("t", producer.producer_id + 1, producer.producer_epoch, commit=True)
 
 
