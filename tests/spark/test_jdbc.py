@@ -152,6 +152,8 @@ def test_ids_offsets_and_times_are_bigint_and_times_are_timestamps(spark, served
     offsets = dict(jdbc.group_offsets(spark, served.broker.data_dir).dtypes)
     assert offsets["offset"] == offsets["producer_id"] == "bigint"
     assert offsets["commit_timestamp"] == "timestamp"
+    # one JDBC partition: one SQLite read transaction, one snapshot
+    assert jdbc.finished_transactions(spark, served.broker.data_dir).rdd.getNumPartitions() == 1
 
 
 def test_reads_are_consistent_snapshots_while_the_broker_commits_transactions(spark, tmp_path: Path) -> None:
@@ -201,3 +203,14 @@ def test_the_mirror_file_itself_and_a_stopped_broker_read_the_same(spark, tmp_pa
     by_dir = jdbc.finished_transactions(spark, tmp_path / "data").collect()
     by_file = jdbc.finished_transactions(spark, tmp_path / "data" / "exactly.db").collect()
     assert by_dir == by_file and len(by_dir) == 4
+
+
+def test_the_connection_is_read_only(spark, tmp_path: Path) -> None:
+    with start_broker(tmp_path / "data"):
+        pass
+    before = (tmp_path / "data" / "exactly.db").read_bytes()
+    rows = spark.createDataFrame([("t", 0, 5)], "topic STRING, partition INT, next_offset BIGINT")
+    with pytest.raises(Exception, match="SQLITE_READONLY"):
+        rows.write.mode("append").jdbc(jdbc.jdbc_url(tmp_path / "data"), "mirror_progress",
+                                       properties={"driver": jdbc.JDBC_DRIVER})
+    assert (tmp_path / "data" / "exactly.db").read_bytes() == before
