@@ -103,6 +103,8 @@ def read_table(spark, data: Path | str, name: str):
     """The mirror table ``name`` (a key of :data:`TABLES`) as a typed DataFrame."""
     from pyspark.sql import functions as F
 
+    if name not in TABLES:
+        raise ValueError(f"no mirror table {name!r}: one of {', '.join(TABLES)}")
     spec = TABLES[name]
     raw = (spark.read.format("jdbc")
            .option("url", jdbc_url(data))

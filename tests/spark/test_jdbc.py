@@ -195,6 +195,8 @@ def test_a_missing_mirror_is_a_clear_error_and_no_database_is_created(spark, tmp
     with pytest.raises(FileNotFoundError, match="no SQLite mirror"):
         jdbc.read_table(spark, tmp_path / "nope.db", "partitions")
     assert list(tmp_path.iterdir()) == []
+    with pytest.raises(ValueError, match="no mirror table 'transactional_ids': one of current_transactions, "):
+        jdbc.read_table(spark, tmp_path, "transactional_ids")
 
 
 def test_the_mirror_file_itself_and_a_stopped_broker_read_the_same(spark, tmp_path: Path) -> None:
