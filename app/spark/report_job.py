@@ -43,9 +43,9 @@ def build_report(spark, data: Path | str, top: int = DEFAULT_TOP,
     from pyspark.sql import functions as F
 
     progress(f"reading finished transactions from {mirror_path(data)} over JDBC")
+    started = F.col("start_ms") >= 0  # -1: no start recorded, so no duration and no hold
     finished = (finished_transactions(spark, data)
-                .where(F.col("start_ms") >= 0)  # a transaction that never started holds nothing
-                .withColumn("duration_ms", F.col("end_ms") - F.col("start_ms"))
+                .withColumn("duration_ms", F.when(started, F.col("end_ms") - F.col("start_ms")))
                 .localCheckpoint())  # one read: every figure below comes from the same snapshot
     is_commit = F.col("outcome") == "COMMIT"
     per_id = (finished.groupBy("transactional_id")
@@ -57,7 +57,7 @@ def build_report(spark, data: Path | str, top: int = DEFAULT_TOP,
                           F.max("duration_ms").alias("max")).first()
     progress(f"{totals.total} finished transactions ({totals.committed} committed, "
              f"{totals.total - totals.committed} aborted) of {len(per_id)} transactional ids")
-    holds = (finished.select("transactional_id", "producer_id", "producer_epoch", "outcome",
+    holds = (finished.where(started).select("transactional_id", "producer_id", "producer_epoch", "outcome",
                              F.explode("partitions").alias("partition"), "start", "end", "duration_ms")
              .orderBy(F.desc("duration_ms"), "end", "partition")
              .limit(top).collect())
