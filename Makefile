@@ -6,8 +6,9 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
-DATA_DIR ?= ./data
-ARGS     ?=
+DATA_DIR  ?= ./data
+ARGS      ?=
+BOOTSTRAP ?= 127.0.0.1:9092
 
 CHROMIUM := /usr/bin/chromium
 KCAT     := /usr/bin/kcat
@@ -58,14 +59,24 @@ $(JDBC_JAR):
 	$(SUDO) apt-get update
 	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y libxerial-sqlite-jdbc-java
 
-## bench: storage (append, fetch, restart), transaction, broker-lifecycle, embedded-producer, maintenance and Kafka wire figures (see bench/RESULTS.md)
-bench: $(STAMP)
+## pipeline: the end-to-end Spark pipeline on the broker `make run` serves (start it first,
+## in another terminal): install what Spark needs, copy the topic pipeline-in to
+## pipeline-out exactly once (1000 seeded records), then report on the transactions
+pipeline: $(STAMP) $(JAVA) $(JDBC_JAR)
+	@$(PY) -m app.spark.broker_check $(BOOTSTRAP)
+	$(PY) -m app.spark.copy_job --bootstrap $(BOOTSTRAP) --input pipeline-in --output pipeline-out \
+		--checkpoint $(DATA_DIR)/spark-checkpoints/copy --seed 1000 --available-now
+	$(PY) -m app.spark.report_job --data-dir $(DATA_DIR)
+
+## bench: storage (append, fetch, restart), transaction, broker-lifecycle, embedded-producer, maintenance, Kafka wire and Spark figures (see bench/RESULTS.md)
+bench: $(STAMP) $(JAVA) $(JDBC_JAR)
 	$(PY) bench/bench_storage.py
 	$(PY) bench/bench_transactions.py
 	$(PY) bench/bench_lifecycle.py
 	$(PY) bench/bench_producer.py
 	$(PY) bench/bench_maintenance.py
 	$(PY) bench/bench_kafka.py
+	$(PY) bench/bench_spark.py
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .hypothesis
