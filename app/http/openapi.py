@@ -163,7 +163,9 @@ SCHEMAS: dict[str, Schema] = {
         topic_name=string(), partition_id=integer(maximum=INT32_MAX), committed_offset=nullable(integer()),
         metadata=nullable(string()), pending=array(ref("PendingOffset"), description="inside open transactions"),
         high_watermark=nullable(integer()), last_stable_offset=nullable(integer()),
-        lag=nullable(integer(description="last stable offset minus the committed offset"))),
+        lag=nullable(integer(description="records a read_committed consumer would still receive: data "
+                                          "records from the committed offset to the LSO, markers and "
+                                          "aborted records excluded"))),
     "ConsumerGroup": resource(
         "KafkaConsumerGroup", cluster_id=string(), consumer_group_id=string(), state=string(),
         generation_id=integer(-1, INT32_MAX), protocol_type=nullable(string()), members_count=integer()),
