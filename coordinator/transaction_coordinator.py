@@ -85,6 +85,8 @@ from coordinator.transaction_state import (
     MAX_PRODUCER_EPOCH,
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
+    AbortCause,
+    AbortReason,
     TransactionMetadata,
     TransactionState,
     TxnTransitMetadata,
@@ -131,7 +133,8 @@ COMPLETION_WAIT_S = 30.0
 class CoordinatorIO(Protocol):
     """What the coordinator needs from the engine (all on the engine's loop)."""
 
-    async def append_txn_log(self, partition: int, key: bytes, value: bytes | None) -> int: ...
+    async def append_txn_log(self, partition: int, key: bytes, value: bytes | None,
+                             headers: transaction_log.Headers = ()) -> int: ...
 
     async def write_marker(self, topic: str, partition: int, producer_id: int, producer_epoch: int,
                            coordinator_epoch: int, commit: bool) -> None: ...
@@ -210,13 +213,15 @@ class TransactionCoordinator:
             manager.raise_floor(BLOCK_SIZE * 1000)
             return manager
 
-    def load_records(self, partition: int, records: Iterable[tuple[int, bytes | None, bytes | None]]) -> None:
-        """Materialise one transaction-log partition from its ``(offset, key, value)``
-        records, with the seed's consistency check: a record with a lower epoch after
-        a higher one for the same producer disables the partition (NOT_COORDINATOR)."""
-        for offset, key, value in records:
+    def load_records(self, partition: int,
+                     records: Iterable[tuple[int, bytes | None, bytes | None, transaction_log.Headers]]) -> None:
+        """Materialise one transaction-log partition from its ``(offset, key, value,
+        headers)`` records, with the seed's consistency check: a record with a lower
+        epoch after a higher one for the same producer disables the partition
+        (NOT_COORDINATOR)."""
+        for offset, key, value, headers in records:
             try:
-                record = transaction_log.decode(key, value)
+                record = transaction_log.decode(key, value, headers)
             except SchemaError as e:
                 self._disable(partition, f"undecodable record at offset {offset}: {e}")
                 return
@@ -248,7 +253,9 @@ class TransactionCoordinator:
             txn_id, transit.producer_id, last_pid, transit.producer_epoch,
             NO_PRODUCER_EPOCH, transit.txn_timeout_ms,
             transit.state, set(transit.partitions), transit.txn_start_timestamp,
-            transit.txn_last_update_timestamp)
+            transit.txn_last_update_timestamp, abort_reason=transit.abort_reason,
+            fenced=_fenced_by(transit) or (current.fenced if current is not None
+                                           and current.producer_id == transit.producer_id else None))
         if current is not None and current.producer_id != meta.producer_id:
             self._forget(txn_id)  # the rotated-away producer id maps to nothing, as in _write
         self._install(meta)
@@ -288,7 +295,8 @@ class TransactionCoordinator:
         value = None if transit.state is S.DEAD else transaction_log.encode_value(transit)
         try:
             await self.io.append_txn_log(self._partition(meta.transactional_id),
-                                         transaction_log.encode_key(meta.transactional_id), value)
+                                         transaction_log.encode_key(meta.transactional_id), value,
+                                         transaction_log.encode_headers(transit))
         except KafkaError as e:
             meta.abort_transition()
             raise CoordinatorNotAvailableError(f"could not write the transaction log: {e}") from e
@@ -310,7 +318,7 @@ class TransactionCoordinator:
         if meta.producer_epoch != producer_epoch:
             raise ProducerFencedError(
                 f"producer {producer_id} epoch {producer_epoch} is fenced by epoch {meta.producer_epoch} "
-                f"of transactional id {txn_id!r}")
+                f"of transactional id {txn_id!r}{_fenced_because(meta, producer_epoch)}")
         return meta
 
     # -- InitProducerId -----------------------------------------------------------------
@@ -346,7 +354,9 @@ class TransactionCoordinator:
                 if retried is not None:
                     return retried
             if meta.state is S.ONGOING:
-                await self._fence_and_abort(meta)
+                caller = f" (producer {producer_id} epoch {producer_epoch})" if kip360 else ""
+                await self._fence_and_abort(meta, AbortReason(
+                    AbortCause.FENCED, f"InitProducerId of a new instance{caller}"))
                 continue
             if meta.producer_epoch >= MAX_PRODUCER_EPOCH:
                 transit = meta.prepare_new_producer_id(self._take_producer_id(), transaction_timeout_ms,
@@ -465,7 +475,11 @@ class TransactionCoordinator:
                 await self._await_completion(meta)
                 continue
             if state is S.ONGOING:
-                await self._write(meta, meta.prepare_abort_or_commit(commit, self.clock.now_ms()))
+                if commit:
+                    await self._write(meta, meta.prepare_abort_or_commit(True, self.clock.now_ms()))
+                else:
+                    await self._prepare_abort(meta, AbortReason(
+                        AbortCause.CLIENT, f"EndTxn(abort) from producer {producer_id} epoch {producer_epoch}"))
                 self._start_completion(meta)
                 await self._await_completion(meta)
                 return
@@ -569,19 +583,30 @@ class TransactionCoordinator:
                 log.warning("writing COMPLETE for %r failed, retrying: %s", txn_id, e)
                 await asyncio.sleep(MARKER_RETRY_BACKOFF_S)
 
-    async def _fence_and_abort(self, meta: TransactionMetadata) -> None:
+    async def _fence_and_abort(self, meta: TransactionMetadata, reason: AbortReason) -> None:
         """Bump the epoch of an open transaction (fencing its producer at every
-        partition through the markers) and abort it; returns once aborted."""
+        partition through the markers) and abort it for ``reason``; returns once aborted."""
+        fenced_epoch = meta.producer_epoch
         fence = meta.prepare_fence_epoch(self.clock.now_ms())
         meta.complete_transition(fence)  # in memory only: the PrepareAbort below carries the epoch
+        meta.fenced = (fenced_epoch, reason)
         self._by_producer_id[meta.producer_id] = meta.transactional_id
-        await self._write(meta, meta.prepare_abort_or_commit(False, self.clock.now_ms()))
+        await self._prepare_abort(meta, reason)
         self._start_completion(meta)
         await self._await_completion(meta)
 
-    async def admin_abort(self, transactional_id: str) -> None:
-        """An operator's abort of an open transaction (the console's Abort button):
-        fence its producer with an epoch bump, write ABORT markers, complete."""
+    async def _prepare_abort(self, meta: TransactionMetadata, reason: AbortReason) -> None:
+        """Write PrepareAbort with ``reason`` (the decision), and say so in one log line."""
+        await self._write(meta, meta.prepare_abort_or_commit(False, self.clock.now_ms(), reason))
+        log.info("aborting transaction %r (producer %d epoch %d; %s): cause=%s actor=%s",
+                 meta.transactional_id, meta.producer_id, meta.producer_epoch,
+                 ", ".join(f"{t}-{p}" for t, p in sorted(meta.partitions)) or "no partitions",
+                 reason.cause.value, reason.actor)
+
+    async def admin_abort(self, transactional_id: str, actor: str = "an operator") -> None:
+        """An operator's abort of an open transaction (the console's or the API's Abort;
+        ``actor`` says which, and from where): fence its producer with an epoch bump,
+        write ABORT markers, complete."""
         self._check_coordinator(transactional_id)
         meta = self.txns.get(transactional_id)
         if meta is None:
@@ -592,7 +617,7 @@ class TransactionCoordinator:
         if meta.state is not S.ONGOING:
             raise InvalidTxnStateError(
                 f"transactional id {transactional_id!r} has no open transaction ({meta.state.display})")
-        await self._fence_and_abort(meta)
+        await self._fence_and_abort(meta, AbortReason(AbortCause.ADMIN, actor))
 
     async def settle_for_partition_abort(self, transactional_id: str, topic_partition: TopicPartition) -> bool:
         """Before the partition-level abort (KIP-664) of this id's producer on
@@ -607,7 +632,8 @@ class TransactionCoordinator:
             meta = self.txns.get(transactional_id)
         return True
 
-    async def abort_for_partition(self, transactional_id: str, topic_partition: TopicPartition) -> int:
+    async def abort_for_partition(self, transactional_id: str, topic_partition: TopicPartition,
+                                  actor: str = "an operator") -> int:
         """The partition-level abort (KIP-664) of a producer this coordinator knows,
         holding ``topic_partition``'s transaction open: its transactional id's
         transaction is aborted with an epoch bump, so the producer is fenced
@@ -621,7 +647,8 @@ class TransactionCoordinator:
             raise TransactionalIdNotFoundError(f"no transactional id {transactional_id!r}")
         if meta.state is not S.ONGOING or topic_partition not in meta.partitions:
             await self._write(meta, meta.prepare_add_partitions({topic_partition}, self.clock.now_ms()))
-        await self._fence_and_abort(meta)
+        await self._fence_and_abort(meta, AbortReason(
+            AbortCause.ADMIN_PARTITION, f"{actor}, on {topic_partition[0]}-{topic_partition[1]}"))
         return meta.producer_epoch
 
     # -- scheduled work ----------------------------------------------------------------
@@ -637,12 +664,15 @@ class TransactionCoordinator:
             if meta.state is S.ONGOING and now > meta.txn_start_timestamp + meta.txn_timeout_ms:
                 aborted.append(meta.transactional_id)
                 try:
-                    await self._fence_and_abort(meta)
+                    await self._fence_and_abort(meta, AbortReason(
+                        AbortCause.TIMEOUT, f"the transaction coordinator: open {now - meta.txn_start_timestamp} ms, "
+                                            f"transaction.timeout.ms {meta.txn_timeout_ms}"))
                 except KafkaError as e:
                     log.warning("aborting timed-out %r failed: %s", meta.transactional_id, e)
             elif meta.state is S.PREPARE_EPOCH_FENCE:  # an earlier abort's PrepareAbort write failed
                 try:
-                    await self._write(meta, meta.prepare_abort_or_commit(False, now))
+                    await self._prepare_abort(meta, meta.fenced[1] if meta.fenced else AbortReason(
+                        AbortCause.TIMEOUT, "the transaction coordinator"))
                 except KafkaError as e:  # as above: the next run tries again; the others go on
                     log.warning("aborting fenced %r failed: %s", meta.transactional_id, e)
                     continue
@@ -708,7 +738,7 @@ class TransactionCoordinator:
         if producer_epoch != meta.producer_epoch:
             raise InvalidProducerEpochError(
                 f"producer {producer_id} epoch {producer_epoch} is not the current epoch "
-                f"{meta.producer_epoch} of {txn_id!r}")
+                f"{meta.producer_epoch} of {txn_id!r}{_fenced_because(meta, producer_epoch)}")
         if meta.state.is_prepared or (meta.pending_state is not None and meta.pending_state.is_prepared):
             raise ConcurrentTransactionsError(f"the transaction of {txn_id!r} is completing")
         if meta.state is not S.ONGOING or (topic, partition) not in meta.partitions:
@@ -749,3 +779,17 @@ class TransactionCoordinator:
             task.cancel()
         if pending:
             await asyncio.wait(pending)
+
+
+def _fenced_by(transit: TxnTransitMetadata) -> tuple[int, AbortReason] | None:
+    """The epoch an abort record fenced and why (its producer's epoch before the bump)."""
+    reason = transit.abort_reason
+    return (transit.producer_epoch - 1, reason) if reason is not None and reason.cause.fences else None
+
+
+def _fenced_because(meta: TransactionMetadata, producer_epoch: int) -> str:
+    """Why ``producer_epoch`` is fenced, when an abort fenced exactly it: a producer
+    whose transaction timed out is told so, not only that it is fenced."""
+    if meta.fenced is None or meta.fenced[0] != producer_epoch:
+        return ""
+    return f": {meta.fenced[1].describe()}"

@@ -148,14 +148,16 @@ def transaction_history(db: "SqlEngine", txn_id: str, limit: int = 20) -> list[d
 
     from coordinator.mirror_models import FinishedTransaction as T
 
-    query = (select(T.producer_id, T.producer_epoch, T.outcome, T.partitions, T.start_ms, T.end_ms)
+    query = (select(T.producer_id, T.producer_epoch, T.outcome, T.partitions, T.start_ms, T.end_ms,
+                    T.abort_cause, T.abort_actor)
              .where(T.transactional_id == txn_id).order_by(T.end_ms.desc(), T.id.desc()).limit(limit))
     with db.connect() as connection:
         rows = connection.execute(query).all()
         connection.rollback()
     return [{"producer_id": r.producer_id, "producer_epoch": r.producer_epoch, "outcome": r.outcome,
              "partitions": [_topic_partition(tp) for tp in json.loads(r.partitions)],
-             "start_ms": r.start_ms, "end_ms": r.end_ms} for r in rows]
+             "start_ms": r.start_ms, "end_ms": r.end_ms,
+             "abort_cause": r.abort_cause, "abort_actor": r.abort_actor} for r in rows]
 
 
 def _topic_partition(name: str) -> dict[str, Any]:

@@ -45,7 +45,7 @@ from app.engine import queries
 from app.http import current_engine, current_settings, mirror_db
 from app.http.errors import log_server_error, status_for
 from app.http.history import History, chart
-from coordinator.transaction_state import TransactionState
+from coordinator.transaction_state import AbortCause, TransactionState
 from storage import errors as e
 from storage.record_batch import ControlType
 
@@ -179,6 +179,12 @@ def size(n: int | None) -> str:
             return f"{n} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     return str(n)
+
+
+@bp.app_template_filter("abort_label")
+def abort_label(cause: str) -> str:
+    """``timeout`` -> ``its transaction timed out`` (an ``AbortCause`` value, as the mirror keeps it)."""
+    return AbortCause(cause).label
 
 
 @bp.app_template_filter("pct")
@@ -321,13 +327,18 @@ def _done(message: str, category: str, target: str) -> Response:
     return redirect(target, code=303)
 
 
+def _actor() -> str:
+    """Who an Abort from the console is, for the abort's recorded reason."""
+    return f"the console, from {request.remote_addr}"
+
+
 @bp.post("/transactions/<path:txn_id>/abort")
 def abort_transaction(txn_id: str):
     target = _back(url_for("ui.transaction", txn_id=txn_id))
     engine = current_engine()
     started = time.monotonic()
     try:
-        engine.call(engine.transaction_coordinator.admin_abort, txn_id)
+        engine.call(engine.transaction_coordinator.admin_abort, txn_id, _actor())
     except e.KafkaError as error:
         return _done(f"Could not abort {txn_id}: {error.name} — {error}", "error", target)
     took = (time.monotonic() - started) * 1000
@@ -340,7 +351,7 @@ def abort_hanging(topic: str, partition: int, producer_id: int):
     target = _back(url_for("ui.partition", topic=topic, partition=partition))
     engine = current_engine()
     try:
-        result = engine.call(engine.abort_hanging_transaction, topic, partition, producer_id)
+        result = engine.call(engine.abort_hanging_transaction, topic, partition, producer_id, _actor())
     except e.KafkaError as error:
         return _done(f"Could not abort producer {producer_id} on {topic}-{partition}: "
                      f"{error.name} — {error}", "error", target)

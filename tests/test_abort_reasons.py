@@ -1,0 +1,165 @@
+"""Every abort records its cause and its actor (issue 10, "Right answers").
+
+A transaction aborted by its producer (EndTxn), by the timeout, by a new instance's
+InitProducerId, or by an operator (the transaction's Abort from the console or the
+API, the partition's KIP-664 Abort) gets a ``transactions`` row in the SQLite mirror
+with ``abort_cause`` and ``abort_actor`` and exactly one INFO line in the server
+log. The reason travels in the transaction log (headers of the PrepareAbort and
+CompleteAbort records), so a mirror rebuilt from the logs has it, and a broker
+restarted on them still tells a timed-out producer why it is fenced.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from pathlib import Path
+
+import pytest
+
+from app import Broker
+from app.engine import queries
+from app.http import create_app
+from coordinator.mirror_db import reader_engine
+from storage.clock import FakeClock
+from storage.errors import InvalidProducerEpochError, KafkaError, ProducerFencedError
+from tests.conftest import FROZEN, SMALL_INTERNAL_TOPICS
+
+CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
+
+
+def _history(broker: Broker, txn_id: str) -> list[dict]:
+    broker.mirror.catch_up()
+    db = reader_engine(broker.mirror.path)
+    try:
+        return queries.transaction_history(db, txn_id)
+    finally:
+        db.dispose()
+
+
+def _abort_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records
+            if r.levelno == logging.INFO and r.getMessage().startswith("aborting ")]
+
+
+def _open(broker: Broker, txn_id: str, timeout_ms: int = 60_000):
+    producer = broker.producer(transactional_id=txn_id, transaction_timeout_ms=timeout_ms)
+    producer.init_transactions()
+    producer.begin_transaction()
+    producer.send("orders", b"v", partition=0).get(timeout=10)
+    return producer
+
+
+@pytest.fixture
+def orders(broker: Broker) -> Broker:
+    broker.create_topic("orders", 1)
+    return broker
+
+
+@pytest.mark.frozen
+def test_each_cause_is_recorded_with_its_actor_and_logged_once(orders: Broker, clock: FakeClock,
+                                                               caplog: pytest.LogCaptureFixture):
+    broker = orders
+    caplog.set_level(logging.INFO)
+    app = create_app(broker.engine, test_config={"TESTING": True}, mirror=broker.mirror)
+    client = app.test_client()
+    cluster = broker.engine.logs.cluster_id
+
+    _open(broker, "by-client").abort_transaction()
+
+    late = _open(broker, "by-timeout", timeout_ms=10_000)
+    clock.advance(10_001)
+    assert broker.engine.call(broker.engine.abort_timed_out_transactions) == ["by-timeout"]
+
+    _open(broker, "by-new-instance")
+    broker.producer(transactional_id="by-new-instance").init_transactions()
+
+    _open(broker, "by-console")
+    token = CSRF.search(client.get("/transactions/by-console").get_data(as_text=True)).group(1)
+    assert client.post("/transactions/by-console/abort", data={"csrf_token": token}).status_code == 303
+
+    _open(broker, "by-api")
+    assert client.post(f"/v3/clusters/{cluster}/transactions/by-api/admin-abort").status_code == 200
+
+    _open(broker, "by-partition")
+    pid = broker.engine.transaction_coordinator.describe("by-partition").producer_id
+    assert client.post(f"/v3/clusters/{cluster}/topics/orders/partitions/0/producers/{pid}/abort").status_code == 200
+
+    expected = {"by-client": ("client", "EndTxn(abort) from producer"),
+                "by-timeout": ("timeout", "the transaction coordinator: open 10001 ms, transaction.timeout.ms 10000"),
+                "by-new-instance": ("fenced", "InitProducerId of a new instance"),
+                "by-console": ("admin", "the console, from 127.0.0.1"),
+                "by-api": ("admin", "the HTTP API, from 127.0.0.1"),
+                "by-partition": ("admin-partition", "the HTTP API, from 127.0.0.1, on orders-0")}
+    for txn_id, (cause, actor) in expected.items():
+        [row] = _history(broker, txn_id)
+        assert row["outcome"] == "ABORT" and row["abort_cause"] == cause, txn_id
+        assert row["abort_actor"].startswith(actor), (txn_id, row["abort_actor"])
+    lines = _abort_lines(caplog)
+    assert len(lines) == len(expected), lines
+    for txn_id, (cause, actor) in expected.items():
+        [line] = [line for line in lines if f"'{txn_id}'" in line]
+        assert f"cause={cause} actor={actor}" in line and "orders-0" in line, line
+
+    # the mirror rebuilt from the logs has every reason again
+    broker.mirror.rebuild()
+    assert {txn_id: _history(broker, txn_id)[0]["abort_cause"] for txn_id in expected} == \
+        {txn_id: cause for txn_id, (cause, _) in expected.items()}
+    # the history page says it
+    page = client.get("/transactions/by-timeout").get_data(as_text=True)
+    assert 'data-abort-cause="timeout"' in page and "its transaction timed out" in page
+
+    # a committed transaction has no abort reason
+    committed = _open(broker, "committed")
+    committed.commit_transaction()
+    [row] = _history(broker, "committed")
+    assert (row["outcome"], row["abort_cause"], row["abort_actor"]) == ("COMMIT", None, None)
+    with pytest.raises(ProducerFencedError, match="its transaction timed out"):
+        late.commit_transaction()
+
+
+@pytest.mark.frozen
+def test_a_producer_fenced_by_its_timeout_is_told_so(orders: Broker, clock: FakeClock):
+    broker = orders
+    producer = _open(broker, "slow", timeout_ms=5_000)
+    clock.advance(5_001)
+    broker.engine.call(broker.engine.abort_timed_out_transactions)
+    with pytest.raises(ProducerFencedError) as raised:
+        producer.commit_transaction()
+    assert "its transaction timed out" in str(raised.value) and "transaction.timeout.ms 5000" in str(raised.value)
+
+    # a produce of the old epoch: the coordinator's verification says the same
+    tc = broker.engine.transaction_coordinator
+    meta = tc.describe("slow")
+    with pytest.raises(InvalidProducerEpochError, match="its transaction timed out"):
+        tc.verify_transaction(meta.producer_id, meta.producer_epoch - 1, "orders", 0)
+
+    # over HTTP, the error's message says it too
+    client = create_app(broker.engine, test_config={"TESTING": True}).test_client()
+    cluster = broker.engine.logs.cluster_id
+    answer = client.post(f"/v3/clusters/{cluster}/transactions/slow/commit",
+                         json={"producer_id": meta.producer_id, "producer_epoch": meta.producer_epoch - 1})
+    assert answer.status_code == 409 and "its transaction timed out" in answer.get_json()["message"]
+
+    # a producer fenced by a new instance is not told it timed out
+    other = _open(broker, "zombie")
+    broker.producer(transactional_id="zombie").init_transactions()
+    with pytest.raises(ProducerFencedError) as raised:
+        other.commit_transaction()
+    assert "fenced by a new instance" in str(raised.value) and "timed out" not in str(raised.value)
+
+
+def test_the_reason_survives_a_restart(tmp_path: Path, clock: FakeClock):
+    config = {**SMALL_INTERNAL_TOPICS, **FROZEN}
+    with Broker(tmp_path / "data", clock=clock, **config) as broker:
+        broker.create_topic("orders", 1)
+        producer = _open(broker, "slow", timeout_ms=5_000)
+        pid, epoch = producer.producer_id, producer.producer_epoch
+        clock.advance(5_001)
+        broker.engine.call(broker.engine.abort_timed_out_transactions)
+    with Broker(tmp_path / "data", clock=clock, **config) as broker:
+        tc = broker.engine.transaction_coordinator
+        with pytest.raises(KafkaError, match="its transaction timed out"):
+            broker.engine.call(tc.end_txn, "slow", pid, epoch, True)
+        [row] = _history(broker, "slow")
+        assert row["abort_cause"] == "timeout"
