@@ -151,8 +151,9 @@ def test_groups_pages_show_committed_pending_and_lag_against_the_lso(client, bro
     assert re.search(r'<td class="num mono amber strong" data-lag>3<div class="held-note">\+ 1 held back</div>',
                      detail)
     held = detail[detail.index('data-held="orders-0"'):]
-    held = held[:held.index("</tr>")]
-    assert "LSO held back" in held and "enricher" in held and 'data-abort="enricher"' in held
+    held = held[:held.index("</li>")]
+    assert "1</span> offset held back" in held and "enricher" in held and 'data-abort="enricher"' in held
+    assert detail.index('id="held-back"') < detail.index('class="stats"')  # first thing on the page
     assert "Lag = the records a read_committed consumer would still receive" in detail
 
 
@@ -163,7 +164,7 @@ def test_every_fragment_refreshes_itself(client, scenario):
         full = client.get(page)
         assert full.status_code == 200, page
         fragment_url = "/fragments" + page
-        assert f'hx-get="{fragment_url.replace("&", "&amp;")}" hx-trigger="every 2s" hx-swap="outerHTML"' in \
+        assert f'hx-get="{fragment_url.replace("&", "&amp;")}" hx-trigger="every 2s" hx-swap="morph:outerHTML"' in \
             full.get_data(as_text=True), page
         fragment = client.get(fragment_url)
         body = fragment.get_data(as_text=True)

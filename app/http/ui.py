@@ -3,7 +3,9 @@
 Every page has a live part, rendered by ``app/http/web/templates/fragments/<page>.html``.
 The same view serves the page (``/transactions``) and its fragment
 (``/fragments/transactions``); the fragment's root element polls its own URL
-every 2 s and replaces itself (``hx-swap="outerHTML"``). Facts come from the
+every 2 s and morphs itself in place (``hx-swap="morph:outerHTML"``, the vendored
+idiomorph extension), so scroll positions, text selection and keyboard focus
+survive a refresh. Facts come from the
 shared read models in ``app/engine/queries.py`` through ``engine.call`` -- this module only
 picks them and chooses templates.
 
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import hmac
 import logging
+import re
 import time
 from datetime import datetime, timezone
 from typing import Any
@@ -256,9 +259,11 @@ def _timeline(state: str) -> list[dict[str, str]]:
         steps.append("PrepareEpochFence")
     steps += ["PrepareAbort", "CompleteAbort"] if aborting else ["PrepareCommit", "CompleteCommit"]
     if state == "Dead":
-        return [{"state": "Empty", "status": "done"}, {"state": "Dead", "status": "current"}]
+        return [{"state": "Empty", "status": "done", "words": ["Empty"]},
+                {"state": "Dead", "status": "current", "words": ["Dead"]}]
     position = steps.index(state) if state in steps else 0
-    return [{"state": s, "status": "done" if i < position else "current" if i == position else "todo"}
+    return [{"state": s, "status": "done" if i < position else "current" if i == position else "todo",
+             "words": re.findall(r"[A-Z][a-z]*", s)}  # where a narrow screen may break the label
             for i, s in enumerate(steps)]
 
 
