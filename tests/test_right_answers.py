@@ -187,3 +187,22 @@ def test_a_record_after_the_lso_waits_behind_it(broker: Broker):
     status = {r["offset"]: r["status"]
               for r in broker.engine.call(queries.records, broker.engine, "orders", 0, 8)["records"]}
     assert status == {8: "visible", 9: "visible", 10: "committed", 11: "visible", 12: "marker"}
+
+
+def test_lag_from_inside_a_compacted_batch_counts_the_records_it_kept(broker: Broker, clock):
+    """A committed offset inside a batch the cleaner thinned out: only that batch is
+    decoded, and only the records it still holds count."""
+    from storage.record_batch import SimpleRecord, encode_batch
+    from tests.test_log_cleaner import CONFIG, T, clean, plog, roll
+
+    broker.create_topic(T, 1, CONFIG)
+    first = encode_batch([SimpleRecord(b"v", key=k) for k in (b"a", b"b", b"a", b"b", b"c")])
+    broker.produce(T, 0, first)                                                   # 0-4
+    broker.produce(T, 0, encode_batch([SimpleRecord(b"w", key=k) for k in (b"a", b"b")]))  # 5, 6
+    roll(broker)
+    clean(broker, clock)
+    header = next(plog(broker).headers(0, 5))
+    assert (header.base_offset, header.record_count, header.last_offset) == (0, 1, 4)  # only "c" is left
+    _commit(broker, "svc", T, 2)
+    offsets = _offsets(broker, "svc", T)
+    assert (offsets["lag"], offsets["lag_exact"]) == (3, True) and _received(broker, T, 2) == 3
