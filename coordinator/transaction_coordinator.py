@@ -45,6 +45,13 @@ to request versions that predate it, at the wire):
   producer this coordinator knows: its transaction is aborted with an epoch bump
   (``abort_for_partition``), the partition added first if it was not in it.
 
+Every abort says why and who (an :class:`AbortReason`: EndTxn from the producer, the
+timeout, a new instance's InitProducerId, an operator's transaction or partition
+abort): the PrepareAbort and CompleteAbort records carry it as headers
+(``transaction_log.py``), it is one INFO line in the log (``_prepare_abort``), and a
+call with the epoch it fenced is told it in the error (a producer whose transaction
+timed out learns that, not only that it is fenced).
+
 The state of a transactional id moves only along these edges (``VALID_PREVIOUS`` in
 ``coordinator/transaction_state.py``; tests/test_transaction_state.py pins this
 table to it both ways)::
@@ -307,6 +314,7 @@ class TransactionCoordinator:
         meta.complete_transition(transit)
         if meta.producer_id != previous_pid:
             self._by_producer_id.pop(previous_pid, None)
+            meta.fenced = None  # it named an epoch of the previous producer id
         self._by_producer_id[meta.producer_id] = meta.transactional_id
 
     def _validate_producer(self, txn_id: str, producer_id: int, producer_epoch: int) -> TransactionMetadata:
