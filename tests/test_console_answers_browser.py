@@ -160,6 +160,29 @@ def test_focus_scroll_and_selection_survive_refreshes(console, name, width, heig
             browser.close()
 
 
+#: every page that shows the stuck transaction, and the button that aborts it there
+ABORT_ON = [("/", 'button[data-abort="stuck-tx"]'), ("/transactions", 'button[data-abort="stuck-tx"]'),
+            ("/transactions/stuck-tx", 'button[data-abort="stuck-tx"]'),
+            ("/topics/orders/partitions/0", 'button[data-abort="stuck-tx"]'),
+            ("/groups/billing", 'button[data-abort="stuck-tx"]')]
+
+
+def test_at_390_px_the_abort_of_a_stuck_transaction_is_on_the_first_screen(console):  # noqa: F811
+    sync_playwright = _require_browser()
+    broker, base = console
+    _stuck_consumer(broker)
+    with sync_playwright() as p:
+        browser = _browser(p)
+        try:
+            page = browser.new_page(viewport={"width": 390, "height": 844})
+            for path, button in ABORT_ON:
+                page.goto(base + path)
+                _on_first_screen(page, page.locator(button).first)
+                page.screenshot(path=str(ARTIFACTS / f"answers-first-screen{path.replace('/', '-')}.png"))
+        finally:
+            browser.close()
+
+
 def test_at_390_px_the_timeline_reads_and_wide_tables_show_they_scroll(console):  # noqa: F811
     sync_playwright = _require_browser()
     from playwright.sync_api import expect
