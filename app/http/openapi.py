@@ -165,7 +165,15 @@ SCHEMAS: dict[str, Schema] = {
         high_watermark=nullable(integer()), last_stable_offset=nullable(integer()),
         lag=nullable(integer(description="records a read_committed consumer would still receive: data "
                                           "records from the committed offset to the LSO, markers and "
-                                          "aborted records excluded"))),
+                                          "aborted records excluded")),
+        lag_exact={"type": "boolean", "description": "false when the range was too long to count "
+                                                     "(the rest counted one record per offset)"},
+        held_back=integer(description="offsets from the LSO to the high watermark: they wait for "
+                                      "the open transactions in held_by"),
+        held_by=array(obj(["producer_id", "first_offset"], producer_id=integer(),
+                          transactional_id=nullable(string()), first_offset=integer(),
+                          state=nullable(string())), description="open transactions, the one pinning "
+                                                                 "the LSO first")),
     "ConsumerGroup": resource(
         "KafkaConsumerGroup", cluster_id=string(), consumer_group_id=string(), state=string(),
         generation_id=integer(-1, INT32_MAX), protocol_type=nullable(string()), members_count=integer()),
