@@ -13,16 +13,23 @@ from __future__ import annotations
 
 import logging
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from app import Broker
 from app.engine import queries
 from app.http import create_app
+from coordinator import transaction_log
 from coordinator.mirror_db import reader_engine
+from coordinator.schema import SchemaError
+from coordinator.transaction_state import AbortCause, AbortReason, TransactionState, TxnTransitMetadata
 from storage.clock import FakeClock
 from storage.errors import InvalidProducerEpochError, KafkaError, ProducerFencedError
+from storage.record_batch import ControlType
 from tests.conftest import FROZEN, SMALL_INTERNAL_TOPICS
 
 CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
@@ -101,6 +108,9 @@ def test_each_cause_is_recorded_with_its_actor_and_logged_once(orders: Broker, c
         [line] = [line for line in lines if f"'{txn_id}'" in line]
         assert f"cause={cause} actor={actor}" in line and "orders-0" in line, line
 
+    assert {cause.value: n for cause, n in broker.engine.transaction_coordinator.aborts.items()} == {
+        "client": 1, "timeout": 1, "fenced": 1, "admin": 2, "admin-partition": 1}
+
     # the mirror rebuilt from the logs has every reason again
     broker.mirror.rebuild()
     assert {txn_id: _history(broker, txn_id)[0]["abort_cause"] for txn_id in expected} == \
@@ -163,3 +173,29 @@ def test_the_reason_survives_a_restart(tmp_path: Path, clock: FakeClock):
             broker.engine.call(tc.end_txn, "slow", pid, epoch, True)
         [row] = _history(broker, "slow")
         assert row["abort_cause"] == "timeout"
+
+
+@settings(max_examples=200)
+@given(transit=st.builds(
+    TxnTransitMetadata, producer_id=st.integers(0, 2**63 - 1), last_producer_id=st.just(-1),
+    producer_epoch=st.integers(0, 32767), last_producer_epoch=st.just(-1),
+    txn_timeout_ms=st.integers(1, 2**31 - 1), state=st.sampled_from(list(TransactionState)).filter(
+        lambda s: s is not TransactionState.PREPARE_EPOCH_FENCE),
+    partitions=st.frozensets(st.tuples(st.sampled_from(["a", "orders"]), st.integers(0, 9)), max_size=4),
+    txn_start_timestamp=st.integers(-1, 2**62), txn_last_update_timestamp=st.integers(0, 2**62),
+    abort_reason=st.none() | st.builds(AbortReason, st.sampled_from(list(AbortCause)), st.text(max_size=40))))
+def test_abort_reasons_round_trip_through_the_transaction_log(transit):
+    """Only an abort keeps its reason (the coordinator never gives another state one)."""
+    kept = transit.abort_reason if transit.state.outcome is ControlType.ABORT else None
+    record = transaction_log.decode(transaction_log.encode_key("t"), transaction_log.encode_value(transit),
+                                    transaction_log.encode_headers(transit))
+    assert record.transit.abort_reason == kept
+    assert record.transit == replace(transit, abort_reason=kept)
+
+
+def test_an_unknown_abort_cause_is_a_schema_error():
+    headers = ((transaction_log.ABORT_CAUSE_HEADER, b"boredom"), (transaction_log.ABORT_ACTOR_HEADER, b"me"))
+    value = transaction_log.encode_value(TxnTransitMetadata(1, -1, 0, -1, 1000, TransactionState.COMPLETE_ABORT,
+                                                            frozenset(), 0, 1))
+    with pytest.raises(SchemaError, match="abort reason"):
+        transaction_log.decode(transaction_log.encode_key("t"), value, headers)

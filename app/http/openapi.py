@@ -15,7 +15,7 @@ from typing import Any
 from flask import Blueprint, jsonify
 
 from app.http.inputs import INT16_MAX, INT32_MAX, INT64_MAX
-from coordinator.transaction_state import TransactionState
+from coordinator.transaction_state import AbortCause, TransactionState
 
 bp = Blueprint("openapi", __name__)
 
@@ -24,6 +24,7 @@ Schema = dict[str, Any]
 TOPIC_PATTERN = "^[a-zA-Z0-9._-]{1,249}$"
 STATES = [state.display for state in TransactionState]
 OUTCOMES = sorted({state.outcome.name for state in TransactionState if state.outcome is not None})
+ABORT_CAUSES = [cause.value for cause in AbortCause]
 MAX_FETCH_BYTES = 52_428_800
 
 
@@ -191,7 +192,9 @@ SCHEMAS: dict[str, Schema] = {
                            data=array(ref("Transaction"))),
     "FinishedTransaction": obj(
         producer_id=integer(), producer_epoch=integer(-1, INT16_MAX), outcome=string(enum=OUTCOMES),
-        partitions=array(TOPIC_PARTITION), start_ms=TIMESTAMP_MS, end_ms=TIMESTAMP_MS),
+        partitions=array(TOPIC_PARTITION), start_ms=TIMESTAMP_MS, end_ms=TIMESTAMP_MS,
+        abort_cause=nullable(string(enum=ABORT_CAUSES, description="why it was aborted; null for a commit")),
+        abort_actor=nullable(string(description="who aborted it, and from where"))),
     "TransactionDetail": {"allOf": [ref("Transaction"), obj(history=nullable(array(
         ref("FinishedTransaction"), description="finished transactions, newest first, from the SQLite "
                                                 "mirror; null when the broker runs without one")))]},
