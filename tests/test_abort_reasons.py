@@ -199,3 +199,36 @@ def test_an_unknown_abort_cause_is_a_schema_error():
                                                             frozenset(), 0, 1))
     with pytest.raises(SchemaError, match="abort reason"):
         transaction_log.decode(transaction_log.encode_key("t"), value, headers)
+
+
+@pytest.mark.timeout(60)
+def test_over_the_wire_a_produce_of_the_timed_out_epoch_says_why(tmp_path: Path):
+    """Produce v8+ carries an error message per partition: the fenced producer reads
+    there that its transaction timed out (EndTxn and AddPartitionsToTxn carry codes only)."""
+    from app.kafka.api import ApiKey
+    from storage.record_batch import SimpleRecord, encode_batch
+    from tests.kafka_support import KafkaBroker, RawClient, wait_until
+
+    with KafkaBroker(tmp_path / "data", **{"transaction.abort.timed.out.transaction.cleanup.interval.ms": 100}) as kafka:
+        kafka.broker.create_topic("t", 1)
+        raw = RawClient(kafka.port)
+        try:
+            init = raw.request(ApiKey.INIT_PRODUCER_ID, 4, {"transactional_id": "tx", "transaction_timeout": 1,
+                                                            "producer_id": -1, "producer_epoch": -1})
+            pid, epoch = init.producer_id, init.producer_epoch
+            raw.request(ApiKey.ADD_PARTITIONS_TO_TXN, 3, {
+                "v3_and_below_transactional_id": "tx", "v3_and_below_producer_id": pid,
+                "v3_and_below_producer_epoch": epoch, "v3_and_below_topics": [{"name": "t", "partitions": [0]}]})
+            engine = kafka.broker.engine
+            wait_until(lambda: engine.call(queries.transaction, engine, "tx")["state"] == "CompleteAbort",
+                       what="the timeout's abort")
+            records = encode_batch([SimpleRecord(b"late")], producer_id=pid, producer_epoch=epoch,
+                                   base_sequence=0, transactional=True)
+            response = raw.request(ApiKey.PRODUCE, 9, {
+                "transactional_id": "tx", "acks": -1, "timeout": 10_000,
+                "topic_data": [{"name": "t", "partition_data": [{"index": 0, "records": records}]}]})
+            answer = response.responses[0].partition_responses[0]
+            assert answer.error_code == 47  # INVALID_PRODUCER_EPOCH, as Kafka answers a Produce
+            assert "its transaction timed out" in answer.error_message
+        finally:
+            raw.close()
