@@ -189,9 +189,7 @@ def read_committed_lag(log: PartitionLog, position: int) -> tuple[int, bool]:
     lso = log.last_stable_offset
     if start >= lso:
         return 0, True
-    aborted: dict[int, list[AbortedTxn]] = {}
-    for txn in log.collect_aborted(start, lso):
-        aborted.setdefault(txn.producer_id, []).append(txn)
+    aborted = _aborted_by_producer(log, start, lso)
     lag = 0
     for n, header in enumerate(log.headers(start, lso)):
         if n == LAG_MAX_BATCHES:
@@ -202,7 +200,16 @@ def read_committed_lag(log: PartitionLog, position: int) -> tuple[int, bool]:
     return lag, True
 
 
+def _aborted_by_producer(log: PartitionLog, start: int, upper: int) -> dict[int, list[AbortedTxn]]:
+    """The ``.txnindex`` entries overlapping ``[start, upper)``, by producer id."""
+    aborted: dict[int, list[AbortedTxn]] = {}
+    for txn in log.collect_aborted(start, upper) if start < upper else ():
+        aborted.setdefault(txn.producer_id, []).append(txn)
+    return aborted
+
+
 def _is_aborted(header: BatchHeader, aborted: dict[int, list[AbortedTxn]]) -> bool:
+    """Whether the batch is in an aborted transaction (its records never reach read_committed)."""
     return header.is_transactional and any(
         t.first_offset <= header.base_offset <= t.last_offset for t in aborted.get(header.producer_id, ()))
 
@@ -405,7 +412,7 @@ async def records(engine: "Engine", name: str, partition_id: int, offset: int | 
     if start < log.log_start_offset or start > hw:
         raise OffsetOutOfRangeError(f"offset {start} is outside [{log.log_start_offset}, {hw}] "
                                     f"of {name}-{partition_id}")
-    aborted = log.collect_aborted(start, hw) if start < hw else []
+    aborted = _aborted_by_producer(log, start, hw)
     pinning = next((h for h in _holders(engine, log, engine.clock.now_ms()) if h["holds_lso"]), None)
     held_by = pinning and {"transactional_id": pinning["transactional_id"],
                            "producer_id": pinning["producer_id"], "first_offset": pinning["first_offset"]}
@@ -424,9 +431,7 @@ async def records(engine: "Engine", name: str, partition_id: int, offset: int | 
             if header.is_control:
                 control, _ = decode_control_record(record)
                 row.update(status="marker", marker=getattr(control, "name", str(control)), key=None, value=None)
-            elif header.is_transactional and any(
-                    t.producer_id == header.producer_id and t.first_offset <= record.offset <= t.last_offset
-                    for t in aborted):
+            elif _is_aborted(header, aborted):
                 row["status"] = "aborted"
             elif header.is_transactional and _in_open_transaction(log, header.producer_id, record.offset):
                 row["status"] = "open"
