@@ -250,7 +250,7 @@ def transaction(txn_id: str):
                    mirror=db is not None, timeline=_timeline(detail["state"]))
 
 
-def _timeline(state: str) -> list[dict[str, str]]:
+def _timeline(state: str) -> list[dict[str, Any]]:
     """The steps of the current transaction, each ``done``, ``current`` or ``todo``;
     the branch (commit or abort) follows the state."""
     aborting = TransactionState.from_display(state).outcome is ControlType.ABORT
@@ -259,8 +259,7 @@ def _timeline(state: str) -> list[dict[str, str]]:
         steps.append("PrepareEpochFence")
     steps += ["PrepareAbort", "CompleteAbort"] if aborting else ["PrepareCommit", "CompleteCommit"]
     if state == "Dead":
-        return [{"state": "Empty", "status": "done", "words": ["Empty"]},
-                {"state": "Dead", "status": "current", "words": ["Dead"]}]
+        steps = ["Empty", "Dead"]
     position = steps.index(state) if state in steps else 0
     return [{"state": s, "status": "done" if i < position else "current" if i == position else "todo",
              "words": re.findall(r"[A-Z][a-z]*", s)}  # where a narrow screen may break the label
