@@ -82,7 +82,7 @@ def test_a_stuck_consumer_from_its_group_page_to_abort(console, name, width, hei
             assert "amber" in (lag.get_attribute("class") or "")            # not green: not done
             assert "stat-amber" in page.locator("[data-group-lag]").get_attribute("class")
             held = page.locator('#held-back [data-held="orders-0"]')
-            expect(held).to_contain_text("2 offsets held back")
+            expect(held).to_contain_text("2 records held back")
             expect(held).to_contain_text("stuck-tx")
             _on_first_screen(page, held.locator('button[data-abort="stuck-tx"]'))
             page.screenshot(path=str(ARTIFACTS / f"answers-group-held-{name}.png"), full_page=True)

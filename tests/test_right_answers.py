@@ -112,6 +112,26 @@ def test_a_consumer_at_a_held_back_lso_is_not_done(broker: Broker):
     assert _received(broker, "orders", 1) == 1
 
 
+def test_held_back_counts_records_not_markers_or_aborted_ones(broker: Broker):
+    """Past the LSO: an aborted transaction and its marker are no records to wait for."""
+    broker.create_topic("orders", 1)
+    stuck = broker.producer(transactional_id="stuck", transaction_timeout_ms=300_000)
+    stuck.init_transactions()
+    stuck.begin_transaction()
+    stuck.send("orders", b"open", partition=0).get(timeout=10)            # 0: pins the LSO
+    other = broker.producer(transactional_id="other")
+    other.init_transactions()
+    other.begin_transaction()
+    for i in range(3):
+        other.send("orders", b"doomed-%d" % i, partition=0).get(timeout=10)  # 1-3
+    other.abort_transaction()                                              # marker 4
+    broker.producer().send("orders", b"plain", partition=0).get(timeout=10)  # 5
+    _commit(broker, "svc", "orders", 0)
+    offsets = _offsets(broker, "svc", "orders")
+    assert (offsets["last_stable_offset"], offsets["high_watermark"]) == (0, 6)
+    assert (offsets["lag"], offsets["held_back"]) == (0, 2)                # "open" and "plain"
+
+
 def test_the_lag_count_is_bounded(broker: Broker, monkeypatch: pytest.MonkeyPatch):
     """Past LAG_MAX_BATCHES headers the rest counts as offsets: an upper bound, flagged."""
     broker.create_topic("orders", 1)

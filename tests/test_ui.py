@@ -152,7 +152,7 @@ def test_groups_pages_show_committed_pending_and_lag_against_the_lso(client, bro
                      detail)
     held = detail[detail.index('data-held="orders-0"'):]
     held = held[:held.index("</li>")]
-    assert "1</span> offset held back" in held and "enricher" in held and 'data-abort="enricher"' in held
+    assert "1</span> record held back" in held and "enricher" in held and 'data-abort="enricher"' in held
     assert detail.index('id="held-back"') < detail.index('class="stats"')  # first thing on the page
     assert "Lag = the records a read_committed consumer would still receive" in detail
 

@@ -180,24 +180,28 @@ LAG_MAX_BATCHES = 1_000
 
 def read_committed_lag(log: PartitionLog, position: int) -> tuple[int, bool]:
     """``(lag, exact)``: how many records a read_committed consumer at ``position``
-    would still receive -- the data records in ``[position, LSO)``, neither control
-    records (markers) nor aborted ones. Counted from batch headers (RecordCount, the
-    control and transactional bits) and the ``.txnindex`` aborted ranges; only a
-    compacted batch that ``position`` splits is decoded. ``exact`` is False when the
-    range held more than LAG_MAX_BATCHES batches (see there)."""
-    start = max(position, log.log_start_offset)
-    lso = log.last_stable_offset
-    if start >= lso:
+    would still receive -- the data records in ``[position, LSO)`` (:func:`data_records`)."""
+    return data_records(log, max(position, log.log_start_offset), log.last_stable_offset)
+
+
+def data_records(log: PartitionLog, start: int, upper: int) -> tuple[int, bool]:
+    """``(count, exact)``: the data records in ``[start, upper)`` that are not aborted
+    -- neither control records (markers) nor records of an aborted transaction.
+    Counted from batch headers (RecordCount, the control and transactional bits) and
+    the ``.txnindex`` aborted ranges; only a compacted batch that ``start`` splits is
+    decoded. ``exact`` is False when the range held more than LAG_MAX_BATCHES
+    batches (see there)."""
+    if start >= upper:
         return 0, True
-    aborted = _aborted_by_producer(log, start, lso)
-    lag = 0
-    for n, header in enumerate(log.headers(start, lso)):
+    aborted = _aborted_by_producer(log, start, upper)
+    count = 0
+    for n, header in enumerate(log.headers(start, upper)):
         if n == LAG_MAX_BATCHES:
-            return lag + lso - max(start, header.base_offset), False
+            return count + upper - max(start, header.base_offset), False
         if header.is_control or _is_aborted(header, aborted):
             continue
-        lag += header.record_count if header.base_offset >= start else _records_from(log, header, start)
-    return lag, True
+        count += header.record_count if header.base_offset >= start else _records_from(log, header, start)
+    return count, True
 
 
 def _aborted_by_producer(log: PartitionLog, start: int, upper: int) -> dict[int, list[AbortedTxn]]:
@@ -225,9 +229,10 @@ def _records_from(log: PartitionLog, header: BatchHeader, start: int) -> int:
 async def group(engine: "Engine", group_id: str) -> dict[str, Any]:
     """A group's members, committed and pending offsets, and per partition its lag
     (:func:`read_committed_lag`, ``lag_exact`` False when bounded) and, while the LSO
-    is held back, what is held back (``held_back``: offsets from the LSO to the high
-    watermark) and by which open transactions (``held_by``, the one pinning the LSO
-    first): a consumer at the LSO has lag 0 yet is not done."""
+    is held back, what is held back (``held_back``: the data records from the LSO to
+    the high watermark, open or decided, aborted ones not counted -- what the consumer
+    may receive once the LSO moves) and by which open transactions (``held_by``, the
+    one pinning the LSO first): a consumer at the LSO has lag 0 yet is not done."""
     g = engine.group_coordinator.describe(group_id)
     if g is None:
         raise GroupIdNotFoundError(f"no group {group_id!r}")
@@ -249,7 +254,7 @@ async def group(engine: "Engine", group_id: str) -> dict[str, Any]:
             "high_watermark": log.high_watermark if log else None,
             "last_stable_offset": log.last_stable_offset if log else None,
             "lag": lag, "lag_exact": exact,
-            "held_back": log.high_watermark - log.last_stable_offset if log else 0,
+            "held_back": data_records(log, log.last_stable_offset, log.high_watermark)[0] if log else 0,
             "held_by": _holders(engine, log, now) if log else []})
     return {"group_id": g.group_id, "state": g.state.value, "generation": g.generation,
             "protocol_type": g.protocol_type, "protocol": g.protocol, "leader": g.leader,
@@ -375,7 +380,7 @@ async def transaction_detail(engine: "Engine", txn_id: str) -> dict[str, Any]:
 
 async def groups_summary(engine: "Engine") -> list[dict[str, Any]]:
     """:func:`groups` with each group's total lag (:func:`read_committed_lag`), how
-    many offsets are held back behind open transactions on its partitions, and how
+    many records are held back behind open transactions on its partitions, and how
     many of its offsets wait on a transaction."""
     result = []
     for g in await groups(engine):

@@ -169,8 +169,8 @@ SCHEMAS: dict[str, Schema] = {
                                           "aborted records excluded")),
         lag_exact={"type": "boolean", "description": "false when the range was too long to count "
                                                      "(the rest counted one record per offset)"},
-        held_back=integer(description="offsets from the LSO to the high watermark: they wait for "
-                                      "the open transactions in held_by"),
+        held_back=integer(description="data records from the LSO to the high watermark (aborted ones "
+                                      "not counted): they wait for the open transactions in held_by"),
         held_by=array(obj(["producer_id", "first_offset"], producer_id=integer(),
                           transactional_id=nullable(string()), first_offset=integer(),
                           state=nullable(string())), description="open transactions, the one pinning "
