@@ -178,6 +178,19 @@ def test_every_fragment_refreshes_itself(client, scenario):
     assert 'id="status-badge"' in badge and "partitions blocked" in badge
 
 
+def test_every_live_part_morphs_in_place():
+    """A refresh that replaced the live part (outerHTML) would reset scroll positions,
+    selection and focus; every fragment, present and future, morphs instead."""
+    from pathlib import Path
+
+    fragments = Path(__file__).resolve().parents[1] / "app/http/web/templates/fragments"
+    polling = {f.name: f.read_text() for f in fragments.glob("*.html") if 'hx-trigger="every' in f.read_text()}
+    assert len(polling) >= 7
+    for name, text in polling.items():
+        swaps = re.findall(r'hx-swap="([^"]+)"', text)
+        assert swaps and all(swap == "morph:outerHTML" for swap in swaps), (name, swaps)
+
+
 def test_pages_load_no_inline_script_and_send_the_csp(client, scenario):
     for page in ("/", "/transactions", "/transactions/enricher", "/topics/orders/partitions/0",
                  "/groups", "/groups/svc", "/login", "/nope"):
