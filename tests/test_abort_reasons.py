@@ -115,9 +115,9 @@ def test_each_cause_is_recorded_with_its_actor_and_logged_once(orders: Broker, c
     broker.mirror.rebuild()
     assert {txn_id: _history(broker, txn_id)[0]["abort_cause"] for txn_id in expected} == \
         {txn_id: cause for txn_id, (cause, _) in expected.items()}
-    # the history page says it
+    # the transaction's page says it: its current state, and its history
     page = client.get("/transactions/by-timeout").get_data(as_text=True)
-    assert 'data-abort-cause="timeout"' in page and "its transaction timed out" in page
+    assert page.count('data-abort-cause="timeout"') == 2 and "its transaction timed out" in page
 
     # a committed transaction has no abort reason
     committed = _open(broker, "committed")

@@ -359,8 +359,12 @@ async def dashboard(engine: "Engine") -> dict[str, Any]:
 
 async def transaction_detail(engine: "Engine", txn_id: str) -> dict[str, Any]:
     """:func:`transaction` plus, per partition, where its open transaction starts and
-    whether that pins the LSO, and the group offsets pending on its commit."""
+    whether that pins the LSO, the group offsets pending on its commit, and why its
+    transaction is being or was aborted (``abort_cause``, ``abort_actor``)."""
     detail = await transaction(engine, txn_id)
+    reason = engine.transaction_coordinator.describe(txn_id).abort_reason  # PrepareAbort, CompleteAbort
+    detail["abort_cause"] = reason.cause.value if reason else None
+    detail["abort_actor"] = reason.actor if reason else None
     open_ = detail["transaction_start_ms"] is not None
     for tp in detail["partitions"]:
         log = engine.logs.logs.get((tp["topic_name"], tp["partition_id"]))
