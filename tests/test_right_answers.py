@@ -19,15 +19,14 @@ from hypothesis import strategies as st
 
 from app import Broker
 from app.engine import queries
+from storage.clock import FakeClock
 from storage.read_committed import read_records
-
-
-def _group(broker: Broker, group_id: str) -> dict:
-    return broker.engine.call(queries.group, broker.engine, group_id)
+from storage.record_batch import SimpleRecord, encode_batch
+from tests.test_log_cleaner import CONFIG, T, clean, plog, roll
 
 
 def _offsets(broker: Broker, group_id: str, topic: str, partition: int = 0) -> dict:
-    return next(o for o in _group(broker, group_id)["offsets"]
+    return next(o for o in broker.engine.call(queries.group, broker.engine, group_id)["offsets"]
                 if (o["topic_name"], o["partition_id"]) == (topic, partition))
 
 
@@ -209,12 +208,9 @@ def test_a_record_after_the_lso_waits_behind_it(broker: Broker):
     assert status == {8: "visible", 9: "visible", 10: "committed", 11: "visible", 12: "marker"}
 
 
-def test_lag_from_inside_a_compacted_batch_counts_the_records_it_kept(broker: Broker, clock):
+def test_lag_from_inside_a_compacted_batch_counts_the_records_it_kept(broker: Broker, clock: FakeClock):
     """A committed offset inside a batch the cleaner thinned out: only that batch is
     decoded, and only the records it still holds count."""
-    from storage.record_batch import SimpleRecord, encode_batch
-    from tests.test_log_cleaner import CONFIG, T, clean, plog, roll
-
     broker.create_topic(T, 1, CONFIG)
     first = encode_batch([SimpleRecord(b"v", key=k) for k in (b"a", b"b", b"a", b"b", b"c")])
     broker.produce(T, 0, first)                                                   # 0-4
