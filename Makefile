@@ -58,13 +58,14 @@ $(JDBC_JAR):
 	$(SUDO) apt-get update
 	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y libxerial-sqlite-jdbc-java
 
-## bench: storage (append, fetch, restart), transaction, broker-lifecycle, embedded-producer, maintenance and Kafka wire figures (see bench/RESULTS.md)
+## bench: storage (append, fetch, restart), transaction, broker-lifecycle, embedded-producer, maintenance, Kafka wire and group-lag figures (see bench/RESULTS.md)
 bench: $(STAMP)
 	$(PY) bench/bench_storage.py
 	$(PY) bench/bench_transactions.py
 	$(PY) bench/bench_lifecycle.py
 	$(PY) bench/bench_producer.py
 	$(PY) bench/bench_maintenance.py
+	$(PY) bench/bench_lag.py
 	$(PY) bench/bench_kafka.py
 
 clean:
