@@ -205,8 +205,6 @@ class TransactionCoordinator:
         self._refused: dict[str, set[TopicPartition]] = {}
         #: transactions completed since start, by outcome (for metrics)
         self.completed = {"commit": 0, "abort": 0}
-        #: aborts decided since start, by cause (for metrics: timed out, fenced, admin-aborted)
-        self.aborts = {cause: 0 for cause in AbortCause}
         self.coordinator_epoch = self._bump_coordinator_epoch(max_seen_coordinator_epoch)
         self.producer_ids = self._producer_id_manager()
         self._id_block_lock = asyncio.Lock()
@@ -654,7 +652,6 @@ class TransactionCoordinator:
     async def _prepare_abort(self, meta: TransactionMetadata, reason: AbortReason) -> None:
         """Write PrepareAbort with ``reason`` (the decision), and say so in one log line."""
         await self._write(meta, meta.prepare_abort_or_commit(False, self.clock.now_ms(), reason))
-        self.aborts[reason.cause] += 1
         log.info("aborting transaction %r (producer %d epoch %d; %s): cause=%s actor=%s",
                  meta.transactional_id, meta.producer_id, meta.producer_epoch,
                  ", ".join(f"{t}-{p}" for t, p in sorted(meta.partitions)) or "no partitions",
