@@ -68,13 +68,14 @@ pipeline: $(STAMP) $(JAVA) $(JDBC_JAR)
 		--checkpoint $(DATA_DIR)/spark-checkpoints/copy --seed 1000 --available-now
 	$(PY) -m app.spark.report_job --data-dir $(DATA_DIR)
 
-## bench: storage (append, fetch, restart), transaction, broker-lifecycle, embedded-producer, maintenance, Kafka wire and Spark figures (see bench/RESULTS.md)
+## bench: storage (append, fetch, restart), transaction, broker-lifecycle, embedded-producer, maintenance, group-lag, Kafka wire and Spark figures (see bench/RESULTS.md)
 bench: $(STAMP) $(JAVA) $(JDBC_JAR)
 	$(PY) bench/bench_storage.py
 	$(PY) bench/bench_transactions.py
 	$(PY) bench/bench_lifecycle.py
 	$(PY) bench/bench_producer.py
 	$(PY) bench/bench_maintenance.py
+	$(PY) bench/bench_lag.py
 	$(PY) bench/bench_kafka.py
 	$(PY) bench/bench_spark.py
 

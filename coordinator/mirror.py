@@ -17,6 +17,8 @@ What each record becomes:
   adds a ``transactions`` row; its partitions (and start time) come from the
   PrepareCommit/PrepareAbort row it follows, because Kafka clears them in the
   Complete record. If compaction removed that record, the row has no partitions.
+  Why an abort happened, and who did it, come from the CompleteAbort record's
+  headers (``transaction_log.py``), so a rebuild finds them again.
 * an offset commit in ``__consumer_offsets`` replaces the committed offset (producer
   id -1); inside a transactional batch it is the *pending* offset of that producer
   until the producer's COMMIT marker in the same partition makes it the committed
@@ -156,7 +158,9 @@ def finished_row(transactional_id: str, transit: TxnTransitMetadata, previous: M
             "partitions": previous["partitions"] if prepared else partitions_json(transit.partitions),
             "start_ms": previous["txn_start_ms"] if prepared else transit.txn_start_timestamp,
             "end_ms": transit.txn_last_update_timestamp,
-            "log_partition": partition, "log_offset": offset}
+            "log_partition": partition, "log_offset": offset,
+            "abort_cause": transit.abort_reason.cause.value if transit.abort_reason else None,
+            "abort_actor": transit.abort_reason.actor if transit.abort_reason else None}
 
 
 def producer_row(transactional_id: str, transit: TxnTransitMetadata) -> Row:
@@ -213,7 +217,7 @@ def _apply_batch(target: _Target, topic: str, partition: int, batch: RecordBatch
             if topic == transaction_log.TOPIC:
                 if not header.is_control:
                     target.txn_record(partition, record.offset,
-                                      transaction_log.decode(record.key, record.value))
+                                      transaction_log.decode(record.key, record.value, record.headers))
             elif header.is_control:
                 control, _ = decode_control_record(record)
                 if control in (ControlType.COMMIT, ControlType.ABORT):

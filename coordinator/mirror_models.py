@@ -23,7 +23,7 @@ from typing import Iterable
 from sqlalchemy import BigInteger, CheckConstraint, Integer, MetaData, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from coordinator.transaction_state import TransactionState
+from coordinator.transaction_state import AbortCause, TransactionState
 from storage.record_batch import ControlType
 
 
@@ -38,6 +38,8 @@ class OffsetStatus(enum.Enum):
 TXN_STATES = tuple(state.display for state in TransactionState)
 #: the ``outcome`` column's values: the marker that ended the transaction
 OUTCOMES = tuple(control.name for control in ControlType)
+#: the ``abort_cause`` column's values: why a transaction was aborted
+ABORT_CAUSES = tuple(cause.value for cause in AbortCause)
 OFFSET_STATUSES = tuple(status.value for status in OffsetStatus)
 #: ``group_offsets.producer_id`` of a committed (non-transactional or completed) offset
 NO_PRODUCER_ID = -1
@@ -86,6 +88,7 @@ class FinishedTransaction(Base):
     __table_args__ = (
         CheckConstraint(one_of("outcome", OUTCOMES), name="outcome"),
         UniqueConstraint("log_partition", "log_offset"),
+        CheckConstraint(one_of("abort_cause", ABORT_CAUSES), name="abort_cause"),
     )
 
     #: assigned by the one writer (max + 1): SQLite autoincrements only an INTEGER
@@ -102,6 +105,10 @@ class FinishedTransaction(Base):
     #: the Complete record: partition and offset in ``__transaction_state``
     log_partition: Mapped[int] = mapped_column(Integer)
     log_offset: Mapped[int] = mapped_column(BigInteger)
+    #: why an aborted transaction was aborted (an ``AbortCause`` value) and by whom, from
+    #: the CompleteAbort record's headers; NULL for a commit, or an abort logged without them
+    abort_cause: Mapped[str | None] = mapped_column(Text, nullable=True)
+    abort_actor: Mapped[str | None] = mapped_column(Text, nullable=True)
 
 
 class ProducerId(Base):

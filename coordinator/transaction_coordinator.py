@@ -57,6 +57,13 @@ to request versions that predate it, at the wire):
   producer this coordinator knows: its transaction is aborted with an epoch bump
   (``abort_for_partition``), the partition added first if it was not in it.
 
+Every abort says why and who (an :class:`AbortReason`: EndTxn from the producer, the
+timeout, a new instance's InitProducerId, an operator's transaction or partition
+abort): the PrepareAbort and CompleteAbort records carry it as headers
+(``transaction_log.py``), it is one INFO line in the log (``_prepare_abort``), and a
+call with the epoch it fenced is told it in the error (a producer whose transaction
+timed out learns that, not only that it is fenced).
+
 The state of a transactional id moves only along these edges (``VALID_PREVIOUS`` in
 ``coordinator/transaction_state.py``; tests/test_transaction_state.py pins this
 table to it both ways)::
@@ -99,6 +106,8 @@ from coordinator.transaction_state import (
     NO_PRODUCER_EPOCH,
     TWO_PHASE_COMMIT_TIMEOUT_MS,
     NO_PRODUCER_ID,
+    AbortCause,
+    AbortReason,
     TransactionMetadata,
     TransactionState,
     TxnTransitMetadata,
@@ -162,7 +171,8 @@ class TransactionObserver(Protocol):
 class CoordinatorIO(Protocol):
     """What the coordinator needs from the engine (all on the engine's loop)."""
 
-    async def append_txn_log(self, partition: int, key: bytes, value: bytes | None) -> int: ...
+    async def append_txn_log(self, partition: int, key: bytes, value: bytes | None,
+                             headers: transaction_log.Headers = ()) -> int: ...
 
     async def write_marker(self, topic: str, partition: int, producer_id: int, producer_epoch: int,
                            coordinator_epoch: int, commit: bool) -> None: ...
@@ -247,13 +257,15 @@ class TransactionCoordinator:
             manager.raise_floor(BLOCK_SIZE * 1000)
             return manager
 
-    def load_records(self, partition: int, records: Iterable[tuple[int, bytes | None, bytes | None]]) -> None:
-        """Materialise one transaction-log partition from its ``(offset, key, value)``
-        records, with the seed's consistency check: a record with a lower epoch after
-        a higher one for the same producer disables the partition (NOT_COORDINATOR)."""
-        for offset, key, value in records:
+    def load_records(self, partition: int,
+                     records: Iterable[tuple[int, bytes | None, bytes | None, transaction_log.Headers]]) -> None:
+        """Materialise one transaction-log partition from its ``(offset, key, value,
+        headers)`` records, with the seed's consistency check: a record with a lower
+        epoch after a higher one for the same producer disables the partition
+        (NOT_COORDINATOR)."""
+        for offset, key, value, headers in records:
             try:
-                record = transaction_log.decode(key, value)
+                record = transaction_log.decode(key, value, headers)
             except SchemaError as e:
                 self._disable(partition, f"undecodable record at offset {offset}: {e}")
                 return
@@ -285,7 +297,9 @@ class TransactionCoordinator:
             txn_id, transit.producer_id, last_pid, transit.producer_epoch,
             NO_PRODUCER_EPOCH, transit.txn_timeout_ms,
             transit.state, set(transit.partitions), transit.txn_start_timestamp,
-            transit.txn_last_update_timestamp)
+            transit.txn_last_update_timestamp, abort_reason=transit.abort_reason,
+            fenced=_fenced_by(transit) or (current.fenced if current is not None
+                                           and current.producer_id == transit.producer_id else None))
         if current is not None and current.producer_id != meta.producer_id:
             self._forget(txn_id)  # the rotated-away producer id maps to nothing, as in _write
         self._install(meta)
@@ -325,7 +339,8 @@ class TransactionCoordinator:
         value = None if transit.state is S.DEAD else transaction_log.encode_value(transit)
         try:
             await self.io.append_txn_log(self._partition(meta.transactional_id),
-                                         transaction_log.encode_key(meta.transactional_id), value)
+                                         transaction_log.encode_key(meta.transactional_id), value,
+                                         transaction_log.encode_headers(transit))
         except KafkaError as e:
             meta.abort_transition()
             raise CoordinatorNotAvailableError(f"could not write the transaction log: {e}") from e
@@ -336,6 +351,7 @@ class TransactionCoordinator:
         meta.complete_transition(transit)
         if meta.producer_id != previous_pid:
             self._by_producer_id.pop(previous_pid, None)
+            meta.fenced = None  # it named an epoch of the previous producer id
         self._by_producer_id[meta.producer_id] = meta.transactional_id
 
     def _validate_producer(self, txn_id: str, producer_id: int, producer_epoch: int) -> TransactionMetadata:
@@ -347,7 +363,7 @@ class TransactionCoordinator:
         if meta.producer_epoch != producer_epoch:
             raise self._fenced(ProducerFencedError(
                 f"producer {producer_id} epoch {producer_epoch} is fenced by epoch {meta.producer_epoch} "
-                f"of transactional id {txn_id!r}"))
+                f"of transactional id {txn_id!r}{_fenced_because(meta, producer_epoch)}"))
         return meta
 
     def _fenced(self, error: KafkaError) -> KafkaError:
@@ -394,7 +410,9 @@ class TransactionCoordinator:
                 if retried is not None:
                     return retried
             if meta.state is S.ONGOING:
-                await self._fence_and_abort(meta)
+                caller = f" (producer {producer_id} epoch {producer_epoch})" if kip360 else ""
+                await self._fence_and_abort(meta, AbortReason(
+                    AbortCause.FENCED, f"InitProducerId of a new instance{caller}"))
                 continue
             if meta.producer_epoch >= MAX_PRODUCER_EPOCH:
                 transit = meta.prepare_new_producer_id(self._take_producer_id(), transaction_timeout_ms,
@@ -535,7 +553,11 @@ class TransactionCoordinator:
                 await self._await_completion(meta)
                 continue
             if state is S.ONGOING:
-                await self._write(meta, meta.prepare_abort_or_commit(commit, self.clock.now_ms()))
+                if commit:
+                    await self._write(meta, meta.prepare_abort_or_commit(True, self.clock.now_ms()))
+                else:
+                    await self._prepare_abort(meta, AbortReason(
+                        AbortCause.CLIENT, f"EndTxn(abort) from producer {producer_id} epoch {producer_epoch}"))
                 self._start_completion(meta)
                 await self._await_completion(meta)
                 self.observer.transaction_ended(commit, time.perf_counter() - started)
@@ -640,19 +662,30 @@ class TransactionCoordinator:
                 log.warning("writing COMPLETE for %r failed, retrying: %s", txn_id, e)
                 await asyncio.sleep(MARKER_RETRY_BACKOFF_S)
 
-    async def _fence_and_abort(self, meta: TransactionMetadata) -> None:
+    async def _fence_and_abort(self, meta: TransactionMetadata, reason: AbortReason) -> None:
         """Bump the epoch of an open transaction (fencing its producer at every
-        partition through the markers) and abort it; returns once aborted."""
+        partition through the markers) and abort it for ``reason``; returns once aborted."""
+        fenced_epoch = meta.producer_epoch
         fence = meta.prepare_fence_epoch(self.clock.now_ms())
         meta.complete_transition(fence)  # in memory only: the PrepareAbort below carries the epoch
+        meta.fenced = (fenced_epoch, reason)
         self._by_producer_id[meta.producer_id] = meta.transactional_id
-        await self._write(meta, meta.prepare_abort_or_commit(False, self.clock.now_ms()))
+        await self._prepare_abort(meta, reason)
         self._start_completion(meta)
         await self._await_completion(meta)
 
-    async def admin_abort(self, transactional_id: str) -> None:
-        """An operator's abort of an open transaction (the console's Abort button):
-        fence its producer with an epoch bump, write ABORT markers, complete."""
+    async def _prepare_abort(self, meta: TransactionMetadata, reason: AbortReason) -> None:
+        """Write PrepareAbort with ``reason`` (the decision), and say so in one log line."""
+        await self._write(meta, meta.prepare_abort_or_commit(False, self.clock.now_ms(), reason))
+        log.info("aborting transaction %r (producer %d epoch %d; %s): cause=%s actor=%s",
+                 meta.transactional_id, meta.producer_id, meta.producer_epoch,
+                 ", ".join(f"{t}-{p}" for t, p in sorted(meta.partitions)) or "no partitions",
+                 reason.cause.value, reason.actor)
+
+    async def admin_abort(self, transactional_id: str, actor: str = "an operator") -> None:
+        """An operator's abort of an open transaction (the console's or the API's Abort;
+        ``actor`` says which, and from where): fence its producer with an epoch bump,
+        write ABORT markers, complete."""
         self._check_coordinator(transactional_id)
         meta = self.txns.get(transactional_id)
         if meta is None:
@@ -663,7 +696,7 @@ class TransactionCoordinator:
         if meta.state is not S.ONGOING:
             raise InvalidTxnStateError(
                 f"transactional id {transactional_id!r} has no open transaction ({meta.state.display})")
-        await self._fence_and_abort(meta)
+        await self._fence_and_abort(meta, AbortReason(AbortCause.ADMIN, actor))
         self.observer.transaction_admin_aborted()
 
     async def settle_for_partition_abort(self, transactional_id: str, topic_partition: TopicPartition) -> bool:
@@ -679,7 +712,8 @@ class TransactionCoordinator:
             meta = self.txns.get(transactional_id)
         return True
 
-    async def abort_for_partition(self, transactional_id: str, topic_partition: TopicPartition) -> int:
+    async def abort_for_partition(self, transactional_id: str, topic_partition: TopicPartition,
+                                  actor: str = "an operator") -> int:
         """The partition-level abort (KIP-664) of a producer this coordinator knows,
         holding ``topic_partition``'s transaction open: its transactional id's
         transaction is aborted with an epoch bump, so the producer is fenced
@@ -693,7 +727,8 @@ class TransactionCoordinator:
             raise TransactionalIdNotFoundError(f"no transactional id {transactional_id!r}")
         if meta.state is not S.ONGOING or topic_partition not in meta.partitions:
             await self._write(meta, meta.prepare_add_partitions({topic_partition}, self.clock.now_ms()))
-        await self._fence_and_abort(meta)
+        await self._fence_and_abort(meta, AbortReason(
+            AbortCause.ADMIN_PARTITION, f"{actor}, on {topic_partition[0]}-{topic_partition[1]}"))
         self.observer.transaction_admin_aborted()
         return meta.producer_epoch
 
@@ -711,13 +746,16 @@ class TransactionCoordinator:
                     and now > meta.txn_start_timestamp + meta.txn_timeout_ms):
                 aborted.append(meta.transactional_id)
                 try:
-                    await self._fence_and_abort(meta)
+                    await self._fence_and_abort(meta, AbortReason(
+                        AbortCause.TIMEOUT, f"the transaction coordinator: open {now - meta.txn_start_timestamp} ms, "
+                                            f"transaction.timeout.ms {meta.txn_timeout_ms}"))
                     self.observer.transaction_timed_out()
                 except KafkaError as e:
                     log.warning("aborting timed-out %r failed: %s", meta.transactional_id, e)
             elif meta.state is S.PREPARE_EPOCH_FENCE:  # an earlier abort's PrepareAbort write failed
                 try:
-                    await self._write(meta, meta.prepare_abort_or_commit(False, now))
+                    await self._prepare_abort(meta, meta.fenced[1] if meta.fenced else AbortReason(
+                        AbortCause.TIMEOUT, "the transaction coordinator"))
                 except KafkaError as e:  # as above: the next run tries again; the others go on
                     log.warning("aborting fenced %r failed: %s", meta.transactional_id, e)
                     continue
@@ -783,7 +821,7 @@ class TransactionCoordinator:
         if producer_epoch != meta.producer_epoch:
             raise self._fenced(InvalidProducerEpochError(
                 f"producer {producer_id} epoch {producer_epoch} is not the current epoch "
-                f"{meta.producer_epoch} of {txn_id!r}"))
+                f"{meta.producer_epoch} of {txn_id!r}{_fenced_because(meta, producer_epoch)}"))
         if meta.state.is_prepared or (meta.pending_state is not None and meta.pending_state.is_prepared):
             raise ConcurrentTransactionsError(f"the transaction of {txn_id!r} is completing")
         if meta.state is not S.ONGOING or (topic, partition) not in meta.partitions:
@@ -824,3 +862,17 @@ class TransactionCoordinator:
             task.cancel()
         if pending:
             await asyncio.wait(pending)
+
+
+def _fenced_by(transit: TxnTransitMetadata) -> tuple[int, AbortReason] | None:
+    """The epoch an abort record fenced and why (its producer's epoch before the bump)."""
+    reason = transit.abort_reason
+    return (transit.producer_epoch - 1, reason) if reason is not None and reason.cause.fences else None
+
+
+def _fenced_because(meta: TransactionMetadata, producer_epoch: int) -> str:
+    """Why ``producer_epoch`` is fenced, when an abort fenced exactly it: a producer
+    whose transaction timed out is told so, not only that it is fenced."""
+    if meta.fenced is None or meta.fenced[0] != producer_epoch:
+        return ""
+    return f": {meta.fenced[1].describe()}"

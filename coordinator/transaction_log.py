@@ -10,6 +10,13 @@ prefixed by its int16 version::
              TxnLastUpdateTimestampMs(int64) TxnStartTimestampMs(int64)
 
 ``TxnStatus`` is :class:`~coordinator.transaction_state.TransactionState` ``.id``.
+Why a transaction was aborted is not in Kafka's value: a PrepareAbort or
+CompleteAbort record carries it as two record headers, ``exactly.abort.cause`` (an
+:class:`~coordinator.transaction_state.AbortCause` value) and
+``exactly.abort.actor`` (UTF-8 text), which Kafka's own loader ignores. So the
+reason is in the log itself and everything derived from it (the coordinator after a
+restart, the SQLite mirror after a rebuild) has it; compaction keeps it as long as it
+keeps the record.
 A null value is a tombstone: the transactional id expired. The partition of a
 transactional id is Kafka's: ``Utils.abs(javaHashCode(id)) % transaction.state.log.num.partitions``,
 so a Kafka client's FindCoordinator and our logs agree on placement.
@@ -30,11 +37,22 @@ from coordinator.schema import (
     SchemaError,
     decode_versioned,
 )
-from coordinator.transaction_state import NO_PRODUCER_EPOCH, TransactionState, TxnTransitMetadata
+from coordinator.transaction_state import (
+    NO_PRODUCER_EPOCH,
+    AbortCause,
+    AbortReason,
+    TransactionState,
+    TxnTransitMetadata,
+)
+from storage.record_batch import ControlType
 
 TOPIC = "__transaction_state"
 KEY_VERSION = 0
 VALUE_VERSION = 0
+
+ABORT_CAUSE_HEADER = "exactly.abort.cause"
+ABORT_ACTOR_HEADER = "exactly.abort.actor"
+Headers = tuple[tuple[str, bytes | None], ...]
 
 KEY_V0 = Schema(("transactional_id", STRING))
 VALUE_V0 = Schema(
@@ -93,8 +111,28 @@ def encode_value(transit: TxnTransitMetadata) -> bytes:
     })
 
 
-def decode(key: bytes | None, value: bytes | None) -> TxnLogRecord:
-    """Decode one record; raises SchemaError for anything we do not understand."""
+def encode_headers(transit: TxnTransitMetadata) -> Headers:
+    """The record headers of ``transit``: its abort reason, if it has one."""
+    reason = transit.abort_reason
+    if reason is None:
+        return ()
+    return ((ABORT_CAUSE_HEADER, reason.cause.value.encode()), (ABORT_ACTOR_HEADER, reason.actor.encode()))
+
+
+def _abort_reason(headers: Headers) -> AbortReason | None:
+    found = dict(headers)
+    cause, actor = found.get(ABORT_CAUSE_HEADER), found.get(ABORT_ACTOR_HEADER)
+    if cause is None:
+        return None
+    try:
+        return AbortReason(AbortCause(cause.decode()), (actor or b"").decode())
+    except (ValueError, UnicodeDecodeError) as e:
+        raise SchemaError(f"abort reason header: {e}") from None
+
+
+def decode(key: bytes | None, value: bytes | None, headers: Headers = ()) -> TxnLogRecord:
+    """Decode one record (with its headers); raises SchemaError for anything we do
+    not understand."""
     transactional_id = decode_versioned(key, KEY_VERSION, KEY_V0, "transaction log key")["transactional_id"]
     if value is None:
         return TxnLogRecord(transactional_id, None)
@@ -110,4 +148,5 @@ def decode(key: bytes | None, value: bytes | None) -> TxnLogRecord:
         last_producer_epoch=NO_PRODUCER_EPOCH, txn_timeout_ms=v["transaction_timeout_ms"],
         state=state, partitions=partitions,
         txn_start_timestamp=v["transaction_start_timestamp_ms"],
-        txn_last_update_timestamp=v["transaction_last_update_timestamp_ms"]))
+        txn_last_update_timestamp=v["transaction_last_update_timestamp_ms"],
+        abort_reason=_abort_reason(headers) if state.outcome is ControlType.ABORT else None))

@@ -129,6 +129,53 @@ VALID_PREVIOUS: dict[TransactionState, frozenset[TransactionState]] = {
 }
 
 
+class AbortCause(enum.Enum):
+    """Why a transaction was aborted; ``value`` is what the log and the mirror keep."""
+
+    CLIENT = "client"
+    """Its producer asked: EndTxn(abort)."""
+    TIMEOUT = "timeout"
+    """It was open longer than its transaction.timeout.ms: the coordinator fenced and aborted it."""
+    FENCED = "fenced"
+    """A new instance of its transactional id called InitProducerId (init_transactions)."""
+    ADMIN = "admin"
+    """An operator aborted the transaction (the console's or the API's Abort)."""
+    ADMIN_PARTITION = "admin-partition"
+    """An operator aborted its producer on one partition (KIP-664, AbortTransaction)."""
+
+    @property
+    def fences(self) -> bool:
+        """Whether this abort bumps the producer's epoch (every cause but the client's own)."""
+        return self is not AbortCause.CLIENT
+
+    @property
+    def label(self) -> str:
+        """What happened, as a person reads it."""
+        return _ABORT_LABELS[self]
+
+
+@dataclass(frozen=True)
+class AbortReason:
+    """Why a transaction was aborted and who did it (``actor``: a producer, the
+    coordinator, an operator's console or API request with its address). Carried by
+    the PrepareAbort and CompleteAbort records as record headers
+    (``coordinator/transaction_log.py``), so the SQLite mirror rebuilt from the log
+    keeps it."""
+
+    cause: AbortCause
+    actor: str
+
+    def describe(self) -> str:
+        return f"{self.cause.label} ({self.actor})"
+
+
+_ABORT_LABELS = {AbortCause.CLIENT: "aborted by its producer",
+                 AbortCause.TIMEOUT: "its transaction timed out",
+                 AbortCause.FENCED: "fenced by a new instance (InitProducerId)",
+                 AbortCause.ADMIN: "aborted by an operator",
+                 AbortCause.ADMIN_PARTITION: "aborted on a partition by an operator"}
+
+
 class IllegalTransitionError(InvariantViolation):
     """A transition the state table does not allow. The coordinator answers every
     request that could ask for one with its Kafka error first, so this is a bug."""
@@ -147,6 +194,8 @@ class TxnTransitMetadata:
     partitions: frozenset[tuple[str, int]]
     txn_start_timestamp: int
     txn_last_update_timestamp: int
+    #: why the transaction is (being) aborted: PrepareAbort and CompleteAbort only
+    abort_reason: AbortReason | None = None
 
 
 @dataclass
@@ -164,6 +213,10 @@ class TransactionMetadata:
     txn_start_timestamp: int = -1
     txn_last_update_timestamp: int = -1
     pending_state: TransactionState | None = None
+    abort_reason: AbortReason | None = None
+    #: the last epoch an abort fenced, and why: a call with that epoch is told the reason
+    #: (a producer whose transaction timed out learns that, not only that it is fenced)
+    fenced: tuple[int, AbortReason] | None = None
 
     @property
     def two_phase_commit(self) -> bool:
@@ -182,6 +235,8 @@ class TransactionMetadata:
                 f"transactional id {self.transactional_id!r}: {self.state.display} -> "
                 f"{state.display} is not a valid transition")
         transit = replace(self._current(), state=state, **changes)
+        if state.outcome is not ControlType.ABORT:  # the reason goes with its abort, no further
+            transit = replace(transit, abort_reason=None)
         self.pending_state = state
         return transit
 
@@ -191,7 +246,7 @@ class TransactionMetadata:
             producer_epoch=self.producer_epoch, last_producer_epoch=self.last_producer_epoch,
             txn_timeout_ms=self.txn_timeout_ms, state=self.state,
             partitions=frozenset(self.partitions), txn_start_timestamp=self.txn_start_timestamp,
-            txn_last_update_timestamp=self.txn_last_update_timestamp)
+            txn_last_update_timestamp=self.txn_last_update_timestamp, abort_reason=self.abort_reason)
 
     def prepare_increment_epoch(self, txn_timeout_ms: int, now_ms: int,
                                 remember_last_epoch: bool = False) -> TxnTransitMetadata:
@@ -242,10 +297,12 @@ class TransactionMetadata:
             txn_start_timestamp=now_ms if starting else self.txn_start_timestamp,
             txn_last_update_timestamp=now_ms)
 
-    def prepare_abort_or_commit(self, commit: bool, now_ms: int) -> TxnTransitMetadata:
-        """EndTxn (or the coordinator's own abort): PrepareCommit or PrepareAbort."""
+    def prepare_abort_or_commit(self, commit: bool, now_ms: int,
+                                reason: AbortReason | None = None) -> TxnTransitMetadata:
+        """EndTxn (or the coordinator's own abort): PrepareCommit or PrepareAbort
+        (with why, ``reason``)."""
         return self._prepare(S.PREPARE_COMMIT if commit else S.PREPARE_ABORT,
-                             txn_last_update_timestamp=now_ms)
+                             txn_last_update_timestamp=now_ms, abort_reason=None if commit else reason)
 
     def prepare_complete(self, now_ms: int) -> TxnTransitMetadata:
         """Every marker is durable: CompleteCommit or CompleteAbort, partitions cleared."""
@@ -285,6 +342,7 @@ class TransactionMetadata:
         self.partitions = set(transit.partitions)
         self.txn_start_timestamp = transit.txn_start_timestamp
         self.txn_last_update_timestamp = transit.txn_last_update_timestamp
+        self.abort_reason = transit.abort_reason
         self.pending_state = None
 
     def abort_transition(self) -> None:

@@ -828,6 +828,18 @@ class PartitionLog:
             if snapshot > offset:
                 self._delete_snapshot(snapshot)
 
+    def headers(self, start: int, upper: int) -> Iterator[BatchHeader]:
+        """The headers of the stored batches holding offsets in ``[start, upper)``, in
+        order, found through the offset index; their bodies are not read."""
+        for segment in self.segments[self._segment_for(start):]:
+            first = segment.find(start)
+            if first is None:
+                continue
+            for location in segment.headers_from(first.position):
+                if location.header.base_offset >= upper:
+                    return
+                yield location.header
+
     def batches(self, from_offset: int | None = None) -> Iterator[tuple[BatchHeader, bytes]]:
         """Every stored batch from ``from_offset`` (default: the log start), in order."""
         offset = self.log_start_offset if from_offset is None else from_offset

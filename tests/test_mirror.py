@@ -323,7 +323,7 @@ def test_a_committed_transaction_becomes_one_row_with_the_prepared_partitions(
     assert rows(mirror.path, "SELECT * FROM transactions") == [{
         "id": 1, "transactional_id": "billing", "producer_id": 7, "producer_epoch": 0, "outcome": "COMMIT",
         "partitions": '["orders-0", "orders-1", "payments-1"]', "start_ms": T0 + 10, "end_ms": T0 + 40,
-        "log_partition": partition, "log_offset": complete_at}]
+        "log_partition": partition, "log_offset": complete_at, "abort_cause": None, "abort_actor": None}]
     [current] = rows(mirror.path, "SELECT * FROM transactional_ids")
     assert (current["state"], current["partitions"], current["txn_start_ms"], current["source_offset"]) == (
         "CompleteCommit", "[]", T0 + 10, complete_at)
@@ -638,7 +638,7 @@ def test_a_killed_writer_leaves_rows_and_progress_consistent(tmp_path: Path) -> 
 
 def test_migrations_and_models_agree(tmp_path: Path) -> None:
     db = tmp_path / "exactly.db"
-    assert upgrade(db) == (None, "0001")
+    assert upgrade(db) == (None, "0002")
     engine = writer_engine(db)
     try:
         with engine.connect() as conn:
@@ -673,7 +673,8 @@ def test_check_constraints_of_the_migration_are_the_ones_generated_from_the_enum
 
 
 TXN_ID_ROW = "INSERT INTO transactional_ids VALUES ('t', 1, 0, :value, 60000, '[]', -1, 0, 0, 0)"
-FINISHED_ROW = "INSERT INTO transactions VALUES (1, 't', 1, 0, :value, '[]', 0, 1, 0, 0)"
+FINISHED_ROW = "INSERT INTO transactions VALUES (1, 't', 1, 0, :value, '[]', 0, 1, 0, 0, NULL, NULL)"
+ABORTED_ROW = "INSERT INTO transactions VALUES (1, 't', 1, 0, 'ABORT', '[]', 0, 1, 0, 0, :value, 'me')"
 OFFSET_ROW = "INSERT INTO group_offsets VALUES ('g', 't', 0, :producer, :value, 5, '', 0, 0, 0)"
 
 
@@ -681,6 +682,7 @@ OFFSET_ROW = "INSERT INTO group_offsets VALUES ('g', 't', 0, :producer, :value, 
     (TXN_ID_ROW, {"value": "Prepared"}, {"value": "PrepareCommit"}),
     (TXN_ID_ROW, {"value": "PREPARE_COMMIT"}, {"value": "PrepareCommit"}),
     (FINISHED_ROW, {"value": "commit"}, {"value": "COMMIT"}),
+    (ABORTED_ROW, {"value": "TIMEOUT"}, {"value": "timeout"}),
     (OFFSET_ROW, {"value": "stable", "producer": -1}, {"value": "committed", "producer": -1}),
     (OFFSET_ROW, {"value": "pending", "producer": -1}, {"value": "committed", "producer": -1}),
     (OFFSET_ROW, {"value": "committed", "producer": 7}, {"value": "pending", "producer": 7}),
@@ -735,7 +737,7 @@ def test_downgrade_to_nothing_then_upgrade_again(tmp_path: Path) -> None:
         assert check_constraints(engine) == {}
     finally:
         engine.dispose()
-    assert upgrade(db) == (None, "0001")
+    assert upgrade(db) == (None, "0002")
 
 
 # -- the command line -------------------------------------------------------------------------------
@@ -746,7 +748,7 @@ def test_db_upgrade_creates_the_database_and_is_idempotent(tmp_path: Path) -> No
     command_line = [sys.executable, "-m", "app.cli", "db", "upgrade", "--data-dir", str(data)]
     first = subprocess.run(command_line, cwd=REPO, capture_output=True, text=True, timeout=60)
     assert first.returncode == 0, first.stderr
-    assert "revision 0001 (migrated from nothing)" in first.stdout
+    assert "revision 0002 (migrated from nothing)" in first.stdout
     db = db_path(data)
     writer = writer_engine(db)
     try:
@@ -757,10 +759,10 @@ def test_db_upgrade_creates_the_database_and_is_idempotent(tmp_path: Path) -> No
 
     second = subprocess.run(command_line, cwd=REPO, capture_output=True, text=True, timeout=60)
     assert second.returncode == 0, second.stderr
-    assert "revision 0001 (already current)" in second.stdout
+    assert "revision 0002 (already current)" in second.stdout
     assert rows(db, "SELECT next_offset FROM mirror_progress") == [{"next_offset": 42}]
     assert rows(db, "PRAGMA journal_mode") == [{"journal_mode": "wal"}]
-    assert rows(db, "SELECT version_num FROM alembic_version") == [{"version_num": "0001"}]
+    assert rows(db, "SELECT version_num FROM alembic_version") == [{"version_num": "0002"}]
 
 
 def test_db_upgrade_on_an_unusable_path_fails_with_one_line(tmp_path: Path, capsys) -> None:

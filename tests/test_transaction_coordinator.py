@@ -799,10 +799,10 @@ def test_a_timeout_abort_whose_log_write_fails_is_finished_by_a_later_run(broker
     healthy = io.append_txn_log
     failing: set[bytes] = {transaction_log.encode_key("a"), transaction_log.encode_key("b")}
 
-    async def flaky(partition: int, key: bytes, value: bytes | None) -> int:
+    async def flaky(partition: int, key: bytes, value: bytes | None, headers=()) -> int:
         if key in failing:
             raise KafkaStorageError("disk on fire")
-        return await healthy(partition, key, value)
+        return await healthy(partition, key, value, headers)
     monkeypatch.setattr(io, "append_txn_log", flaky)
     clock.advance(1_001)
     broker.engine.call(broker.engine.abort_timed_out_transactions)

@@ -127,7 +127,7 @@ def test_partition_page_shows_segments_producers_aborted_index_records_and_chart
     assert f"data-lso>{log.last_stable_offset}<" in html and f"data-hw>{log.high_watermark}<" in html
     assert "00000000000000000000" in html  # the segment's base offset, as its file name
     assert "enricher" in html and "billing" in html  # DescribeProducers, with transactional ids
-    for status in ("visible", "committed", "COMMIT marker", "open · waits"):
+    for status in ("visible", "committed", "COMMIT marker", "open · own transaction undecided"):
         assert status in html
     assert "<svg" in html and 'class="line-lso"' in html and 'class="gap"' in html
     aborted = client.get("/topics/orders/partitions/1").get_data(as_text=True)
@@ -141,13 +141,20 @@ def test_partition_page_shows_segments_producers_aborted_index_records_and_chart
 
 def test_groups_pages_show_committed_pending_and_lag_against_the_lso(client, broker, scenario):
     html = client.get("/groups").get_data(as_text=True)
-    assert 'data-group="svc"' in html and "Lag (vs LSO)" in html
+    assert 'data-group="svc"' in html and "Lag (read_committed)" in html
+    assert "+ 1 held back" in html  # enricher's open record at the LSO
     detail = client.get("/groups/svc").get_data(as_text=True)
-    lso = _partition(broker, "orders", 0).last_stable_offset
+    log = _partition(broker, "orders", 0)
+    assert (log.last_stable_offset, log.high_watermark) == (7, 8)  # plain 0-4, paid 5, marker 6, open 7
     assert "enricher" in detail  # its pending offset 5
-    assert "measured against" not in detail or "LSO" in detail
-    assert re.search(rf'<td class="num mono amber strong">{lso - 3}</td>', detail)  # LSO - committed 3
-    assert "Lag = LSO − committed offset" in detail
+    # from the committed offset 3: records 3, 4 and 5 -- the COMMIT marker at 6 is no record to read
+    assert re.search(r'<td class="num mono amber strong" data-lag>3<div class="held-note">\+ 1 held back</div>',
+                     detail)
+    held = detail[detail.index('data-held="orders-0"'):]
+    held = held[:held.index("</li>")]
+    assert "1</span> record held back" in held and "enricher" in held and 'data-abort="enricher"' in held
+    assert detail.index('id="held-back"') < detail.index('class="stats"')  # first thing on the page
+    assert "Lag = the records a read_committed consumer would still receive" in detail
 
 
 def test_every_fragment_refreshes_itself(client, scenario):
@@ -157,7 +164,7 @@ def test_every_fragment_refreshes_itself(client, scenario):
         full = client.get(page)
         assert full.status_code == 200, page
         fragment_url = "/fragments" + page
-        assert f'hx-get="{fragment_url.replace("&", "&amp;")}" hx-trigger="every 2s" hx-swap="outerHTML"' in \
+        assert f'hx-get="{fragment_url.replace("&", "&amp;")}" hx-trigger="every 2s" hx-swap="morph:outerHTML"' in \
             full.get_data(as_text=True), page
         fragment = client.get(fragment_url)
         body = fragment.get_data(as_text=True)
@@ -169,6 +176,19 @@ def test_every_fragment_refreshes_itself(client, scenario):
     assert 'name="next" value="/transactions?state=Ongoing"' in refreshed  # the page, not the fragment
     badge = client.get("/fragments/status").get_data(as_text=True)
     assert 'id="status-badge"' in badge and "partitions blocked" in badge
+
+
+def test_every_live_part_morphs_in_place():
+    """A refresh that replaced the live part (outerHTML) would reset scroll positions,
+    selection and focus; every fragment, present and future, morphs instead."""
+    from pathlib import Path
+
+    fragments = Path(__file__).resolve().parents[1] / "app/http/web/templates/fragments"
+    polling = {f.name: f.read_text() for f in fragments.glob("*.html") if 'hx-trigger="every' in f.read_text()}
+    assert len(polling) >= 7
+    for name, text in polling.items():
+        swaps = re.findall(r'hx-swap="([^"]+)"', text)
+        assert swaps and all(swap == "morph:outerHTML" for swap in swaps), (name, swaps)
 
 
 def test_pages_load_no_inline_script_and_send_the_csp(client, scenario):

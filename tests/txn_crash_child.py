@@ -253,8 +253,8 @@ class CrashPoints:
         self._append_offsets_log = EngineCoordinatorIO.append_offsets_log
         points = self
 
-        async def append_txn_log(io, partition, key, value):
-            return await points.append_txn_log(io, partition, key, value)
+        async def append_txn_log(io, partition, key, value, headers=()):
+            return await points.append_txn_log(io, partition, key, value, headers)
 
         async def write_marker(io, topic, partition, producer_id, producer_epoch, coordinator_epoch, commit):
             return await points.write_marker(io, topic, partition, producer_id, producer_epoch,
@@ -276,8 +276,8 @@ class CrashPoints:
         os.kill(os.getpid(), signal.SIGKILL)
 
     async def append_txn_log(self, io: EngineCoordinatorIO, partition: int, key: bytes,
-                             value: bytes | None) -> int:
-        offset = await self._append_txn_log(io, partition, key, value)
+                             value: bytes | None, headers: transaction_log.Headers = ()) -> int:
+        offset = await self._append_txn_log(io, partition, key, value, headers)
         transit = transaction_log.decode(key, value).transit
         if transit is not None:
             self.side.line(f"durable-log {transit.state.name} {transit.producer_id} {transit.producer_epoch}")

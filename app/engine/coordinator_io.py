@@ -25,9 +25,10 @@ class EngineCoordinatorIO:
     def __init__(self, engine: "Engine") -> None:
         self.engine = engine
 
-    async def append_txn_log(self, partition: int, key: bytes, value: bytes | None) -> int:
+    async def append_txn_log(self, partition: int, key: bytes, value: bytes | None,
+                             headers: transaction_log.Headers = ()) -> int:
         await self.engine.ensure_internal_topic(transaction_log.TOPIC)
-        batch = encode_batch([SimpleRecord(value, key=key, timestamp=self.engine.clock.now_ms())])
+        batch = encode_batch([SimpleRecord(value, key=key, headers=headers, timestamp=self.engine.clock.now_ms())])
         result = await self.engine.append_internal(transaction_log.TOPIC, partition, batch)
         return result.base_offset
 

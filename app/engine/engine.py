@@ -40,7 +40,7 @@ from app.engine.worker import Worker
 from coordinator import offsets_log, transaction_log
 from coordinator.group_coordinator import GroupCoordinator
 from coordinator.transaction_coordinator import TransactionCoordinator
-from coordinator.transaction_state import MAX_EPOCH_VALUE
+from coordinator.transaction_state import MAX_EPOCH_VALUE, AbortCause
 from storage.background import Job, Steps
 from storage.clock import Clock, SystemClock
 from storage.errors import (
@@ -145,7 +145,7 @@ class Engine:
         for (topic, partition), log_ in sorted(self.logs.logs.items()):
             if topic == transaction_log.TOPIC:
                 self.transaction_coordinator.load_records(partition, (
-                    (record.offset, record.key, record.value)
+                    (record.offset, record.key, record.value, record.headers)
                     for _, batch in log_.batches() for record in _data_records(batch)))
             elif topic == offsets_log.TOPIC:
                 for _, batch in log_.batches():
@@ -337,7 +337,8 @@ class Engine:
         elif header.producer_id >= 0:
             tc.verify_idempotent(header.producer_id)
 
-    async def abort_hanging_transaction(self, topic: str, partition: int, producer_id: int) -> HangingAbort:
+    async def abort_hanging_transaction(self, topic: str, partition: int, producer_id: int,
+                                        actor: str = "an operator") -> HangingAbort:
         """Kafka's AbortTransaction (KIP-664), for any producer holding a transaction
         open on one partition, with a fence so that producer cannot carry on:
 
@@ -348,6 +349,9 @@ class Engine:
           partition refuses (a broken invariant, see ``TransactionCoordinator._complete``):
           an ABORT marker at the producer's epoch + 1 on this partition, which then
           refuses that epoch.
+
+        ``actor`` (who asked, from where) goes into the abort's reason (the first case)
+        or its log line (the second).
         """
         log_ = self.logs.log(topic, partition)
         tc = self.transaction_coordinator
@@ -355,12 +359,16 @@ class Engine:
         txn_id = tc.transactional_id_of(producer_id)
         if txn_id is not None and await tc.settle_for_partition_abort(txn_id, (topic, partition)):
             _open_transaction(log_, producer_id)  # a completion may have ended it meanwhile
-            epoch = await tc.abort_for_partition(txn_id, (topic, partition))
+            epoch = await tc.abort_for_partition(txn_id, (topic, partition), actor)
             return HangingAbort(txn_id, epoch, log_.last_stable_offset)
         entry = _open_transaction(log_, producer_id)
         epoch = min(entry.producer_epoch + 1, MAX_EPOCH_VALUE)
         await self.write_txn_marker(topic, partition, producer_id, epoch,
                                     max(tc.coordinator_epoch, entry.coordinator_epoch), commit=False)
+        log.info("aborting the transaction of producer %d on %s-%d (%s; an ABORT marker at epoch %d): "
+                 "cause=%s actor=%s", producer_id, topic, partition,
+                 f"transactional id {txn_id!r}, its marker refused here" if txn_id else "no transactional id",
+                 epoch, AbortCause.ADMIN_PARTITION.value, actor)
         self.counters.transaction_admin_aborted()
         return HangingAbort(None, epoch, log_.last_stable_offset)
 

@@ -3,9 +3,11 @@
 Each function is a coroutine run on the engine's loop (``engine.call(queries.x, engine, ...)``)
 and returns plain, JSON-ready dicts, so the API and the console show the same facts
 computed one way. Offsets are Kafka's: high watermark (the durable end), LSO, log
-start; lag is measured against the LSO, because a read_committed consumer that has
-caught up sits at the LSO and transaction markers occupy offsets (a lag against the
-high watermark never reaches 0 with transactional producers).
+start. A group's lag (:func:`read_committed_lag`) is the number of records a
+read_committed consumer would still receive: the data records between its committed
+offset and the LSO, markers and aborted records not counted (a lag against the high
+watermark, or an offset difference, never reaches 0 with transactional producers:
+markers occupy offsets).
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ from coordinator import offsets_log, transaction_log
 from coordinator.transaction_state import TransactionState
 from storage.errors import GroupIdNotFoundError, OffsetOutOfRangeError, TransactionalIdNotFoundError
 from storage.partition_log import PartitionLog
-from storage.record_batch import decode_batch, decode_control_record
+from storage.record_batch import BatchHeader, decode_batch, decode_control_record
+from storage.txn_index import AbortedTxn
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine as SqlEngine
@@ -145,14 +148,16 @@ def transaction_history(db: "SqlEngine", txn_id: str, limit: int = 20) -> list[d
 
     from coordinator.mirror_models import FinishedTransaction as T
 
-    query = (select(T.producer_id, T.producer_epoch, T.outcome, T.partitions, T.start_ms, T.end_ms)
+    query = (select(T.producer_id, T.producer_epoch, T.outcome, T.partitions, T.start_ms, T.end_ms,
+                    T.abort_cause, T.abort_actor)
              .where(T.transactional_id == txn_id).order_by(T.end_ms.desc(), T.id.desc()).limit(limit))
     with db.connect() as connection:
         rows = connection.execute(query).all()
         connection.rollback()
     return [{"producer_id": r.producer_id, "producer_epoch": r.producer_epoch, "outcome": r.outcome,
              "partitions": [_topic_partition(tp) for tp in json.loads(r.partitions)],
-             "start_ms": r.start_ms, "end_ms": r.end_ms} for r in rows]
+             "start_ms": r.start_ms, "end_ms": r.end_ms,
+             "abort_cause": r.abort_cause, "abort_actor": r.abort_actor} for r in rows]
 
 
 def _topic_partition(name: str) -> dict[str, Any]:
@@ -167,18 +172,78 @@ async def groups(engine: "Engine") -> list[dict[str, Any]]:
             for g in sorted(engine.group_coordinator.groups.values(), key=lambda g: g.group_id)]
 
 
+#: batch headers one lag computation reads at most (on the engine's loop: about 6 ms for
+#: 1000 here); past them, the rest of the range up to the LSO counts as one record per
+#: offset -- an upper bound, Kafka's own offset-difference lag -- and the lag is not exact
+LAG_MAX_BATCHES = 1_000
+
+
+def read_committed_lag(log: PartitionLog, position: int) -> tuple[int, bool]:
+    """``(lag, exact)``: how many records a read_committed consumer at ``position``
+    would still receive -- the data records in ``[position, LSO)`` (:func:`data_records`)."""
+    return data_records(log, max(position, log.log_start_offset), log.last_stable_offset)
+
+
+def data_records(log: PartitionLog, start: int, upper: int) -> tuple[int, bool]:
+    """``(count, exact)``: the data records in ``[start, upper)`` that are not aborted
+    -- neither control records (markers) nor records of an aborted transaction.
+    Counted from batch headers (RecordCount, the control and transactional bits) and
+    the ``.txnindex`` aborted ranges; only a compacted batch that ``start`` splits is
+    decoded. ``exact`` is False when the range held more than LAG_MAX_BATCHES
+    batches (see there)."""
+    if start >= upper:
+        return 0, True
+    aborted = _aborted_by_producer(log, start, upper)
+    count = 0
+    for n, header in enumerate(log.headers(start, upper)):
+        if n == LAG_MAX_BATCHES:
+            return count + upper - max(start, header.base_offset), False
+        if header.is_control or _is_aborted(header, aborted):
+            continue
+        count += header.record_count if header.base_offset >= start else _records_from(log, header, start)
+    return count, True
+
+
+def _aborted_by_producer(log: PartitionLog, start: int, upper: int) -> dict[int, list[AbortedTxn]]:
+    """The ``.txnindex`` entries overlapping ``[start, upper)``, by producer id."""
+    aborted: dict[int, list[AbortedTxn]] = {}
+    for txn in log.collect_aborted(start, upper) if start < upper else ():
+        aborted.setdefault(txn.producer_id, []).append(txn)
+    return aborted
+
+
+def _is_aborted(header: BatchHeader, aborted: dict[int, list[AbortedTxn]]) -> bool:
+    """Whether the batch is in an aborted transaction (its records never reach read_committed)."""
+    return header.is_transactional and any(
+        t.first_offset <= header.base_offset <= t.last_offset for t in aborted.get(header.producer_id, ()))
+
+
+def _records_from(log: PartitionLog, header: BatchHeader, start: int) -> int:
+    """The records at ``start`` or after in the batch ``header`` that holds ``start``."""
+    if header.record_count == header.last_offset_delta + 1:  # no gaps: offsets are consecutive
+        return header.last_offset - start + 1
+    batch = decode_batch(log.read(start, 0).records[:header.size])  # compacted: count them
+    return sum(1 for record in batch.records if record.offset >= start)
+
+
 async def group(engine: "Engine", group_id: str) -> dict[str, Any]:
-    """A group's members, committed and pending offsets, and lag against the LSO."""
+    """A group's members, committed and pending offsets, and per partition its lag
+    (:func:`read_committed_lag`, ``lag_exact`` False when bounded) and, while the LSO
+    is held back, what is held back (``held_back``: the data records from the LSO to
+    the high watermark, open or decided, aborted ones not counted -- what the consumer
+    may receive once the LSO moves) and by which open transactions (``held_by``, the
+    one pinning the LSO first): a consumer at the LSO has lag 0 yet is not done."""
     g = engine.group_coordinator.describe(group_id)
     if g is None:
         raise GroupIdNotFoundError(f"no group {group_id!r}")
     tc = engine.transaction_coordinator
+    now = engine.clock.now_ms()
     offsets = []
     partitions = sorted(set(g.committed) | {tp for pending in g.pending.values() for tp in pending})
     for tp in partitions:
         committed = g.committed.get(tp)
         log = engine.logs.logs.get(tp)
-        lso = log.last_stable_offset if log else None
+        lag, exact = read_committed_lag(log, committed.offset) if committed and log else (None, True)
         pending = [{"producer_id": pid, "transactional_id": tc.transactional_id_of(pid), "offset": offs[tp].offset}
                    for pid, offs in sorted(g.pending.items()) if tp in offs]
         offsets.append({
@@ -187,8 +252,10 @@ async def group(engine: "Engine", group_id: str) -> dict[str, Any]:
             "metadata": committed.metadata if committed else None,
             "pending": pending,
             "high_watermark": log.high_watermark if log else None,
-            "last_stable_offset": lso,
-            "lag": max(0, lso - committed.offset) if committed and lso is not None else None})
+            "last_stable_offset": log.last_stable_offset if log else None,
+            "lag": lag, "lag_exact": exact,
+            "held_back": data_records(log, log.last_stable_offset, log.high_watermark)[0] if log else 0,
+            "held_by": _holders(engine, log, now) if log else []})
     return {"group_id": g.group_id, "state": g.state.value, "generation": g.generation,
             "protocol_type": g.protocol_type, "protocol": g.protocol, "leader": g.leader,
             "members": [{"member_id": m.member_id, "group_instance_id": m.group_instance_id,
@@ -247,6 +314,12 @@ def _holder(engine: "Engine", log: PartitionLog, producer_id: int, first_offset:
             and (log.topic, log.partition) in meta.partitions}
 
 
+def _holders(engine: "Engine", log: PartitionLog, now_ms: int) -> list[dict[str, Any]]:
+    """The open transactions on ``log`` (:func:`_holder`), the one pinning its LSO first."""
+    return [_holder(engine, log, pid, first, now_ms)
+            for pid, first in sorted(log.producer_state.ongoing_transactions(), key=lambda t: t[1])]
+
+
 async def lso_blockers(engine: "Engine") -> list[dict[str, Any]]:
     """Every partition whose LSO is below its high watermark -- where a read_committed
     consumer waits -- with the open transactions on it, the one pinning the LSO
@@ -258,8 +331,7 @@ async def lso_blockers(engine: "Engine") -> list[dict[str, Any]]:
         lso, hw = log.last_stable_offset, log.high_watermark
         if lso >= hw:
             continue
-        holders = [_holder(engine, log, pid, first, now)
-                   for pid, first in sorted(log.producer_state.ongoing_transactions(), key=lambda t: t[1])]
+        holders = _holders(engine, log, now)
         blocked.append({"topic_name": name, "partition_id": partition_id,
                         "is_internal": name in INTERNAL_TOPICS,
                         "high_watermark": hw, "last_stable_offset": lso, "gap": hw - lso,
@@ -287,8 +359,12 @@ async def dashboard(engine: "Engine") -> dict[str, Any]:
 
 async def transaction_detail(engine: "Engine", txn_id: str) -> dict[str, Any]:
     """:func:`transaction` plus, per partition, where its open transaction starts and
-    whether that pins the LSO, and the group offsets pending on its commit."""
+    whether that pins the LSO, the group offsets pending on its commit, and why its
+    transaction is being or was aborted (``abort_cause``, ``abort_actor``)."""
     detail = await transaction(engine, txn_id)
+    reason = engine.transaction_coordinator.describe(txn_id).abort_reason  # PrepareAbort, CompleteAbort
+    detail["abort_cause"] = reason.cause.value if reason else None
+    detail["abort_actor"] = reason.actor if reason else None
     open_ = detail["transaction_start_ms"] is not None
     for tp in detail["partitions"]:
         log = engine.logs.logs.get((tp["topic_name"], tp["partition_id"]))
@@ -307,14 +383,17 @@ async def transaction_detail(engine: "Engine", txn_id: str) -> dict[str, Any]:
 
 
 async def groups_summary(engine: "Engine") -> list[dict[str, Any]]:
-    """:func:`groups` with each group's total lag (against the LSO) and how many of
-    its offsets wait on a transaction."""
+    """:func:`groups` with each group's total lag (:func:`read_committed_lag`), how
+    many records are held back behind open transactions on its partitions, and how
+    many of its offsets wait on a transaction."""
     result = []
     for g in await groups(engine):
-        described = await group(engine, g["group_id"])
-        lags = [o["lag"] for o in described["offsets"] if o["lag"] is not None]
-        result.append({**g, "partitions": len(described["offsets"]), "lag": sum(lags) if lags else None,
-                       "pending_offsets": sum(len(o["pending"]) for o in described["offsets"])})
+        offsets = (await group(engine, g["group_id"]))["offsets"]
+        lags = [o["lag"] for o in offsets if o["lag"] is not None]
+        result.append({**g, "partitions": len(offsets), "lag": sum(lags) if lags else None,
+                       "lag_exact": all(o["lag_exact"] for o in offsets),
+                       "held_back": sum(o["held_back"] for o in offsets if o["committed_offset"] is not None),
+                       "pending_offsets": sum(len(o["pending"]) for o in offsets)})
     return result
 
 
@@ -332,15 +411,20 @@ async def records(engine: "Engine", name: str, partition_id: int, offset: int | 
                   limit: int = 25) -> dict[str, Any]:
     """Up to ``limit`` records from ``offset`` (default: the last ones below the high
     watermark), markers included, each with what a read_committed consumer makes of
-    it: ``committed`` (or not transactional), ``aborted`` (never delivered), ``open``
-    (waits for its transaction), or a ``marker``."""
+    it (``status``): ``visible`` (not transactional, below the LSO), ``committed``,
+    ``aborted`` (never delivered), ``open`` (its own transaction is undecided),
+    ``waits`` (decided or not transactional, but at or after the LSO: delivered once
+    ``held_by``, the transaction pinning the LSO, ends), or a ``marker``."""
     log = engine.logs.log(name, partition_id)
-    hw = log.high_watermark
+    hw, lso = log.high_watermark, log.last_stable_offset
     start = max(log.log_start_offset, hw - limit) if offset is None else offset
     if start < log.log_start_offset or start > hw:
         raise OffsetOutOfRangeError(f"offset {start} is outside [{log.log_start_offset}, {hw}] "
                                     f"of {name}-{partition_id}")
-    aborted = log.collect_aborted(start, hw) if start < hw else []
+    aborted = _aborted_by_producer(log, start, hw)
+    pinning = next((h for h in _holders(engine, log, engine.clock.now_ms()) if h["holds_lso"]), None)
+    held_by = pinning and {"transactional_id": pinning["transactional_id"],
+                           "producer_id": pinning["producer_id"], "first_offset": pinning["first_offset"]}
     rows: list[dict[str, Any]] = []
     for header, raw in (log.batches(start) if start < hw else ()):
         if header.base_offset >= hw or len(rows) >= limit:
@@ -351,23 +435,29 @@ async def records(engine: "Engine", name: str, partition_id: int, offset: int | 
                 continue
             row = {"offset": record.offset, "timestamp": record.timestamp, "producer_id": header.producer_id,
                    "producer_epoch": header.producer_epoch, "transactional": header.is_transactional,
-                   "key": _preview(record.key), "value": _preview(record.value), "marker": None}
+                   "key": _preview(record.key), "value": _preview(record.value), "marker": None,
+                   "held_by": None}
             if header.is_control:
                 control, _ = decode_control_record(record)
                 row.update(status="marker", marker=getattr(control, "name", str(control)), key=None, value=None)
-            elif not header.is_transactional:
-                row["status"] = "committed"
-            elif any(t.producer_id == header.producer_id and t.first_offset <= record.offset <= t.last_offset
-                     for t in aborted):
+            elif _is_aborted(header, aborted):
                 row["status"] = "aborted"
+            elif header.is_transactional and _in_open_transaction(log, header.producer_id, record.offset):
+                row["status"] = "open"
+            elif record.offset >= lso:
+                row.update(status="waits", held_by=held_by)
             else:
-                entry = log.producer_state.producers.get(header.producer_id)
-                first = entry.current_txn_first_offset if entry else None
-                row["status"] = "open" if first is not None and record.offset >= first else "committed"
+                row["status"] = "committed" if header.is_transactional else "visible"
             rows.append(row)
     return {"topic_name": name, "partition_id": partition_id, "start_offset": start,
             "log_start_offset": log.log_start_offset, "high_watermark": hw,
-            "last_stable_offset": log.last_stable_offset, "records": rows}
+            "last_stable_offset": lso, "held_by": held_by, "records": rows}
+
+
+def _in_open_transaction(log: PartitionLog, producer_id: int, offset: int) -> bool:
+    entry = log.producer_state.producers.get(producer_id)
+    first = entry.current_txn_first_offset if entry else None
+    return first is not None and offset >= first
 
 
 def finished_counts(db: "SqlEngine") -> dict[str, int]:

@@ -15,7 +15,7 @@ from typing import Any
 from flask import Blueprint, jsonify
 
 from app.http.inputs import INT16_MAX, INT32_MAX, INT64_MAX
-from coordinator.transaction_state import TransactionState
+from coordinator.transaction_state import AbortCause, TransactionState
 
 bp = Blueprint("openapi", __name__)
 
@@ -24,6 +24,7 @@ Schema = dict[str, Any]
 TOPIC_PATTERN = "^[a-zA-Z0-9._-]{1,249}$"
 STATES = [state.display for state in TransactionState]
 OUTCOMES = sorted({state.outcome.name for state in TransactionState if state.outcome is not None})
+ABORT_CAUSES = [cause.value for cause in AbortCause]
 MAX_FETCH_BYTES = 52_428_800
 
 
@@ -163,7 +164,17 @@ SCHEMAS: dict[str, Schema] = {
         topic_name=string(), partition_id=integer(maximum=INT32_MAX), committed_offset=nullable(integer()),
         metadata=nullable(string()), pending=array(ref("PendingOffset"), description="inside open transactions"),
         high_watermark=nullable(integer()), last_stable_offset=nullable(integer()),
-        lag=nullable(integer(description="last stable offset minus the committed offset"))),
+        lag=nullable(integer(description="records a read_committed consumer would still receive: data "
+                                          "records from the committed offset to the LSO, markers and "
+                                          "aborted records excluded")),
+        lag_exact={"type": "boolean", "description": "false when the range was too long to count "
+                                                     "(the rest counted one record per offset)"},
+        held_back=integer(description="data records from the LSO to the high watermark (aborted ones "
+                                      "not counted): they wait for the open transactions in held_by"),
+        held_by=array(obj(["producer_id", "first_offset"], producer_id=integer(),
+                          transactional_id=nullable(string()), first_offset=integer(),
+                          state=nullable(string())), description="open transactions, the one pinning "
+                                                                 "the LSO first")),
     "ConsumerGroup": resource(
         "KafkaConsumerGroup", cluster_id=string(), consumer_group_id=string(), state=string(),
         generation_id=integer(-1, INT32_MAX), protocol_type=nullable(string()), members_count=integer()),
@@ -181,7 +192,9 @@ SCHEMAS: dict[str, Schema] = {
                            data=array(ref("Transaction"))),
     "FinishedTransaction": obj(
         producer_id=integer(), producer_epoch=integer(-1, INT16_MAX), outcome=string(enum=OUTCOMES),
-        partitions=array(TOPIC_PARTITION), start_ms=TIMESTAMP_MS, end_ms=TIMESTAMP_MS),
+        partitions=array(TOPIC_PARTITION), start_ms=TIMESTAMP_MS, end_ms=TIMESTAMP_MS,
+        abort_cause=nullable(string(enum=ABORT_CAUSES, description="why it was aborted; null for a commit")),
+        abort_actor=nullable(string(description="who aborted it, and from where"))),
     "TransactionDetail": {"allOf": [ref("Transaction"), obj(history=nullable(array(
         ref("FinishedTransaction"), description="finished transactions, newest first, from the SQLite "
                                                 "mirror; null when the broker runs without one")))]},

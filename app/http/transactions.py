@@ -355,11 +355,16 @@ def _history(txn_id: str, limit: int) -> list[dict[str, Any]] | None:
         return None
 
 
-async def _admin_abort(engine: "Engine", txn_id: str) -> dict[str, Any]:
+async def _admin_abort(engine: "Engine", txn_id: str, actor: str) -> dict[str, Any]:
     if engine.transaction_coordinator.describe(txn_id) is None:
         raise TransactionalIdNotFoundError(f"no transactional id {txn_id!r}")
-    await engine.transaction_coordinator.admin_abort(txn_id)
+    await engine.transaction_coordinator.admin_abort(txn_id, actor)
     return await queries.transaction(engine, txn_id)
+
+
+def api_actor() -> str:
+    """Who an admin abort through the API is, for its recorded reason."""
+    return f"the HTTP API, from {request.remote_addr}"
 
 
 @bp.post(TXN + "/admin-abort")
@@ -367,7 +372,7 @@ def admin_abort(transactional_id: str):
     """Abort the open transaction of ``transactional_id`` and fence its producer (the
     epoch is bumped), so a transaction holding the LSO back ends now."""
     engine = current_engine()
-    return jsonify(engine.call(_admin_abort, engine, transactional_id))
+    return jsonify(engine.call(_admin_abort, engine, transactional_id, api_actor()))
 
 
 @bp.post("/v3/clusters/<cluster_id>/topics/<topic_name>/partitions/<int:partition_id>"
@@ -376,7 +381,7 @@ def abort_hanging(topic_name: str, partition_id: int, producer_id: int):
     """End the open transaction of any producer on one partition and fence the
     producer, so the partition's LSO moves."""
     engine = current_engine()
-    result = engine.call(engine.abort_hanging_transaction, topic_name, partition_id, producer_id)
+    result = engine.call(engine.abort_hanging_transaction, topic_name, partition_id, producer_id, api_actor())
     return jsonify({"topic_name": topic_name, "partition_id": partition_id, "producer_id": producer_id,
                     "transactional_id": result.transactional_id, "producer_epoch": result.producer_epoch,
                     "last_stable_offset": result.last_stable_offset})

@@ -3,7 +3,9 @@
 Every page has a live part, rendered by ``app/http/web/templates/fragments/<page>.html``.
 The same view serves the page (``/transactions``) and its fragment
 (``/fragments/transactions``); the fragment's root element polls its own URL
-every 2 s and replaces itself (``hx-swap="outerHTML"``). Facts come from the
+every 2 s and morphs itself in place (``hx-swap="morph:outerHTML"``, the vendored
+idiomorph extension), so scroll positions, text selection and keyboard focus
+survive a refresh. Facts come from the
 shared read models in ``app/engine/queries.py`` through ``engine.call`` -- this module only
 picks them and chooses templates.
 
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import hmac
 import logging
+import re
 import time
 from datetime import datetime, timezone
 from typing import Any
@@ -45,7 +48,7 @@ from app.engine import queries
 from app.http import current_engine, current_settings, mirror_db
 from app.http.errors import log_server_error, status_for
 from app.http.history import History, chart
-from coordinator.transaction_state import TransactionState
+from coordinator.transaction_state import AbortCause, TransactionState
 from storage import errors as e
 from storage.record_batch import ControlType
 
@@ -181,6 +184,12 @@ def size(n: int | None) -> str:
     return str(n)
 
 
+@bp.app_template_filter("abort_label")
+def abort_label(cause: str) -> str:
+    """``timeout`` -> ``its transaction timed out`` (an ``AbortCause`` value, as the mirror keeps it)."""
+    return AbortCause(cause).label
+
+
 @bp.app_template_filter("pct")
 def percent(part: int | None, whole: int | None) -> int:
     """``part`` of ``whole`` in whole percent, clamped to 0..100."""
@@ -241,7 +250,7 @@ def transaction(txn_id: str):
                    mirror=db is not None, timeline=_timeline(detail["state"]))
 
 
-def _timeline(state: str) -> list[dict[str, str]]:
+def _timeline(state: str) -> list[dict[str, Any]]:
     """The steps of the current transaction, each ``done``, ``current`` or ``todo``;
     the branch (commit or abort) follows the state."""
     aborting = TransactionState.from_display(state).outcome is ControlType.ABORT
@@ -250,9 +259,10 @@ def _timeline(state: str) -> list[dict[str, str]]:
         steps.append("PrepareEpochFence")
     steps += ["PrepareAbort", "CompleteAbort"] if aborting else ["PrepareCommit", "CompleteCommit"]
     if state == "Dead":
-        return [{"state": "Empty", "status": "done"}, {"state": "Dead", "status": "current"}]
+        steps = ["Empty", "Dead"]
     position = steps.index(state) if state in steps else 0
-    return [{"state": s, "status": "done" if i < position else "current" if i == position else "todo"}
+    return [{"state": s, "status": "done" if i < position else "current" if i == position else "todo",
+             "words": re.findall(r"[A-Z][a-z]*", s)}  # where a narrow screen may break the label
             for i, s in enumerate(steps)]
 
 
@@ -321,13 +331,18 @@ def _done(message: str, category: str, target: str) -> Response:
     return redirect(target, code=303)
 
 
+def _actor() -> str:
+    """Who an Abort from the console is, for the abort's recorded reason."""
+    return f"the console, from {request.remote_addr}"
+
+
 @bp.post("/transactions/<path:txn_id>/abort")
 def abort_transaction(txn_id: str):
     target = _back(url_for("ui.transaction", txn_id=txn_id))
     engine = current_engine()
     started = time.monotonic()
     try:
-        engine.call(engine.transaction_coordinator.admin_abort, txn_id)
+        engine.call(engine.transaction_coordinator.admin_abort, txn_id, _actor())
     except e.KafkaError as error:
         return _done(f"Could not abort {txn_id}: {error.name} — {error}", "error", target)
     took = (time.monotonic() - started) * 1000
@@ -340,7 +355,7 @@ def abort_hanging(topic: str, partition: int, producer_id: int):
     target = _back(url_for("ui.partition", topic=topic, partition=partition))
     engine = current_engine()
     try:
-        result = engine.call(engine.abort_hanging_transaction, topic, partition, producer_id)
+        result = engine.call(engine.abort_hanging_transaction, topic, partition, producer_id, _actor())
     except e.KafkaError as error:
         return _done(f"Could not abort producer {producer_id} on {topic}-{partition}: "
                      f"{error.name} — {error}", "error", target)
