@@ -186,3 +186,31 @@ def test_pending_transactional_offsets_of_a_deleted_topic_do_not_come_back_on_co
 
 def queries_group_state(broker: Broker, group: str) -> str:
     return broker.engine.call(queries.group, broker.engine, group)["state"]
+
+
+# -- DeleteGroups over the wire -----------------------------------------------------------------
+
+
+def test_delete_groups_from_confluent_kafkas_admin_client(tmp_path: Path):
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    from tests.kafka_support import KafkaBroker
+
+    with KafkaBroker(tmp_path / "data") as kafka:
+        kafka.broker.create_topic("orders", 1)
+        _commit(kafka.broker, "old", {("orders", 0): 0})
+        consumer = kafka.broker.consumer(group_id="live")
+        consumer.subscribe(["orders"])
+        consumer.poll(timeout_ms=2000)
+        admin = AdminClient({"bootstrap.servers": kafka.bootstrap, "broker.address.family": "v4"})
+        futures = admin.delete_consumer_groups(["old", "live", "never"], request_timeout=10)
+        futures["old"].result(10)
+        errors = {}
+        for group in ("live", "never"):
+            with pytest.raises(KafkaException) as raised:
+                futures[group].result(10)
+            errors[group] = raised.value.args[0].name()
+        assert errors == {"live": "NON_EMPTY_GROUP", "never": "GROUP_ID_NOT_FOUND"}
+        assert kafka.engine.group_coordinator.describe("old") is None
+        consumer.close()
