@@ -30,7 +30,7 @@ class Shown:
 
     def preview(self, limit: int = PREVIEW_CHARS) -> str:
         """One line of at most ``limit`` characters, for a table cell."""
-        flat = " ".join(self.text.split()) if self.format == "json" else self.text
+        flat = json.dumps(json.loads(self.text), ensure_ascii=False) if self.format == "json" else self.text
         return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
