@@ -69,7 +69,7 @@ def create_topic():
         name = form.get("name", "").strip()
         try:
             engine.call(engine.create_topic, name, _partitions(form.get("partitions", "")),
-                        _lines(form.get("configs", ""), "="))
+                        dict(_lines(form.get("configs", ""), "=")))
         except e.KafkaError as failure:
             error = kafka_message(failure)
         else:
@@ -89,16 +89,16 @@ def _partitions(raw: str) -> int | None:
         raise e.InvalidPartitionsError(f"the number of partitions must be a whole number, got {raw!r:.40}") from None
 
 
-def _lines(text: str, separator: str) -> dict[str, str]:
-    """``name<separator>value`` lines (blank lines ignored) as a dict."""
-    pairs = {}
+def _lines(text: str, separator: str) -> list[tuple[str, str]]:
+    """``name<separator>value`` lines (blank lines ignored), in order: a header may repeat."""
+    pairs = []
     for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         name, found, value = line.partition(separator)
         if not found or not name.strip():
             raise e.InvalidRequestError(f"line {number} ({line.strip()!r:.60}) is not name{separator}value")
-        pairs[name.strip()] = value.strip()
+        pairs.append((name.strip(), value.strip()))
     return pairs
 
 
@@ -122,12 +122,13 @@ def produce_record(topic: str):
     target = _back(url_for("ui.topic", topic=topic))
     txn_id = form.get("transactional_id", "").strip() or None
     commit = form.get("outcome", "commit") != "abort"
-    try:
-        partition = int(form["partition"]) if form.get("partition", "").strip() else None
-        headers = [(name, value.encode()) for name, value in _lines(form.get("headers", ""), ":").items()]
-        metadata = _produce(topic, partition, _data(form, "key"), _data(form, "value"), headers, txn_id, commit)
-    except ValueError:
+    partition = form.get("partition", "").strip()
+    if partition and not partition.isdigit():
         return _done(f"Could not produce to {topic}: the partition must be a number", "error", target)
+    try:
+        headers = [(name, value.encode()) for name, value in _lines(form.get("headers", ""), ":")]
+        metadata = _produce(topic, int(partition) if partition else None, _data(form, "key"), _data(form, "value"),
+                            headers, txn_id, commit)
     except (e.KafkaError, TimeoutError) as error:
         message = kafka_message(error) if isinstance(error, e.KafkaError) else f"timed out: {error}"
         return _done(f"Could not produce to {topic}: {message}", "error", target)
@@ -156,8 +157,10 @@ def _produce(topic: str, partition: int | None, key: bytes | None, value: bytes 
         sent = producer.send(topic, value, key=key, partition=partition, headers=headers)
         producer.flush(PRODUCE_TIMEOUT_MS / 1000)
         metadata = sent.get(timeout=PRODUCE_TIMEOUT_MS / 1000)
-        if txn_id is not None:
-            producer.commit_transaction() if commit else producer.abort_transaction()
+        if txn_id is not None and commit:
+            producer.commit_transaction()
+        elif txn_id is not None:
+            producer.abort_transaction()
         return metadata
     finally:
         producer.close(timeout=PRODUCE_TIMEOUT_MS / 1000)
