@@ -19,15 +19,17 @@ from typing import TYPE_CHECKING, Any, Iterator
 from app.engine import queries
 from storage.errors import OffsetOutOfRangeError
 from storage.partition_log import PartitionLog
-from storage.record_batch import BatchHeader, Record, decode_batch
+from storage.record_batch import BatchHeader, Record, decode_batch, iter_headers
 
 if TYPE_CHECKING:
     from app.engine import Engine
 
 #: the most records one filtered page looks through
-SCAN_LIMIT = 5000
+SCAN_LIMIT = 2000
 #: the most records one page shows
 MAX_LIMIT = 500
+#: bytes of batches read from the log at a time
+READ_BYTES = 1 << 20
 
 
 def _batch(header: BatchHeader) -> dict[str, Any]:
@@ -42,13 +44,20 @@ def _batch(header: BatchHeader) -> dict[str, Any]:
 
 
 def _records(log: PartitionLog, start: int, end: int) -> Iterator[tuple[BatchHeader, Record]]:
-    """Every record in ``[start, end)`` with its batch header."""
-    for header, raw in log.batches(start):
-        if header.base_offset >= end:
+    """Every record in ``[start, end)`` with its batch header, read as a fetch reads
+    (the offset index finds ``start``), :data:`READ_BYTES` at a time."""
+    offset = start
+    while offset < end:
+        chunk = log.read(offset, READ_BYTES)
+        if not chunk.records:
             return
-        for record in decode_batch(raw).records:
-            if start <= record.offset < end:
-                yield header, record
+        for position, header in iter_headers(chunk.records):
+            if header.base_offset >= end:
+                return
+            for record in decode_batch(chunk.records[position:position + header.size]).records:
+                if start <= record.offset < end:
+                    yield header, record
+        offset = chunk.next_offset
 
 
 def _matches(record: Record, needle: bytes | None) -> bool:
