@@ -30,7 +30,8 @@ T0 = 1_700_000_000_000
 
 @pytest.fixture
 def browser_page(request):
-    """A Chromium page of the parametrized width; browser errors fail the test."""
+    """A Chromium page of the parametrized width, and the errors the browser reports:
+    any left at the end fail the test (a test takes out those it expects)."""
     sync_playwright = _require_browser()
     width = request.param
     ARTIFACTS.mkdir(exist_ok=True)
@@ -42,7 +43,7 @@ def browser_page(request):
             page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
             page.on("pageerror", lambda e: problems.append(str(e)))
             page.on("dialog", lambda dialog: dialog.accept())
-            yield page, width
+            yield page, width, problems
             assert not problems, f"the browser reported errors: {problems}"
         finally:
             browser.close()
@@ -64,7 +65,7 @@ def test_a_record_browser_session(console, browser_page):
     from playwright.sync_api import expect
 
     broker, base = console
-    page, width = browser_page
+    page, width, problems = browser_page
     broker.create_topic("orders", 2)
     for i in range(45):
         value = b"\x00\x01binary" if i == 7 else b'{"order": %d, "customer": "customer-%d"}' % (i, i % 5)
@@ -130,7 +131,7 @@ def test_produce_a_record_in_a_transaction_from_the_console(console, browser_pag
     from playwright.sync_api import expect
 
     broker, base = console
-    page, width = browser_page
+    page, width, problems = browser_page
     broker.create_topic("payments", 2)
     page.goto(base + "/topics/payments")
     page.select_option("#produce-partition", "1")
@@ -155,7 +156,7 @@ def test_reset_an_empty_groups_offsets_from_the_console(console, browser_page):
     from playwright.sync_api import expect
 
     broker, base = console
-    page, width = browser_page
+    page, width, problems = browser_page
     broker.create_topic("orders", 1)
     for i in range(8):
         broker.produce("orders", 0, encode_batch([SimpleRecord(b"v%d" % i)]))
@@ -176,3 +177,33 @@ def test_reset_an_empty_groups_offsets_from_the_console(console, browser_page):
     expect(committed).to_have_text("3")  # the live part shows it too
     assert coordinator.describe("billing").committed[("orders", 0)].offset == 3
     _shot(page, "group-reset", width)
+
+
+@pytest.mark.parametrize("browser_page", WIDTHS, indirect=True)
+def test_create_and_delete_a_topic_from_the_console(console, browser_page):
+    from playwright.sync_api import expect
+
+    broker, base = console
+    page, width, problems = browser_page
+    broker.create_topic("orders", 1)
+    dialogs: list[str] = []
+    page.on("dialog", lambda dialog: dialogs.append(dialog.message))
+    page.goto(base + "/")
+    page.locator("#new-topic").click()
+    page.fill("#topic-name", "orders")
+    page.locator("#create-submit").click()
+    expect(page.locator("#create-error")).to_have_text("TOPIC_ALREADY_EXISTS (36): topic 'orders' already exists")
+    assert problems == ["Failed to load resource: the server responded with a status of 400 (BAD REQUEST)"]
+    problems.clear()  # the form came back as a 400, as it should
+    page.fill("#topic-name", "audit")
+    page.fill("#topic-partitions", "3")
+    page.fill("#topic-configs", "retention.ms=86400000")
+    page.locator("#create-submit").click()
+    expect(page.locator(".flash-success")).to_have_text("Created topic audit.")
+    expect(page.locator('[data-config="retention.ms"]')).to_contain_text("set")
+    _shot(page, "topic", width)
+
+    page.locator('button[data-delete-topic="audit"]').click()
+    expect(page.locator(".flash-success")).to_contain_text("Deleted topic audit", timeout=SEE_MS)
+    assert dialogs and "Delete topic “audit”?" in dialogs[0]
+    assert "audit" not in broker.engine.logs.topics

@@ -29,7 +29,7 @@ from datetime import datetime, timezone
 from typing import Any
 from urllib.parse import urlencode
 
-from flask import Response, redirect, render_template, request, url_for
+from flask import render_template, request, url_for
 
 from app.client.producer import Producer
 from app.engine import READ_UNCOMMITTED, queries, record_browser
