@@ -4,15 +4,21 @@ its batch, and its read_committed state as the records view decides it."""
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from app import Broker
 from app.engine import queries, record_browser
 from storage.compression import Compression
 from storage.errors import OffsetOutOfRangeError
 from storage.record_batch import SimpleRecord, encode_batch
+from tests.conftest import SMALL_INTERNAL_TOPICS
 
 T0 = 1_700_000_000_000
+_topics = itertools.count()
 
 
 @pytest.fixture
@@ -114,3 +120,64 @@ def test_the_detail_of_an_aborted_record_names_its_transaction_and_txnindex_entr
 def test_offsets_outside_the_log_are_offset_out_of_range(log, call):
     with pytest.raises(OffsetOutOfRangeError):
         call(log)
+
+
+# -- paging is a partition of the log ---------------------------------------------------------------
+
+VALUES = (b"apple", b"Banana", b"cherry", b"\x00\xffbin")
+batches = st.lists(st.tuples(st.lists(st.sampled_from(VALUES), min_size=1, max_size=4),
+                             st.sampled_from(("plain", "gzip", "committed", "aborted"))), min_size=1, max_size=12)
+
+
+@pytest.fixture(scope="module")
+def shared_broker(tmp_path_factory) -> Broker:
+    with Broker(tmp_path_factory.mktemp("paging") / "data", **SMALL_INTERNAL_TOPICS) as broker:
+        yield broker
+
+
+def _fill(broker: Broker, topic: str, spec) -> None:
+    broker.create_topic(topic, 1)
+    for values, kind in spec:
+        records = [SimpleRecord(v, key=b"key-%s" % v[:1]) for v in values]
+        if kind in ("plain", "gzip"):
+            broker.produce(topic, 0, encode_batch(records, compression=Compression.GZIP if kind == "gzip"
+                                                   else Compression.NONE))
+            continue
+        producer = broker.producer(transactional_id=f"{topic}-tx")
+        producer.init_transactions()
+        producer.begin_transaction()
+        for r in records:
+            producer.send(topic, r.value, key=r.key, partition=0)
+        if kind == "committed":
+            producer.commit_transaction()
+        else:
+            producer.abort_transaction()
+        producer.close()
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(spec=batches, limit=st.integers(1, 6), text=st.sampled_from(("", "an", "CHERRY", "key-a", "none")))
+def test_pages_forward_and_back_visit_every_matching_record_once_in_order(shared_broker, spec, limit, text):
+    broker = shared_broker
+    topic = f"p{next(_topics)}"
+    _fill(broker, topic, spec)
+    everything = broker.engine.call(record_browser.page, broker.engine, topic, 0, start=0, limit=500)["records"]
+    matching = [r["offset"] for r in everything if r["status"] != "marker"
+                and any(text.lower().encode() in (d or b"").lower() for d in (r["key"], r["value"]))] \
+        if text else [r["offset"] for r in everything]
+    hw = broker.engine.logs.log(topic, 0).high_watermark
+
+    forward, start = [], 0
+    while start < hw:
+        page = broker.engine.call(record_browser.page, broker.engine, topic, 0, start=start, limit=limit, text=text)
+        assert len(page["records"]) <= limit and page["scanned_to"] > start
+        forward += _offsets(page)
+        start = page["scanned_to"]
+    backward, before = [], hw
+    while before > 0:
+        page = broker.engine.call(record_browser.page, broker.engine, topic, 0, before=before, limit=limit, text=text)
+        assert len(page["records"]) <= limit and page["scanned_from"] < before
+        backward = _offsets(page) + backward
+        before = page["scanned_from"]
+    assert forward == backward == matching
+    broker.delete_topic(topic)

@@ -60,10 +60,12 @@ def _records(log: PartitionLog, start: int, end: int) -> Iterator[tuple[BatchHea
         offset = chunk.next_offset
 
 
-def _matches(record: Record, needle: bytes | None) -> bool:
+def _matches(header: BatchHeader, record: Record, needle: bytes | None) -> bool:
+    """No filter, or the text in the key or value of a data record (a marker has neither)."""
     if not needle:
         return True
-    return any(data is not None and needle in data.lower() for data in (record.key, record.value))
+    return not header.is_control and any(data is not None and needle in data.lower()
+                                         for data in (record.key, record.value))
 
 
 def _row(header: BatchHeader, record: Record, state: dict[str, Any]) -> dict[str, Any]:
@@ -96,14 +98,14 @@ async def page(engine: "Engine", topic: str, partition: int, start: int | None =
     if start is None:
         end = hw if before is None else before
         scanned_from = max(low, end - window)
-        found = [(h, r) for h, r in _records(log, scanned_from, end) if _matches(r, needle)][-limit:]
+        found = [(h, r) for h, r in _records(log, scanned_from, end) if _matches(h, r, needle)][-limit:]
         scanned_to = end
         if needle and found and len(found) == limit:
             scanned_from = found[0][1].offset
     else:
         scanned_from, scanned_to, found = start, min(hw, start + window), []
         for header, record in _records(log, start, scanned_to):
-            if _matches(record, needle):
+            if _matches(header, record, needle):
                 found.append((header, record))
                 if len(found) == limit:
                     scanned_to = record.offset + 1
