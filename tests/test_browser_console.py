@@ -171,6 +171,12 @@ def test_reset_an_empty_groups_offsets_from_the_console(console, browser_page):
     page.goto(base + "/groups/billing")
     page.select_option("#reset-to", "offset")
     page.fill("#reset-value", "3")
+    page.locator("#reset-preview").click()  # the dry run: the plan, nothing committed
+    expect(page.locator("#reset-plan tbody tr")).to_contain_text("8")
+    expect(page.locator("#reset-plan tbody tr td").nth(2)).to_have_text("3")
+    assert coordinator.describe("billing").committed[("orders", 0)].offset == 8
+    _shot(page, "group-preview", width)
+    expect(page.locator("#reset-value")).to_have_value("3")  # the form as it was sent
     page.locator("#reset-submit").click()
     expect(page.locator(".flash-success")).to_contain_text("Reset the offsets of billing to offset: orders-0 → 3")
     committed = page.locator("#group tr", has_text="orders-0").locator("td").nth(1)

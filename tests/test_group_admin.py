@@ -214,3 +214,10 @@ def test_delete_groups_from_confluent_kafkas_admin_client(tmp_path: Path):
         assert errors == {"live": "NON_EMPTY_GROUP", "never": "GROUP_ID_NOT_FOUND"}
         assert kafka.engine.group_coordinator.describe("old") is None
         consumer.close()
+
+
+def test_a_dry_run_plans_the_reset_and_commits_nothing(orders):
+    _commit(orders, "svc", {("orders", 0): 5})
+    plan = orders.engine.call(group_admin.reset_offsets, orders.engine, "svc", "earliest", None, None, False)
+    assert plan == [{"topic_name": "orders", "partition_id": 0, "previous_offset": 5, "offset": 0}]
+    assert _committed(orders, "svc") == {("orders", 0): 5}

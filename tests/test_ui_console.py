@@ -277,3 +277,16 @@ def test_group_members_show_their_assignments_from_a_real_kafka_consumer(tmp_pat
             assert "worker-1" in html
         finally:
             consumer.close()
+
+
+def test_preview_a_reset_as_a_dry_run(client, orders):
+    orders.engine.call(orders.engine.group_coordinator.reset_offsets, "svc", {("orders", 0): 5})
+    response = _post(client, "/groups/svc/reset-offsets", {"action": "preview", "to": "earliest"}, "/topics/orders")
+    html = _text(response)
+    assert response.status_code == 200
+    plan = html[html.index('id="reset-plan"'):]
+    assert re.search(r"orders.*?0<.*?>5</td>.*?>0</td>", plan, re.S)
+    assert '<option value="earliest" selected>' in html  # the form as sent
+    assert orders.engine.group_coordinator.describe("svc").committed[("orders", 0)].offset == 5  # nothing committed
+    html = _text(_post(client, "/groups/svc/reset-offsets", {"action": "preview", "to": "offset"}, "/topics/orders"))
+    assert "INVALID_REQUEST (42)" in html[html.index('id="reset-plan-error"'):][:200]

@@ -35,9 +35,10 @@ RESET_TARGETS = ("earliest", "latest", "offset", "timestamp")
 
 
 async def reset_offsets(engine: "Engine", group_id: str, to: str, value: int | None = None,
-                        topic: str | None = None) -> list[dict[str, Any]]:
+                        topic: str | None = None, execute: bool = True) -> list[dict[str, Any]]:
     """Reset the group's offsets (see the module docstring); returns, per partition,
-    the offset before and after, as the tool prints them."""
+    the offset before and after, as the tool prints them. ``execute=False`` is the
+    tool's ``--dry-run``: the plan, nothing committed."""
     if to not in RESET_TARGETS:
         raise InvalidRequestError(f"reset to one of {', '.join(RESET_TARGETS)}, not {to!r}")
     if to in ("offset", "timestamp") and value is None:
@@ -52,7 +53,8 @@ async def reset_offsets(engine: "Engine", group_id: str, to: str, value: int | N
             raise InvalidRequestError(f"group {group_id!r} has no committed offsets on an existing topic: "
                                       f"choose a topic to reset")
     targets = {tp: _target(engine, tp, to, value) for tp in partitions}
-    await engine.group_coordinator.reset_offsets(group_id, targets)
+    if execute:
+        await engine.group_coordinator.reset_offsets(group_id, targets)
     return [{"topic_name": t, "partition_id": p,
              "previous_offset": committed[(t, p)].offset if (t, p) in committed else None,
              "offset": targets[(t, p)]} for t, p in partitions]

@@ -8,29 +8,45 @@ back as a flash with its name and code. The routes join the ``ui`` blueprint.
 
 from __future__ import annotations
 
-from flask import request, url_for
+from typing import Any
 
-from app.engine import group_admin
+from flask import render_template, request, url_for
+
+from app.engine import group_admin, queries
 from app.http import current_engine
-from app.http.ui import _back, _done, bp
+from app.http.ui import _back, _call, _done, bp
 from app.http.ui_topics import kafka_message, parse_time
 from storage import errors as e
 
 
 @bp.post("/groups/<path:group_id>/reset-offsets")
 def reset_group_offsets(group_id: str):
-    target = _back(url_for("ui.group", group_id=group_id))
+    """Reset (``action=execute``, the default) or preview the plan (``action=preview``,
+    the tool's ``--dry-run``: the group's page again, with the plan and the form as sent)."""
     form = request.form
-    to = form.get("to", "")
-    topic = form.get("topic", "").strip() or None
+    execute = form.get("action", "execute") != "preview"
     engine = current_engine()
     try:
-        value = _value(to, form.get("value", "").strip())
-        result = engine.call(group_admin.reset_offsets, engine, group_id, to, value, topic)
+        result = engine.call(group_admin.reset_offsets, engine, group_id, form.get("to", ""),
+                             _value(form.get("to", ""), form.get("value", "").strip()),
+                             form.get("topic", "").strip() or None, execute)
     except e.KafkaError as error:
-        return _done(f"Could not reset the offsets of {group_id}: {kafka_message(error)}", "error", target)
+        if not execute:
+            return _group_page(group_id, plan_error=kafka_message(error))
+        return _done(f"Could not reset the offsets of {group_id}: {kafka_message(error)}", "error",
+                     _back(url_for("ui.group", group_id=group_id)))
+    if not execute:
+        return _group_page(group_id, plan=result)
     moved = ", ".join(f"{r['topic_name']}-{r['partition_id']} → {r['offset']}" for r in result)
-    return _done(f"Reset the offsets of {group_id} to {to}: {moved}.", "success", target)
+    return _done(f"Reset the offsets of {group_id} to {form.get('to')}: {moved}.", "success",
+                 _back(url_for("ui.group", group_id=group_id)))
+
+
+def _group_page(group_id: str, **preview: Any) -> str:
+    """The group's page with a reset's plan (or why there is none) under its form."""
+    return render_template("group.html", g=_call(queries.group, group_id), reset=request.form, **preview,
+                           page_path=url_for("ui.group", group_id=group_id),
+                           fragment_url=url_for("ui.group_fragment", group_id=group_id))
 
 
 def _value(to: str, raw: str) -> int | None:
