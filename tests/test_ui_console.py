@@ -291,3 +291,9 @@ def test_preview_a_reset_as_a_dry_run(client, orders):
     assert orders.engine.group_coordinator.describe("svc").committed[("orders", 0)].offset == 5  # nothing committed
     html = _text(_post(client, "/groups/svc/reset-offsets", {"action": "preview", "to": "offset"}, "/topics/orders"))
     assert "INVALID_REQUEST (42)" in html[html.index('id="reset-plan-error"'):][:200]
+
+
+def test_the_browser_switches_partition_keeping_the_view(client, orders):
+    html = _text(client.get("/topics/orders/partitions/0/records?q=k1&format=hex"))
+    chips = html[html.index('id="partition-chips"'):][:600]
+    assert 'href="/topics/orders/partitions/1/records?q=k1&format=hex"' in chips

@@ -111,7 +111,8 @@ async def page(engine: "Engine", topic: str, partition: int, start: int | None =
                     scanned_to = record.offset + 1
                     break
     states = await _states(engine, log, found[0][1].offset, found[-1][1].offset) if found else {}
-    return {"topic_name": topic, "partition_id": partition, "log_start_offset": low, "high_watermark": hw,
+    return {"topic_name": topic, "partition_id": partition, "partitions_count": engine.logs.topic(topic).partitions,
+            "log_start_offset": low, "high_watermark": hw,
             "last_stable_offset": log.last_stable_offset, "text": text, "limit": limit,
             "scanned_from": scanned_from, "scanned_to": scanned_to,
             "records": [_row(h, r, states[r.offset]) for h, r in found]}

@@ -231,12 +231,14 @@ def records_browser(topic: str, partition: int):
                            tail_url=_tail_url(topic, partition, view, data["scanned_to"]))
 
 
-def _browser_url(topic: str, partition: int, view: dict[str, Any], **changes: Any) -> str:
-    """The browser's URL with the view settings kept and ``changes`` applied."""
+def _browser_url(topic: str, partition: int, view: dict[str, Any], partition_id: int | None = None,
+                 **changes: Any) -> str:
+    """The browser's URL with the view settings kept and ``changes`` applied
+    (``partition_id``: the same view of another partition)."""
     query = {"q": view["q"], "format": view["format"], "limit": view["limit"], **changes}
     query = {k: v for k, v in query.items() if v not in (None, "") and not (k == "format" and v == "auto")
              and not (k == "limit" and v == PAGE_SIZES[0])}
-    base = url_for("ui.records_browser", topic=topic, partition=partition)
+    base = url_for("ui.records_browser", topic=topic, partition=partition if partition_id is None else partition_id)
     return f"{base}?{urlencode(query)}" if query else base
 
 
