@@ -221,3 +221,25 @@ def test_a_dry_run_plans_the_reset_and_commits_nothing(orders):
     plan = orders.engine.call(group_admin.reset_offsets, orders.engine, "svc", "earliest", None, None, False)
     assert plan == [{"topic_name": "orders", "partition_id": 0, "previous_offset": 5, "offset": 0}]
     assert _committed(orders, "svc") == {("orders", 0): 5}
+
+
+def test_the_sqlite_mirror_follows_the_tombstones(orders):
+    from sqlalchemy import text
+
+    from coordinator.mirror_db import reader_engine
+
+    orders.create_topic("other", 1)
+    _commit(orders, "old", {("orders", 0): 1})
+    _commit(orders, "svc", {("orders", 0): 4, ("other", 0): 0})
+    orders.engine.call(orders.engine.group_coordinator.delete_group, "old")
+    orders.delete_topic("orders")
+    orders.mirror.catch_up()
+    db = reader_engine(orders.mirror.path)
+    try:
+        with db.connect() as connection:
+            offsets = connection.execute(text("SELECT group_id, topic, offset FROM group_offsets")).all()
+            groups = connection.execute(text("SELECT group_id FROM groups")).all()
+    finally:
+        db.dispose()
+    assert [tuple(r) for r in offsets] == [("svc", "other", 0)]
+    assert "old" not in {r[0] for r in groups}
