@@ -1,7 +1,8 @@
 """The console's topic, record-browser, produce and group pages in a real browser
 (Debian Chromium driven by Playwright, as tests/test_browser.py), at 1440 and 390 px.
 
-A record-browser session (page back, jump to an offset and to a time, filter, hex,
+A record-browser session (what read_committed gets, page back, jump to an offset and
+to a time, filter, hex,
 a record's detail, the live tail adding a new record without redrawing the others),
 producing a record inside a transaction from the topic page, and resetting an Empty
 group's offsets. Screenshots go to ``test-artifacts/`` (``console-<page>-<width>.png``).
@@ -85,6 +86,12 @@ def test_a_record_browser_session(console, browser_page):
     assert _rows(page) == list(range(27, 47))
     expect(page.locator('tr[data-offset="45"]')).to_contain_text("aborted · never delivered")
     expect(page.locator('tr[data-offset="46"]')).to_contain_text("ABORT marker")
+
+    page.get_by_role("link", name="what read_committed gets").click()  # no marker, no aborted record
+    expect(page.locator("#records tr[data-offset]").last).to_have_attribute("data-offset", "44")
+    assert _rows(page) == list(range(25, 45))
+    page.get_by_role("link", name="every record").click()
+    expect(page.locator("#records tr[data-offset]").last).to_have_attribute("data-offset", "46")
 
     page.locator('a[rel="prev"]').click()
     expect(page.locator("#range")).to_have_text("7–26")

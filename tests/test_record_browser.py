@@ -91,6 +91,15 @@ def test_the_filter_matches_key_or_value_text_case_insensitively_and_says_how_fa
     assert _offsets(nothing) == [] and (nothing["scanned_from"], nothing["scanned_to"]) == (0, 17)
 
 
+def test_the_read_committed_view_shows_only_what_such_a_consumer_receives(log):
+    page = _page(log, start=0, read_committed=True)
+    assert _offsets(page) == list(range(13))  # no marker (13, 15), not aborted 14, not open 16
+    assert _offsets(_page(log, limit=3, read_committed=True)) == [10, 11, 12]
+    assert _offsets(_page(log, start=13, read_committed=True)) == []
+    past = _page(log, start=16, read_committed=True)  # where the live tail of this view waits
+    assert (_offsets(past), past["scanned_to"], past["upper_offset"]) == ([], 16, 16)  # no further than the LSO
+
+
 def test_a_filtered_scan_stops_at_the_scan_limit(log, monkeypatch):
     monkeypatch.setattr(record_browser, "SCAN_LIMIT", 5)
     page = _page(log, start=0, text="zip")
@@ -155,27 +164,36 @@ def _fill(broker: Broker, topic: str, spec) -> None:
         producer.close()
 
 
+def _expected(everything: list[dict], text: str, read_committed: bool) -> list[int]:
+    """The offsets a page walk must visit, from the records view's states."""
+    return [r["offset"] for r in everything
+            if not (read_committed and r["status"] in ("marker", "aborted"))
+            and (not text or (r["status"] != "marker" and any(text.lower().encode() in (d or b"").lower()
+                                                               for d in (r["key"], r["value"]))))]
+
+
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(spec=batches, limit=st.integers(1, 6), text=st.sampled_from(("", "an", "CHERRY", "key-a", "none")))
-def test_pages_forward_and_back_visit_every_matching_record_once_in_order(shared_broker, spec, limit, text):
+@given(spec=batches, limit=st.integers(1, 6), text=st.sampled_from(("", "an", "CHERRY", "key-a", "none")),
+       read_committed=st.booleans())
+def test_pages_forward_and_back_visit_every_matching_record_once_in_order(shared_broker, spec, limit, text,
+                                                                          read_committed):
     broker = shared_broker
     topic = f"p{next(_topics)}"
     _fill(broker, topic, spec)
     everything = broker.engine.call(record_browser.page, broker.engine, topic, 0, start=0, limit=500)["records"]
-    matching = [r["offset"] for r in everything if r["status"] != "marker"
-                and any(text.lower().encode() in (d or b"").lower() for d in (r["key"], r["value"]))] \
-        if text else [r["offset"] for r in everything]
+    matching = _expected(everything, text, read_committed)
     hw = broker.engine.logs.log(topic, 0).high_watermark
+    view = {"limit": limit, "text": text, "read_committed": read_committed}
 
     forward, start = [], 0
     while start < hw:
-        page = broker.engine.call(record_browser.page, broker.engine, topic, 0, start=start, limit=limit, text=text)
+        page = broker.engine.call(record_browser.page, broker.engine, topic, 0, start=start, **view)
         assert len(page["records"]) <= limit and page["scanned_to"] > start
         forward += _offsets(page)
         start = page["scanned_to"]
     backward, before = [], hw
     while before > 0:
-        page = broker.engine.call(record_browser.page, broker.engine, topic, 0, before=before, limit=limit, text=text)
+        page = broker.engine.call(record_browser.page, broker.engine, topic, 0, before=before, **view)
         assert len(page["records"]) <= limit and page["scanned_from"] < before
         backward = _offsets(page) + backward
         before = page["scanned_from"]

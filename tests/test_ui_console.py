@@ -297,3 +297,20 @@ def test_the_browser_switches_partition_keeping_the_view(client, orders):
     html = _text(client.get("/topics/orders/partitions/0/records?q=k1&format=hex"))
     chips = html[html.index('id="partition-chips"'):][:600]
     assert 'href="/topics/orders/partitions/1/records?q=k1&format=hex"' in chips
+
+
+def test_the_read_committed_view_and_its_tail_wait_at_the_lso(client, orders):
+    producer = orders.producer(transactional_id="tx")
+    producer.init_transactions()
+    producer.begin_transaction()
+    producer.send("orders", b"in-txn", partition=0).get(timeout=10)  # 6, open
+    orders.produce("orders", 0, encode_batch([SimpleRecord(b"after")]))  # 7, waits behind the LSO
+    base = "/topics/orders/partitions/0/records"
+    html = _text(client.get(base + "?isolation=read_committed"))
+    assert _rows(html) == [0, 1, 2, 3, 4, 5] and "after=6" in html
+    assert _rows(_text(client.get(base))) == [0, 1, 2, 3, 4, 5, 6, 7]  # every record
+    tail = "/fragments/topics/orders/partitions/0/records/tail?after=6&isolation=read_committed"
+    assert _rows(_text(client.get(tail))) == []
+    producer.commit_transaction()  # its marker is 8
+    html = _text(client.get(tail))
+    assert _rows(html) == [6, 7] and "after=9" in html

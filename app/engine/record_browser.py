@@ -3,11 +3,13 @@ whole, each with its batch and what a read_committed consumer makes of it.
 
 The browser reads below the high watermark, markers included, as the records view
 of ``queries.records`` does, and takes each record's read_committed state from it
-(one place decides that). Unlike ``queries.records``, keys, values and header values
-stay bytes here: the console decodes them per view (text, JSON, hex). A filter
-matches records whose key or value contains the text (ASCII case-insensitive);
-one filtered page looks through at most :data:`SCAN_LIMIT` records and says how
-far it got, so a rare match never turns into a scan of the whole log.
+(one place decides that); the view of only what read_committed consumers receive
+(AKHQ's default) filters as the consumer does (``storage.read_committed``). Unlike
+``queries.records``, keys, values and header values stay bytes here: the console
+decodes them per view (text, JSON, hex). A filter matches records whose key or value
+contains the text (ASCII case-insensitive); one filtered page looks through at most
+:data:`SCAN_LIMIT` offsets and says how far it got, so a rare match never turns into
+a scan of the whole log.
 
 Coroutines on the engine's loop: ``engine.call(record_browser.page, engine, ...)``.
 """
@@ -19,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 from app.engine import queries
 from storage.errors import OffsetOutOfRangeError
 from storage.partition_log import PartitionLog
+from storage.read_committed import read_records
 from storage.record_batch import BatchHeader, Record, decode_batch, iter_headers
 
 if TYPE_CHECKING:
@@ -43,19 +46,26 @@ def _batch(header: BatchHeader) -> dict[str, Any]:
             "record_count": header.record_count, "size_bytes": header.size}
 
 
-def _records(log: PartitionLog, start: int, end: int) -> Iterator[tuple[BatchHeader, Record]]:
+def _records(log: PartitionLog, start: int, end: int,
+             read_committed: bool = False) -> Iterator[tuple[BatchHeader, Record]]:
     """Every record in ``[start, end)`` with its batch header, read as a fetch reads
-    (the offset index finds ``start``), :data:`READ_BYTES` at a time."""
+    (the offset index finds ``start``), :data:`READ_BYTES` at a time; with
+    ``read_committed`` only those a read_committed consumer receives, as the
+    consumer decides it (``storage.read_committed``): below the LSO, no markers, no
+    aborted records."""
     offset = start
     while offset < end:
-        chunk = log.read(offset, READ_BYTES)
+        chunk = log.read(offset, READ_BYTES, read_committed=read_committed)
         if not chunk.records:
             return
+        delivered = {r.offset for r in read_records(chunk.records, offset, True,
+                                                    chunk.aborted_transactions or ()).records} \
+            if read_committed else None
         for position, header in iter_headers(chunk.records):
             if header.base_offset >= end:
                 return
             for record in decode_batch(chunk.records[position:position + header.size]).records:
-                if start <= record.offset < end:
+                if start <= record.offset < end and (delivered is None or record.offset in delivered):
                     yield header, record
         offset = chunk.next_offset
 
@@ -82,29 +92,35 @@ async def _states(engine: "Engine", log: PartitionLog, first: int, last: int) ->
 
 
 async def page(engine: "Engine", topic: str, partition: int, start: int | None = None,
-               before: int | None = None, limit: int = 20, text: str = "") -> dict[str, Any]:
-    """Up to ``limit`` records of the partition that match ``text``: forward from
+               before: int | None = None, limit: int = 20, text: str = "",
+               read_committed: bool = False) -> dict[str, Any]:
+    """Up to ``limit`` records of the partition that match ``text`` (and, with
+    ``read_committed``, that a read_committed consumer receives): forward from
     ``start``, or the last ones below ``before``, or (neither) the newest. The answer
     says where the scan began and ended (``scanned_from`` .. ``scanned_to``, exclusive):
-    the next page starts at ``scanned_to``, the previous one ends at ``scanned_from``."""
+    the next page starts at ``scanned_to``, the previous one ends at ``scanned_from``.
+    A view ends at ``upper_offset``: the high watermark, or the LSO for read_committed
+    (what lies past it is not received yet, so no page has looked at it)."""
     log = engine.logs.log(topic, partition)
     low, hw = log.log_start_offset, log.high_watermark
+    upper = log.last_stable_offset if read_committed else hw
     limit = max(1, min(limit, MAX_LIMIT))
     needle = text.lower().encode() if text else None
-    window = SCAN_LIMIT if needle else limit
+    window = SCAN_LIMIT if needle or read_committed else limit
     for name, offset in (("start", start), ("before", before)):
         if offset is not None and not low <= offset <= hw:
             raise OffsetOutOfRangeError(f"{name} offset {offset} is outside [{low}, {hw}] of {topic}-{partition}")
     if start is None:
-        end = hw if before is None else before
+        end = upper if before is None else min(before, upper)
         scanned_from = max(low, end - window)
-        found = [(h, r) for h, r in _records(log, scanned_from, end) if _matches(h, r, needle)][-limit:]
+        found = [(h, r) for h, r in _records(log, scanned_from, end, read_committed)
+                 if _matches(h, r, needle)][-limit:]
         scanned_to = end
-        if needle and found and len(found) == limit:
+        if window > limit and len(found) == limit:
             scanned_from = found[0][1].offset
     else:
-        scanned_from, scanned_to, found = start, min(hw, start + window), []
-        for header, record in _records(log, start, scanned_to):
+        scanned_from, scanned_to, found = start, max(start, min(upper, start + window)), []
+        for header, record in _records(log, start, scanned_to, read_committed):
             if _matches(header, record, needle):
                 found.append((header, record))
                 if len(found) == limit:
@@ -114,6 +130,7 @@ async def page(engine: "Engine", topic: str, partition: int, start: int | None =
     return {"topic_name": topic, "partition_id": partition, "partitions_count": engine.logs.topic(topic).partitions,
             "log_start_offset": low, "high_watermark": hw,
             "last_stable_offset": log.last_stable_offset, "text": text, "limit": limit,
+            "read_committed": read_committed, "upper_offset": upper,
             "scanned_from": scanned_from, "scanned_to": scanned_to,
             "records": [_row(h, r, states[r.offset]) for h, r in found]}
 

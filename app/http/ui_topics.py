@@ -32,7 +32,7 @@ from urllib.parse import urlencode
 from flask import render_template, request, url_for
 
 from app.client.producer import Producer
-from app.engine import READ_UNCOMMITTED, queries, record_browser
+from app.engine import READ_COMMITTED, READ_UNCOMMITTED, queries, record_browser
 from app.http import current_engine
 from app.http.record_view import FORMATS, show
 from app.http.ui import FRAGMENTS, _back, _call, _done, _render, bp, page
@@ -41,6 +41,8 @@ from storage import errors as e
 #: how long a console produce may take, end to end (the engine answers in milliseconds)
 PRODUCE_TIMEOUT_MS = 15_000
 PAGE_SIZES = (20, 50, 100)
+#: view settings left out of the browser's links when they have these values
+VIEW_DEFAULTS = {"format": "auto", "limit": PAGE_SIZES[0], "isolation": READ_UNCOMMITTED}
 
 
 def kafka_message(error: e.KafkaError) -> str:
@@ -196,11 +198,20 @@ def parse_time(raw: str) -> int | None:
 
 
 def _view() -> dict[str, Any]:
-    """The browser's view settings: filter text, format, page size."""
+    """The browser's view settings: filter text, format, page size, and whether it
+    shows every record (read_uncommitted, markers too) or only what read_committed gets."""
     fmt = request.args.get("format", "auto")
     limit = _arg_int("limit") or PAGE_SIZES[0]
+    isolation = request.args.get("isolation", READ_UNCOMMITTED)
     return {"q": request.args.get("q", "").strip()[:200], "format": fmt if fmt in FORMATS else "auto",
-            "limit": min(limit, record_browser.MAX_LIMIT)}
+            "limit": min(limit, record_browser.MAX_LIMIT),
+            "isolation": READ_COMMITTED if isolation == READ_COMMITTED else READ_UNCOMMITTED}
+
+
+def _page(topic: str, partition: int, view: dict[str, Any], start: int | None, before: int | None,
+          limit: int) -> dict[str, Any]:
+    return _call(record_browser.page, topic, partition, start, before, limit, view["q"],
+                 view["isolation"] == READ_COMMITTED)
 
 
 def _shown(rows: list[dict[str, Any]], fmt: str) -> list[dict[str, Any]]:
@@ -221,10 +232,10 @@ def records_browser(topic: str, partition: int):
         if start is None:
             notice = "No record at or after that time: the newest records are shown."
     try:
-        data = _call(record_browser.page, topic, partition, start, before, view["limit"], view["q"])
+        data = _page(topic, partition, view, start, before, view["limit"])
     except e.OffsetOutOfRangeError as error:
         notice = kafka_message(error)
-        data = _call(record_browser.page, topic, partition, None, None, view["limit"], view["q"])
+        data = _page(topic, partition, view, None, None, view["limit"])
     return render_template("records.html", r=data, rows=_shown(data["records"], view["format"]), view=view,
                            notice=notice, at_time=at_time, page_path=request.full_path.rstrip("?"),
                            link=lambda **changes: _browser_url(topic, partition, view, **changes),
@@ -235,15 +246,15 @@ def _browser_url(topic: str, partition: int, view: dict[str, Any], partition_id:
                  **changes: Any) -> str:
     """The browser's URL with the view settings kept and ``changes`` applied
     (``partition_id``: the same view of another partition)."""
-    query = {"q": view["q"], "format": view["format"], "limit": view["limit"], **changes}
-    query = {k: v for k, v in query.items() if v not in (None, "") and not (k == "format" and v == "auto")
-             and not (k == "limit" and v == PAGE_SIZES[0])}
+    query = {"q": view["q"], "format": view["format"], "limit": view["limit"], "isolation": view["isolation"],
+             **changes}
+    query = {k: v for k, v in query.items() if v not in (None, "", VIEW_DEFAULTS.get(k))}
     base = url_for("ui.records_browser", topic=topic, partition=partition if partition_id is None else partition_id)
     return f"{base}?{urlencode(query)}" if query else base
 
 
 def _tail_url(topic: str, partition: int, view: dict[str, Any], after: int) -> str:
-    query = {"after": after, "q": view["q"], "format": view["format"]}
+    query = {"after": after, "q": view["q"], "format": view["format"], "isolation": view["isolation"]}
     return url_for("ui.record_tail", topic=topic, partition=partition) + "?" + urlencode(query)
 
 
@@ -252,7 +263,7 @@ def record_tail(topic: str, partition: int):
     """The records from ``after`` on (that match the filter), and the poller after them."""
     view = _view()
     after = _arg_int("after") or 0
-    data = _call(record_browser.page, topic, partition, after, None, record_browser.MAX_LIMIT, view["q"])
+    data = _page(topic, partition, view, after, None, record_browser.MAX_LIMIT)
     return render_template("fragments/record_tail.html", r=data, rows=_shown(data["records"], view["format"]),
                            fmt=view["format"], tail_url=_tail_url(topic, partition, view, data["scanned_to"]))
 
