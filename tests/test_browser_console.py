@@ -2,10 +2,9 @@
 (Debian Chromium driven by Playwright, as tests/test_browser.py), at 1440 and 390 px.
 
 A record-browser session (what read_committed gets, page back, jump to an offset and
-to a time, filter, hex,
-a record's detail, the live tail adding a new record without redrawing the others),
-producing a record inside a transaction from the topic page, and resetting an Empty
-group's offsets. Screenshots go to ``test-artifacts/`` (``console-<page>-<width>.png``).
+to a time, filter, hex, a record's detail, the live tail adding a new record without
+redrawing the others), producing a record inside a transaction from the topic page,
+previewing and resetting an Empty group's offsets, creating and deleting a topic. Screenshots go to ``test-artifacts/`` (``console-<page>-<width>.png``).
 """
 
 from __future__ import annotations
