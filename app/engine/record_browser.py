@@ -32,7 +32,7 @@ SCAN_LIMIT = 2000
 #: the most records one page shows
 MAX_LIMIT = 500
 #: bytes of batches read from the log at a time
-READ_BYTES = 1 << 20
+READ_BYTES = 1 << 16
 
 
 def _batch(header: BatchHeader) -> dict[str, Any]:
@@ -111,12 +111,15 @@ async def page(engine: "Engine", topic: str, partition: int, start: int | None =
         if offset is not None and not low <= offset <= hw:
             raise OffsetOutOfRangeError(f"{name} offset {offset} is outside [{low}, {hw}] of {topic}-{partition}")
     if start is None:
-        end = upper if before is None else min(before, upper)
-        scanned_from = max(low, end - window)
-        found = [(h, r) for h, r in _records(log, scanned_from, end, read_committed)
-                 if _matches(h, r, needle)][-limit:]
-        scanned_to = end
-        if window > limit and len(found) == limit:
+        scanned_to = end = upper if before is None else min(before, upper)
+        scanned_from, found, size = end, [], limit
+        while len(found) < limit and low < scanned_from and end - scanned_from < window:
+            chunk = max(low, scanned_from - size, end - window)  # backwards, doubling
+            found = [(h, r) for h, r in _records(log, chunk, scanned_from, read_committed)
+                     if _matches(h, r, needle)] + found
+            scanned_from, size = chunk, size * 2
+        if len(found) >= limit and window > limit:
+            found = found[-limit:]
             scanned_from = found[0][1].offset
     else:
         scanned_from, scanned_to, found = start, max(start, min(upper, start + window)), []
