@@ -314,3 +314,15 @@ def test_the_read_committed_view_and_its_tail_wait_at_the_lso(client, orders):
     producer.commit_transaction()  # its marker is 8
     html = _text(client.get(tail))
     assert _rows(html) == [6, 7] and "after=9" in html
+
+
+def test_a_jump_to_a_time_in_the_read_committed_view_finds_what_such_a_consumer_gets(client, orders):
+    producer = orders.producer(transactional_id="tx")
+    producer.init_transactions()
+    producer.begin_transaction()
+    producer.send("orders", b"in-txn", partition=0, timestamp=T0 + 10_000).get(timeout=10)  # 6, open
+    base = "/topics/orders/partitions/0/records?time=" + str(T0 + 9000)
+    assert _rows(_text(client.get(base))) == [6]
+    html = _text(client.get(base + "&isolation=read_committed"))
+    assert _rows(html) == [0, 1, 2, 3, 4, 5] and "No record at or after that time" in html
+    producer.abort_transaction()

@@ -210,6 +210,7 @@ def _view() -> dict[str, Any]:
 
 def _page(topic: str, partition: int, view: dict[str, Any], start: int | None, before: int | None,
           limit: int) -> dict[str, Any]:
+    """A page of :func:`record_browser.page` in this view."""
     return _call(record_browser.page, topic, partition, start, before, limit, view["q"],
                  view["isolation"] == READ_COMMITTED)
 
@@ -227,7 +228,7 @@ def records_browser(topic: str, partition: int):
     engine = current_engine()
     notice = None
     if at_time is not None:
-        found = engine.call(engine.list_offsets, topic, partition, at_time, READ_UNCOMMITTED)
+        found = engine.call(engine.list_offsets, topic, partition, at_time, view["isolation"])
         start = found.offset if found.offset >= 0 else None
         if start is None:
             notice = "No record at or after that time: the newest records are shown."
@@ -254,6 +255,7 @@ def _browser_url(topic: str, partition: int, view: dict[str, Any], partition_id:
 
 
 def _tail_url(topic: str, partition: int, view: dict[str, Any], after: int) -> str:
+    """Where the live tail asks for the records from ``after`` on, in this view."""
     query = {"after": after, "q": view["q"], "format": view["format"], "isolation": view["isolation"]}
     return url_for("ui.record_tail", topic=topic, partition=partition) + "?" + urlencode(query)
 
