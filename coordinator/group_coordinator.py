@@ -33,6 +33,8 @@ Requests and their answers (Kafka's ``GroupCoordinator``, classic protocol):
   UNSTABLE_OFFSET_COMMIT, and the consumer retries until the transaction ends.
 * DeleteGroups -- an unknown group: GROUP_ID_NOT_FOUND; a group with members:
   NON_EMPTY_GROUP. Otherwise tombstones for its offsets and its metadata.
+* OffsetDelete -- an unknown group: GROUP_ID_NOT_FOUND; a partition of a topic the
+  members subscribe to: GROUP_SUBSCRIBED_TO_TOPIC. Otherwise tombstones.
 * An offset reset (``kafka-consumer-groups --reset-offsets``) -- only while the group
   is Empty (NON_EMPTY_GROUP otherwise: its members would overwrite it), then an
   ordinary commit.
@@ -61,10 +63,11 @@ from storage.clock import Clock
 from storage.errors import (
     CoordinatorNotAvailableError,
     FencedInstanceIdError,
+    GroupIdNotFoundError,
+    GroupSubscribedToTopicError,
     IllegalGenerationError,
     InconsistentGroupProtocolError,
     InvalidGroupIdError,
-    GroupIdNotFoundError,
     InvalidSessionTimeoutError,
     KafkaError,
     NonEmptyGroupError,
@@ -89,6 +92,10 @@ class GroupIO(Protocol):
                            partition: int) -> None:
         """Raise the Kafka error unless ``__consumer_offsets-<partition>`` is in the
         Ongoing transaction of this producer (the transaction coordinator's KIP-890 check)."""
+
+    def subscribed_topics(self, protocol_type: str | None, metadata: bytes) -> set[str] | None:
+        """The topics a member's metadata subscribes to, when its protocol type's layout is
+        known (Kafka's "consumer" protocol); None for any other protocol."""
 
 
 @dataclass(frozen=True)
@@ -536,6 +543,37 @@ class GroupCoordinator:
         await self.io.append_offsets_log(self.partition_of(group_id), records)
         if self.groups.get(group_id) is group:
             del self.groups[group_id]
+
+    async def delete_offsets(self, group_id: str,
+                             partitions: Iterable[TopicPartition]) -> dict[TopicPartition, KafkaError | None]:
+        """OffsetDelete (``kafka-consumer-groups --delete-offsets``): an unknown group is
+        GROUP_ID_NOT_FOUND; an Empty group loses the offsets asked for; a group with
+        members of the consumer protocol keeps those of topics its members subscribe to
+        (GROUP_SUBSCRIBED_TO_TOPIC for each) and loses the others; a group with members
+        of another protocol is NON_EMPTY_GROUP. Tombstones are durable before memory changes."""
+        group = self.groups.get(group_id)
+        if group is None or group.state is G.DEAD:
+            raise GroupIdNotFoundError(f"no group {group_id!r}")
+        subscribed: set[str] = set()
+        if group.state is not G.EMPTY:
+            for member in group.members.values():
+                topics = self.io.subscribed_topics(group.protocol_type, member.metadata_for(group.protocol or ""))
+                if topics is None:
+                    raise NonEmptyGroupError(f"group {group_id!r} has members of protocol "
+                                             f"{group.protocol_type!r}: its offsets cannot be deleted")
+                subscribed |= topics
+        errors: dict[TopicPartition, KafkaError | None] = {
+            tp: GroupSubscribedToTopicError(f"group {group_id!r} consumes {tp[0]}") if tp[0] in subscribed else None
+            for tp in partitions}
+        gone = sorted(tp for tp, error in errors.items() if error is None and tp in group.committed)
+        if gone:
+            appended_at = next(self._append_order)
+            await self.io.append_offsets_log(
+                self.partition_of(group_id),
+                [(offsets_log.encode_offset_key(group_id, t, p), None) for t, p in gone])
+            for tp in gone:
+                group.delete_offset(tp, appended_at)
+        return errors
 
     async def delete_topic_offsets(self, topic: str) -> None:
         """The topic is deleted: every group's committed offsets on it get tombstones

@@ -243,3 +243,36 @@ def test_the_sqlite_mirror_follows_the_tombstones(orders):
         db.dispose()
     assert [tuple(r) for r in offsets] == [("svc", "other", 0)]
     assert "old" not in {r[0] for r in groups}
+
+
+def test_offset_delete_over_the_wire_spares_topics_the_members_consume(tmp_path: Path):
+    from app.kafka.api import ApiKey
+    from tests.kafka_support import KafkaBroker, RawClient
+
+    def offset_delete(raw: RawClient, group: str, topics: dict[str, list[int]]):
+        return raw.request(ApiKey.OFFSET_DELETE, 0, {"group_id": group, "topics": [
+            {"name": t, "partitions": [{"partition_index": p} for p in ps]} for t, ps in topics.items()]})
+
+    def codes(response) -> dict[tuple[str, int], int]:
+        return {(t.name, p.partition_index): p.error_code for t in response.topics for p in t.partitions}
+
+    with KafkaBroker(tmp_path / "data") as kafka:
+        broker = kafka.broker
+        broker.create_topic("orders", 2)
+        broker.create_topic("other", 1)
+        raw = RawClient(kafka.port)
+        _commit(broker, "old", {("orders", 0): 3, ("orders", 1): 4})
+        assert codes(offset_delete(raw, "old", {"orders": [0]})) == {("orders", 0): 0}
+        assert _committed(broker, "old") == {("orders", 1): 4}
+
+        consumer = broker.consumer(group_id="live")
+        consumer.subscribe(["orders"])
+        consumer.poll(timeout_ms=2000)
+        consumer.commit({("orders", 0): 1, ("other", 0): 0})  # a member commits; it subscribes to orders only
+        response = offset_delete(raw, "live", {"orders": [0], "other": [0]})
+        assert response.error_code == 0
+        assert codes(response) == {("orders", 0): 86, ("other", 0): 0}  # GROUP_SUBSCRIBED_TO_TOPIC
+        assert _committed(broker, "live") == {("orders", 0): 1}
+        assert offset_delete(raw, "never", {"orders": [0]}).error_code == 69  # GROUP_ID_NOT_FOUND
+        consumer.close()
+        raw.close()

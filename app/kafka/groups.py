@@ -1,5 +1,5 @@
 """Consumer groups, the classic protocol: JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
-and DescribeGroups / ListGroups / DeleteGroups for tools.
+and DescribeGroups / ListGroups / DeleteGroups / OffsetDelete for tools.
 
 The group coordinator (``coordinator/group_coordinator.py``) does the work; a
 JoinGroup waits there until the rebalance completes. When its client disconnects
@@ -100,3 +100,18 @@ async def delete_groups(ctx: RequestContext, request: Any) -> dict:
             continue
         results.append({"group_id": group_id, "error_code": 0})
     return {"results": results}
+
+
+@serves(ApiKey.OFFSET_DELETE, 0, 0)
+async def offset_delete(ctx: RequestContext, request: Any) -> dict:
+    """Delete a group's offsets of some partitions (GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP
+    for the whole request; GROUP_SUBSCRIBED_TO_TOPIC per partition)."""
+    asked = [(t.name, p.partition_index) for t in request.topics for p in t.partitions]
+    try:
+        errors = await ctx.engine.group_coordinator.delete_offsets(request.group_id, asked)
+    except KafkaError as e:
+        return {"error_code": error_code(e), "topics": []}
+    return {"error_code": 0, "topics": [
+        {"name": t.name, "partitions": [{"partition_index": p.partition_index,
+                                         "error_code": error_code(errors[(t.name, p.partition_index)])}
+                                        for p in t.partitions]} for t in request.topics]}
