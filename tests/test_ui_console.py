@@ -326,3 +326,18 @@ def test_a_jump_to_a_time_in_the_read_committed_view_finds_what_such_a_consumer_
     html = _text(client.get(base + "&isolation=read_committed"))
     assert _rows(html) == [0, 1, 2, 3, 4, 5] and "No record at or after that time" in html
     producer.abort_transaction()
+
+
+def test_delete_a_topics_offsets_from_the_console(client, orders):
+    orders.engine.call(orders.engine.group_coordinator.reset_offsets, "svc", {("orders", 0): 5, ("orders", 1): 0})
+    consumer = orders.consumer(group_id="live", auto_offset_reset="earliest")
+    consumer.subscribe(["orders"])
+    consumer.poll(timeout_ms=2000)
+    consumer.commit({("orders", 0): 1})
+    _post(client, "/groups/live/delete-offsets", {"topic": "orders"}, "/topics/orders")
+    assert "GROUP_SUBSCRIBED_TO_TOPIC (86)" in _flash(client)
+    assert orders.engine.group_coordinator.describe("live").committed
+    consumer.close()
+    _post(client, "/groups/svc/delete-offsets", {"topic": "orders"}, "/topics/orders")
+    assert "Deleted the offsets of svc on orders (2 partitions)." in _flash(client)
+    assert orders.engine.group_coordinator.describe("svc").committed == {}

@@ -1,6 +1,7 @@
-"""The console's consumer-group writes: reset an Empty group's offsets and delete a
-group, as ``kafka-consumer-groups --reset-offsets`` and ``--delete`` do
-(``app/engine/group_admin.py`` and the group coordinator's ``delete_group``). Both are
+"""The console's consumer-group writes: reset an Empty group's offsets, delete a
+topic's offsets and delete a group, as ``kafka-consumer-groups --reset-offsets``,
+``--delete-offsets`` and ``--delete`` do (``app/engine/group_admin.py`` and the group
+coordinator's ``delete_offsets`` and ``delete_group``). Both are
 POST forms with the session's CSRF token, confirmed in the browser; a Kafka error
 (NON_EMPTY_GROUP while consumers are in the group, GROUP_ID_NOT_FOUND, ...) comes
 back as a flash with its name and code. The routes join the ``ui`` blueprint.
@@ -56,6 +57,24 @@ def _value(to: str, raw: str) -> int | None:
             raise e.InvalidRequestError(f"the offset must be a whole number ≥ 0, got {raw!r:.40}")
         return int(raw)
     return parse_time(raw) if to == "timestamp" else None
+
+
+@bp.post("/groups/<path:group_id>/delete-offsets")
+def delete_group_offsets(group_id: str):
+    """OffsetDelete of every committed offset of one topic (``--delete-offsets --topic``)."""
+    topic = request.form.get("topic", "")
+    target = _back(url_for("ui.group", group_id=group_id))
+    engine = current_engine()
+    try:
+        partitions = [(o["topic_name"], o["partition_id"]) for o in _call(queries.group, group_id)["offsets"]
+                      if o["topic_name"] == topic]
+        errors = engine.call(engine.group_coordinator.delete_offsets, group_id, partitions)
+    except e.KafkaError as error:
+        return _done(f"Could not delete the offsets of {group_id}: {kafka_message(error)}", "error", target)
+    refused = sorted({kafka_message(error) for error in errors.values() if error is not None})
+    if refused:
+        return _done(f"Kept the offsets of {group_id} on {topic}: {'; '.join(refused)}", "error", target)
+    return _done(f"Deleted the offsets of {group_id} on {topic} ({len(partitions)} partitions).", "success", target)
 
 
 @bp.post("/groups/<path:group_id>/delete")
