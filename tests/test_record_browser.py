@@ -114,8 +114,12 @@ def test_the_detail_of_an_aborted_record_names_its_transaction_and_txnindex_entr
     assert aborted["batch"]["transactional"] and not aborted["batch"]["control"]
     marker = log.engine.call(record_browser.record, log.engine, "t", 0, 15)
     assert (marker["status"], marker["marker"], marker["batch"]["control"]) == ("marker", "ABORT", True)
+    assert aborted["marker_offset"] == 15
+    committed = log.engine.call(record_browser.record, log.engine, "t", 0, 12)
+    assert (committed["status"], committed["transactional_id"], committed["marker_offset"]) == ("committed", "tx1", 13)
     opened = log.engine.call(record_browser.record, log.engine, "t", 0, 16)
-    assert (opened["status"], opened["transactional_id"], opened["aborted_range"]) == ("open", "tx3", None)
+    assert (opened["status"], opened["transactional_id"], opened["aborted_range"], opened["marker_offset"]) == (
+        "open", "tx3", None, None)
     plain = log.engine.call(record_browser.record, log.engine, "t", 0, 2)
     view = log.engine.call(queries.records, log.engine, "t", 0, 2, limit=1)["records"][0]
     assert (plain["status"], plain["transactional_id"], plain["batch"]["producer_id"]) == (view["status"], None, -1)

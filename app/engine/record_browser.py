@@ -31,6 +31,8 @@ if TYPE_CHECKING:
 SCAN_LIMIT = 2000
 #: the most records one page shows
 MAX_LIMIT = 500
+#: batches a record's detail looks through for the marker that ended its transaction
+MARKER_SEARCH_BATCHES = 1000
 #: bytes of batches read from the log at a time
 READ_BYTES = 1 << 16
 
@@ -140,8 +142,9 @@ async def page(engine: "Engine", topic: str, partition: int, start: int | None =
 
 async def record(engine: "Engine", topic: str, partition: int, offset: int) -> dict[str, Any]:
     """One record, its batch, its read_committed state, and who wrote it: the
-    transactional id of its producer (when the coordinator still knows it) and, for an
-    aborted record, the ``.txnindex`` entry that makes consumers skip it."""
+    transactional id of its producer (when the coordinator still knows it), for an
+    aborted record the ``.txnindex`` entry that makes consumers skip it, and for a
+    transactional one the offset of the marker that ended its transaction."""
     log = engine.logs.log(topic, partition)
     if not log.log_start_offset <= offset < log.high_watermark:
         raise OffsetOutOfRangeError(f"offset {offset} is outside [{log.log_start_offset}, "
@@ -156,6 +159,19 @@ async def record(engine: "Engine", topic: str, partition: int, offset: int) -> d
                                  for t in log.collect_aborted(offset, offset + 1)
                                  if t.producer_id == header.producer_id
                                  and t.first_offset <= offset <= t.last_offset), None)
+    row["marker_offset"] = _marker_offset(log, header) if header.is_transactional and not header.is_control else None
     row.update(topic_name=topic, partition_id=partition, log_start_offset=log.log_start_offset,
                last_stable_offset=log.last_stable_offset, high_watermark=log.high_watermark)
     return row
+
+
+def _marker_offset(log: PartitionLog, batch: BatchHeader) -> int | None:
+    """Where the marker that ended the transaction of ``batch`` is: the first control
+    batch of its producer after it, within :data:`MARKER_SEARCH_BATCHES` batches (None:
+    not found there, or the transaction is still open)."""
+    for n, (header, _) in enumerate(log.batches(batch.next_offset)):
+        if n == MARKER_SEARCH_BATCHES or header.base_offset >= log.high_watermark:
+            return None
+        if header.is_control and header.producer_id == batch.producer_id:
+            return header.base_offset
+    return None
