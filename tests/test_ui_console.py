@@ -341,3 +341,13 @@ def test_delete_a_topics_offsets_from_the_console(client, orders):
     _post(client, "/groups/svc/delete-offsets", {"topic": "orders"}, "/topics/orders")
     assert "Deleted the offsets of svc on orders (2 partitions)." in _flash(client)
     assert orders.engine.group_coordinator.describe("svc").committed == {}
+
+
+def test_the_page_size_is_chosen_and_kept(client, orders):
+    for i in range(60):
+        orders.produce("orders", 1, encode_batch([SimpleRecord(b"v%d" % i)]))
+    base = "/topics/orders/partitions/1/records"
+    html = _text(client.get(base))
+    assert _rows(html) == list(range(40, 60)) and 'href="/topics/orders/partitions/1/records?limit=50"' in html
+    html = _text(client.get(base + "?limit=50"))
+    assert _rows(html) == list(range(10, 60)) and "/topics/orders/partitions/1/records?limit=50&before=10" in html

@@ -40,6 +40,7 @@ from storage import errors as e
 
 #: how long a console produce may take, end to end (the engine answers in milliseconds)
 PRODUCE_TIMEOUT_MS = 15_000
+#: the page sizes the browser offers (any up to record_browser.MAX_LIMIT is taken)
 PAGE_SIZES = (20, 50, 100)
 #: view settings left out of the browser's links when they have these values
 VIEW_DEFAULTS = {"format": "auto", "limit": PAGE_SIZES[0], "isolation": READ_UNCOMMITTED}
@@ -239,7 +240,7 @@ def records_browser(topic: str, partition: int):
         data = _page(topic, partition, view, None, None, view["limit"])
     return render_template("records.html", r=data, rows=_shown(data["records"], view["format"]), view=view,
                            notice=notice, at_time=at_time, page_path=request.full_path.rstrip("?"),
-                           link=lambda **changes: _browser_url(topic, partition, view, **changes),
+                           link=lambda **changes: _browser_url(topic, partition, view, **changes), page_sizes=PAGE_SIZES,
                            tail_url=_tail_url(topic, partition, view, data["scanned_to"]))
 
 
