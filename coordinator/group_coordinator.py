@@ -31,6 +31,15 @@ Requests and their answers (Kafka's ``GroupCoordinator``, classic protocol):
   ABORT marker (then dropped).
 * OffsetFetch -- with ``require_stable``, a partition with pending offsets answers
   UNSTABLE_OFFSET_COMMIT, and the consumer retries until the transaction ends.
+* DeleteGroups -- an unknown group: GROUP_ID_NOT_FOUND; a group with members:
+  NON_EMPTY_GROUP. Otherwise tombstones for its offsets and its metadata.
+* OffsetDelete -- an unknown group: GROUP_ID_NOT_FOUND; a partition of a topic the
+  members subscribe to: GROUP_SUBSCRIBED_TO_TOPIC. Otherwise tombstones.
+* An offset reset (``kafka-consumer-groups --reset-offsets``) -- only while the group
+  is Empty (NON_EMPTY_GROUP otherwise: its members would overwrite it), then an
+  ordinary commit.
+* A deleted topic -- its committed and pending offsets go, with tombstones, as Kafka
+  removes them (``onPartitionsDeleted``).
 
 Everything is persisted to ``__consumer_offsets`` before it is applied, and rebuilt
 from it on start as the seed's Consumer Coordinator Startup says (transactional
@@ -54,11 +63,14 @@ from storage.clock import Clock
 from storage.errors import (
     CoordinatorNotAvailableError,
     FencedInstanceIdError,
+    GroupIdNotFoundError,
+    GroupSubscribedToTopicError,
     IllegalGenerationError,
     InconsistentGroupProtocolError,
     InvalidGroupIdError,
     InvalidSessionTimeoutError,
     KafkaError,
+    NonEmptyGroupError,
     OffsetMetadataTooLargeError,
     RebalanceInProgressError,
     UnknownMemberIdError,
@@ -80,6 +92,10 @@ class GroupIO(Protocol):
                            partition: int) -> None:
         """Raise the Kafka error unless ``__consumer_offsets-<partition>`` is in the
         Ongoing transaction of this producer (the transaction coordinator's KIP-890 check)."""
+
+    def subscribed_topics(self, protocol_type: str | None, metadata: bytes) -> set[str] | None:
+        """The topics a member's metadata subscribes to, when its protocol type's layout is
+        known (Kafka's "consumer" protocol); None for any other protocol."""
 
 
 @dataclass(frozen=True)
@@ -487,6 +503,96 @@ class GroupCoordinator:
                                        committed.metadata if committed else "",
                                        committed.leader_epoch if committed else -1)
         return result
+
+    # -- administration ------------------------------------------------------------------
+
+    async def reset_offsets(self, group_id: str, offsets: dict[TopicPartition, int]) -> None:
+        """Commit ``offsets`` for a group without members, as ``kafka-consumer-groups
+        --reset-offsets --execute`` does (an admin's OffsetCommit at generation -1). A
+        group with members is NON_EMPTY_GROUP: they would overwrite the reset with their
+        next commit, so Kafka's tool refuses unless the group is inactive."""
+        group = self.groups.get(group_id)
+        if group is not None and group.state is not G.EMPTY:
+            raise NonEmptyGroupError(f"group {group_id!r} is {group.state.value}; offsets can be reset "
+                                     f"only while it is Empty (stop its consumers first)")
+        now = self.clock.now_ms()
+        errors = await self.commit_offsets(group_id, {tp: CommittedOffset(offset, "", -1, now)
+                                                      for tp, offset in offsets.items()})
+        for error in errors.values():
+            if error is not None:
+                raise error
+
+    async def delete_group(self, group_id: str) -> None:
+        """DeleteGroups: the group must exist (GROUP_ID_NOT_FOUND) and be Empty
+        (NON_EMPTY_GROUP). It turns Dead at once -- joins and commits meanwhile answer
+        COORDINATOR_NOT_AVAILABLE -- then tombstones for its committed offsets and its
+        metadata are made durable, and only then is it forgotten. A failed write
+        leaves it Dead in memory and present in the log: a retry deletes it, a restart
+        brings it back as it was."""
+        group = self.groups.get(group_id)
+        if group is None:
+            raise GroupIdNotFoundError(f"no group {group_id!r}")
+        if group.state not in (G.EMPTY, G.DEAD):
+            raise NonEmptyGroupError(f"group {group_id!r} is {group.state.value} with "
+                                     f"{len(group.members)} member(s); only an Empty group can be deleted")
+        group.transition(G.DEAD, self.clock.now_ms())
+        records: list[tuple[bytes, bytes | None]] = [
+            (offsets_log.encode_offset_key(group_id, topic, partition), None)
+            for topic, partition in sorted(group.committed)]
+        records.append((offsets_log.encode_group_key(group_id), None))
+        await self.io.append_offsets_log(self.partition_of(group_id), records)
+        if self.groups.get(group_id) is group:
+            del self.groups[group_id]
+
+    async def delete_offsets(self, group_id: str,
+                             partitions: Iterable[TopicPartition]) -> dict[TopicPartition, KafkaError | None]:
+        """OffsetDelete (``kafka-consumer-groups --delete-offsets``): an unknown group is
+        GROUP_ID_NOT_FOUND; an Empty group loses the offsets asked for; a group with
+        members of the consumer protocol keeps those of topics its members subscribe to
+        (GROUP_SUBSCRIBED_TO_TOPIC for each) and loses the others; a group with members
+        of another protocol is NON_EMPTY_GROUP. Tombstones are durable before memory changes."""
+        group = self.groups.get(group_id)
+        if group is None or group.state is G.DEAD:
+            raise GroupIdNotFoundError(f"no group {group_id!r}")
+        subscribed: set[str] = set()
+        if group.state is not G.EMPTY:
+            for member in group.members.values():
+                topics = self.io.subscribed_topics(group.protocol_type, member.metadata_for(group.protocol or ""))
+                if topics is None:
+                    raise NonEmptyGroupError(f"group {group_id!r} has members of protocol "
+                                             f"{group.protocol_type!r}: its offsets cannot be deleted")
+                subscribed |= topics
+        errors: dict[TopicPartition, KafkaError | None] = {
+            tp: GroupSubscribedToTopicError(f"group {group_id!r} consumes {tp[0]}") if tp[0] in subscribed else None
+            for tp in partitions}
+        gone = sorted(tp for tp, error in errors.items() if error is None and tp in group.committed)
+        if gone:
+            appended_at = next(self._append_order)
+            await self.io.append_offsets_log(
+                self.partition_of(group_id),
+                [(offsets_log.encode_offset_key(group_id, t, p), None) for t, p in gone])
+            for tp in gone:
+                group.delete_offset(tp, appended_at)
+        return errors
+
+    async def delete_topic_offsets(self, topic: str) -> None:
+        """The topic is deleted: every group's committed offsets on it get tombstones
+        (durable first), and its pending transactional offsets on it are dropped -- a
+        topic created again under the name starts without them, as in Kafka."""
+        for group in list(self.groups.values()):
+            pending = {tp for offsets in group.pending.values() for tp in offsets}
+            gone = sorted(tp for tp in set(group.committed) | pending if tp[0] == topic)
+            if not gone:
+                continue
+            # pending ones get a tombstone too: on replay it outranks them (appended later),
+            # so their COMMIT marker cannot bring them back
+            appended_at = next(self._append_order)
+            await self.io.append_offsets_log(
+                self.partition_of(group.group_id),
+                [(offsets_log.encode_offset_key(group.group_id, t, p), None) for t, p in gone])
+            for tp in gone:
+                group.delete_offset(tp, appended_at)
+            group.drop_pending(topic)
 
     # -- persistence ----------------------------------------------------------------------
 

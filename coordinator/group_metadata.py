@@ -162,6 +162,17 @@ class GroupMetadata:
         self.pending.setdefault(producer_id, {})[tp] = offset
         self.pending_at.setdefault(producer_id, {})[tp] = appended_at
 
+    def drop_pending(self, topic: str) -> None:
+        """Forget the pending transactional offsets on ``topic`` (it was deleted): its
+        producers' markers then commit nothing there."""
+        for producer_id, offsets in list(self.pending.items()):
+            for tp in [tp for tp in offsets if tp[0] == topic]:
+                del offsets[tp]
+                self.pending_at[producer_id].pop(tp, None)
+            if not offsets:
+                del self.pending[producer_id]
+                self.pending_at.pop(producer_id, None)
+
     def complete_pending(self, producer_id: int, commit: bool) -> None:
         """Apply a transaction marker: pending offsets become committed (where nothing
         newer was committed meanwhile), or vanish."""

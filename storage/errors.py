@@ -305,6 +305,10 @@ class FencedInstanceIdError(KafkaError, code=82, name="FENCED_INSTANCE_ID"):
     """Another member with the same group.instance.id took over."""
 
 
+class GroupSubscribedToTopicError(KafkaError, code=86, name="GROUP_SUBSCRIBED_TO_TOPIC"):
+    """The group's members consume the topic: its offsets cannot be deleted (OffsetDelete)."""
+
+
 class InvalidRecordError(KafkaError, code=87, name="INVALID_RECORD"):
     """The record batch failed validation on the broker."""
 

@@ -841,9 +841,11 @@ class PartitionLog:
                 yield location.header
 
     def batches(self, from_offset: int | None = None) -> Iterator[tuple[BatchHeader, bytes]]:
-        """Every stored batch from ``from_offset`` (default: the log start), in order."""
+        """Every stored batch from ``from_offset`` (default: the log start), in order;
+        the offset index finds where to start in the first segment."""
         offset = self.log_start_offset if from_offset is None else from_offset
-        for segment in self.segments[self._segment_for(offset):]:
-            for location in segment.headers_from(0):
+        for n, segment in enumerate(self.segments[self._segment_for(offset):]):
+            position = segment.offset_index.lookup(offset)[1] if n == 0 else 0
+            for location in segment.headers_from(position):
                 if location.header.last_offset >= offset:
                     yield location.header, segment.pread(location.position, location.header.size)

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from app.client import consumer_protocol
 from coordinator import offsets_log, transaction_log
 from coordinator.producer_id_manager import ProducerIdBlock
+from coordinator.schema import SchemaError
 from storage.record_batch import SimpleRecord, encode_batch
 
 if TYPE_CHECKING:
@@ -46,6 +48,17 @@ class EngineCoordinatorIO:
         the producer's Ongoing transaction (AddOffsetsToTxn)."""
         self.engine.transaction_coordinator.verify_transaction(
             producer_id, producer_epoch, offsets_log.TOPIC, partition, transactional_id)
+
+    def subscribed_topics(self, protocol_type: str | None, metadata: bytes) -> set[str] | None:
+        """A consumer-protocol member's subscription (the layout every Kafka consumer
+        shares, ``app/client/consumer_protocol.py``); None for another protocol or
+        metadata that does not decode."""
+        if protocol_type != consumer_protocol.PROTOCOL_TYPE:
+            return None
+        try:
+            return set(consumer_protocol.decode_subscription(metadata))
+        except SchemaError:
+            return None
 
     def offsets_partition(self, group_id: str) -> int:
         return self.engine.group_coordinator.partition_of(group_id)

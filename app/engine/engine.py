@@ -274,7 +274,9 @@ class Engine:
     async def delete_topic(self, name: str) -> None:
         """Delete a topic: at once no request finds it; in-flight fsyncs finish and its
         maintenance is cancelled; returns once topics.json without it is durable and
-        its files are gone."""
+        its files are gone. Then the consumer groups' offsets on it are deleted (with
+        tombstones), as Kafka does: a topic created again under the name starts without
+        them."""
         if name in INTERNAL_TOPICS:
             raise InvalidTopicError(f"the internal topic {name} cannot be deleted")
         async with self._topic_changes:
@@ -286,6 +288,7 @@ class Engine:
                     commit.close()
             await self.maintenance.quiesce(logs)
             await self.maintenance.run(self.logs.delete_topic(logs))
+            await self.group_coordinator.delete_topic_offsets(name)
 
     def start_produce(self, topic: str, partition: int, batch: bytes, acks: int = -1,
                       transactional_id: str | None = None) -> Future:

@@ -16,7 +16,9 @@ import json
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
+from app.client import consumer_protocol
 from coordinator import offsets_log, transaction_log
+from coordinator.schema import SchemaError
 from coordinator.transaction_state import TransactionState
 from storage.errors import GroupIdNotFoundError, OffsetOutOfRangeError, TransactionalIdNotFoundError
 from storage.partition_log import PartitionLog
@@ -63,6 +65,22 @@ async def topic(engine: "Engine", name: str) -> dict[str, Any]:
             "partitions_count": info.partitions, "configs": dict(info.overrides),
             "effective_configs": engine.logs.topic_config(name).to_kafka(),
             "partitions": [_partition(engine.logs.log(name, p)) for p in range(info.partitions)]}
+
+
+async def topic_configs(engine: "Engine", name: str) -> list[dict[str, Any]]:
+    """DescribeConfigs of a topic: every topic config's effective value, and whether the
+    topic sets it (``DYNAMIC_TOPIC_CONFIG``) or it is the broker's default (``DEFAULT_CONFIG``)."""
+    overrides = engine.logs.topic(name).overrides
+    return [{"name": key, "value": str(value), "is_default": key not in overrides,
+             "source": "DYNAMIC_TOPIC_CONFIG" if key in overrides else "DEFAULT_CONFIG",
+             "is_read_only": False, "is_sensitive": False, "synonyms": []}
+            for key, value in sorted(engine.logs.topic_config(name).to_kafka().items())]
+
+
+async def topic_producers(engine: "Engine", name: str) -> list[dict[str, Any]]:
+    """DescribeProducers for every partition of a topic: :func:`producers`, each with its partition."""
+    return [{"partition_id": p, **producer} for p in range(engine.logs.topic(name).partitions)
+            for producer in await producers(engine, name, p)]
 
 
 async def partition(engine: "Engine", name: str, partition_id: int) -> dict[str, Any]:
@@ -260,8 +278,21 @@ async def group(engine: "Engine", group_id: str) -> dict[str, Any]:
             "protocol_type": g.protocol_type, "protocol": g.protocol, "leader": g.leader,
             "members": [{"member_id": m.member_id, "group_instance_id": m.group_instance_id,
                          "client_id": m.client_id, "client_host": m.client_host,
-                         "session_timeout_ms": m.session_timeout_ms} for m in g.members.values()],
+                         "session_timeout_ms": m.session_timeout_ms,
+                         "assignment": _assignment(g.protocol_type, m.assignment)} for m in g.members.values()],
             "offsets": offsets}
+
+
+def _assignment(protocol_type: str | None, data: bytes) -> list[dict[str, Any]] | None:
+    """A member's partitions, when its group speaks the consumer protocol (whose
+    assignment layout every Kafka consumer shares); None for another protocol or bytes
+    that do not decode -- the coordinator itself treats them as opaque."""
+    if protocol_type != consumer_protocol.PROTOCOL_TYPE:
+        return None
+    try:
+        return [{"topic_name": t, "partition_id": p} for t, p in consumer_protocol.decode_assignment(data)]
+    except SchemaError:
+        return None
 
 
 async def kafka_clients(engine: "Engine") -> list[dict[str, Any]]:

@@ -266,12 +266,6 @@ def _timeline(state: str) -> list[dict[str, Any]]:
             for i, s in enumerate(steps)]
 
 
-@bp.get("/topics/<topic>")
-def topic(topic: str):
-    _call(queries.topic, topic)  # an unknown topic is the 404 page
-    return redirect(url_for("ui.overview", _anchor=f"topic-{topic}"))
-
-
 @page("/topics/<topic>/partitions/<int:partition>")
 def partition(topic: str, partition: int):
     detail = _call(queries.partition, topic, partition)

@@ -1,5 +1,5 @@
 """Consumer groups, the classic protocol: JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
-and DescribeGroups / ListGroups for tools.
+and DescribeGroups / ListGroups / DeleteGroups / OffsetDelete for tools.
 
 The group coordinator (``coordinator/group_coordinator.py``) does the work; a
 JoinGroup waits there until the rebalance completes. When its client disconnects
@@ -86,3 +86,32 @@ async def list_groups(ctx: RequestContext, request: Any) -> dict:
     return {"error_code": 0, "groups": [{"group_id": group_id, "protocol_type": group.protocol_type or ""}
                                         for group_id, group in sorted(groups.items())
                                         if group.state is not GroupState.DEAD]}
+
+
+@serves(ApiKey.DELETE_GROUPS, 0, 2)
+async def delete_groups(ctx: RequestContext, request: Any) -> dict:
+    """Each group's deletion (GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP), one after another."""
+    results = []
+    for group_id in request.groups_names:
+        try:
+            await ctx.engine.group_coordinator.delete_group(group_id)
+        except KafkaError as e:
+            results.append({"group_id": group_id, "error_code": error_code(e)})
+            continue
+        results.append({"group_id": group_id, "error_code": 0})
+    return {"results": results}
+
+
+@serves(ApiKey.OFFSET_DELETE, 0, 0)
+async def offset_delete(ctx: RequestContext, request: Any) -> dict:
+    """Delete a group's offsets of some partitions (GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP
+    for the whole request; GROUP_SUBSCRIBED_TO_TOPIC per partition)."""
+    asked = [(t.name, p.partition_index) for t in request.topics for p in t.partitions]
+    try:
+        errors = await ctx.engine.group_coordinator.delete_offsets(request.group_id, asked)
+    except KafkaError as e:
+        return {"error_code": error_code(e), "topics": []}
+    return {"error_code": 0, "topics": [
+        {"name": t.name, "partitions": [{"partition_index": p.partition_index,
+                                         "error_code": error_code(errors[(t.name, p.partition_index)])}
+                                        for p in t.partitions]} for t in request.topics]}
