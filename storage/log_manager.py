@@ -33,7 +33,7 @@ import os
 import re
 import shutil
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
@@ -43,6 +43,7 @@ from storage.background import RunSteps, Steps, run_inline
 from storage.checkpoint import CorruptCheckpointError, read_checkpoint, write_checkpoint
 from storage.clock import Clock
 from storage.errors import (
+    InvalidConfigError,
     InvalidPartitionsError,
     InvalidTopicError,
     KafkaStorageError,
@@ -296,6 +297,33 @@ class LogManager:
             log_.background = self._background
             self.logs[(info.name, partition)] = log_
         return info
+
+    def alter_topic_config(self, name: str, changes: Mapping[str, Any | None]) -> Steps[TopicInfo]:
+        """Set (a value) or reset to the default (None) some of a topic's config
+        overrides: validated at once (INVALID_CONFIG changes nothing), then
+        ``topics.json`` is rewritten (the commit point) and every partition log obeys
+        the new config. The owner runs one topic change at a time."""
+        info = self.topic(name)
+        unknown = sorted(set(changes) - set(self.defaults.to_kafka()))
+        if unknown:
+            raise InvalidConfigError(f"unknown topic config {unknown[0]!r}")
+        overrides = self.altered_overrides(info, changes)
+        config = LogConfig.from_kafka(overrides, base=self.defaults)  # raises INVALID_CONFIG
+        return self._alter_steps(replace(info, overrides=overrides), config)
+
+    @staticmethod
+    def altered_overrides(info: TopicInfo, changes: Mapping[str, Any | None]) -> dict[str, str]:
+        """``info``'s overrides with ``changes`` applied (None: back to the default)."""
+        overrides = {k: v for k, v in info.overrides.items() if k not in changes}
+        overrides.update({k: str(v) for k, v in changes.items() if v is not None})
+        return overrides
+
+    def _alter_steps(self, altered: TopicInfo, config: LogConfig) -> Steps[TopicInfo]:
+        yield self._topics_write([altered if t.name == altered.name else t for t in self.topics.values()])
+        self.topics[altered.name] = altered
+        for partition in range(altered.partitions):
+            self.logs[(altered.name, partition)].config = config
+        return altered
 
     def detach_topic(self, name: str) -> list[PartitionLog]:
         """Take topic ``name`` out of the registry in memory, so no request finds it

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from coordinator import offsets_log, transaction_log
 from coordinator.transaction_state import TransactionState
 from storage.errors import GroupIdNotFoundError, OffsetOutOfRangeError, TransactionalIdNotFoundError
+from storage.log_config import LogConfig
 from storage.partition_log import PartitionLog
 from storage.record_batch import decode_batch, decode_control_record
 
@@ -60,6 +61,27 @@ async def topic(engine: "Engine", name: str) -> dict[str, Any]:
             "partitions_count": info.partitions, "configs": dict(info.overrides),
             "effective_configs": engine.logs.topic_config(name).to_kafka(),
             "partitions": [_partition(engine.logs.log(name, p)) for p in range(info.partitions)]}
+
+
+#: where a topic config's value comes from (Kafka's DescribeConfigs ConfigSource names)
+DEFAULT_CONFIG, STATIC_BROKER_CONFIG, DYNAMIC_TOPIC_CONFIG = \
+    "DEFAULT_CONFIG", "STATIC_BROKER_CONFIG", "DYNAMIC_TOPIC_CONFIG"
+
+
+async def topic_configs(engine: "Engine", name: str) -> list[dict[str, Any]]:
+    """Every config of a topic, by name, with its effective value and where that
+    comes from: set on the topic (DYNAMIC_TOPIC_CONFIG), a broker-wide default given
+    at start-up (STATIC_BROKER_CONFIG, e.g. ``--config log.retention.ms=...``) or
+    Kafka's default (DEFAULT_CONFIG). Values are strings, as Kafka shows them."""
+    overrides = engine.logs.topic(name).overrides
+    broker, kafka = engine.logs.defaults.to_kafka(), LogConfig().to_kafka()
+    result = []
+    for key, value in sorted(engine.logs.topic_config(name).to_kafka().items()):
+        source = (DYNAMIC_TOPIC_CONFIG if key in overrides
+                  else STATIC_BROKER_CONFIG if broker[key] != kafka[key] else DEFAULT_CONFIG)
+        result.append({"name": key, "value": LogConfig.kafka_text(value), "is_default": source == DEFAULT_CONFIG,
+                       "source": source, "is_read_only": False, "is_sensitive": False})
+    return result
 
 
 async def partition(engine: "Engine", name: str, partition_id: int) -> dict[str, Any]:
@@ -163,7 +185,7 @@ def _topic_partition(name: str) -> dict[str, Any]:
 
 async def groups(engine: "Engine") -> list[dict[str, Any]]:
     return [{"group_id": g.group_id, "state": g.state.value, "generation": g.generation,
-             "protocol_type": g.protocol_type, "members": len(g.members)}
+             "protocol_type": g.protocol_type, "protocol": g.protocol, "members": len(g.members)}
             for g in sorted(engine.group_coordinator.groups.values(), key=lambda g: g.group_id)]
 
 

@@ -18,10 +18,7 @@ from storage.errors import (
     InvalidReplicationFactorError,
     InvalidRequestError,
     KafkaError,
-    TopicAlreadyExistsError,
 )
-from storage.log_config import LogConfig
-from storage.log_manager import validate_topic_name
 
 TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4
 #: DescribeConfigs ConfigSource values
@@ -61,15 +58,7 @@ async def _create(ctx: RequestContext, topic: Any, validate_only: bool) -> None:
                 f"replication factor {topic.replication_factor} is more than the 1 broker there is")
         partitions = engine.config.num_partitions if topic.num_partitions == -1 else topic.num_partitions
     configs = {c.name: c.value for c in topic.configs if c.value is not None}
-    if not validate_only:
-        await engine.create_topic(topic.name, partitions, configs)
-        return
-    validate_topic_name(topic.name)
-    if topic.name in engine.logs.topics:
-        raise TopicAlreadyExistsError(f"topic {topic.name!r} already exists")
-    if partitions < 1:
-        raise InvalidPartitionsError(f"number of partitions must be at least 1, got {partitions}")
-    LogConfig.from_kafka(configs, base=engine.logs.defaults)
+    await engine.create_topic(topic.name, partitions, configs, validate_only=validate_only)
 
 
 @serves(ApiKey.DELETE_TOPICS, 1, 3)

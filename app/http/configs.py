@@ -1,0 +1,99 @@
+"""Topic configs as REST Proxy v3 resources: ``.../topics/<topic>/configs``.
+
+``GET .../configs`` lists every config of the topic with its effective value and
+where it comes from (``app.engine.queries.topic_configs``: set on the topic, a
+broker default given at start-up, or Kafka's default); ``GET .../configs/<name>``
+is one of them. Changes, as the Confluent proxy takes them:
+
+* ``PUT .../configs/<name>`` with ``{"value": "..."}`` sets one override;
+* ``DELETE .../configs/<name>`` resets it to the default;
+* ``POST .../configs:alter`` with ``{"data": [{"name", "value", "operation": "SET" |
+  "DELETE"}], "validate_only": false}`` changes several at once, all or nothing.
+
+All answer 204 once ``topics.json`` holds the change (``Engine.alter_topic_config``);
+a bad value is INVALID_CONFIG (400 / 40002) and changes nothing; ``validate_only``
+checks and changes nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import Blueprint, abort, jsonify
+
+from app.engine import queries
+from app.http import current_engine, inputs
+from app.http.resources import cluster_id, crn, listing, resource
+from storage.errors import InvalidRequestError
+from storage.log_config import LogConfig
+
+bp = Blueprint("configs", __name__)
+
+CONFIGS = "/v3/clusters/<cluster_id>/topics/<topic_name>/configs"
+OPERATIONS = ("SET", "DELETE")
+#: Kafka's defaults, for the DEFAULT_CONFIG synonym of a config that is set
+KAFKA_DEFAULTS = {k: LogConfig.kafka_text(v) for k, v in LogConfig().to_kafka().items()}
+
+
+def config_resource(topic: str, config: dict[str, Any]) -> dict[str, Any]:
+    """REST v3's KafkaTopicConfig of one ``queries.topic_configs`` row; ``synonyms``
+    lists where the value comes from, then Kafka's default under it."""
+    name = config["name"]
+    synonyms = [{"name": name, "value": config["value"], "source": config["source"]}]
+    if not config["is_default"]:
+        synonyms.append({"name": name, "value": KAFKA_DEFAULTS[name], "source": queries.DEFAULT_CONFIG})
+    return resource("KafkaTopicConfig", ("topics", topic, "configs", name),
+                    crn(topic=topic, config=name), cluster_id=cluster_id(), topic_name=topic, **config,
+                    synonyms=synonyms)
+
+
+def _configs(topic: str) -> list[dict[str, Any]]:
+    engine = current_engine()
+    return engine.call(queries.topic_configs, engine, topic)
+
+
+@bp.get(CONFIGS)
+def list_configs(topic_name: str):
+    return jsonify(listing("KafkaTopicConfigList", ("topics", topic_name, "configs"),
+                           [config_resource(topic_name, c) for c in _configs(topic_name)]))
+
+
+@bp.get(CONFIGS + "/<name>")
+def get_config(topic_name: str, name: str):
+    found = next((c for c in _configs(topic_name) if c["name"] == name), None)
+    if found is None:
+        abort(404, f"topic {topic_name!r} has no config {name!r}")
+    return jsonify(config_resource(topic_name, found))
+
+
+def _alter(topic: str, changes: dict[str, str | None], validate_only: bool = False):
+    engine = current_engine()
+    engine.call(engine.alter_topic_config, topic, changes, validate_only)
+    return "", 204
+
+
+@bp.put(CONFIGS + "/<name>")
+def update_config(topic_name: str, name: str):
+    body = inputs.json_body()
+    return _alter(topic_name, {name: inputs.string(body, "value", min_length=0)})
+
+
+@bp.delete(CONFIGS + "/<name>")
+def reset_config(topic_name: str, name: str):
+    return _alter(topic_name, {name: None})
+
+
+@bp.post(CONFIGS + ":alter")
+def alter_configs(topic_name: str):
+    body = inputs.json_body()
+    changes: dict[str, str | None] = {}
+    for where, item in inputs.objects(body, "data", max_items=100):
+        name = inputs.string(item, "name", where=where, max_length=249)
+        operation = inputs.string(item, "operation", where=where, required=False, default="SET", nullable=True)
+        if operation not in OPERATIONS:
+            raise InvalidRequestError(f"{where}operation must be SET or DELETE, got {operation!r:.50}")
+        if name in changes:
+            raise InvalidRequestError(f"{where}name: {name} appears more than once")
+        changes[name] = (inputs.string(item, "value", where=where, min_length=0) if operation == "SET"
+                         else None)
+    return _alter(topic_name, changes, inputs.boolean(body, "validate_only"))
