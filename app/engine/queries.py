@@ -14,7 +14,9 @@ import json
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
+from app.client import consumer_protocol
 from coordinator import offsets_log, transaction_log
+from coordinator.schema import SchemaError
 from coordinator.transaction_state import TransactionState
 from storage.errors import GroupIdNotFoundError, OffsetOutOfRangeError, TransactionalIdNotFoundError
 from storage.log_config import LogConfig
@@ -215,8 +217,21 @@ async def group(engine: "Engine", group_id: str) -> dict[str, Any]:
             "protocol_type": g.protocol_type, "protocol": g.protocol, "leader": g.leader,
             "members": [{"member_id": m.member_id, "group_instance_id": m.group_instance_id,
                          "client_id": m.client_id, "client_host": m.client_host,
-                         "session_timeout_ms": m.session_timeout_ms} for m in g.members.values()],
+                         "session_timeout_ms": m.session_timeout_ms,
+                         "assignment": _assignment(g.protocol_type, m.assignment)} for m in g.members.values()],
             "offsets": offsets}
+
+
+def _assignment(protocol_type: str | None, data: bytes) -> list[dict[str, Any]] | None:
+    """A member's partitions, when its group speaks the consumer protocol (whose
+    assignment layout every Kafka consumer shares); None for another protocol or bytes
+    that do not decode -- the coordinator itself treats them as opaque."""
+    if protocol_type != consumer_protocol.PROTOCOL_TYPE:
+        return None
+    try:
+        return [{"topic_name": t, "partition_id": p} for t, p in consumer_protocol.decode_assignment(data)]
+    except SchemaError:
+        return None
 
 
 async def kafka_clients(engine: "Engine") -> list[dict[str, Any]]:

@@ -170,6 +170,11 @@ def _outcome_body(topic: str, parsed: _Parsed | None, outcome: Future | KafkaErr
                                  f"in the broker's log", UnknownServerError.code)
 
 
+def _check_topic(engine: "Engine", topic: str) -> None:
+    """An unknown topic fails the whole request (404), not each record in it."""
+    engine.call(engine.logs.topic, topic)
+
+
 @bp.post("/v3/clusters/<cluster_id>/topics/<topic_name>/records")
 @idempotent(lambda topic_name: f"topic:{topic_name}")
 def produce(topic_name: str):
@@ -179,6 +184,7 @@ def produce(topic_name: str):
     durable, each with its own ``error_code`` (200: delivered)."""
     items = inputs.json_values()
     engine = current_engine()
+    _check_topic(engine, topic_name)
     if len(items) == 1:
         parsed = _parse(items[0], engine.clock.now_ms())
         return jsonify(_report(topic_name, parsed, engine.submit(_start, engine, topic_name, parsed)
@@ -209,6 +215,7 @@ def produce_batch(topic_name: str):
             raise InvalidRequestError(f"{where}id: {entry_id!r} appears more than once; entry ids must be distinct")
         ids.append(entry_id)
     engine = current_engine()
+    _check_topic(engine, topic_name)
     successes, failures = [], []
     for entry_id, (parsed, outcome) in zip(ids, _outcomes(engine, topic_name, [e for _, e in entries])):
         answer = _outcome_body(topic_name, parsed, outcome)

@@ -47,8 +47,8 @@ def crn(*parts: tuple[str, Any], **named: Any) -> str:
     return "crn:///" + "/".join(f"{k}={v}" for k, v in pairs)
 
 
-def resource(kind: str, segments: tuple[Any, ...], name: str | None, **fields: Any) -> dict[str, Any]:
-    return {"kind": kind, "metadata": {"self": self_url(*segments), "resource_name": name}, **fields}
+def resource(kind: str, segments: tuple[Any, ...], resource_name: str | None, /, **fields: Any) -> dict[str, Any]:
+    return {"kind": kind, "metadata": {"self": self_url(*segments), "resource_name": resource_name}, **fields}
 
 
 def listing(kind: str, segments: tuple[Any, ...], data: list[dict[str, Any]]) -> dict[str, Any]:
