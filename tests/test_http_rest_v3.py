@@ -498,3 +498,14 @@ def test_group_states_are_spelled_as_the_proxy_does(topics: Api, broker: Broker)
     engine = broker.engine
     engine.call(engine.group_coordinator.join_group, "joining", "", "consumer", [("range", b"")], 10_000)
     assert re.fullmatch(r"[A-Z_]+", topics.get("/consumer-groups/joining")["state"])
+
+
+def test_the_readme_s_table_names_what_is_not_offered() -> None:
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = readme[readme.index("### Confluent REST v3 compatibility"):]
+    not_offered = section[section.index("**Not offered**"):section.index("Security.")]
+    named = {"acls": "ACLs", "broker_configs": "broker configs", "configs": "broker configs",
+             "partition_reassignments": "partition reassignments", "reassignment": "partition reassignments"}
+    for fields in NOT_OFFERED.values():
+        for field in fields:
+            assert named[field] in not_offered, field

@@ -12,6 +12,7 @@ from dataclasses import fields
 from typing import Any
 
 from app.config import BrokerConfig
+from app.engine import queries
 from app.kafka.api import ApiKey, RequestContext, error_code, serves
 from storage.errors import (
     InvalidPartitionsError,
@@ -23,6 +24,8 @@ from storage.errors import (
 TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4
 #: DescribeConfigs ConfigSource values
 TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 1, 4, 5
+SOURCE = {queries.DYNAMIC_TOPIC_CONFIG: TOPIC_CONFIG, queries.STATIC_BROKER_CONFIG: STATIC_BROKER_CONFIG,
+          queries.DEFAULT_CONFIG: DEFAULT_CONFIG}
 SENSITIVE = frozenset({"http.auth.token"})
 
 
@@ -80,7 +83,7 @@ async def describe_configs(ctx: RequestContext, request: Any) -> dict:
         entry = {"resource_type": resource.resource_type, "resource_name": resource.resource_name,
                  "error_code": 0, "error_message": None, "configs": []}
         try:
-            configs = _configs(ctx, resource.resource_type, resource.resource_name)
+            configs = await _configs(ctx, resource.resource_type, resource.resource_name)
             keys = resource.configuration_keys  # null: every config; a list, even empty: those
             entry["configs"] = [c for c in configs if keys is None or c["name"] in keys]
         except KafkaError as e:
@@ -89,13 +92,12 @@ async def describe_configs(ctx: RequestContext, request: Any) -> dict:
     return {"results": results}
 
 
-def _configs(ctx: RequestContext, resource_type: int, name: str) -> list[dict]:
-    """``(name, value, source)`` of every config of a topic or of this broker."""
+async def _configs(ctx: RequestContext, resource_type: int, name: str) -> list[dict]:
+    """``(name, value, source)`` of every config of a topic (``queries.topic_configs``)
+    or of this broker."""
     engine = ctx.engine
     if resource_type == TOPIC_RESOURCE:
-        overrides = engine.logs.topic(name).overrides
-        return [_config(key, value, TOPIC_CONFIG if key in overrides else DEFAULT_CONFIG)
-                for key, value in engine.logs.topic_config(name).to_kafka().items()]
+        return [_config(c["name"], c["value"], SOURCE[c["source"]]) for c in await queries.topic_configs(engine, name)]
     if resource_type == BROKER_RESOURCE:
         if name not in ("", str(ctx.node.node_id)):
             raise InvalidRequestError(f"this is broker {ctx.node.node_id}, not {name!r}")
