@@ -6,8 +6,10 @@ client over a real broker."""
 
 from __future__ import annotations
 
+import http.client
 import json
 import re
+import socket
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -17,6 +19,7 @@ import pytest
 from app import Broker
 from app.client import consumer_protocol
 from app.http import create_app
+from app.http.server import HttpServer
 from coordinator.group_metadata import CommittedOffset
 from storage.clock import FakeClock
 from tests.conftest import SMALL_INTERNAL_TOPICS
@@ -25,11 +28,10 @@ from tests.test_http_api import Api, record, string, txn_body
 SHAPES = json.loads((Path(__file__).parent / "data" / "confluent_v3_shapes.json").read_text())
 
 #: required fields of the proxy's resources that Exactly does not offer (one node: no
-#: ACLs, no reassignments; no broker configs resource) -- README's compatibility table
-#: lists them under "not offered"
+#: ACLs, no reassignments; no cluster-wide dynamic configs) -- README's compatibility
+#: table lists them under "not offered"
 NOT_OFFERED = {
     "KafkaCluster": {"acls", "broker_configs", "partition_reassignments"},
-    "KafkaBroker": {"configs"},
     "KafkaTopic": {"partition_reassignments"},
     "KafkaPartition": {"reassignment"},
 }
@@ -147,6 +149,8 @@ def test_every_shared_resource_has_the_proxy_s_documented_shape(topics: Api, bro
     check_resource(topics.get(""), "KafkaCluster")
     check_list(topics.get("/brokers"), "KafkaBrokerList")
     check_resource(topics.get(f"/brokers/{node}"), "KafkaBroker")
+    check_list(topics.get(f"/brokers/{node}/configs"), "KafkaBrokerConfigList")
+    check_resource(topics.get(f"/brokers/{node}/configs/num.partitions"), "KafkaBrokerConfig")
     check_list(topics.get("/topics"), "KafkaTopicList")
     check_resource(topics.get("/topics/orders"), "KafkaTopic")
     check_list(topics.get("/topics/orders/partitions"), "KafkaPartitionList")
@@ -265,6 +269,29 @@ def test_concatenated_records_get_one_delivery_report_each_in_order(topics: Api)
     for report in (reports[0], reports[2], reports[4]):
         check_fields(report, SHAPES["produce_response"], what="report")
     assert topics.values("orders", 0) == ["first", "third"] and topics.values("orders", 1) == ["second"]
+
+
+def test_streamed_delivery_reports_over_a_real_socket_come_chunked(tmp_path: Path) -> None:
+    """Through waitress: the reports are sent as a chunked stream, not one body."""
+    with Broker(tmp_path / "data", **SMALL_INTERNAL_TOPICS) as broker:
+        sock = socket.create_server(("127.0.0.1", 0))
+        server = HttpServer(create_app(broker.engine), sock, threads=2).start()
+        try:
+            connection = http.client.HTTPConnection("127.0.0.1", sock.getsockname()[1], timeout=30)
+            base = f"/v3/clusters/{broker.cluster_id}"
+            connection.request("POST", f"{base}/topics", json.dumps({"topic_name": "t"}),
+                               {"Content-Type": "application/json"})
+            created = connection.getresponse()
+            assert created.status == 201 and json.loads(created.read())["topic_name"] == "t"
+            body = "".join(json.dumps({"value": string(f"v{i}")}) for i in range(50))  # no whitespace between
+            connection.request("POST", f"{base}/topics/t/records", body, {"Content-Type": "application/json"})
+            response = connection.getresponse()
+            assert response.status == 200 and response.getheader("Transfer-Encoding") == "chunked"
+            reports = [json.loads(line) for line in response.read().decode().splitlines()]
+            assert [(r["error_code"], r["offset"]) for r in reports] == [(200, i) for i in range(50)]
+        finally:
+            server.close()
+            sock.close()
 
 
 def test_a_body_that_is_not_json_values_to_the_end_produces_nothing(topics: Api) -> None:
@@ -436,6 +463,25 @@ def test_the_one_broker_leads_every_partition(topics: Api, broker: Broker) -> No
     assert topics.error("GET", f"/brokers/{node + 1}", 404) == "NOT_FOUND"
 
 
+def test_broker_configs_are_the_settings_given_at_start_and_hide_secrets(tmp_path: Path) -> None:
+    with Broker(tmp_path / "data", **SMALL_INTERNAL_TOPICS, **{"num.partitions": 3,
+                                                                "http.auth.token": "s3cret"}) as broker:
+        api = Api(create_app(broker.engine, test_config={"TESTING": True}).test_client(), broker.cluster_id)
+        node = broker.engine.logs.node_id
+        configs = {c["name"]: c for c in api.get(f"/brokers/{node}/configs")["data"]}
+        assert (configs["num.partitions"]["value"], configs["num.partitions"]["source"]) == (
+            "3", "STATIC_BROKER_CONFIG")
+        assert configs["num.partitions"]["synonyms"][1] == {"name": "num.partitions", "value": "1",
+                                                            "source": "DEFAULT_CONFIG"}
+        assert configs["auto.create.topics.enable"]["value"] == "true" and configs["auto.create.topics.enable"][
+            "is_default"]
+        token = configs["http.auth.token"]
+        assert token["is_sensitive"] and token["value"] is None and "s3cret" not in json.dumps(token)
+        assert all(c["is_read_only"] for c in configs.values())
+        assert api.error("GET", f"/brokers/{node}/configs/no.such", 404) == "NOT_FOUND"
+        assert api.error("GET", f"/brokers/{node + 1}/configs", 404) == "NOT_FOUND"
+
+
 # -- consumers and lags -------------------------------------------------------------------------
 
 
@@ -504,7 +550,7 @@ def test_the_readme_s_table_names_what_is_not_offered() -> None:
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     section = readme[readme.index("### Confluent REST v3 compatibility"):]
     not_offered = section[section.index("**Not offered**"):section.index("Security.")]
-    named = {"acls": "ACLs", "broker_configs": "broker configs", "configs": "broker configs",
+    named = {"acls": "ACLs", "broker_configs": "cluster configs",
              "partition_reassignments": "partition reassignments", "reassignment": "partition reassignments"}
     for fields in NOT_OFFERED.values():
         for field in fields:

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from dataclasses import fields
 from typing import TYPE_CHECKING, Any
 
 from app.client import consumer_protocol
+from app.config import BrokerConfig
 from coordinator import offsets_log, transaction_log
 from coordinator.schema import SchemaError
 from coordinator.transaction_state import TransactionState
@@ -83,6 +85,28 @@ async def topic_configs(engine: "Engine", name: str) -> list[dict[str, Any]]:
                   else STATIC_BROKER_CONFIG if broker[key] != kafka[key] else DEFAULT_CONFIG)
         result.append({"name": key, "value": LogConfig.kafka_text(value), "is_default": source == DEFAULT_CONFIG,
                        "source": source, "is_read_only": False, "is_sensitive": False})
+    return result
+
+
+#: broker configs whose value is never shown
+SENSITIVE_CONFIGS = frozenset({"http.auth.token"})
+
+
+async def broker_configs(engine: "Engine") -> list[dict[str, Any]]:
+    """This broker's settings (``app/config.py``), by name, in :func:`topic_configs`'
+    form: given at start-up (STATIC_BROKER_CONFIG) or Kafka's default, all read-only
+    (they change with a restart), a sensitive one's value null."""
+    defaults = BrokerConfig()
+    result = []
+    for f in sorted(fields(BrokerConfig), key=lambda f: f.name):
+        if f.name == "log":  # the topic defaults: each topic's configs show them
+            continue
+        name, value = f.name.replace("_", "."), getattr(engine.config, f.name)
+        source = STATIC_BROKER_CONFIG if value != getattr(defaults, f.name) else DEFAULT_CONFIG
+        sensitive = name in SENSITIVE_CONFIGS
+        result.append({"name": name, "value": None if sensitive else LogConfig.kafka_text(value),
+                       "is_default": source == DEFAULT_CONFIG, "source": source, "is_read_only": True,
+                       "is_sensitive": sensitive})
     return result
 
 

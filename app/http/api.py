@@ -78,7 +78,7 @@ def _broker() -> dict:
     node = engine.logs.node_id
     host, port = engine.config.advertised_listener() or (None, None)
     return resource("KafkaBroker", ("brokers", node), crn(broker=node), cluster_id=cluster_id(),
-                    broker_id=node, host=host, port=port, rack=None,
+                    broker_id=node, host=host, port=port, rack=None, configs=related("brokers", node, "configs"),
                     partition_replicas=related("brokers", node, "partition-replicas"))
 
 

@@ -1,4 +1,6 @@
-"""Topic configs as REST Proxy v3 resources: ``.../topics/<topic>/configs``.
+"""Configs as REST Proxy v3 resources: ``.../topics/<topic>/configs`` and
+``.../brokers/<id>/configs`` (this broker's settings, read-only: they change with a
+restart).
 
 ``GET .../configs`` lists every config of the topic with its effective value and
 where it comes from (``app.engine.queries.topic_configs``: set on the topic, a
@@ -17,10 +19,12 @@ checks and changes nothing.
 
 from __future__ import annotations
 
+from dataclasses import fields
 from typing import Any
 
 from flask import Blueprint, abort, jsonify
 
+from app.config import BrokerConfig
 from app.engine import queries
 from app.http import current_engine, inputs
 from app.http.resources import cluster_id, crn, listing, resource
@@ -31,20 +35,29 @@ bp = Blueprint("configs", __name__)
 
 CONFIGS = "/v3/clusters/<cluster_id>/topics/<topic_name>/configs"
 OPERATIONS = ("SET", "DELETE")
+BROKER_CONFIGS = "/v3/clusters/<cluster_id>/brokers/<int:broker_id>/configs"
 #: Kafka's defaults, for the DEFAULT_CONFIG synonym of a config that is set
 KAFKA_DEFAULTS = {k: LogConfig.kafka_text(v) for k, v in LogConfig().to_kafka().items()}
+BROKER_DEFAULTS = {f.name.replace("_", "."): LogConfig.kafka_text(getattr(BrokerConfig(), f.name))
+                   for f in fields(BrokerConfig) if f.name != "log"}
 
 
 def config_resource(topic: str, config: dict[str, Any]) -> dict[str, Any]:
     """REST v3's KafkaTopicConfig of one ``queries.topic_configs`` row; ``synonyms``
     lists where the value comes from, then Kafka's default under it."""
     name = config["name"]
-    synonyms = [{"name": name, "value": config["value"], "source": config["source"]}]
-    if not config["is_default"]:
-        synonyms.append({"name": name, "value": KAFKA_DEFAULTS[name], "source": queries.DEFAULT_CONFIG})
     return resource("KafkaTopicConfig", ("topics", topic, "configs", name),
                     crn(topic=topic, config=name), cluster_id=cluster_id(), topic_name=topic, **config,
-                    synonyms=synonyms)
+                    synonyms=_synonyms(config, KAFKA_DEFAULTS[name]))
+
+
+def _synonyms(config: dict[str, Any], default: str | None) -> list[dict[str, Any]]:
+    """Where the value comes from, then Kafka's default under it (when it is not that)."""
+    name = config["name"]
+    synonyms = [{"name": name, "value": config["value"], "source": config["source"]}]
+    if not config["is_default"]:
+        synonyms.append({"name": name, "value": default, "source": queries.DEFAULT_CONFIG})
+    return synonyms
 
 
 def _configs(topic: str) -> list[dict[str, Any]]:
@@ -97,3 +110,35 @@ def alter_configs(topic_name: str):
         changes[name] = (inputs.string(item, "value", where=where, min_length=0) if operation == "SET"
                          else None)
     return _alter(topic_name, changes, inputs.boolean(body, "validate_only"))
+
+
+# -- this broker's settings -------------------------------------------------------------
+
+
+def _broker_configs(broker_id: int) -> list[dict[str, Any]]:
+    engine = current_engine()
+    if broker_id != engine.logs.node_id:
+        abort(404, f"broker {broker_id} not found; this cluster is broker {engine.logs.node_id} alone")
+    return engine.call(queries.broker_configs, engine)
+
+
+def broker_config_resource(broker_id: int, config: dict[str, Any]) -> dict[str, Any]:
+    name = config["name"]
+    default = None if config["is_sensitive"] else BROKER_DEFAULTS[name]
+    return resource("KafkaBrokerConfig", ("brokers", broker_id, "configs", name),
+                    crn(broker=broker_id, config=name), cluster_id=cluster_id(), broker_id=broker_id, **config,
+                    synonyms=_synonyms(config, default))
+
+
+@bp.get(BROKER_CONFIGS)
+def list_broker_configs(broker_id: int):
+    return jsonify(listing("KafkaBrokerConfigList", ("brokers", broker_id, "configs"),
+                           [broker_config_resource(broker_id, c) for c in _broker_configs(broker_id)]))
+
+
+@bp.get(BROKER_CONFIGS + "/<name>")
+def get_broker_config(broker_id: int, name: str):
+    found = next((c for c in _broker_configs(broker_id) if c["name"] == name), None)
+    if found is None:
+        abort(404, f"broker {broker_id} has no config {name!r}")
+    return jsonify(broker_config_resource(broker_id, found))

@@ -105,7 +105,8 @@ SCHEMAS: dict[str, Schema] = {
     "Broker": resource("KafkaBroker", cluster_id=string(), broker_id=integer(maximum=INT32_MAX),
                        host=nullable(string(description="the advertised Kafka host; null when "
                                                         "advertised.listeners is not set")),
-                       port=nullable(integer(maximum=65535)), rack=nullable(string()), partition_replicas=RELATED),
+                       port=nullable(integer(maximum=65535)), rack=nullable(string()), configs=RELATED,
+                       partition_replicas=RELATED),
     "BrokerList": listing("KafkaBrokerList", "Broker"),
     "Replica": resource("KafkaReplica", cluster_id=string(), topic_name=string(),
                         partition_id=integer(maximum=INT32_MAX), broker_id=integer(maximum=INT32_MAX),
@@ -134,6 +135,12 @@ SCHEMAS: dict[str, Schema] = {
     "TopicConfig": {"allOf": [ref("EffectiveConfig"), resource(
         "KafkaTopicConfig", cluster_id=string(), topic_name=string(), synonyms=array(ref("ConfigSynonym")))]},
     "TopicConfigList": listing("KafkaTopicConfigList", "TopicConfig"),
+    "BrokerConfig": resource(
+        "KafkaBrokerConfig", cluster_id=string(), broker_id=integer(maximum=INT32_MAX), name=string(),
+        value=nullable(string(description="null for a sensitive one")), is_default=BOOLEAN,
+        source=string(enum=CONFIG_SOURCES), is_read_only=BOOLEAN, is_sensitive=BOOLEAN,
+        synonyms=array(ref("ConfigSynonym"))),
+    "BrokerConfigList": listing("KafkaBrokerConfigList", "BrokerConfig"),
     "UpdateConfig": obj(value=string(maxLength=32767)),
     "AlterConfigs": obj(["data"], data=array(obj(
         ["name"], name=string(minLength=1, maxLength=249), value=nullable(string(maxLength=32767)),
@@ -389,6 +396,11 @@ def _paths() -> dict[str, dict[str, Any]]:
         C + "/brokers": {"get": operation("get", C + "/brokers", "List brokers", "Broker", (200, "BrokerList"),
                                           (404,))},
         B: {"get": operation("get", B, "Get broker", "Broker", (200, "Broker"), (404,))},
+        B + "/configs": {"get": operation("get", B + "/configs", "List broker configs", "Configs",
+                                          (200, "BrokerConfigList"), (404,),
+                                          description="This broker's settings; read-only (set at start-up).")},
+        B + "/configs/{name}": {"get": operation("get", B + "/configs/{name}", "Get broker config", "Configs",
+                                                 (200, "BrokerConfig"), (404,))},
         B + "/partition-replicas": {"get": operation("get", B + "/partition-replicas", "List broker replicas",
                                                      "Broker", (200, "ReplicaList"), (404,))},
         C + "/topics": {

@@ -8,10 +8,8 @@ a bad one is INVALID_CONFIG and creates nothing.
 
 from __future__ import annotations
 
-from dataclasses import fields
 from typing import Any
 
-from app.config import BrokerConfig
 from app.engine import queries
 from app.kafka.api import ApiKey, RequestContext, error_code, serves
 from storage.errors import (
@@ -26,7 +24,6 @@ TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4
 TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 1, 4, 5
 SOURCE = {queries.DYNAMIC_TOPIC_CONFIG: TOPIC_CONFIG, queries.STATIC_BROKER_CONFIG: STATIC_BROKER_CONFIG,
           queries.DEFAULT_CONFIG: DEFAULT_CONFIG}
-SENSITIVE = frozenset({"http.auth.token"})
 
 
 @serves(ApiKey.CREATE_TOPICS, 2, 4)
@@ -95,22 +92,16 @@ async def describe_configs(ctx: RequestContext, request: Any) -> dict:
 async def _configs(ctx: RequestContext, resource_type: int, name: str) -> list[dict]:
     """``(name, value, source)`` of every config of a topic (``queries.topic_configs``)
     or of this broker."""
-    engine = ctx.engine
     if resource_type == TOPIC_RESOURCE:
-        return [_config(c["name"], c["value"], SOURCE[c["source"]]) for c in await queries.topic_configs(engine, name)]
+        return [_config(c) for c in await queries.topic_configs(ctx.engine, name)]
     if resource_type == BROKER_RESOURCE:
         if name not in ("", str(ctx.node.node_id)):
             raise InvalidRequestError(f"this is broker {ctx.node.node_id}, not {name!r}")
-        defaults = BrokerConfig()
-        return [_config(f.name.replace("_", "."), getattr(engine.config, f.name),
-                        STATIC_BROKER_CONFIG if getattr(engine.config, f.name) != getattr(defaults, f.name)
-                        else DEFAULT_CONFIG)
-                for f in fields(BrokerConfig) if f.name != "log"]
+        return [_config(c) for c in await queries.broker_configs(ctx.engine)]
     raise InvalidRequestError(f"resource type {resource_type} is not a topic (2) or a broker (4)")
 
 
-def _config(name: str, value: Any, source: int) -> dict:
-    sensitive = name in SENSITIVE
-    text = str(value).lower() if isinstance(value, bool) else str(value)
-    return {"name": name, "value": None if sensitive else text, "read_only": True, "config_source": source,
-            "is_sensitive": sensitive, "synonyms": []}
+def _config(row: dict) -> dict:
+    """DescribeConfigs' entry of a ``queries.topic_configs`` / ``broker_configs`` row."""
+    return {"name": row["name"], "value": row["value"], "read_only": True, "config_source": SOURCE[row["source"]],
+            "is_sensitive": row["is_sensitive"], "synonyms": []}
