@@ -11,6 +11,12 @@ and never a broken log. Durability (our reading of Kafka's flush settings):
   one is ``flush.ms`` old. Our default ``flush.ms`` is 0 -- flush at once (still
   group-committed) -- because the high watermark is the fsynced end of the log:
   consumers never see a record that a crash could take away.
+
+``compression.type`` other than ``producer`` makes the log store every producer
+batch in that codec, recompressing the ones that arrive in another (as Kafka does).
+Kafka's other topic configs are accepted and validated too, so a topic made for a
+Kafka cluster can be made here, but some do nothing on this broker (:data:`NO_EFFECT`
+says why for each).
 """
 
 from __future__ import annotations
@@ -18,15 +24,18 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from typing import Any, Mapping
 
+from storage.compression import Compression
 from storage.errors import InvalidConfigError
 
 LONG_MAX = 2**63 - 1
-#: Kafka's topic-level compression.type values (``producer``: keep the producer's)
-COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
+#: Kafka's topic-level compression.type values and the codec each stores batches in
+#: (``producer``: keep the producer's)
+COMPRESSION_TYPES: dict[str, Compression | None] = {
+    "uncompressed": Compression.NONE, "zstd": Compression.ZSTD, "lz4": Compression.LZ4,
+    "snappy": Compression.SNAPPY, "gzip": Compression.GZIP, "producer": None}
 #: topic configs accepted (Kafka's names and defaults, validated) that do nothing on
 #: this broker, and why
 NO_EFFECT = {
-    "compression.type": "batches are stored as the producer compressed them",
     "min.insync.replicas": "one node: every write is on the only replica",
     "unclean.leader.election.enable": "one node: there is no other leader",
     "leader.replication.throttled.replicas": "one node: no replication",
@@ -128,6 +137,11 @@ class LogConfig:
             raise InvalidConfigError(f"cleanup.policy must be delete and/or compact, got {self.cleanup_policy!r}")
         if self.message_timestamp_type not in ("CreateTime", "LogAppendTime"):
             raise InvalidConfigError("message.timestamp.type must be CreateTime or LogAppendTime")
+
+    @property
+    def compression(self) -> Compression | None:
+        """The codec every stored batch is in; None: the producer's."""
+        return COMPRESSION_TYPES[self.compression_type]
 
     @property
     def compact(self) -> bool:
