@@ -11,14 +11,16 @@ ARGS     ?=
 
 CHROMIUM := /usr/bin/chromium
 KCAT     := /usr/bin/kcat
+JAVA     := /usr/bin/java
+JDBC_JAR := /usr/share/java/sqlite-jdbc.jar
 SUDO     := $(shell [ "$$(id -u)" = 0 ] || ! command -v sudo >/dev/null 2>&1 || echo sudo)
 
-.PHONY: run test bench install clean
+.PHONY: run test bench install pipeline clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test]'
+	$(PY) -m pip install --quiet -e '.[test,spark]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -28,9 +30,10 @@ run: $(STAMP)
 	$(PY) -m app.cli db upgrade --data-dir $(DATA_DIR)
 	$(PY) run.py --data-dir $(DATA_DIR) $(ARGS)
 
-## test: install everything the tests need (the environment with the Kafka clients,
-## Debian's chromium for the browser test and kcat for the Kafka tests), then run the whole suite
-test: $(STAMP) $(CHROMIUM) $(KCAT)
+## test: install everything the tests need (the environment with the Kafka clients and
+## PySpark, Debian's chromium for the browser test, kcat for the Kafka tests, Java and
+## the SQLite JDBC driver for Spark), then run the whole suite
+test: $(STAMP) $(CHROMIUM) $(KCAT) $(JAVA) $(JDBC_JAR)
 	$(PY) -m pytest -q -p no:cacheprovider
 
 # The browser test (tests/test_browser.py) drives Debian's Chromium through the
@@ -44,6 +47,16 @@ $(CHROMIUM):
 $(KCAT):
 	$(SUDO) apt-get update
 	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y kcat
+
+# Spark runs on the JVM (Java 17+; Debian 12's default is 17) and reads the SQLite
+# mirror through Debian's JDBC driver (the jar plus its JNI library).
+$(JAVA):
+	$(SUDO) apt-get update
+	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y default-jre-headless
+
+$(JDBC_JAR):
+	$(SUDO) apt-get update
+	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y libxerial-sqlite-jdbc-java
 
 ## bench: storage (append, fetch, restart), transaction, broker-lifecycle, embedded-producer, maintenance and Kafka wire figures (see bench/RESULTS.md)
 bench: $(STAMP)

@@ -22,6 +22,18 @@ to request versions that predate it, at the wire):
   is exhausted). With the KIP-360 fields (the caller's current id and epoch): a
   different producer is PRODUCER_FENCED, a retry of a bump that happened gets the
   bumped epoch back.
+* InitProducerId with KIP-939's enable2Pc (``transaction.two.phase.commit.enable``,
+  else TRANSACTIONAL_ID_AUTHORIZATION_FAILED): as above, and the producer's
+  transactions never time out (Int32.MAX, as Kafka stores it): a prepared transaction
+  waits for the external coordinator that holds its outcome. With keepPreparedTxn
+  (``keep_prepared_transaction``): an Ongoing two-phase transaction is kept, data and
+  partitions untouched, and its producer id and epoch are returned so that the caller
+  can compare them with what it recorded at prepare time and send EndTxn (commit or
+  abort) with them. The epoch is not bumped, unlike Kafka 4.2's withdrawn
+  implementation: a bump would have to be persisted beside the transaction's own
+  epoch (Kafka's log value has no field for it), and the writer that prepared the
+  transaction was already fenced by its own task's next InitProducerId. Anything
+  else (nothing open, or an ordinary transaction) is an ordinary InitProducerId.
 * AddPartitionsToTxn / AddOffsetsToTxn -- unknown transactional id or another
   producer id: INVALID_PRODUCER_ID_MAPPING; another epoch: PRODUCER_FENCED; a
   transaction still completing: CONCURRENT_TRANSACTIONS; an unknown partition:
@@ -84,6 +96,7 @@ from coordinator.schema import SchemaError
 from coordinator.transaction_state import (
     MAX_PRODUCER_EPOCH,
     NO_PRODUCER_EPOCH,
+    TWO_PHASE_COMMIT_TIMEOUT_MS,
     NO_PRODUCER_ID,
     TransactionMetadata,
     TransactionState,
@@ -104,6 +117,7 @@ from storage.errors import (
     OperationNotAttemptedError,
     ProducerFencedError,
     TransactionCoordinatorFencedError,
+    TransactionalIdAuthorizationFailedError,
     TransactionalIdNotFoundError,
     UnknownTopicOrPartitionError,
 )
@@ -155,6 +169,10 @@ class CoordinatorConfig:
     transaction_state_log_num_partitions: int = 50
     transaction_max_timeout_ms: int = 900_000
     transactional_id_expiration_ms: int = 7 * 24 * 3600 * 1000
+    #: KIP-939's broker switch for InitProducerId's enable2Pc. Kafka's default is false
+    #: (it guards the TWO_PHASE_COMMIT ACL); Exactly has no ACLs and its Spark sink
+    #: commits through it, so on by default.
+    transaction_two_phase_commit_enable: bool = True
 
 
 class TransactionCoordinator:
@@ -317,13 +335,19 @@ class TransactionCoordinator:
 
     async def init_producer_id(self, transactional_id: str | None, transaction_timeout_ms: int,
                                producer_id: int = NO_PRODUCER_ID,
-                               producer_epoch: int = NO_PRODUCER_EPOCH) -> tuple[int, int]:
+                               producer_epoch: int = NO_PRODUCER_EPOCH,
+                               enable_2pc: bool = False) -> tuple[int, int]:
         """InitProducerId: ``(producer id, epoch)`` for this producer instance."""
         if transactional_id is None:
+            if enable_2pc:
+                raise InvalidRequestError("two-phase commit needs a transactional id")
             return await self._new_producer_id(), 0
         if transactional_id == "":
             raise InvalidRequestError("the transactional id must not be empty")
-        if not 0 < transaction_timeout_ms <= self.config.transaction_max_timeout_ms:
+        if enable_2pc:
+            self._check_two_phase_commit_enabled()
+            transaction_timeout_ms = TWO_PHASE_COMMIT_TIMEOUT_MS
+        elif not 0 < transaction_timeout_ms <= self.config.transaction_max_timeout_ms:
             raise InvalidTransactionTimeoutError(
                 f"transaction.timeout.ms {transaction_timeout_ms} must be in (0, "
                 f"{self.config.transaction_max_timeout_ms}] (transaction.max.timeout.ms)")
@@ -356,6 +380,28 @@ class TransactionCoordinator:
                                                        remember_last_epoch=kip360)
             await self._write(meta, transit)
             return meta.producer_id, meta.producer_epoch
+
+    def _check_two_phase_commit_enabled(self) -> None:
+        if not self.config.transaction_two_phase_commit_enable:
+            raise TransactionalIdAuthorizationFailedError(
+                "two-phase commit (enable2Pc) is disabled: transaction.two.phase.commit.enable=false")
+
+    async def keep_prepared_transaction(self, transactional_id: str) -> tuple[int, int] | None:
+        """KIP-939 keepPreparedTxn: the ``(producer id, epoch)`` of the transactional id's
+        Ongoing two-phase transaction, which is kept as it is; None when there is none
+        (after waiting for one being completed), and the caller initialises as usual."""
+        if not transactional_id:
+            raise InvalidRequestError("keepPreparedTxn needs a transactional id")
+        self._check_two_phase_commit_enabled()
+        self._check_coordinator(transactional_id)
+        while (meta := self.txns.get(transactional_id)) is not None:
+            if meta.pending_state is not None or meta.state.is_ending:
+                await self._await_completion(meta)
+                continue
+            if meta.state is S.ONGOING and meta.two_phase_commit:
+                return meta.producer_id, meta.producer_epoch
+            return None
+        return None
 
     async def _new_producer_id(self) -> int:
         """A producer id never handed out before, from a block that is durable."""
@@ -634,7 +680,8 @@ class TransactionCoordinator:
         for meta in list(self.txns.values()):
             if meta.pending_state is not None:
                 continue
-            if meta.state is S.ONGOING and now > meta.txn_start_timestamp + meta.txn_timeout_ms:
+            if (meta.state is S.ONGOING and not meta.two_phase_commit
+                    and now > meta.txn_start_timestamp + meta.txn_timeout_ms):
                 aborted.append(meta.transactional_id)
                 try:
                     await self._fence_and_abort(meta)

@@ -32,6 +32,10 @@ NO_PRODUCER_EPOCH = -1
 MAX_PRODUCER_EPOCH = 32767 - 1
 #: the int16 ceiling, reached only by fencing a producer at MAX_PRODUCER_EPOCH
 MAX_EPOCH_VALUE = 32767
+#: KIP-939: the transactions of a producer initialised with enable2Pc never time out
+#: (an external coordinator completes them); Kafka stores Int32.MAX as their timeout,
+#: so the transaction log's format needs no new field
+TWO_PHASE_COMMIT_TIMEOUT_MS = 2**31 - 1
 
 
 @dataclass(frozen=True)
@@ -160,6 +164,11 @@ class TransactionMetadata:
     txn_start_timestamp: int = -1
     txn_last_update_timestamp: int = -1
     pending_state: TransactionState | None = None
+
+    @property
+    def two_phase_commit(self) -> bool:
+        """Initialised with KIP-939's enable2Pc: never timed out, may be kept prepared."""
+        return self.txn_timeout_ms == TWO_PHASE_COMMIT_TIMEOUT_MS
 
     # -- prepare ---------------------------------------------------------------------
 

@@ -328,3 +328,8 @@ class UnsupportedEndpointTypeError(KafkaError, code=115, name="UNSUPPORTED_ENDPO
 
 class TransactionAbortableError(KafkaError, code=120, name="TRANSACTION_ABORTABLE"):
     """The transaction hit an error it cannot commit past; abort it and start over."""
+
+
+class InvalidRegularExpressionError(KafkaError, code=128, name="INVALID_REGULAR_EXPRESSION"):
+    """A regular expression in the request (e.g. ListTransactions' transactional id
+    pattern) does not compile."""

@@ -71,7 +71,7 @@ def test_api_versions_advertises_every_handler_at_its_declared_versions(raw: Raw
     assert advertised == {a.key: (a.min_version, a.max_version) for a in APIS.values() if a.advertised}
     assert ApiKey.WRITE_TXN_MARKERS not in advertised  # broker-internal
     assert advertised[ApiKey.PRODUCE] == (3, 9) and advertised[ApiKey.FETCH] == (4, 11)
-    assert advertised[ApiKey.INIT_PRODUCER_ID] == (0, 4)  # v3+ carries KIP-360's epoch bump
+    assert advertised[ApiKey.INIT_PRODUCER_ID] == (0, 6)  # v3+ KIP-360's epoch bump, v6 KIP-939's 2PC
 
 
 def test_api_versions_at_an_unknown_version_answers_unsupported_version_in_v0(raw: RawClient) -> None:

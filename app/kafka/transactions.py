@@ -16,6 +16,7 @@ advertised.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from app.engine import queries
@@ -25,22 +26,35 @@ from app.kafka.offsets import by_topic, commit_results, requested_offsets
 from coordinator.transaction_state import TransactionState
 from storage.errors import (
     ClusterAuthorizationFailedError,
+    InvalidRegularExpressionError,
+    InvalidRequestError,
     KafkaError,
     TransactionalIdNotFoundError,
 )
 
 
-@serves(ApiKey.INIT_PRODUCER_ID, 0, 4)
+@serves(ApiKey.INIT_PRODUCER_ID, 0, 6)
 async def init_producer_id(ctx: RequestContext, request: Any) -> dict:
     """A producer id and epoch; v3+ may name the current ones to have the epoch bumped
-    (KIP-360), which is how a producer recovers from an abortable idempotence error."""
+    (KIP-360), which is how a producer recovers from an abortable idempotence error;
+    v6 carries KIP-939's two-phase commit: enable2Pc, and keepPreparedTxn, which keeps
+    an Ongoing prepared transaction and answers its producer id and epoch."""
+    coordinator = ctx.engine.transaction_coordinator
+    enable_2pc = getattr(request, "enable2_pc", False)
     try:
-        producer_id, epoch = await ctx.engine.transaction_coordinator.init_producer_id(
+        ongoing = None
+        if getattr(request, "keep_prepared_txn", False):
+            if not enable_2pc:
+                raise InvalidRequestError("keepPreparedTxn needs enable2Pc")
+            ongoing = await coordinator.keep_prepared_transaction(request.transactional_id)
+        producer_id, epoch = ongoing or await coordinator.init_producer_id(
             request.transactional_id, millis(request.transaction_timeout),
-            getattr(request, "producer_id", -1), getattr(request, "producer_epoch", -1))
+            getattr(request, "producer_id", -1), getattr(request, "producer_epoch", -1), enable_2pc)
     except KafkaError as e:
         return {"error_code": fenced_code(e, ctx.version, 4), "producer_id": -1, "producer_epoch": -1}
-    return {"error_code": 0, "producer_id": producer_id, "producer_epoch": epoch}
+    ongoing_id, ongoing_epoch = ongoing or (-1, -1)
+    return {"error_code": 0, "producer_id": producer_id, "producer_epoch": epoch,
+            "ongoing_txn_producer_id": ongoing_id, "ongoing_txn_producer_epoch": ongoing_epoch}
 
 
 @serves(ApiKey.ADD_PARTITIONS_TO_TXN, 0, 3)
@@ -103,17 +117,27 @@ async def write_txn_markers(ctx: RequestContext, request: Any) -> dict:
         for topic in marker.topics]} for marker in request.markers]}
 
 
-@serves(ApiKey.LIST_TRANSACTIONS, 0, 1)
+@serves(ApiKey.LIST_TRANSACTIONS, 0, 2)
 async def list_transactions(ctx: RequestContext, request: Any) -> dict:
+    """Filters combine with AND: states, producer ids, running longer than (v1), and
+    a transactional id pattern (v2, KIP-1152: a regular expression the whole id must
+    match, as Java's ``Matcher.matches``)."""
     coordinator = ctx.engine.transaction_coordinator
     known = {state.display.lower() for state in TransactionState}
     states = [s for s in request.state_filters if s.lower() in known]
     producer_ids = set(request.producer_id_filters)
     min_duration = getattr(request, "duration_filter", -1)
+    try:
+        pattern = re.compile(request.transactional_id_pattern) if getattr(
+            request, "transactional_id_pattern", None) else None
+    except re.error:
+        return {"error_code": InvalidRegularExpressionError.code, "unknown_state_filters": [],
+                "transaction_states": []}
     now = ctx.engine.clock.now_ms()
     found = [{"transactional_id": txn_id, "producer_id": meta.producer_id, "transaction_state": meta.state.display}
              for txn_id, meta in coordinator.list_transactions(states)
              if (not producer_ids or meta.producer_id in producer_ids)
+             and (pattern is None or pattern.fullmatch(txn_id))
              and (min_duration < 0 or (meta.txn_start_timestamp >= 0
                                        and now - meta.txn_start_timestamp >= min_duration))]
     unknown = [s for s in request.state_filters if s.lower() not in known]

@@ -1,0 +1,44 @@
+"""The ``exactly`` PySpark data source: Spark's Kafka connector's options and
+columns, read_committed reads planned up to the LSO (``app/spark/source.py``) and an
+exactly-once sink (``app/spark/sink.py``).
+
+Spark pickles this class by module reference to its Python workers, which is why it
+lives in an importable module and keeps no state but its options.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql.datasource import DataSource
+
+#: the columns of Spark's Kafka source (with ``includeHeaders``), in its order
+KAFKA_SOURCE_SCHEMA = (
+    "key BINARY, value BINARY, topic STRING, partition INT, offset BIGINT, "
+    "timestamp TIMESTAMP, timestampType INT, headers ARRAY<STRUCT<key: STRING, value: BINARY>>"
+)
+
+
+class ExactlyDataSource(DataSource):
+    """``spark.read.format("exactly")`` / ``readStream`` / ``write`` / ``writeStream``."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "exactly"
+
+    def schema(self) -> str:
+        return KAFKA_SOURCE_SCHEMA
+
+    def reader(self, schema):
+        from app.spark.source import TopicReader
+        return TopicReader(self.options, schema)
+
+    def streamReader(self, schema):
+        from app.spark.source import TopicStreamReader
+        return TopicStreamReader(self.options, schema)
+
+    def writer(self, schema, overwrite: bool):
+        from app.spark.sink import TopicWriter
+        return TopicWriter(self.options, schema)
+
+    def streamWriter(self, schema, overwrite: bool):
+        from app.spark.sink import TopicStreamWriter
+        return TopicStreamWriter(self.options, schema)

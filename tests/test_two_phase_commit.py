@@ -1,0 +1,151 @@
+"""KIP-939 two-phase commit on the wire: a producer initialised with enable2Pc leaves
+its transaction prepared (never timed out); a later InitProducerId with
+keepPreparedTxn finds it, data untouched, and answers the producer id and epoch it was
+written with so that an external coordinator completes it -- across a broker restart
+too. The Spark sink (app/spark/sink.py) commits this way."""
+
+from __future__ import annotations
+
+from contextlib import closing
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from app.engine import queries
+from app.kafka.api import ApiKey
+from storage.clock import FakeClock
+from storage.record_batch import SimpleRecord, encode_batch
+from tests.kafka_support import KafkaBroker, RawClient
+
+pytestmark = pytest.mark.timeout(60)
+HOUR_MS = 3_600_000
+
+
+def init(raw: RawClient, txn_id: str, enable_2pc: bool = True, keep: bool = False, version: int = 6):
+    return raw.request(ApiKey.INIT_PRODUCER_ID, version, {
+        "transactional_id": txn_id, "transaction_timeout": 60_000, "producer_id": -1, "producer_epoch": -1,
+        "enable2_pc": enable_2pc, "keep_prepared_txn": keep})
+
+
+def write_open_transaction(raw: RawClient, txn_id: str, topic: str, values: list[bytes]) -> tuple[int, int]:
+    """Init with enable2Pc, add the partition, produce: a prepared transaction."""
+    producer = init(raw, txn_id)
+    assert producer.error_code == 0
+    added = raw.request(ApiKey.ADD_PARTITIONS_TO_TXN, 3, {
+        "v3_and_below_transactional_id": txn_id, "v3_and_below_producer_id": producer.producer_id,
+        "v3_and_below_producer_epoch": producer.producer_epoch,
+        "v3_and_below_topics": [{"name": topic, "partitions": [0]}]})
+    assert added.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code == 0
+    records = encode_batch([SimpleRecord(v) for v in values], producer_id=producer.producer_id,
+                           producer_epoch=producer.producer_epoch, base_sequence=0, transactional=True)
+    produced = raw.request(ApiKey.PRODUCE, 9, {
+        "transactional_id": txn_id, "acks": -1, "timeout": 10_000,
+        "topic_data": [{"name": topic, "partition_data": [{"index": 0, "records": records}]}]})
+    assert produced.responses[0].partition_responses[0].error_code == 0
+    return producer.producer_id, producer.producer_epoch
+
+
+def end_txn(raw: RawClient, txn_id: str, producer_id: int, epoch: int, commit: bool) -> int:
+    return raw.request(ApiKey.END_TXN, 3, {"transactional_id": txn_id, "producer_id": producer_id,
+                                           "producer_epoch": epoch, "committed": commit}).error_code
+
+
+def lso(kafka: KafkaBroker, topic: str) -> int:
+    return kafka.broker.engine.call(queries.partition, kafka.broker.engine, topic, 0)["last_stable_offset"]
+
+
+@pytest.fixture
+def kafka(tmp_path: Path) -> Iterator[KafkaBroker]:
+    with KafkaBroker(tmp_path / "data", clock=FakeClock(), **{"exactly.jobs.enable": False}) as k:
+        k.broker.create_topic("out", 1)
+        yield k
+
+
+@pytest.fixture
+def raw(kafka: KafkaBroker) -> Iterator[RawClient]:
+    client = RawClient(kafka.port)
+    yield client
+    client.close()
+
+
+def test_a_prepared_transaction_is_kept_and_completed_by_whoever_holds_its_outcome(
+        kafka: KafkaBroker, raw: RawClient) -> None:
+    prepared = write_open_transaction(raw, "task-0", "out", [b"a", b"b"])
+    kept = init(raw, "task-0", keep=True)
+    assert kept.error_code == 0
+    assert (kept.ongoing_txn_producer_id, kept.ongoing_txn_producer_epoch) == prepared
+    assert (kept.producer_id, kept.producer_epoch) == prepared
+    assert lso(kafka, "out") == 0  # still undecided: read_committed readers wait
+    again = init(raw, "task-0", keep=True)  # a coordinator that crashed and asks again
+    assert (again.ongoing_txn_producer_id, again.ongoing_txn_producer_epoch) == prepared
+    assert end_txn(raw, "task-0", kept.producer_id, kept.producer_epoch, commit=True) == 0
+    assert lso(kafka, "out") == 3  # two records and the COMMIT marker
+
+
+def test_a_two_phase_transaction_never_times_out_and_survives_a_restart(tmp_path: Path) -> None:
+    clock = FakeClock()
+    config = {"clock": clock, "exactly.jobs.enable": False}
+    with KafkaBroker(tmp_path / "data", **config) as kafka:
+        kafka.broker.create_topic("out", 1)
+        with closing(RawClient(kafka.port)) as raw:
+            prepared = write_open_transaction(raw, "task-0", "out", [b"a"])
+        clock.advance(30 * 24 * HOUR_MS)  # past even Int32.MAX ms (24.8 days)
+        coordinator = kafka.broker.engine.transaction_coordinator
+        assert kafka.broker.engine.call(coordinator.abort_timed_out_transactions) == []
+    with KafkaBroker(tmp_path / "data", **config) as kafka, closing(RawClient(kafka.port)) as raw:
+        kept = init(raw, "task-0", keep=True)
+        assert (kept.ongoing_txn_producer_id, kept.ongoing_txn_producer_epoch) == prepared
+        assert end_txn(raw, "task-0", *prepared, commit=False) == 0
+        assert lso(kafka, "out") == 2  # decided: aborted
+
+
+def test_keep_prepared_with_nothing_open_is_an_ordinary_init(raw: RawClient) -> None:
+    first = init(raw, "task-0")
+    kept = init(raw, "task-0", keep=True)
+    assert (kept.ongoing_txn_producer_id, kept.ongoing_txn_producer_epoch) == (-1, -1)
+    assert (kept.producer_id, kept.producer_epoch) == (first.producer_id, first.producer_epoch + 1)
+
+
+def test_an_init_without_keep_prepared_aborts_the_prepared_transaction(kafka: KafkaBroker, raw: RawClient) -> None:
+    write_open_transaction(raw, "task-0", "out", [b"stale"])
+    retry = init(raw, "task-0")  # a retried task attempt fences and aborts the failed one
+    assert retry.error_code == 0
+    assert lso(kafka, "out") == 2
+    assert (init(raw, "task-0", keep=True).ongoing_txn_producer_id) == -1
+
+
+def test_an_ordinary_transaction_is_not_kept(kafka: KafkaBroker, raw: RawClient) -> None:
+    producer = kafka.broker.producer(transactional_id="plain")
+    producer.init_transactions()
+    producer.begin_transaction()
+    producer.send("out", b"x", partition=0).get(10)
+    kept = init(raw, "plain", keep=True)
+    assert kept.ongoing_txn_producer_id == -1  # only a 2PC transaction can be kept prepared
+    assert lso(kafka, "out") == 2
+
+
+def test_two_phase_commit_is_refused_when_the_broker_disables_it(tmp_path: Path) -> None:
+    with KafkaBroker(tmp_path / "data", **{"transaction.two.phase.commit.enable": False}) as kafka, \
+            closing(RawClient(kafka.port)) as raw:
+        assert init(raw, "task-0").error_code == 53  # TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        assert init(raw, "task-0", keep=True).error_code == 53
+        assert init(raw, "task-0", enable_2pc=False).error_code == 0
+
+
+def test_keep_prepared_needs_enable_2pc(raw: RawClient) -> None:
+    assert init(raw, "task-0", enable_2pc=False, keep=True).error_code == 42  # INVALID_REQUEST
+
+
+def test_list_transactions_filters_by_transactional_id_pattern(kafka: KafkaBroker, raw: RawClient) -> None:
+    for txn_id in ("sink-a-t0", "sink-a-t1", "sink-b-t0", "xsink-a-t0"):
+        write_open_transaction(raw, txn_id, "out", [b"v"])
+
+    def listed(pattern: str | None) -> tuple[int, list[str]]:
+        response = raw.request(ApiKey.LIST_TRANSACTIONS, 2, {"state_filters": ["Ongoing"], "producer_id_filters": [],
+                                                             "duration_filter": -1, "transactional_id_pattern": pattern})
+        return response.error_code, sorted(t.transactional_id for t in response.transaction_states)
+
+    assert listed("sink-a-.*") == (0, ["sink-a-t0", "sink-a-t1"])  # the whole id must match
+    assert listed(None)[1] == ["sink-a-t0", "sink-a-t1", "sink-b-t0", "xsink-a-t0"]
+    assert listed("sink-(") == (128, [])  # INVALID_REGULAR_EXPRESSION
