@@ -166,6 +166,12 @@ def test_every_shared_resource_has_the_proxy_s_documented_shape(topics: Api, bro
         for synonym in config["synonyms"]:
             check_fields(synonym, SHAPES["config_synonym"], what="synonym")
     check_resource(topics.get("/topics/orders/configs/compression.type"), "KafkaTopicConfig")
+    every = topics.get("/topics/-/configs")
+    check_list(every, "KafkaTopicConfigList")
+    listed = [t["topic_name"] for t in topics.get("/topics")["data"]]
+    assert sorted({c["topic_name"] for c in every["data"]}) == sorted(listed)  # __consumer_offsets too
+    assert len(every["data"]) == len(listed) * len(configs["data"])
+    check_list(topics.get("/brokers/-/configs"), "KafkaBrokerConfigList")
     check_list(topics.get("/consumer-groups"), "KafkaConsumerGroupList")
     group = topics.get("/consumer-groups/readers")
     check_resource(group, "KafkaConsumerGroup")
@@ -269,6 +275,14 @@ def test_concatenated_records_get_one_delivery_report_each_in_order(topics: Api)
     for report in (reports[0], reports[2], reports[4]):
         check_fields(report, SHAPES["produce_response"], what="report")
     assert topics.values("orders", 0) == ["first", "third"] and topics.values("orders", 1) == ["second"]
+
+
+def test_a_streamed_produce_retried_with_its_idempotency_key_appends_once(topics: Api) -> None:
+    body = "".join(json.dumps({"partition_id": 0, "value": string(f"v{i}")}) for i in range(3))
+    sent = [topics.client.post(f"{topics.base}/topics/orders/records", data=body, content_type="application/json",
+                               headers={"Idempotency-Key": "stream-1"}) for _ in range(2)]
+    assert sent[0].get_data() == sent[1].get_data() and sent[1].headers["Idempotent-Replayed"] == "true"
+    assert topics.values("orders", 0) == ["v0", "v1", "v2"]
 
 
 def test_streamed_delivery_reports_over_a_real_socket_come_chunked(tmp_path: Path) -> None:

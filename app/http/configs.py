@@ -71,6 +71,21 @@ def list_configs(topic_name: str):
                            [config_resource(topic_name, c) for c in _configs(topic_name)]))
 
 
+@bp.get("/v3/clusters/<cluster_id>/topics/-/configs")
+def list_all_topic_configs():
+    """The proxy's ``-`` wildcard: every topic's configs in one list."""
+    engine = current_engine()
+    return jsonify(listing("KafkaTopicConfigList", ("topics", "-", "configs"),
+                           [config_resource(topic, c) for topic, configs in engine.call(_all_configs, engine)
+                            for c in configs]))
+
+
+async def _all_configs(engine) -> list[tuple[str, list[dict[str, Any]]]]:
+    """On the loop: every topic (internal ones too) with its configs."""
+    return [(t["topic_name"], await queries.topic_configs(engine, t["topic_name"]))
+            for t in await queries.topics(engine, include_internal=True)]
+
+
 @bp.get(CONFIGS + "/<name>")
 def get_config(topic_name: str, name: str):
     found = next((c for c in _configs(topic_name) if c["name"] == name), None)
@@ -128,6 +143,14 @@ def broker_config_resource(broker_id: int, config: dict[str, Any]) -> dict[str, 
     return resource("KafkaBrokerConfig", ("brokers", broker_id, "configs", name),
                     crn(broker=broker_id, config=name), cluster_id=cluster_id(), broker_id=broker_id, **config,
                     synonyms=_synonyms(config, default))
+
+
+@bp.get("/v3/clusters/<cluster_id>/brokers/-/configs")
+def list_all_broker_configs():
+    """The proxy's ``-`` wildcard: every broker's configs -- this one's."""
+    node = current_engine().logs.node_id
+    return jsonify(listing("KafkaBrokerConfigList", ("brokers", "-", "configs"),
+                           [broker_config_resource(node, c) for c in _broker_configs(node)]))
 
 
 @bp.get(BROKER_CONFIGS)
