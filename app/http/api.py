@@ -1,10 +1,11 @@
 """The REST API under ``/v3``: Confluent REST Proxy v3 names and shapes where they exist,
 plus transactions over HTTP, which no REST proxy has. ``/openapi.json`` describes it.
 
-This module holds the ``api`` blueprint with clusters, topics and partitions; the
-other resources are nested blueprints named after what they serve:
-``records`` (produce, read, list offsets, producer ids), ``transactions``,
-``groups`` (consumer groups) and ``openapi``. Every path below
+This module holds the ``api`` blueprint with clusters, brokers, topics, partitions,
+replicas and producers; the other resources are nested blueprints named after what
+they serve: ``records`` (produce, read, list offsets, producer ids), ``configs``
+(topic and broker configs), ``transactions``, ``groups`` (consumer groups, consumers,
+lags) and ``openapi``. Every path below
 ``/v3/clusters/<cluster_id>`` checks the cluster id (another one is 404, as in the
 REST proxy), and every read goes through the shared read models of
 ``app/engine/queries.py`` on the engine's loop.
@@ -16,7 +17,7 @@ from flask import Blueprint, abort, g, jsonify, request
 
 from app.engine import queries
 from app.http import configs, current_engine, groups, inputs, openapi, records, transactions
-from app.http.resources import cluster_id, crn, listing, related, resource
+from app.http.resources import check_broker, cluster_id, crn, listing, related, resource
 from storage.errors import InvalidReplicationFactorError, UnknownTopicOrPartitionError
 
 bp = Blueprint("api", __name__)
@@ -82,11 +83,6 @@ def _broker() -> dict:
                     partition_replicas=related("brokers", node, "partition-replicas"))
 
 
-def _check_broker(broker_id: int) -> None:
-    if broker_id != current_engine().logs.node_id:
-        abort(404, f"broker {broker_id} not found; this cluster is broker {current_engine().logs.node_id} alone")
-
-
 @bp.get("/v3/clusters/<cluster_id>/brokers")
 def list_brokers():
     return jsonify(listing("KafkaBrokerList", ("brokers",), [_broker()]))
@@ -94,14 +90,14 @@ def list_brokers():
 
 @bp.get("/v3/clusters/<cluster_id>/brokers/<int:broker_id>")
 def get_broker(broker_id: int):
-    _check_broker(broker_id)
+    check_broker(broker_id)
     return jsonify(_broker())
 
 
 @bp.get("/v3/clusters/<cluster_id>/brokers/<int:broker_id>/partition-replicas")
 def list_broker_replicas(broker_id: int):
     """Every partition has its one replica here."""
-    _check_broker(broker_id)
+    check_broker(broker_id)
     engine = current_engine()
     topics = engine.call(queries.topics, engine, include_internal=True)
     return jsonify(listing("KafkaReplicaList", ("brokers", broker_id, "partition-replicas"),

@@ -27,7 +27,7 @@ from flask import Blueprint, abort, jsonify
 from app.config import BrokerConfig
 from app.engine import queries
 from app.http import current_engine, inputs
-from app.http.resources import cluster_id, crn, listing, resource
+from app.http.resources import check_broker, cluster_id, crn, listing, resource
 from storage.errors import InvalidRequestError
 from storage.log_config import LogConfig
 
@@ -131,9 +131,8 @@ def alter_configs(topic_name: str):
 
 
 def _broker_configs(broker_id: int) -> list[dict[str, Any]]:
+    check_broker(broker_id)
     engine = current_engine()
-    if broker_id != engine.logs.node_id:
-        abort(404, f"broker {broker_id} not found; this cluster is broker {engine.logs.node_id} alone")
     return engine.call(queries.broker_configs, engine)
 
 

@@ -123,8 +123,10 @@ def _start(engine: "Engine", topic: str, parsed: _Parsed) -> Future:
     appended = engine.start_produce(topic, partition, parsed.batch)
 
     def done(f: Future) -> None:
-        error = f.exception()
-        placed.set_exception(error) if error is not None else placed.set_result((partition, f.result()))
+        if f.exception() is not None:
+            placed.set_exception(f.exception())
+        else:
+            placed.set_result((partition, f.result()))
 
     appended.add_done_callback(done)
     return placed
