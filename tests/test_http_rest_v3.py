@@ -15,10 +15,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from flask import Flask
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from app import Broker
 from app.client import consumer_protocol
 from app.http import create_app
+from app.http.codec import MAX_TIME_MS, iso_time
+from app.http.inputs import json_values
 from app.http.server import HttpServer
 from coordinator.group_metadata import CommittedOffset
 from storage.clock import FakeClock
@@ -306,6 +311,31 @@ def test_streamed_delivery_reports_over_a_real_socket_come_chunked(tmp_path: Pat
         finally:
             server.close()
             sock.close()
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(0, MAX_TIME_MS))
+def test_an_iso_timestamp_names_the_same_millisecond(ms: int) -> None:
+    text = iso_time(ms)
+    assert text.endswith("Z") and re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{3})?Z", text)
+    moment = datetime.fromisoformat(text)
+    assert int(moment.timestamp()) * 1000 + moment.microsecond // 1000 == ms
+
+
+JSON_VALUES = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=5),
+                           lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner,
+                                                                                      max_size=3), max_leaves=8)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.dictionaries(st.text(max_size=4), JSON_VALUES, max_size=3), min_size=1, max_size=5),
+       st.lists(st.sampled_from(["", " ", "\n", "\r\n", "\t"]), min_size=6, max_size=6))
+def test_concatenated_json_values_come_back_as_sent(values: list, gaps: list[str]) -> None:
+    """The streaming produce's body: objects one after another, any whitespace between
+    (none included), parse back to the same objects in order."""
+    body = gaps[0] + "".join(json.dumps(v) + gap for v, gap in zip(values, gaps[1:] + gaps))
+    with Flask(__name__).test_request_context(data=body.encode(), content_type="application/json"):
+        assert json_values() == values
 
 
 def test_a_body_that_is_not_json_values_to_the_end_produces_nothing(topics: Api) -> None:
