@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from app import Broker
 from app.client import consumer_protocol
-from app.http import create_app
+from app.http import codec, create_app
 from app.http.codec import MAX_TIME_MS, iso_time
 from app.http.inputs import json_values
 from app.http.server import HttpServer
@@ -280,6 +280,25 @@ def test_concatenated_records_get_one_delivery_report_each_in_order(topics: Api)
     for report in (reports[0], reports[2], reports[4]):
         check_fields(report, SHAPES["produce_response"], what="report")
     assert topics.values("orders", 0) == ["first", "third"] and topics.values("orders", 1) == ["second"]
+
+
+def test_a_bug_answering_one_streamed_record_is_its_500_report_and_the_others_go_on(
+        topics: Api, monkeypatch: pytest.MonkeyPatch) -> None:
+    real = codec.iso_time
+
+    def broken(ms: int) -> str:
+        if ms == 1_000_000_000_000:
+            raise KeyError("/srv/secret")
+        return real(ms)
+
+    monkeypatch.setattr(codec, "iso_time", broken)
+    body = "".join(json.dumps({"partition_id": 0, "value": string(v), "timestamp": t})
+                   for v, t in (("a", 1_600_000_000_000), ("b", 1_000_000_000_000), ("c", 1_600_000_000_000)))
+    response = topics.client.post(f"{topics.base}/topics/orders/records", data=body, content_type="application/json")
+    reports = [json.loads(line) for line in response.get_data(True).splitlines()]
+    assert [r["error_code"] for r in reports] == [200, 500, 200]
+    assert reports[1]["error_name"] == "UNKNOWN_SERVER_ERROR" and "secret" not in reports[1]["message"]
+    assert topics.values("orders", 0) == ["a", "b", "c"]  # the bug was in the answer, the record is durable
 
 
 def test_a_streamed_produce_retried_with_its_idempotency_key_appends_once(topics: Api) -> None:

@@ -119,12 +119,15 @@ def log_server_error(error: BaseException) -> str:
     return reference
 
 
-def server_error_response(error: BaseException) -> Response:
-    """The 500 for ``error``: its reference id, never its text."""
+def server_error_body(error: BaseException) -> dict:
+    """The error JSON of a bug (``error``, logged): its reference id, never its text."""
     reference = log_server_error(error)
-    response = jsonify(error_body(500, e.UnknownServerError.name,
-                                  f"internal server error; reference {reference} in the broker's log",
-                                  e.UnknownServerError.code))
+    return error_body(500, e.UnknownServerError.name,
+                      f"internal server error; reference {reference} in the broker's log", e.UnknownServerError.code)
+
+
+def server_error_response(error: BaseException) -> Response:
+    response = jsonify(server_error_body(error))
     response.status_code = 500
     return response
 

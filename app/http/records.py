@@ -35,7 +35,7 @@ from app.http import codec, current_engine, errors, inputs
 from app.http.idempotency import idempotent
 from app.http.resources import cluster_id, crn, resource
 from app.client.producer import murmur2
-from storage.errors import InvalidRequestError, KafkaError, UnknownServerError
+from storage.errors import InvalidRequestError, KafkaError
 from storage.read_committed import read_records
 from storage.record_batch import MAX_SEQUENCE, SimpleRecord, encode_batch
 
@@ -167,9 +167,7 @@ def _outcome_body(topic: str, parsed: _Parsed | None, outcome: Future | KafkaErr
     except KafkaError as e:
         return errors.kafka_error_body(e)
     except Exception as e:  # noqa: BLE001 -- one record's bug must not end the others' reports
-        reference = errors.log_server_error(e)
-        return errors.error_body(500, UnknownServerError.name, f"internal server error; reference {reference} "
-                                 f"in the broker's log", UnknownServerError.code)
+        return errors.server_error_body(e)
 
 
 def _check_topic(engine: "Engine", topic: str) -> None:
