@@ -15,6 +15,8 @@ KAFKA_SOURCE_SCHEMA = (
     "key BINARY, value BINARY, topic STRING, partition INT, offset BIGINT, "
     "timestamp TIMESTAMP, timestampType INT, headers ARRAY<STRUCT<key: STRING, value: BINARY>>"
 )
+#: without ``includeHeaders`` Spark's Kafka source has no headers column
+KAFKA_SOURCE_SCHEMA_NO_HEADERS = KAFKA_SOURCE_SCHEMA[:KAFKA_SOURCE_SCHEMA.index(", headers")]
 
 
 class ExactlyDataSource(DataSource):
@@ -25,7 +27,8 @@ class ExactlyDataSource(DataSource):
         return "exactly"
 
     def schema(self) -> str:
-        return KAFKA_SOURCE_SCHEMA
+        headers = str(self.options.get("includeHeaders", "false")).strip().lower() == "true"
+        return KAFKA_SOURCE_SCHEMA if headers else KAFKA_SOURCE_SCHEMA_NO_HEADERS
 
     def reader(self, schema):
         from app.spark.source import TopicReader
