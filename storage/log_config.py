@@ -131,7 +131,8 @@ class LogConfig:
             raise InvalidConfigError(f"this broker is one node: min.insync.replicas must be 1, "
                                      f"got {self.min_insync_replicas}")
         if not 0 <= self.min_cleanable_dirty_ratio <= 1:
-            raise InvalidConfigError(f"min.cleanable.dirty.ratio must be in [0, 1], got {self.min_cleanable_dirty_ratio}")
+            raise InvalidConfigError(
+                f"min.cleanable.dirty.ratio must be in [0, 1], got {self.min_cleanable_dirty_ratio}")
         policies = set(self.cleanup_policy.split(","))
         if not policies or not policies <= {"delete", "compact"}:
             raise InvalidConfigError(f"cleanup.policy must be delete and/or compact, got {self.cleanup_policy!r}")

@@ -574,7 +574,8 @@ def test_lags_are_the_groups_read_committed_lag_against_the_lso(topics: Api, bro
     commit(broker, "readers", {("orders", 0): 1, ("orders", 1): 0}, member)
 
     group = topics.get("/consumer-groups/readers")
-    lags = {(lag["topic_name"], lag["partition_id"]): lag for lag in topics.get("/consumer-groups/readers/lags")["data"]}
+    lags = {(lag["topic_name"], lag["partition_id"]): lag
+            for lag in topics.get("/consumer-groups/readers/lags")["data"]}
     for offset in group["offsets"]:
         lag = lags[(offset["topic_name"], offset["partition_id"])]
         assert lag["lag"] == offset["lag"] and lag["current_offset"] == offset["committed_offset"]

@@ -260,7 +260,8 @@ SCHEMAS: dict[str, Schema] = {
         max_lag_partition_id=integer(-1, INT32_MAX), max_lag=integer(), total_lag=integer(),
         max_lag_consumer=nullable(RELATED), max_lag_partition=nullable(RELATED)),
     "Transaction": resource(
-        "KafkaTransaction", cluster_id=string(), transactional_id=string(), state=string(enum=STATES), producer_id=integer(-1),
+        "KafkaTransaction", cluster_id=string(), transactional_id=string(), state=string(enum=STATES),
+        producer_id=integer(-1),
         producer_epoch=integer(-1, INT16_MAX), transaction_timeout_ms=integer(-1, INT32_MAX),
         transaction_start_ms=nullable(TIMESTAMP_MS), age_ms=nullable(integer(-INT64_MAX)),
         last_update_ms=TIMESTAMP_MS, partitions=array(TOPIC_PARTITION)),

@@ -4,11 +4,12 @@
   durable (acks=all); several records concatenated in one body (the proxy's
   streaming produce) are appended in order and answered by one delivery report each,
   streamed as each becomes durable. ``POST .../records:batch`` is the proxy's batch
-  produce (entries with ids, 207 with successes and failures). With ``producer_id``, ``producer_epoch`` and ``sequence`` (from
-  ``POST .../producer-ids``, the sequence counting 0, 1, 2, ... per partition) the
-  batch is an idempotent producer's: a retry of one of the producer's last five
-  batches is answered with the original offset and appends nothing, exactly as a
-  Kafka broker answers a retried Produce, also after a restart.
+  produce (entries with ids, 207 with successes and failures). With
+  ``producer_id``, ``producer_epoch`` and ``sequence`` (from ``POST .../producer-ids``,
+  the sequence counting 0, 1, 2, ... per partition) the batch is an idempotent
+  producer's: a retry of one of the producer's last five batches is answered with
+  the original offset and appends nothing, exactly as a Kafka broker answers a
+  retried Produce, also after a restart.
 * ``GET .../partitions/<p>/records`` reads as a consumer does
   (``storage.read_committed.read_records``): in ``read_committed`` (the default
   here, because that is what exactly-once applications read) only records below the
