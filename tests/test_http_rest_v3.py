@@ -26,6 +26,8 @@ from app.http.codec import MAX_TIME_MS, iso_time
 from app.http.inputs import json_values
 from app.http.server import HttpServer
 from coordinator.group_metadata import CommittedOffset
+from coordinator.transaction_coordinator import TransactionCoordinator
+from storage.errors import CoordinatorLoadInProgressError
 from storage.clock import FakeClock
 from tests.conftest import SMALL_INTERNAL_TOPICS
 from tests.test_http_api import Api, record, string, txn_body
@@ -236,6 +238,18 @@ def test_errors_carry_the_proxy_s_code_and_status_and_kafka_s_name(topics: Api) 
     assert (fenced.status_code, fenced.json["error_code"], fenced.json["error_name"]) == (409, 409, "PRODUCER_FENCED")
     unknown_path = topics.client.get(f"{topics.base}/nothing-here")
     assert unknown_path.json["error_code"] == 404 and unknown_path.json["kafka_error_code"] is None
+
+
+def test_a_retriable_broker_error_is_503_with_the_proxy_s_retriable_code(
+        topics: Api, monkeypatch: pytest.MonkeyPatch) -> None:
+    async def loading(*args, **kwargs):
+        raise CoordinatorLoadInProgressError("__transaction_state is loading")
+
+    monkeypatch.setattr(TransactionCoordinator, "init_producer_id", loading)
+    response = topics.client.post(f"{topics.base}/transactions/tx/init", json={})
+    assert (response.status_code, response.headers["Retry-After"]) == (503, "1")
+    assert response.json == {"error_code": 50003, "message": "__transaction_state is loading",
+                             "error_name": "COORDINATOR_LOAD_IN_PROGRESS", "kafka_error_code": 14}
 
 
 # -- produce ------------------------------------------------------------------------------------
