@@ -218,6 +218,12 @@ def test_every_resource_and_list_links_to_itself_with_its_query_string(topics: A
 
 def test_errors_carry_the_proxy_s_code_and_status_and_kafka_s_name(topics: Api) -> None:
     check_error(topics.client.get(f"{topics.base}/topics/nope"), "UNKNOWN_TOPIC_OR_PARTITION")
+    check_error(topics.client.get(f"{topics.base}/topics/nope/partitions/0"), "UNKNOWN_TOPIC_OR_PARTITION")
+    for path in ("/topics/orders/partitions/2", "/topics/orders/partitions/9/records",
+                 "/topics/orders/partitions/2/offset"):  # the topic is there, not the partition
+        missing = topics.client.get(topics.base + path)
+        assert (missing.status_code, missing.json["error_code"], missing.json["error_name"]) == (
+            404, SHAPES["partition_not_found"]["error_code"], "UNKNOWN_TOPIC_OR_PARTITION"), path
     check_error(topics.client.post(f"{topics.base}/topics/nope/records", json={"value": string("v")}),
                 "UNKNOWN_TOPIC_OR_PARTITION")
     check_error(topics.client.post(f"{topics.base}/topics", json={"topic_name": "orders"}), "TOPIC_ALREADY_EXISTS")

@@ -16,7 +16,7 @@ from __future__ import annotations
 from flask import Blueprint, abort, g, jsonify, request
 
 from app.engine import queries
-from app.http import configs, current_engine, groups, inputs, openapi, records, transactions
+from app.http import configs, current_engine, errors, groups, inputs, openapi, records, transactions
 from app.http.resources import check_broker, cluster_id, crn, listing, related, resource
 from storage.errors import InvalidReplicationFactorError, UnknownTopicOrPartitionError
 
@@ -46,6 +46,30 @@ def _check_cluster_id() -> None:
     wanted = g.get("cluster_id")
     if wanted is not None and wanted != current_engine().logs.cluster_id:
         abort(404, f"cluster {wanted!r} not found; this broker is {current_engine().logs.cluster_id!r}")
+
+
+@bp.before_request
+def _check_partition():
+    """A path naming a partition its topic does not have is the proxy's 404 / 40402
+    (an unknown topic is left to the handler: 40403)."""
+    args = request.view_args or {}
+    if "topic_name" in args and "partition_id" in args:
+        engine = current_engine()
+        missing = engine.call(_missing_partition, engine, args["topic_name"], args["partition_id"])
+        if missing is not None:
+            return errors.partition_not_found_response(missing)
+    return None
+
+
+def _missing_partition(engine, topic: str, partition: int) -> UnknownTopicOrPartitionError | None:
+    """On the loop: the error for a partition an existing topic does not have, else None."""
+    if topic not in engine.logs.topics:
+        return None
+    try:
+        engine.logs.log(topic, partition)
+    except UnknownTopicOrPartitionError as error:
+        return error
+    return None
 
 
 def _cluster() -> dict:

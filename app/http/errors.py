@@ -8,7 +8,8 @@ with Kafka's own name and code of the error kept beside it::
 
 ``error_code`` and the HTTP status are what the Confluent proxy answers
 (:data:`CONFLUENT`, from its ``KafkaExceptionMapper``): UNKNOWN_TOPIC_OR_PARTITION is
-404 / 40403; TOPIC_ALREADY_EXISTS, INVALID_CONFIG, INVALID_REQUEST and the other
+404 / 40403 (40402 when the topic exists but not the partition: the path's
+partition is checked before the request runs, as the proxy does); TOPIC_ALREADY_EXISTS, INVALID_CONFIG, INVALID_REQUEST and the other
 invalid-argument errors are 400 / 40002; authorization failures 403 / 40301. Kafka
 errors the proxy has no code for -- those of Exactly's own resources, such as a
 fenced transactional producer -- get the status of :data:`STATUS_BY_ERROR` and, as
@@ -39,8 +40,10 @@ from storage import errors as e
 
 log = logging.getLogger(__name__)
 
-#: Confluent's bad-request, authorization and unknown-topic codes
+#: Confluent's bad-request, authorization, unknown-topic and retriable codes, and its
+#: "partition not found" (a topic that exists without that partition)
 BAD_REQUEST, NOT_AUTHORIZED, UNKNOWN_TOPIC_OR_PARTITION, RETRIABLE = 40002, 40301, 40403, 50003
+PARTITION_NOT_FOUND = 40402
 
 #: Kafka error -> (HTTP status, error_code) as the Confluent REST proxy answers it
 CONFLUENT: dict[type[e.KafkaError], tuple[int, int]] = {
@@ -117,6 +120,13 @@ def log_server_error(error: BaseException) -> str:
     log.error("server error %s on %s %s: %s", reference, request.method, request.path, type(error).__name__,
               exc_info=error)
     return reference
+
+
+def partition_not_found_response(error: e.UnknownTopicOrPartitionError) -> Response:
+    """The proxy's answer for a partition its topic does not have: 404 / 40402."""
+    response = jsonify(error_body(PARTITION_NOT_FOUND, error.name, str(error), error.code))
+    response.status_code = 404
+    return response
 
 
 def server_error_body(error: BaseException) -> dict:
