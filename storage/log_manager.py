@@ -104,22 +104,25 @@ class TopicsWrite:
 
 @dataclass(frozen=True)
 class TopicCreation:
-    """Make a new topic's partition directories and sync them, then register it in
+    """Make a new topic's partition directories -- or, from ``first_partition``, the
+    ones a topic grows by (CreatePartitions) -- and sync them, then register it in
     ``topics.json`` (the commit point: a crash before it leaves only empty
-    directories of an unknown topic). A directory already there is what a crash left
-    of a deleted topic of the same name, and goes first, so its data never comes back.
-    ``run`` (any thread) returns the opened logs, for the owner to install."""
+    directories the registry does not name). A directory already there is what a
+    crash left of a deleted topic of the same name (or of a grow that did not
+    commit), and goes first, so its data never comes back. ``run`` (any thread)
+    returns the opened logs, for the owner to install."""
 
     data_dir: Path
     info: TopicInfo
     config: LogConfig
     clock: Clock
     topics: TopicsWrite
+    first_partition: int = 0
 
     def run(self) -> list[PartitionLog]:
         logs: list[PartitionLog] = []
         try:
-            for partition in range(self.info.partitions):
+            for partition in range(self.first_partition, self.info.partitions):
                 directory = self.data_dir / filenames.partition_dir_name(self.info.name, partition)
                 shutil.rmtree(directory, ignore_errors=True)
                 logs.append(PartitionLog(directory, self.info.name, partition, self.config, self.clock,
@@ -289,14 +292,25 @@ class LogManager:
         info = TopicInfo(name, partitions, str(uuid.uuid4()), overrides, internal)
         return self._create_steps(info, log_config)
 
-    def _create_steps(self, info: TopicInfo, config: LogConfig) -> Steps[TopicInfo]:
-        logs = yield TopicCreation(self.data_dir, info, config, self.clock,
-                                   self._topics_write([*self.topics.values(), info]))
+    def _create_steps(self, info: TopicInfo, config: LogConfig, first_partition: int = 0) -> Steps[TopicInfo]:
+        others = [t for t in self.topics.values() if t.name != info.name]
+        logs = yield TopicCreation(self.data_dir, info, config, self.clock, self._topics_write([*others, info]),
+                                   first_partition)
         self.topics[info.name] = info
-        for partition, log_ in enumerate(logs):
+        for partition, log_ in enumerate(logs, start=first_partition):
             log_.background = self._background
             self.logs[(info.name, partition)] = log_
         return info
+
+    def add_partitions(self, name: str, count: int) -> Steps[TopicInfo]:
+        """CreatePartitions: grow topic ``name`` to ``count`` partitions, validated at
+        once (INVALID_PARTITIONS unless it grows), then made durable as a creation of
+        the new partitions is. The owner runs one topic change at a time."""
+        info = self.topic(name)
+        if not isinstance(count, int) or isinstance(count, bool) or count <= info.partitions:
+            raise InvalidPartitionsError(f"topic {name!r} has {info.partitions} partitions; "
+                                         f"the count can only grow, got {count!r}")
+        return self._create_steps(replace(info, partitions=count), self.topic_config(name), info.partitions)
 
     def alter_topic_config(self, name: str, changes: Mapping[str, Any | None]) -> Steps[TopicInfo]:
         """Set (a value) or reset to the default (None) some of a topic's config

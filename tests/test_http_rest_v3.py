@@ -510,10 +510,40 @@ def test_validate_only_checks_and_changes_nothing(topics: Api, broker: Broker) -
         "INVALID_CONFIG")
 
 
+def test_a_topic_grows_its_partitions_and_keeps_them_across_a_restart(tmp_path: Path) -> None:
+    with Broker(tmp_path / "data", **SMALL_INTERNAL_TOPICS) as broker:
+        api = Api(create_app(broker.engine, test_config={"TESTING": True}).test_client(), broker.cluster_id)
+        api.create_topic("orders", 2)
+        api.produce("orders", 1, "before")
+        stray = broker.engine.logs.data_dir / "orders-2"  # what a grow that never committed left
+        stray.mkdir()
+        (stray / "00000000000000000000.log").write_bytes(b"\x00" * 100)
+        grown = api.call("PATCH", "/topics/orders", 200, {"partitions_count": 4}).json
+        check_resource(grown, "KafkaTopic")
+        assert grown["partitions_count"] == 4
+        assert [p["partition_id"] for p in api.get("/topics/orders/partitions")["data"]] == [0, 1, 2, 3]
+        assert api.partition("orders", 2)["log_end_offset"] == 0
+        assert (stray / "00000000000000000000.log").stat().st_size == 0  # the stray bytes are gone
+        api.produce("orders", 3, "after")
+    with Broker(tmp_path / "data", **SMALL_INTERNAL_TOPICS) as broker:
+        api = Api(create_app(broker.engine, test_config={"TESTING": True}).test_client(), broker.cluster_id)
+        assert api.get("/topics/orders")["partitions_count"] == 4
+        assert api.values("orders", 1) == ["before"] and api.values("orders", 3) == ["after"]
+        check_error(api.client.patch(f"{api.base}/topics/orders", json={"partitions_count": 3}),
+                    "INVALID_PARTITIONS")
+        check_error(api.client.patch(f"{api.base}/topics/nope", json={"partitions_count": 3}),
+                    "UNKNOWN_TOPIC_OR_PARTITION")
+        check_error(api.client.patch(f"{api.base}/topics/orders", json={"partitions_count": "5"}),
+                    "INVALID_REQUEST")
+        assert api.get("/topics/orders")["partitions_count"] == 4
+
+
 def test_the_configs_of_an_internal_topic_are_the_broker_s(topics: Api) -> None:
     topics.init("tx")  # creates __transaction_state
     assert topics.error("PUT", "/topics/__transaction_state/configs/retention.ms", 400,
                         {"value": "1"}) == "INVALID_TOPIC_EXCEPTION"
+    assert topics.error("PATCH", "/topics/__transaction_state", 400,
+                        {"partitions_count": 99}) == "INVALID_TOPIC_EXCEPTION"
 
 
 # -- partitions, brokers ------------------------------------------------------------------------

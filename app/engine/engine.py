@@ -275,6 +275,18 @@ class Engine:
                 return None
             return await self.maintenance.run(steps)
 
+    async def create_partitions(self, name: str, count: int, validate_only: bool = False) -> TopicInfo:
+        """CreatePartitions: grow a topic to ``count`` partitions; returns once the new
+        partitions and topics.json are durable. ``validate_only``: check, change nothing."""
+        if name in INTERNAL_TOPICS:
+            raise InvalidTopicError(f"the internal topic {name} keeps its partitions")
+        async with self._topic_changes:
+            steps = self.logs.add_partitions(name, count)  # validates, raising
+            if validate_only:
+                steps.close()
+                return self.logs.topic(name)
+            return await self.maintenance.run(steps)
+
     async def alter_topic_config(self, name: str, changes: Mapping[str, Any | None],
                                  validate_only: bool = False) -> TopicInfo:
         """Set or (None) reset config overrides of a topic; returns once topics.json

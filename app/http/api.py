@@ -187,6 +187,16 @@ def get_topic(topic_name: str):
     return jsonify(topic_resource(*engine.call(_topics_with_configs, engine, topic_name)[0]))
 
 
+@bp.patch("/v3/clusters/<cluster_id>/topics/<topic_name>")
+def update_partition_count(topic_name: str):
+    """CreatePartitions, as the proxy takes it: ``{"partitions_count": n}`` grows the
+    topic to n partitions (keys then map to other partitions, as in Kafka)."""
+    count = inputs.integer(inputs.json_body(), "partitions_count", minimum=1, maximum=MAX_PARTITIONS)
+    engine = current_engine()
+    engine.call(engine.create_partitions, topic_name, count)
+    return jsonify(topic_resource(*engine.call(_topics_with_configs, engine, topic_name)[0]))
+
+
 @bp.delete("/v3/clusters/<cluster_id>/topics/<topic_name>")
 def delete_topic(topic_name: str):
     engine = current_engine()

@@ -131,6 +131,7 @@ SCHEMAS: dict[str, Schema] = {
         configs=array(ref("Config"), maxItems=100, description="topic configs by Kafka name, e.g. "
                                                                 "cleanup.policy, retention.ms, compression.type"),
         validate_only=nullable({**BOOLEAN, "description": "check only: nothing is created"})),
+    "UpdatePartitionCount": obj(partitions_count=integer(1, 1000)),
     "ConfigSynonym": obj(name=string(), value=nullable(string()), source=string(enum=CONFIG_SOURCES)),
     "TopicConfig": {"allOf": [ref("EffectiveConfig"), resource(
         "KafkaTopicConfig", cluster_id=string(), topic_name=string(), synonyms=array(ref("ConfigSynonym")))]},
@@ -424,6 +425,9 @@ def _paths() -> dict[str, dict[str, Any]]:
                                           description="SET or DELETE several configs at once, all or nothing; "
                                                       "validate_only checks and changes nothing.")},
         T: {"get": operation("get", T, "Get topic", "Topic", (200, "Topic"), (404,)),
+            "patch": operation("patch", T, "Update partition count", "Topic", (200, "Topic"), (404, 503),
+                               body="UpdatePartitionCount",
+                               description="CreatePartitions: the count can only grow."),
             "delete": operation("delete", T, "Delete topic", "Topic", (204, None), (404, 503))},
         T + "/partitions": {"get": operation("get", T + "/partitions", "List partitions", "Partition",
                                              (200, "PartitionList"), (404,))},
