@@ -27,8 +27,8 @@ from app.http.inputs import json_values
 from app.http.server import HttpServer
 from coordinator.group_metadata import CommittedOffset
 from coordinator.transaction_coordinator import TransactionCoordinator
-from storage.errors import CoordinatorLoadInProgressError
 from storage.clock import FakeClock
+from storage.errors import CoordinatorLoadInProgressError
 from tests.conftest import SMALL_INTERNAL_TOPICS
 from tests.test_http_api import Api, record, string, txn_body
 
