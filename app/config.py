@@ -66,6 +66,8 @@ class BrokerConfig(CoordinatorConfig, GroupConfig):
     producer_snapshot_interval_ms: int = 60_000
     #: when set, the HTTP API needs "Authorization: Bearer <token>" and the console a login
     http_auth_token: str = ""
+    #: Exactly's own: one INFO line per HTTP request on the server log (app/http/access_log.py)
+    exactly_http_access_log_enable: bool = True
     #: Exactly's own (Kafka has no such key): false runs no scheduled job and no mirror
     #: round, for tests that drive them by hand in a frozen world; never for a real broker
     exactly_jobs_enable: bool = True

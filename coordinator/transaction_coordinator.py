@@ -86,6 +86,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import struct
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Protocol
@@ -142,6 +143,22 @@ MARKER_REFUSED_MAX_BACKOFF_S = 30.0
 COMPLETION_WAIT_S = 30.0
 
 
+class TransactionObserver(Protocol):
+    """What the coordinator reports for metrics (the engine's counters implement it)."""
+
+    def transaction_ended(self, commit: bool, seconds: float) -> None:
+        """An EndTxn took ``seconds`` from its arrival until its markers and COMPLETE were durable."""
+
+    def producer_fenced(self, error_name: str) -> None:
+        """A producer was answered PRODUCER_FENCED or INVALID_PRODUCER_EPOCH (``error_name``)."""
+
+    def transaction_timed_out(self) -> None:
+        """A transaction open past its timeout was aborted."""
+
+    def transaction_admin_aborted(self) -> None:
+        """An operator's abort (``admin_abort``, ``abort_for_partition``) aborted a transaction."""
+
+
 class CoordinatorIO(Protocol):
     """What the coordinator needs from the engine (all on the engine's loop)."""
 
@@ -179,10 +196,12 @@ class TransactionCoordinator:
     """Transaction state for every transactional id; runs on one event loop."""
 
     def __init__(self, data_dir: Path, config: CoordinatorConfig, io: CoordinatorIO,
-                 clock: Clock, max_seen_coordinator_epoch: int = -1) -> None:
+                 clock: Clock, observer: TransactionObserver, max_seen_coordinator_epoch: int = -1) -> None:
         """``max_seen_coordinator_epoch``: the highest coordinator epoch any partition's
-        producer state holds (from the markers it has); this start's epoch is above it."""
+        producer state holds (from the markers it has); this start's epoch is above it.
+        ``observer`` is told what metrics count (latency, fencing, timeouts, admin aborts)."""
         self.data_dir = Path(data_dir)
+        self.observer = observer
         self.config = config
         self.io = io
         self.clock = clock
@@ -326,10 +345,15 @@ class TransactionCoordinator:
             raise InvalidProducerIdMappingError(
                 f"transactional id {txn_id!r} is not mapped to producer id {producer_id}")
         if meta.producer_epoch != producer_epoch:
-            raise ProducerFencedError(
+            raise self._fenced(ProducerFencedError(
                 f"producer {producer_id} epoch {producer_epoch} is fenced by epoch {meta.producer_epoch} "
-                f"of transactional id {txn_id!r}")
+                f"of transactional id {txn_id!r}"))
         return meta
+
+    def _fenced(self, error: KafkaError) -> KafkaError:
+        """``error`` (PRODUCER_FENCED, INVALID_PRODUCER_EPOCH), counted as a fenced producer."""
+        self.observer.producer_fenced(error.name)
+        return error
 
     # -- InitProducerId -----------------------------------------------------------------
 
@@ -437,17 +461,16 @@ class TransactionCoordinator:
             raise
         return meta.producer_id, meta.producer_epoch
 
-    @staticmethod
-    def _check_expected_producer(meta: TransactionMetadata, producer_id: int,
+    def _check_expected_producer(self, meta: TransactionMetadata, producer_id: int,
                                  producer_epoch: int) -> tuple[int, int] | None:
         """KIP-360: the caller names the producer it is; fence a stranger, and answer
         a retried bump with the bumped epoch (returned) instead of bumping again."""
         known = (meta.producer_epoch == NO_PRODUCER_EPOCH or producer_id == meta.producer_id
                  or (producer_id == meta.last_producer_id and producer_epoch >= MAX_PRODUCER_EPOCH))
         if not known:
-            raise ProducerFencedError(
+            raise self._fenced(ProducerFencedError(
                 f"producer {producer_id} is not the current producer {meta.producer_id} of "
-                f"{meta.transactional_id!r}")
+                f"{meta.transactional_id!r}"))
         if producer_id == meta.producer_id and producer_epoch == meta.producer_epoch:
             return None
         # a retry: only a KIP-360 bump records the epoch it bumped from (an ordinary
@@ -455,8 +478,8 @@ class TransactionCoordinator:
         # gets here with its old epoch
         if producer_epoch == meta.last_producer_epoch != NO_PRODUCER_EPOCH:
             return meta.producer_id, meta.producer_epoch
-        raise ProducerFencedError(
-            f"producer {producer_id} epoch {producer_epoch} is fenced by epoch {meta.producer_epoch}")
+        raise self._fenced(ProducerFencedError(
+            f"producer {producer_id} epoch {producer_epoch} is fenced by epoch {meta.producer_epoch}"))
 
     # -- AddPartitionsToTxn / AddOffsetsToTxn -------------------------------------------
 
@@ -500,6 +523,7 @@ class TransactionCoordinator:
     async def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int,
                       commit: bool) -> None:
         """EndTxn: commit or abort, returning once the outcome is durable everywhere."""
+        started = time.perf_counter()
         meta = self._validate_producer(transactional_id, producer_id, producer_epoch)
         command = "commit" if commit else "abort"
         while True:
@@ -514,6 +538,7 @@ class TransactionCoordinator:
                 await self._write(meta, meta.prepare_abort_or_commit(commit, self.clock.now_ms()))
                 self._start_completion(meta)
                 await self._await_completion(meta)
+                self.observer.transaction_ended(commit, time.perf_counter() - started)
                 return
             matching_prepare = S.PREPARE_COMMIT if commit else S.PREPARE_ABORT
             matching_complete = S.COMPLETE_COMMIT if commit else S.COMPLETE_ABORT
@@ -639,6 +664,7 @@ class TransactionCoordinator:
             raise InvalidTxnStateError(
                 f"transactional id {transactional_id!r} has no open transaction ({meta.state.display})")
         await self._fence_and_abort(meta)
+        self.observer.transaction_admin_aborted()
 
     async def settle_for_partition_abort(self, transactional_id: str, topic_partition: TopicPartition) -> bool:
         """Before the partition-level abort (KIP-664) of this id's producer on
@@ -668,6 +694,7 @@ class TransactionCoordinator:
         if meta.state is not S.ONGOING or topic_partition not in meta.partitions:
             await self._write(meta, meta.prepare_add_partitions({topic_partition}, self.clock.now_ms()))
         await self._fence_and_abort(meta)
+        self.observer.transaction_admin_aborted()
         return meta.producer_epoch
 
     # -- scheduled work ----------------------------------------------------------------
@@ -685,6 +712,7 @@ class TransactionCoordinator:
                 aborted.append(meta.transactional_id)
                 try:
                     await self._fence_and_abort(meta)
+                    self.observer.transaction_timed_out()
                 except KafkaError as e:
                     log.warning("aborting timed-out %r failed: %s", meta.transactional_id, e)
             elif meta.state is S.PREPARE_EPOCH_FENCE:  # an earlier abort's PrepareAbort write failed
@@ -753,9 +781,9 @@ class TransactionCoordinator:
                 f"producer id {producer_id} is not the producer of "
                 f"{'any transactional id' if txn_id is None else repr(txn_id)}")
         if producer_epoch != meta.producer_epoch:
-            raise InvalidProducerEpochError(
+            raise self._fenced(InvalidProducerEpochError(
                 f"producer {producer_id} epoch {producer_epoch} is not the current epoch "
-                f"{meta.producer_epoch} of {txn_id!r}")
+                f"{meta.producer_epoch} of {txn_id!r}"))
         if meta.state.is_prepared or (meta.pending_state is not None and meta.pending_state.is_prepared):
             raise ConcurrentTransactionsError(f"the transaction of {txn_id!r} is completing")
         if meta.state is not S.ONGOING or (topic, partition) not in meta.partitions:

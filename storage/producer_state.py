@@ -71,6 +71,10 @@ from storage.record_batch import MAX_SEQUENCE, NO_SEQUENCE, BatchHeader
 BATCHES_TO_RETAIN = 5
 
 NO_OFFSET = -1
+#: Kafka's ProducerStateManager.LATE_TRANSACTION_BUFFER_MS: a transaction is *late* once its
+#: producer has been silent this long past transaction.max.timeout.ms -- after the
+#: coordinator's own timeout abort should have ended it
+LATE_TRANSACTION_BUFFER_MS = 5 * 60 * 1000
 
 
 def next_sequence(sequence: int) -> int:
@@ -267,6 +271,16 @@ class ProducerStateManager:
         """Forget completed transactions whose marker is now below the high watermark."""
         if self._undurable:
             self._undurable = [t for t in self._undurable if t.last_offset >= high_watermark]
+
+    def has_late_transaction(self, now_ms: int, max_transaction_timeout_ms: int) -> bool:
+        """Kafka's ``hasLateTransaction``: the producer of the oldest open transaction (the
+        one holding the LSO) last wrote here more than ``max_transaction_timeout_ms`` +
+        LATE_TRANSACTION_BUFFER_MS ago (by its batches' timestamps, as Kafka measures)."""
+        if not self._ongoing:
+            return False
+        entry = self.producers.get(self._ongoing[min(self._ongoing)])
+        last = entry.last_timestamp if entry is not None else -1
+        return last > 0 and now_ms - last > max_transaction_timeout_ms + LATE_TRANSACTION_BUFFER_MS
 
     def ongoing_transactions(self) -> list[tuple[int, int]]:
         """``(producer id, first offset)`` of every open transaction, by first offset."""

@@ -24,9 +24,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def serve(data_dir: Path, *extra: str, kafka_port: int | None = None) -> subprocess.Popen:
+def serve(data_dir: Path, *extra: str, kafka_port: int | None = None,
+          http_port: int | None = None) -> subprocess.Popen:
     args = [sys.executable, str(REPO / "run.py"), "--data-dir", str(data_dir),
-            "--kafka-port", str(kafka_port or free_port()), "--http-port", str(free_port()), *extra]
+            "--kafka-port", str(kafka_port or free_port()), "--http-port", str(http_port or free_port()), *extra]
     return subprocess.Popen(args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 

@@ -9,13 +9,13 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import KafkaException, Producer
 
 from app.engine import queries
 from app.http import create_app
 from app.http.ui import FRAGMENTS
 from app.kafka.api import ApiKey
-from tests.kafka_support import KafkaBroker, RawClient, wait_until
+from tests.kafka_support import KafkaBroker, RawClient, read_to_end, wait_until
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -75,3 +75,40 @@ def test_the_console_lists_connected_clients(kafka: KafkaBroker) -> None:
     raw.close()
     wait_until(lambda: "console-visible" not in console.get("/clients").get_data(True),
                what="the closed client to leave the page")
+
+
+def test_wire_and_http_work_lands_in_the_same_latency_histograms_and_fencing_counter(kafka: KafkaBroker) -> None:
+    """Measured in the engine and the coordinator, not at one face: a librdkafka
+    transaction, an HTTP produce and a read_committed consumer all show up."""
+    kafka.broker.create_topic("t", 1)
+    config = {"bootstrap.servers": kafka.bootstrap, "broker.address.family": "v4"}
+    zombie = Producer({**config, "transactional.id": "tx"})
+    zombie.init_transactions(30)
+    zombie.begin_transaction()
+    zombie.produce("t", b"zombie", partition=0)
+    assert zombie.flush(30) == 0
+    producer = Producer({**config, "transactional.id": "tx"})
+    producer.init_transactions(30)  # fences the zombie
+    with pytest.raises(KafkaException):
+        zombie.commit_transaction(30)
+    producer.begin_transaction()
+    producer.produce("t", b"wire", partition=0)
+    producer.commit_transaction(30)
+    http = create_app(kafka.engine, test_config={"TESTING": True}).test_client()
+    answer = http.post(f"/v3/clusters/{kafka.broker.cluster_id}/topics/t/records",
+                       json={"partition_id": 0, "value": {"type": "STRING", "data": "http"}})
+    assert answer.status_code == 200
+    assert sorted(read_to_end({**config, "group.id": "r", "isolation.level": "read_committed"}, "t", 1)) == [
+        b"http", b"wire"]
+    text = http.get("/metrics").get_data(True)
+
+    def sample(name: str) -> float:
+        found = re.search(rf"^{re.escape(name)} (\S+)$", text, re.M)
+        assert found, name
+        return float(found.group(1))
+
+    assert sample('exactly_transaction_end_duration_seconds_count{outcome="commit"}') == 1
+    assert sample("exactly_produce_duration_seconds_count") >= 3  # zombie, wire and HTTP batches
+    assert sample("exactly_log_flush_duration_seconds_count") >= 1
+    assert sample("exactly_fetch_duration_seconds_count") >= 1
+    assert sample('exactly_fenced_producers_total{error="PRODUCER_FENCED"}') == 1

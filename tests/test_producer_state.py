@@ -29,6 +29,7 @@ from storage.errors import (
 )
 from storage.producer_state import (
     BATCHES_TO_RETAIN,
+    LATE_TRANSACTION_BUFFER_MS,
     BatchMetadata,
     CompletedTxn,
     ProducerStateEntry,
@@ -659,3 +660,23 @@ class ProducerStateMachine(RuleBasedStateMachine):
 ProducerStateMachine.TestCase.settings = settings(max_examples=150, stateful_step_count=30,
                                                   deadline=None)
 TestProducerStateMachine = ProducerStateMachine.TestCase
+
+
+# -- late transactions (Kafka's PartitionsWithLateTransactionsCount) ----------------------------
+
+
+def test_a_transaction_is_late_by_its_oldest_open_producer_s_last_write() -> None:
+    """Kafka's hasLateTransaction: the producer of the oldest open transaction (the one
+    holding the LSO) silent for more than max timeout + LATE_TRANSACTION_BUFFER_MS; a
+    younger transaction's recent writes do not make the partition look healthy."""
+    max_timeout, late_after = 60_000, 60_000 + LATE_TRANSACTION_BUFFER_MS
+    log = Appender()
+    assert not log.state.has_late_transaction(10**12, max_timeout)
+    log.append(PID, 0, 0, transactional=True, timestamp=1_000)  # the oldest: holds the LSO
+    log.append(OTHER, 0, 0, transactional=True, timestamp=1_000 + late_after)
+    assert not log.state.has_late_transaction(1_000 + late_after, max_timeout)  # Kafka's test is ">"
+    assert log.state.has_late_transaction(1_000 + late_after + 1, max_timeout)
+    log.marker(PID, 0)  # the oldest ends: the younger one's producer wrote just now
+    assert not log.state.has_late_transaction(1_000 + late_after + 1, max_timeout)
+    log.marker(OTHER, 0)
+    assert not log.state.has_late_transaction(10**12, max_timeout)

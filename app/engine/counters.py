@@ -1,9 +1,19 @@
-"""Request counters of the engine, for ``/metrics``.
+"""The engine's counters and latency histograms, for ``/metrics``.
 
-Incremented only on the engine's loop (``Engine.start_produce`` and ``Engine.fetch``,
-which every source goes through: the HTTP API, the embedded client, the Kafka
-listener; the listener also times every Kafka request by API), so there is one
-writer and no lock; a scrape reads them on the loop too.
+Written only on the engine's loop, where the work they measure happens -- whichever
+face asked for it (the HTTP API, the embedded client, the Kafka listener):
+
+* ``Engine.start_produce`` (produce: from the call to the acknowledgement, i.e. the
+  fsync for acks=all), ``Engine.fetch`` (a client's read of one partition; the
+  broker's own reads -- the SQLite mirror and the console through ``Engine.read``,
+  coordinator loads from the logs -- are not counted);
+* group commit (``app/engine/group_commit.py``): how long each fsync round took;
+* the transaction coordinator, through :class:`TransactionObserver`'s methods
+  (EndTxn to durable markers, fenced producers, timed-out and admin-aborted
+  transactions);
+* the Kafka listener: every Kafka request by API.
+
+One writer, so no lock; a scrape reads them on the loop too.
 """
 
 from __future__ import annotations
@@ -11,34 +21,51 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass, field
 
-#: upper bounds (seconds) of the Kafka request latency buckets; a last bucket takes the rest
-KAFKA_LATENCY_BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
-                           10.0, 30.0)
+#: upper bounds (seconds) of every latency histogram's buckets; a last bucket takes the rest
+LATENCY_BUCKETS_S = (0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+                     5.0, 10.0, 30.0)
 
 
 @dataclass
 class LatencyHistogram:
-    """How long the requests of one Kafka API took: a count per bucket of
-    :data:`KAFKA_LATENCY_BUCKETS_S` (not cumulative) and the total."""
+    """How long something took, many times: a count per bucket of
+    :data:`LATENCY_BUCKETS_S` (not cumulative) and the total."""
 
-    counts: list[int] = field(default_factory=lambda: [0] * (len(KAFKA_LATENCY_BUCKETS_S) + 1))
+    counts: list[int] = field(default_factory=lambda: [0] * (len(LATENCY_BUCKETS_S) + 1))
     total_s: float = 0.0
 
     def observe(self, seconds: float) -> None:
-        self.counts[bisect.bisect_left(KAFKA_LATENCY_BUCKETS_S, seconds)] += 1
+        self.counts[bisect.bisect_left(LATENCY_BUCKETS_S, seconds)] += 1
         self.total_s += seconds
 
 
 @dataclass
 class EngineCounters:
+    """Implements ``coordinator.transaction_coordinator.TransactionObserver``."""
+
     #: batches handed to ``start_produce`` (accepted, duplicate or refused)
     produce_requests: int = 0
     #: records appended (a retried batch answered as a duplicate adds none)
     produced_records: int = 0
-    #: ``fetch`` calls, in either isolation level
+    #: clients' ``fetch`` calls (one per partition read), in either isolation level
     fetch_requests: int = 0
     #: bytes of record batches returned by fetches
     fetched_bytes: int = 0
+    #: a batch appended until acknowledged (durable for acks=all)
+    produce_latency: LatencyHistogram = field(default_factory=LatencyHistogram)
+    #: one fsync round of a partition (group commit), on the fsync thread
+    fsync_latency: LatencyHistogram = field(default_factory=LatencyHistogram)
+    #: a client's read of one partition
+    fetch_latency: LatencyHistogram = field(default_factory=LatencyHistogram)
+    #: EndTxn until its markers and COMPLETE are durable, by outcome (``commit``, ``abort``)
+    end_txn_latency: dict[str, LatencyHistogram] = field(
+        default_factory=lambda: {"commit": LatencyHistogram(), "abort": LatencyHistogram()})
+    #: PRODUCER_FENCED / INVALID_PRODUCER_EPOCH answered to a producer, by error name
+    fenced_producers: dict[str, int] = field(default_factory=dict)
+    #: transactions the coordinator aborted because they ran past their timeout
+    timed_out_transactions: int = 0
+    #: transactions an operator aborted (the console's or the API's Abort, Kafka's AbortTransaction)
+    admin_aborted_transactions: int = 0
     #: Kafka API name (``produce``, ``fetch``, ...) -> latency of its requests
     kafka_requests: dict[str, LatencyHistogram] = field(default_factory=dict)
 
@@ -47,3 +74,17 @@ class EngineCounters:
         if histogram is None:
             histogram = self.kafka_requests[api] = LatencyHistogram()
         histogram.observe(seconds)
+
+    # -- TransactionObserver ----------------------------------------------------------------
+
+    def transaction_ended(self, commit: bool, seconds: float) -> None:
+        self.end_txn_latency["commit" if commit else "abort"].observe(seconds)
+
+    def producer_fenced(self, error_name: str) -> None:
+        self.fenced_producers[error_name] = self.fenced_producers.get(error_name, 0) + 1
+
+    def transaction_timed_out(self) -> None:
+        self.timed_out_transactions += 1
+
+    def transaction_admin_aborted(self) -> None:
+        self.admin_aborted_transactions += 1

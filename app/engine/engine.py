@@ -25,6 +25,7 @@ import functools
 import inspect
 import logging
 import threading
+import time
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +44,7 @@ from coordinator.transaction_state import MAX_EPOCH_VALUE
 from storage.background import Job, Steps
 from storage.clock import Clock, SystemClock
 from storage.errors import (
+    InvalidProducerEpochError,
     InvalidRequestError,
     InvalidRequiredAcksError,
     InvalidTopicError,
@@ -122,7 +124,7 @@ class Engine:
         max_seen_coordinator_epoch = max(
             (entry.coordinator_epoch for log_ in self.logs for entry in log_.producer_state), default=-1)
         self.transaction_coordinator = TransactionCoordinator(Path(data_dir), config, io, self.clock,
-                                                              max_seen_coordinator_epoch)
+                                                              self.counters, max_seen_coordinator_epoch)
         self.group_coordinator = GroupCoordinator(config, io, self.clock)
         self._load_coordinators()
         self._thread = threading.Thread(target=self._run_loop, name="exactly-engine", daemon=True)
@@ -251,7 +253,7 @@ class Engine:
         key = (log_.topic, log_.partition)
         commit = self._commits.get(key)
         if commit is None:
-            commit = self._commits[key] = GroupCommit(log_, self.loop, self._fsync,
+            commit = self._commits[key] = GroupCommit(log_, self.loop, self._fsync, self.counters.fsync_latency,
                                                       lambda: self._on_durable(key))
         return commit
 
@@ -325,6 +327,7 @@ class Engine:
         ``TransactionCoordinator.verify_transaction``); ``transactional_id``, which a
         Kafka Produce request carries, must then be that producer id's. An idempotent
         batch must not use a transactional id's producer id (``verify_idempotent``)."""
+        started = time.perf_counter()
         self.counters.produce_requests += 1
         if acks not in (-1, 0, 1):
             raise InvalidRequiredAcksError(f"acks must be -1, 0 or 1, got {acks!r}")
@@ -336,13 +339,22 @@ class Engine:
         commit = self._commit(log_)
         if commit.failed is not None:
             raise KafkaStorageError(f"{topic}-{partition} is offline after an fsync failure")
-        result = log_.append_data(batch)
+        try:
+            result = log_.append_data(batch)
+        except InvalidProducerEpochError as e:  # the partition has seen a newer epoch: a zombie
+            self.counters.producer_fenced(e.name)
+            raise
         if not result.duplicate:
             self.counters.produced_records += header.record_count
+        latency = self.counters.produce_latency
         if acks == -1:
-            return commit.when_durable(result.last_offset, result)
+            durable = commit.when_durable(result.last_offset, result)
+            # the callback runs on the loop, which makes the append durable (or now, if it is)
+            durable.add_done_callback(lambda _: latency.observe(time.perf_counter() - started))
+            return durable
         if not result.duplicate:
             commit.appended()
+        latency.observe(time.perf_counter() - started)
         return _done(result)
 
     def _verify_producer(self, header: BatchHeader, topic: str, partition: int,
@@ -381,6 +393,7 @@ class Engine:
         epoch = min(entry.producer_epoch + 1, MAX_EPOCH_VALUE)
         await self.write_txn_marker(topic, partition, producer_id, epoch,
                                     max(tc.coordinator_epoch, entry.coordinator_epoch), commit=False)
+        self.counters.transaction_admin_aborted()
         return HangingAbort(None, epoch, log_.last_stable_offset)
 
     def next_sequence(self, topic: str, partition: int, producer_id: int, producer_epoch: int) -> int:
@@ -420,11 +433,23 @@ class Engine:
 
     def fetch(self, topic: str, partition: int, offset: int, max_bytes: int = 1 << 20,
               isolation_level: str | int = READ_UNCOMMITTED) -> ReadResult:
+        """A client's read of one partition (the Kafka Fetch, the HTTP records GET, the
+        embedded consumer): :meth:`read`, counted and timed for ``/metrics``."""
+        started = time.perf_counter()
         self.counters.fetch_requests += 1
-        committed = isolation_is_committed(isolation_level)
-        result = self.logs.log(topic, partition).read(offset, max_bytes, read_committed=committed)
+        result = self.read(topic, partition, offset, max_bytes, isolation_level)
         self.counters.fetched_bytes += len(result.records)
+        self.counters.fetch_latency.observe(time.perf_counter() - started)
         return result
+
+    def read(self, topic: str, partition: int, offset: int, max_bytes: int = 1 << 20,
+             isolation_level: str | int = READ_UNCOMMITTED) -> ReadResult:
+        """Whole batches from ``offset``, up to the high watermark (read_uncommitted) or
+        the LSO (read_committed, with the aborted transactions in range). The broker's
+        own reads -- the SQLite mirror, the console -- use this one: they are no
+        client's fetches, so ``/metrics`` does not count them."""
+        committed = isolation_is_committed(isolation_level)
+        return self.logs.log(topic, partition).read(offset, max_bytes, read_committed=committed)
 
     def list_offsets(self, topic: str, partition: int, timestamp: int,
                      isolation_level: str | int = READ_UNCOMMITTED) -> OffsetAndTimestamp:

@@ -22,6 +22,7 @@ import logging
 from concurrent.futures import Future, InvalidStateError
 from typing import Any, Callable
 
+from app.engine.counters import LatencyHistogram
 from app.engine.worker import Worker
 from storage.errors import KafkaStorageError
 from storage.partition_log import FlushPlan, PartitionLog
@@ -33,8 +34,11 @@ class GroupCommit:
     """The fsync scheduler of one partition log. Lives on the event loop."""
 
     def __init__(self, partition_log: PartitionLog, loop: asyncio.AbstractEventLoop,
-                 fsync_thread: Worker, on_durable: Callable[[], None] = lambda: None) -> None:
+                 fsync_thread: Worker, fsync_latency: LatencyHistogram,
+                 on_durable: Callable[[], None] = lambda: None) -> None:
+        """``fsync_latency``: where each fsync round's duration is recorded (metrics)."""
         self._log = partition_log
+        self._fsync_latency = fsync_latency
         self._on_durable = on_durable
         self._loop = loop
         self._fsync = fsync_thread
@@ -84,6 +88,7 @@ class GroupCommit:
     def _finished(self, plan: FlushPlan, error: BaseException | None) -> None:
         self._in_flight = False
         self.fsyncs += 1
+        self._fsync_latency.observe(plan.seconds)
         if error is not None:
             log.error("fsync of %s-%s failed: %s", self._log.topic, self._log.partition, error)
             self._log.flush_failed(plan)

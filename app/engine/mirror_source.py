@@ -25,9 +25,7 @@ class EngineMirrorSource:
         return self.engine.call(count)
 
     def fetch(self, topic: str, partition: int, offset: int, max_bytes: int) -> ReadResult:
-        async def read() -> ReadResult:  # the log itself: the broker's own reads are no client's fetches
-            return self.engine.logs.log(topic, partition).read(offset, max_bytes, read_committed=False)
-        return self.engine.call(read)
+        return self.engine.call(self.engine.read, topic, partition, offset, max_bytes)
 
     def log_start_offset(self, topic: str, partition: int) -> int:
         async def start() -> int:

@@ -45,7 +45,7 @@ def create_app(engine: "Engine", settings: HttpSettings | None = None,
     data directory) it also shows finished transactions, read from its database."""
     import secrets
 
-    from app.http import api, auth, errors, history, metrics, ui
+    from app.http import access_log, api, auth, errors, history, metrics, ui
 
     settings = settings or HttpSettings()
     app = Flask(__name__, template_folder=str(WEB / "templates"), static_folder=str(WEB / "static"),
@@ -59,6 +59,7 @@ def create_app(engine: "Engine", settings: HttpSettings | None = None,
     app.extensions["exactly.engine"] = engine
     app.extensions["exactly.settings"] = settings
     app.extensions["exactly.mirror"] = mirror
+    access_log.init_app(app)  # first: its clock starts before auth may answer
     errors.init_app(app)
     auth.init_app(app)
     history.init_app(app)  # the console's LSO/high-watermark sampler (not under TESTING)

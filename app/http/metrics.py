@@ -2,23 +2,59 @@
 
 Broker metrics are read at scrape time by a custom collector, in one call on the
 engine's loop (the only safe place to read partition and coordinator state), so a
-scrape sees one consistent moment:
+scrape sees one consistent moment. Counters and latency histograms are counted by
+the engine where the work happens (``app/engine/counters.py``), whichever face asked
+for it: the HTTP API, the embedded client or the Kafka listener.
 
-* ``exactly_live_producer_ids{topic,partition}`` -- producer ids with state on the
-  partition (the seed's "live producer ids");
-* ``exactly_partition_high_watermark`` / ``_last_stable_offset`` /
-  ``_log_start_offset`` ``{topic,partition}`` -- a gap between the first two is a
-  transaction holding read_committed consumers back;
-* ``exactly_active_transactional_ids{state}`` -- transactional ids by state;
-* ``exactly_transactions_completed_total{outcome}`` -- commits and aborts since start;
-* ``exactly_produce_requests_total``, ``exactly_produced_records_total``,
-  ``exactly_fetch_requests_total``, ``exactly_fetched_bytes_total`` -- counted by the
-  engine (``app/engine/counters.py``) for every source: HTTP, the embedded client, Kafka;
-* ``exactly_kafka_request_duration_seconds{api}`` -- a histogram per Kafka API of how
-  long its requests took from decoded to answered (its ``_count`` is the request count);
-  ``exactly_kafka_connections`` -- Kafka clients connected now;
-* ``exactly_http_requests_total{endpoint,method,status}`` -- HTTP calls by route;
-* the process and platform metrics of prometheus-client.
+What to alert on (every name starts ``exactly_``), with Kafka's name for the same
+thing where Kafka has one -- the README's "Metrics and logs" repeats this list:
+
+* ``partition_last_stable_offset_lag{topic,partition}`` -- Kafka's
+  ``kafka.cluster:type=Partition,name=LastStableOffsetLag``: high watermark - LSO,
+  what read_committed consumers cannot read yet.
+* ``partition_oldest_transaction_age_seconds{topic,partition}`` -- how long the
+  oldest transaction open on the partition has been open (its coordinator's start
+  time; for a producer no coordinator knows, its last write there); 0: none.
+* ``partitions_with_late_transactions`` -- Kafka's
+  ``kafka.server:type=ReplicaManager,name=PartitionsWithLateTransactionsCount``:
+  partitions whose oldest open transaction's producer last wrote more than
+  transaction.max.timeout.ms + 5 minutes ago (Kafka's rule,
+  ``ProducerStateManager.has_late_transaction``).
+* ``consumer_group_lag{group,topic,partition}`` -- the records a read_committed
+  consumer of the group would still receive (``queries.group``'s ``lag``; Kafka's
+  consumers report it as ``records-lag``).
+* ``produce_duration_seconds`` -- a batch from append to acknowledgement (durable,
+  for acks=all); Kafka's ``RequestMetrics TotalTimeMs request=Produce``.
+* ``log_flush_duration_seconds`` -- one fsync round of group commit; Kafka's
+  ``kafka.log:type=LogFlushStats,name=LogFlushRateAndTimeMs``.
+* ``transaction_end_duration_seconds{outcome}`` -- EndTxn until its markers and
+  COMPLETE are durable; Kafka's ``RequestMetrics TotalTimeMs request=EndTxn``.
+* ``fetch_duration_seconds`` -- a client's read of one partition (a long poll's wait
+  excluded); Kafka's ``RequestMetrics TotalTimeMs request=Fetch``.
+* ``fenced_producers_total{error}`` -- PRODUCER_FENCED / INVALID_PRODUCER_EPOCH
+  answered to zombie producers, by the error the broker decided (the Kafka listener
+  tells request versions older than PRODUCER_FENCED INVALID_PRODUCER_EPOCH instead);
+  Kafka's ``RequestMetrics ErrorsPerSec error=...``.
+* ``transactions_timed_out_total`` -- transactions aborted past their
+  transaction.timeout.ms (Confluent Server's ``transaction-timeout-count``).
+* ``transactions_admin_aborted_total`` -- transactions an operator aborted: the
+  console's or the API's Abort, AbortTransaction (KIP-664).
+* ``active_transactional_ids{state}`` -- transactional ids with a transaction open
+  now (Ongoing, PrepareCommit, PrepareAbort, PrepareEpochFence); completed ones are
+  not active.
+
+And to understand them: ``transactions_completed_total{outcome}``;
+``live_producer_ids{topic,partition}`` (Kafka's ReplicaManager ``ProducerIdCount``,
+per partition here); ``partition_high_watermark`` / ``partition_last_stable_offset``
+/ ``partition_log_start_offset``; ``produce_requests_total`` and
+``produced_records_total`` (Kafka's ``TotalProduceRequestsPerSec``,
+``MessagesInPerSec``; retried duplicates excluded); ``fetch_requests_total`` and
+``fetched_bytes_total`` (``TotalFetchRequestsPerSec``, ``BytesOutPerSec``: clients'
+partition reads only -- the SQLite mirror, the console and coordinator loads are
+not clients); ``kafka_request_duration_seconds{api}`` (``RequestMetrics
+TotalTimeMs`` per Kafka API, decoded to answered); ``kafka_connections``;
+``http_requests_total{endpoint,method,status}``; plus the process and platform
+metrics of prometheus-client.
 
 Each app has its own registry: nothing is global, two apps in one process (tests)
 never share counters.
@@ -41,32 +77,82 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from app.engine.counters import KAFKA_LATENCY_BUCKETS_S
+from app.engine import queries
+from app.engine.counters import LATENCY_BUCKETS_S, LatencyHistogram
 from coordinator.transaction_state import TransactionState
+from storage.partition_log import PartitionLog
 
 if TYPE_CHECKING:
     from app.engine import Engine
 
 bp = Blueprint("metrics", __name__)
 METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+ACTIVE_STATES = tuple(state for state in TransactionState if state.is_open)
+
+
+def _oldest_transaction_age_ms(engine: "Engine", log: PartitionLog, now_ms: int) -> int:
+    """How long the oldest transaction open on ``log`` has been open (0: none). Its
+    start is the coordinator's; a producer no coordinator knows (a hanging
+    transaction) has only its last write on the partition to go by."""
+    tc = engine.transaction_coordinator
+    starts = []
+    for producer_id, _ in log.producer_state.ongoing_transactions():
+        txn_id = tc.transactional_id_of(producer_id)
+        meta = tc.txns.get(txn_id) if txn_id is not None else None
+        if meta is not None and meta.state.is_open and meta.txn_start_timestamp >= 0:
+            starts.append(meta.txn_start_timestamp)
+        elif (entry := log.producer_state.producers.get(producer_id)) is not None:
+            starts.append(entry.last_timestamp)
+    return max(0, now_ms - min(starts)) if starts else 0
+
+
+def _histogram(histogram: LatencyHistogram) -> tuple[list[int], float]:
+    return list(histogram.counts), histogram.total_s
+
+
+async def _group_lags(engine: "Engine") -> list[tuple[str, str, str, int]]:
+    """``(group, topic, partition, lag)`` for every committed offset whose lag is known."""
+    lags = []
+    for group_id in sorted(engine.group_coordinator.groups):
+        for offset in (await queries.group(engine, group_id))["offsets"]:
+            if offset["lag"] is not None:
+                lags.append((group_id, offset["topic_name"], str(offset["partition_id"]), offset["lag"]))
+    return lags
 
 
 async def _snapshot(engine: "Engine") -> dict[str, Any]:
     """Everything a scrape reports, read on the engine's loop."""
-    by_state = {state.display: 0 for state in TransactionState}
-    for _, meta in engine.transaction_coordinator.list_transactions():
-        by_state[meta.state.display] += 1
+    tc = engine.transaction_coordinator
+    by_state = {state.display: 0 for state in ACTIVE_STATES}
+    for meta in tc.txns.values():
+        if meta.state.is_open:
+            by_state[meta.state.display] += 1
+    now = engine.clock.now_ms()
     counters = engine.counters
     return {
         "partitions": [(log.topic, str(log.partition), len(log.producer_state.producers), log.high_watermark,
-                        log.last_stable_offset, log.log_start_offset) for log in engine.logs],
+                        log.last_stable_offset, log.log_start_offset, log.high_watermark - log.last_stable_offset,
+                        _oldest_transaction_age_ms(engine, log, now) / 1000) for log in engine.logs],
+        "late": sum(log.producer_state.has_late_transaction(now, engine.config.transaction_max_timeout_ms)
+                    for log in engine.logs),
+        "group_lags": await _group_lags(engine),
         "transactional_ids": by_state,
-        "completed": dict(engine.transaction_coordinator.completed),
+        "completed": dict(tc.completed),
         "counters": (counters.produce_requests, counters.produced_records, counters.fetch_requests,
-                     counters.fetched_bytes),
-        "kafka_requests": {api: (list(h.counts), h.total_s) for api, h in counters.kafka_requests.items()},
+                     counters.fetched_bytes, counters.timed_out_transactions, counters.admin_aborted_transactions),
+        "fenced": dict(counters.fenced_producers),
+        "latency": (_histogram(counters.produce_latency), _histogram(counters.fsync_latency),
+                    _histogram(counters.fetch_latency)),
+        "end_txn": {outcome: _histogram(h) for outcome, h in counters.end_txn_latency.items()},
+        "kafka_requests": {api: _histogram(h) for api, h in counters.kafka_requests.items()},
         "kafka_connections": len(engine.kafka_connections),
     }
+
+
+def add_histogram(family: HistogramMetricFamily, labels: list[str], counts: list[int], total: float) -> None:
+    cumulative = list(itertools.accumulate(counts))
+    family.add_metric(labels, [(str(bound), n) for bound, n in zip(LATENCY_BUCKETS_S, cumulative)]
+                      + [("+Inf", cumulative[-1])], sum_value=total)
 
 
 class BrokerCollector(Collector):
@@ -75,18 +161,41 @@ class BrokerCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         snap = self.engine.call(_snapshot, self.engine, timeout=10)
+        yield from self._partitions(snap)
+        yield from self._transactions(snap)
+        yield from self._requests(snap)
+
+    @staticmethod
+    def _partitions(snap: dict[str, Any]) -> Iterator[Metric]:
         labels = ["topic", "partition"]
         gauges = [GaugeMetricFamily(name, doc, labels=labels) for name, doc in (
-            ("exactly_live_producer_ids", "Producer ids with state on the partition"),
+            ("exactly_live_producer_ids", "Producer ids with state on the partition (Kafka: ProducerIdCount)"),
             ("exactly_partition_high_watermark", "High watermark (the durable end of the log)"),
             ("exactly_partition_last_stable_offset", "Last stable offset: read_committed consumers stop here"),
-            ("exactly_partition_log_start_offset", "First offset still held"))]
+            ("exactly_partition_log_start_offset", "First offset still held"),
+            ("exactly_partition_last_stable_offset_lag",
+             "High watermark - LSO: what read_committed consumers cannot read yet (Kafka: LastStableOffsetLag)"),
+            ("exactly_partition_oldest_transaction_age_seconds",
+             "How long the oldest transaction open on the partition has been open (0: none)"))]
         for topic, partition, *values in snap["partitions"]:
             for gauge, value in zip(gauges, values):
                 gauge.add_metric([topic, partition], value)
         yield from gauges
-        active = GaugeMetricFamily("exactly_active_transactional_ids", "Transactional ids by state",
-                                   labels=["state"])
+        yield GaugeMetricFamily(
+            "exactly_partitions_with_late_transactions",
+            "Partitions whose oldest open transaction's producer last wrote more than transaction.max.timeout.ms "
+            "+ 5 min ago (Kafka: PartitionsWithLateTransactionsCount)", value=snap["late"])
+        lag = GaugeMetricFamily("exactly_consumer_group_lag",
+                                "Records a read_committed consumer of the group would still receive",
+                                labels=["group", "topic", "partition"])
+        for group_id, topic, partition, value in snap["group_lags"]:
+            lag.add_metric([group_id, topic, partition], value)
+        yield lag
+
+    @staticmethod
+    def _transactions(snap: dict[str, Any]) -> Iterator[Metric]:
+        active = GaugeMetricFamily("exactly_active_transactional_ids",
+                                   "Transactional ids with a transaction open now, by state", labels=["state"])
         for state, count in snap["transactional_ids"].items():
             active.add_metric([state], count)
         yield active
@@ -95,18 +204,40 @@ class BrokerCollector(Collector):
         for outcome, count in snap["completed"].items():
             completed.add_metric([outcome], count)
         yield completed
+        end_txn = HistogramMetricFamily("exactly_transaction_end_duration_seconds",
+                                        "EndTxn until its markers and COMPLETE are durable", labels=["outcome"])
+        for outcome, (counts, total) in snap["end_txn"].items():
+            add_histogram(end_txn, [outcome], counts, total)
+        yield end_txn
+        fenced = CounterMetricFamily("exactly_fenced_producers",
+                                     "PRODUCER_FENCED / INVALID_PRODUCER_EPOCH answered to producers",
+                                     labels=["error"])
+        for error in ("PRODUCER_FENCED", "INVALID_PRODUCER_EPOCH"):
+            fenced.add_metric([error], snap["fenced"].get(error, 0))
+        yield fenced
+
+    @staticmethod
+    def _requests(snap: dict[str, Any]) -> Iterator[Metric]:
         for (name, doc), value in zip((
                 ("exactly_produce_requests", "Batches submitted for append (all sources)"),
                 ("exactly_produced_records", "Records appended (retried duplicates excluded)"),
-                ("exactly_fetch_requests", "Fetches (all sources)"),
-                ("exactly_fetched_bytes", "Record-batch bytes returned by fetches")), snap["counters"]):
+                ("exactly_fetch_requests", "Clients' partition reads (all faces; the broker's own reads excluded)"),
+                ("exactly_fetched_bytes", "Record-batch bytes returned by clients' fetches"),
+                ("exactly_transactions_timed_out", "Transactions aborted because they ran past their timeout"),
+                ("exactly_transactions_admin_aborted", "Transactions an operator aborted")), snap["counters"]):
             yield CounterMetricFamily(name, doc, value=value)
+        for (name, doc), (counts, total) in zip((
+                ("exactly_produce_duration_seconds", "A batch from append to acknowledgement (durable for acks=all)"),
+                ("exactly_log_flush_duration_seconds",
+                 "One fsync round of group commit (Kafka: LogFlushRateAndTimeMs)"),
+                ("exactly_fetch_duration_seconds", "A client's read of one partition")), snap["latency"]):
+            histogram = HistogramMetricFamily(name, doc)
+            add_histogram(histogram, [], counts, total)
+            yield histogram
         latency = HistogramMetricFamily("exactly_kafka_request_duration_seconds",
                                         "Kafka requests by API: time from decoded to answered", labels=["api"])
         for api, (counts, total) in sorted(snap["kafka_requests"].items()):
-            cumulative = list(itertools.accumulate(counts))
-            latency.add_metric([api], [(str(bound), n) for bound, n in zip(KAFKA_LATENCY_BUCKETS_S, cumulative)]
-                               + [("+Inf", cumulative[-1])], sum_value=total)
+            add_histogram(latency, [api], counts, total)
         yield latency
         yield GaugeMetricFamily("exactly_kafka_connections", "Kafka clients connected now",
                                 value=snap["kafka_connections"])

@@ -43,8 +43,11 @@ class OffsetRange:
         return f"{self.topic}-{self.partition} [{self.start}, {self.end})"
 
 
-def consumer_config(client_config: dict[str, Any], read_committed: bool) -> dict[str, Any]:
-    """A consumer that is only ever assigned: no group membership, no commits."""
+def consumer_config(client_config: dict[str, Any], read_committed: bool, fail_on_data_loss: bool = True,
+                    ) -> dict[str, Any]:
+    """A consumer that is only ever assigned: no group membership, no commits. A range
+    that starts below the log start offset (retention deleted it) fails the read, or
+    with ``fail_on_data_loss`` false starts at the log start (Spark's failOnDataLoss)."""
     return {
         "group.id": f"spark-exactly-source-{uuid.uuid4()}",
         # the partition-EOF event that ends a range comes with a fetch response: an
@@ -54,7 +57,7 @@ def consumer_config(client_config: dict[str, Any], read_committed: bool) -> dict
         "enable.auto.commit": False,
         "enable.auto.offset.store": False,
         "enable.partition.eof": True,
-        "auto.offset.reset": "error",
+        "auto.offset.reset": "error" if fail_on_data_loss else "earliest",
         "isolation.level": "read_committed" if read_committed else "read_uncommitted",
     }
 

@@ -222,8 +222,8 @@ def read_partition(partition: InputPartition, options: SourceOptions, schema: An
     plan had no ranges)."""
     if partition.value is None:
         return iter(())
-    return read_range(partition.value, consumer_config(options.client_config(), options.read_committed),
-                      arrow_schema(schema), options.poll_timeout_ms)
+    config = consumer_config(options.client_config(), options.read_committed, options.fail_on_data_loss)
+    return read_range(partition.value, config, arrow_schema(schema), options.poll_timeout_ms)
 
 
 def checked_bounds(starts: Offsets, ends: Offsets, earliest: Offsets, latest: Offsets,

@@ -96,6 +96,8 @@ class Subscription:
 
 @dataclass(frozen=True)
 class SourceOptions:
+    """One read's parsed options (picklable: Spark sends them to the tasks)."""
+
     bootstrap_servers: str
     subscription: Subscription
     starting: OffsetLimit

@@ -1,10 +1,12 @@
 """Streaming reads through the ``exactly`` source: micro-batches that never pass the
-LSO, pick up a transaction's records once it commits, continue from a checkpoint,
-respect maxOffsetsPerTrigger and stop under availableNow."""
+LSO, pick up a transaction's records once it commits, read the same records when
+replayed, continue from a checkpoint, respect maxOffsetsPerTrigger and stop under
+availableNow."""
 
 from __future__ import annotations
 
 import json
+import pickle
 import threading
 from pathlib import Path
 from typing import Any, Iterator
@@ -12,7 +14,10 @@ from typing import Any, Iterator
 import pytest
 from confluent_kafka import IsolationLevel, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
+from pyspark.sql.streaming.datasource import ReadAllAvailable
 
+from app.spark.datasource import KAFKA_SOURCE_SCHEMA_NO_HEADERS
+from app.spark.source import TopicStreamReader
 from tests.kafka_support import KafkaBroker, wait_until
 from tests.spark.source_workload import Workload, Written, interleaved
 
@@ -80,6 +85,12 @@ def last_stable_offsets(bootstrap: str, topic: str, partitions: int) -> dict[str
     return {str(tp.partition): f.result().offset for tp, f in futures.items()}
 
 
+def end_offsets(query: Any, topic: str) -> list[dict[str, int]]:
+    """The stream's position in ``topic`` after each reported trigger."""
+    return [json.loads(progress["sources"][0]["endOffset"])[topic] for progress in query.recentProgress
+            if progress["sources"] and progress["sources"][0]["endOffset"]]
+
+
 def test_a_stream_stops_at_the_lso_and_reads_the_rest_once_the_transaction_commits(
         spark, kafka: KafkaBroker, tmp_path: Path) -> None:
     kafka.broker.create_topic("live", partitions=3)
@@ -92,9 +103,8 @@ def test_a_stream_stops_at_the_lso_and_reads_the_rest_once_the_transaction_commi
         want = expected(workload.visible())
         wait_until(lambda: collected.by_partition() == want, DEADLINE, "the committed records")
         lso = last_stable_offsets(kafka.bootstrap, "live", 3)
-        wait_until(lambda: query.lastProgress and query.lastProgress["sources"][0]["endOffset"],
-                   DEADLINE, "a progress report")
-        assert json.loads(query.lastProgress["sources"][0]["endOffset"]) == {"live": lso}
+        wait_until(lambda: end_offsets(query, "live")[-1:] == [lso], DEADLINE, "the stream's position at the LSO")
+        assert all(end[p] <= lso[p] for end in end_offsets(query, "live") for p in end)
 
         workload.produce_plain("plain-e", [1, 2])  # behind the open transaction: not yet readable
         workload.commit_open()
@@ -104,6 +114,38 @@ def test_a_stream_stops_at_the_lso_and_reads_the_rest_once_the_transaction_commi
         query.stop()
     assert query.exception() is None
     assert collected.by_partition() == want  # nothing twice, each partition in offset order
+
+
+def read_between(reader: TopicStreamReader, start: dict, end: dict) -> dict[int, list[tuple[int, bytes]]]:
+    """What Spark's tasks read for the micro-batch ``start`` to ``end``: each planned
+    partition pickled to a "task" and read there."""
+    result: dict[int, list[tuple[int, bytes]]] = {}
+    for partition in reader.partitions(start, end):
+        task_reader, task_partition = pickle.loads(pickle.dumps((reader, partition)))
+        for batch in task_reader.read(task_partition):
+            for row in batch.to_pylist():
+                result.setdefault(row["partition"], []).append((row["offset"], row["value"]))
+    return result
+
+
+def test_a_replayed_micro_batch_reads_the_same_records_after_the_transaction_ends(
+        spark, kafka: KafkaBroker) -> None:
+    kafka.broker.create_topic("replay", partitions=3)
+    workload = interleaved(kafka.bootstrap, "replay")
+    schema = spark.createDataFrame([], KAFKA_SOURCE_SCHEMA_NO_HEADERS).schema
+    reader = TopicStreamReader({"kafka.bootstrap.servers": kafka.bootstrap, "subscribe": "replay",
+                                "startingOffsets": "earliest"}, schema)
+    try:
+        start = reader.initialOffset()
+        end = reader.latestOffset(start, ReadAllAvailable())
+        first = read_between(reader, start, end)
+        assert first == expected(workload.visible())
+        workload.commit_open()
+        workload.produce_plain("plain-e", [0, 1, 2])
+        assert read_between(reader, start, end) == first
+        assert reader.latestOffset(end, ReadAllAvailable()) != end  # the rest is for the next batch
+    finally:
+        reader.stop()
 
 
 def test_a_restart_from_the_checkpoint_continues_where_the_last_run_stopped(
