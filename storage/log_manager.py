@@ -33,7 +33,7 @@ import os
 import re
 import shutil
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
@@ -43,6 +43,7 @@ from storage.background import RunSteps, Steps, run_inline
 from storage.checkpoint import CorruptCheckpointError, read_checkpoint, write_checkpoint
 from storage.clock import Clock
 from storage.errors import (
+    InvalidConfigError,
     InvalidPartitionsError,
     InvalidTopicError,
     KafkaStorageError,
@@ -103,22 +104,25 @@ class TopicsWrite:
 
 @dataclass(frozen=True)
 class TopicCreation:
-    """Make a new topic's partition directories and sync them, then register it in
+    """Make a new topic's partition directories -- or, from ``first_partition``, the
+    ones a topic grows by (CreatePartitions) -- and sync them, then register it in
     ``topics.json`` (the commit point: a crash before it leaves only empty
-    directories of an unknown topic). A directory already there is what a crash left
-    of a deleted topic of the same name, and goes first, so its data never comes back.
-    ``run`` (any thread) returns the opened logs, for the owner to install."""
+    directories the registry does not name). A directory already there is what a
+    crash left of a deleted topic of the same name (or of a grow that did not
+    commit), and goes first, so its data never comes back. ``run`` (any thread)
+    returns the opened logs, for the owner to install."""
 
     data_dir: Path
     info: TopicInfo
     config: LogConfig
     clock: Clock
     topics: TopicsWrite
+    first_partition: int = 0
 
     def run(self) -> list[PartitionLog]:
         logs: list[PartitionLog] = []
         try:
-            for partition in range(self.info.partitions):
+            for partition in range(self.first_partition, self.info.partitions):
                 directory = self.data_dir / filenames.partition_dir_name(self.info.name, partition)
                 shutil.rmtree(directory, ignore_errors=True)
                 logs.append(PartitionLog(directory, self.info.name, partition, self.config, self.clock,
@@ -288,14 +292,52 @@ class LogManager:
         info = TopicInfo(name, partitions, str(uuid.uuid4()), overrides, internal)
         return self._create_steps(info, log_config)
 
-    def _create_steps(self, info: TopicInfo, config: LogConfig) -> Steps[TopicInfo]:
-        logs = yield TopicCreation(self.data_dir, info, config, self.clock,
-                                   self._topics_write([*self.topics.values(), info]))
+    def _create_steps(self, info: TopicInfo, config: LogConfig, first_partition: int = 0) -> Steps[TopicInfo]:
+        others = [t for t in self.topics.values() if t.name != info.name]
+        logs = yield TopicCreation(self.data_dir, info, config, self.clock, self._topics_write([*others, info]),
+                                   first_partition)
         self.topics[info.name] = info
-        for partition, log_ in enumerate(logs):
+        for partition, log_ in enumerate(logs, start=first_partition):
             log_.background = self._background
             self.logs[(info.name, partition)] = log_
         return info
+
+    def add_partitions(self, name: str, count: int) -> Steps[TopicInfo]:
+        """CreatePartitions: grow topic ``name`` to ``count`` partitions, validated at
+        once (INVALID_PARTITIONS unless it grows), then made durable as a creation of
+        the new partitions is. The owner runs one topic change at a time."""
+        info = self.topic(name)
+        if not isinstance(count, int) or isinstance(count, bool) or count <= info.partitions:
+            raise InvalidPartitionsError(f"topic {name!r} has {info.partitions} partitions; "
+                                         f"the count can only grow, got {count!r}")
+        return self._create_steps(replace(info, partitions=count), self.topic_config(name), info.partitions)
+
+    def alter_topic_config(self, name: str, changes: Mapping[str, Any | None]) -> Steps[TopicInfo]:
+        """Set (a value) or reset to the default (None) some of a topic's config
+        overrides: validated at once (INVALID_CONFIG changes nothing), then
+        ``topics.json`` is rewritten (the commit point) and every partition log obeys
+        the new config. The owner runs one topic change at a time."""
+        info = self.topic(name)
+        unknown = sorted(set(changes) - set(self.defaults.to_kafka()))
+        if unknown:
+            raise InvalidConfigError(f"unknown topic config {unknown[0]!r}")
+        overrides = self.altered_overrides(info, changes)
+        config = LogConfig.from_kafka(overrides, base=self.defaults)  # raises INVALID_CONFIG
+        return self._alter_steps(replace(info, overrides=overrides), config)
+
+    @staticmethod
+    def altered_overrides(info: TopicInfo, changes: Mapping[str, Any | None]) -> dict[str, str]:
+        """``info``'s overrides with ``changes`` applied (None: back to the default)."""
+        overrides = {k: v for k, v in info.overrides.items() if k not in changes}
+        overrides.update({k: str(v) for k, v in changes.items() if v is not None})
+        return overrides
+
+    def _alter_steps(self, altered: TopicInfo, config: LogConfig) -> Steps[TopicInfo]:
+        yield self._topics_write([altered if t.name == altered.name else t for t in self.topics.values()])
+        self.topics[altered.name] = altered
+        for partition in range(altered.partitions):
+            self.logs[(altered.name, partition)].config = config
+        return altered
 
     def detach_topic(self, name: str) -> list[PartitionLog]:
         """Take topic ``name`` out of the registry in memory, so no request finds it

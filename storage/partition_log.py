@@ -77,6 +77,7 @@ from storage.record_batch import (
     encode_end_txn_marker,
     iter_headers,
     read_header,
+    recompress,
     restamp,
     scan_batch,
     validate_batch,
@@ -310,6 +311,7 @@ class PartitionLog:
             if duplicate is not None:
                 return AppendResult(duplicate.first_offset, duplicate.last_offset, duplicate=True)
         now = self.clock.now_ms()
+        batch, header = self._recompressed(batch, header)
         batch, header = self._stamp(batch, header, max_timestamp, now)
         self._maybe_roll(len(batch), header, now)
         base_offset = self.log_end_offset
@@ -381,6 +383,19 @@ class PartitionLog:
                 f"Compacted topic cannot accept message without key in topic partition "
                 f"{self.topic}-{self.partition}.")
         return scanned
+
+    def _recompressed(self, batch: bytes, header: BatchHeader) -> tuple[bytes, BatchHeader]:
+        """The batch in the topic's ``compression.type`` codec (unchanged for ``producer``);
+        a batch that grows past ``max.message.bytes`` by it is MESSAGE_TOO_LARGE."""
+        target = self.config.compression
+        if target is None or header.compression is target:
+            return batch, header
+        batch = recompress(batch, target)
+        header = read_header(batch)
+        if header.size > self.config.max_message_bytes:
+            raise MessageTooLargeError(f"batch of {header.size} bytes in {target.name.lower()} exceeds "
+                                       f"max.message.bytes={self.config.max_message_bytes}")
+        return batch, header
 
     def _stamp(self, batch: bytes, header: BatchHeader, max_timestamp: int,
                now: int) -> tuple[bytes, BatchHeader]:

@@ -773,6 +773,19 @@ def encode_retained(header: BatchHeader, records: Sequence[StoredRecord], *,
     return _pack_batch(header, attributes, base_timestamp, body, len(records))
 
 
+def recompress(batch: bytes, compression: Compression) -> bytes:
+    """``batch`` with its records in ``compression`` (a broker storing batches in the
+    codec of a topic's ``compression.type``, as Kafka's LogValidator does): every header
+    field, producer and transactional ones included, stays; the codec bits, the length
+    and the CRC are new. Already in that codec: ``batch`` itself."""
+    header, records = _records_section(batch, verify_crc=False, max_uncompressed=DEFAULT_MAX_SIZE)
+    if header.compression is compression:
+        return batch
+    body = records if compression is Compression.NONE else compress(compression, records)
+    attributes = (header.attributes & ~COMPRESSION_MASK) | compression
+    return _pack_batch(header, attributes, header.base_timestamp, body, header.record_count)
+
+
 def _pack_batch(header: BatchHeader, attributes: int, base_timestamp: int, body: bytes,
                 record_count: int) -> bytes:
     batch = bytearray(HEADER_SIZE + len(body))

@@ -14,6 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from app import Broker
 from app.http import HttpSettings, create_app, idempotency, openapi, transactions
+from app.http.codec import iso_time
 from app.client.producer import murmur2
 from coordinator.transaction_state import IllegalTransitionError, TransactionMetadata
 from storage.clock import FakeClock
@@ -46,7 +47,7 @@ class Api:
         assert response.status_code == status, (method, path, response.status_code, response.get_data(True))
         if response.status_code >= 400:
             error = response.json  # every error is the JSON error body
-            assert set(error) == {"error_code", "error_name", "message"}, error
+            assert set(error) == {"error_code", "message", "error_name", "kafka_error_code"}, error
         return response
 
     def get(self, path: str, status: int = 200, **query: Any) -> Any:
@@ -160,7 +161,8 @@ def test_a_server_error_is_a_500_with_a_reference_and_never_the_exception_s_text
     body = txn_body(producer, records=[record("orders", 0, "x")])
     with caplog.at_level("ERROR", logger="app.http.errors"):
         answer = topics.call("POST", "/transactions/bug-tx/records", 500, body).json
-    assert answer["error_name"] == "UNKNOWN_SERVER_ERROR" and answer["error_code"] == -1
+    assert answer["error_name"] == "UNKNOWN_SERVER_ERROR" and answer["kafka_error_code"] == -1
+    assert answer["error_code"] == 500
     reference = re.fullmatch(r"internal server error; reference ([0-9a-f]{8}) in the broker's log",
                              answer["message"]).group(1)
     assert "secret" not in json.dumps(answer) and type(failure).__name__ not in json.dumps(answer)
@@ -177,7 +179,12 @@ def test_create_list_get_and_delete_a_topic(api: Api) -> None:
                                    "configs": [{"name": "retention.ms", "value": "86400000"}]}, status=201)
     assert created["kind"] == "KafkaTopic" and created["topic_name"] == "orders"
     assert created["partitions_count"] == 3 and created["replication_factor"] == 1
-    assert created["configs"] == [{"name": "retention.ms", "value": "86400000"}]
+    assert created["configs"]["related"].endswith("/topics/orders/configs")
+    effective = {c["name"]: c for c in created["effective_configs"]}
+    assert effective["retention.ms"] == {"name": "retention.ms", "value": "86400000", "is_default": False,
+                                         "source": "DYNAMIC_TOPIC_CONFIG", "is_read_only": False,
+                                         "is_sensitive": False}
+    assert effective["cleanup.policy"]["value"] == "delete" and effective["cleanup.policy"]["is_default"]
     assert created["partitions"]["related"].endswith("/topics/orders/partitions")
     assert [t["topic_name"] for t in api.get("/topics")["data"]] == ["orders"]
     assert api.get("/topics/orders")["topic_id"] == created["topic_id"]
@@ -208,7 +215,7 @@ def test_internal_topics_are_listed_as_internal(topics: Api) -> None:
     ({"topic_name": "t", "configs": [{"name": "retention.ms", "value": "soon"}]}, 400, "INVALID_CONFIG"),
     ({"topic_name": "t", "configs": [{"name": "retention.ms", "value": 5}]}, 400, "INVALID_REQUEST"),
     ({"topic_name": "__consumer_offsets"}, 400, "INVALID_TOPIC_EXCEPTION"),
-    ({"topic_name": "orders"}, 409, "TOPIC_ALREADY_EXISTS"),
+    ({"topic_name": "orders"}, 400, "TOPIC_ALREADY_EXISTS"),
 ])
 def test_create_topic_refuses_bad_input(topics: Api, body: dict, status: int, error: str) -> None:
     assert topics.error("POST", "/topics", status, body) == error
@@ -296,7 +303,7 @@ def test_records_of_every_data_type_read_back_as_binary(topics: Api, clock: Fake
     ]
     for key, value in sent:
         answer = topics.post("/topics/orders/records", {"partition_id": 1, "key": key, "value": value})
-        assert answer["error_code"] == 200 and answer["timestamp"] == clock.now_ms()
+        assert answer["error_code"] == 200 and answer["timestamp"] == iso_time(clock.now_ms())
     topics.post("/topics/orders/records", {"partition_id": 1, "headers": [{"name": "trace", "value": b64(b"abc")},
                                                                           {"name": "empty", "value": None}],
                                            "timestamp": 1_600_000_000_000})

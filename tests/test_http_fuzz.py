@@ -10,7 +10,10 @@ The generator is steered a little (``_steer``) so that most requests reach real
 resources: the cluster id is the broker's most of the time, and in valid requests
 topic names are often the seeded ones and partition ids small -- otherwise nearly
 every request would be an uninteresting 404. Topics are created with few
-partitions, and the seeded topics are never deleted.
+partitions, and the seeded topics are never deleted; config changes go to a topic of
+their own (a fuzzed ``max.message.bytes`` must not stop the produce at the end), and
+group calls mostly to a seeded group with a member, so consumers, assignments and
+lags are reached.
 """
 
 from __future__ import annotations
@@ -32,10 +35,14 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from app import Broker
+from app.client import consumer_protocol
 from app.http import create_app, openapi
+from coordinator.group_metadata import CommittedOffset
 from tests.conftest import SMALL_INTERNAL_TOPICS
 
 SEEDED = ("orders", "payments")
+CONFIGURED = "fuzz-configs"
+GROUP = "fuzz-group"
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance,
           negative_data_rejection]
 
@@ -56,6 +63,15 @@ def app(broker: Broker):
     for i in range(3):
         client.post(f"{base}/topics/orders/records",
                     json={"partition_id": 0, "value": {"type": "STRING", "data": f"v{i}"}})
+    client.post(f"{base}/topics", json={"topic_name": CONFIGURED, "partitions_count": 1})
+    engine, gc = broker.engine, broker.engine.group_coordinator
+    joined = engine.call(gc.join_group, GROUP, "", consumer_protocol.PROTOCOL_TYPE,
+                         [("range", consumer_protocol.encode_subscription(["orders"]))], 60_000)
+    engine.call(gc.sync_group, GROUP, joined.generation, joined.member_id,
+                {joined.member_id: consumer_protocol.encode_assignment([("orders", 0), ("orders", 1)])})
+    engine.call(gc.commit_offsets, GROUP, {("orders", 0): CommittedOffset(1)}, joined.generation,
+                joined.member_id)
+    app.extensions["fuzz.member"] = joined.member_id
     init = client.post(f"{base}/transactions/fuzz-tx/init", json={}).json
     client.post(f"{base}/transactions/fuzz-tx/records", json={
         "producer_id": init["producer_id"], "producer_epoch": init["producer_epoch"],
@@ -68,7 +84,7 @@ def app(broker: Broker):
 schema = schemathesis.openapi.from_dict(openapi.document())
 
 
-def _steer(case, broker: Broker) -> None:
+def _steer(case, broker: Broker, member: str) -> None:
     """Point most generated requests at real resources (deterministically per case)."""
     rng = random.Random(zlib.crc32(repr((case.method, case.path, case.path_parameters, case.query,
                                          case.body)).encode()))
@@ -82,11 +98,22 @@ def _steer(case, broker: Broker) -> None:
         case.headers["Idempotency-Key"] = f"{key[:200]}-{rng.getrandbits(64):x}"
     if case.meta is not None and case.meta.generation.mode.is_negative:
         return  # the broken part may be any of the others: leave them as generated
+    changes_configs = "/configs" in case.path and case.method.upper() != "GET"
     if "topic_name" in params:
-        if case.method.upper() == "DELETE" and params["topic_name"] in SEEDED:
+        if changes_configs:
+            params["topic_name"] = CONFIGURED
+        elif case.method.upper() == "DELETE" and params["topic_name"] in SEEDED:
             params["topic_name"] = "fuzz-doomed"
         elif case.method.upper() != "DELETE" and rng.random() < 0.7:
             params["topic_name"] = rng.choice(SEEDED)
+    if "name" in params and rng.random() < 0.7:
+        params["name"] = rng.choice(openapi.CONFIG_NAMES)
+    if "broker_id" in params and rng.random() < 0.7:
+        params["broker_id"] = broker.engine.logs.node_id
+    if "group_id" in params and rng.random() < 0.7:
+        params["group_id"] = GROUP
+    if "consumer_id" in params and rng.random() < 0.7:
+        params["consumer_id"] = member
     if isinstance(params.get("partition_id"), int) and rng.random() < 0.7:
         params["partition_id"] = 0
     body = case.body if isinstance(case.body, dict) else {}
@@ -110,7 +137,7 @@ async def _describe(engine, txn_id: str):
 @schema.parametrize()
 @settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
 def test_every_answer_is_documented_and_never_a_server_error(case, app, broker: Broker) -> None:
-    _steer(case, broker)
+    _steer(case, broker, app.extensions["fuzz.member"])
     case.call_and_validate(app=app, checks=CHECKS)
 
 

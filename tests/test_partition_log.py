@@ -11,9 +11,10 @@ from storage import filenames
 from storage.background import run_inline
 from storage.checkpoint import read_checkpoint
 from storage.clock import FakeClock
-from storage.errors import OffsetOutOfRangeError, UnknownTopicOrPartitionError
+from storage.compression import Compression
+from storage.errors import MessageTooLargeError, OffsetOutOfRangeError, UnknownTopicOrPartitionError
 from storage.read_committed import read_records
-from storage.record_batch import iter_headers
+from storage.record_batch import SimpleRecord, decode_batch, encode_batch, iter_headers
 from tests.conftest import data_batch
 from tests.storage_log import DurableLogs
 
@@ -160,3 +161,37 @@ def test_records_with_ancient_timestamps_do_not_roll_a_segment_per_append(broker
     clock.advance(HOUR)
     broker.produce("t", 0, data_batch([b"old"], timestamp=1))
     assert len(segment_files(broker, "t")) == 2, "segment.ms still rolls by the broker's clock"
+
+
+@pytest.mark.parametrize("topic_codec, sent, stored", [
+    ("gzip", Compression.NONE, Compression.GZIP),
+    ("zstd", Compression.GZIP, Compression.ZSTD),
+    ("uncompressed", Compression.LZ4, Compression.NONE),
+    ("producer", Compression.SNAPPY, Compression.SNAPPY),
+])
+def test_compression_type_is_the_codec_batches_are_stored_in(broker: Broker, topic_codec: str,
+                                                             sent: Compression, stored: Compression) -> None:
+    """As Kafka's LogValidator: the records, offsets and producer fields stay; only the
+    codec changes -- and an idempotent retry is still answered with the first offset."""
+    broker.create_topic("t", 1, {"compression.type": topic_codec})
+    producer_id = broker.engine.call(broker.engine.transaction_coordinator.init_producer_id, None, -1)[0]
+    records = [SimpleRecord(b"value %d " % i * 20, key=b"k%d" % i, headers=(("h", b"x"),)) for i in range(5)]
+    batch = encode_batch(records, producer_id=producer_id, producer_epoch=0, base_sequence=0, compression=sent)
+    assert broker.produce("t", 0, batch) == 0
+    assert broker.produce("t", 0, batch) == 0, "the retry is a duplicate whatever the codec"
+    raw = broker.fetch("t", 0, 0).records
+    ((_, header),) = [(offset, h) for offset, h in iter_headers(raw)]
+    assert header.compression is stored
+    assert (header.producer_id, header.base_sequence, header.record_count) == (producer_id, 0, 5)
+    assert [(r.key, r.value, r.headers) for r in decode_batch(raw).records] == [
+        (r.key, r.value, r.headers) for r in records]
+    assert broker.engine.logs.log("t", 0).log_end_offset == 5
+
+
+def test_a_batch_that_outgrows_max_message_bytes_when_decompressed_is_refused(broker: Broker) -> None:
+    broker.create_topic("t", 1, {"compression.type": "uncompressed", "max.message.bytes": 1000})
+    squeezed = encode_batch([SimpleRecord(b"a" * 5000)], compression=Compression.GZIP)
+    assert len(squeezed) < 1000
+    with pytest.raises(MessageTooLargeError):
+        broker.produce("t", 0, squeezed)
+    assert broker.engine.logs.log("t", 0).log_end_offset == 0

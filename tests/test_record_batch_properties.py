@@ -29,7 +29,7 @@ from storage.record_batch import (ATTRIBUTES_OFFSET, CONTROL_BIT, CONTROL_KEY,
                                   TIMESTAMP_TYPE_BIT, BatchHeader, ControlType, Record,
                                   SimpleRecord, compute_crc, decode_batch, decode_control_record,
                                   encode_batch, encode_end_txn_marker, iter_headers, read_header,
-                                  restamp, scan_batch, validate_batch, with_base_offset,
+                                  recompress, restamp, scan_batch, validate_batch, with_base_offset,
                                   with_partition_leader_epoch)
 from storage.varint import decode_uvarint, decode_varint, encode_uvarint, encode_varint
 
@@ -298,6 +298,24 @@ def test_encode_decode_round_trip(records, params):
         Record(params["base_offset"] + i, header.max_timestamp if log_append else r.timestamp,
                r.key, r.value, tuple(r.headers))
         for i, r in enumerate(records))
+
+
+@PROPERTY
+@given(records=arb_records, params=arb_batch_params, target=arb_compression)
+def test_recompress_changes_only_the_codec(records, params, target):
+    """A topic's compression.type: the same records, offsets and producer fields in
+    another codec, with a valid CRC and the length it says."""
+    encoded = encode_batch(records, **params)
+    before = decode_batch(encoded)
+    recompressed = recompress(encoded, target)
+    after = decode_batch(recompressed)  # verifies the CRC
+    assert after.header.compression is target and after.header.size == len(recompressed)
+    assert after.records == before.records
+    unchanged = ("base_offset", "producer_id", "producer_epoch", "base_sequence", "is_transactional",
+                 "timestamp_type", "partition_leader_epoch", "record_count", "last_offset_delta",
+                 "base_timestamp", "max_timestamp")
+    assert [getattr(after.header, f) for f in unchanged] == [getattr(before.header, f) for f in unchanged]
+    assert (recompressed == encoded) is (params["compression"] is target)
 
 
 @PROPERTY

@@ -258,18 +258,50 @@ class Engine:
         return commit
 
     async def create_topic(self, name: str, partitions: int | None = None,
-                           config: Mapping[str, Any] | None = None) -> TopicInfo:
+                           config: Mapping[str, Any] | None = None,
+                           validate_only: bool = False) -> TopicInfo | None:
         """Create a topic; returns once it is durable (its directories and topics.json
-        are written off the loop)."""
+        are written off the loop). ``validate_only``: raise what creating it would
+        raise, create nothing, return None (CreateTopics' validate_only)."""
         if name in INTERNAL_TOPICS:
             raise InvalidTopicError(f"{name} is an internal topic; the broker creates it")
         return await self._create_topic(name, partitions if partitions is not None
-                                        else self.config.num_partitions, config)
+                                        else self.config.num_partitions, config, validate_only=validate_only)
 
     async def _create_topic(self, name: str, partitions: int, config: Mapping[str, Any] | None,
-                            internal: bool = False) -> TopicInfo:
+                            internal: bool = False, validate_only: bool = False) -> TopicInfo | None:
         async with self._topic_changes:
-            return await self.maintenance.run(self.logs.create_topic(name, partitions, config, internal))
+            steps = self.logs.create_topic(name, partitions, config, internal)  # validates, raising
+            if validate_only:
+                steps.close()
+                return None
+            return await self.maintenance.run(steps)
+
+    async def create_partitions(self, name: str, count: int, validate_only: bool = False) -> TopicInfo:
+        """CreatePartitions: grow a topic to ``count`` partitions; returns once the new
+        partitions and topics.json are durable. ``validate_only``: check, change nothing."""
+        if name in INTERNAL_TOPICS:
+            raise InvalidTopicError(f"the internal topic {name} keeps its partitions")
+        async with self._topic_changes:
+            steps = self.logs.add_partitions(name, count)  # validates, raising
+            if validate_only:
+                steps.close()
+                return self.logs.topic(name)
+            return await self.maintenance.run(steps)
+
+    async def alter_topic_config(self, name: str, changes: Mapping[str, Any | None],
+                                 validate_only: bool = False) -> TopicInfo:
+        """Set or (None) reset config overrides of a topic; returns once topics.json
+        holds them, the logs obeying them from then on. ``validate_only``: raise what
+        altering would raise, change nothing."""
+        if name in INTERNAL_TOPICS:
+            raise InvalidTopicError(f"the configs of the internal topic {name} are the broker's")
+        async with self._topic_changes:
+            steps = self.logs.alter_topic_config(name, changes)  # validates, raising
+            if validate_only:
+                steps.close()
+                return self.logs.topic(name)
+            return await self.maintenance.run(steps)
 
     async def delete_topic(self, name: str) -> None:
         """Delete a topic: at once no request finds it; in-flight fsyncs finish and its

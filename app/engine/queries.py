@@ -14,13 +14,16 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from dataclasses import fields
 from typing import TYPE_CHECKING, Any
 
 from app.client import consumer_protocol
+from app.config import BrokerConfig
 from coordinator import offsets_log, transaction_log
 from coordinator.schema import SchemaError
 from coordinator.transaction_state import TransactionState
 from storage.errors import GroupIdNotFoundError, OffsetOutOfRangeError, TransactionalIdNotFoundError
+from storage.log_config import LogConfig
 from storage.partition_log import PartitionLog
 from storage.record_batch import BatchHeader, decode_batch, decode_control_record
 from storage.txn_index import AbortedTxn
@@ -67,14 +70,47 @@ async def topic(engine: "Engine", name: str) -> dict[str, Any]:
             "partitions": [_partition(engine.logs.log(name, p)) for p in range(info.partitions)]}
 
 
+#: where a topic config's value comes from (Kafka's DescribeConfigs ConfigSource names)
+DEFAULT_CONFIG, STATIC_BROKER_CONFIG, DYNAMIC_TOPIC_CONFIG = \
+    "DEFAULT_CONFIG", "STATIC_BROKER_CONFIG", "DYNAMIC_TOPIC_CONFIG"
+
+
 async def topic_configs(engine: "Engine", name: str) -> list[dict[str, Any]]:
-    """DescribeConfigs of a topic: every topic config's effective value, and whether the
-    topic sets it (``DYNAMIC_TOPIC_CONFIG``) or it is the broker's default (``DEFAULT_CONFIG``)."""
+    """Every config of a topic, by name, with its effective value and where that
+    comes from: set on the topic (DYNAMIC_TOPIC_CONFIG), a broker-wide default given
+    at start-up (STATIC_BROKER_CONFIG, e.g. ``--config log.retention.ms=...``) or
+    Kafka's default (DEFAULT_CONFIG). Values are strings, as Kafka shows them."""
     overrides = engine.logs.topic(name).overrides
-    return [{"name": key, "value": str(value), "is_default": key not in overrides,
-             "source": "DYNAMIC_TOPIC_CONFIG" if key in overrides else "DEFAULT_CONFIG",
-             "is_read_only": False, "is_sensitive": False, "synonyms": []}
-            for key, value in sorted(engine.logs.topic_config(name).to_kafka().items())]
+    broker, kafka = engine.logs.defaults.to_kafka(), LogConfig().to_kafka()
+    result = []
+    for key, value in sorted(engine.logs.topic_config(name).to_kafka().items()):
+        source = (DYNAMIC_TOPIC_CONFIG if key in overrides
+                  else STATIC_BROKER_CONFIG if broker[key] != kafka[key] else DEFAULT_CONFIG)
+        result.append({"name": key, "value": LogConfig.kafka_text(value), "is_default": source == DEFAULT_CONFIG,
+                       "source": source, "is_read_only": False, "is_sensitive": False})
+    return result
+
+
+#: broker configs whose value is never shown
+SENSITIVE_CONFIGS = frozenset({"http.auth.token"})
+
+
+async def broker_configs(engine: "Engine") -> list[dict[str, Any]]:
+    """This broker's settings (``app/config.py``), by name, in :func:`topic_configs`'
+    form: given at start-up (STATIC_BROKER_CONFIG) or Kafka's default, all read-only
+    (they change with a restart), a sensitive one's value null."""
+    defaults = BrokerConfig()
+    result = []
+    for f in sorted(fields(BrokerConfig), key=lambda f: f.name):
+        if f.name == "log":  # the topic defaults: each topic's configs show them
+            continue
+        name, value = f.name.replace("_", "."), getattr(engine.config, f.name)
+        source = STATIC_BROKER_CONFIG if value != getattr(defaults, f.name) else DEFAULT_CONFIG
+        sensitive = name in SENSITIVE_CONFIGS
+        result.append({"name": name, "value": None if sensitive else LogConfig.kafka_text(value),
+                       "is_default": source == DEFAULT_CONFIG, "source": source, "is_read_only": True,
+                       "is_sensitive": sensitive})
+    return result
 
 
 async def topic_producers(engine: "Engine", name: str) -> list[dict[str, Any]]:
@@ -186,7 +222,7 @@ def _topic_partition(name: str) -> dict[str, Any]:
 
 async def groups(engine: "Engine") -> list[dict[str, Any]]:
     return [{"group_id": g.group_id, "state": g.state.value, "generation": g.generation,
-             "protocol_type": g.protocol_type, "members": len(g.members)}
+             "protocol_type": g.protocol_type, "protocol": g.protocol, "members": len(g.members)}
             for g in sorted(engine.group_coordinator.groups.values(), key=lambda g: g.group_id)]
 
 

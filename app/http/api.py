@@ -1,10 +1,11 @@
 """The REST API under ``/v3``: Confluent REST Proxy v3 names and shapes where they exist,
 plus transactions over HTTP, which no REST proxy has. ``/openapi.json`` describes it.
 
-This module holds the ``api`` blueprint with clusters, topics and partitions; the
-other resources are nested blueprints named after what they serve:
-``records`` (produce, read, list offsets, producer ids), ``transactions``,
-``groups`` (consumer groups) and ``openapi``. Every path below
+This module holds the ``api`` blueprint with clusters, brokers, topics, partitions,
+replicas and producers; the other resources are nested blueprints named after what
+they serve: ``records`` (produce, read, list offsets, producer ids), ``configs``
+(topic and broker configs), ``transactions``, ``groups`` (consumer groups, consumers,
+lags) and ``openapi``. Every path below
 ``/v3/clusters/<cluster_id>`` checks the cluster id (another one is 404, as in the
 REST proxy), and every read goes through the shared read models of
 ``app/engine/queries.py`` on the engine's loop.
@@ -15,12 +16,12 @@ from __future__ import annotations
 from flask import Blueprint, abort, g, jsonify, request
 
 from app.engine import queries
-from app.http import current_engine, groups, inputs, openapi, records, transactions
-from app.http.resources import crn, listing, related, resource
-from storage.errors import InvalidReplicationFactorError
+from app.http import configs, current_engine, errors, groups, inputs, openapi, records, transactions
+from app.http.resources import check_broker, cluster_id, crn, listing, related, resource
+from storage.errors import InvalidReplicationFactorError, UnknownTopicOrPartitionError
 
 bp = Blueprint("api", __name__)
-for child in (records.bp, transactions.bp, groups.bp, openapi.bp):
+for child in (records.bp, transactions.bp, groups.bp, configs.bp, openapi.bp):
     bp.register_blueprint(child)
 
 #: partitions one create request may ask for (each is a directory and three open files)
@@ -47,16 +48,43 @@ def _check_cluster_id() -> None:
         abort(404, f"cluster {wanted!r} not found; this broker is {current_engine().logs.cluster_id!r}")
 
 
+@bp.before_request
+def _check_partition():
+    """A path naming a partition its topic does not have is the proxy's 404 / 40402
+    (an unknown topic is left to the handler: 40403)."""
+    args = request.view_args or {}
+    if "topic_name" in args and "partition_id" in args:
+        engine = current_engine()
+        missing = engine.call(_missing_partition, engine, args["topic_name"], args["partition_id"])
+        if missing is not None:
+            return errors.partition_not_found_response(missing)
+    return None
+
+
+def _missing_partition(engine, topic: str, partition: int) -> UnknownTopicOrPartitionError | None:
+    """On the loop: the error for a partition an existing topic does not have, else None."""
+    if topic not in engine.logs.topics:
+        return None
+    try:
+        engine.logs.log(topic, partition)
+    except UnknownTopicOrPartitionError as error:
+        return error
+    return None
+
+
 def _cluster() -> dict:
-    return resource("KafkaCluster", (), crn(), cluster_id=current_engine().logs.cluster_id,
-                    topics=related("topics"), consumer_groups=related("consumer-groups"),
-                    transactions=related("transactions"))
+    node = current_engine().logs.node_id
+    return resource("KafkaCluster", (), crn(), cluster_id=cluster_id(), controller=related("brokers", node),
+                    brokers=related("brokers"), topics=related("topics"),
+                    consumer_groups=related("consumer-groups"), transactions=related("transactions"))
 
 
 @bp.get("/v3/clusters")
 def list_clusters():
+    query = f"?{request.query_string.decode('latin-1')}" if request.query_string else ""
     return jsonify({"kind": "KafkaClusterList",
-                    "metadata": {"self": f"{request.host_url}v3/clusters", "next": None}, "data": [_cluster()]})
+                    "metadata": {"self": f"{request.host_url}v3/clusters{query}", "next": None},
+                    "data": [_cluster()]})
 
 
 @bp.get("/v3/clusters/<cluster_id>")
@@ -64,28 +92,74 @@ def get_cluster():
     return jsonify(_cluster())
 
 
+# -- brokers: this one --------------------------------------------------------------------
+
+
+def _broker() -> dict:
+    """This node; ``host`` and ``port`` are its advertised Kafka address when
+    ``advertised.listeners`` names one (the HTTP face does not know the listener's
+    bound address otherwise: null, as the REST proxy allows)."""
+    engine = current_engine()
+    node = engine.logs.node_id
+    host, port = engine.config.advertised_listener() or (None, None)
+    return resource("KafkaBroker", ("brokers", node), crn(broker=node), cluster_id=cluster_id(),
+                    broker_id=node, host=host, port=port, rack=None, configs=related("brokers", node, "configs"),
+                    partition_replicas=related("brokers", node, "partition-replicas"))
+
+
+@bp.get("/v3/clusters/<cluster_id>/brokers")
+def list_brokers():
+    return jsonify(listing("KafkaBrokerList", ("brokers",), [_broker()]))
+
+
+@bp.get("/v3/clusters/<cluster_id>/brokers/<int:broker_id>")
+def get_broker(broker_id: int):
+    check_broker(broker_id)
+    return jsonify(_broker())
+
+
+@bp.get("/v3/clusters/<cluster_id>/brokers/<int:broker_id>/partition-replicas")
+def list_broker_replicas(broker_id: int):
+    """Every partition has its one replica here."""
+    check_broker(broker_id)
+    engine = current_engine()
+    topics = engine.call(queries.topics, engine, include_internal=True)
+    return jsonify(listing("KafkaReplicaList", ("brokers", broker_id, "partition-replicas"),
+                           [_replica(t["topic_name"], p["partition_id"]) for t in topics for p in t["partitions"]]))
+
+
 # -- topics ---------------------------------------------------------------------------
 
 
-def topic_resource(topic: dict) -> dict:
+def topic_resource(topic: dict, effective_configs: list[dict] | None) -> dict:
+    """REST v3's KafkaTopic; Exactly adds ``topic_id`` and ``effective_configs`` (every
+    config with its value and source, as ``.../configs`` lists them)."""
     name = topic["topic_name"]
     return resource("KafkaTopic", ("topics", name), crn(topic=name),
-                    cluster_id=current_engine().logs.cluster_id, topic_name=name, topic_id=topic["topic_id"],
+                    cluster_id=cluster_id(), topic_name=name, topic_id=topic["topic_id"],
                     is_internal=topic["is_internal"], replication_factor=1,
                     partitions_count=topic["partitions_count"],
-                    configs=[{"name": k, "value": v} for k, v in sorted(topic["configs"].items())],
-                    partitions=related("topics", name, "partitions"))
+                    partitions=related("topics", name, "partitions"), configs=related("topics", name, "configs"),
+                    effective_configs=effective_configs)
+
+
+async def _topics_with_configs(engine, name: str | None = None) -> list[tuple[dict, list[dict]]]:
+    """On the loop: one topic (``name``) or all, each with its effective configs."""
+    listed = [await queries.topic(engine, name)] if name else await queries.topics(engine, include_internal=True)
+    return [(t, await queries.topic_configs(engine, t["topic_name"])) for t in listed]
 
 
 @bp.get("/v3/clusters/<cluster_id>/topics")
 def list_topics():
     engine = current_engine()
-    topics = engine.call(queries.topics, engine, include_internal=True)
-    return jsonify(listing("KafkaTopicList", ("topics",), [topic_resource(t) for t in topics]))
+    topics = engine.call(_topics_with_configs, engine)
+    return jsonify(listing("KafkaTopicList", ("topics",), [topic_resource(t, c) for t, c in topics]))
 
 
 @bp.post("/v3/clusters/<cluster_id>/topics")
 def create_topic():
+    """CreateTopics; with ``validate_only`` the answer is the topic as it would be,
+    and nothing is created."""
     body = inputs.json_body()
     name = inputs.string(body, "topic_name", max_length=249)
     count = inputs.integer(body, "partitions_count", required=False, minimum=1, maximum=MAX_PARTITIONS)
@@ -94,17 +168,33 @@ def create_topic():
         raise InvalidReplicationFactorError(f"this broker is one node: replication_factor must be 1, got {factor}")
     configs = {}
     for where, item in inputs.objects(body, "configs", required=False, max_items=100):
-        configs[inputs.string(item, "name", where=where, max_length=249)] = inputs.string(
-            item, "value", where=where, min_length=0)
+        value = inputs.string(item, "value", where=where, min_length=0, required=False, nullable=True)
+        if value is not None:  # null: the default
+            configs[inputs.string(item, "name", where=where, max_length=249)] = value
+    validate_only = inputs.boolean(body, "validate_only")
     engine = current_engine()
-    engine.call(engine.create_topic, name, count, configs)
-    return jsonify(topic_resource(engine.call(queries.topic, engine, name))), 201
+    engine.call(engine.create_topic, name, count, configs, validate_only=validate_only)
+    if validate_only:
+        would_be = {"topic_name": name, "topic_id": None, "is_internal": False,
+                    "partitions_count": count or engine.config.num_partitions}
+        return jsonify(topic_resource(would_be, None)), 201
+    return jsonify(topic_resource(*engine.call(_topics_with_configs, engine, name)[0])), 201
 
 
 @bp.get("/v3/clusters/<cluster_id>/topics/<topic_name>")
 def get_topic(topic_name: str):
     engine = current_engine()
-    return jsonify(topic_resource(engine.call(queries.topic, engine, topic_name)))
+    return jsonify(topic_resource(*engine.call(_topics_with_configs, engine, topic_name)[0]))
+
+
+@bp.patch("/v3/clusters/<cluster_id>/topics/<topic_name>")
+def update_partition_count(topic_name: str):
+    """CreatePartitions, as the proxy takes it: ``{"partitions_count": n}`` grows the
+    topic to n partitions (keys then map to other partitions, as in Kafka)."""
+    count = inputs.integer(inputs.json_body(), "partitions_count", minimum=1, maximum=MAX_PARTITIONS)
+    engine = current_engine()
+    engine.call(engine.create_partitions, topic_name, count)
+    return jsonify(topic_resource(*engine.call(_topics_with_configs, engine, topic_name)[0]))
 
 
 @bp.delete("/v3/clusters/<cluster_id>/topics/<topic_name>")
@@ -120,11 +210,21 @@ def delete_topic(topic_name: str):
 def partition_resource(p: dict) -> dict:
     topic, partition = p["topic_name"], p["partition_id"]
     fields = {k: v for k, v in p.items() if k not in ("topic_name", "partition_id")}
-    return resource("KafkaPartition", ("topics", topic, "partitions", partition),
-                    crn(topic=topic, partition=partition), cluster_id=current_engine().logs.cluster_id,
-                    topic_name=topic, partition_id=partition, **fields,
-                    records=related("topics", topic, "partitions", partition, "records"),
-                    producers=related("topics", topic, "partitions", partition, "producers"))
+    here = ("topics", topic, "partitions", partition)
+    return resource("KafkaPartition", here, crn(topic=topic, partition=partition), cluster_id=cluster_id(),
+                    topic_name=topic, partition_id=partition,
+                    leader=related(*here, "replicas", current_engine().logs.node_id),
+                    replicas=related(*here, "replicas"), **fields,
+                    records=related(*here, "records"), producers=related(*here, "producers"))
+
+
+def _replica(topic: str, partition: int) -> dict:
+    """The one replica of a partition: on this node, the leader, in sync."""
+    node = current_engine().logs.node_id
+    return resource("KafkaReplica", ("topics", topic, "partitions", partition, "replicas", node),
+                    crn(topic=topic, partition=partition, replica=node), cluster_id=cluster_id(),
+                    topic_name=topic, partition_id=partition, broker_id=node, is_leader=True, is_in_sync=True,
+                    broker=related("brokers", node))
 
 
 @bp.get("/v3/clusters/<cluster_id>/topics/<topic_name>/partitions")
@@ -141,10 +241,45 @@ def get_partition(topic_name: str, partition_id: int):
     return jsonify(partition_resource(engine.call(queries.partition, engine, topic_name, partition_id)))
 
 
+@bp.get("/v3/clusters/<cluster_id>/topics/<topic_name>/partitions/<int:partition_id>/replicas")
+def list_replicas(topic_name: str, partition_id: int):
+    engine = current_engine()
+    engine.call(queries.partition, engine, topic_name, partition_id)  # UNKNOWN_TOPIC_OR_PARTITION
+    return jsonify(listing("KafkaReplicaList", ("topics", topic_name, "partitions", partition_id, "replicas"),
+                           [_replica(topic_name, partition_id)]))
+
+
+@bp.get("/v3/clusters/<cluster_id>/topics/<topic_name>/partitions/<int:partition_id>/replicas/<int:broker_id>")
+def get_replica(topic_name: str, partition_id: int, broker_id: int):
+    engine = current_engine()
+    engine.call(queries.partition, engine, topic_name, partition_id)
+    if broker_id != engine.logs.node_id:
+        raise UnknownTopicOrPartitionError(f"{topic_name}-{partition_id} has no replica on broker {broker_id}")
+    return jsonify(_replica(topic_name, partition_id))
+
+
+def producer_resource(topic: str, partition: int, producer: dict) -> dict:
+    """One producer of a partition (DescribeProducers), as a REST v3 resource."""
+    pid = producer["producer_id"]
+    return resource("KafkaProducer", ("topics", topic, "partitions", partition, "producers", pid),
+                    crn(topic=topic, partition=partition, producer=pid), cluster_id=cluster_id(),
+                    topic_name=topic, partition_id=partition, **producer)
+
+
 @bp.get("/v3/clusters/<cluster_id>/topics/<topic_name>/partitions/<int:partition_id>/producers")
 def list_producers(topic_name: str, partition_id: int):
     """DescribeProducers: who wrote to the partition, and which of them hold it open."""
     engine = current_engine()
     producers = engine.call(queries.producers, engine, topic_name, partition_id)
     return jsonify(listing("KafkaProducerList", ("topics", topic_name, "partitions", partition_id, "producers"),
-                           producers))
+                           [producer_resource(topic_name, partition_id, p) for p in producers]))
+
+
+@bp.get("/v3/clusters/<cluster_id>/topics/<topic_name>/partitions/<int:partition_id>/producers/<int:producer_id>")
+def get_producer(topic_name: str, partition_id: int, producer_id: int):
+    engine = current_engine()
+    producers = engine.call(queries.producers, engine, topic_name, partition_id)
+    found = next((p for p in producers if p["producer_id"] == producer_id), None)
+    if found is None:
+        abort(404, f"{topic_name}-{partition_id} has no state for producer {producer_id}")
+    return jsonify(producer_resource(topic_name, partition_id, found))

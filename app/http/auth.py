@@ -25,7 +25,9 @@ import hmac
 import secrets
 from urllib.parse import urlsplit
 
-from flask import Flask, Response, abort, jsonify, redirect, request, session, url_for
+from flask import Flask, Response, abort, redirect, request, session, url_for
+
+from app.http import errors
 
 API_PREFIXES = ("/v3", "/openapi.json", "/metrics")
 SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
@@ -85,17 +87,13 @@ def init_app(app: Flask) -> None:
 
         settings = current_settings()
         if settings.allowed_hosts is not None and _host_name(request.host) not in settings.allowed_hosts:
-            response = jsonify({"error_code": 421, "error_name": "MISDIRECTED_REQUEST",
-                                "message": f"this broker answers only to {sorted(settings.allowed_hosts)}"})
-            response.status_code = 421
-            return response
+            return errors.http_error_response(421, "MISDIRECTED_REQUEST",
+                                              f"this broker answers only to {sorted(settings.allowed_hosts)}")
         token = settings.token
         path = request.path
         if _is_api(path):
             if token and not _same(_bearer(request.headers.get("Authorization", "")), token):
-                response = jsonify({"error_code": 401, "error_name": "UNAUTHORIZED",
-                                    "message": "send Authorization: Bearer <token>"})
-                response.status_code = 401
+                response = errors.http_error_response(401, "UNAUTHORIZED", "send Authorization: Bearer <token>")
                 response.headers["WWW-Authenticate"] = 'Bearer realm="exactly"'
                 return response
             if request.method not in SAFE_METHODS and _cross_site():

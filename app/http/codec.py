@@ -16,6 +16,10 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+from datetime import datetime, timezone
+
+#: 9999-12-31T23:59:59.999Z, the last instant ISO 8601 (and a produce's timestamp) can name
+MAX_TIME_MS = 253_402_300_799_999
 from typing import Any
 
 from storage.errors import InvalidRequestError
@@ -99,3 +103,15 @@ def encode_headers(headers: Headers) -> list[dict[str, str | None]]:
 def summary(obj: Any, data: bytes | None) -> dict[str, Any] | None:
     """The produce response's ``{"type", "size"}`` of a key or value (REST v3)."""
     return None if data is None else {"type": obj["type"], "size": len(data)}
+
+
+def iso_time(ms: int) -> str | None:
+    """Milliseconds since the epoch as the proxy writes an instant: ISO 8601 in UTC,
+    milliseconds shown when there are some (``2021-02-05T19:14:42.120Z``); None for
+    -1 (no timestamp)."""
+    if ms < 0:
+        return None
+    moment = datetime.fromtimestamp(ms // 1000, tz=timezone.utc)
+    text = (f"{moment.year:04d}-{moment.month:02d}-{moment.day:02d}"
+            f"T{moment.hour:02d}:{moment.minute:02d}:{moment.second:02d}")
+    return f"{text}.{ms % 1000:03d}Z" if ms % 1000 else f"{text}Z"

@@ -1,8 +1,23 @@
 """Errors at the HTTP edge: every failure becomes JSON, never an HTML page.
 
-``{"error_code": <Kafka code, or the HTTP status for non-Kafka errors>,
-"error_name": "INVALID_PRODUCER_EPOCH", "message": "..."}`` with an HTTP status that
-fits the Kafka error (``STATUS_BY_ERROR``). Bad input is raised as
+The body is Confluent REST Proxy v3's error, ``{"error_code": ..., "message": ...}``,
+with Kafka's own name and code of the error kept beside it::
+
+    {"error_code": 40403, "message": "unknown topic 'x'",
+     "error_name": "UNKNOWN_TOPIC_OR_PARTITION", "kafka_error_code": 3}
+
+``error_code`` and the HTTP status are what the Confluent proxy answers
+(:data:`CONFLUENT`, from its ``KafkaExceptionMapper``): UNKNOWN_TOPIC_OR_PARTITION is
+404 / 40403 (40402 when the topic exists but not the partition: the path's
+partition is checked before the request runs, as the proxy does); TOPIC_ALREADY_EXISTS, INVALID_CONFIG, INVALID_REQUEST and the other
+invalid-argument errors are 400 / 40002; authorization failures 403 / 40301. Kafka
+errors the proxy has no code for -- those of Exactly's own resources, such as a
+fenced transactional producer -- get the status of :data:`STATUS_BY_ERROR` and, as
+the proxy does for its errors without a code of their own, that status as
+``error_code`` (404 for an unknown group), except that a retriable one is 50003,
+the proxy's "retriable Kafka error", with ``Retry-After``. Errors that are not
+Kafka's (an unknown path: 404, a wrong method: 405, ...) have the status as
+``error_code`` and a null ``kafka_error_code``. Bad input is raised as
 ``InvalidRequestError`` (INVALID_REQUEST, 42) by the handlers' validation and ends
 here as a 400.
 
@@ -25,12 +40,32 @@ from storage import errors as e
 
 log = logging.getLogger(__name__)
 
-#: Kafka error -> HTTP status (anything not listed is a client error, 400)
+#: Confluent's bad-request, authorization, unknown-topic and retriable codes, and its
+#: "partition not found" (a topic that exists without that partition)
+BAD_REQUEST, NOT_AUTHORIZED, UNKNOWN_TOPIC_OR_PARTITION, RETRIABLE = 40002, 40301, 40403, 50003
+PARTITION_NOT_FOUND = 40402
+
+#: Kafka error -> (HTTP status, error_code) as the Confluent REST proxy answers it
+CONFLUENT: dict[type[e.KafkaError], tuple[int, int]] = {
+    e.UnknownTopicOrPartitionError: (404, UNKNOWN_TOPIC_OR_PARTITION),
+    e.TopicAlreadyExistsError: (400, BAD_REQUEST),
+    e.InvalidConfigError: (400, BAD_REQUEST),
+    e.InvalidRequestError: (400, BAD_REQUEST),
+    e.InvalidPartitionsError: (400, BAD_REQUEST),
+    e.InvalidReplicationFactorError: (400, BAD_REQUEST),
+    e.PolicyViolationError: (400, BAD_REQUEST),
+    e.UnsupportedVersionError: (400, BAD_REQUEST),
+    e.TopicAuthorizationFailedError: (403, NOT_AUTHORIZED),
+    e.GroupAuthorizationFailedError: (403, NOT_AUTHORIZED),
+    e.ClusterAuthorizationFailedError: (403, NOT_AUTHORIZED),
+    e.TransactionalIdAuthorizationFailedError: (403, NOT_AUTHORIZED),
+}
+
+#: Kafka error -> HTTP status, for those :data:`CONFLUENT` has not (anything not
+#: listed is a client error, 400)
 STATUS_BY_ERROR: dict[type[e.KafkaError], int] = {
-    e.UnknownTopicOrPartitionError: 404,
     e.GroupIdNotFoundError: 404,
     e.TransactionalIdNotFoundError: 404,
-    e.TopicAlreadyExistsError: 409,
     e.OffsetOutOfRangeError: 416,
     e.MessageTooLargeError: 413,
     e.RecordListTooLargeError: 413,
@@ -48,10 +83,6 @@ STATUS_BY_ERROR: dict[type[e.KafkaError], int] = {
     e.RebalanceInProgressError: 409,
     e.UnstableOffsetCommitError: 409,
     e.TransactionCoordinatorFencedError: 409,
-    e.TopicAuthorizationFailedError: 403,
-    e.GroupAuthorizationFailedError: 403,
-    e.ClusterAuthorizationFailedError: 403,
-    e.TransactionalIdAuthorizationFailedError: 403,
     e.CoordinatorNotAvailableError: 503,
     e.CoordinatorLoadInProgressError: 503,
     e.NotCoordinatorError: 503,
@@ -61,15 +92,26 @@ STATUS_BY_ERROR: dict[type[e.KafkaError], int] = {
 }
 
 
-def status_for(error: e.KafkaError) -> int:
+def status_and_code(error: e.KafkaError) -> tuple[int, int]:
+    """The HTTP status and Confluent ``error_code`` of a Kafka error (see the module docstring)."""
     for cls in type(error).__mro__:
-        if cls in STATUS_BY_ERROR:
-            return STATUS_BY_ERROR[cls]
-    return 400
+        if cls in CONFLUENT:
+            return CONFLUENT[cls]
+    status = next((STATUS_BY_ERROR[cls] for cls in type(error).__mro__ if cls in STATUS_BY_ERROR), 400)
+    return status, RETRIABLE if error.retriable and status >= 500 else status
 
 
-def error_body(code: int, name: str, message: str) -> dict:
-    return {"error_code": code, "error_name": name, "message": message}
+def status_for(error: e.KafkaError) -> int:
+    return status_and_code(error)[0]
+
+
+def error_body(code: int, name: str, message: str, kafka_code: int | None = None) -> dict:
+    """The error JSON: Confluent's ``error_code`` and ``message``, Kafka's name and code."""
+    return {"error_code": code, "message": message, "error_name": name, "kafka_error_code": kafka_code}
+
+
+def kafka_error_body(error: e.KafkaError) -> dict:
+    return error_body(status_and_code(error)[1], error.name, str(error), error.code)
 
 
 def log_server_error(error: BaseException) -> str:
@@ -80,11 +122,22 @@ def log_server_error(error: BaseException) -> str:
     return reference
 
 
-def server_error_response(error: BaseException) -> Response:
-    """The 500 for ``error``: its reference id, never its text."""
+def partition_not_found_response(error: e.UnknownTopicOrPartitionError) -> Response:
+    """The proxy's answer for a partition its topic does not have: 404 / 40402."""
+    response = jsonify(error_body(PARTITION_NOT_FOUND, error.name, str(error), error.code))
+    response.status_code = 404
+    return response
+
+
+def server_error_body(error: BaseException) -> dict:
+    """The error JSON of a bug (``error``, logged): its reference id, never its text."""
     reference = log_server_error(error)
-    response = jsonify(error_body(e.UnknownServerError.code, e.UnknownServerError.name,
-                                  f"internal server error; reference {reference} in the broker's log"))
+    return error_body(500, e.UnknownServerError.name,
+                      f"internal server error; reference {reference} in the broker's log", e.UnknownServerError.code)
+
+
+def server_error_response(error: BaseException) -> Response:
+    response = jsonify(server_error_body(error))
     response.status_code = 500
     return response
 
@@ -93,10 +146,17 @@ def kafka_error_response(error: e.KafkaError) -> Response:
     status = status_for(error)
     if status == 500:
         return server_error_response(error)
-    response = jsonify(error_body(error.code, error.name, str(error)))
+    response = jsonify(kafka_error_body(error))
     response.status_code = status
     if error.retriable:
         response.headers["Retry-After"] = "1"
+    return response
+
+
+def http_error_response(status: int, name: str, message: str) -> Response:
+    """An error that is not Kafka's: the status is its ``error_code``."""
+    response = jsonify(error_body(status, name, message))
+    response.status_code = status
     return response
 
 
@@ -108,9 +168,7 @@ def init_app(app: Flask) -> None:
     @app.errorhandler(HTTPException)
     def _http(error: HTTPException):
         name = (error.name or "HTTP_ERROR").upper().replace(" ", "_")
-        response = jsonify(error_body(error.code or 500, name, error.description or name))
-        response.status_code = error.code or 500
-        return response
+        return http_error_response(error.code or 500, name, error.description or name)
 
     @app.errorhandler(Exception)  # InternalError included: a bug is a 500, whatever its base
     def _unexpected(error: Exception):

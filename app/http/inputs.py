@@ -47,6 +47,35 @@ def json_body(required: bool = True) -> dict[str, Any]:
     return body
 
 
+def json_values() -> list[Any]:
+    """The request body as one or more JSON values written one after another (the
+    proxy's streaming produce: concatenated JSON, any whitespace between). A body
+    that does not parse to the end is refused whole, before anything is done."""
+    raw = request.get_data(cache=True)
+    try:
+        text = raw.decode()
+    except UnicodeDecodeError:
+        raise InvalidRequestError("the body is not UTF-8") from None
+    decoder = json.JSONDecoder()
+    values, at = [], _skip_space(text, 0)
+    while at < len(text):
+        try:
+            value, at = decoder.raw_decode(text, at)
+        except (ValueError, RecursionError) as e:
+            raise InvalidRequestError(f"the body is not JSON values one after another: {e}") from None
+        values.append(value)
+        at = _skip_space(text, at)
+    if not values:
+        raise InvalidRequestError("the request needs a JSON object body")
+    return values
+
+
+def _skip_space(text: str, at: int) -> int:
+    while at < len(text) and text[at] in " \t\r\n":
+        at += 1
+    return at
+
+
 def _get(obj: dict[str, Any], name: str, where: str, required: bool, nullable: bool) -> Any:
     """The field's value; _MISSING when it is absent (or null where null means absent)."""
     value = obj.get(name, _MISSING)
@@ -67,6 +96,16 @@ def integer(obj: dict[str, Any], name: str, *, where: str = "", required: bool =
         return default
     if not isinstance(value, int) or isinstance(value, bool) or not minimum <= value <= maximum:
         raise InvalidRequestError(f"{where}{name} must be an integer in [{minimum}, {maximum}], got {value!r}")
+    return value
+
+
+def boolean(obj: dict[str, Any], name: str, *, where: str = "", default: bool = False) -> bool:
+    """An optional true/false field (null: the default)."""
+    value = _get(obj, name, where, required=False, nullable=True)
+    if value is _MISSING:
+        return default
+    if not isinstance(value, bool):
+        raise InvalidRequestError(f"{where}{name} must be true or false, got {value!r:.100}")
     return value
 
 

@@ -14,8 +14,12 @@ from typing import Any
 
 from flask import Blueprint, jsonify
 
+from app.http.codec import MAX_TIME_MS
 from app.http.inputs import INT16_MAX, INT32_MAX, INT64_MAX
+from app.http.records import MAX_BATCH_ENTRIES
+from coordinator.group_metadata import GroupState
 from coordinator.transaction_state import AbortCause, TransactionState
+from storage.log_config import LogConfig
 
 bp = Blueprint("openapi", __name__)
 
@@ -26,6 +30,9 @@ STATES = [state.display for state in TransactionState]
 OUTCOMES = sorted({state.outcome.name for state in TransactionState if state.outcome is not None})
 ABORT_CAUSES = [cause.value for cause in AbortCause]
 MAX_FETCH_BYTES = 52_428_800
+GROUP_STATES = [state.name for state in GroupState]
+CONFIG_NAMES = sorted(LogConfig().to_kafka())
+CONFIG_SOURCES = ["DYNAMIC_TOPIC_CONFIG", "STATIC_BROKER_CONFIG", "DEFAULT_CONFIG"]
 
 
 @bp.get("/openapi.json")
@@ -73,6 +80,8 @@ def resource(kind: str, **fields: Schema) -> Schema:
 
 TIMESTAMP_MS = integer(-1, description="milliseconds since the epoch")
 TOPIC_PARTITION = obj(topic_name=string(), partition_id=integer(maximum=INT32_MAX))
+BOOLEAN: Schema = {"type": "boolean"}
+RELATED = ref("Related")
 
 
 def _data_variant(kind: str, data: Schema) -> Schema:
@@ -80,27 +89,65 @@ def _data_variant(kind: str, data: Schema) -> Schema:
 
 
 SCHEMAS: dict[str, Schema] = {
-    "Error": obj(error_code=integer(-1, INT32_MAX, description="the Kafka error code, or the HTTP status "
-                                                             "for errors that are not Kafka's"),
-                 error_name=string(example="INVALID_PRODUCER_EPOCH"), message=string()),
+    "Error": obj(error_code=integer(400, 59999, description="the Confluent REST proxy's code (40403 unknown "
+                                                             "topic, 40002 bad request, ...), else the HTTP "
+                                                             "status"),
+                 message=string(),
+                 error_name=string(example="INVALID_PRODUCER_EPOCH", description="Kafka's error name, or the "
+                                                                                 "HTTP status's"),
+                 kafka_error_code=nullable(integer(-1, INT16_MAX, description="Kafka's error code; null for "
+                                                                              "errors that are not Kafka's"))),
     "ResourceMetadata": obj(self=string(format="uri"), resource_name=nullable(string())),
     "ListMetadata": obj(self=string(format="uri"), next=nullable(string())),
     "Related": obj(related=string(format="uri")),
-    "Cluster": resource("KafkaCluster", cluster_id=string(), topics=ref("Related"),
-                        consumer_groups=ref("Related"), transactions=ref("Related")),
+    "Cluster": resource("KafkaCluster", cluster_id=string(), controller=RELATED, brokers=RELATED, topics=RELATED,
+                        consumer_groups=RELATED, transactions=RELATED),
     "ClusterList": listing("KafkaClusterList", "Cluster"),
-    "Config": obj(name=string(minLength=1, maxLength=249), value=string(maxLength=32767)),
-    "Topic": resource("KafkaTopic", cluster_id=string(), topic_name=string(), topic_id=string(),
-                      is_internal={"type": "boolean"}, replication_factor=integer(1, 1),
-                      partitions_count=integer(1, INT32_MAX), configs=array(ref("Config")),
-                      partitions=ref("Related")),
+    "Broker": resource("KafkaBroker", cluster_id=string(), broker_id=integer(maximum=INT32_MAX),
+                       host=nullable(string(description="the advertised Kafka host; null when "
+                                                        "advertised.listeners is not set")),
+                       port=nullable(integer(maximum=65535)), rack=nullable(string()), configs=RELATED,
+                       partition_replicas=RELATED),
+    "BrokerList": listing("KafkaBrokerList", "Broker"),
+    "Replica": resource("KafkaReplica", cluster_id=string(), topic_name=string(),
+                        partition_id=integer(maximum=INT32_MAX), broker_id=integer(maximum=INT32_MAX),
+                        is_leader=BOOLEAN, is_in_sync=BOOLEAN, broker=RELATED),
+    "ReplicaList": listing("KafkaReplicaList", "Replica"),
+    "Config": obj(["name"], name=string(minLength=1, maxLength=249),
+                  value=nullable(string(maxLength=32767, description="null: the default"))),
+    "EffectiveConfig": obj(name=string(enum=CONFIG_NAMES), value=string(), is_default=BOOLEAN,
+                           source=string(enum=CONFIG_SOURCES), is_read_only=BOOLEAN, is_sensitive=BOOLEAN),
+    "Topic": resource("KafkaTopic", cluster_id=string(), topic_name=string(),
+                      topic_id=nullable(string(description="null in a validate_only answer")),
+                      is_internal=BOOLEAN, replication_factor=integer(1, 1),
+                      partitions_count=integer(1, INT32_MAX), partitions=RELATED, configs=RELATED,
+                      effective_configs=nullable(array(ref("EffectiveConfig"), description=(
+                          "every config, its value and where it comes from (Exactly's); null in a "
+                          "validate_only answer")))),
     "TopicList": listing("KafkaTopicList", "Topic"),
     "CreateTopic": obj(
         ["topic_name"], topic_name=string(pattern=TOPIC_PATTERN),
         partitions_count=integer(1, 1000, description="default: the broker's num.partitions"),
         replication_factor=integer(-1, 1, enum=[-1, 1], description="one node: 1 (or -1, the default)"),
         configs=array(ref("Config"), maxItems=100, description="topic configs by Kafka name, e.g. "
-                                                                "cleanup.policy, retention.ms, segment.bytes")),
+                                                                "cleanup.policy, retention.ms, compression.type"),
+        validate_only=nullable({**BOOLEAN, "description": "check only: nothing is created"})),
+    "UpdatePartitionCount": obj(partitions_count=integer(1, 1000)),
+    "ConfigSynonym": obj(name=string(), value=nullable(string()), source=string(enum=CONFIG_SOURCES)),
+    "TopicConfig": {"allOf": [ref("EffectiveConfig"), resource(
+        "KafkaTopicConfig", cluster_id=string(), topic_name=string(), synonyms=array(ref("ConfigSynonym")))]},
+    "TopicConfigList": listing("KafkaTopicConfigList", "TopicConfig"),
+    "BrokerConfig": resource(
+        "KafkaBrokerConfig", cluster_id=string(), broker_id=integer(maximum=INT32_MAX), name=string(),
+        value=nullable(string(description="null for a sensitive one")), is_default=BOOLEAN,
+        source=string(enum=CONFIG_SOURCES), is_read_only=BOOLEAN, is_sensitive=BOOLEAN,
+        synonyms=array(ref("ConfigSynonym"))),
+    "BrokerConfigList": listing("KafkaBrokerConfigList", "BrokerConfig"),
+    "UpdateConfig": obj(value=string(maxLength=32767)),
+    "AlterConfigs": obj(["data"], data=array(obj(
+        ["name"], name=string(minLength=1, maxLength=249), value=nullable(string(maxLength=32767)),
+        operation=nullable(string(enum=["SET", "DELETE"], description="default SET"))), maxItems=100),
+        validate_only=nullable({**BOOLEAN, "description": "check only: nothing changes"})),
     "OpenTransaction": obj(
         producer_id=integer(), first_offset=integer(),
         transactional_id=nullable(string(description="null: no coordinator knows the producer (hanging)")),
@@ -111,15 +158,15 @@ SCHEMAS: dict[str, Schema] = {
         last_stable_offset=integer(description="read_committed consumers read up to here"),
         log_end_offset=integer(), size_bytes=integer(),
         open_transactions=array(ref("OpenTransaction"), description="what holds the LSO back"),
-        records=ref("Related"), producers=ref("Related")),
+        leader=RELATED, replicas=RELATED, records=RELATED, producers=RELATED),
     "PartitionList": listing("KafkaPartitionList", "Partition"),
-    "Producer": obj(
+    "Producer": resource(
+        "KafkaProducer", cluster_id=string(), topic_name=string(), partition_id=integer(maximum=INT32_MAX),
         producer_id=integer(), producer_epoch=integer(-1, INT16_MAX), last_sequence=integer(-1, INT32_MAX),
         last_timestamp=TIMESTAMP_MS, coordinator_epoch=integer(-1, INT32_MAX),
         current_transaction_start_offset=integer(-1, description="-1: no open transaction"),
         transactional_id=nullable(string())),
-    "ProducerList": obj(kind=string(enum=["KafkaProducerList"]), metadata=ref("ListMetadata"),
-                        data=array(ref("Producer"))),
+    "ProducerList": listing("KafkaProducerList", "Producer"),
     "RecordData": nullable({
         "description": "a key or value: BINARY (base64), STRING (UTF-8) or JSON (any JSON value); "
                        "null or absent for none",
@@ -130,9 +177,9 @@ SCHEMAS: dict[str, Schema] = {
         [], partition_id=nullable(integer(maximum=INT32_MAX, description="default: murmur2 of the key, "
                                                                           "or any partition")),
         key=ref("RecordData"), value=ref("RecordData"), headers=nullable(array(ref("Header"))),
-        timestamp=nullable({"description": "milliseconds since the epoch, or ISO 8601 with a zone; "
-                                           "default: now",
-                            "oneOf": [integer(), string(format="date-time")]})),
+        timestamp=nullable({"description": "ISO 8601 with a zone (as the proxy takes it), or milliseconds "
+                                           "since the epoch; default: now",
+                            "oneOf": [integer(maximum=MAX_TIME_MS), string(format="date-time")]})),
     "ProduceRequest": {"allOf": [ref("ProduceRecord"), obj(
         [], producer_id=nullable(integer(description="with producer_epoch and sequence: an idempotent "
                                                      "producer's batch, deduplicated on retry")),
@@ -140,8 +187,21 @@ SCHEMAS: dict[str, Schema] = {
     "DataSummary": nullable(obj(type=string(enum=["BINARY", "JSON", "STRING"]), size=integer())),
     "ProduceResponse": obj(
         error_code=integer(200, 200), cluster_id=string(), topic_name=string(),
-        partition_id=integer(maximum=INT32_MAX), offset=integer(), timestamp=TIMESTAMP_MS,
+        partition_id=integer(maximum=INT32_MAX), offset=integer(),
+        timestamp=nullable(string(format="date-time", description="ISO 8601 UTC, as the proxy sends it")),
         key=ref("DataSummary"), value=ref("DataSummary")),
+    "BatchEntry": {"allOf": [ref("ProduceRequest"), obj(["id"], id=string(pattern="^[0-9a-zA-Z_-]{1,80}$"))]},
+    "ProduceBatch": obj(entries=array(ref("BatchEntry"), minItems=1, maxItems=MAX_BATCH_ENTRIES)),
+    "ProduceBatchResponse": obj(
+        successes=array({"allOf": [obj(id=string()), obj(
+            cluster_id=string(), topic_name=string(), partition_id=integer(maximum=INT32_MAX), offset=integer(),
+            timestamp=nullable(string(format="date-time")), key=ref("DataSummary"), value=ref("DataSummary"))]}),
+        failures=array({"allOf": [obj(id=string()), ref("Error")]})),
+    "PartitionOffsets": resource(
+        "KafkaPartitionWithOffsets", cluster_id=string(), topic_name=string(),
+        partition_id=integer(maximum=INT32_MAX), earliest_offset=integer(-1),
+        latest_offset=integer(-1, description="the high watermark (the LSO with isolation_level=read_committed)"),
+        isolation_level=string(enum=["read_committed", "read_uncommitted"])),
     "ProducerId": obj(producer_id=integer(), producer_epoch=integer(maximum=INT16_MAX)),
     "BinaryData": nullable(obj(type=string(enum=["BINARY"]), data=string(format="byte"))),
     "ConsumedRecord": obj(
@@ -176,20 +236,48 @@ SCHEMAS: dict[str, Schema] = {
                           state=nullable(string())), description="open transactions, the one pinning "
                                                                  "the LSO first")),
     "ConsumerGroup": resource(
-        "KafkaConsumerGroup", cluster_id=string(), consumer_group_id=string(), state=string(),
-        generation_id=integer(-1, INT32_MAX), protocol_type=nullable(string()), members_count=integer()),
+        "KafkaConsumerGroup", cluster_id=string(), consumer_group_id=string(), is_simple=BOOLEAN,
+        partition_assignor=string(), state=string(enum=GROUP_STATES), coordinator=RELATED, consumers=RELATED,
+        lag_summary=RELATED, generation_id=integer(-1, INT32_MAX), protocol_type=nullable(string()),
+        members_count=integer()),
     "ConsumerGroupList": listing("KafkaConsumerGroupList", "ConsumerGroup"),
     "ConsumerGroupDetail": resource(
-        "KafkaConsumerGroup", cluster_id=string(), consumer_group_id=string(), state=string(),
-        generation_id=integer(-1, INT32_MAX), protocol_type=nullable(string()), protocol=nullable(string()),
-        leader=nullable(string()), members=array(ref("GroupMember")), offsets=array(ref("GroupOffset"))),
-    "Transaction": obj(
-        transactional_id=string(), state=string(enum=STATES), producer_id=integer(-1),
+        "KafkaConsumerGroup", cluster_id=string(), consumer_group_id=string(), is_simple=BOOLEAN,
+        partition_assignor=string(), state=string(enum=GROUP_STATES), coordinator=RELATED, consumers=RELATED,
+        lag_summary=RELATED, generation_id=integer(-1, INT32_MAX), protocol_type=nullable(string()),
+        protocol=nullable(string()), leader=nullable(string()), members=array(ref("GroupMember")),
+        offsets=array(ref("GroupOffset"))),
+    "Consumer": resource(
+        "KafkaConsumer", cluster_id=string(), consumer_group_id=string(), consumer_id=string(),
+        instance_id=nullable(string()), client_id=string(), assignments=RELATED, client_host=string(),
+        session_timeout_ms=integer()),
+    "ConsumerList": listing("KafkaConsumerList", "Consumer"),
+    "ConsumerAssignment": resource(
+        "KafkaConsumerAssignment", cluster_id=string(), consumer_group_id=string(), consumer_id=string(),
+        topic_name=string(), partition_id=integer(maximum=INT32_MAX), partition=RELATED, lag=RELATED),
+    "ConsumerAssignmentList": listing("KafkaConsumerAssignmentList", "ConsumerAssignment"),
+    "ConsumerLag": resource(
+        "KafkaConsumerLag", cluster_id=string(), consumer_group_id=string(), topic_name=string(),
+        partition_id=integer(maximum=INT32_MAX), current_offset=integer(description="the committed offset"),
+        log_end_offset=integer(description="the last stable offset: where a read_committed consumer ends"),
+        lag=integer(description="records a read_committed consumer would still receive (markers and "
+                                "aborted records not counted)"),
+        consumer_id=string(description="the member assigned the partition; empty when none is"),
+        instance_id=nullable(string()), client_id=string(), high_watermark=integer()),
+    "ConsumerLagList": listing("KafkaConsumerLagList", "ConsumerLag"),
+    "ConsumerGroupLagSummary": resource(
+        "KafkaConsumerGroupLagSummary", cluster_id=string(), consumer_group_id=string(),
+        max_lag_consumer_id=string(), max_lag_instance_id=nullable(string()), max_lag_client_id=string(),
+        max_lag_topic_name=string(description="empty when the group has no committed offset"),
+        max_lag_partition_id=integer(-1, INT32_MAX), max_lag=integer(), total_lag=integer(),
+        max_lag_consumer=nullable(RELATED), max_lag_partition=nullable(RELATED)),
+    "Transaction": resource(
+        "KafkaTransaction", cluster_id=string(), transactional_id=string(), state=string(enum=STATES),
+        producer_id=integer(-1),
         producer_epoch=integer(-1, INT16_MAX), transaction_timeout_ms=integer(-1, INT32_MAX),
         transaction_start_ms=nullable(TIMESTAMP_MS), age_ms=nullable(integer(-INT64_MAX)),
         last_update_ms=TIMESTAMP_MS, partitions=array(TOPIC_PARTITION)),
-    "TransactionList": obj(kind=string(enum=["KafkaTransactionList"]), metadata=ref("ListMetadata"),
-                           data=array(ref("Transaction"))),
+    "TransactionList": listing("KafkaTransactionList", "Transaction"),
     "FinishedTransaction": obj(
         producer_id=integer(), producer_epoch=integer(-1, INT16_MAX), outcome=string(enum=OUTCOMES),
         partitions=array(TOPIC_PARTITION), start_ms=TIMESTAMP_MS, end_ms=TIMESTAMP_MS,
@@ -234,7 +322,7 @@ SCHEMAS: dict[str, Schema] = {
 # -- operations -------------------------------------------------------------------------
 
 ERROR_TEXT = {
-    400: "invalid input (INVALID_REQUEST and other Kafka client errors)",
+    400: "invalid input (INVALID_REQUEST, TOPIC_ALREADY_EXISTS, INVALID_CONFIG and other Kafka client errors)",
     401: "missing or wrong bearer token",
     403: "a write sent by a browser from another site's page",
     404: "unknown cluster, topic, partition, transactional id or group",
@@ -253,6 +341,9 @@ PATH_PARAMS: dict[str, Schema] = {
     "transactional_id": string(minLength=1),
     "group_id": string(minLength=1),
     "producer_id": integer(),
+    "broker_id": integer(maximum=INT32_MAX),
+    "name": string(minLength=1),
+    "consumer_id": string(minLength=1),
 }
 
 IDEMPOTENCY_KEY = {"name": "Idempotency-Key", "in": "header", "required": False,
@@ -306,6 +397,10 @@ C = "/v3/clusters/{cluster_id}"
 T = C + "/topics/{topic_name}"
 P = T + "/partitions/{partition_id}"
 X = C + "/transactions/{transactional_id}"
+B = C + "/brokers/{broker_id}"
+CF = T + "/configs"
+G = C + "/consumer-groups/{group_id}"
+CO = G + "/consumers/{consumer_id}"
 
 
 def _paths() -> dict[str, dict[str, Any]]:
@@ -313,19 +408,62 @@ def _paths() -> dict[str, dict[str, Any]]:
         "/v3/clusters": {"get": operation("get", "/v3/clusters", "List clusters", "Cluster", (200, "ClusterList"),
                                           ())},
         C: {"get": operation("get", C, "Get cluster", "Cluster", (200, "Cluster"), (404,))},
+        C + "/brokers": {"get": operation("get", C + "/brokers", "List brokers", "Broker", (200, "BrokerList"),
+                                          (404,))},
+        B: {"get": operation("get", B, "Get broker", "Broker", (200, "Broker"), (404,))},
+        C + "/brokers/-/configs": {"get": operation("get", C + "/brokers/-/configs", "List all broker configs",
+                                                     "Configs", (200, "BrokerConfigList"), (404,))},
+        C + "/topics/-/configs": {"get": operation("get", C + "/topics/-/configs", "List all topic configs",
+                                                   "Configs", (200, "TopicConfigList"), (404,))},
+        B + "/configs": {"get": operation("get", B + "/configs", "List broker configs", "Configs",
+                                          (200, "BrokerConfigList"), (404,),
+                                          description="This broker's settings; read-only (set at start-up).")},
+        B + "/configs/{name}": {"get": operation("get", B + "/configs/{name}", "Get broker config", "Configs",
+                                                 (200, "BrokerConfig"), (404,))},
+        B + "/partition-replicas": {"get": operation("get", B + "/partition-replicas", "List broker replicas",
+                                                     "Broker", (200, "ReplicaList"), (404,))},
         C + "/topics": {
             "get": operation("get", C + "/topics", "List topics", "Topic", (200, "TopicList"), (404,)),
-            "post": operation("post", C + "/topics", "Create topic", "Topic", (201, "Topic"), (404, 409, 503),
+            "post": operation("post", C + "/topics", "Create topic", "Topic", (201, "Topic"), (404, 503),
                               body="CreateTopic")},
+        CF: {"get": operation("get", CF, "List topic configs", "Configs", (200, "TopicConfigList"), (404,))},
+        CF + "/{name}": {
+            "get": operation("get", CF + "/{name}", "Get topic config", "Configs", (200, "TopicConfig"), (404,)),
+            "put": operation("put", CF + "/{name}", "Update topic config", "Configs", (204, None), (404, 503),
+                             body="UpdateConfig"),
+            "delete": operation("delete", CF + "/{name}", "Reset topic config", "Configs", (204, None),
+                                (404, 503))},
+        CF + ":alter": {"post": operation("post", CF + ":alter", "Batch alter topic configs", "Configs",
+                                          (204, None), (404, 503), body="AlterConfigs",
+                                          description="SET or DELETE several configs at once, all or nothing; "
+                                                      "validate_only checks and changes nothing.")},
         T: {"get": operation("get", T, "Get topic", "Topic", (200, "Topic"), (404,)),
+            "patch": operation("patch", T, "Update partition count", "Topic", (200, "Topic"), (404, 503),
+                               body="UpdatePartitionCount",
+                               description="CreatePartitions: the count can only grow."),
             "delete": operation("delete", T, "Delete topic", "Topic", (204, None), (404, 503))},
         T + "/partitions": {"get": operation("get", T + "/partitions", "List partitions", "Partition",
                                              (200, "PartitionList"), (404,))},
         P: {"get": operation("get", P, "Get partition", "Partition", (200, "Partition"), (404,),
                              description="Offsets, and the open transactions holding the LSO back.")},
+        P + "/replicas": {"get": operation("get", P + "/replicas", "List replicas", "Partition",
+                                           (200, "ReplicaList"), (404,))},
+        P + "/replicas/{broker_id}": {"get": operation("get", P + "/replicas/{broker_id}", "Get replica",
+                                                       "Partition", (200, "Replica"), (404,))},
+        P + "/offset": {"get": operation("get", P + "/offset", "Get partition offsets", "Records",
+                                         (200, "PartitionOffsets"), (404,),
+                                         query=(query_param("offset_type", string(enum=["earliest_and_latest"]),
+                                                            "the only one the proxy has"),
+                                                query_param("isolation_level", string(
+                                                    enum=["read_committed", "read_uncommitted"],
+                                                    default="read_uncommitted"),
+                                                    "read_uncommitted (default, as the proxy): latest is the "
+                                                    "high watermark; read_committed: the LSO")))},
         P + "/producers": {"get": operation("get", P + "/producers", "List producers", "Partition",
                                             (200, "ProducerList"), (404,),
                                             description="DescribeProducers: the partition's producer state.")},
+        P + "/producers/{producer_id}": {"get": operation("get", P + "/producers/{producer_id}", "Get producer",
+                                                          "Partition", (200, "Producer"), (404,))},
         P + "/producers/{producer_id}/abort": {"post": operation("post", 
             P + "/producers/{producer_id}/abort", "Abort hanging transaction", "Transactions",
             (200, "AbortedHanging"), (404, 409, 503),
@@ -337,7 +475,15 @@ def _paths() -> dict[str, dict[str, Any]]:
             T + "/records", "Produce record", "Records", (200, "ProduceResponse"), (404, 409, 503),
             body="ProduceRequest", idempotent=True,
             description="Appends one record; answers once it is durable. With producer_id, producer_epoch "
-                        "and sequence, a retry is deduplicated as Kafka does (the original offset).")},
+                        "and sequence, a retry is deduplicated as Kafka does (the original offset). Several "
+                        "record objects concatenated in the body (the proxy's streaming produce) get 200 and "
+                        "one delivery report per record, concatenated in order, each with its own error_code "
+                        "(200, or the error's code with message, error_name and kafka_error_code).")},
+        T + "/records:batch": {"post": operation("post", 
+            T + "/records:batch", "Produce record batch", "Records", (207, "ProduceBatchResponse"), (404,),
+            body="ProduceBatch", idempotent=True,
+            description="The proxy's batch produce: entries with distinct ids, each appended on its own; "
+                        "successes and failures name their entry's id.")},
         P + "/records": {"get": operation("get", 
             P + "/records", "Read records", "Records", (200, "RecordList"), (404, 416),
             query=(query_param("offset", integer(), "first offset to read; default: the log start"),
@@ -354,10 +500,25 @@ def _paths() -> dict[str, dict[str, Any]]:
             description="A new producer id (epoch 0) for idempotent produce.")},
         C + "/consumer-groups": {"get": operation("get", C + "/consumer-groups", "List consumer groups",
                                                   "Consumer Groups", (200, "ConsumerGroupList"), (404,))},
-        C + "/consumer-groups/{group_id}": {"get": operation("get", 
-            C + "/consumer-groups/{group_id}", "Get consumer group", "Consumer Groups",
-            (200, "ConsumerGroupDetail"), (404,),
-            description="Members, committed and pending offsets, lag against the LSO.")},
+        G: {"get": operation("get", G, "Get consumer group", "Consumer Groups", (200, "ConsumerGroupDetail"),
+                             (404,), description="Members, committed and pending offsets, lag against the LSO.")},
+        G + "/consumers": {"get": operation("get", G + "/consumers", "List consumers", "Consumer Groups",
+                                            (200, "ConsumerList"), (404,))},
+        CO: {"get": operation("get", CO, "Get consumer", "Consumer Groups", (200, "Consumer"), (404,))},
+        CO + "/assignments": {"get": operation("get", CO + "/assignments", "List consumer assignments",
+                                               "Consumer Groups", (200, "ConsumerAssignmentList"), (404,))},
+        CO + "/assignments/{topic_name}/partitions/{partition_id}": {"get": operation(
+            "get", CO + "/assignments/{topic_name}/partitions/{partition_id}", "Get consumer assignment",
+            "Consumer Groups", (200, "ConsumerAssignment"), (404,))},
+        G + "/lags": {"get": operation("get", G + "/lags", "List consumer lags", "Consumer Groups",
+                                       (200, "ConsumerLagList"), (404,),
+                                       description="Per partition with a committed offset: the records a "
+                                                   "read_committed consumer would still receive.")},
+        G + "/lags/{topic_name}/partitions/{partition_id}": {"get": operation(
+            "get", G + "/lags/{topic_name}/partitions/{partition_id}", "Get consumer lag", "Consumer Groups",
+            (200, "ConsumerLag"), (404,))},
+        G + "/lag-summary": {"get": operation("get", G + "/lag-summary", "Get consumer group lag summary",
+                                              "Consumer Groups", (200, "ConsumerGroupLagSummary"), (404,))},
         C + "/transactions": {"get": operation("get", 
             C + "/transactions", "List transactions", "Transactions", (200, "TransactionList"), (404,),
             query=(query_param("state", array(string(enum=STATES)), "only these states (repeatable)",
@@ -405,8 +566,8 @@ def document() -> dict[str, Any]:
         "openapi": "3.0.3",
         "info": {"title": "Exactly HTTP API", "version": "1",
                  "description": "Confluent REST Proxy v3 names and shapes where they exist, plus transactions "
-                                "over HTTP. Errors are JSON {error_code, error_name, message} with Kafka's "
-                                "error names."},
+                                "over HTTP. Errors are the proxy's JSON {error_code, message}, with Kafka's "
+                                "error_name and kafka_error_code beside them."},
         "security": [{}, {"bearerAuth": []}],
         "paths": _paths(),
         "components": {"schemas": SCHEMAS, "responses": responses,

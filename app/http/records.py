@@ -1,34 +1,42 @@
 """Records over HTTP: produce (REST Proxy v3), read, list offsets, producer ids.
 
 * ``POST .../topics/<topic>/records`` appends one record and answers once it is
-  durable (acks=all). With ``producer_id``, ``producer_epoch`` and ``sequence`` (from
-  ``POST .../producer-ids``, the sequence counting 0, 1, 2, ... per partition) the
-  batch is an idempotent producer's: a retry of one of the producer's last five
-  batches is answered with the original offset and appends nothing, exactly as a
-  Kafka broker answers a retried Produce, also after a restart.
+  durable (acks=all); several records concatenated in one body (the proxy's
+  streaming produce) are appended in order and answered by one delivery report each,
+  streamed as each becomes durable. ``POST .../records:batch`` is the proxy's batch
+  produce (entries with ids, 207 with successes and failures). With
+  ``producer_id``, ``producer_epoch`` and ``sequence`` (from ``POST .../producer-ids``,
+  the sequence counting 0, 1, 2, ... per partition) the batch is an idempotent
+  producer's: a retry of one of the producer's last five batches is answered with
+  the original offset and appends nothing, exactly as a Kafka broker answers a
+  retried Produce, also after a restart.
 * ``GET .../partitions/<p>/records`` reads as a consumer does
   (``storage.read_committed.read_records``): in ``read_committed`` (the default
   here, because that is what exactly-once applications read) only records below the
   last stable offset, without aborted ones; control records are never shown.
 * ``GET .../partitions/<p>/offsets`` is ListOffsets: ``latest`` in read_committed is
-  the LSO, ``earliest`` the log start, a time the first offset at or after it.
+  the LSO, ``earliest`` the log start, a time the first offset at or after it;
+  ``GET .../partitions/<p>/offset`` is the proxy's earliest-and-latest resource.
 """
 
 from __future__ import annotations
 
-import asyncio
+import json
 import random
+import re
+from concurrent.futures import Future
+from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Iterator
 
-from flask import Blueprint, jsonify
+from flask import Blueprint, Response, jsonify, stream_with_context
 
 from app.engine import READ_COMMITTED, READ_UNCOMMITTED
-from app.http import codec, current_engine, inputs
+from app.http import codec, current_engine, errors, inputs
 from app.http.idempotency import idempotent
-from app.http.resources import cluster_id
+from app.http.resources import cluster_id, crn, resource
 from app.client.producer import murmur2
-from storage.errors import InvalidRequestError
+from storage.errors import InvalidRequestError, KafkaError
 from storage.read_committed import read_records
 from storage.record_batch import MAX_SEQUENCE, SimpleRecord, encode_batch
 
@@ -42,6 +50,12 @@ ISOLATION_LEVELS = (READ_COMMITTED, READ_UNCOMMITTED)
 #: Kafka's fetch.max.bytes default: the most one read may ask for
 MAX_FETCH_BYTES = 52_428_800
 DEFAULT_FETCH_BYTES = 1 << 20
+#: how long a produce waits for its record to be durable
+PRODUCE_TIMEOUT_S = 60
+#: the proxy's produce.batch.maximum.entries default
+MAX_BATCH_ENTRIES = 10
+#: a records:batch entry id, as the proxy takes them
+BATCH_ID = re.compile(r"^[0-9a-zA-Z_-]{1,80}$")
 
 
 # -- produce ----------------------------------------------------------------------------
@@ -72,7 +86,8 @@ def _timestamp(item: dict[str, Any], where: str) -> int | None:
             raise InvalidRequestError(f"{where}timestamp needs a time zone (e.g. Z)")
         raw = round(moment.timestamp() * 1000)
         item = {"timestamp": raw}
-    return inputs.integer(item, "timestamp", where=where, required=False, nullable=True)
+    return inputs.integer(item, "timestamp", where=where, required=False, nullable=True,
+                          maximum=codec.MAX_TIME_MS)
 
 
 def choose_partition(engine: "Engine", topic: str, key: bytes | None) -> int:
@@ -81,29 +96,138 @@ def choose_partition(engine: "Engine", topic: str, key: bytes | None) -> int:
     return (murmur2(key) & 0x7FFFFFFF) % count if key is not None else random.randrange(count)
 
 
-async def _produce(engine: "Engine", topic: str, partition: int | None, key: bytes | None, batch: bytes):
-    if partition is None:
-        partition = choose_partition(engine, topic, key)
-    result = await asyncio.wrap_future(engine.start_produce(topic, partition, batch))
-    return partition, result
+@dataclass(frozen=True)
+class _Parsed:
+    """One record of a produce request, ready to append: where, and the batch."""
+
+    partition: int | None
+    record: SimpleRecord
+    batch: bytes
+    #: the request's key and value objects, for the delivery report's summaries
+    key: Any
+    value: Any
+
+
+def _parse(item: Any, now_ms: int, where: str = "") -> _Parsed:
+    if not isinstance(item, dict):
+        raise InvalidRequestError(f"{where or 'a record'} must be a JSON object")
+    partition, record = parse_record(item, now_ms, where)
+    batch = encode_batch([record], **_producer_fields(item, where))
+    return _Parsed(partition, record, batch, item.get("key"), item.get("value"))
+
+
+def _start(engine: "Engine", topic: str, parsed: _Parsed) -> Future:
+    """On the loop: append one record (partitioned as Kafka's producer does); the
+    future resolves to ``(partition, AppendResult)`` once it is durable."""
+    partition = choose_partition(engine, topic, parsed.record.key) if parsed.partition is None else parsed.partition
+    placed: Future = Future()
+    appended = engine.start_produce(topic, partition, parsed.batch)
+
+    def done(f: Future) -> None:
+        if f.exception() is not None:
+            placed.set_exception(f.exception())
+        else:
+            placed.set_result((partition, f.result()))
+
+    appended.add_done_callback(done)
+    return placed
+
+
+def _report(topic: str, parsed: _Parsed, placed: tuple[int, Any]) -> dict[str, Any]:
+    """REST v3's delivery report of one durable record; ``timestamp`` is ISO 8601, as
+    the proxy sends it (the log append time on a LogAppendTime topic)."""
+    partition, result = placed
+    timestamp = parsed.record.timestamp if result.log_append_time < 0 else result.log_append_time
+    return {"error_code": 200, "cluster_id": cluster_id(), "topic_name": topic, "partition_id": partition,
+            "offset": result.base_offset, "timestamp": codec.iso_time(timestamp),
+            "key": codec.summary(parsed.key, parsed.record.key),
+            "value": codec.summary(parsed.value, parsed.record.value)}
+
+
+def _outcomes(engine: "Engine", topic: str, items: list[Any]) -> list[tuple[_Parsed | None, Future | KafkaError]]:
+    """Parse and start every record, in order (a bad one is its error, the others go
+    on); each started one's future resolves once it is durable."""
+    now = engine.clock.now_ms()
+    started: list[tuple[_Parsed | None, Future | KafkaError]] = []
+    for i, item in enumerate(items):
+        try:
+            parsed = _parse(item, now, f"records[{i}]." if len(items) > 1 else "")
+        except KafkaError as e:
+            started.append((None, e))
+            continue
+        started.append((parsed, engine.submit(_start, engine, topic, parsed)))
+    return started
+
+
+def _outcome_body(topic: str, parsed: _Parsed | None, outcome: Future | KafkaError) -> dict[str, Any]:
+    """The delivery report of one record, or its error body (Confluent's code, Kafka's name)."""
+    try:
+        if isinstance(outcome, KafkaError):
+            raise outcome
+        return _report(topic, parsed, outcome.result(PRODUCE_TIMEOUT_S))
+    except KafkaError as e:
+        return errors.kafka_error_body(e)
+    except Exception as e:  # noqa: BLE001 -- one record's bug must not end the others' reports
+        return errors.server_error_body(e)
+
+
+def _check_topic(engine: "Engine", topic: str) -> None:
+    """An unknown topic fails the whole request (404), not each record in it."""
+    engine.call(engine.logs.topic, topic)
 
 
 @bp.post("/v3/clusters/<cluster_id>/topics/<topic_name>/records")
 @idempotent(lambda topic_name: f"topic:{topic_name}")
 def produce(topic_name: str):
-    body = inputs.json_body()
+    """One record: its delivery report, or its error as the HTTP status. Several
+    records concatenated in the body (the proxy's streaming mode): 200, and one
+    delivery report per record, in order, each streamed as soon as that record is
+    durable, each with its own ``error_code`` (200: delivered)."""
+    items = inputs.json_values()
     engine = current_engine()
-    partition, record = parse_record(body, engine.clock.now_ms())
-    batch = encode_batch([record], **_producer_fields(body))
-    partition, result = engine.call(_produce, engine, topic_name, partition, record.key, batch)
-    return jsonify({"error_code": 200, "cluster_id": cluster_id(), "topic_name": topic_name,
-                    "partition_id": partition, "offset": result.base_offset,
-                    "timestamp": record.timestamp if result.log_append_time < 0 else result.log_append_time,
-                    "key": codec.summary(body.get("key"), record.key),
-                    "value": codec.summary(body.get("value"), record.value)})
+    _check_topic(engine, topic_name)
+    if len(items) == 1:
+        parsed = _parse(items[0], engine.clock.now_ms())
+        return jsonify(_report(topic_name, parsed, engine.submit(_start, engine, topic_name, parsed)
+                               .result(PRODUCE_TIMEOUT_S)))
+    outcomes = _outcomes(engine, topic_name, items)
+
+    def reports() -> Iterator[bytes]:
+        for parsed, outcome in outcomes:
+            yield json.dumps(_outcome_body(topic_name, parsed, outcome), separators=(",", ":")).encode() + b"\n"
+
+    return Response(stream_with_context(reports()), mimetype="application/json")
 
 
-def _producer_fields(body: dict[str, Any]) -> dict[str, int]:
+@bp.post("/v3/clusters/<cluster_id>/topics/<topic_name>/records:batch")
+@idempotent(lambda topic_name: f"topic:{topic_name}")
+def produce_batch(topic_name: str):
+    """The proxy's batch produce: ``{"entries": [{"id", ...record}]}``, ids unique,
+    at most :data:`MAX_BATCH_ENTRIES`; 207 with ``successes`` and ``failures``, each
+    naming its entry's id. Entries are appended in order, each on its own."""
+    body = inputs.json_body()
+    entries = inputs.objects(body, "entries", min_items=1, max_items=MAX_BATCH_ENTRIES)
+    ids: list[str] = []
+    for where, entry in entries:
+        entry_id = entry.get("id")
+        if not isinstance(entry_id, str) or not BATCH_ID.match(entry_id):
+            raise InvalidRequestError(f"{where}id must be a string of 1 to 80 characters 0-9 a-z A-Z - _")
+        if entry_id in ids:
+            raise InvalidRequestError(f"{where}id: {entry_id!r} appears more than once; entry ids must be distinct")
+        ids.append(entry_id)
+    engine = current_engine()
+    _check_topic(engine, topic_name)
+    successes, failures = [], []
+    for entry_id, (parsed, outcome) in zip(ids, _outcomes(engine, topic_name, [e for _, e in entries])):
+        answer = _outcome_body(topic_name, parsed, outcome)
+        if answer["error_code"] == 200:
+            successes.append({"id": entry_id, **{k: v for k, v in answer.items() if k != "error_code"}})
+        else:
+            failures.append({"id": entry_id, **answer})
+    return jsonify({"successes": successes, "failures": failures}), 207
+
+
+def _producer_fields(body: dict[str, Any], where: str = "") -> dict[str, int]:
     """encode_batch's producer arguments: all three of producer_id, producer_epoch,
     sequence, or none (a plain, non-idempotent record)."""
     names = ("producer_id", "producer_epoch", "sequence")
@@ -111,10 +235,11 @@ def _producer_fields(body: dict[str, Any]) -> dict[str, int]:
     if not any(given):
         return {}
     if not all(given):
-        raise InvalidRequestError("producer_id, producer_epoch and sequence go together: send all three or none")
-    return {"producer_id": inputs.integer(body, "producer_id"),
-            "producer_epoch": inputs.integer(body, "producer_epoch", maximum=inputs.INT16_MAX),
-            "base_sequence": inputs.integer(body, "sequence", maximum=MAX_SEQUENCE)}
+        raise InvalidRequestError(f"{where}producer_id, producer_epoch and sequence go together: "
+                                  f"send all three or none")
+    return {"producer_id": inputs.integer(body, "producer_id", where=where),
+            "producer_epoch": inputs.integer(body, "producer_epoch", where=where, maximum=inputs.INT16_MAX),
+            "base_sequence": inputs.integer(body, "sequence", where=where, maximum=MAX_SEQUENCE)}
 
 
 @bp.post("/v3/clusters/<cluster_id>/producer-ids")
@@ -165,3 +290,20 @@ def list_offsets(topic_name: str, partition_id: int):
     found = engine.call(engine.list_offsets, topic_name, partition_id, timestamp, isolation)
     return jsonify({"topic_name": topic_name, "partition_id": partition_id, "isolation_level": isolation,
                     "offset": found.offset, "timestamp": found.timestamp})
+
+
+@bp.get(PARTITION + "/offset")
+def partition_offsets(topic_name: str, partition_id: int):
+    """The proxy's ``KafkaPartitionWithOffsets``: earliest and latest offset at once.
+    As the proxy (whose admin client lists offsets read_uncommitted) ``latest`` is
+    the high watermark; ``isolation_level=read_committed`` (Exactly's) makes it the LSO."""
+    inputs.query_choice("offset_type", ("earliest_and_latest",), "earliest_and_latest")
+    isolation = inputs.query_choice("isolation_level", ISOLATION_LEVELS, READ_UNCOMMITTED)
+    engine = current_engine()
+    earliest = engine.call(engine.list_offsets, topic_name, partition_id, -2, isolation)
+    latest = engine.call(engine.list_offsets, topic_name, partition_id, -1, isolation)
+    return jsonify(resource("KafkaPartitionWithOffsets", ("topics", topic_name, "partitions", partition_id, "offset"),
+                            crn(topic=topic_name, partition=partition_id, offset_type="earliest_and_latest"),
+                            cluster_id=cluster_id(), topic_name=topic_name, partition_id=partition_id,
+                            earliest_offset=earliest.offset, latest_offset=latest.offset,
+                            isolation_level=isolation))

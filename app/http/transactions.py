@@ -63,7 +63,7 @@ from app.engine import INTERNAL_TOPICS
 from app.http import current_engine, errors, idempotency, inputs, mirror_db
 from app.http.idempotency import idempotent
 from app.http.records import choose_partition, parse_record
-from app.http.resources import listing
+from app.http.resources import cluster_id, crn, listing, resource
 from coordinator.group_metadata import CommittedOffset
 from coordinator.transaction_state import TransactionState
 from storage.errors import (
@@ -304,7 +304,7 @@ async def _end(engine: "Engine", txn_id: str, producer_id: int, epoch: int, comm
 def _end_view(transactional_id: str, commit: bool):
     producer_id, epoch = _producer(inputs.json_body())
     engine = current_engine()
-    return jsonify(engine.call(_end, engine, transactional_id, producer_id, epoch, commit))
+    return jsonify(transaction_resource(engine.call(_end, engine, transactional_id, producer_id, epoch, commit)))
 
 
 @bp.post(TXN + "/commit")
@@ -322,6 +322,14 @@ def abort(transactional_id: str):
 # -- inspection and the operator's abort ------------------------------------------------
 
 
+def transaction_resource(txn: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    """A transactional id's state (DescribeTransactions) with REST v3's ``kind`` and ``metadata``."""
+    txn_id = txn["transactional_id"]
+    return resource("KafkaTransaction", ("transactions", txn_id), crn(("transactional-id", txn_id)),
+                    cluster_id=cluster_id(), **txn, **extra)
+
+
+
 @bp.get(BASE)
 def list_transactions():
     """ListTransactions; ``?state=Ongoing&state=PrepareCommit`` filters (Kafka's state names)."""
@@ -331,7 +339,7 @@ def list_transactions():
             raise InvalidRequestError(f"state must be one of {', '.join(STATES)}, got {state!r:.50}")
     engine = current_engine()
     return jsonify(listing("KafkaTransactionList", ("transactions",),
-                           engine.call(queries.transactions, engine, states)))
+                           [transaction_resource(t) for t in engine.call(queries.transactions, engine, states)]))
 
 
 @bp.get(TXN)
@@ -341,7 +349,7 @@ def describe(transactional_id: str):
     limit = inputs.query_integer("history_limit", default=20, maximum=MAX_HISTORY)
     engine = current_engine()
     txn = engine.call(queries.transaction, engine, transactional_id)
-    return jsonify({**txn, "history": _history(transactional_id, limit)})
+    return jsonify(transaction_resource(txn, history=_history(transactional_id, limit)))
 
 
 def _history(txn_id: str, limit: int) -> list[dict[str, Any]] | None:
@@ -372,7 +380,7 @@ def admin_abort(transactional_id: str):
     """Abort the open transaction of ``transactional_id`` and fence its producer (the
     epoch is bumped), so a transaction holding the LSO back ends now."""
     engine = current_engine()
-    return jsonify(engine.call(_admin_abort, engine, transactional_id, api_actor()))
+    return jsonify(transaction_resource(engine.call(_admin_abort, engine, transactional_id, api_actor())))
 
 
 @bp.post("/v3/clusters/<cluster_id>/topics/<topic_name>/partitions/<int:partition_id>"

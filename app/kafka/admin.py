@@ -8,25 +8,22 @@ a bad one is INVALID_CONFIG and creates nothing.
 
 from __future__ import annotations
 
-from dataclasses import fields
 from typing import Any
 
-from app.config import BrokerConfig
+from app.engine import queries
 from app.kafka.api import ApiKey, RequestContext, error_code, serves
 from storage.errors import (
     InvalidPartitionsError,
     InvalidReplicationFactorError,
     InvalidRequestError,
     KafkaError,
-    TopicAlreadyExistsError,
 )
-from storage.log_config import LogConfig
-from storage.log_manager import validate_topic_name
 
 TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4
 #: DescribeConfigs ConfigSource values
 TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 1, 4, 5
-SENSITIVE = frozenset({"http.auth.token"})
+SOURCE = {queries.DYNAMIC_TOPIC_CONFIG: TOPIC_CONFIG, queries.STATIC_BROKER_CONFIG: STATIC_BROKER_CONFIG,
+          queries.DEFAULT_CONFIG: DEFAULT_CONFIG}
 
 
 @serves(ApiKey.CREATE_TOPICS, 2, 4)
@@ -61,15 +58,7 @@ async def _create(ctx: RequestContext, topic: Any, validate_only: bool) -> None:
                 f"replication factor {topic.replication_factor} is more than the 1 broker there is")
         partitions = engine.config.num_partitions if topic.num_partitions == -1 else topic.num_partitions
     configs = {c.name: c.value for c in topic.configs if c.value is not None}
-    if not validate_only:
-        await engine.create_topic(topic.name, partitions, configs)
-        return
-    validate_topic_name(topic.name)
-    if topic.name in engine.logs.topics:
-        raise TopicAlreadyExistsError(f"topic {topic.name!r} already exists")
-    if partitions < 1:
-        raise InvalidPartitionsError(f"number of partitions must be at least 1, got {partitions}")
-    LogConfig.from_kafka(configs, base=engine.logs.defaults)
+    await engine.create_topic(topic.name, partitions, configs, validate_only=validate_only)
 
 
 @serves(ApiKey.DELETE_TOPICS, 1, 3)
@@ -91,7 +80,7 @@ async def describe_configs(ctx: RequestContext, request: Any) -> dict:
         entry = {"resource_type": resource.resource_type, "resource_name": resource.resource_name,
                  "error_code": 0, "error_message": None, "configs": []}
         try:
-            configs = _configs(ctx, resource.resource_type, resource.resource_name)
+            configs = await _configs(ctx, resource.resource_type, resource.resource_name)
             keys = resource.configuration_keys  # null: every config; a list, even empty: those
             entry["configs"] = [c for c in configs if keys is None or c["name"] in keys]
         except KafkaError as e:
@@ -100,26 +89,19 @@ async def describe_configs(ctx: RequestContext, request: Any) -> dict:
     return {"results": results}
 
 
-def _configs(ctx: RequestContext, resource_type: int, name: str) -> list[dict]:
-    """``(name, value, source)`` of every config of a topic or of this broker."""
-    engine = ctx.engine
+async def _configs(ctx: RequestContext, resource_type: int, name: str) -> list[dict]:
+    """``(name, value, source)`` of every config of a topic (``queries.topic_configs``)
+    or of this broker."""
     if resource_type == TOPIC_RESOURCE:
-        overrides = engine.logs.topic(name).overrides
-        return [_config(key, value, TOPIC_CONFIG if key in overrides else DEFAULT_CONFIG)
-                for key, value in engine.logs.topic_config(name).to_kafka().items()]
+        return [_config(c) for c in await queries.topic_configs(ctx.engine, name)]
     if resource_type == BROKER_RESOURCE:
         if name not in ("", str(ctx.node.node_id)):
             raise InvalidRequestError(f"this is broker {ctx.node.node_id}, not {name!r}")
-        defaults = BrokerConfig()
-        return [_config(f.name.replace("_", "."), getattr(engine.config, f.name),
-                        STATIC_BROKER_CONFIG if getattr(engine.config, f.name) != getattr(defaults, f.name)
-                        else DEFAULT_CONFIG)
-                for f in fields(BrokerConfig) if f.name != "log"]
+        return [_config(c) for c in await queries.broker_configs(ctx.engine)]
     raise InvalidRequestError(f"resource type {resource_type} is not a topic (2) or a broker (4)")
 
 
-def _config(name: str, value: Any, source: int) -> dict:
-    sensitive = name in SENSITIVE
-    text = str(value).lower() if isinstance(value, bool) else str(value)
-    return {"name": name, "value": None if sensitive else text, "read_only": True, "config_source": source,
-            "is_sensitive": sensitive, "synonyms": []}
+def _config(row: dict) -> dict:
+    """DescribeConfigs' entry of a ``queries.topic_configs`` / ``broker_configs`` row."""
+    return {"name": row["name"], "value": row["value"], "read_only": True, "config_source": SOURCE[row["source"]],
+            "is_sensitive": row["is_sensitive"], "synonyms": []}

@@ -1,0 +1,166 @@
+"""Configs as REST Proxy v3 resources: ``.../topics/<topic>/configs`` and
+``.../brokers/<id>/configs`` (this broker's settings, read-only: they change with a
+restart).
+
+``GET .../configs`` lists every config of the topic with its effective value and
+where it comes from (``app.engine.queries.topic_configs``: set on the topic, a
+broker default given at start-up, or Kafka's default); ``GET .../configs/<name>``
+is one of them. Changes, as the Confluent proxy takes them:
+
+* ``PUT .../configs/<name>`` with ``{"value": "..."}`` sets one override;
+* ``DELETE .../configs/<name>`` resets it to the default;
+* ``POST .../configs:alter`` with ``{"data": [{"name", "value", "operation": "SET" |
+  "DELETE"}], "validate_only": false}`` changes several at once, all or nothing.
+
+All answer 204 once ``topics.json`` holds the change (``Engine.alter_topic_config``);
+a bad value is INVALID_CONFIG (400 / 40002) and changes nothing; ``validate_only``
+checks and changes nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from typing import Any
+
+from flask import Blueprint, abort, jsonify
+
+from app.config import BrokerConfig
+from app.engine import queries
+from app.http import current_engine, inputs
+from app.http.resources import check_broker, cluster_id, crn, listing, resource
+from storage.errors import InvalidRequestError
+from storage.log_config import LogConfig
+
+bp = Blueprint("configs", __name__)
+
+CONFIGS = "/v3/clusters/<cluster_id>/topics/<topic_name>/configs"
+OPERATIONS = ("SET", "DELETE")
+BROKER_CONFIGS = "/v3/clusters/<cluster_id>/brokers/<int:broker_id>/configs"
+#: Kafka's defaults, for the DEFAULT_CONFIG synonym of a config that is set
+KAFKA_DEFAULTS = {k: LogConfig.kafka_text(v) for k, v in LogConfig().to_kafka().items()}
+BROKER_DEFAULTS = {f.name.replace("_", "."): LogConfig.kafka_text(getattr(BrokerConfig(), f.name))
+                   for f in fields(BrokerConfig) if f.name != "log"}
+
+
+def config_resource(topic: str, config: dict[str, Any]) -> dict[str, Any]:
+    """REST v3's KafkaTopicConfig of one ``queries.topic_configs`` row; ``synonyms``
+    lists where the value comes from, then Kafka's default under it."""
+    name = config["name"]
+    return resource("KafkaTopicConfig", ("topics", topic, "configs", name),
+                    crn(topic=topic, config=name), cluster_id=cluster_id(), topic_name=topic, **config,
+                    synonyms=_synonyms(config, KAFKA_DEFAULTS[name]))
+
+
+def _synonyms(config: dict[str, Any], default: str | None) -> list[dict[str, Any]]:
+    """Where the value comes from, then Kafka's default under it (when it is not that)."""
+    name = config["name"]
+    synonyms = [{"name": name, "value": config["value"], "source": config["source"]}]
+    if not config["is_default"]:
+        synonyms.append({"name": name, "value": default, "source": queries.DEFAULT_CONFIG})
+    return synonyms
+
+
+def _configs(topic: str) -> list[dict[str, Any]]:
+    engine = current_engine()
+    return engine.call(queries.topic_configs, engine, topic)
+
+
+@bp.get(CONFIGS)
+def list_configs(topic_name: str):
+    return jsonify(listing("KafkaTopicConfigList", ("topics", topic_name, "configs"),
+                           [config_resource(topic_name, c) for c in _configs(topic_name)]))
+
+
+@bp.get("/v3/clusters/<cluster_id>/topics/-/configs")
+def list_all_topic_configs():
+    """The proxy's ``-`` wildcard: every topic's configs in one list."""
+    engine = current_engine()
+    return jsonify(listing("KafkaTopicConfigList", ("topics", "-", "configs"),
+                           [config_resource(topic, c) for topic, configs in engine.call(_all_configs, engine)
+                            for c in configs]))
+
+
+async def _all_configs(engine) -> list[tuple[str, list[dict[str, Any]]]]:
+    """On the loop: every topic (internal ones too) with its configs."""
+    return [(t["topic_name"], await queries.topic_configs(engine, t["topic_name"]))
+            for t in await queries.topics(engine, include_internal=True)]
+
+
+@bp.get(CONFIGS + "/<name>")
+def get_config(topic_name: str, name: str):
+    found = next((c for c in _configs(topic_name) if c["name"] == name), None)
+    if found is None:
+        abort(404, f"topic {topic_name!r} has no config {name!r}")
+    return jsonify(config_resource(topic_name, found))
+
+
+def _alter(topic: str, changes: dict[str, str | None], validate_only: bool = False):
+    engine = current_engine()
+    engine.call(engine.alter_topic_config, topic, changes, validate_only)
+    return "", 204
+
+
+@bp.put(CONFIGS + "/<name>")
+def update_config(topic_name: str, name: str):
+    body = inputs.json_body()
+    return _alter(topic_name, {name: inputs.string(body, "value", min_length=0)})
+
+
+@bp.delete(CONFIGS + "/<name>")
+def reset_config(topic_name: str, name: str):
+    return _alter(topic_name, {name: None})
+
+
+@bp.post(CONFIGS + ":alter")
+def alter_configs(topic_name: str):
+    body = inputs.json_body()
+    changes: dict[str, str | None] = {}
+    for where, item in inputs.objects(body, "data", max_items=100):
+        name = inputs.string(item, "name", where=where, max_length=249)
+        operation = inputs.string(item, "operation", where=where, required=False, default="SET", nullable=True)
+        if operation not in OPERATIONS:
+            raise InvalidRequestError(f"{where}operation must be SET or DELETE, got {operation!r:.50}")
+        if name in changes:
+            raise InvalidRequestError(f"{where}name: {name} appears more than once")
+        changes[name] = (inputs.string(item, "value", where=where, min_length=0) if operation == "SET"
+                         else None)
+    return _alter(topic_name, changes, inputs.boolean(body, "validate_only"))
+
+
+# -- this broker's settings -------------------------------------------------------------
+
+
+def _broker_configs(broker_id: int) -> list[dict[str, Any]]:
+    check_broker(broker_id)
+    engine = current_engine()
+    return engine.call(queries.broker_configs, engine)
+
+
+def broker_config_resource(broker_id: int, config: dict[str, Any]) -> dict[str, Any]:
+    name = config["name"]
+    default = None if config["is_sensitive"] else BROKER_DEFAULTS[name]
+    return resource("KafkaBrokerConfig", ("brokers", broker_id, "configs", name),
+                    crn(broker=broker_id, config=name), cluster_id=cluster_id(), broker_id=broker_id, **config,
+                    synonyms=_synonyms(config, default))
+
+
+@bp.get("/v3/clusters/<cluster_id>/brokers/-/configs")
+def list_all_broker_configs():
+    """The proxy's ``-`` wildcard: every broker's configs -- this one's."""
+    node = current_engine().logs.node_id
+    return jsonify(listing("KafkaBrokerConfigList", ("brokers", "-", "configs"),
+                           [broker_config_resource(node, c) for c in _broker_configs(node)]))
+
+
+@bp.get(BROKER_CONFIGS)
+def list_broker_configs(broker_id: int):
+    return jsonify(listing("KafkaBrokerConfigList", ("brokers", broker_id, "configs"),
+                           [broker_config_resource(broker_id, c) for c in _broker_configs(broker_id)]))
+
+
+@bp.get(BROKER_CONFIGS + "/<name>")
+def get_broker_config(broker_id: int, name: str):
+    found = next((c for c in _broker_configs(broker_id) if c["name"] == name), None)
+    if found is None:
+        abort(404, f"broker {broker_id} has no config {name!r}")
+    return jsonify(broker_config_resource(broker_id, found))
