@@ -107,4 +107,6 @@ def test_a_served_broker_logs_access_lines_and_no_scheduler_chatter(tmp_path: Pa
             proc.kill()
     assert code == 0, err
     assert re.search(r'INFO app\.http\.access_log: 127\.0\.0\.1 "GET /v3/clusters" 200 \d+\.\d ms', err), err
-    assert "apscheduler" not in err  # its per-round INFO lines ("Running job \"_run ...") are gone
+    # its per-round INFO lines ("Running job \"_run ...") are gone, and a round skipped
+    # because this busy machine ran the last one late is no warning either
+    assert "apscheduler" not in err

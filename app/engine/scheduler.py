@@ -68,7 +68,11 @@ def scheduled_jobs(engine: Engine, mirror: Mirror) -> list[ScheduledJob]:
 def start_scheduler(engine: Engine, mirror: Mirror) -> BackgroundScheduler:
     """Start every job of :func:`scheduled_jobs`; ``shutdown(wait=True)`` lets a running
     round finish."""
-    logging.getLogger("apscheduler").setLevel(logging.WARNING)
+    # run_round logs every round under the job's name; APScheduler's own lines name the
+    # wrapper (_run), and its warnings -- a round skipped because the last one is still
+    # running, a run time missed -- are what max_instances=1 and coalesce ask for on a
+    # busy machine (the next round catches up), so only its errors are kept
+    logging.getLogger("apscheduler").setLevel(logging.ERROR)
     scheduler = BackgroundScheduler(daemon=True)
     for job in scheduled_jobs(engine, mirror):
         scheduler.add_job(run_round, "interval", args=(job,), seconds=job.interval_ms / 1000,
