@@ -160,7 +160,7 @@ def _lags(group: dict[str, Any]) -> list[dict[str, Any]]:
             consumer_group_id=group_id, topic_name=topic, partition_id=partition,
             current_offset=o["committed_offset"], log_end_offset=o["last_stable_offset"], lag=o["lag"],
             consumer_id=member.get("member_id", ""), instance_id=member.get("group_instance_id"),
-            client_id=member.get("client_id", ""), high_watermark=o["high_watermark"]))
+            client_id=member.get("client_id", ""), high_watermark=o["high_watermark"], lag_exact=o["lag_exact"]))
     return lags
 
 

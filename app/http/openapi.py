@@ -263,7 +263,8 @@ SCHEMAS: dict[str, Schema] = {
         lag=integer(description="records a read_committed consumer would still receive (markers and "
                                 "aborted records not counted)"),
         consumer_id=string(description="the member assigned the partition; empty when none is"),
-        instance_id=nullable(string()), client_id=string(), high_watermark=integer()),
+        instance_id=nullable(string()), client_id=string(), high_watermark=integer(),
+        lag_exact=BOOLEAN),
     "ConsumerLagList": listing("KafkaConsumerLagList", "ConsumerLag"),
     "ConsumerGroupLagSummary": resource(
         "KafkaConsumerGroupLagSummary", cluster_id=string(), consumer_group_id=string(),
