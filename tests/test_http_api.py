@@ -214,6 +214,7 @@ def test_internal_topics_are_listed_as_internal(topics: Api) -> None:
     ({"topic_name": "t", "configs": [{"name": "no.such.config", "value": "1"}]}, 400, "INVALID_CONFIG"),
     ({"topic_name": "t", "configs": [{"name": "retention.ms", "value": "soon"}]}, 400, "INVALID_CONFIG"),
     ({"topic_name": "t", "configs": [{"name": "retention.ms", "value": 5}]}, 400, "INVALID_REQUEST"),
+    ({"topic_name": "t", "configs": [{"value": None}]}, 400, "INVALID_REQUEST"),  # found by the fuzzer
     ({"topic_name": "__consumer_offsets"}, 400, "INVALID_TOPIC_EXCEPTION"),
     ({"topic_name": "orders"}, 400, "TOPIC_ALREADY_EXISTS"),
 ])

@@ -168,9 +168,10 @@ def create_topic():
         raise InvalidReplicationFactorError(f"this broker is one node: replication_factor must be 1, got {factor}")
     configs = {}
     for where, item in inputs.objects(body, "configs", required=False, max_items=100):
+        config_name = inputs.string(item, "name", where=where, max_length=249)
         value = inputs.string(item, "value", where=where, min_length=0, required=False, nullable=True)
         if value is not None:  # null: the default
-            configs[inputs.string(item, "name", where=where, max_length=249)] = value
+            configs[config_name] = value
     validate_only = inputs.boolean(body, "validate_only")
     engine = current_engine()
     engine.call(engine.create_topic, name, count, configs, validate_only=validate_only)
