@@ -3,13 +3,21 @@ commands run as written against a served broker."""
 
 from __future__ import annotations
 
+import json
+import os
+import re
+import shlex
+import signal
 import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+from confluent_kafka.admin import AdminClient
 
 from app.spark import broker_check
-from tests.kafka_support import KafkaBroker
+from tests.kafka_support import KafkaBroker, read_to_end
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 pytestmark = pytest.mark.timeout(300)
@@ -33,3 +41,56 @@ def test_the_broker_check_refuses_a_listener_that_is_not_kafka() -> None:
         server.listen()
         port = server.getsockname()[1]
         assert not broker_check.kafka_answers(f"127.0.0.1:{port}", timeout=0.5)
+
+
+def spark_section() -> str:
+    text = README.read_text()
+    start = text.index("## Spark: the pipeline")
+    return text[start:text.index("\n## ", start + 1)]
+
+
+def run_as_a_user(argv: list[str], cwd: Path, timeout: float = 240) -> subprocess.CompletedProcess:
+    """``argv`` in a process group of its own (the driver, its JVM and Python workers),
+    all killed if it outlives ``timeout``."""
+    process = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               start_new_session=True, env={**os.environ, "PYTHONPATH": str(README.parent)})
+    try:
+        out, err = process.communicate(timeout=timeout)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.communicate()
+    return subprocess.CompletedProcess(argv, process.returncode, out, err)
+
+
+def read_committed(kafka: KafkaBroker, topic: str) -> list[bytes]:
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
+    partitions = len(admin.list_topics(topic, timeout=10).topics[topic].partitions)
+    return read_to_end({"bootstrap.servers": kafka.bootstrap, "group.id": "check", "enable.auto.commit": False,
+                        "isolation.level": "read_committed"}, topic, partitions)
+
+
+@pytest.mark.slow  # three Spark drivers: about two minutes
+def test_the_pipeline_commands_and_the_jdbc_example_run_as_written(tmp_path: Path) -> None:
+    """The README's two commands, in a directory whose ./data a served broker holds:
+    the copy job fills pipeline-out exactly once, then the report covers its transactions."""
+    (commands,) = re.findall(r"```sh\n(.*?)```", spark_section(), re.S)
+    (example,) = re.findall(r"```python\n(.*?)```", spark_section(), re.S)
+    with KafkaBroker(tmp_path / "data") as kafka:
+        runs = []
+        for command in commands.strip().splitlines():
+            argv = shlex.split(command.replace("127.0.0.1:9092", kafka.bootstrap))
+            assert argv[0] == "python"
+            runs.append(run_as_a_user([sys.executable, *argv[1:]], tmp_path))
+            assert runs[-1].returncode == 0, runs[-1].stderr[-3000:]
+        seeded, copied = (read_committed(kafka, topic) for topic in ("pipeline-in", "pipeline-out"))
+        assert seeded and len(copied) == len(set(copied)) == len(seeded)
+        report = runs[-1]
+        (written,) = (tmp_path / "data" / "reports").glob("transactions-*.json")
+        figures = json.loads(written.read_text())
+        assert figures["transactions"]["committed"] >= 1
+        assert report.stdout == written.with_suffix(".md").read_text()
+        assert re.search(r"^report: \d+ finished transactions \(\d+ committed, \d+ aborted\)", report.stderr, re.M)
+        shown = run_as_a_user([sys.executable, "-c", example], tmp_path)
+    assert shown.returncode == 0, shown.stderr[-3000:]
+    assert "|transactional_id|producer_id|partitions|start|end|" in shown.stdout.replace(" ", "")
