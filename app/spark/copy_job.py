@@ -102,7 +102,13 @@ def seed(bootstrap: str, topic: str, count: int) -> str:
             value = f"aborted-{aborted}" if abort else f"record-{committed}"
             producer.produce(topic, key=f"key-{value}", value=value)
             aborted, committed = aborted + abort, committed + (not abort)
-        (producer.abort_transaction if abort else producer.commit_transaction)(30)
+        if abort:
+            # abort_transaction drops what librdkafka has not sent yet: flush first, so
+            # the aborted records and their ABORT markers really are in the input
+            producer.flush(30)
+            producer.abort_transaction(30)
+        else:
+            producer.commit_transaction(30)
         transactions += 1
     return f"{committed} committed records, {aborted} aborted"
 
