@@ -30,7 +30,8 @@ from coordinator.transaction_coordinator import TransactionCoordinator
 from storage.clock import FakeClock
 from storage.errors import CoordinatorLoadInProgressError
 from tests.conftest import SMALL_INTERNAL_TOPICS
-from tests.test_http_api import Api, record, string, txn_body
+# the HTTP API tests' fixtures (app, api, topics), used here by name, not copied
+from tests.test_http_api import Api, api, app, record, string, topics, txn_body  # noqa: F401
 
 SHAPES = json.loads((Path(__file__).parent / "data" / "confluent_v3_shapes.json").read_text())
 
@@ -42,23 +43,6 @@ NOT_OFFERED = {
     "KafkaTopic": {"partition_reassignments"},
     "KafkaPartition": {"reassignment"},
 }
-
-
-@pytest.fixture
-def app(broker: Broker):
-    return create_app(broker.engine, test_config={"TESTING": True})
-
-
-@pytest.fixture
-def api(app, broker: Broker) -> Api:
-    return Api(app.test_client(), broker.cluster_id)
-
-
-@pytest.fixture
-def topics(api: Api) -> Api:
-    api.create_topic("orders", 2)
-    api.create_topic("payments", 1)
-    return api
 
 
 # -- checking a shape -----------------------------------------------------------------------
