@@ -44,6 +44,10 @@ class KafkaBroker:
         self.close()
 
 
+#: a v3+ ApiVersions body: KIP-511's software name and version, as Kafka validates them
+SOFTWARE = {"client_software_name": "raw-test", "client_software_version": "1.0"}
+
+
 class RawClient:
     """One connection; requests built from mappings (``app/wire.py``)."""
 

@@ -22,7 +22,7 @@ from app import Broker
 from app.kafka.api import ApiKey
 from storage import filenames
 from storage.record_batch import SimpleRecord, encode_batch, validate_batch
-from tests.kafka_support import CONFIG, KafkaBroker, RawClient, wait_until
+from tests.kafka_support import CONFIG, SOFTWARE, KafkaBroker, RawClient, wait_until
 
 pytestmark = pytest.mark.timeout(300)
 SERVER_LOG = "app.kafka.server"
@@ -45,7 +45,7 @@ def address(client: RawClient) -> str:
 
 def still_serves(kafka: KafkaBroker) -> None:
     other = RawClient(kafka.port, client_id="bystander")
-    assert other.request(ApiKey.API_VERSIONS, 3, {}).error_code == 0
+    assert other.request(ApiKey.API_VERSIONS, 3, SOFTWARE).error_code == 0
     other.close()
 
 
@@ -83,7 +83,7 @@ def test_http_garbage_is_refused(kafka: KafkaBroker, caplog) -> None:
 def test_an_undecodable_request_is_logged_after_earlier_requests_are_answered(kafka: KafkaBroker, caplog) -> None:
     caplog.set_level(logging.WARNING, logger=SERVER_LOG)
     client = RawClient(kafka.port, client_id="sloppy")
-    good = client.frame(ApiKey.API_VERSIONS, 3, {}, correlation_id=1)
+    good = client.frame(ApiKey.API_VERSIONS, 3, SOFTWARE, correlation_id=1)
     metadata = client.frame(ApiKey.METADATA, 8, {"topics": [{"name": "t"}]}, correlation_id=2)
     truncated = struct.pack(">i", len(metadata) - 4 - 3) + metadata[4:-3]
     client.sock.sendall(good + truncated)
@@ -154,7 +154,7 @@ def _seed_frames() -> list[bytes]:
     client.client_id, client._next_correlation = "fuzz", 0
     batch = encode_batch([SimpleRecord(b"value", key=b"key")], producer_id=7, producer_epoch=0, base_sequence=0)
     requests = [
-        (ApiKey.API_VERSIONS, 0, {}), (ApiKey.API_VERSIONS, 4, {"client_software_name": "f"}),
+        (ApiKey.API_VERSIONS, 0, {}), (ApiKey.API_VERSIONS, 4, SOFTWARE),
         (ApiKey.METADATA, 1, {"topics": None}), (ApiKey.METADATA, 8, {"topics": [{"name": "fuzz"}]}),
         (ApiKey.PRODUCE, 3, {"acks": 1, "timeout": 100, "topic_data": [
             {"name": "fuzz", "partition_data": [{"index": 0, "records": batch}]}]}),

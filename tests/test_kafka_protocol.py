@@ -16,7 +16,7 @@ import pytest
 from app.kafka import APIS
 from app.kafka.api import ApiKey
 from storage.record_batch import SimpleRecord, encode_batch
-from tests.kafka_support import KafkaBroker, RawClient, wait_until
+from tests.kafka_support import SOFTWARE, KafkaBroker, RawClient, wait_until
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -85,7 +85,7 @@ def test_api_versions_at_an_unknown_version_answers_unsupported_version_in_v0(ra
     assert correlation_id == 41
     assert response.error_code == 35  # UNSUPPORTED_VERSION
     assert [(k.api_key, k.min_version, k.max_version) for k in response.api_keys] == [(18, 0, 4)]
-    assert raw.request(ApiKey.API_VERSIONS, 3, {}).error_code == 0  # the retry at v3 works
+    assert raw.request(ApiKey.API_VERSIONS, 3, SOFTWARE).error_code == 0  # the retry at v3 works
 
 
 def test_an_unknown_api_or_unsupported_version_closes_only_that_connection(kafka: KafkaBroker) -> None:
@@ -108,7 +108,7 @@ def test_pipelined_requests_are_answered_in_order(kafka: KafkaBroker, raw: RawCl
     kafka.broker.create_topic("t", 1)
     frames = [raw.frame(ApiKey.FETCH, 11, fetch_body("t", [0], max_wait_ms=300), correlation_id=7),
               raw.frame(ApiKey.METADATA, 8, {"topics": None}, correlation_id=8),
-              raw.frame(ApiKey.API_VERSIONS, 3, {}, correlation_id=9)]
+              raw.frame(ApiKey.API_VERSIONS, 3, SOFTWARE, correlation_id=9)]
     raw.sock.sendall(b"".join(frames))
     assert raw.receive(ApiKey.FETCH, 11)[0] == 7
     assert raw.receive(ApiKey.METADATA, 8)[0] == 8

@@ -5,6 +5,7 @@ the last two is always this broker."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from app.kafka.api import APIS, LEADER_EPOCH, ApiKey, RequestContext, error_code, serves
@@ -21,11 +22,23 @@ GROUP_KEY, TRANSACTION_KEY = 0, 1
 BROKERS_ENDPOINT = 1
 
 
+#: what KIP-511's ClientSoftwareName and ClientSoftwareVersion must match (Kafka's
+#: ``ApiVersionsRequest.SOFTWARE_NAME_VERSION_PATTERN``)
+SOFTWARE_NAME_VERSION = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
+
+
 @serves(ApiKey.API_VERSIONS, 0, 4)
 async def api_versions(ctx: RequestContext, request: Any) -> dict:
-    """Every advertised API with the versions its handler declared."""
-    ctx.connection.software_name = getattr(request, "client_software_name", "")
-    ctx.connection.software_version = getattr(request, "client_software_version", "")
+    """Every advertised API with the versions its handler declared; INVALID_REQUEST
+    (and nothing recorded) for a v3+ client software name or version Kafka would refuse."""
+    name = getattr(request, "client_software_name", "")
+    version = getattr(request, "client_software_version", "")
+    if ctx.version >= 3:
+        for what, value in (("name", name), ("version", version)):
+            if not SOFTWARE_NAME_VERSION.fullmatch(value):
+                raise InvalidRequestError(f"client software {what} {value!r} does not match "
+                                          f"{SOFTWARE_NAME_VERSION.pattern}")
+    ctx.connection.software_name, ctx.connection.software_version = name, version
     return {"api_keys": [{"api_key": api.key, "min_version": api.min_version, "max_version": api.max_version}
                          for api in sorted(APIS.values(), key=lambda a: a.key) if api.advertised]}
 
