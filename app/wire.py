@@ -21,11 +21,14 @@ import functools
 import io
 import types
 import typing
+from pkgutil import resolve_name
 from typing import Any, Callable, Mapping
 
 from kio.index import load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
+from kio.schema.index import schema_name_map
 from kio.serial import entity_reader, entity_writer
+from kio.static.constants import EntityType
 from kio.static.primitive import TZAware
 
 _MS = datetime.timedelta(milliseconds=1)
@@ -54,8 +57,18 @@ def decode_response(api_key: int, version: int, frame: bytes | memoryview) -> tu
     return header.correlation_id, body
 
 
+class UnknownFieldError(TypeError):
+    """A mapping key that no version of the message has at that place: a misspelling
+    would otherwise be dropped silently (``eror_code`` answering NONE)."""
+
+
 def build(cls: type, values: Mapping[str, Any]) -> Any:
-    """The kio entity ``cls`` from ``values`` (see the module docstring)."""
+    """The kio entity ``cls`` from ``values`` (see the module docstring); raises
+    UnknownFieldError for a key no version of the message has there."""
+    unknown = values.keys() - _known_names(cls)
+    if unknown:
+        raise UnknownFieldError(f"{cls.__module__}.{cls.__name__} has no field {', '.join(sorted(unknown))} "
+                                f"in any version (it has {', '.join(sorted(_known_names(cls)))})")
     kwargs = {}
     for name, convert, default in _plan(cls):
         value = values.get(name, _MISSING)
@@ -80,6 +93,62 @@ def _plan(cls: type) -> tuple[tuple[str, Callable | None, Any], ...]:
         default = field.default if field.default is not dataclasses.MISSING else _zero(kind, nullable)
         plan.append((field.name, _converter(kind), default))
     return tuple(plan)
+
+
+@functools.cache
+def _known_names(cls: type) -> frozenset[str]:
+    """The field names of the entity at ``cls``'s place in its request or response, in
+    any version kio knows (a mapping has one shape for every version)."""
+    versions = _versions(cls)
+    paths = [path for path, entity in _entities(_top(cls)).items() if entity is cls] if versions else []
+    if not paths:
+        return frozenset(field.name for field in dataclasses.fields(cls))
+    return frozenset(field.name for message in versions for path in paths
+                     if (entity := _entities(message).get(path)) is not None
+                     for field in dataclasses.fields(entity))
+
+
+def _top(cls: type) -> type:
+    """The request or response class whose module defines ``cls``."""
+    name, version, direction = _message_key(cls)
+    return resolve_name(schema_name_map[name][version][direction])
+
+
+def _message_key(cls: type) -> tuple[str, int, EntityType]:
+    """(API name, version, direction) from kio's module ``kio.schema.<api>.v<N>.<direction>``."""
+    parts = cls.__module__.split(".")
+    if len(parts) != 5 or parts[4] not in ("request", "response") or parts[2] not in schema_name_map:
+        return "", -1, EntityType.nested
+    return parts[2], int(parts[3][1:]), EntityType[parts[4]]
+
+
+@functools.cache
+def _versions(cls: type) -> tuple[type, ...]:
+    """Every version of the request or response ``cls`` belongs to (none for a header)."""
+    name, _, direction = _message_key(cls)
+    if not name:
+        return ()
+    return tuple(resolve_name(paths[direction]) for paths in schema_name_map[name].values() if direction in paths)
+
+
+@functools.cache
+def _entities(message: type) -> dict[tuple[str, ...], type]:
+    """Every entity in ``message`` (itself at ``()``) by its path of field names."""
+    found = {(): message}
+    for path, entity in list(found.items()):
+        _add_children(entity, path, found)
+    return found
+
+
+def _add_children(entity: type, path: tuple[str, ...], found: dict[tuple[str, ...], type]) -> None:
+    hints = typing.get_type_hints(entity)
+    for field in dataclasses.fields(entity):
+        kind, _ = _strip_optional(hints[field.name])
+        if typing.get_origin(kind) is tuple:
+            kind = typing.get_args(kind)[0]
+        if _is_entity(kind):
+            found[path + (field.name,)] = kind
+            _add_children(kind, path + (field.name,), found)
 
 
 def _strip_optional(kind: Any) -> tuple[Any, bool]:
