@@ -26,6 +26,7 @@ from typing import Any, Callable, Mapping
 from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
 
+from app.kafka.prescan import FrameError, prescan
 from app.wire import build, millis  # noqa: F401  (millis: the handlers' *Ms fields)
 
 #: ApiKey int16, ApiVersion int16, CorrelationId int32: the start of every request header
@@ -53,14 +54,23 @@ def read_head(frame: bytes | memoryview) -> RequestHead:
 
 
 @functools.cache
-def _request_readers(api_key: int, version: int) -> tuple[Callable, Callable]:
+def _request_readers(api_key: int, version: int) -> tuple[type, Callable, type, Callable]:
     body = load_request_schema(api_key, version)
-    return entity_reader(body.__header_schema__), entity_reader(body)
+    header = body.__header_schema__
+    return header, entity_reader(header), body, entity_reader(body)
 
 
 def decode_request(frame: bytes, head: RequestHead) -> tuple[str | None, Any]:
-    """``(client id, request body entity)`` of a frame whose API and version are served."""
-    header_reader, body_reader = _request_readers(head.api_key, head.api_version)
+    """``(client id, request body entity)`` of a frame whose API and version are served.
+
+    The frame is :func:`~app.kafka.prescan.prescan`-ned first: kio would reserve
+    memory for whatever count a frame claims."""
+    header_cls, header_reader, body_cls, body_reader = _request_readers(head.api_key, head.api_version)
+    try:
+        used, frame = prescan(header_cls, frame, 0)
+        _, frame = prescan(body_cls, frame, used)
+    except FrameError as e:
+        raise MalformedRequestError(f"undecodable request: {e}") from None
     view = memoryview(frame)
     try:
         header, used = header_reader(view, 0)
