@@ -17,7 +17,6 @@ tells what came back. Everything is drawn from one ``random.Random(seed)``.
 from __future__ import annotations
 
 import dataclasses
-import os
 import random
 import signal
 import socket
@@ -217,7 +216,7 @@ def mutants(request: Request, rng: random.Random, per_site: int = 2) -> Iterator
                                                       _encode_length(length, site.encoding) + batch)
     cut = rng.randrange(4 + 8, len(frame))
     yield f"cut to {cut - 4} bytes", _resized(frame[4:cut])
-    yield "trailing bytes", _resized(frame[4:] + os.urandom(rng.randint(1, 64)))
+    yield "trailing bytes", _resized(frame[4:] + rng.randbytes(rng.randint(1, 64)))
 
 
 def _splice(frame: bytes, start: int, stop: int, replacement: bytes) -> bytes:
@@ -258,7 +257,7 @@ def broken_batches(batch: bytes, rng: random.Random) -> Iterator[tuple[str, byte
         yield f"header count {headers}", rebuilt(encode_varint(len(inner)) + inner)
     inner = body[:-1] + b"\x02" + encode_varint(2) + b"\xff\xfe" + encode_varint(-1)
     yield "header key not UTF-8", rebuilt(encode_varint(len(inner)) + inner)
-    yield "random bytes", rebuilt(os.urandom(rng.randint(1, 40)))
+    yield "random bytes", rebuilt(rng.randbytes(rng.randint(1, 40)))
 
 
 # -- the broker, a process of its own -------------------------------------------------------------
@@ -276,10 +275,12 @@ class ServedBroker:
     def __init__(self, data_dir: Path) -> None:
         self.data_dir = data_dir
         self.log_path = data_dir.with_name(data_dir.name + ".log")
-        self.port = free_port()
+        self.port = 0
         self.proc: subprocess.Popen | None = None
 
     def start(self, timeout: float = 60) -> None:
+        """Start (or restart) the broker on a fresh port; returns once it serves."""
+        self.port = free_port()
         args = [sys.executable, "-m", "app.cli", "serve", "--data-dir", str(self.data_dir),
                 "--kafka-port", str(self.port), "--http-port", str(free_port())]
         for key, value in CONFIG.items():
@@ -292,6 +293,11 @@ class ServedBroker:
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 raise AssertionError(f"the broker did not start (exit {self.proc.poll()}):\n{self.log()}")
             time.sleep(0.05)
+
+    def errors(self) -> list[str]:
+        """Lines of this run's log that say our code failed (not a client's frame)."""
+        return [line for line in self.log().splitlines() if " ERROR " in line or " CRITICAL " in line
+                or line.startswith("Traceback")]
 
     def log(self) -> str:
         """What this run of the process has printed and logged so far."""
@@ -374,7 +380,10 @@ class Fuzzer:
 
     def _exchange(self, frame: bytes, timeout: float) -> tuple[str, bytes | None]:
         if self.sock is None:
-            self.sock = socket.create_connection(("127.0.0.1", self.port))
+            try:
+                self.sock = socket.create_connection(("127.0.0.1", self.port))
+            except ConnectionRefusedError:
+                raise AssertionError(f"the broker on port {self.port} refuses connections: is it dead?") from None
         self.sock.settimeout(timeout)
         try:
             self.sock.sendall(frame)

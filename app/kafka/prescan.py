@@ -103,14 +103,29 @@ def _plan(cls: type) -> _Plan:
         else:
             fields.append(compiled)
     min_size = sum(f.size for f in fields) + (1 if flexible else 0)
-    return _Plan(cls.__name__, tuple(fields), flexible, tagged, min_size)
+    return _Plan(cls.__name__, _merge_fixed(fields), flexible, tagged, min_size)
+
+
+def _merge_fixed(fields: list[_Field]) -> tuple[_Field, ...]:
+    """Runs of fixed-size fields as one (``acks+timeout``): one bounds check instead of several."""
+    merged: list[_Field] = []
+    for field in fields:
+        if merged and field.kind is _Kind.FIXED and merged[-1].kind is _Kind.FIXED:
+            last = merged.pop()
+            field = _Field(f"{last.name}+{field.name}", _Kind.FIXED, size=last.size + field.size)
+        merged.append(field)
+    return tuple(merged)
 
 
 def _field(field: dataclasses.Field, compact: bool) -> _Field:
     shape = classify_field(field)
     nullable = _is_nullable(field.type)
     if isinstance(shape, EntityTupleField):
-        element = _Field(field.name, _Kind.ENTITY, plan=_plan(shape.type_), size=_plan(shape.type_).min_size)
+        plan = _plan(shape.type_)
+        if not plan.flexible and len(plan.fields) == 1 and plan.fields[0].kind is _Kind.FIXED:
+            element = plan.fields[0]  # a struct of fixed-size fields: the array is skipped in one step
+        else:
+            element = _Field(field.name, _Kind.ENTITY, plan=plan, size=plan.min_size)
         return _array(field.name, compact, nullable, element)
     if isinstance(shape, EntityField):
         if nullable:
@@ -144,7 +159,10 @@ def _primitive(name: str, kafka_type: str, compact: bool, nullable: bool) -> _Fi
 def _scan_entity(plan: _Plan, buf: bytes | memoryview, pos: int, end: int,
                  drops: list[tuple[int, int, bytes]]) -> int:
     for field in plan.fields:
-        pos = _scan_field(plan, field, buf, pos, end, drops)
+        if field.kind is _Kind.FIXED and pos + field.size <= end:
+            pos += field.size  # the common case, without a call
+        else:
+            pos = _scan_field(plan, field, buf, pos, end, drops)
     if plan.flexible:
         pos = _scan_tags(plan, buf, pos, end, drops)
     return pos

@@ -1,0 +1,161 @@
+#!/usr/bin/env python3
+"""Hostile frames on the Kafka port: the full sweep of the schema-derived fuzzer, and what
+the request pre-scan costs.
+
+    .venv/bin/python bench/fuzz_kafka.py                 # 3 rounds, every mutant (a few minutes)
+    .venv/bin/python bench/fuzz_kafka.py --rounds 1      # one round
+    .venv/bin/python bench/fuzz_kafka.py --seed 7        # another seed (a failure prints its seed)
+
+1. fuzz  -- ``python -m app.cli serve`` in a process of its own, on a temporary data
+            directory. Each round sends, for every API and version the listener serves
+            (``APIS``), a valid request (which must be answered) and every mutant of it
+            (``tests/kafka_fuzz.py``: each length and count made huge, negative, null
+            or overlong; cut short; trailing bytes; unknown and lying tagged fields;
+            record batches that lie under a good CRC). After each round: the process
+            is alive, logged no ERROR, a confluent-kafka producer and consumer still
+            work, and the broker is stopped (SIGKILL and SIGTERM in turn) and started
+            again on the same directory, where every acknowledged value must be read
+            back. Figures: frames per API/version and what came of them, peak RSS.
+2. prescan -- ``app/kafka/prescan.py`` against kio's own reader, in this process: a
+            Produce v9 of 1 MB of records and small requests (median of many runs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import random
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from kio.index import load_request_schema  # noqa: E402
+from kio.serial import entity_reader  # noqa: E402
+
+from app.kafka.api import APIS, ApiKey  # noqa: E402
+from app.kafka.prescan import prescan  # noqa: E402
+from app.wire import encode_request  # noqa: E402
+from storage.record_batch import SimpleRecord, encode_batch  # noqa: E402
+from tests.kafka_fuzz import (  # noqa: E402
+    Fuzzer,
+    RequestWriter,
+    ServedBroker,
+    consume_real,
+    fuzz,
+    produce_real,
+    served,
+)
+
+
+def fuzz_sweep(seed: int, rounds: int) -> None:
+    rng = random.Random(seed)
+    writer = RequestWriter(rng)
+    fuzzer = Fuzzer(0)
+    acknowledged: list[bytes] = []
+    with tempfile.TemporaryDirectory(prefix="fuzz-kafka-") as work:
+        broker = ServedBroker(Path(work) / "data")
+        broker.start()
+        _, start_peak = broker.memory_kb()
+        peak, crashes, errors, started = start_peak, 0, 0, time.monotonic()
+        try:
+            for round_ in range(rounds):
+                fuzzer.port = broker.port
+                fuzz(fuzzer, writer, rng, served(), None)
+                fuzzer.close()
+                if not broker.alive:
+                    crashes += 1
+                    print(f"round {round_}: the broker died (seed {seed})\n{broker.log()[-3000:]}")
+                    break
+                peak = max(peak, broker.memory_kb()[1])
+                errors += len(broker.errors())
+                values = [f"round {round_} value {i}".encode() for i in range(100)]
+                produce_real(broker.port, values)
+                acknowledged += values
+                assert consume_real(broker.port) == acknowledged, f"seed {seed}: the real client lost values"
+                kill = round_ % 2 == 0
+                broker.stop(kill=kill)
+                broker.start()
+                recovered = consume_real(broker.port) == acknowledged
+                errors += len(broker.errors())
+                print(f"round {round_}: {sum(t.frames for t in fuzzer.tallies.values())} frames so far, peak RSS "
+                      f"{peak / 1024:.0f} MiB, {'SIGKILL' if kill else 'SIGTERM'} + restart: "
+                      f"{len(acknowledged)} acknowledged values {'all read back' if recovered else 'LOST'}")
+                assert recovered, f"seed {seed}: acknowledged values lost across the restart"
+        finally:
+            if broker.alive:
+                broker.stop(kill=True)
+    _report(fuzzer, seed, rounds, start_peak, peak, crashes, errors, time.monotonic() - started)
+
+
+def _report(fuzzer: Fuzzer, seed: int, rounds: int, start_peak: int, peak: int, crashes: int, errors: int,
+            elapsed: float) -> None:
+    print(f"\n{'api':<24} {'v':>2} {'frames':>7} {'answered':>9} {'closed':>7} {'silent':>7}")
+    for (api_key, version), tally in sorted(fuzzer.tallies.items()):
+        o = tally.outcomes
+        print(f"{APIS[api_key].name:<24} {version:>2} {tally.frames:>7} {o['answered']:>9} {o['closed']:>7} "
+              f"{o['silent']:>7}")
+    total = sum(t.frames for t in fuzzer.tallies.values())
+    print(f"\nseed {seed}, {rounds} round(s): frames sent {total} to {len(fuzzer.tallies)} API versions in "
+          f"{elapsed:.0f} s; peak RSS {peak / 1024:.0f} MiB (at start {start_peak / 1024:.0f} MiB); "
+          f"crashes={crashes}; ERROR lines logged={errors}")
+
+
+def _median_us(fn, runs: int) -> float:
+    times = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - started)
+    return statistics.median(times) * 1e6
+
+
+def prescan_cost() -> None:
+    batch = encode_batch([SimpleRecord(bytes(1000), key=b"k%d" % i) for i in range(1000)])
+    requests = {
+        "Produce v9, 1 MB of records": (ApiKey.PRODUCE, 9, {"acks": -1, "timeout": 1000, "topic_data": [
+            {"name": "t", "partition_data": [{"index": 0, "records": batch}]}]}),
+        "Fetch v11, 8 partitions": (ApiKey.FETCH, 11, {"max_wait": 500, "min_bytes": 1, "topics": [
+            {"topic": "t", "partitions": [{"partition": p, "fetch_offset": 0, "partition_max_bytes": 1 << 20}
+                                          for p in range(8)]}]}),
+        "Metadata v8, 1 topic": (ApiKey.METADATA, 8, {"topics": [{"name": "t"}]}),
+        "ApiVersions v3": (ApiKey.API_VERSIONS, 3, {"client_software_name": "a", "client_software_version": "1"}),
+    }
+    print(f"\n{'request':<30} {'bytes':>9} {'kio read µs':>12} {'prescan µs':>11} {'prescan/kio':>12}")
+    for what, (api_key, version, body) in requests.items():
+        frame = encode_request(api_key, version, 1, "bench", body)[4:]
+        cls = load_request_schema(api_key, version)
+        header_reader, body_reader = entity_reader(cls.__header_schema__), entity_reader(cls)
+        view = memoryview(frame)
+
+        def kio_read() -> None:
+            _, used = header_reader(view, 0)
+            body_reader(view, used)
+
+        def scan() -> None:
+            used, _ = prescan(cls.__header_schema__, frame, 0)
+            prescan(cls, frame, used)
+
+        runs = 2000
+        kio_us, scan_us = _median_us(kio_read, runs), _median_us(scan, runs)
+        print(f"{what:<30} {len(frame):>9} {kio_us:>12.1f} {scan_us:>11.1f} {scan_us / kio_us:>11.1f}x")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seed", type=int, default=20261127)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    print(f"date:    {datetime.datetime.now().isoformat(timespec='seconds')}")
+    print(f"command: python bench/fuzz_kafka.py {' '.join(sys.argv[1:])}".rstrip())
+    prescan_cost()
+    print()
+    fuzz_sweep(args.seed, args.rounds)
+
+
+if __name__ == "__main__":
+    main()
