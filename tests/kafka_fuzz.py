@@ -34,7 +34,7 @@ from kio.serial._introspect import EntityField, EntityTupleField, PrimitiveTuple
 from kio.static.constants import EntityType
 
 from storage.record_batch import CRC_OFFSET, HEADER, HEADER_SIZE, SimpleRecord, compute_crc, encode_batch
-from storage.varint import encode_varint
+from storage.varint import encode_uvarint, encode_varint
 
 REPO = Path(__file__).resolve().parents[1]
 #: the topic the requests name (and which produced batches append to)
@@ -51,9 +51,11 @@ _POOLS: dict[str, tuple] = {
 }
 _FORMATS = {"bool": ">b", "int8": ">b", "int16": ">h", "uint16": ">H", "error_code": ">h", "int32": ">i",
             "timedelta_i32": ">i", "int64": ">q", "timedelta_i64": ">q", "datetime_i64": ">q", "float64": ">d"}
+#: an unsigned varint longer than Kafka's 5 bytes
+OVERLONG = b"\x80\x80\x80\x80\x80\x01"
 #: hostile values of a length or count, per encoding
 HOSTILE = {
-    "uvarint": (2**32 - 2, 2**32 - 1, 2**31, 2**28, 2**21 + 1, 0, 1 << 35),
+    "uvarint": (2**32 - 2, 2**32 - 1, 2**31, 2**28, 2**21 + 1, 0),
     "int16": (32767, -2, -32768, 1000),
     "int32": (2**31 - 1, -2, -(2**31), 2**28, 1_000_000),
 }
@@ -159,7 +161,7 @@ class RequestWriter:
 
     def _prefix(self, kind: str, n: int | None, compact: bool, legacy: str, path: str) -> None:
         if compact:
-            self._out += uvarint(0 if n is None else n + 1)
+            self._out += encode_uvarint(0 if n is None else n + 1)
         else:
             self._out += struct.pack(legacy, -1 if n is None else n)
 
@@ -172,18 +174,9 @@ class RequestWriter:
         self._out += b"\x00"
 
 
-def uvarint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
 def _encode_length(value: int, encoding: str) -> bytes:
     if encoding == "uvarint":
-        return uvarint(value)
+        return encode_uvarint(value)
     return struct.pack(">h" if encoding == "int16" else ">i", value)
 
 
@@ -200,15 +193,17 @@ def mutants(request: Request, rng: random.Random, per_site: int = 2) -> Iterator
         prefix_end = site.start if site.kind != "tags" else site.offset + 1
         if site.kind == "tags":
             yield f"{site.path}: unknown tagged field", _splice(frame, site.offset, prefix_end,
-                                                                 b"\x01" + uvarint(9000) + b"\x03abc")
+                                                                 b"\x01" + encode_uvarint(9000) + b"\x03abc")
             yield f"{site.path}: tagged field of 2^32-2 bytes", _splice(frame, site.offset, prefix_end,
-                                                                         b"\x01\x05" + uvarint(2**32 - 2))
+                                                                         b"\x01\x05" + encode_uvarint(2**32 - 2))
             yield f"{site.path}: 2^32-2 tagged fields", _splice(frame, site.offset, prefix_end,
-                                                                  uvarint(2**32 - 2))
+                                                                  encode_uvarint(2**32 - 2))
             continue
         for value in rng.sample(HOSTILE[site.encoding], min(per_site, len(HOSTILE[site.encoding]))):
             yield (f"{site.path}: {site.kind} {value}",
                    _splice(frame, site.offset, prefix_end, _encode_length(value, site.encoding)))
+        if site.encoding == "uvarint":
+            yield f"{site.path}: {site.kind} in 6 bytes", _splice(frame, site.offset, prefix_end, OVERLONG)
         if site.kind == "records":
             for what, batch in broken_batches(frame[site.start:site.end], rng):
                 length = len(batch) + 1 if site.encoding == "uvarint" else len(batch)

@@ -17,19 +17,22 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kio.index import load_request_schema, load_response_schema
+from kio.serial import entity_reader
 
+from app import wire
 from app.engine import queries
 from app.kafka.api import ApiKey
 from app.kafka.codec import MalformedRequestError, decode_request, read_head
-from app import wire
+from app.kafka.prescan import prescan
 from storage.errors import CorruptMessageError, InvalidRecordError, UnsupportedCompressionTypeError
-from tests.kafka_fuzz import HOSTILE, RequestWriter, ServedBroker, broken_batches, served, uvarint
+from storage.varint import encode_uvarint
+from tests.kafka_fuzz import HOSTILE, RequestWriter, ServedBroker, broken_batches, served
 from tests.kafka_support import SOFTWARE, KafkaBroker, RawClient, wait_until
 
 pytestmark = pytest.mark.timeout(180)
 SERVER_LOG = "app.kafka.server"
 #: ``ff ff ff ff 0f``: a compact array of 2^32 - 2 elements (compact counts are n + 1)
-HUGE_COMPACT = uvarint(2**32 - 1)
+HUGE_COMPACT = encode_uvarint(2**32 - 1)
 
 
 def frame_of(api_key: int, version: int, body: bytes, client_id: bytes = b"x") -> bytes:
@@ -72,6 +75,21 @@ def test_a_tiny_frame_claiming_billions_of_elements_closes_only_its_connection(
     other.close()
 
 
+@pytest.mark.parametrize("api_key, version", served())
+def test_the_prescan_walks_exactly_what_kio_reads(api_key: int, version: int) -> None:
+    """The pre-scan's reading of the schema (compact or legacy, nullable or not, the
+    header's legacy ClientId) ends each valid request where kio's reader does."""
+    cls = load_request_schema(api_key, version)
+    for seed in range(5):
+        frame = RequestWriter(random.Random(seed)).request(api_key, version, correlation_id=seed).frame[4:]
+        header_end, same = prescan(cls.__header_schema__, frame, 0)
+        body_end, _ = prescan(cls, frame, header_end)
+        assert same is frame and body_end == len(frame)
+        _, kio_header_end = entity_reader(cls.__header_schema__)(memoryview(frame), 0)
+        assert header_end == kio_header_end
+        assert entity_reader(cls)(memoryview(frame), header_end)[1] == body_end - header_end
+
+
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.sampled_from(served()), st.integers(0, 2**32), st.data())
 def test_any_length_or_count_in_any_request_decodes_or_is_malformed(served_version: tuple[int, int],
@@ -84,7 +102,7 @@ def test_any_length_or_count_in_any_request_decodes_or_is_malformed(served_versi
     value = data.draw(st.one_of(st.sampled_from(HOSTILE[site.encoding]), {
         "uvarint": st.integers(0, 2**32 - 1), "int16": st.integers(-(2**15), 2**15 - 1),
         "int32": st.integers(-(2**31), 2**31 - 1)}[site.encoding]))
-    prefix = uvarint(value) if site.encoding == "uvarint" else struct.pack(
+    prefix = encode_uvarint(value) if site.encoding == "uvarint" else struct.pack(
         ">h" if site.encoding == "int16" else ">i", value)
     frame = request.frame[4:site.offset] + prefix + request.frame[site.start:]
     try:
@@ -101,7 +119,7 @@ def kafka(tmp_path: Path) -> Iterator[KafkaBroker]:
 
 def test_unknown_tagged_fields_are_skipped_as_kafka_skips_them(kafka: KafkaBroker) -> None:
     """A newer client may tag fields this version does not know; Kafka reads past them."""
-    unknown = b"\x02" + uvarint(500) + b"\x01z" + uvarint(9000) + b"\x03abc"
+    unknown = b"\x02" + encode_uvarint(500) + b"\x01z" + encode_uvarint(9000) + b"\x03abc"
     header = struct.pack(">hhih", ApiKey.FIND_COORDINATOR, 4, 12, 1) + b"x" + unknown
     body = b"\x01" + b"\x02" + b"\x03tx" + unknown  # transactions, one key "tx"
     client = RawClient(kafka.port)

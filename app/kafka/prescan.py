@@ -31,10 +31,11 @@ from dataclasses import dataclass
 from kio.serial._introspect import EntityField, EntityTupleField, PrimitiveTupleField, classify_field
 from kio.static.constants import EntityType
 
+from storage.errors import InvalidRecordError
+from storage.varint import decode_uvarint, encode_uvarint
+
 _INT16 = struct.Struct(">h")
 _INT32 = struct.Struct(">i")
-#: an unsigned varint of a 32-bit value takes at most 5 bytes (Kafka's ByteUtils)
-_MAX_UVARINT_BYTES = 5
 
 #: bytes of each fixed-size ``kafka_type``
 _FIXED_SIZES = {
@@ -214,15 +215,14 @@ def _length(plan: _Plan, field: _Field, buf: bytes | memoryview, pos: int, end: 
 
 
 def _uvarint(plan: _Plan, field: _Field | None, buf: bytes | memoryview, pos: int, end: int) -> tuple[int, int]:
-    value = shift = 0
-    for i in range(pos, min(end, pos + _MAX_UVARINT_BYTES)):
-        byte = buf[i]
-        value |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return value, i + 1
-        shift += 7
-    where = f"{plan.name}.{field.name}" if field is not None else f"{plan.name} tagged fields"
-    raise FrameError(f"{where}: an unsigned varint runs past the request or past 5 bytes")
+    try:
+        value, after = decode_uvarint(buf, pos)
+    except InvalidRecordError as e:
+        after, value = end + 1, e
+    if after > end:
+        where = f"{plan.name}.{field.name}" if field is not None else f"{plan.name} tagged fields"
+        raise FrameError(f"{where}: an unsigned varint runs past the request or past 5 bytes")
+    return value, after
 
 
 def _scan_tags(plan: _Plan, buf: bytes | memoryview, pos: int, end: int,
@@ -249,17 +249,8 @@ def _scan_tags(plan: _Plan, buf: bytes | memoryview, pos: int, end: int,
             kept_count += 1
         pos = stop
     if kept_count < count:
-        drops.append((start, pos, _encode_uvarint(kept_count) + b"".join(kept)))
+        drops.append((start, pos, encode_uvarint(kept_count) + b"".join(kept)))
     return pos
-
-
-def _encode_uvarint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
 
 
 def _splice(buf: bytes | memoryview, drops: list[tuple[int, int, bytes]]) -> bytes:
