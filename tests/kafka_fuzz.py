@@ -35,6 +35,7 @@ from kio.static.constants import EntityType
 
 from storage.record_batch import CRC_OFFSET, HEADER, HEADER_SIZE, SimpleRecord, compute_crc, encode_batch
 from storage.varint import encode_uvarint, encode_varint
+from tests.kafka_support import free_port, read_to_end
 
 REPO = Path(__file__).resolve().parents[1]
 #: the topic the requests name (and which produced batches append to)
@@ -258,12 +259,6 @@ def broken_batches(batch: bytes, rng: random.Random) -> Iterator[tuple[str, byte
 # -- the broker, a process of its own -------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class ServedBroker:
     """``python -m app.cli serve`` on ``data_dir``, its output in ``data_dir``'s sibling log."""
 
@@ -452,7 +447,49 @@ def produce_real(port: int, values: list[bytes], timeout: float = 30) -> None:
 
 def consume_real(port: int, timeout: float = 30) -> list[bytes]:
     """Every value of :data:`REAL_TOPIC`, read from the start by a fresh consumer."""
-    from tests.kafka_support import read_to_end
-
     return read_to_end({"bootstrap.servers": f"127.0.0.1:{port}", "group.id": "fuzz-real-check"},
                        REAL_TOPIC, 1, timeout)
+
+
+# -- rounds ------------------------------------------------------------------------------------------
+
+
+class Campaign:
+    """Seeded rounds against one served broker, each checked: after the hostile frames the
+    process is alive and logged no ERROR, a real client produces and reads back, and a
+    stop (SIGKILL or SIGTERM) and start on the same directory loses nothing acknowledged.
+    Every failure names the seed."""
+
+    def __init__(self, broker: ServedBroker, seed: int) -> None:
+        self.broker, self.seed = broker, seed
+        self.rng = random.Random(seed)
+        self.writer = RequestWriter(self.rng)
+        self.fuzzer = Fuzzer(broker.port)
+        self.acknowledged: list[bytes] = []
+        self.start_peak_kb = self.peak_kb = broker.memory_kb()[1]
+
+    def round(self, mutants_per_request: int | None, kill: bool, values: int = 20) -> None:
+        broker, number = self.broker, len(self.acknowledged)
+        self.fuzzer.port = broker.port
+        fuzz(self.fuzzer, self.writer, self.rng, served(), mutants_per_request)
+        self.fuzzer.close()
+        self._check(broker.alive, f"the broker died:\n{broker.log()[-3000:]}")
+        self._check(not broker.errors(), f"the broker logged errors: {broker.errors()}")
+        self.peak_kb = max(self.peak_kb, broker.memory_kb()[1])
+        batch = [f"value {number + i}".encode() for i in range(values)]
+        produce_real(broker.port, batch)
+        self.acknowledged += batch
+        self._check(consume_real(broker.port) == self.acknowledged, "a real client lost values")
+        broker.stop(kill)
+        broker.start()
+        self._check(consume_real(broker.port) == self.acknowledged,
+                    f"acknowledged values lost across a {'SIGKILL' if kill else 'clean stop'} and restart")
+        self._check(not broker.errors(), f"the restarted broker logged errors: {broker.errors()}")
+
+    @property
+    def frames(self) -> int:
+        return sum(t.frames for t in self.fuzzer.tallies.values())
+
+    def _check(self, ok: bool, what: str) -> None:
+        if not ok:
+            raise AssertionError(f"seed {self.seed}: {what}")

@@ -18,6 +18,13 @@ from app.wire import decode_response, encode_request
 CONFIG = {"transaction.state.log.num.partitions": 3, "offsets.topic.num.partitions": 3}
 
 
+def free_port() -> int:
+    """A 127.0.0.1 port free at the time of asking (for a broker in another process)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 class KafkaBroker:
     """A broker on ``data_dir`` with its Kafka listener on a free 127.0.0.1 port."""
 

@@ -17,15 +17,7 @@ from typing import Iterator
 
 import pytest
 
-from tests.kafka_fuzz import (
-    Fuzzer,
-    RequestWriter,
-    ServedBroker,
-    consume_real,
-    fuzz,
-    produce_real,
-    served,
-)
+from tests.kafka_fuzz import Campaign, Fuzzer, RequestWriter, ServedBroker, served
 
 pytestmark = pytest.mark.timeout(300)
 SEED = int(os.environ.get("EXACTLY_FUZZ_SEED", "20261127"))
@@ -57,24 +49,10 @@ def test_every_served_api_and_version_answers_a_valid_request(broker: ServedBrok
 
 
 def test_after_hostile_rounds_the_broker_serves_stays_bounded_and_recovers(broker: ServedBroker) -> None:
-    rng = random.Random(SEED)
-    writer = RequestWriter(rng)
-    _, start_peak = broker.memory_kb()
-    acknowledged: list[bytes] = []
-    for round_ in range(2):
-        fuzzer = Fuzzer(broker.port)
-        fuzz(fuzzer, writer, rng, served(), MUTANTS)
-        fuzzer.close()
-        assert broker.alive, f"seed {SEED}: the broker died in round {round_}:\n{broker.log()[-3000:]}"
-        assert not broker.errors(), f"seed {SEED}: {broker.errors()}"
-        assert sum(t.outcomes["closed"] for t in fuzzer.tallies.values()) > len(fuzzer.tallies)
-        _, peak = broker.memory_kb()
-        assert peak - start_peak < RSS_HEADROOM_KB, f"seed {SEED}: peak RSS {peak} KiB from {start_peak} KiB"
-        values = [f"round {round_} value {i}".encode() for i in range(20)]
-        produce_real(broker.port, values)
-        acknowledged += values
-        assert consume_real(broker.port) == acknowledged
-        assert broker.stop(kill=round_ == 0) in (0, -9)  # SIGKILL after the first round, SIGTERM after
-        broker.start()
-        assert consume_real(broker.port) == acknowledged, f"seed {SEED}: acknowledged values lost"
-        assert not broker.errors(), f"seed {SEED}: {broker.errors()}"
+    campaign = Campaign(broker, SEED)
+    campaign.round(MUTANTS, kill=True)
+    campaign.round(MUTANTS, kill=False)
+    closed = sum(t.outcomes["closed"] for t in campaign.fuzzer.tallies.values())
+    assert closed > len(served()), "the mutants should mostly be refused"
+    assert campaign.peak_kb - campaign.start_peak_kb < RSS_HEADROOM_KB, (
+        f"seed {SEED}: peak RSS {campaign.peak_kb} KiB, from {campaign.start_peak_kb} KiB")
