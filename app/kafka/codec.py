@@ -7,7 +7,9 @@ ApiVersions, whose responses always use v0) and a body. ``kio`` generates the
 header and body types of every API version from Kafka's JSON message definitions
 and reads and writes them natively; which header a message travels with is its
 class's ``__header_schema__``. Record batches are plain bytes fields, so they pass
-through untouched: stored verbatim, served verbatim.
+through untouched: stored verbatim, served verbatim. kio trusts the counts it reads,
+so every request is first walked by ``app/kafka/prescan.py``, which refuses any count
+or length the frame cannot hold before kio allocates for it.
 
 Handlers build responses as plain mappings, one shape for every version of an API
 (as Kafka's generated ``*Data`` classes are): ``app/wire.py``'s :func:`build` turns a

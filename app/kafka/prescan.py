@@ -6,10 +6,11 @@ elements in a 22-byte frame makes it reserve ~34 GB, and the process aborts. So
 before kio sees a frame, :func:`prescan` walks it once by the same schema kio
 reads it by (the entity classes' fields and their ``kafka_type`` metadata) and
 refuses any array count, string, bytes or records length, tagged-field count or
-size that claims more than the bytes left. It allocates nothing but its own
-position, and each loop step consumes at least one byte, so a hostile frame costs
-at most its own length in work. The walk reads lengths only: a Produce of 1 MB of
-records costs what a small request does.
+size that claims more than the bytes left (every array element counting as one byte
+at least, as in Kafka's generated readers), and any null where the schema allows
+none. It allocates nothing but its own position and never loops more often than the
+frame has bytes, so a hostile frame costs at most its own length in work. The walk
+reads lengths only: a Produce of 1 MB of records costs what a small request does.
 
 Unknown tagged fields are what tagged fields exist for (a newer client may send
 them; Kafka skips them), but kio refuses them; :func:`prescan` returns the frame
@@ -217,12 +218,12 @@ def _length(plan: _Plan, field: _Field, buf: bytes | memoryview, pos: int, end: 
 def _uvarint(plan: _Plan, field: _Field | None, buf: bytes | memoryview, pos: int, end: int) -> tuple[int, int]:
     try:
         value, after = decode_uvarint(buf, pos)
-    except InvalidRecordError as e:
-        after, value = end + 1, e
-    if after > end:
-        where = f"{plan.name}.{field.name}" if field is not None else f"{plan.name} tagged fields"
-        raise FrameError(f"{where}: an unsigned varint runs past the request or past 5 bytes")
-    return value, after
+        if after <= end:
+            return value, after
+    except InvalidRecordError:
+        pass  # cut off by the end of the frame, longer than 5 bytes, or past uint32
+    where = f"{plan.name}.{field.name}" if field is not None else f"{plan.name} tagged fields"
+    raise FrameError(f"{where}: an unsigned varint runs past the request or past 5 bytes")
 
 
 def _scan_tags(plan: _Plan, buf: bytes | memoryview, pos: int, end: int,
