@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import random
 import struct
+import tracemalloc
 from pathlib import Path
 from typing import Iterator
 
@@ -25,6 +26,15 @@ from app.kafka.api import ApiKey
 from app.kafka.codec import MalformedRequestError, decode_request, read_head
 from app.kafka.prescan import prescan
 from storage.errors import CorruptMessageError, InvalidRecordError, UnsupportedCompressionTypeError
+from storage.record_batch import (
+    CRC_OFFSET,
+    HEADER_SIZE,
+    SimpleRecord,
+    compute_crc,
+    decode_batch,
+    encode_batch,
+    scan_batch,
+)
 from storage.varint import encode_uvarint
 from tests.kafka_fuzz import HOSTILE, RequestWriter, ServedBroker, broken_batches, served
 from tests.kafka_support import SOFTWARE, KafkaBroker, RawClient, wait_until
@@ -139,6 +149,31 @@ def test_a_null_where_the_schema_allows_none_is_refused_before_the_handler(kafka
 
 
 BATCH_ERRORS = {CorruptMessageError.code, InvalidRecordError.code, UnsupportedCompressionTypeError.code}
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(-(2**31), 2**31 - 1), st.binary(max_size=80), st.booleans())
+def test_a_batch_that_lies_about_its_records_allocates_no_more_than_it_holds(record_count: int, records: bytes,
+                                                                             keep_records: bool) -> None:
+    """Any RecordCount over any records bytes (varint lengths, counts, keys, headers), under
+    a CRC that matches: the broker's batch parsers raise CORRUPT_MESSAGE or INVALID_RECORD
+    or decode it, allocating on the order of the batch, never of what it claims."""
+    good = encode_batch([SimpleRecord(b"v%d" % i, key=b"k", headers=[("h", b"x")]) for i in range(3)])
+    body = good[HEADER_SIZE:] if keep_records else records
+    batch = bytearray(good[:HEADER_SIZE] + body)
+    struct.pack_into(">i", batch, 8, len(batch) - 12)                       # BatchLength
+    struct.pack_into(">i", batch, HEADER_SIZE - 4, record_count)           # RecordCount
+    struct.pack_into(">I", batch, CRC_OFFSET, compute_crc(batch))
+    for parse in (scan_batch, decode_batch):
+        tracemalloc.start()
+        try:
+            parse(bytes(batch))
+        except (CorruptMessageError, InvalidRecordError):
+            pass
+        finally:
+            peak = tracemalloc.get_traced_memory()[1]
+            tracemalloc.stop()
+        assert peak < 64 * 1024, f"{parse.__name__} peaked at {peak} bytes for a {len(batch)}-byte batch"
 
 
 def test_record_batches_that_lie_inside_get_their_partitions_error(kafka: KafkaBroker) -> None:
