@@ -8,9 +8,10 @@ raw client) frame requests with :func:`encode_request` and read answers with
 
 A mapping has one shape for every version of an API (as Kafka's generated ``*Data``
 classes are): a field that version does not have is left out; a field the mapping
-does not give gets the schema's default (or Kafka's zero value). Milliseconds become
-the ``timedelta`` / ``datetime`` kio uses for ``*Ms`` fields, ints the ``ErrorCode``
-it uses for error codes.
+does not give gets the schema's default (or Kafka's zero value); a key that no
+version kio knows has at that place is an ``UnknownFieldError`` (a misspelling).
+Milliseconds become the ``timedelta`` / ``datetime`` kio uses for ``*Ms`` fields,
+ints the ``ErrorCode`` it uses for error codes.
 """
 
 from __future__ import annotations
@@ -135,8 +136,7 @@ def _versions(cls: type) -> tuple[type, ...]:
 def _entities(message: type) -> dict[tuple[str, ...], type]:
     """Every entity in ``message`` (itself at ``()``) by its path of field names."""
     found = {(): message}
-    for path, entity in list(found.items()):
-        _add_children(entity, path, found)
+    _add_children(message, (), found)
     return found
 
 
