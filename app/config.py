@@ -92,7 +92,7 @@ class BrokerConfig(CoordinatorConfig, GroupConfig):
     max_connections_per_ip_overrides: str = ""
     #: Exactly's own (Kafka has no broker-wide partition limit): the partitions this broker
     #: holds at most; a topic creation or growth beyond it is POLICY_VIOLATION. Each
-    #: partition keeps 3 files open, so 4,000 of them need 12,000 descriptors (README: limits)
+    #: partition keeps 3 files open, so 4,000 of them need 12,000 descriptors (bench/RESULTS.md)
     exactly_max_partitions: int = 4_000
     log: LogConfig = field(default_factory=LogConfig)
 
