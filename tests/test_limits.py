@@ -157,6 +157,7 @@ def test_exactly_max_partitions_bounds_what_the_broker_holds(tmp_path: Path) -> 
         # the broker's own topics are not held to it: a transactional producer still works
         producer = Producer({"bootstrap.servers": kafka.bootstrap, "transactional.id": "tx"})
         producer.init_transactions(30)
+        del producer  # its handle ends now, before the broker does
         assert len(kafka.engine.logs.logs) == 5 + SMALL_INTERNAL_TOPICS["transaction.state.log.num.partitions"]
 
 
