@@ -139,7 +139,6 @@ class BrokerConfig(CoordinatorConfig, GroupConfig):
                 f"advertised.listeners must look like PLAINTEXT://host:port, got {self.advertised_listeners!r}")
         return host.strip("[]"), int(port)
 
-
     def connection_overrides(self) -> dict[str, int]:
         """``max.connections.per.ip.overrides`` as IP address -> most connections."""
         overrides: dict[str, int] = {}

@@ -3,7 +3,10 @@
 One node holds one replica of everything: a replication factor other than 1 (or
 -1, the default) is INVALID_REPLICATION_FACTOR, and a manual assignment may name
 only this node. Configs are Kafka's topic configs (``storage/log_config.py``);
-a bad one is INVALID_CONFIG and creates nothing.
+a bad one is INVALID_CONFIG and creates nothing. A request creating more than
+10,000 partitions in all fails as a whole, every topic POLICY_VIOLATION, as in Kafka
+(``Engine.check_partitions_per_request``); a topic that would take the broker past
+``exactly.max.partitions`` is POLICY_VIOLATION alone.
 """
 
 from __future__ import annotations
