@@ -57,11 +57,8 @@ def create(kafka: KafkaBroker, *topics: NewTopic, validate_only: bool = False) -
     futures = client.create_topics(list(topics), validate_only=validate_only, request_timeout=30)
     outcomes: dict[str, KafkaError | None] = {}
     for name, future in futures.items():
-        try:
-            future.result(timeout=60)
-            outcomes[name] = None
-        except KafkaException as e:
-            outcomes[name] = e.args[0]
+        error = future.exception(timeout=60)  # not raised: a traceback would keep the client alive
+        outcomes[name] = error.args[0] if isinstance(error, KafkaException) else error
     return outcomes
 
 
