@@ -88,9 +88,12 @@ class Broker:
     def cluster_id(self) -> str:
         return self.engine.logs.cluster_id
 
-    def create_topic(self, name: str, partitions: int | None = None,
-                     config: Mapping[str, Any] | None = None) -> TopicInfo:
-        return self.engine.call(self.engine.create_topic, name, partitions, config)
+    def create_topic(self, name: str, partitions: int | None = None, config: Mapping[str, Any] | None = None,
+                     validate_only: bool = False) -> TopicInfo | None:
+        """Create a topic, raising Kafka's error (POLICY_VIOLATION past the partition
+        limits); ``validate_only``: raise what creating would raise, create nothing,
+        return None."""
+        return self.engine.call(self.engine.create_topic, name, partitions, config, validate_only=validate_only)
 
     def delete_topic(self, name: str) -> None:
         self.engine.call(self.engine.delete_topic, name)

@@ -12,6 +12,7 @@ setting (tests/test_config.py keeps it complete).
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass, field, fields
 from typing import Any, Mapping
 
@@ -38,6 +39,8 @@ _TOPIC_DEFAULTS = {
 _HOURS = {"log.retention.hours": "retention.ms", "log.roll.hours": "segment.ms"}
 #: the settings that are the period of a scheduled job (a period must be positive)
 _PERIODS = ("_interval_ms", "_backoff_ms")
+#: Kafka's Int.MAX default of the connection limits: no limit
+INT32_MAX = 2**31 - 1
 
 
 @dataclass(frozen=True)
@@ -81,6 +84,16 @@ class BrokerConfig(CoordinatorConfig, GroupConfig):
     #: a Kafka connection with no traffic for this long is closed (one that stopped
     #: reading its responses included)
     connections_max_idle_ms: int = 600_000
+    #: Kafka connections open at once, from anywhere; one more is closed as it is accepted
+    max_connections: int = INT32_MAX
+    #: Kafka connections open at once from one IP address; one more is closed as it is accepted
+    max_connections_per_ip: int = INT32_MAX
+    #: ``address:count,...``: per-IP exceptions to max.connections.per.ip (IP addresses only)
+    max_connections_per_ip_overrides: str = ""
+    #: Exactly's own (Kafka has no broker-wide partition limit): the partitions this broker
+    #: holds at most; a topic creation or growth beyond it is POLICY_VIOLATION. Each
+    #: partition keeps 3 files open, so 4,000 of them need 12,000 descriptors (bench/RESULTS.md)
+    exactly_max_partitions: int = 4_000
     log: LogConfig = field(default_factory=LogConfig)
 
     @classmethod
@@ -107,7 +120,11 @@ class BrokerConfig(CoordinatorConfig, GroupConfig):
                      *(f.name for f in fields(cls) if f.name.endswith(_PERIODS))):
             if getattr(config, name) < 1:
                 raise InvalidConfigError(f"{name.replace('_', '.')} must be >= 1")
+        for name in ("max_connections", "max_connections_per_ip", "exactly_max_partitions"):
+            if getattr(config, name) < 0:
+                raise InvalidConfigError(f"{name.replace('_', '.')} must be >= 0")
         config.advertised_listener()  # a malformed address is an error now, not at the first client
+        config.connection_overrides()
         return config
 
     def advertised_listener(self) -> tuple[str, int] | None:
@@ -121,6 +138,21 @@ class BrokerConfig(CoordinatorConfig, GroupConfig):
             raise InvalidConfigError(
                 f"advertised.listeners must look like PLAINTEXT://host:port, got {self.advertised_listeners!r}")
         return host.strip("[]"), int(port)
+
+    def connection_overrides(self) -> dict[str, int]:
+        """``max.connections.per.ip.overrides`` as IP address -> most connections."""
+        overrides: dict[str, int] = {}
+        for entry in filter(None, (e.strip() for e in self.max_connections_per_ip_overrides.split(","))):
+            address, _, count = entry.rpartition(":")
+            try:
+                ip, limit = str(ipaddress.ip_address(address.strip("[]"))), int(count)
+            except ValueError:
+                limit = -1
+            if limit < 0:
+                raise InvalidConfigError(f"max.connections.per.ip.overrides entries must look like "
+                                         f"127.0.0.1:100, got {entry!r}")
+            overrides[ip] = limit
+        return overrides
 
 
 def _coerce(key: str, value: Any, kind: Any) -> Any:

@@ -110,7 +110,11 @@ class TopicCreation:
     directories the registry does not name). A directory already there is what a
     crash left of a deleted topic of the same name (or of a grow that did not
     commit), and goes first, so its data never comes back. ``run`` (any thread)
-    returns the opened logs, for the owner to install."""
+    returns the opened logs, for the owner to install.
+
+    All or nothing: a failure part-way (no inode or space left, no file descriptor)
+    closes the logs opened so far and removes every directory this creation made,
+    leaving ``topics.json`` as it was; an OSError is raised as KAFKA_STORAGE_ERROR."""
 
     data_dir: Path
     info: TopicInfo
@@ -121,20 +125,34 @@ class TopicCreation:
 
     def run(self) -> list[PartitionLog]:
         logs: list[PartitionLog] = []
+        directories = [self.data_dir / filenames.partition_dir_name(self.info.name, partition)
+                       for partition in range(self.first_partition, self.info.partitions)]
         try:
-            for partition in range(self.first_partition, self.info.partitions):
-                directory = self.data_dir / filenames.partition_dir_name(self.info.name, partition)
+            for partition, directory in enumerate(directories, start=self.first_partition):
                 shutil.rmtree(directory, ignore_errors=True)
                 logs.append(PartitionLog(directory, self.info.name, partition, self.config, self.clock,
                                          clean_shutdown=True))
                 fsync_dir(directory)
             fsync_dir(self.data_dir)
             self.topics.run()
+        except OSError as e:
+            self._undo(logs, directories)
+            raise KafkaStorageError(f"cannot create partitions {self.first_partition}..{self.info.partitions - 1} "
+                                    f"of topic {self.info.name!r}: {e.strerror or e}; nothing was created") from e
         except BaseException:
-            for log_ in logs:
-                log_.close(clean=False)
+            self._undo(logs, directories)
             raise
         return logs
+
+    def _undo(self, logs: list[PartitionLog], directories: list[Path]) -> None:
+        """Close ``logs`` and remove ``directories``: the data directory as it was."""
+        for log_ in logs:
+            log_.close(clean=False)
+        DirectoriesRemoval(tuple(directories)).run()
+        try:
+            fsync_dir(self.data_dir)
+        except OSError:
+            log.warning("cannot sync %s after undoing the creation of topic %r", self.data_dir, self.info.name)
 
 
 @dataclass(frozen=True)

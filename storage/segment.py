@@ -16,6 +16,7 @@ so a reader never disturbs a writer and an fsync can run on another thread
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -73,16 +74,21 @@ class LogSegment:
         self.index_interval_bytes = index_interval_bytes
         self.file_suffix = file_suffix
         self.log_path = self.path(filenames.LOG_SUFFIX)
-        self._fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
-        self.size = os.fstat(self._fd).st_size
-        index_path = self.path(filenames.INDEX_SUFFIX)
-        time_index_path = self.path(filenames.TIME_INDEX_SUFFIX)
-        #: index files absent on open (created empty): load_tail sends the segment to recovery.
-        #: (A missing .txnindex is normal: it is created by the first abort.)
-        self._missing_indexes = [str(p) for p in (index_path, time_index_path) if not p.exists()]
-        self.offset_index = OffsetIndex.open(index_path, base_offset)
-        self.time_index = TimeIndex.open(time_index_path, base_offset)
-        self.txn_index = TransactionIndex.open(self.path(filenames.TXN_INDEX_SUFFIX), base_offset)
+        with contextlib.ExitStack() as opened:  # a failure part-way (EMFILE) closes what was opened
+            self._fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+            opened.callback(os.close, self._fd)
+            self.size = os.fstat(self._fd).st_size
+            index_path = self.path(filenames.INDEX_SUFFIX)
+            time_index_path = self.path(filenames.TIME_INDEX_SUFFIX)
+            #: index files absent on open (created empty): load_tail sends the segment to recovery.
+            #: (A missing .txnindex is normal: it is created by the first abort.)
+            self._missing_indexes = [str(p) for p in (index_path, time_index_path) if not p.exists()]
+            self.offset_index = OffsetIndex.open(index_path, base_offset)
+            opened.callback(self.offset_index.close)
+            self.time_index = TimeIndex.open(time_index_path, base_offset)
+            opened.callback(self.time_index.close)
+            self.txn_index = TransactionIndex.open(self.path(filenames.TXN_INDEX_SUFFIX), base_offset)
+            opened.pop_all()
         #: the offset after the last batch in this segment (base_offset when empty)
         self.next_offset = base_offset
         self.max_timestamp = -1

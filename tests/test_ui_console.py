@@ -97,6 +97,7 @@ def test_create_a_topic_from_the_console(client, orders):
     ({"name": "orders", "partitions": "1"}, "TOPIC_ALREADY_EXISTS (36): topic 'orders' already exists"),
     ({"name": "x", "partitions": "0"}, "INVALID_PARTITIONS (37)"),
     ({"name": "x", "partitions": "two"}, "INVALID_PARTITIONS (37)"),
+    ({"name": "x", "partitions": "2147483647"}, "POLICY_VIOLATION (44): Excessively large number of partitions"),
     ({"name": "bad name!", "partitions": "1"}, "INVALID_TOPIC_EXCEPTION (17)"),
     ({"name": "x", "configs": "retention.ms=soon"}, "INVALID_CONFIG (40)"),
     ({"name": "x", "configs": "no separator"}, "INVALID_REQUEST (42)"),

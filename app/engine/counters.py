@@ -11,7 +11,8 @@ face asked for it (the HTTP API, the embedded client, the Kafka listener):
 * the transaction coordinator, through :class:`TransactionObserver`'s methods
   (EndTxn to durable markers, fenced producers, timed-out and admin-aborted
   transactions);
-* the Kafka listener: every Kafka request by API.
+* the Kafka listener: every Kafka request by API, and the connections it refused;
+* every limit, by name, each time it refused something (:data:`LIMITS`).
 
 One writer, so no lock; a scrape reads them on the loop too.
 """
@@ -24,6 +25,10 @@ from dataclasses import dataclass, field
 #: upper bounds (seconds) of every latency histogram's buckets; a last bucket takes the rest
 LATENCY_BUCKETS_S = (0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
                      5.0, 10.0, 30.0)
+
+#: the limits whose refusals are counted: Kafka's per-request partition limit (its
+#: MAX_PARTITIONS_PER_BATCH), and the configs of the others
+LIMITS = ("max.partitions.per.request", "exactly.max.partitions", "max.connections", "max.connections.per.ip")
 
 
 @dataclass
@@ -68,6 +73,11 @@ class EngineCounters:
     admin_aborted_transactions: int = 0
     #: Kafka API name (``produce``, ``fetch``, ...) -> latency of its requests
     kafka_requests: dict[str, LatencyHistogram] = field(default_factory=dict)
+    #: limit name (:data:`LIMITS`) -> what it refused: requests, or connections
+    limit_refusals: dict[str, int] = field(default_factory=lambda: dict.fromkeys(LIMITS, 0))
+
+    def limit_refused(self, limit: str) -> None:
+        self.limit_refusals[limit] += 1
 
     def observe_kafka_request(self, api: str, seconds: float) -> None:
         histogram = self.kafka_requests.get(api)

@@ -51,6 +51,7 @@ from storage.errors import (
     InvalidTxnStateError,
     KafkaError,
     KafkaStorageError,
+    PolicyViolationError,
     TopicAlreadyExistsError,
 )
 from storage.log_cleaner import CleaningAbortedError
@@ -60,6 +61,9 @@ from storage.producer_state import ProducerStateEntry, next_sequence
 from storage.record_batch import BatchHeader, Record, decode_batch, read_header
 
 INTERNAL_TOPICS = (transaction_log.TOPIC, offsets_log.TOPIC)
+#: the partitions one CreateTopics request may create, or one CreatePartitions add
+#: (Kafka's MAX_PARTITIONS_PER_BATCH, ReplicationControlManager): more is POLICY_VIOLATION
+MAX_PARTITIONS_PER_REQUEST = 10_000
 #: how often the group coordinator checks session and rebalance timeouts
 GROUP_TICK_S = 0.1
 
@@ -265,13 +269,17 @@ class Engine:
         raise, create nothing, return None (CreateTopics' validate_only)."""
         if name in INTERNAL_TOPICS:
             raise InvalidTopicError(f"{name} is an internal topic; the broker creates it")
-        return await self._create_topic(name, partitions if partitions is not None
-                                        else self.config.num_partitions, config, validate_only=validate_only)
+        count = partitions if partitions is not None else self.config.num_partitions
+        self.check_partitions_per_request(count)
+        return await self._create_topic(name, count, config, validate_only=validate_only)
 
     async def _create_topic(self, name: str, partitions: int, config: Mapping[str, Any] | None,
                             internal: bool = False, validate_only: bool = False) -> TopicInfo | None:
+        """The internal topics, which the broker needs, are not held to exactly.max.partitions."""
         async with self._topic_changes:
             steps = self.logs.create_topic(name, partitions, config, internal)  # validates, raising
+            if not internal:
+                self._check_partitions_held(partitions)
             if validate_only:
                 steps.close()
                 return None
@@ -283,11 +291,32 @@ class Engine:
         if name in INTERNAL_TOPICS:
             raise InvalidTopicError(f"the internal topic {name} keeps its partitions")
         async with self._topic_changes:
+            held = self.logs.topic(name).partitions
             steps = self.logs.add_partitions(name, count)  # validates, raising
+            self.check_partitions_per_request(count - held)
+            self._check_partitions_held(count - held)
             if validate_only:
                 steps.close()
                 return self.logs.topic(name)
             return await self.maintenance.run(steps)
+
+    def check_partitions_per_request(self, partitions: Any) -> None:
+        """POLICY_VIOLATION, with Kafka's message, when one request would create more
+        than :data:`MAX_PARTITIONS_PER_REQUEST` partitions (a count that is no int is
+        left to the validation that follows)."""
+        if isinstance(partitions, int) and partitions > MAX_PARTITIONS_PER_REQUEST:
+            self.counters.limit_refused("max.partitions.per.request")
+            raise PolicyViolationError(f"Excessively large number of partitions per request: {partitions} "
+                                       f"requested, at most {MAX_PARTITIONS_PER_REQUEST}.")
+
+    def _check_partitions_held(self, new: int) -> None:
+        """POLICY_VIOLATION when ``new`` more partitions would take this broker past
+        exactly.max.partitions (each partition holds open files and a directory)."""
+        held, limit = len(self.logs.logs), self.config.exactly_max_partitions
+        if held + new > limit:
+            self.counters.limit_refused("exactly.max.partitions")
+            raise PolicyViolationError(f"this broker holds {held} partitions: {new} more would exceed "
+                                       f"exactly.max.partitions={limit}")
 
     async def alter_topic_config(self, name: str, changes: Mapping[str, Any | None],
                                  validate_only: bool = False) -> TopicInfo:

@@ -24,10 +24,6 @@ bp = Blueprint("api", __name__)
 for child in (records.bp, transactions.bp, groups.bp, configs.bp, openapi.bp):
     bp.register_blueprint(child)
 
-#: partitions one create request may ask for (each is a directory and three open files)
-MAX_PARTITIONS = 1000
-
-
 @bp.record_once
 def _setup(state) -> None:
     # "/v3//x" must be a 404 like any unknown path, not a redirect to "/v3/x"
@@ -162,7 +158,7 @@ def create_topic():
     and nothing is created."""
     body = inputs.json_body()
     name = inputs.string(body, "topic_name", max_length=249)
-    count = inputs.integer(body, "partitions_count", required=False, minimum=1, maximum=MAX_PARTITIONS)
+    count = inputs.integer(body, "partitions_count", required=False, minimum=1, maximum=inputs.INT32_MAX)
     factor = inputs.integer(body, "replication_factor", required=False, minimum=-1, maximum=2**15 - 1)
     if factor not in (None, -1, 1):
         raise InvalidReplicationFactorError(f"this broker is one node: replication_factor must be 1, got {factor}")
@@ -192,7 +188,7 @@ def get_topic(topic_name: str):
 def update_partition_count(topic_name: str):
     """CreatePartitions, as the proxy takes it: ``{"partitions_count": n}`` grows the
     topic to n partitions (keys then map to other partitions, as in Kafka)."""
-    count = inputs.integer(inputs.json_body(), "partitions_count", minimum=1, maximum=MAX_PARTITIONS)
+    count = inputs.integer(inputs.json_body(), "partitions_count", minimum=1, maximum=inputs.INT32_MAX)
     engine = current_engine()
     engine.call(engine.create_partitions, topic_name, count)
     return jsonify(topic_resource(*engine.call(_topics_with_configs, engine, topic_name)[0]))

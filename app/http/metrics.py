@@ -39,6 +39,10 @@ thing where Kafka has one -- the README's "Metrics and logs" repeats this list:
   transaction.timeout.ms (Confluent Server's ``transaction-timeout-count``).
 * ``transactions_admin_aborted_total`` -- transactions an operator aborted: the
   console's or the API's Abort, AbortTransaction (KIP-664).
+* ``limit_refusals_total{limit}`` -- what a limit refused: CreateTopics /
+  CreatePartitions requests over Kafka's 10,000 partitions per request
+  (``max.partitions.per.request``) or past ``exactly.max.partitions``, Kafka
+  connections over ``max.connections`` or ``max.connections.per.ip``.
 * ``active_transactional_ids{state}`` -- transactional ids with a transaction open
   now (Ongoing, PrepareCommit, PrepareAbort, PrepareEpochFence); completed ones are
   not active.
@@ -146,6 +150,7 @@ async def _snapshot(engine: "Engine") -> dict[str, Any]:
         "end_txn": {outcome: _histogram(h) for outcome, h in counters.end_txn_latency.items()},
         "kafka_requests": {api: _histogram(h) for api, h in counters.kafka_requests.items()},
         "kafka_connections": len(engine.kafka_connections),
+        "limit_refusals": dict(counters.limit_refusals),
     }
 
 
@@ -241,6 +246,11 @@ class BrokerCollector(Collector):
         yield latency
         yield GaugeMetricFamily("exactly_kafka_connections", "Kafka clients connected now",
                                 value=snap["kafka_connections"])
+        refusals = CounterMetricFamily("exactly_limit_refusals", "Requests or connections a limit refused",
+                                       labels=["limit"])
+        for limit, count in snap["limit_refusals"].items():
+            refusals.add_metric([limit], count)
+        yield refusals
 
 
 @bp.record_once

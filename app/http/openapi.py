@@ -14,6 +14,7 @@ from typing import Any
 
 from flask import Blueprint, jsonify
 
+from app.engine.engine import MAX_PARTITIONS_PER_REQUEST
 from app.http.codec import MAX_TIME_MS
 from app.http.inputs import INT16_MAX, INT32_MAX, INT64_MAX
 from app.http.records import MAX_BATCH_ENTRIES
@@ -127,12 +128,16 @@ SCHEMAS: dict[str, Schema] = {
     "TopicList": listing("KafkaTopicList", "Topic"),
     "CreateTopic": obj(
         ["topic_name"], topic_name=string(pattern=TOPIC_PATTERN),
-        partitions_count=integer(1, 1000, description="default: the broker's num.partitions"),
+        partitions_count=integer(1, MAX_PARTITIONS_PER_REQUEST, description=(
+            f"default: the broker's num.partitions; more than {MAX_PARTITIONS_PER_REQUEST} is POLICY_VIOLATION, "
+            f"as is going past exactly.max.partitions")),
         replication_factor=integer(-1, 1, enum=[-1, 1], description="one node: 1 (or -1, the default)"),
         configs=array(ref("Config"), maxItems=100, description="topic configs by Kafka name, e.g. "
                                                                 "cleanup.policy, retention.ms, compression.type"),
         validate_only=nullable({**BOOLEAN, "description": "check only: nothing is created"})),
-    "UpdatePartitionCount": obj(partitions_count=integer(1, 1000)),
+    "UpdatePartitionCount": obj(partitions_count=integer(1, INT32_MAX, description=(
+        f"growing by more than {MAX_PARTITIONS_PER_REQUEST}, or past exactly.max.partitions, is "
+        f"POLICY_VIOLATION"))),
     "ConfigSynonym": obj(name=string(), value=nullable(string()), source=string(enum=CONFIG_SOURCES)),
     "TopicConfig": {"allOf": [ref("EffectiveConfig"), resource(
         "KafkaTopicConfig", cluster_id=string(), topic_name=string(), synonyms=array(ref("ConfigSynonym")))]},

@@ -3,7 +3,10 @@
 One node holds one replica of everything: a replication factor other than 1 (or
 -1, the default) is INVALID_REPLICATION_FACTOR, and a manual assignment may name
 only this node. Configs are Kafka's topic configs (``storage/log_config.py``);
-a bad one is INVALID_CONFIG and creates nothing.
+a bad one is INVALID_CONFIG and creates nothing. A request creating more than
+10,000 partitions in all fails as a whole, every topic POLICY_VIOLATION, as in Kafka
+(``Engine.check_partitions_per_request``); a topic that would take the broker past
+``exactly.max.partitions`` is POLICY_VIOLATION alone.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from storage.errors import (
     InvalidReplicationFactorError,
     InvalidRequestError,
     KafkaError,
+    PolicyViolationError,
 )
 
 TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4
@@ -28,6 +32,10 @@ SOURCE = {queries.DYNAMIC_TOPIC_CONFIG: TOPIC_CONFIG, queries.STATIC_BROKER_CONF
 
 @serves(ApiKey.CREATE_TOPICS, 2, 4)
 async def create_topics(ctx: RequestContext, request: Any) -> dict:
+    try:  # as Kafka: a request over the limit in total fails as a whole, every topic POLICY_VIOLATION
+        ctx.engine.check_partitions_per_request(sum(max(_requested_partitions(ctx, t), 0) for t in request.topics))
+    except PolicyViolationError as e:
+        return {"topics": [{"name": t.name, "error_code": e.code, "error_message": str(e)} for t in request.topics]}
     names = [t.name for t in request.topics]
     results = []
     for topic in request.topics:
@@ -41,6 +49,14 @@ async def create_topics(ctx: RequestContext, request: Any) -> dict:
     return {"topics": results}
 
 
+def _requested_partitions(ctx: RequestContext, topic: Any) -> int:
+    """The partitions a CreateTopics entry asks for: its assignments, its count, or
+    (-1) the broker's num.partitions."""
+    if topic.assignments:
+        return len(topic.assignments)
+    return ctx.engine.config.num_partitions if topic.num_partitions == -1 else topic.num_partitions
+
+
 async def _create(ctx: RequestContext, topic: Any, validate_only: bool) -> None:
     engine = ctx.engine
     node = ctx.node.node_id
@@ -51,14 +67,11 @@ async def _create(ctx: RequestContext, topic: Any, validate_only: bool) -> None:
             raise InvalidReplicationFactorError(f"every partition must be assigned to this node ({node}) alone")
         if sorted(a.partition_index for a in topic.assignments) != list(range(len(topic.assignments))):
             raise InvalidPartitionsError("assigned partitions must be 0 .. n-1")
-        partitions = len(topic.assignments)
-    else:
-        if topic.replication_factor not in (-1, 1):
-            raise InvalidReplicationFactorError(
-                f"replication factor {topic.replication_factor} is more than the 1 broker there is")
-        partitions = engine.config.num_partitions if topic.num_partitions == -1 else topic.num_partitions
+    elif topic.replication_factor not in (-1, 1):
+        raise InvalidReplicationFactorError(
+            f"replication factor {topic.replication_factor} is more than the 1 broker there is")
     configs = {c.name: c.value for c in topic.configs if c.value is not None}
-    await engine.create_topic(topic.name, partitions, configs, validate_only=validate_only)
+    await engine.create_topic(topic.name, _requested_partitions(ctx, topic), configs, validate_only=validate_only)
 
 
 @serves(ApiKey.DELETE_TOPICS, 1, 3)

@@ -25,6 +25,8 @@ one are still written. Nothing about one connection touches another.
 from __future__ import annotations
 
 import asyncio
+import collections
+import ipaddress
 import logging
 import socket
 import time
@@ -72,6 +74,11 @@ class KafkaListener:
         self.max_request_bytes = config.socket_request_max_bytes
         self.idle_s = config.connections_max_idle_ms / 1000
         self.connections: set[Connection] = engine.kafka_connections
+        self.max_connections = config.max_connections
+        self.max_connections_per_ip = config.max_connections_per_ip
+        self.connection_overrides = config.connection_overrides()
+        #: IP address -> its connections open now (accepted and not yet ended)
+        self._per_ip: collections.Counter[str] = collections.Counter()
         self._server: asyncio.Server | None = None
         self._idle_check: asyncio.TimerHandle | None = None
 
@@ -92,10 +99,35 @@ class KafkaListener:
         await asyncio.gather(*(c.abort() for c in list(self.connections)), return_exceptions=True)
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        ip = _ip(writer)
+        if self._refuse(ip):
+            writer.transport.abort()
+            return
+        self._per_ip[ip] += 1
         try:
             await Connection(self, reader, writer).serve()
         except asyncio.CancelledError:
             pass  # closed by the broker (idle, shutdown, a CLOSE answer): the connection task ends here
+        finally:
+            self._per_ip[ip] -= 1
+            if not self._per_ip[ip]:
+                del self._per_ip[ip]
+
+    def _refuse(self, ip: str) -> bool:
+        """True (logged, counted) when a new connection from ``ip`` would exceed
+        max.connections.per.ip (or its override) or max.connections. Kafka, too, closes
+        one over the per-IP limit at once; over max.connections it stops accepting
+        until one closes, which here would leave the client waiting unanswered."""
+        per_ip = self.connection_overrides.get(ip, self.max_connections_per_ip)
+        if self._per_ip[ip] >= per_ip:
+            limit, why = "max.connections.per.ip", f"address already has the configured maximum of {per_ip}"
+        elif self._per_ip.total() >= self.max_connections:
+            limit, why = "max.connections", f"the broker already has the configured maximum of {self.max_connections}"
+        else:
+            return False
+        self.engine.counters.limit_refused(limit)
+        log.info("kafka: rejected connection from %s: %s connections (%s)", ip, why, limit)
+        return True
 
     def _schedule_idle_check(self) -> None:
         self._idle_check = asyncio.get_running_loop().call_later(
@@ -283,6 +315,15 @@ class Connection:
         finally:
             if self._task is not None and not self._task.done():
                 self._task.cancel()
+
+
+def _ip(writer: asyncio.StreamWriter) -> str:
+    """The IP address of a connection's peer, as ``ipaddress`` writes it."""
+    peer = writer.get_extra_info("peername") or ("?",)
+    try:
+        return str(ipaddress.ip_address(peer[0]))
+    except ValueError:
+        return str(peer[0])
 
 
 def _done(result: Any) -> asyncio.Future[Any]:
