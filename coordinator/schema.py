@@ -14,6 +14,12 @@ fields; encode and decode are derived from that declaration::
 Decoding is strict: a short buffer, a negative length or bytes left over raise
 :class:`SchemaError`, which the loaders turn into a disabled partition rather
 than a guess.
+
+A record's *flexible* version (KIP-482: Kafka's ``flexibleVersions``) is derived
+from the same declaration by :func:`flexible`: strings and arrays become compact
+(unsigned-varint lengths, +1 so that 0 is null) and every struct ends with tagged
+fields -- optional fields a reader that does not know them skips, which is how
+Kafka adds to a record without breaking older readers.
 """
 
 from __future__ import annotations
@@ -111,6 +117,65 @@ NULLABLE_BYTES = _Bytes()
 
 
 @dataclass(frozen=True)
+class _UnsignedVarint(Type):
+    """Kafka's unsigned varint (7 bits a byte, low group first), at most 5 bytes (int32)."""
+
+    def encode(self, value: int, out: bytearray) -> None:
+        if not 0 <= value < 1 << 32:
+            raise SchemaError(f"unsigned varint out of range: {value}")
+        while value >= 0x80:
+            out.append((value & 0x7F) | 0x80)
+            value >>= 7
+        out.append(value)
+
+    def decode(self, data: memoryview, pos: int) -> tuple[int, int]:
+        value = 0
+        for shift in range(0, 35, 7):
+            if pos >= len(data):
+                raise SchemaError("unsigned varint runs past the end")
+            byte = data[pos]
+            pos += 1
+            value |= (byte & 0x7F) << shift
+            if not byte & 0x80:
+                return value, pos
+        raise SchemaError(f"unsigned varint longer than 5 bytes at {pos - 5}")
+
+
+UNSIGNED_VARINT = _UnsignedVarint()
+
+
+@dataclass(frozen=True)
+class _CompactString(Type):
+    """A flexible version's string: unsigned-varint length + 1 (0: null), then UTF-8."""
+
+    nullable: bool
+
+    def encode(self, value: str | None, out: bytearray) -> None:
+        if value is None:
+            if not self.nullable:
+                raise SchemaError("null for a non-nullable string")
+            UNSIGNED_VARINT.encode(0, out)
+            return
+        raw = value.encode("utf-8")
+        UNSIGNED_VARINT.encode(len(raw) + 1, out)
+        out += raw
+
+    def decode(self, data: memoryview, pos: int) -> tuple[str | None, int]:
+        length, pos = UNSIGNED_VARINT.decode(data, pos)
+        if length == 0:
+            if self.nullable:
+                return None, pos
+            raise SchemaError(f"null string at {pos - 1}")
+        end = pos + length - 1
+        if end > len(data):
+            raise SchemaError(f"string of {length - 1} bytes runs past the end")
+        try:
+            return bytes(data[pos:end]).decode("utf-8"), end
+        except UnicodeDecodeError as e:
+            raise SchemaError(f"string is not UTF-8: {e}") from None
+
+
+@dataclass(frozen=True)
 class Array(Type):
     """An int32 count then the elements; -1 is a null array (decoded as None)."""
 
@@ -137,12 +202,54 @@ class Array(Type):
         return items, pos
 
 
-class Schema(Type):
-    """An ordered struct of named fields; values are plain dicts."""
+@dataclass(frozen=True)
+class CompactArray(Type):
+    """A flexible version's array: unsigned-varint count + 1 (0: null, decoded as None)."""
 
-    def __init__(self, *fields: tuple[str, Type]) -> None:
+    element: Type
+
+    def encode(self, value: list | None, out: bytearray) -> None:
+        if value is None:
+            UNSIGNED_VARINT.encode(0, out)
+            return
+        UNSIGNED_VARINT.encode(len(value) + 1, out)
+        for item in value:
+            self.element.encode(item, out)
+
+    def decode(self, data: memoryview, pos: int) -> tuple[list | None, int]:
+        count, pos = UNSIGNED_VARINT.decode(data, pos)
+        if count == 0:
+            return None, pos
+        if count - 1 > len(data) - pos:
+            raise SchemaError(f"array count {count - 1} at {pos}")
+        items = []
+        for _ in range(count - 1):
+            item, pos = self.element.decode(data, pos)
+            items.append(item)
+        return items, pos
+
+
+@dataclass(frozen=True)
+class TaggedField:
+    """A tagged field of a flexible version: written only when not ``default``."""
+
+    tag: int
+    name: str
+    kind: Type
+    default: Any
+
+
+class Schema(Type):
+    """An ordered struct of named fields; values are plain dicts. A flexible one
+    (:func:`flexible`) ends with its tagged fields: a count, then per field its tag,
+    its size and its bytes (unsigned varints), in tag order; a tag it does not
+    declare is skipped, a declared one that is absent decodes as its default."""
+
+    def __init__(self, *fields: tuple[str, Type], tagged: tuple[TaggedField, ...] | None = None) -> None:
         self.fields = fields
-        self.names = tuple(name for name, _ in fields)
+        #: None: not flexible (no tagged-field section)
+        self.tagged = None if tagged is None else tuple(sorted(tagged, key=lambda f: f.tag))
+        self.names = tuple(name for name, _ in fields) + tuple(f.name for f in self.tagged or ())
 
     def encode(self, value: dict[str, Any], out: bytearray | None = None) -> bytes:  # type: ignore[override]
         target = bytearray() if out is None else out
@@ -151,14 +258,52 @@ class Schema(Type):
                 kind.encode(value[name], target)
             except (KeyError, struct.error) as e:
                 raise SchemaError(f"field {name}: {e}") from None
+        if self.tagged is not None:
+            self._encode_tagged(value, target)
         return bytes(target)
+
+    def _encode_tagged(self, value: dict[str, Any], out: bytearray) -> None:
+        present = [f for f in self.tagged or () if value.get(f.name, f.default) != f.default]
+        UNSIGNED_VARINT.encode(len(present), out)
+        for f in present:
+            body = bytearray()
+            try:
+                f.kind.encode(value[f.name], body)
+            except struct.error as e:
+                raise SchemaError(f"field {f.name}: {e}") from None
+            UNSIGNED_VARINT.encode(f.tag, out)
+            UNSIGNED_VARINT.encode(len(body), out)
+            out += body
 
     def decode(self, data: bytes | memoryview, pos: int = 0) -> tuple[dict[str, Any], int]:  # type: ignore[override]
         view = memoryview(data)
         result = {}
         for name, kind in self.fields:
             result[name], pos = kind.decode(view, pos)
+        if self.tagged is not None:
+            pos = self._decode_tagged(view, pos, result)
         return result, pos
+
+    def _decode_tagged(self, data: memoryview, pos: int, result: dict[str, Any]) -> int:
+        by_tag = {f.tag: f for f in self.tagged or ()}
+        result.update((f.name, f.default) for f in by_tag.values())
+        count, pos = UNSIGNED_VARINT.decode(data, pos)
+        last = -1
+        for _ in range(count):
+            tag, pos = UNSIGNED_VARINT.decode(data, pos)
+            size, pos = UNSIGNED_VARINT.decode(data, pos)
+            if tag <= last:
+                raise SchemaError(f"tagged field {tag} after {last}: tags must ascend")
+            last, end = tag, pos + size
+            if end > len(data):
+                raise SchemaError(f"tagged field {tag} of {size} bytes runs past the end")
+            known = by_tag.get(tag)
+            if known is not None:
+                result[known.name], used = known.kind.decode(data[:end], pos)
+                if used != end:
+                    raise SchemaError(f"tagged field {tag} has {end - used} bytes left over")
+            pos = end
+        return pos
 
     def decode_all(self, data: bytes) -> dict[str, Any]:
         """Decode ``data`` whole: every byte must belong to the struct."""
@@ -166,6 +311,24 @@ class Schema(Type):
         if end != len(data):
             raise SchemaError(f"{len(data) - end} bytes left after the struct")
         return value
+
+
+def flexible(schema: Schema, tagged: tuple[TaggedField, ...] = ()) -> Schema:
+    """The flexible version of ``schema`` (KIP-482): the same fields with compact
+    strings and arrays, every nested struct flexible, and ``tagged`` at the end."""
+    return Schema(*((name, _flexible_type(kind)) for name, kind in schema.fields), tagged=tagged)
+
+
+def _flexible_type(kind: Type) -> Type:
+    if isinstance(kind, _String):
+        return _CompactString(kind.nullable)
+    if isinstance(kind, Array):
+        return CompactArray(_flexible_type(kind.element))
+    if isinstance(kind, Schema):
+        return flexible(kind)
+    if kind is NULLABLE_BYTES:
+        raise SchemaError("compact bytes are not declared (no flexible record needs them yet)")
+    return kind
 
 
 def versioned(data: bytes | None) -> tuple[int, bytes]:
