@@ -63,26 +63,74 @@ INT64 = _Fixed(struct.Struct(">q"))
 
 
 @dataclass(frozen=True)
+class _UnsignedVarint(Type):
+    """Kafka's unsigned varint (7 bits a byte, low group first), at most 5 bytes (int32)."""
+
+    def encode(self, value: int, out: bytearray) -> None:
+        if not 0 <= value < 1 << 32:
+            raise SchemaError(f"unsigned varint out of range: {value}")
+        while value >= 0x80:
+            out.append((value & 0x7F) | 0x80)
+            value >>= 7
+        out.append(value)
+
+    def decode(self, data: memoryview, pos: int) -> tuple[int, int]:
+        value = 0
+        for shift in range(0, 35, 7):
+            if pos >= len(data):
+                raise SchemaError("unsigned varint runs past the end")
+            byte = data[pos]
+            pos += 1
+            value |= (byte & 0x7F) << shift
+            if not byte & 0x80:
+                return value, pos
+        raise SchemaError(f"unsigned varint longer than 5 bytes at {pos - 5}")
+
+
+UNSIGNED_VARINT = _UnsignedVarint()
+
+
+def _encode_length(length: int, compact: bool, out: bytearray, plain: _Fixed = INT16) -> None:
+    """A length (-1: null) as ``plain`` (int16 or int32), or -- ``compact``, in a
+    flexible version -- as an unsigned varint of the length + 1 (0: null)."""
+    if compact:
+        UNSIGNED_VARINT.encode(length + 1, out)
+    else:
+        out += plain.fmt.pack(length)
+
+
+def _decode_length(data: memoryview, pos: int, compact: bool, plain: _Fixed = INT16) -> tuple[int, int]:
+    if compact:
+        length, pos = UNSIGNED_VARINT.decode(data, pos)
+        return length - 1, pos
+    return plain.decode(data, pos)
+
+
+@dataclass(frozen=True)
 class _String(Type):
+    """UTF-8 text after its byte length (see ``_encode_length``; -1 is null)."""
+
     nullable: bool
+    compact: bool = False
 
     def encode(self, value: str | None, out: bytearray) -> None:
         if value is None:
             if not self.nullable:
                 raise SchemaError("null for a non-nullable string")
-            out += INT16.fmt.pack(-1)
+            _encode_length(-1, self.compact, out)
             return
         raw = value.encode("utf-8")
-        if len(raw) > 0x7FFF:
+        if not self.compact and len(raw) > 0x7FFF:
             raise SchemaError(f"string of {len(raw)} bytes is longer than 32767")
-        out += INT16.fmt.pack(len(raw)) + raw
+        _encode_length(len(raw), self.compact, out)
+        out += raw
 
     def decode(self, data: memoryview, pos: int) -> tuple[str | None, int]:
-        length, pos = INT16.decode(data, pos)
+        length, pos = _decode_length(data, pos, self.compact)
         if length < 0:
             if self.nullable and length == -1:
                 return None, pos
-            raise SchemaError(f"string length {length} at {pos - 2}")
+            raise SchemaError(f"string length {length} before {pos}")
         end = pos + length
         if end > len(data):
             raise SchemaError(f"string of {length} bytes runs past the end")
@@ -117,113 +165,26 @@ NULLABLE_BYTES = _Bytes()
 
 
 @dataclass(frozen=True)
-class _UnsignedVarint(Type):
-    """Kafka's unsigned varint (7 bits a byte, low group first), at most 5 bytes (int32)."""
-
-    def encode(self, value: int, out: bytearray) -> None:
-        if not 0 <= value < 1 << 32:
-            raise SchemaError(f"unsigned varint out of range: {value}")
-        while value >= 0x80:
-            out.append((value & 0x7F) | 0x80)
-            value >>= 7
-        out.append(value)
-
-    def decode(self, data: memoryview, pos: int) -> tuple[int, int]:
-        value = 0
-        for shift in range(0, 35, 7):
-            if pos >= len(data):
-                raise SchemaError("unsigned varint runs past the end")
-            byte = data[pos]
-            pos += 1
-            value |= (byte & 0x7F) << shift
-            if not byte & 0x80:
-                return value, pos
-        raise SchemaError(f"unsigned varint longer than 5 bytes at {pos - 5}")
-
-
-UNSIGNED_VARINT = _UnsignedVarint()
-
-
-@dataclass(frozen=True)
-class _CompactString(Type):
-    """A flexible version's string: unsigned-varint length + 1 (0: null), then UTF-8."""
-
-    nullable: bool
-
-    def encode(self, value: str | None, out: bytearray) -> None:
-        if value is None:
-            if not self.nullable:
-                raise SchemaError("null for a non-nullable string")
-            UNSIGNED_VARINT.encode(0, out)
-            return
-        raw = value.encode("utf-8")
-        UNSIGNED_VARINT.encode(len(raw) + 1, out)
-        out += raw
-
-    def decode(self, data: memoryview, pos: int) -> tuple[str | None, int]:
-        length, pos = UNSIGNED_VARINT.decode(data, pos)
-        if length == 0:
-            if self.nullable:
-                return None, pos
-            raise SchemaError(f"null string at {pos - 1}")
-        end = pos + length - 1
-        if end > len(data):
-            raise SchemaError(f"string of {length - 1} bytes runs past the end")
-        try:
-            return bytes(data[pos:end]).decode("utf-8"), end
-        except UnicodeDecodeError as e:
-            raise SchemaError(f"string is not UTF-8: {e}") from None
-
-
-@dataclass(frozen=True)
 class Array(Type):
-    """An int32 count then the elements; -1 is a null array (decoded as None)."""
+    """A count then the elements; a null array (count -1) decodes as None. The count is
+    an int32, or ``compact`` (a flexible version's) an unsigned varint of count + 1."""
 
     element: Type
+    compact: bool = False
 
     def encode(self, value: list | None, out: bytearray) -> None:
-        if value is None:
-            out += INT32.fmt.pack(-1)
-            return
-        out += INT32.fmt.pack(len(value))
-        for item in value:
+        _encode_length(-1 if value is None else len(value), self.compact, out, INT32)
+        for item in value or ():
             self.element.encode(item, out)
 
     def decode(self, data: memoryview, pos: int) -> tuple[list | None, int]:
-        count, pos = INT32.decode(data, pos)
+        count, pos = _decode_length(data, pos, self.compact, INT32)
         if count == -1:
             return None, pos
         if count < 0 or count > len(data) - pos:
-            raise SchemaError(f"array count {count} at {pos - 4}")
+            raise SchemaError(f"array count {count} before {pos}")
         items = []
         for _ in range(count):
-            item, pos = self.element.decode(data, pos)
-            items.append(item)
-        return items, pos
-
-
-@dataclass(frozen=True)
-class CompactArray(Type):
-    """A flexible version's array: unsigned-varint count + 1 (0: null, decoded as None)."""
-
-    element: Type
-
-    def encode(self, value: list | None, out: bytearray) -> None:
-        if value is None:
-            UNSIGNED_VARINT.encode(0, out)
-            return
-        UNSIGNED_VARINT.encode(len(value) + 1, out)
-        for item in value:
-            self.element.encode(item, out)
-
-    def decode(self, data: memoryview, pos: int) -> tuple[list | None, int]:
-        count, pos = UNSIGNED_VARINT.decode(data, pos)
-        if count == 0:
-            return None, pos
-        if count - 1 > len(data) - pos:
-            raise SchemaError(f"array count {count - 1} at {pos}")
-        items = []
-        for _ in range(count - 1):
             item, pos = self.element.decode(data, pos)
             items.append(item)
         return items, pos
@@ -321,9 +282,9 @@ def flexible(schema: Schema, tagged: tuple[TaggedField, ...] = ()) -> Schema:
 
 def _flexible_type(kind: Type) -> Type:
     if isinstance(kind, _String):
-        return _CompactString(kind.nullable)
+        return _String(kind.nullable, compact=True)
     if isinstance(kind, Array):
-        return CompactArray(_flexible_type(kind.element))
+        return Array(_flexible_type(kind.element), compact=True)
     if isinstance(kind, Schema):
         return flexible(kind)
     if kind is NULLABLE_BYTES:
