@@ -15,10 +15,13 @@ import pytest
 
 from app.engine import queries
 from app.kafka.api import ApiKey
+from coordinator import transaction_log
+from coordinator.transaction_state import TWO_PHASE_COMMIT_TIMEOUT_MS, TransactionState, TxnTransitMetadata
 from storage.clock import FakeClock
 from storage.record_batch import SimpleRecord, encode_batch
 from storage.read_committed import read_records
 from tests.kafka_support import KafkaBroker, RawClient
+from tests.storage_log import DurableLogs
 
 pytestmark = pytest.mark.timeout(60)
 HOUR_MS = 3_600_000
@@ -223,3 +226,31 @@ def test_an_ordinary_init_aborts_a_kept_transaction_and_fences_its_recovering_cl
     assert fresh.error_code == 0 and fresh.producer_epoch > kept.producer_epoch > prepared[1]
     assert end_txn(raw, "task-0", kept.producer_id, kept.producer_epoch, commit=True) == PRODUCER_FENCED
     assert committed_values(kafka, "out") == []
+
+
+def test_keep_prepared_at_the_last_epoch_gives_the_client_a_new_producer_id(tmp_path: Path) -> None:
+    """A kept transaction written at the last usable epoch (32766): the recovering client
+    gets a new producer id at epoch 0 (NextProducerId), the markers still carry the pair
+    the data was written with, and completion moves the id to the new producer."""
+    data = tmp_path / "data"
+    with KafkaBroker(data) as kafka:
+        kafka.broker.create_topic("out", 1)
+        partitions = kafka.engine.config.transaction_state_log_num_partitions
+        with closing(RawClient(kafka.port)) as raw:
+            init(raw, "other")  # creates __transaction_state
+    exhausted = (500, 32766)
+    with DurableLogs(data) as logs:  # the id's record after 32766 bumps, as the coordinator writes it
+        logs.produce(transaction_log.TOPIC, transaction_log.partition_for("task-0", partitions), encode_batch([
+            SimpleRecord(transaction_log.encode_value(TxnTransitMetadata(
+                *exhausted[:1], -1, exhausted[1], -1, TWO_PHASE_COMMIT_TIMEOUT_MS, TransactionState.ONGOING,
+                frozenset({("out", 0)}), 1_000, 1_000)), key=transaction_log.encode_key("task-0"))]))
+        logs.produce("out", 0, encode_batch([SimpleRecord(b"prepared")], producer_id=exhausted[0],
+                                            producer_epoch=exhausted[1], base_sequence=0, transactional=True))
+    with KafkaBroker(data) as kafka, closing(RawClient(kafka.port)) as raw:
+        kept = init(raw, "task-0", keep=True)
+        assert (kept.ongoing_txn_producer_id, kept.ongoing_txn_producer_epoch) == exhausted
+        assert kept.producer_id != exhausted[0] and kept.producer_epoch == 0
+        assert end_txn(raw, "task-0", *exhausted, commit=True) == PRODUCER_FENCED
+        assert end_txn(raw, "task-0", kept.producer_id, kept.producer_epoch, commit=True) == 0
+        assert committed_values(kafka, "out") == [b"prepared"]
+        assert write_open_transaction(raw, "task-0", "out", [b"next"]) == (kept.producer_id, 1)

@@ -334,7 +334,9 @@ class Engine:
         belong to its producer's Ongoing transaction on this partition (KIP-890,
         ``TransactionCoordinator.verify_transaction``); ``transactional_id``, which a
         Kafka Produce request carries, must then be that producer id's. An idempotent
-        batch must not use a transactional id's producer id (``verify_idempotent``)."""
+        batch must carry a producer id this broker handed out, and not a transactional
+        id's (``verify_idempotent``): every face -- Kafka's Produce, the HTTP records
+        endpoint, the embedded API -- comes through here."""
         started = time.perf_counter()
         self.counters.produce_requests += 1
         if acks not in (-1, 0, 1):
