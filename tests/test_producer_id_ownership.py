@@ -104,24 +104,21 @@ def test_a_batch_with_the_next_producer_id_cannot_wedge_the_transactional_id_giv
 
 def test_the_operators_abort_completes_a_transaction_whose_marker_a_partition_refuses(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    """Data from before producer ids were checked: a batch with the id the coordinator
-    hands out next, at epoch 5. The transactional id given that id has its ABORT
-    refused; EndTxn answers CONCURRENT_TRANSACTIONS, the console's Abort completes it
-    (fencing the squatter there) and the console shows the refusal."""
-    data = tmp_path / "data"
-    with Broker(data, **SMALL_INTERNAL_TOPICS) as broker:
+    """A batch with the id the coordinator hands out next, at epoch 5, appended as a
+    broker before these checks appended it. The transactional id given that id has its
+    ABORT refused there; EndTxn waits, the console's Abort completes it (fencing the
+    squatter there) and the console shows the refusal."""
+    with Broker(tmp_path / "data", **SMALL_INTERNAL_TOPICS, **{"exactly.jobs.enable": False}) as broker:
         broker.create_topic("t", 1)
-        new_producer_id(broker)
-        block_end = broker.engine.transaction_coordinator.producer_ids._block_end
-    with DurableLogs(data) as logs:  # the id the restarted broker hands out first
-        logs.produce("t", 0, data_batch([b"squatter"], producer_id=block_end, epoch=5, sequence=0))
-    with Broker(data, **SMALL_INTERNAL_TOPICS, **{"exactly.jobs.enable": False}) as broker:
+        engine, tc = broker.engine, broker.engine.transaction_coordinator
+        squatted = new_producer_id(broker) + 1
+        engine.call(engine.logs.log("t", 0).append_data,  # the storage layer takes any id
+                    data_batch([b"squatter"], producer_id=squatted, epoch=5, sequence=0))
         txn = RawTxn(broker, "victim")
-        assert txn.pid == block_end
+        assert txn.pid == squatted
         txn.add(("t", 0))
         with pytest.raises(InvalidProducerEpochError):  # the partition has seen epoch 5
             broker.produce("t", 0, txn.batch("t", 0, [SimpleRecord(b"lost")]))
-        engine, tc = broker.engine, broker.engine.transaction_coordinator
         ending = engine.submit(lambda: engine.loop.create_task(tc.end_txn("victim", txn.pid, txn.epoch, False)))
         task = ending.result(10)
         wait_until(lambda: "victim" in tc.last_refusal, 20, "the refusal")
