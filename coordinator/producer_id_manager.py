@@ -15,9 +15,9 @@ says (version 0)::
 Producer ids belong to the broker: what it may hand out next comes from this file
 and from the transaction log (ids it gave transactional ids), never from the
 producer ids in partition logs -- clients write those, and an id a client made up
-(2^63-10, say) must not move allocation. The engine refuses batches with an id not
-below :attr:`ProducerIdManager.frontier` (:meth:`ProducerIdManager.allocated`), so
-every id a log holds was handed out. Only when the file is lost (missing or
+(2^63-10, say) must not move allocation. The engine refuses batches with an id
+that :meth:`ProducerIdManager.allocated` denies (at or above the next id to hand
+out), so every id a log holds was handed out. Only when the file is lost (missing or
 damaged) are the logs the last witness of idempotent producers' ids:
 :meth:`ProducerIdManager.raise_floor` takes their largest, unless it leaves no room
 for a block -- no broker hands out such an id, so a client wrote it (before ids were
@@ -75,11 +75,6 @@ class ProducerIdManager:
         self.from_file = fields is not None
         self._next = 0 if fields is None else fields[0]
         self._block_end = self._next  # nothing of a new block is durable yet
-
-    @property
-    def frontier(self) -> int:
-        """Every id below it may have been handed out; none at or above it has."""
-        return self._next
 
     def allocated(self, producer_id: int) -> bool:
         """Whether ``producer_id`` may have been handed out by this broker (now or
