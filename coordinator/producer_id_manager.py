@@ -12,8 +12,16 @@ says (version 0)::
     Crc            uint32  CRC-32C of the body
     NextBlockStart int64   every id below it may have been handed out
 
-As a second guard the caller passes ``floor``, one more than the largest producer
-id found in the logs, so even a lost file cannot make an id come back.
+Producer ids belong to the broker: what it may hand out next comes from this file
+and from the transaction log (ids it gave transactional ids), never from the
+producer ids in partition logs -- clients write those, and an id a client made up
+(2^63-10, say) must not move allocation. The engine refuses batches with an id
+that :meth:`ProducerIdManager.allocated` denies (at or above the next id to hand
+out), so every id a log holds was handed out. Only when the file is lost (missing or
+damaged) are the logs the last witness of idempotent producers' ids:
+:meth:`ProducerIdManager.raise_floor` takes their largest, unless it leaves no room
+for a block -- no broker hands out such an id, so a client wrote it (before ids were
+checked) and it is ignored.
 
 The file is written off the owner's thread: when :meth:`ProducerIdManager.next_id`
 has no durable id left it answers None, and the owner runs the job
@@ -23,6 +31,7 @@ syncs the file), then :meth:`ProducerIdManager.install` s it and asks again.
 
 from __future__ import annotations
 
+import logging
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +39,12 @@ from pathlib import Path
 from storage.checked_file import read_fields, write_fields
 from storage.filenames import PRODUCER_ID_BLOCK
 
+log = logging.getLogger(__name__)
+
 BLOCK_SIZE = 1000
+#: the largest producer id (int64); a floor above ``MAX_PRODUCER_ID - BLOCK_SIZE``
+#: leaves no room for a block
+MAX_PRODUCER_ID = 2**63 - 1
 VERSION = 0
 BODY = struct.Struct(
     ">"
@@ -53,12 +67,19 @@ class ProducerIdBlock:
 class ProducerIdManager:
     """Hands out producer ids from durable blocks. Not thread-safe (one owner)."""
 
-    def __init__(self, data_dir: Path, floor: int = 0) -> None:
+    def __init__(self, data_dir: Path) -> None:
         """:raise CorruptFileError: the file is damaged (the caller skips far ahead)."""
         self.path = Path(data_dir) / PRODUCER_ID_BLOCK
         fields = read_fields(self.path, VERSION, BODY)
-        self._next = max(0 if fields is None else fields[0], floor)
+        #: whether the file said where allocation stands (else the logs may have to)
+        self.from_file = fields is not None
+        self._next = 0 if fields is None else fields[0]
         self._block_end = self._next  # nothing of a new block is durable yet
+
+    def allocated(self, producer_id: int) -> bool:
+        """Whether ``producer_id`` may have been handed out by this broker (now or
+        before a restart: the file makes a block's ids durable before the first goes)."""
+        return 0 <= producer_id < self._next
 
     def next_id(self) -> int | None:
         """A producer id no one has had before, or None when the durable block is used
@@ -82,5 +103,10 @@ class ProducerIdManager:
         self._block_end = max(self._block_end, block.end)
 
     def raise_floor(self, floor: int) -> None:
-        """Never hand out anything below ``floor`` (a producer id seen in a log)."""
+        """Never hand out anything below ``floor`` (one more than an id the broker
+        handed out); a floor that leaves no room for a block is no broker's and is
+        ignored (see the module docstring)."""
+        if floor > MAX_PRODUCER_ID - BLOCK_SIZE:
+            log.warning("ignoring producer id floor %d: no broker hands out ids that high", floor)
+            return
         self._next = max(self._next, floor)

@@ -14,6 +14,12 @@ fields; encode and decode are derived from that declaration::
 Decoding is strict: a short buffer, a negative length or bytes left over raise
 :class:`SchemaError`, which the loaders turn into a disabled partition rather
 than a guess.
+
+A record's *flexible* version (KIP-482: Kafka's ``flexibleVersions``) is derived
+from the same declaration by :func:`flexible`: strings and arrays become compact
+(unsigned-varint lengths, +1 so that 0 is null) and every struct ends with tagged
+fields -- optional fields a reader that does not know them skips, which is how
+Kafka adds to a record without breaking older readers.
 """
 
 from __future__ import annotations
@@ -57,26 +63,74 @@ INT64 = _Fixed(struct.Struct(">q"))
 
 
 @dataclass(frozen=True)
+class _UnsignedVarint(Type):
+    """Kafka's unsigned varint (7 bits a byte, low group first), at most 5 bytes (int32)."""
+
+    def encode(self, value: int, out: bytearray) -> None:
+        if not 0 <= value < 1 << 32:
+            raise SchemaError(f"unsigned varint out of range: {value}")
+        while value >= 0x80:
+            out.append((value & 0x7F) | 0x80)
+            value >>= 7
+        out.append(value)
+
+    def decode(self, data: memoryview, pos: int) -> tuple[int, int]:
+        value = 0
+        for shift in range(0, 35, 7):
+            if pos >= len(data):
+                raise SchemaError("unsigned varint runs past the end")
+            byte = data[pos]
+            pos += 1
+            value |= (byte & 0x7F) << shift
+            if not byte & 0x80:
+                return value, pos
+        raise SchemaError(f"unsigned varint longer than 5 bytes at {pos - 5}")
+
+
+UNSIGNED_VARINT = _UnsignedVarint()
+
+
+def _encode_length(length: int, compact: bool, out: bytearray, plain: _Fixed = INT16) -> None:
+    """A length (-1: null) as ``plain`` (int16 or int32), or -- ``compact``, in a
+    flexible version -- as an unsigned varint of the length + 1 (0: null)."""
+    if compact:
+        UNSIGNED_VARINT.encode(length + 1, out)
+    else:
+        out += plain.fmt.pack(length)
+
+
+def _decode_length(data: memoryview, pos: int, compact: bool, plain: _Fixed = INT16) -> tuple[int, int]:
+    if compact:
+        length, pos = UNSIGNED_VARINT.decode(data, pos)
+        return length - 1, pos
+    return plain.decode(data, pos)
+
+
+@dataclass(frozen=True)
 class _String(Type):
+    """UTF-8 text after its byte length (see ``_encode_length``; -1 is null)."""
+
     nullable: bool
+    compact: bool = False
 
     def encode(self, value: str | None, out: bytearray) -> None:
         if value is None:
             if not self.nullable:
                 raise SchemaError("null for a non-nullable string")
-            out += INT16.fmt.pack(-1)
+            _encode_length(-1, self.compact, out)
             return
         raw = value.encode("utf-8")
-        if len(raw) > 0x7FFF:
+        if not self.compact and len(raw) > 0x7FFF:
             raise SchemaError(f"string of {len(raw)} bytes is longer than 32767")
-        out += INT16.fmt.pack(len(raw)) + raw
+        _encode_length(len(raw), self.compact, out)
+        out += raw
 
     def decode(self, data: memoryview, pos: int) -> tuple[str | None, int]:
-        length, pos = INT16.decode(data, pos)
+        length, pos = _decode_length(data, pos, self.compact)
         if length < 0:
             if self.nullable and length == -1:
                 return None, pos
-            raise SchemaError(f"string length {length} at {pos - 2}")
+            raise SchemaError(f"string length {length} before {pos}")
         end = pos + length
         if end > len(data):
             raise SchemaError(f"string of {length} bytes runs past the end")
@@ -112,24 +166,23 @@ NULLABLE_BYTES = _Bytes()
 
 @dataclass(frozen=True)
 class Array(Type):
-    """An int32 count then the elements; -1 is a null array (decoded as None)."""
+    """A count then the elements; a null array (count -1) decodes as None. The count is
+    an int32, or ``compact`` (a flexible version's) an unsigned varint of count + 1."""
 
     element: Type
+    compact: bool = False
 
     def encode(self, value: list | None, out: bytearray) -> None:
-        if value is None:
-            out += INT32.fmt.pack(-1)
-            return
-        out += INT32.fmt.pack(len(value))
-        for item in value:
+        _encode_length(-1 if value is None else len(value), self.compact, out, INT32)
+        for item in value or ():
             self.element.encode(item, out)
 
     def decode(self, data: memoryview, pos: int) -> tuple[list | None, int]:
-        count, pos = INT32.decode(data, pos)
+        count, pos = _decode_length(data, pos, self.compact, INT32)
         if count == -1:
             return None, pos
         if count < 0 or count > len(data) - pos:
-            raise SchemaError(f"array count {count} at {pos - 4}")
+            raise SchemaError(f"array count {count} before {pos}")
         items = []
         for _ in range(count):
             item, pos = self.element.decode(data, pos)
@@ -137,12 +190,27 @@ class Array(Type):
         return items, pos
 
 
-class Schema(Type):
-    """An ordered struct of named fields; values are plain dicts."""
+@dataclass(frozen=True)
+class TaggedField:
+    """A tagged field of a flexible version: written only when not ``default``."""
 
-    def __init__(self, *fields: tuple[str, Type]) -> None:
+    tag: int
+    name: str
+    kind: Type
+    default: Any
+
+
+class Schema(Type):
+    """An ordered struct of named fields; values are plain dicts. A flexible one
+    (:func:`flexible`) ends with its tagged fields: a count, then per field its tag,
+    its size and its bytes (unsigned varints), in tag order; a tag it does not
+    declare is skipped, a declared one that is absent decodes as its default."""
+
+    def __init__(self, *fields: tuple[str, Type], tagged: tuple[TaggedField, ...] | None = None) -> None:
         self.fields = fields
-        self.names = tuple(name for name, _ in fields)
+        #: None: not flexible (no tagged-field section)
+        self.tagged = None if tagged is None else tuple(sorted(tagged, key=lambda f: f.tag))
+        self.names = tuple(name for name, _ in fields) + tuple(f.name for f in self.tagged or ())
 
     def encode(self, value: dict[str, Any], out: bytearray | None = None) -> bytes:  # type: ignore[override]
         target = bytearray() if out is None else out
@@ -151,14 +219,52 @@ class Schema(Type):
                 kind.encode(value[name], target)
             except (KeyError, struct.error) as e:
                 raise SchemaError(f"field {name}: {e}") from None
+        if self.tagged is not None:
+            self._encode_tagged(value, target)
         return bytes(target)
+
+    def _encode_tagged(self, value: dict[str, Any], out: bytearray) -> None:
+        present = [f for f in self.tagged or () if value.get(f.name, f.default) != f.default]
+        UNSIGNED_VARINT.encode(len(present), out)
+        for f in present:
+            body = bytearray()
+            try:
+                f.kind.encode(value[f.name], body)
+            except struct.error as e:
+                raise SchemaError(f"field {f.name}: {e}") from None
+            UNSIGNED_VARINT.encode(f.tag, out)
+            UNSIGNED_VARINT.encode(len(body), out)
+            out += body
 
     def decode(self, data: bytes | memoryview, pos: int = 0) -> tuple[dict[str, Any], int]:  # type: ignore[override]
         view = memoryview(data)
         result = {}
         for name, kind in self.fields:
             result[name], pos = kind.decode(view, pos)
+        if self.tagged is not None:
+            pos = self._decode_tagged(view, pos, result)
         return result, pos
+
+    def _decode_tagged(self, data: memoryview, pos: int, result: dict[str, Any]) -> int:
+        by_tag = {f.tag: f for f in self.tagged or ()}
+        result.update((f.name, f.default) for f in by_tag.values())
+        count, pos = UNSIGNED_VARINT.decode(data, pos)
+        last = -1
+        for _ in range(count):
+            tag, pos = UNSIGNED_VARINT.decode(data, pos)
+            size, pos = UNSIGNED_VARINT.decode(data, pos)
+            if tag <= last:
+                raise SchemaError(f"tagged field {tag} after {last}: tags must ascend")
+            last, end = tag, pos + size
+            if end > len(data):
+                raise SchemaError(f"tagged field {tag} of {size} bytes runs past the end")
+            known = by_tag.get(tag)
+            if known is not None:
+                result[known.name], used = known.kind.decode(data[:end], pos)
+                if used != end:
+                    raise SchemaError(f"tagged field {tag} has {end - used} bytes left over")
+            pos = end
+        return pos
 
     def decode_all(self, data: bytes) -> dict[str, Any]:
         """Decode ``data`` whole: every byte must belong to the struct."""
@@ -166,6 +272,24 @@ class Schema(Type):
         if end != len(data):
             raise SchemaError(f"{len(data) - end} bytes left after the struct")
         return value
+
+
+def flexible(schema: Schema, tagged: tuple[TaggedField, ...] = ()) -> Schema:
+    """The flexible version of ``schema`` (KIP-482): the same fields with compact
+    strings and arrays, every nested struct flexible, and ``tagged`` at the end."""
+    return Schema(*((name, _flexible_type(kind)) for name, kind in schema.fields), tagged=tagged)
+
+
+def _flexible_type(kind: Type) -> Type:
+    if isinstance(kind, _String):
+        return _String(kind.nullable, compact=True)
+    if isinstance(kind, Array):
+        return Array(_flexible_type(kind.element), compact=True)
+    if isinstance(kind, Schema):
+        return flexible(kind)
+    if kind is NULLABLE_BYTES:
+        raise SchemaError("compact bytes are not declared (no flexible record needs them yet)")
+    return kind
 
 
 def versioned(data: bytes | None) -> tuple[int, bytes]:

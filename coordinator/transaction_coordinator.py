@@ -27,13 +27,17 @@ to request versions that predate it, at the wire):
   transactions never time out (Int32.MAX, as Kafka stores it): a prepared transaction
   waits for the external coordinator that holds its outcome. With keepPreparedTxn
   (``keep_prepared_transaction``): an Ongoing two-phase transaction is kept, data and
-  partitions untouched, and its producer id and epoch are returned so that the caller
-  can compare them with what it recorded at prepare time and send EndTxn (commit or
-  abort) with them. The epoch is not bumped, unlike Kafka 4.2's withdrawn
-  implementation: a bump would have to be persisted beside the transaction's own
-  epoch (Kafka's log value has no field for it), and the writer that prepared the
-  transaction was already fenced by its own task's next InitProducerId. Anything
-  else (nothing open, or an ordinary transaction) is an ordinary InitProducerId.
+  partitions untouched, and, as KIP-939 specifies, the caller gets the epoch bumped
+  (a new producer id at epoch 0 once it is exhausted) and, as OngoingTxnProducerId/
+  Epoch, the producer id and epoch the transaction was written with, to compare with
+  what it recorded at prepare time before it sends EndTxn (commit or abort) with the
+  new pair. The writer that prepared the transaction is fenced: its later batches
+  are INVALID_PRODUCER_EPOCH, its EndTxn and AddPartitionsToTxn PRODUCER_FENCED. The
+  bump is persisted beside the transaction's own pair, in the transaction log
+  value's tagged fields NextProducerId/NextProducerEpoch (``transaction_log.py``),
+  which its markers still carry. The kept transaction takes no more partitions or
+  data (INVALID_TXN_STATE): only EndTxn ends it. Anything else (nothing open, or an
+  ordinary transaction) is an ordinary InitProducerId.
 * AddPartitionsToTxn / AddOffsetsToTxn -- unknown transactional id or another
   producer id: INVALID_PRODUCER_ID_MAPPING; another epoch: PRODUCER_FENCED; a
   transaction still completing: CONCURRENT_TRANSACTIONS; an unknown partition:
@@ -150,6 +154,30 @@ MARKER_REFUSED_MAX_BACKOFF_S = 30.0
 #: how long a request waits for a transaction to complete before it answers
 #: CONCURRENT_TRANSACTIONS, which clients retry (Kafka's request.timeout.ms default)
 COMPLETION_WAIT_S = 30.0
+_KEPT_TAKES_NOTHING = ("the transaction of {txn_id!r} was kept prepared by keepPreparedTxn (KIP-939): "
+                       "it takes no more partitions or records; only EndTxn ends it")
+
+
+@dataclass(frozen=True)
+class MarkerRefusal:
+    """A partition refused a transaction's marker (see ``TransactionCoordinator._complete``)."""
+
+    topic: str
+    partition: int
+    error: str
+    message: str
+    at_ms: int
+
+
+@dataclass(frozen=True)
+class KeptTransaction:
+    """What keepPreparedTxn answers (KIP-939): the producer id and epoch the caller
+    uses from now on, and those the kept transaction was written with."""
+
+    producer_id: int
+    producer_epoch: int
+    ongoing_producer_id: int
+    ongoing_producer_epoch: int
 
 
 class TransactionObserver(Protocol):
@@ -176,6 +204,13 @@ class CoordinatorIO(Protocol):
 
     async def write_marker(self, topic: str, partition: int, producer_id: int, producer_epoch: int,
                            coordinator_epoch: int, commit: bool) -> None: ...
+
+    async def write_fencing_marker(self, topic: str, partition: int, producer_id: int, producer_epoch: int,
+                                   coordinator_epoch: int, commit: bool) -> int:
+        """Write the marker at epochs the partition accepts whatever it has seen of the
+        producer: one above the producer's epoch there (fencing whoever wrote it) and
+        at least its coordinator epoch; returns the producer epoch written."""
+        ...
 
     def partition_exists(self, topic: str, partition: int) -> bool: ...
 
@@ -222,6 +257,12 @@ class TransactionCoordinator:
         self._completions: dict[str, asyncio.Task[None]] = {}
         #: the partitions that refuse the markers of a completion in progress (see ``_complete``)
         self._refused: dict[str, set[TopicPartition]] = {}
+        #: the last refusal of each transactional id's markers (for the console: why it was stuck)
+        self.last_refusal: dict[str, MarkerRefusal] = {}
+        #: completions an operator's abort forces past their refused markers (``admin_abort``)
+        self._forced: set[str] = set()
+        #: wakes a completion waiting to write refused markers again
+        self._wakeups: dict[str, asyncio.Event] = {}
         #: transactions completed since start, by outcome (for metrics)
         self.completed = {"commit": 0, "abort": 0}
         self.coordinator_epoch = self._bump_coordinator_epoch(max_seen_coordinator_epoch)
@@ -298,6 +339,7 @@ class TransactionCoordinator:
             NO_PRODUCER_EPOCH, transit.txn_timeout_ms,
             transit.state, set(transit.partitions), transit.txn_start_timestamp,
             transit.txn_last_update_timestamp, abort_reason=transit.abort_reason,
+            next_producer_id=transit.next_producer_id, next_producer_epoch=transit.next_producer_epoch,
             fenced=_fenced_by(transit) or (current.fenced if current is not None
                                            and current.producer_id == transit.producer_id else None))
         if current is not None and current.producer_id != meta.producer_id:
@@ -310,6 +352,7 @@ class TransactionCoordinator:
         self.producer_ids.raise_floor(meta.producer_id + 1)
 
     def _forget(self, txn_id: str) -> None:
+        self.last_refusal.pop(txn_id, None)
         meta = self.txns.pop(txn_id, None)
         if meta is not None and self._by_producer_id.get(meta.producer_id) == txn_id:
             del self._by_producer_id[meta.producer_id]
@@ -357,13 +400,14 @@ class TransactionCoordinator:
     def _validate_producer(self, txn_id: str, producer_id: int, producer_epoch: int) -> TransactionMetadata:
         self._check_coordinator(txn_id)
         meta = self.txns.get(txn_id)
-        if meta is None or meta.producer_id != producer_id:
+        if meta is None or producer_id not in (meta.producer_id, meta.client_producer_id):
             raise InvalidProducerIdMappingError(
                 f"transactional id {txn_id!r} is not mapped to producer id {producer_id}")
-        if meta.producer_epoch != producer_epoch:
+        if (producer_id, producer_epoch) != (meta.client_producer_id, meta.client_producer_epoch):
             raise self._fenced(ProducerFencedError(
-                f"producer {producer_id} epoch {producer_epoch} is fenced by epoch {meta.producer_epoch} "
-                f"of transactional id {txn_id!r}{_fenced_because(meta, producer_epoch)}"))
+                f"producer {producer_id} epoch {producer_epoch} is fenced by producer {meta.client_producer_id} "
+                f"epoch {meta.client_producer_epoch} of transactional id {txn_id!r}"
+                f"{_fenced_because(meta, producer_epoch)}"))
         return meta
 
     def _fenced(self, error: KafkaError) -> KafkaError:
@@ -428,10 +472,12 @@ class TransactionCoordinator:
             raise TransactionalIdAuthorizationFailedError(
                 "two-phase commit (enable2Pc) is disabled: transaction.two.phase.commit.enable=false")
 
-    async def keep_prepared_transaction(self, transactional_id: str) -> tuple[int, int] | None:
-        """KIP-939 keepPreparedTxn: the ``(producer id, epoch)`` of the transactional id's
-        Ongoing two-phase transaction, which is kept as it is; None when there is none
-        (after waiting for one being completed), and the caller initialises as usual."""
+    async def keep_prepared_transaction(self, transactional_id: str) -> KeptTransaction | None:
+        """KIP-939 keepPreparedTxn on the transactional id's Ongoing two-phase
+        transaction: kept as it is, with the caller given the epoch bumped (every
+        earlier holder fenced; a new producer id once the epoch is exhausted), durably.
+        None when there is none (after waiting for one being completed), and the
+        caller initialises as usual."""
         if not transactional_id:
             raise InvalidRequestError("keepPreparedTxn needs a transactional id")
         self._check_two_phase_commit_enabled()
@@ -440,9 +486,19 @@ class TransactionCoordinator:
             if meta.pending_state is not None or meta.state.is_ending:
                 await self._await_completion(meta)
                 continue
-            if meta.state is S.ONGOING and meta.two_phase_commit:
-                return meta.producer_id, meta.producer_epoch
-            return None
+            if not (meta.state is S.ONGOING and meta.two_phase_commit):
+                return None
+            rotate = meta.client_producer_epoch >= MAX_PRODUCER_EPOCH
+            if rotate and self.producer_ids.exhausted:
+                await self._durable_id_block()
+                continue  # the world may have moved while the block was written
+            await self._write(meta, meta.prepare_keep_prepared(
+                self.clock.now_ms(), self._take_producer_id() if rotate else None))
+            log.info("kept the prepared transaction of %r (producer %d epoch %d) for producer %d epoch %d "
+                     "(keepPreparedTxn); earlier epochs are fenced", transactional_id, meta.producer_id,
+                     meta.producer_epoch, meta.client_producer_id, meta.client_producer_epoch)
+            return KeptTransaction(meta.client_producer_id, meta.client_producer_epoch,
+                                   meta.producer_id, meta.producer_epoch)
         return None
 
     async def _new_producer_id(self) -> int:
@@ -483,13 +539,14 @@ class TransactionCoordinator:
                                  producer_epoch: int) -> tuple[int, int] | None:
         """KIP-360: the caller names the producer it is; fence a stranger, and answer
         a retried bump with the bumped epoch (returned) instead of bumping again."""
-        known = (meta.producer_epoch == NO_PRODUCER_EPOCH or producer_id == meta.producer_id
+        current_id, current_epoch = meta.client_producer_id, meta.client_producer_epoch
+        known = (current_epoch == NO_PRODUCER_EPOCH or producer_id == current_id
                  or (producer_id == meta.last_producer_id and producer_epoch >= MAX_PRODUCER_EPOCH))
         if not known:
             raise self._fenced(ProducerFencedError(
-                f"producer {producer_id} is not the current producer {meta.producer_id} of "
+                f"producer {producer_id} is not the current producer {current_id} of "
                 f"{meta.transactional_id!r}"))
-        if producer_id == meta.producer_id and producer_epoch == meta.producer_epoch:
+        if producer_id == current_id and producer_epoch == current_epoch:
             return None
         # a retry: only a KIP-360 bump records the epoch it bumped from (an ordinary
         # InitProducerId, a fence or a reload leave -1), so a fenced instance never
@@ -497,7 +554,7 @@ class TransactionCoordinator:
         if producer_epoch == meta.last_producer_epoch != NO_PRODUCER_EPOCH:
             return meta.producer_id, meta.producer_epoch
         raise self._fenced(ProducerFencedError(
-            f"producer {producer_id} epoch {producer_epoch} is fenced by epoch {meta.producer_epoch}"))
+            f"producer {producer_id} epoch {producer_epoch} is fenced by epoch {current_epoch}"))
 
     # -- AddPartitionsToTxn / AddOffsetsToTxn -------------------------------------------
 
@@ -519,6 +576,8 @@ class TransactionCoordinator:
                 f"the previous transaction of {transactional_id!r} is still completing")
         if meta.state is S.DEAD:
             raise InvalidProducerIdMappingError(f"transactional id {transactional_id!r} has expired")
+        if meta.kept:
+            raise InvalidTxnStateError(_KEPT_TAKES_NOTHING.format(txn_id=transactional_id))
         if not (meta.state is S.ONGOING and wanted <= meta.partitions):
             await self._write(meta, meta.prepare_add_partitions(wanted, self.clock.now_ms()))
         return {tp: None for tp in wanted}
@@ -612,55 +671,96 @@ class TransactionCoordinator:
         A partition that *refuses* the marker (INVALID_PRODUCER_EPOCH: it has seen a
         newer epoch of the producer; TRANSACTION_COORDINATOR_FENCED: a newer
         coordinator epoch) breaks an invariant: verification (``verify_transaction``)
-        lets into a partition only batches of this very epoch, and only this
+        lets into a partition only batches of this very epoch, the engine only
+        producer ids this broker handed out (``verify_idempotent``), and only this
         coordinator writes markers. The outcome is then not in that partition, so the
         transaction is not Complete: it stays Prepare*, the refusal is logged as an
-        error each time, and the marker is written again with a backoff doubling up to
+        error each time and kept (``last_refusal``, which the console shows), and the
+        marker is written again with a backoff doubling up to
         MARKER_REFUSED_MAX_BACKOFF_S (as Kafka's coordinator, which stops sending and
-        leaves the transaction prepared). EndTxn, InitProducerId and the admin abort
-        waiting for it answer CONCURRENT_TRANSACTIONS after COMPLETION_WAIT_S -- never
-        OK; the partition's LSO is freed by the partition-level abort (KIP-664,
-        ``Engine.abort_hanging_transaction``), which fences the producer there."""
+        leaves the transaction prepared). EndTxn and InitProducerId waiting for it
+        answer CONCURRENT_TRANSACTIONS after COMPLETION_WAIT_S -- never OK. An
+        operator's abort of the transactional id (``admin_abort``) forces it: the
+        refused markers are written at epochs the partition accepts, one above the
+        producer's epoch there, fencing whoever wrote it, as the partition-level abort
+        does (``CoordinatorIO.write_fencing_marker``), and the transaction completes
+        at the highest epoch those markers carried, so the producer's next epoch is one
+        every partition accepts."""
         txn_id = meta.transactional_id
         commit = meta.state is S.PREPARE_COMMIT
         remaining = sorted(meta.partitions)
         backoff = MARKER_RETRY_BACKOFF_S
+        refused: set[TopicPartition] = set()
+        fenced_epoch = NO_PRODUCER_EPOCH  # the highest epoch a forced marker carried
         try:
             while remaining:
+                forced = refused if txn_id in self._forced else set()
                 results = await asyncio.gather(*(
-                    self.io.write_marker(topic, partition, meta.producer_id, meta.producer_epoch,
-                                         self.coordinator_epoch, commit)
-                    for topic, partition in remaining), return_exceptions=True)
-                failed = [(tp, e) for tp, e in zip(remaining, results) if e is not None]
+                    self._write_marker(meta, tp, commit, fencing=tp in forced)
+                    for tp in remaining), return_exceptions=True)
+                fenced_epoch = max([fenced_epoch, *(r for r in results if isinstance(r, int))])
+                failed = [(tp, e) for tp, e in zip(remaining, results) if isinstance(e, BaseException)]
                 refused = {tp for tp, e in failed
                            if isinstance(e, (InvalidProducerEpochError, TransactionCoordinatorFencedError))}
                 for tp, error in failed:
-                    if isinstance(error, UnknownTopicOrPartitionError):
-                        log.warning("marker for %r on %s-%s not needed: %s", txn_id, tp[0], tp[1], error)
-                    elif tp in refused:
-                        log.error("invariant broken: %s-%s refuses the %s marker of %r (producer %d epoch "
-                                  "%d, coordinator epoch %d): %s; the transaction stays %s and the marker "
-                                  "is retried (free the partition with its Abort)", tp[0], tp[1],
-                                  "COMMIT" if commit else "ABORT", txn_id, meta.producer_id,
-                                  meta.producer_epoch, self.coordinator_epoch, error, meta.state.display)
-                    else:
-                        log.warning("marker for %r on %s-%s failed, retrying: %s", txn_id, tp[0], tp[1], error)
+                    self._marker_failed(meta, tp, error, refused, commit)
                 remaining = [tp for tp, e in failed if not isinstance(e, UnknownTopicOrPartitionError)]
                 self._refused[txn_id] = refused
                 if remaining:
                     backoff = (min(backoff * 2, MARKER_REFUSED_MAX_BACKOFF_S) if refused
                                else MARKER_RETRY_BACKOFF_S)
-                    await asyncio.sleep(backoff)
+                    await self._backoff(txn_id, backoff)
         finally:
             self._refused.pop(txn_id, None)
+            self._forced.discard(txn_id)
+            self._wakeups.pop(txn_id, None)
         while True:
             try:
-                await self._write(meta, meta.prepare_complete(self.clock.now_ms()))
+                await self._write(meta, meta.prepare_complete(self.clock.now_ms(), fenced_epoch))
                 self.completed["commit" if commit else "abort"] += 1
                 return
             except CoordinatorNotAvailableError as e:
                 log.warning("writing COMPLETE for %r failed, retrying: %s", txn_id, e)
                 await asyncio.sleep(MARKER_RETRY_BACKOFF_S)
+
+    async def _write_marker(self, meta: TransactionMetadata, tp: TopicPartition, commit: bool,
+                            fencing: bool) -> int | None:
+        """One marker; a ``fencing`` one (forced) returns the epoch it carried."""
+        if not fencing:
+            await self.io.write_marker(tp[0], tp[1], meta.producer_id, meta.producer_epoch,
+                                       self.coordinator_epoch, commit)
+            return None
+        epoch = await self.io.write_fencing_marker(tp[0], tp[1], meta.producer_id, meta.producer_epoch,
+                                                   self.coordinator_epoch, commit)
+        log.warning("wrote the refused %s marker of %r on %s-%s at producer epoch %d (an operator's abort; "
+                    "producer %d is fenced there)", "COMMIT" if commit else "ABORT", meta.transactional_id,
+                    tp[0], tp[1], epoch, meta.producer_id)
+        return epoch
+
+    def _marker_failed(self, meta: TransactionMetadata, tp: TopicPartition, error: BaseException,
+                       refused: set[TopicPartition], commit: bool) -> None:
+        txn_id = meta.transactional_id
+        if isinstance(error, UnknownTopicOrPartitionError):
+            log.warning("marker for %r on %s-%s not needed: %s", txn_id, tp[0], tp[1], error)
+        elif tp in refused:
+            assert isinstance(error, KafkaError)
+            self.last_refusal[txn_id] = MarkerRefusal(tp[0], tp[1], error.name, str(error), self.clock.now_ms())
+            log.error("invariant broken: %s-%s refuses the %s marker of %r (producer %d epoch "
+                      "%d, coordinator epoch %d): %s; the transaction stays %s and the marker "
+                      "is retried (an operator's Abort of the transaction forces it)", tp[0], tp[1],
+                      "COMMIT" if commit else "ABORT", txn_id, meta.producer_id,
+                      meta.producer_epoch, self.coordinator_epoch, error, meta.state.display)
+        else:
+            log.warning("marker for %r on %s-%s failed, retrying: %s", txn_id, tp[0], tp[1], error)
+
+    async def _backoff(self, txn_id: str, seconds: float) -> None:
+        """Wait ``seconds`` before writing markers again, or until an operator forces them."""
+        wakeup = self._wakeups.setdefault(txn_id, asyncio.Event())
+        try:
+            await asyncio.wait_for(wakeup.wait(), seconds)
+        except asyncio.TimeoutError:
+            pass
+        wakeup.clear()
 
     async def _fence_and_abort(self, meta: TransactionMetadata, reason: AbortReason) -> None:
         """Bump the epoch of an open transaction (fencing its producer at every
@@ -685,12 +785,16 @@ class TransactionCoordinator:
     async def admin_abort(self, transactional_id: str, actor: str = "an operator") -> None:
         """An operator's abort of an open transaction (the console's or the API's Abort;
         ``actor`` says which, and from where): fence its producer with an epoch bump,
-        write ABORT markers, complete."""
+        write ABORT markers, complete. One whose outcome is decided (Prepare*) is
+        completed: markers a partition refuses are forced (see :meth:`_complete`), so
+        no transactional id stays stuck."""
         self._check_coordinator(transactional_id)
         meta = self.txns.get(transactional_id)
         if meta is None:
             raise TransactionalIdNotFoundError(f"no transactional id {transactional_id!r}")
         if meta.pending_state is not None or meta.state.is_prepared:
+            if self._refused.get(transactional_id):
+                self._force(meta, actor)
             await self._await_completion(meta)
             return
         if meta.state is not S.ONGOING:
@@ -698,6 +802,18 @@ class TransactionCoordinator:
                 f"transactional id {transactional_id!r} has no open transaction ({meta.state.display})")
         await self._fence_and_abort(meta, AbortReason(AbortCause.ADMIN, actor))
         self.observer.transaction_admin_aborted()
+
+    def _force(self, meta: TransactionMetadata, actor: str) -> None:
+        """Have the completion of ``meta`` write its refused markers at epochs the
+        partitions accept, now."""
+        txn_id = meta.transactional_id
+        log.warning("%s forces the %s of %r past the partitions refusing its markers (%s)", actor,
+                    meta.state.display, txn_id,
+                    ", ".join(f"{t}-{p}" for t, p in sorted(self._refused.get(txn_id, ()))))
+        self._forced.add(txn_id)
+        wakeup = self._wakeups.get(txn_id)
+        if wakeup is not None:
+            wakeup.set()
 
     async def settle_for_partition_abort(self, transactional_id: str, topic_partition: TopicPartition) -> bool:
         """Before the partition-level abort (KIP-664) of this id's producer on
@@ -814,14 +930,17 @@ class TransactionCoordinator:
         if txn_id is not None:
             self._check_coordinator(txn_id)
         meta = self.txns.get(txn_id) if txn_id is not None else None
-        if meta is None or meta.producer_id != producer_id:
+        if meta is None or producer_id not in (meta.producer_id, meta.client_producer_id):
             raise InvalidProducerIdMappingError(
                 f"producer id {producer_id} is not the producer of "
                 f"{'any transactional id' if txn_id is None else repr(txn_id)}")
-        if producer_epoch != meta.producer_epoch:
+        if (producer_id, producer_epoch) != (meta.client_producer_id, meta.client_producer_epoch):
             raise self._fenced(InvalidProducerEpochError(
-                f"producer {producer_id} epoch {producer_epoch} is not the current epoch "
-                f"{meta.producer_epoch} of {txn_id!r}{_fenced_because(meta, producer_epoch)}"))
+                f"producer {producer_id} epoch {producer_epoch} is not the current producer "
+                f"{meta.client_producer_id} epoch {meta.client_producer_epoch} of {txn_id!r}"
+                f"{_fenced_because(meta, producer_epoch)}"))
+        if meta.kept:
+            raise InvalidTxnStateError(_KEPT_TAKES_NOTHING.format(txn_id=txn_id))
         if meta.state.is_prepared or (meta.pending_state is not None and meta.pending_state.is_prepared):
             raise ConcurrentTransactionsError(f"the transaction of {txn_id!r} is completing")
         if meta.state is not S.ONGOING or (topic, partition) not in meta.partitions:
@@ -830,11 +949,29 @@ class TransactionCoordinator:
                 f"(state {meta.state.display}); call AddPartitionsToTxn first")
 
     def verify_idempotent(self, producer_id: int) -> None:
-        """A non-transactional batch must not carry the producer id of a transactional
-        id: one with a higher epoch would move a partition past this coordinator's
-        epoch, and the partition would then refuse the transaction's markers. (Kafka
-        leaves this to its clients, which never do it; here any HTTP or raw client
-        could, so it is INVALID_TXN_STATE, as for such a batch inside a transaction.)"""
+        """An idempotent batch must carry a producer id this broker handed out, and not
+        the producer id of a transactional id.
+
+        A producer id nobody was given is INVALID_PRODUCER_ID_MAPPING: the id maps to
+        no producer of this broker. Not UNKNOWN_PRODUCER_ID, which says the partition
+        lost a real producer's state (retention, expiration) and which clients answer
+        by resetting their sequence and retrying -- nothing a retry can fix here; and it
+        is what KIP-890 verification answers a transactional batch whose producer id
+        no transactional id has. Kafka's partitions accept any id, as only clients
+        write them; here a raw or HTTP client could name the id the coordinator hands
+        out next, and the transactional id given it would then find its markers
+        refused by that partition (a newer epoch), or pick an id near 2^63 that
+        allocation would have to skip past.
+
+        A transactional id's producer id with a higher epoch would move a partition
+        past this coordinator's epoch, and the partition would then refuse the
+        transaction's markers. (Kafka leaves this to its clients, which never do it;
+        here any HTTP or raw client could, so it is INVALID_TXN_STATE, as for such a
+        batch inside a transaction.)"""
+        if not self.producer_ids.allocated(producer_id):
+            raise InvalidProducerIdMappingError(
+                f"producer id {producer_id} was never handed out by this broker; "
+                f"call InitProducerId for one")
         txn_id = self._by_producer_id.get(producer_id)
         if txn_id is not None:
             raise InvalidTxnStateError(

@@ -10,6 +10,24 @@ prefixed by its int16 version::
              TxnLastUpdateTimestampMs(int64) TxnStartTimestampMs(int64)
 
 ``TxnStatus`` is :class:`~coordinator.transaction_state.TransactionState` ``.id``.
+
+Version 1 is Kafka's flexible version of the same value (KIP-482; KIP-890 part 2
+added its tagged fields, KIP-939 uses them): the fields above in compact form, then
+tagged fields a reader that does not know them skips::
+
+    Value v1 => ... as v0, compact ... _tagged_fields
+      tag 0 PreviousProducerId(int64, default -1)   not written by Exactly
+      tag 1 NextProducerId(int64, default -1)       KIP-939: the producer id keepPreparedTxn
+      tag 3 NextProducerEpoch(int16, default -1)    gave the recovering client, and its epoch
+      tag 2 ClientTransactionVersion(int16, default 0)  not written (transaction version 0)
+
+A kept two-phase transaction (InitProducerId with keepPreparedTxn) keeps the
+producer id and epoch its data was written with in ProducerId/ProducerEpoch, as
+Kafka does, so a reader that ignores the tags still completes it with the right
+markers. Tags 0-2 are Kafka's ``TransactionLogValue.json``; NextProducerEpoch is the
+field Kafka's KIP-939 implementation (apache/kafka PR 21735) adds, at the next free
+tag, 3. Everything else is written as version 0, byte for byte what it was: a value
+is version 1 only when it has a tagged field to carry.
 Why a transaction was aborted is not in Kafka's value: a PrepareAbort or
 CompleteAbort record carries it as two record headers, ``exactly.abort.cause`` (an
 :class:`~coordinator.transaction_state.AbortCause` value) and
@@ -35,10 +53,14 @@ from coordinator.schema import (
     Array,
     Schema,
     SchemaError,
+    TaggedField,
     decode_versioned,
+    flexible,
+    versioned,
 )
 from coordinator.transaction_state import (
     NO_PRODUCER_EPOCH,
+    NO_PRODUCER_ID,
     AbortCause,
     AbortReason,
     TransactionState,
@@ -49,6 +71,8 @@ from storage.record_batch import ControlType
 TOPIC = "__transaction_state"
 KEY_VERSION = 0
 VALUE_VERSION = 0
+#: the flexible version, written when a tagged field is set
+VALUE_VERSION_TAGGED = 1
 
 ABORT_CAUSE_HEADER = "exactly.abort.cause"
 ABORT_ACTOR_HEADER = "exactly.abort.actor"
@@ -64,6 +88,13 @@ VALUE_V0 = Schema(
     ("transaction_last_update_timestamp_ms", INT64),
     ("transaction_start_timestamp_ms", INT64),
 )
+VALUE_V1 = flexible(VALUE_V0, tagged=(
+    TaggedField(0, "previous_producer_id", INT64, NO_PRODUCER_ID),
+    TaggedField(1, "next_producer_id", INT64, NO_PRODUCER_ID),
+    TaggedField(2, "client_transaction_version", INT16, 0),
+    TaggedField(3, "next_producer_epoch", INT16, NO_PRODUCER_EPOCH),
+))
+VALUES = {VALUE_VERSION: VALUE_V0, VALUE_VERSION_TAGGED: VALUE_V1}
 
 
 def java_string_hash(text: str) -> int:
@@ -100,7 +131,7 @@ def encode_value(transit: TxnTransitMetadata) -> bytes:
     by_topic: dict[str, list[int]] = {}
     for topic, partition in sorted(transit.partitions):
         by_topic.setdefault(topic, []).append(partition)
-    return INT16.fmt.pack(VALUE_VERSION) + VALUE_V0.encode({
+    fields = {
         "producer_id": transit.producer_id,
         "producer_epoch": transit.producer_epoch,
         "transaction_timeout_ms": transit.txn_timeout_ms,
@@ -108,7 +139,12 @@ def encode_value(transit: TxnTransitMetadata) -> bytes:
         "transaction_partitions": [{"topic": t, "partition_ids": p} for t, p in by_topic.items()],
         "transaction_last_update_timestamp_ms": transit.txn_last_update_timestamp,
         "transaction_start_timestamp_ms": transit.txn_start_timestamp,
-    })
+        "next_producer_id": transit.next_producer_id,
+        "next_producer_epoch": transit.next_producer_epoch,
+    }
+    tagged = any(fields.get(f.name, f.default) != f.default for f in VALUE_V1.tagged or ())
+    version = VALUE_VERSION_TAGGED if tagged else VALUE_VERSION
+    return INT16.fmt.pack(version) + VALUES[version].encode(fields)
 
 
 def encode_headers(transit: TxnTransitMetadata) -> Headers:
@@ -136,7 +172,10 @@ def decode(key: bytes | None, value: bytes | None, headers: Headers = ()) -> Txn
     transactional_id = decode_versioned(key, KEY_VERSION, KEY_V0, "transaction log key")["transactional_id"]
     if value is None:
         return TxnLogRecord(transactional_id, None)
-    v = decode_versioned(value, VALUE_VERSION, VALUE_V0, "transaction log value")
+    version = versioned(value)[0]
+    if version not in VALUES:
+        raise SchemaError(f"unsupported transaction log value version {version}")
+    v = decode_versioned(value, version, VALUES[version], "transaction log value")
     try:
         state = TransactionState.from_id(v["transaction_status"])
     except ValueError as e:
@@ -149,4 +188,6 @@ def decode(key: bytes | None, value: bytes | None, headers: Headers = ()) -> Txn
         state=state, partitions=partitions,
         txn_start_timestamp=v["transaction_start_timestamp_ms"],
         txn_last_update_timestamp=v["transaction_last_update_timestamp_ms"],
-        abort_reason=_abort_reason(headers) if state.outcome is ControlType.ABORT else None))
+        abort_reason=_abort_reason(headers) if state.outcome is ControlType.ABORT else None,
+        next_producer_id=v.get("next_producer_id", NO_PRODUCER_ID),
+        next_producer_epoch=v.get("next_producer_epoch", NO_PRODUCER_EPOCH)))

@@ -16,6 +16,14 @@ Every change is two-phase, so that nothing in memory moves before the log says s
 We implement one transaction protocol: Kafka's "v1" (KIP-98 plus KIP-360 epoch
 bumps); markers carry the producer's current epoch, and a timed-out transaction is
 aborted with the epoch bumped once so its zombie is fenced.
+
+KIP-939's keepPreparedTxn (``prepare_keep_prepared``) gives a two-phase transaction
+two identities, as Kafka does: ``producer_id``/``producer_epoch`` stay the ones its
+data was written with (its markers carry them), and ``next_producer_id``/
+``next_producer_epoch`` are what the recovering client was given -- the epoch bumped,
+so the writer that prepared it is fenced. The client's identity
+(``client_producer_id``/``client_producer_epoch``) is the one requests must present;
+the transaction's completion makes it the only one.
 """
 
 from __future__ import annotations
@@ -196,6 +204,10 @@ class TxnTransitMetadata:
     txn_last_update_timestamp: int
     #: why the transaction is (being) aborted: PrepareAbort and CompleteAbort only
     abort_reason: AbortReason | None = None
+    #: KIP-939: the producer id and epoch keepPreparedTxn gave the recovering client
+    #: (-1: the transaction has one identity)
+    next_producer_id: int = NO_PRODUCER_ID
+    next_producer_epoch: int = NO_PRODUCER_EPOCH
 
 
 @dataclass
@@ -217,11 +229,29 @@ class TransactionMetadata:
     #: the last epoch an abort fenced, and why: a call with that epoch is told the reason
     #: (a producer whose transaction timed out learns that, not only that it is fenced)
     fenced: tuple[int, AbortReason] | None = None
+    #: KIP-939: see the module docstring (-1: none)
+    next_producer_id: int = NO_PRODUCER_ID
+    next_producer_epoch: int = NO_PRODUCER_EPOCH
 
     @property
     def two_phase_commit(self) -> bool:
         """Initialised with KIP-939's enable2Pc: never timed out, may be kept prepared."""
         return self.txn_timeout_ms == TWO_PHASE_COMMIT_TIMEOUT_MS
+
+    @property
+    def kept(self) -> bool:
+        """keepPreparedTxn kept this Ongoing transaction for a recovering client."""
+        return self.next_producer_epoch != NO_PRODUCER_EPOCH
+
+    @property
+    def client_producer_id(self) -> int:
+        """The producer id the current client was given."""
+        return self.next_producer_id if self.kept else self.producer_id
+
+    @property
+    def client_producer_epoch(self) -> int:
+        """The epoch the current client was given; every other one is fenced."""
+        return self.next_producer_epoch if self.kept else self.producer_epoch
 
     # -- prepare ---------------------------------------------------------------------
 
@@ -246,7 +276,8 @@ class TransactionMetadata:
             producer_epoch=self.producer_epoch, last_producer_epoch=self.last_producer_epoch,
             txn_timeout_ms=self.txn_timeout_ms, state=self.state,
             partitions=frozenset(self.partitions), txn_start_timestamp=self.txn_start_timestamp,
-            txn_last_update_timestamp=self.txn_last_update_timestamp, abort_reason=self.abort_reason)
+            txn_last_update_timestamp=self.txn_last_update_timestamp, abort_reason=self.abort_reason,
+            next_producer_id=self.next_producer_id, next_producer_epoch=self.next_producer_epoch)
 
     def prepare_increment_epoch(self, txn_timeout_ms: int, now_ms: int,
                                 remember_last_epoch: bool = False) -> TxnTransitMetadata:
@@ -279,12 +310,28 @@ class TransactionMetadata:
         the markers must carry an epoch the fenced producer does not have, or its
         late batches would open a new transaction on the partition. Nobody is ever
         given 32767 (the next InitProducerId moves to a new producer id). The last
-        epoch is forgotten, as Kafka does, so the fenced producer cannot bump back."""
-        if self.producer_epoch >= MAX_EPOCH_VALUE:
+        epoch is forgotten, as Kafka does, so the fenced producer cannot bump back.
+        A kept transaction (KIP-939) is fenced above its client's epoch too, and
+        loses its second identity: the abort ends it with the producer id its data has."""
+        top = self.client_producer_epoch if self.client_producer_id == self.producer_id else self.producer_epoch
+        if top >= MAX_EPOCH_VALUE:
             raise IllegalTransitionError(
-                f"transactional id {self.transactional_id!r}: cannot fence epoch {self.producer_epoch}")
-        return self._prepare(S.PREPARE_EPOCH_FENCE, producer_epoch=self.producer_epoch + 1,
-                             last_producer_epoch=NO_PRODUCER_EPOCH,
+                f"transactional id {self.transactional_id!r}: cannot fence epoch {top}")
+        return self._prepare(S.PREPARE_EPOCH_FENCE, producer_epoch=top + 1,
+                             last_producer_epoch=NO_PRODUCER_EPOCH, next_producer_id=NO_PRODUCER_ID,
+                             next_producer_epoch=NO_PRODUCER_EPOCH, txn_last_update_timestamp=now_ms)
+
+    def prepare_keep_prepared(self, now_ms: int, new_producer_id: int | None = None) -> TxnTransitMetadata:
+        """KIP-939 keepPreparedTxn on an Ongoing two-phase transaction: it stays as it
+        is (data, partitions, the producer id and epoch its markers carry), and the
+        recovering client gets the client epoch + 1 -- or ``new_producer_id`` at epoch
+        0 when that epoch is exhausted -- so whoever held the transaction before
+        (the writer that prepared it, an earlier recovery) is fenced."""
+        if new_producer_id is None:
+            next_id, next_epoch = self.client_producer_id, self.client_producer_epoch + 1
+        else:
+            next_id, next_epoch = new_producer_id, 0
+        return self._prepare(S.ONGOING, next_producer_id=next_id, next_producer_epoch=next_epoch,
                              txn_last_update_timestamp=now_ms)
 
     def prepare_add_partitions(self, partitions: set[tuple[str, int]], now_ms: int) -> TxnTransitMetadata:
@@ -304,10 +351,19 @@ class TransactionMetadata:
         return self._prepare(S.PREPARE_COMMIT if commit else S.PREPARE_ABORT,
                              txn_last_update_timestamp=now_ms, abort_reason=None if commit else reason)
 
-    def prepare_complete(self, now_ms: int) -> TxnTransitMetadata:
-        """Every marker is durable: CompleteCommit or CompleteAbort, partitions cleared."""
+    def prepare_complete(self, now_ms: int, fenced_epoch: int = NO_PRODUCER_EPOCH) -> TxnTransitMetadata:
+        """Every marker is durable: CompleteCommit or CompleteAbort, partitions cleared;
+        a kept transaction's client identity becomes the only one (KIP-939). A marker
+        an operator forced onto a partition at ``fenced_epoch`` (above this epoch:
+        the partition had seen a higher one) moves the epoch there, so the producer's
+        next epoch is one every partition accepts."""
         target = S.COMPLETE_COMMIT if self.state is S.PREPARE_COMMIT else S.COMPLETE_ABORT
-        return self._prepare(target, partitions=frozenset(), txn_last_update_timestamp=now_ms)
+        epoch = self.client_producer_epoch
+        if self.client_producer_id == self.producer_id:
+            epoch = max(epoch, fenced_epoch)
+        return self._prepare(target, partitions=frozenset(), txn_last_update_timestamp=now_ms,
+                             producer_id=self.client_producer_id, producer_epoch=epoch,
+                             next_producer_id=NO_PRODUCER_ID, next_producer_epoch=NO_PRODUCER_EPOCH)
 
     def prepare_dead(self, now_ms: int) -> TxnTransitMetadata:
         """transactional.id.expiration.ms passed with no transaction open."""
@@ -322,7 +378,12 @@ class TransactionMetadata:
                 f"transactional id {self.transactional_id!r}: completing {transit.state.display} "
                 f"but the pending state is {self.pending_state.display if self.pending_state else None}")
         same_producer = transit.producer_id == self.producer_id
-        if same_producer and transit.producer_epoch not in (self.producer_epoch, self.producer_epoch + 1):
+        # +1, or up to one above what a kept transaction's client was given (KIP-939);
+        # a completion forced past refused markers adopts their epoch (prepare_complete)
+        highest = self.client_producer_epoch if self.client_producer_id == self.producer_id else self.producer_epoch
+        if transit.state.is_complete:
+            highest = MAX_EPOCH_VALUE
+        if same_producer and not self.producer_epoch <= transit.producer_epoch <= highest + 1:
             raise IllegalTransitionError(
                 f"transactional id {self.transactional_id!r}: epoch {self.producer_epoch} -> "
                 f"{transit.producer_epoch}")
@@ -343,6 +404,8 @@ class TransactionMetadata:
         self.txn_start_timestamp = transit.txn_start_timestamp
         self.txn_last_update_timestamp = transit.txn_last_update_timestamp
         self.abort_reason = transit.abort_reason
+        self.next_producer_id = transit.next_producer_id
+        self.next_producer_epoch = transit.next_producer_epoch
         self.pending_state = None
 
     def abort_transition(self) -> None:

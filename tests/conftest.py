@@ -46,6 +46,13 @@ def data_batch(values: Sequence[bytes], producer_id: int = -1, epoch: int = -1, 
                         base_sequence=sequence, transactional=transactional)
 
 
+def producer_id(broker: Broker) -> int:
+    """A producer id the broker hands out (InitProducerId without a transactional id):
+    a batch written through a broker must carry one (tests of the storage layer write
+    any id there, tests/storage_log.py)."""
+    return broker.engine.call(broker.engine.transaction_coordinator.init_producer_id, None, -1)[0]
+
+
 class LineTail:
     """The complete lines a child process has appended to ``path`` since the last
     poll (a half-written last line waits for the next poll): how crash tests follow

@@ -13,7 +13,7 @@ import pytest
 
 from app import Broker
 from storage import filenames
-from tests.conftest import data_batch
+from tests.conftest import data_batch, producer_id
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -103,7 +103,8 @@ def test_signal_shuts_down_cleanly_with_snapshot_and_marker(tmp_path: Path, sign
     data = tmp_path / "d"
     with Broker(data) as broker:
         broker.create_topic("t", partitions=1)
-        broker.produce("t", 0, data_batch([b"v"], 5, 0, 0))
+        pid = producer_id(broker)
+        broker.produce("t", 0, data_batch([b"v"], pid, 0, 0))
     proc = serve(data)
     try:
         line = wait_for_line(proc, "recovered")
@@ -119,7 +120,7 @@ def test_signal_shuts_down_cleanly_with_snapshot_and_marker(tmp_path: Path, sign
     assert (data / filenames.CLEAN_SHUTDOWN_FILE).exists()
     assert (data / "t-0" / filenames.offset_name(1, filenames.SNAPSHOT_SUFFIX)).exists()
     with Broker(data) as broker:
-        assert broker.produce("t", 0, data_batch([b"v"], 5, 0, 0)) == 0, "dedup state survived"
+        assert broker.produce("t", 0, data_batch([b"v"], pid, 0, 0)) == 0, "dedup state survived"
 
 
 def test_console_script_help_lists_the_flags() -> None:

@@ -404,10 +404,10 @@ def test_an_idempotent_producer_s_retry_returns_the_original_offset(topics: Api)
 
 
 def test_an_idempotent_retry_is_deduplicated_after_a_restart(tmp_path: Path) -> None:
-    ident = {"producer_id": 7000, "producer_epoch": 0, "sequence": 0}
     with Broker(tmp_path / "data", **SMALL_INTERNAL_TOPICS) as b:
         api = Api(create_app(b.engine, test_config={"TESTING": True}).test_client(), b.cluster_id)
         api.create_topic("orders")
+        ident = {**api.post("/producer-ids"), "sequence": 0}
         first = api.produce("orders", 0, "once", **ident)["offset"]
     with Broker(tmp_path / "data", **SMALL_INTERNAL_TOPICS) as b:
         api = Api(create_app(b.engine, test_config={"TESTING": True}).test_client(), b.cluster_id)

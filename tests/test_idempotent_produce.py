@@ -13,6 +13,7 @@ from typing import Callable, Iterator
 import pytest
 
 from app import Broker
+from tests.conftest import producer_id
 from storage.clock import FakeClock
 from storage.errors import (
     CorruptMessageError,
@@ -39,7 +40,9 @@ from storage.record_batch import (
 )
 
 TOPIC = "t"
-PID = 4242
+#: the first producer ids a fresh broker hands out (``hand_out`` takes them): a batch
+#: through a broker carries an id the broker handed out
+PID, OTHER_PID = 0, 1
 # Seven batches of different sizes; the last five are the ones a retry may repeat.
 SIZES = [1, 2, 3, 1, 4, 2, 3]
 NOW = 1_700_000_000_000  # FakeClock's start: record timestamps near it never roll segments
@@ -114,10 +117,16 @@ def open_broker(tmp_path: Path) -> Iterator[Callable[..., Broker]]:
         broker.close()
 
 
+def hand_out(broker: Broker) -> None:
+    """InitProducerId twice on a fresh broker: PID and OTHER_PID."""
+    assert [producer_id(broker), producer_id(broker)] == [PID, OTHER_PID]
+
+
 @pytest.fixture
 def broker(open_broker: Callable[..., Broker]) -> Broker:
     b = open_broker()
     b.create_topic(TOPIC, partitions=1)
+    hand_out(b)
     return b
 
 
@@ -199,7 +208,7 @@ def test_new_epoch_not_starting_at_zero_is_out_of_order(broker: Broker) -> None:
 @pytest.mark.parametrize("seq", [1, 42])
 def test_unknown_producer_with_nonzero_sequence_is_unknown_producer_id(broker: Broker,
                                                                        seq: int) -> None:
-    broker.produce(TOPIC, 0, batch(0, pid=1))
+    broker.produce(TOPIC, 0, batch(0, pid=OTHER_PID))
     assert_rejected(broker, batch(seq), UnknownProducerIdError, 59)
 
 
@@ -227,6 +236,7 @@ def test_duplicates_are_still_detected_after_close_and_reopen(
     snapshot or the log itself."""
     broker = open_broker(**{"segment.bytes": segment_bytes})
     broker.create_topic(TOPIC, partitions=1)
+    hand_out(broker)
     written = produce_seven(broker)
     before = picture(broker)
     assert (segment_count(broker) > 5) == (segment_bytes == 200)

@@ -41,7 +41,7 @@ from storage.record_batch import (
     decode_control_record,
     encode_batch,
 )
-from tests.conftest import FROZEN, SMALL_INTERNAL_TOPICS
+from tests.conftest import FROZEN, SMALL_INTERNAL_TOPICS, producer_id
 from tests.raw_txn import RawTxn, coordinator_call
 
 T = "compacted"
@@ -92,10 +92,10 @@ def open_broker(data: Path, clock: FakeClock, **config: Any) -> Broker:
 
 
 class Producer:
-    """An idempotent producer keeping its own sequence."""
+    """An idempotent producer keeping its own sequence, with a producer id the broker handed out."""
 
-    def __init__(self, broker: Broker, producer_id: int) -> None:
-        self.broker, self.pid, self.epoch = broker, producer_id, 0
+    def __init__(self, broker: Broker) -> None:
+        self.broker, self.pid, self.epoch = broker, producer_id(broker), 0
         self.seq = 0
         self.sent: list[tuple[int, bytes]] = []
 
@@ -489,7 +489,7 @@ def test_markers_stay_while_their_data_does_then_until_delete_retention(
 
 def test_a_read_committed_consumer_sees_the_latest_committed_value_of_each_key(
         broker: Broker, clock: FakeClock, topic: str) -> None:
-    idem = Producer(broker, 50)
+    idem = Producer(broker)
     a, b = TxnProducer(broker, "txn-100"), TxnProducer(broker, "txn-200")
     for round_ in range(6):
         put(broker, b"plain", b"p%d" % round_)
@@ -527,7 +527,7 @@ def test_producer_state_survives_cleaning_and_a_rebuild_from_the_log(tmp_path: P
     data = tmp_path / "data"
     with open_broker(data, clock) as broker:
         broker.create_topic(T, 1, CONFIG)
-        idem = Producer(broker, 500)
+        idem = Producer(broker)
         for i in range(8):
             idem.send((b"k%d" % (i % 2), b"i%d" % i))
         txn = TxnProducer(broker, "txn-600")
@@ -556,7 +556,7 @@ def test_producer_state_survives_cleaning_and_a_rebuild_from_the_log(tmp_path: P
         last_offset, last_sent = idem.sent[-1]
         header = next(h for h, _ in stored(broker) if h.base_offset == last_offset)
         assert (header.record_count, header.producer_id, header.base_sequence,
-                header.last_offset_delta, header.producer_epoch) == (0, 500, 7, 0, 0)
+                header.last_offset_delta, header.producer_epoch) == (0, idem.pid, 7, 0, 0)
     with open_broker(data, clock) as broker:
         assert on_loop(broker, lambda: plog(broker).producer_state.fingerprint()) == before
     for path in partition_dir(data).glob("*" + filenames.SNAPSHOT_SUFFIX):
@@ -834,7 +834,7 @@ def test_cleaning_never_changes_the_latest_committed_value_of_any_key(ops: list[
         # timeout job would abort; here only the test ends them
         with open_broker(data, clock, **FROZEN) as broker:
             broker.create_topic(T, 1, {**CONFIG, "segment.bytes": 300})
-            idem = Producer(broker, 10)
+            idem = Producer(broker)
             txns = [TxnProducer(broker, f"txn-{i}") for i in range(3)]
             open_txns: set[int] = set()
             aborted_values: set[bytes] = set()

@@ -445,8 +445,10 @@ CHILD = textwrap.dedent('''
         if isinstance(job, SnapshotWrite):
             never.wait()  # the snapshot of every roll stays unwritten until the kill
     broker.engine.maintenance.metadata.before_job = block_snapshots
+    pid = broker.engine.call(broker.engine.transaction_coordinator.init_producer_id, None, -1)[0]
+    print("producer", pid, flush=True)
     for seq in range(40):
-        batch = encode_batch([SimpleRecord(b"v%d" % seq + b"." * 100)], producer_id=7,
+        batch = encode_batch([SimpleRecord(b"v%d" % seq + b"." * 100)], producer_id=pid,
                              producer_epoch=0, base_sequence=seq)
         offset = broker.produce("t", 0, batch)
         print(seq, offset, flush=True)
@@ -463,6 +465,7 @@ def test_a_broker_killed_before_the_snapshot_of_a_roll_is_written_recovers_all_i
     try:
         acked = []
         assert child.stdout is not None
+        pid = int(child.stdout.readline().split()[1])  # "producer <id>": the id the broker handed out
         for line in child.stdout:
             if line.strip() == "done":
                 break
@@ -483,9 +486,9 @@ def test_a_broker_killed_before_the_snapshot_of_a_roll_is_written_recovers_all_i
         assert [(offset, v) for offset, _, v in values(broker, "t")] == [
             (offset, b"v%d" % seq + b"." * 100) for seq, offset in acked]
         last_seq, last_offset = acked[-1]
-        resend = encode_batch([SimpleRecord(b"v%d" % last_seq + b"." * 100)], producer_id=7,
+        resend = encode_batch([SimpleRecord(b"v%d" % last_seq + b"." * 100)], producer_id=pid,
                               producer_epoch=0, base_sequence=last_seq)
         assert broker.produce("t", 0, resend) == last_offset, "still known as a duplicate"
-        following = encode_batch([SimpleRecord(b"next")], producer_id=7, producer_epoch=0,
+        following = encode_batch([SimpleRecord(b"next")], producer_id=pid, producer_epoch=0,
                                  base_sequence=last_seq + 1)
         assert broker.produce("t", 0, following) == last_offset + 1

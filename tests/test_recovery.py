@@ -40,6 +40,7 @@ from storage.record_batch import (
     iter_headers,
 )
 from storage.txn_index import AbortedTxn
+from tests.conftest import producer_id
 from tests.storage_log import DurableLogs
 
 TOPIC = "recovery"
@@ -655,7 +656,7 @@ def test_a_second_broker_on_the_same_directory_is_refused_until_the_first_closes
     first = Broker(data_dir, clock=clock)
     try:
         first.create_topic(TOPIC, 1)
-        Producers(first, clock).send(IDEMPOTENT, 2)
+        Producers(first, clock).send(producer_id(first), 2)  # an id the broker handed out
         with pytest.raises(KafkaStorageError) as refused:
             open_logs(data_dir, clock)
         assert type(refused.value) is not KafkaStorageError, "expected a specific subclass"

@@ -10,7 +10,7 @@ from app import Broker
 from app.engine.scheduler import start_scheduler
 from storage.clock import FakeClock
 from storage.errors import UnknownProducerIdError
-from tests.conftest import SMALL_INTERNAL_TOPICS, data_batch
+from tests.conftest import SMALL_INTERNAL_TOPICS, data_batch, producer_id
 from tests.raw_txn import RawTxn
 
 DAY = 24 * 3600 * 1000
@@ -22,7 +22,8 @@ def test_idle_producers_expire_after_producer_id_expiration_ms(tmp_path: Path, c
     config = {"producer.id.expiration.ms": DAY, **SMALL_INTERNAL_TOPICS, **FROZEN}
     with Broker(tmp_path / "d", clock=clock, **config) as broker:
         broker.create_topic("t", 1)
-        broker.produce("t", 0, data_batch([b"a"], 7, 0, 0, timestamp=clock.now_ms()))
+        idle = producer_id(broker)
+        broker.produce("t", 0, data_batch([b"a"], idle, 0, 0, timestamp=clock.now_ms()))
         open_txn = RawTxn(broker, "open")
         open_txn.send("t", 0, b"open", timestamp=clock.now_ms())
         clock.advance(DAY - 1)
@@ -32,8 +33,8 @@ def test_idle_producers_expire_after_producer_id_expiration_ms(tmp_path: Path, c
         producers = broker.engine.logs.log("t", 0).producer_state.producers
         assert set(producers) == {open_txn.pid}, "a producer with an open transaction is never expired"
         with pytest.raises(UnknownProducerIdError):
-            broker.produce("t", 0, data_batch([b"b"], 7, 0, 1))  # its state is gone: no silent gap
-        assert broker.produce("t", 0, data_batch([b"again"], 7, 0, 0)) == 2, "a fresh start is accepted"
+            broker.produce("t", 0, data_batch([b"b"], idle, 0, 1))  # its state is gone: no silent gap
+        assert broker.produce("t", 0, data_batch([b"again"], idle, 0, 0)) == 2, "a fresh start is accepted"
 
 
 def test_the_scheduler_runs_every_job_the_broker_needs(tmp_path: Path) -> None:

@@ -39,6 +39,11 @@ class EngineCoordinatorIO:
         await self.engine.write_txn_marker(topic, partition, producer_id, producer_epoch,
                                            coordinator_epoch, commit)
 
+    async def write_fencing_marker(self, topic: str, partition: int, producer_id: int, producer_epoch: int,
+                                   coordinator_epoch: int, commit: bool) -> int:
+        return await self.engine.write_fencing_marker(topic, partition, producer_id, producer_epoch,
+                                                      coordinator_epoch, commit)
+
     def partition_exists(self, topic: str, partition: int) -> bool:
         return (topic, partition) in self.engine.logs.logs
 

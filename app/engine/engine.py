@@ -143,9 +143,14 @@ class Engine:
     # -- coordinators ---------------------------------------------------------------------
 
     def _load_coordinators(self) -> None:
-        """Materialise both coordinators from their logs (before the loop runs)."""
-        max_producer_id = max((pid for log_ in self.logs for pid in log_.producer_state.producers), default=-1)
-        self.transaction_coordinator.producer_ids.raise_floor(max_producer_id + 1)
+        """Materialise both coordinators from their logs (before the loop runs). Producer
+        ids are allocated from the ``producer-id-block`` file and the transaction log;
+        only when that file is lost do the partitions' producer ids witness the ids
+        idempotent producers were given (``coordinator/producer_id_manager.py``)."""
+        producer_ids = self.transaction_coordinator.producer_ids
+        if not producer_ids.from_file:
+            producer_ids.raise_floor(1 + max(
+                (pid for log_ in self.logs for pid in log_.producer_state.producers), default=-1))
         for (topic, partition), log_ in sorted(self.logs.logs.items()):
             if topic == transaction_log.TOPIC:
                 self.transaction_coordinator.load_records(partition, (
@@ -358,7 +363,9 @@ class Engine:
         belong to its producer's Ongoing transaction on this partition (KIP-890,
         ``TransactionCoordinator.verify_transaction``); ``transactional_id``, which a
         Kafka Produce request carries, must then be that producer id's. An idempotent
-        batch must not use a transactional id's producer id (``verify_idempotent``)."""
+        batch must carry a producer id this broker handed out, and not a transactional
+        id's (``verify_idempotent``): every face -- Kafka's Produce, the HTTP records
+        endpoint, the embedded API -- comes through here."""
         started = time.perf_counter()
         self.counters.produce_requests += 1
         if acks not in (-1, 0, 1):
@@ -425,10 +432,9 @@ class Engine:
             _open_transaction(log_, producer_id)  # a completion may have ended it meanwhile
             epoch = await tc.abort_for_partition(txn_id, (topic, partition), actor)
             return HangingAbort(txn_id, epoch, log_.last_stable_offset)
-        entry = _open_transaction(log_, producer_id)
-        epoch = min(entry.producer_epoch + 1, MAX_EPOCH_VALUE)
-        await self.write_txn_marker(topic, partition, producer_id, epoch,
-                                    max(tc.coordinator_epoch, entry.coordinator_epoch), commit=False)
+        _open_transaction(log_, producer_id)
+        epoch = await self.write_fencing_marker(topic, partition, producer_id, 0, tc.coordinator_epoch,
+                                                commit=False)
         log.info("aborting the transaction of producer %d on %s-%d (%s; an ABORT marker at epoch %d): "
                  "cause=%s actor=%s", producer_id, topic, partition,
                  f"transactional id {txn_id!r}, its marker refused here" if txn_id else "no transactional id",
@@ -470,6 +476,19 @@ class Engine:
         if topic == offsets_log.TOPIC:
             self.group_coordinator.on_marker(partition, producer_id, commit)
         return durable
+
+    async def write_fencing_marker(self, topic: str, partition: int, producer_id: int, producer_epoch: int,
+                                   coordinator_epoch: int, commit: bool) -> int:
+        """A marker the partition accepts whatever it has seen of the producer, fencing
+        the producer there: at least ``producer_epoch`` and one above the producer's
+        epoch on the partition (32767 at most), at least the coordinator epoch the
+        partition last saw. Returns the producer epoch written."""
+        entry = self.logs.log(topic, partition).producer_state.producers.get(producer_id)
+        if entry is not None:
+            producer_epoch = max(producer_epoch, min(entry.producer_epoch + 1, MAX_EPOCH_VALUE))
+            coordinator_epoch = max(coordinator_epoch, entry.coordinator_epoch)
+        await self.write_txn_marker(topic, partition, producer_id, producer_epoch, coordinator_epoch, commit)
+        return producer_epoch
 
     def fetch(self, topic: str, partition: int, offset: int, max_bytes: int = 1 << 20,
               isolation_level: str | int = READ_UNCOMMITTED) -> ReadResult:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from dataclasses import fields
+from dataclasses import asdict, fields
 from typing import TYPE_CHECKING, Any
 
 from app.client import consumer_protocol
@@ -432,6 +432,8 @@ async def transaction_detail(engine: "Engine", txn_id: str) -> dict[str, Any]:
     reason = engine.transaction_coordinator.describe(txn_id).abort_reason  # PrepareAbort, CompleteAbort
     detail["abort_cause"] = reason.cause.value if reason else None
     detail["abort_actor"] = reason.actor if reason else None
+    refusal = engine.transaction_coordinator.last_refusal.get(txn_id)  # why its markers were stuck
+    detail["marker_refusal"] = asdict(refusal) if refusal else None
     open_ = detail["transaction_start_ms"] is not None
     for tp in detail["partitions"]:
         log = engine.logs.logs.get((tp["topic_name"], tp["partition_id"]))

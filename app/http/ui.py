@@ -340,6 +340,10 @@ def abort_transaction(txn_id: str):
     except e.KafkaError as error:
         return _done(f"Could not abort {txn_id}: {error.name} — {error}", "error", target)
     took = (time.monotonic() - started) * 1000
+    state = engine.call(engine.transaction_coordinator.describe, txn_id)
+    if state is not None and state.state.outcome is ControlType.COMMIT:  # its commit was decided: completed
+        return _done(f"Completed the decided commit of {txn_id}: COMMIT markers are written "
+                     f"({took:.0f} ms). read_committed consumers move on.", "success", target)
     return _done(f"Aborted {txn_id}: its producer is fenced and ABORT markers are written "
                  f"({took:.0f} ms). read_committed consumers move on.", "success", target)
 

@@ -38,23 +38,27 @@ async def init_producer_id(ctx: RequestContext, request: Any) -> dict:
     """A producer id and epoch; v3+ may name the current ones to have the epoch bumped
     (KIP-360), which is how a producer recovers from an abortable idempotence error;
     v6 carries KIP-939's two-phase commit: enable2Pc, and keepPreparedTxn, which keeps
-    an Ongoing prepared transaction and answers its producer id and epoch."""
+    an Ongoing prepared transaction, fences its writer with a bumped epoch, and
+    answers that epoch and (OngoingTxn*) the pair the transaction was written with."""
     coordinator = ctx.engine.transaction_coordinator
     enable_2pc = getattr(request, "enable2_pc", False)
     try:
-        ongoing = None
+        kept = None
         if getattr(request, "keep_prepared_txn", False):
             if not enable_2pc:
                 raise InvalidRequestError("keepPreparedTxn needs enable2Pc")
-            ongoing = await coordinator.keep_prepared_transaction(request.transactional_id)
-        producer_id, epoch = ongoing or await coordinator.init_producer_id(
+            kept = await coordinator.keep_prepared_transaction(request.transactional_id)
+        if kept is not None:
+            return {"error_code": 0, "producer_id": kept.producer_id, "producer_epoch": kept.producer_epoch,
+                    "ongoing_txn_producer_id": kept.ongoing_producer_id,
+                    "ongoing_txn_producer_epoch": kept.ongoing_producer_epoch}
+        producer_id, epoch = await coordinator.init_producer_id(
             request.transactional_id, millis(request.transaction_timeout),
             getattr(request, "producer_id", -1), getattr(request, "producer_epoch", -1), enable_2pc)
     except KafkaError as e:
         return {"error_code": fenced_code(e, ctx.version, 4), "producer_id": -1, "producer_epoch": -1}
-    ongoing_id, ongoing_epoch = ongoing or (-1, -1)
     return {"error_code": 0, "producer_id": producer_id, "producer_epoch": epoch,
-            "ongoing_txn_producer_id": ongoing_id, "ongoing_txn_producer_epoch": ongoing_epoch}
+            "ongoing_txn_producer_id": -1, "ongoing_txn_producer_epoch": -1}
 
 
 @serves(ApiKey.ADD_PARTITIONS_TO_TXN, 0, 3)

@@ -17,10 +17,11 @@ How a write commits (the README's "Exactly-once Spark sink" tells why):
    reports ``(transactional id, producer id, epoch)``.
 2. The driver-side ``commit`` settles what earlier runs left (below), checks that
    every reported transaction is still the id's Ongoing one (keepPreparedTxn answers
-   the pair it was written with), then makes the decision durable: the batch id, with
-   the run as metadata, committed as the offset of the group
+   the pair it was written with, and fences that writer: the driver is given the
+   epoch bumped, KIP-939), then makes the decision durable: the batch id, with the
+   run as metadata, committed as the offset of the group
    ``exactly-spark-sink-<query id>`` on :data:`SINK_COMMITS_TOPIC`. Then it commits
-   each transaction (EndTxn).
+   each transaction (EndTxn, with the pair keepPreparedTxn gave it).
 3. Settling, at the start of every streaming commit and abort: the transactions of
    the latest decided batch that are still Ongoing are committed (the driver died
    after deciding); every other Ongoing transaction of the sink -- a failed
@@ -212,8 +213,20 @@ def settle(client: KafkaClient, sink: str, keep: Iterable[str] = (),
             client.abort_transaction(txn.transactional_id)
 
 
-def verify(client: KafkaClient, commits: Sequence[TaskCommit]) -> None:
-    """Every task's transaction is still its id's Ongoing one, as the task wrote it."""
+@dataclass(frozen=True)
+class Kept:
+    """A task's transaction kept for the driver by keepPreparedTxn: the producer id and
+    epoch the driver ends it with (the task's own are fenced)."""
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+
+
+def verify(client: KafkaClient, commits: Sequence[TaskCommit]) -> list[Kept]:
+    """Every task's transaction is still its id's Ongoing one, as the task wrote it;
+    each is kept for the driver, its task fenced."""
+    kept = []
     for commit in commits:
         init = client.init_producer_id(commit.transactional_id, keep_prepared_txn=True)
         if (init.ongoing_producer_id, init.ongoing_producer_epoch) != (commit.producer_id, commit.producer_epoch):
@@ -221,15 +234,17 @@ def verify(client: KafkaClient, commits: Sequence[TaskCommit]) -> None:
                 f"{commit.transactional_id}: the task prepared producer {commit.producer_id} epoch "
                 f"{commit.producer_epoch}, the open transaction is {init.ongoing_producer_id}/"
                 f"{init.ongoing_producer_epoch}")
+        kept.append(Kept(commit.transactional_id, init.producer_id, init.producer_epoch))
+    return kept
 
 
-def complete(client: KafkaClient, commits: Sequence[TaskCommit], batch: int | None = None) -> None:
+def complete(client: KafkaClient, kept: Sequence[Kept], batch: int | None = None) -> None:
     """Commit the (verified) transactions; a streaming ``batch`` has a crash point
     between the first and the second."""
-    for number, commit in enumerate(commits):
+    for number, txn in enumerate(kept):
         if number == 1 and batch is not None:
             crash_point("mid-completion", batch)
-        client.end_txn(commit.transactional_id, commit.producer_id, commit.producer_epoch, commit=True)
+        client.end_txn(txn.transactional_id, txn.producer_id, txn.producer_epoch, commit=True)
 
 
 def written(messages: Iterable[WriterCommitMessage | None]) -> list[TaskCommit]:
@@ -312,8 +327,7 @@ class TopicWriter(DataSourceWriter):
         client = client_for(bootstrap_of(self.options))
         commits = written(messages)
         settle(client, self.ids.sink, keep=[c.transactional_id for c in commits])
-        verify(client, commits)
-        complete(client, commits)
+        complete(client, verify(client, commits))
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         """Abandon the job, then abort every task's transaction: fencing each task's id
@@ -353,11 +367,11 @@ class TopicStreamWriter(DataSourceStreamWriter):
             settle(client, ids.sink, decided=decided)  # a replay: its new transactions go
             return
         settle(client, ids.sink, keep=[c.transactional_id for c in commits], decided=decided)
-        verify(client, commits)
+        kept = verify(client, commits)
         crash_point("before-decision", batchId)
         log.decide(ids.run, batchId)
         crash_point("after-decision", batchId)
-        complete(client, commits, batchId)
+        complete(client, kept, batchId)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Abort the batch's transactions unless it was decided (then they commit);
