@@ -385,13 +385,27 @@ class LogManager:
     def _checkpoint_steps(write: CheckpointWrite) -> Steps[None]:
         yield write
 
-    def close(self, clean: bool = True) -> None:
-        """Close every log; after a clean close the next start skips recovery."""
-        for log in self:
-            log.close(clean=clean)
-        if clean:
-            run_inline(self.checkpoint())
-            marker = self.data_dir / filenames.CLEAN_SHUTDOWN_FILE
-            marker.touch()
-            fsync_dir(self.data_dir)
-        os.close(self._lock_fd)
+    def close(self, clean: bool = True) -> bool:
+        """Close every log and release the directory -- the lock always, whatever fails
+        on the way (a full disk, a failed fsync). Only when every log closed cleanly and
+        the checkpoints are written does the clean-shutdown marker let the next start
+        skip recovery; otherwise it recovers each log from its recovery point. Returns
+        whether the close was clean."""
+        requested = clean
+        try:
+            logs_clean = all([log_.close(clean=clean) for log_ in self])
+            if clean:
+                run_inline(self.checkpoint())
+                if logs_clean:
+                    (self.data_dir / filenames.CLEAN_SHUTDOWN_FILE).touch()
+                    fsync_dir(self.data_dir)
+            clean = clean and logs_clean
+        except OSError as e:
+            log.error("closing %s: %s", self.data_dir, e)
+            clean = False
+        finally:
+            os.close(self._lock_fd)
+        if requested and not clean:
+            log.warning("closed %s uncleanly: the next start recovers its logs from their recovery points",
+                        self.data_dir)
+        return clean
