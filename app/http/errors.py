@@ -15,7 +15,11 @@ errors the proxy has no code for -- those of Exactly's own resources, such as a
 fenced transactional producer -- get the status of :data:`STATUS_BY_ERROR` and, as
 the proxy does for its errors without a code of their own, that status as
 ``error_code`` (404 for an unknown group), except that a retriable one is 50003,
-the proxy's "retriable Kafka error", with ``Retry-After``. Errors that are not
+the proxy's "retriable Kafka error", with ``Retry-After``. A write the disk refused --
+full (``LogDirFullError``) or its log offline after a failed fsync
+(``LogOfflineError``), both KAFKA_STORAGE_ERROR (56) -- is 507 Insufficient Storage
+(WebDAV's status for "cannot store what the request needs"), ``error_code`` 50003,
+``Retry-After``; a broker that is closing stays 503. Errors that are not
 Kafka's (an unknown path: 404, a wrong method: 405, ...) have the status as
 ``error_code`` and a null ``kafka_error_code``. Bad input is raised as
 ``InvalidRequestError`` (INVALID_REQUEST, 42) by the handlers' validation and ends
@@ -87,6 +91,8 @@ STATUS_BY_ERROR: dict[type[e.KafkaError], int] = {
     e.CoordinatorLoadInProgressError: 503,
     e.NotCoordinatorError: 503,
     e.KafkaStorageError: 503,
+    e.LogDirFullError: 507,
+    e.LogOfflineError: 507,
     e.RequestTimedOutError: 504,
     e.UnknownServerError: 500,
 }

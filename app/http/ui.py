@@ -124,6 +124,12 @@ def status_badge() -> dict[str, Any]:
 
 
 @bp.app_template_global()
+def storage_state() -> dict[str, Any]:
+    """What the banner under the header says while writes are refused (none: no banner)."""
+    return _call(queries.storage)
+
+
+@bp.app_template_global()
 def cluster_id() -> str:
     return current_engine().logs.cluster_id
 
@@ -217,6 +223,11 @@ def overview():
 @bp.get(FRAGMENTS + "/status")
 def status():
     return render_template("fragments/status.html")
+
+
+@bp.get(FRAGMENTS + "/storage")
+def storage_banner():
+    return render_template("fragments/storage.html")
 
 
 @page("/transactions")
