@@ -49,6 +49,7 @@ from storage.errors import (
     KafkaStorageError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
+    storage_error,
 )
 from storage.log_config import LogConfig
 from storage.partition_log import PartitionLog
@@ -167,10 +168,12 @@ class LogManager:
         self._background: RunSteps = run_inline
         try:
             self._open()
-        except BaseException:
+        except BaseException as e:
             for log_ in self.logs.values():
                 log_.close(clean=False)
             os.close(self._lock_fd)  # a failed open must not keep the directory
+            if isinstance(e, OSError):  # a full disk, say: KAFKA_STORAGE_ERROR, one clear line
+                raise storage_error(e, f"cannot open data directory {self.data_dir}") from e
             raise
 
     def _open(self) -> None:
