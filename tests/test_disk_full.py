@@ -31,9 +31,11 @@ from app import Broker
 from app.http import create_app
 from storage import filenames
 from storage.errors import KafkaStorageError, LogDirFullError, LogOfflineError
+from storage.partition_log import PartitionLog
 from storage.record_batch import decode_batch
 from tests.conftest import data_batch
 from tests.kafka_support import read_to_end, wait_until
+from tests.storage_log import DurableLogs
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -77,6 +79,44 @@ def fill(directory: Path) -> Path:
 
 def value(name: str, i: int) -> bytes:
     return f"{name}-{i}:".encode().ljust(VALUE_BYTES, b".")
+
+
+def stored_values(log: PartitionLog) -> list[bytes | None]:
+    """Every record value in ``log``, read from its files."""
+    return [r.value for _, batch in log.batches() for r in decode_batch(batch).records]
+
+
+def lock_is_free(data: Path) -> bool:
+    """Whether another process could take the data directory's lock now."""
+    fd = os.open(data / filenames.LOCK_FILE, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
+
+
+# -- the log itself -------------------------------------------------------------------------------
+
+
+def test_an_append_that_finds_no_space_leaves_no_byte_behind(small_disk: Path) -> None:
+    data = small_disk / "data"
+    with DurableLogs(data) as logs:
+        logs.create_topic("orders")
+        assert logs.produce("orders", 0, data_batch([value("acked", 0)], 7, 0, 0)) == 0
+        log = logs.log("orders")
+        size, end = log.size_bytes, log.log_end_offset
+        filler = fill(small_disk)
+        with pytest.raises(LogDirFullError):  # a short write: part of it fitted in the last page
+            log.append_data(data_batch([value("refused", i) for i in range(4)], 7, 0, 1))
+        assert (log.size_bytes, log.log_end_offset, os.path.getsize(log.active_segment.log_path)) == (size, end, size)
+        filler.unlink()
+        assert logs.produce("orders", 0, data_batch([value("later", 0)], 7, 0, 1)) == 1, "same sequence, next offset"
+    with DurableLogs(data) as logs:
+        assert logs.log("orders").truncated_bytes == 0
+        assert stored_values(logs.log("orders")) == [value("acked", 0), value("later", 0)]
 
 
 # -- a served broker -----------------------------------------------------------------------------
@@ -165,23 +205,6 @@ def deliver(producer: Any, values: list[bytes], topic: str = "orders") -> list[A
     return [reports[v] for v in values]
 
 
-def stored_values(broker: Broker, topic: str = "orders") -> list[bytes | None]:
-    """Every record value in partition 0 of ``topic``, read from the log."""
-    return [r.value for _, batch in broker.engine.logs.log(topic, 0).batches() for r in decode_batch(batch).records]
-
-
-def lock_is_free(data: Path) -> bool:
-    """Whether another process could take the data directory's lock now."""
-    fd = os.open(data / filenames.LOCK_FILE, os.O_RDWR)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return True
-    except BlockingIOError:
-        return False
-    finally:
-        os.close(fd)
-
-
 def test_a_full_disk_is_kafka_storage_error_everywhere_and_writes_resume_when_space_returns(
         served: Served, small_disk: Path) -> None:
     from confluent_kafka import KafkaError, Producer
@@ -252,7 +275,25 @@ def test_sigterm_on_a_full_disk_releases_the_directory_and_loses_nothing_acknowl
 
     filler.unlink()
     with Broker(served.data) as broker:
-        assert stored_values(broker) == acknowledged
+        assert stored_values(broker.engine.logs.log("orders", 0)) == acknowledged
+
+
+def test_starting_on_a_full_disk_is_one_clear_error_and_starts_once_space_is_freed(
+        small_disk: Path, tmp_path: Path) -> None:
+    data = small_disk / "data"
+    with Broker(data) as broker:
+        broker.create_topic("orders", partitions=1)
+        broker.produce("orders", 0, data_batch([value("acked", 0)]))
+    filler = fill(small_disk)
+    started = subprocess.run([sys.executable, "-m", "app.cli", "serve", "--data-dir", str(data), "--kafka-port",
+                              str(free_port()), "--http-port", str(free_port())],
+                             cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert started.returncode == 1
+    assert "KAFKA_STORAGE_ERROR" in started.stderr and "No space left on device" in started.stderr, started.stderr
+    assert "Traceback" not in started.stderr, started.stderr
+    filler.unlink()
+    with Broker(data) as broker:
+        assert stored_values(broker.engine.logs.log("orders", 0)) == [value("acked", 0)]
 
 
 def test_the_embedded_producer_raises_kafka_storage_error_and_close_releases_the_lock(small_disk: Path) -> None:
@@ -278,7 +319,7 @@ def test_the_embedded_producer_raises_kafka_storage_error_and_close_releases_the
 
     filler.unlink()
     with Broker(data, **{"exactly.jobs.enable": False}) as again:
-        assert stored_values(again) == acknowledged
+        assert stored_values(again.engine.logs.log("orders", 0)) == acknowledged
         assert again.produce("orders", 0, data_batch([b"after"])) == len(acknowledged)
 
 
@@ -322,7 +363,7 @@ def test_a_failed_fsync_acknowledges_nothing_and_takes_the_partition_offline_unt
     with Broker(data, **{"exactly.jobs.enable": False}) as again:
         assert again.engine.logs.log("orders", 0).offline is None
         offset = again.produce("orders", 0, data_batch([b"after restart"]))
-        stored = stored_values(again)
+        stored = stored_values(again.engine.logs.log("orders", 0))
     # the write whose fsync failed was never acknowledged: after the restart it may or may not be there
     assert stored[0] == b"acked" and stored[-1] == b"after restart" and offset == len(stored) - 1
 
