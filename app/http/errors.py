@@ -40,6 +40,7 @@ import secrets
 from flask import Flask, Response, jsonify, request
 from werkzeug.exceptions import HTTPException
 
+from app.engine.disk_space import is_disk_full
 from storage import errors as e
 
 log = logging.getLogger(__name__)
@@ -126,6 +127,16 @@ def log_server_error(error: BaseException) -> str:
     log.error("server error %s on %s %s: %s", reference, request.method, request.path, type(error).__name__,
               exc_info=error)
     return reference
+
+
+def log_mirror_error(logger: logging.Logger, error: Exception, what: str) -> None:
+    """Log a failed read of the optional SQLite mirror (``what`` failed) to ``logger``:
+    with its traceback -- unless the disk is full, when SQLite cannot even grow its WAL
+    index to read; the broker says that once (``DiskSpace``), not at every page view."""
+    if is_disk_full(error):
+        logger.debug("%s: the disk is full: %s", what, error)
+    else:
+        logger.error("%s", what, exc_info=error)
 
 
 def partition_not_found_response(error: e.UnknownTopicOrPartitionError) -> Response:

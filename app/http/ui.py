@@ -46,7 +46,7 @@ from werkzeug.routing import PathConverter
 
 from app.engine import queries
 from app.http import current_engine, current_settings, mirror_db
-from app.http.errors import log_server_error, status_for
+from app.http.errors import log_mirror_error, log_server_error, status_for
 from app.http.history import History, chart
 from coordinator.transaction_state import AbortCause, TransactionState
 from storage import errors as e
@@ -215,8 +215,8 @@ def overview():
     if db is not None:
         try:
             counts = queries.finished_counts(db)
-        except Exception:  # the mirror is optional: it never breaks the first page
-            log.exception("reading the SQLite mirror failed")
+        except Exception as error:  # the mirror is optional: it never breaks the first page
+            log_mirror_error(log, error, "reading the SQLite mirror failed")
     return _render("overview", data=data, mirror_counts=counts)
 
 
