@@ -29,6 +29,7 @@ from app.client.consumer import Consumer
 from app.client.producer import Producer
 from app.config import BrokerConfig
 from app.engine import READ_UNCOMMITTED, Engine
+from app.engine.disk_space import is_disk_full
 from app.engine.mirror_source import EngineMirrorSource
 from app.engine.scheduler import mirror_round, start_scheduler
 from coordinator.mirror import Mirror
@@ -66,23 +67,28 @@ class Broker:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def close(self) -> None:
+    def close(self) -> bool:
         """Stop the jobs (a running round finishes), bring the mirror up to date, then
         shut the engine down cleanly: fsync, snapshot producer state, write checkpoints.
-        Idempotent."""
+        Idempotent. Returns whether the engine closed cleanly (``Engine.close``)."""
         if self._closed:
-            return
+            return self.engine.close()
         self._closed = True
         try:
             if self._scheduler is not None:
                 self._scheduler.shutdown(wait=True)
                 try:
                     mirror_round(self.mirror)
-                except Exception:  # derived data: the next open catches up from the logs
-                    log.exception("the SQLite mirror's last round failed")
+                except Exception as e:  # derived data: the next open catches up from the logs
+                    if is_disk_full(e):
+                        log.warning("the SQLite mirror's last round found the disk full; the next start "
+                                    "catches up")
+                    else:
+                        log.exception("the SQLite mirror's last round failed")
             self.mirror.close()
         finally:
-            self.engine.close()
+            clean = self.engine.close()
+        return clean
 
     @property
     def cluster_id(self) -> str:

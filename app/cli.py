@@ -100,9 +100,10 @@ def serve(args: argparse.Namespace) -> int:
     print("exactly: shutting down", flush=True)
     for stop_listener in reversed(stoppers):
         stop_listener()
-    broker.close()
+    clean = broker.close()
     _close(sockets)
-    print("exactly: stopped cleanly", flush=True)
+    print("exactly: stopped cleanly" if clean else
+          "exactly: stopped, uncleanly (see the log): the next start recovers the logs", flush=True)
     return 0
 
 

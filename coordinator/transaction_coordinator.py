@@ -127,6 +127,7 @@ from storage.errors import (
     InvalidTransactionTimeoutError,
     InvalidTxnStateError,
     KafkaError,
+    KafkaStorageError,
     NotCoordinatorError,
     OperationNotAttemptedError,
     ProducerFencedError,
@@ -720,7 +721,9 @@ class TransactionCoordinator:
                 self.completed["commit" if commit else "abort"] += 1
                 return
             except CoordinatorNotAvailableError as e:
-                log.warning("writing COMPLETE for %r failed, retrying: %s", txn_id, e)
+                quiet = isinstance(e.__cause__, KafkaStorageError)  # the engine logs storage trouble once
+                log.log(logging.DEBUG if quiet else logging.WARNING, "writing COMPLETE for %r failed, retrying: %s",
+                        txn_id, e)
                 await asyncio.sleep(MARKER_RETRY_BACKOFF_S)
 
     async def _write_marker(self, meta: TransactionMetadata, tp: TopicPartition, commit: bool,
@@ -750,6 +753,8 @@ class TransactionCoordinator:
                       "is retried (an operator's Abort of the transaction forces it)", tp[0], tp[1],
                       "COMMIT" if commit else "ABORT", txn_id, meta.producer_id,
                       meta.producer_epoch, self.coordinator_epoch, error, meta.state.display)
+        elif isinstance(error, KafkaStorageError):  # the engine logs a full disk or offline log once
+            log.debug("marker for %r on %s-%s refused by storage, retrying: %s", txn_id, tp[0], tp[1], error)
         else:
             log.warning("marker for %r on %s-%s failed, retrying: %s", txn_id, tp[0], tp[1], error)
 

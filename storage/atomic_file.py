@@ -15,11 +15,15 @@ from storage.filenames import TEMP_SUFFIX
 
 def write_atomically(path: Path, data: bytes) -> None:
     temporary = path.with_name(path.name + TEMP_SUFFIX)
-    with open(temporary, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(temporary, path)
+    try:
+        with open(temporary, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(temporary, path)
+    except BaseException:  # a full disk, say: give back what the partial file took
+        temporary.unlink(missing_ok=True)
+        raise
     fsync_dir(path.parent)
 
 

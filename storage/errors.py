@@ -21,6 +21,7 @@ HTTP API: 500 with a reference id, never the exception's text).
 
 from __future__ import annotations
 
+import errno
 from typing import ClassVar
 
 _BY_CODE: dict[int, type["KafkaError"]] = {}
@@ -258,6 +259,33 @@ class OperationNotAttemptedError(KafkaError, code=55, name="OPERATION_NOT_ATTEMP
 
 class KafkaStorageError(KafkaError, code=56, name="KAFKA_STORAGE_ERROR", retriable=True):
     """Disk error when trying to access the log file on disk."""
+
+
+class LogDirFullError(KafkaStorageError):
+    """The data directory's filesystem is full (ENOSPC, EDQUOT): the write was undone
+    and nothing of it was acknowledged; the same write succeeds once space is freed."""
+
+
+class LogOfflineError(KafkaStorageError):
+    """A write or fsync of this log failed with an I/O error: what the page cache
+    holds of it is unknown (the "fsyncgate" lesson), so, like Kafka's offline log
+    directory, the log refuses every write until a restart reloads it from disk."""
+
+
+#: errno values that mean "no space": recoverable in place once space is freed
+NO_SPACE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+
+
+def is_no_space(error: BaseException) -> bool:
+    """Whether ``error`` is an OSError for a full filesystem or an exhausted quota."""
+    return isinstance(error, OSError) and error.errno in NO_SPACE_ERRNOS
+
+
+def storage_error(error: OSError, what: str) -> KafkaStorageError:
+    """The Kafka error for an OSError of a write: LogDirFullError for a full disk, a
+    plain KafkaStorageError otherwise (the caller decides whether that takes a log offline)."""
+    cls = LogDirFullError if is_no_space(error) else KafkaStorageError
+    return cls(f"{what}: {error.strerror or error}")
 
 
 class UnknownProducerIdError(KafkaError, code=59, name="UNKNOWN_PRODUCER_ID"):

@@ -22,6 +22,7 @@ from the ``.log``.
 
 from __future__ import annotations
 
+import contextlib
 import io
 from abc import ABC, abstractmethod
 import os
@@ -81,12 +82,14 @@ def fsync_file(file: BinaryIO) -> None:
     os.fsync(descriptor)
 
 
-def dup_for_sync(file: BinaryIO | None) -> list[int]:
-    """Flush Python's buffer and return a duplicated descriptor to fsync on another
-    thread (the caller closes it); none for an in-memory or absent file."""
+def dup_for_sync(file: BinaryIO | None, flush: bool = True) -> list[int]:
+    """Flush Python's buffer (unless ``flush`` is false: the caller did) and return a
+    duplicated descriptor to fsync on another thread (the caller closes it); none for
+    an in-memory or absent file."""
     if file is None:
         return []
-    file.flush()
+    if flush:
+        file.flush()
     try:
         return [os.dup(file.fileno())]
     except io.UnsupportedOperation:
@@ -155,6 +158,19 @@ class FixedWidthIndex(ABC):
         self._keys.append(key)
         self._values.append(value)
 
+    def forget_from(self, slot: int) -> None:
+        """Drop the entries from ``slot`` on, for an append that was undone. The file is
+        cut back too if it can be; if not (its buffer cannot be written out: a full
+        disk), the next append overwrites the slot, and an entry left past the end of
+        the log is harmless -- lookups only ever start a scan at or before the offset
+        sought, and the file is derived data, rebuilt on doubt."""
+        if slot >= len(self):
+            return
+        del self._keys[slot:]
+        del self._values[slot:]
+        with contextlib.suppress(OSError):
+            self._file.truncate(slot * self.ENTRY.size)
+
     def _truncate_to_entries(self, count: int) -> None:
         self._file.truncate(count * self.ENTRY.size)
         del self._keys[count:]
@@ -188,7 +204,13 @@ class FixedWidthIndex(ABC):
         fsync_file(self._file)
 
     def sync_fds(self) -> list[int]:
-        return dup_for_sync(self._file)
+        """A descriptor to fsync. An entry whose buffer cannot be written out (a full
+        disk) stays buffered for a later flush: this index is sparse and derived, so a
+        crash that loses trailing entries only lengthens a scan -- and entries reach the
+        file in order (the next append's seek writes the buffer first, or fails)."""
+        with contextlib.suppress(OSError):
+            self._file.flush()
+        return dup_for_sync(self._file, flush=False)
 
     def close(self) -> None:
         self._file.close()

@@ -49,6 +49,7 @@ from storage.errors import (
     KafkaStorageError,
     TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
+    storage_error,
 )
 from storage.log_config import LogConfig
 from storage.partition_log import PartitionLog
@@ -185,10 +186,12 @@ class LogManager:
         self._background: RunSteps = run_inline
         try:
             self._open()
-        except BaseException:
+        except BaseException as e:
             for log_ in self.logs.values():
                 log_.close(clean=False)
             os.close(self._lock_fd)  # a failed open must not keep the directory
+            if isinstance(e, OSError):  # a full disk, say: KAFKA_STORAGE_ERROR, one clear line
+                raise storage_error(e, f"cannot open data directory {self.data_dir}") from e
             raise
 
     def _open(self) -> None:
@@ -403,13 +406,27 @@ class LogManager:
     def _checkpoint_steps(write: CheckpointWrite) -> Steps[None]:
         yield write
 
-    def close(self, clean: bool = True) -> None:
-        """Close every log; after a clean close the next start skips recovery."""
-        for log in self:
-            log.close(clean=clean)
-        if clean:
-            run_inline(self.checkpoint())
-            marker = self.data_dir / filenames.CLEAN_SHUTDOWN_FILE
-            marker.touch()
-            fsync_dir(self.data_dir)
-        os.close(self._lock_fd)
+    def close(self, clean: bool = True) -> bool:
+        """Close every log and release the directory -- the lock always, whatever fails
+        on the way (a full disk, a failed fsync). Only when every log closed cleanly and
+        the checkpoints are written does the clean-shutdown marker let the next start
+        skip recovery; otherwise it recovers each log from its recovery point. Returns
+        whether the close was clean."""
+        requested = clean
+        try:
+            logs_clean = all([log_.close(clean=clean) for log_ in self])
+            if clean:
+                run_inline(self.checkpoint())
+                if logs_clean:
+                    (self.data_dir / filenames.CLEAN_SHUTDOWN_FILE).touch()
+                    fsync_dir(self.data_dir)
+            clean = clean and logs_clean
+        except OSError as e:
+            log.error("closing %s: %s", self.data_dir, e)
+            clean = False
+        finally:
+            os.close(self._lock_fd)
+        if requested and not clean:
+            log.warning("closed %s uncleanly: the next start recovers its logs from their recovery points",
+                        self.data_dir)
+        return clean

@@ -46,6 +46,7 @@ retention and cleaning, so the owner must not run both on one log at once.
 from __future__ import annotations
 
 import bisect
+import logging
 import os
 import time
 from dataclasses import dataclass, field
@@ -59,9 +60,12 @@ from storage.clock import Clock
 from storage.errors import (
     CorruptMessageError,
     InvalidRecordError,
+    LogDirFullError,
+    LogOfflineError,
     MessageTooLargeError,
     OffsetOutOfRangeError,
     RecordListTooLargeError,
+    storage_error,
 )
 from storage.log_config import LogConfig
 from storage.offset_index import CorruptIndexError
@@ -85,6 +89,8 @@ from storage.record_batch import (
 )
 from storage.segment import LogSegment, walk_headers
 from storage.txn_index import AbortedTxn
+
+log = logging.getLogger(__name__)
 
 #: Snapshots not at a segment boundary (periodic, shutdown) kept besides the per-segment ones.
 PERIODIC_SNAPSHOTS_TO_KEEP = 2
@@ -123,10 +129,15 @@ class FlushPlan:
     directory: Path | None = None
     #: how long ``run`` took (Kafka's LogFlushRateAndTimeMs measures the same)
     seconds: float = 0.0
+    #: a buffered write that failed while the plan was made (a ``.txnindex`` entry):
+    #: ``run`` fails with it, as a failed fsync
+    error: OSError | None = None
 
     def run(self) -> None:
         started = time.perf_counter()
         try:
+            if self.error is not None:
+                raise self.error
             for fd in self.fds:
                 os.fsync(fd)
             if self.directory is not None:
@@ -269,6 +280,9 @@ class PartitionLog:
         #: hands it to another thread (the engine: its metadata worker)
         self.background: RunSteps = run_inline
         directory.mkdir(parents=True, exist_ok=True)
+        #: set when a write or fsync failed with an I/O error (not a full disk): every
+        #: write is refused with it until a restart reloads the log (see ``_write``)
+        self.offline: LogOfflineError | None = None
         #: bytes truncated from a torn or corrupt tail during recovery (for logs and tests)
         self.truncated_bytes = self._load(clean_shutdown)
 
@@ -305,6 +319,7 @@ class PartitionLog:
     def append_data(self, batch: bytes) -> AppendResult:
         """Validate and append one producer batch (exactly one v2 batch, as Produce
         v3+ requires); raise the Kafka error and leave the log untouched otherwise."""
+        self._check_online()
         header, max_timestamp = self._validate(batch)
         if header.has_producer_id:
             duplicate = self.producer_state.check_data_batch(header)
@@ -313,11 +328,10 @@ class PartitionLog:
         now = self.clock.now_ms()
         batch, header = self._recompressed(batch, header)
         batch, header = self._stamp(batch, header, max_timestamp, now)
-        self._maybe_roll(len(batch), header, now)
         base_offset = self.log_end_offset
         stored = with_base_offset(batch, base_offset)
         header = read_header(stored)
-        self.active_segment.append(stored, header)
+        self._write(stored, header, now)
         if header.has_producer_id:
             self.producer_state.update_data_batch(header)
         self._appended(header, now)
@@ -327,24 +341,55 @@ class PartitionLog:
     def append_end_txn_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int,
                               commit: bool) -> AppendResult:
         """Write a COMMIT or ABORT marker for ``producer_id`` (WriteTxnMarkers);
-        an ABORT also goes to the segment's ``.txnindex``."""
+        an ABORT also goes to the segment's ``.txnindex``. The marker's write is undone
+        on a full disk (LogDirFullError); if its ``.txnindex`` entry cannot be written
+        after it, producer state has moved past the marker already, so the log goes
+        offline and a restart rebuilds the index from the marker."""
+        self._check_online()
         self.producer_state.check_end_txn_marker(producer_id, producer_epoch, coordinator_epoch)
         now = self.clock.now_ms()
         marker = encode_end_txn_marker(producer_id, producer_epoch, coordinator_epoch, commit,
                                        timestamp_ms=now, base_offset=self.log_end_offset)
         header = read_header(marker)
-        self._maybe_roll(len(marker), header, now)
-        offset = self.log_end_offset
-        if offset != header.base_offset:
-            marker = with_base_offset(marker, offset)
-            header = read_header(marker)
-        self.active_segment.append(marker, header)
+        self._write(marker, header, now)
+        offset = header.base_offset
         completed = self.producer_state.update_end_txn_marker(
             producer_id, producer_epoch, coordinator_epoch, commit, offset, now)
         if completed.is_aborted:
-            self._index_abort(self.active_segment, completed)
+            try:
+                self._index_abort(self.active_segment, completed)
+            except OSError as e:
+                raise self._take_offline(e, f"the .txnindex entry of the ABORT at {offset}") from e
         self._appended(header, now)
         return AppendResult(offset, offset, completed_txn=completed)
+
+    def _write(self, batch: bytes, header: BatchHeader, now: int) -> None:
+        """Roll if due, then write ``batch`` (its base offset is the log end offset,
+        which a roll does not move) to the active segment.
+
+        A failed write leaves the log as it was (``LogSegment.append`` is all or
+        nothing). A full disk raises LogDirFullError: the same write succeeds once space
+        is freed. Any other I/O error takes the log offline (LogOfflineError): Kafka
+        marks its log directory offline on any IOException."""
+        try:
+            self._maybe_roll(len(batch), header, now)
+            self.active_segment.append(batch, header)
+        except OSError as e:
+            error = storage_error(e, f"cannot append to {self.topic}-{self.partition}")
+            if isinstance(error, LogDirFullError):
+                raise error from e
+            raise self._take_offline(e, "an append") from e
+
+    def _check_online(self) -> None:
+        if self.offline is not None:
+            raise LogOfflineError(f"{self.topic}-{self.partition} is offline ({self.offline}); "
+                                  f"restart the broker to reload it from disk")
+
+    def _take_offline(self, error: BaseException, what: str) -> LogOfflineError:
+        """Refuse every write from now on; returns the error to raise."""
+        if self.offline is None:
+            self.offline = LogOfflineError(f"{what} failed: {getattr(error, 'strerror', None) or error}")
+        return LogOfflineError(f"{self.topic}-{self.partition} went offline: {self.offline}")
 
     def _validate(self, batch: bytes) -> tuple[BatchHeader, int]:
         """The header and max record timestamp of a well-formed producer batch."""
@@ -525,13 +570,18 @@ class PartitionLog:
     # -- durability ---------------------------------------------------------------------
 
     def prepare_flush(self) -> FlushPlan:
-        """Capture what is unflushed; the high watermark moves only in complete_flush."""
+        """Capture what is unflushed; the high watermark moves only in complete_flush.
+        Never raises: a buffered ``.txnindex`` entry that cannot be written out now
+        becomes the plan's ``error``, so the flush fails as a failed fsync does."""
         plan = FlushPlan(self.log_end_offset)
         for segment in self._dirty:
             rolled = segment is not self.active_segment
-            plan.fds.extend(segment.sync_fds(include_indexes=rolled))
-            if not rolled and segment.txn_index.dirty:
-                plan.fds.extend(segment.txn_index.sync_fds())
+            try:
+                plan.fds.extend(segment.sync_fds(include_indexes=rolled))
+                if not rolled and segment.txn_index.dirty:
+                    plan.fds.extend(segment.txn_index.sync_fds())
+            except OSError as e:
+                plan.error = plan.error or e
         if self._dir_dirty:
             plan.directory = self.directory
         self._dirty = set()
@@ -549,13 +599,22 @@ class PartitionLog:
     def flush(self) -> None:
         """Fsync everything appended so far and advance the high watermark (blocking)."""
         plan = self.prepare_flush()
-        plan.run()
+        try:
+            plan.run()
+        except OSError as e:
+            raise self.flush_failed(plan, e) from e
         self.complete_flush(plan)
 
-    def flush_failed(self, plan: FlushPlan) -> None:
-        """An fsync failed: what it covered is not durable, so sync it again next time."""
+    def flush_failed(self, plan: FlushPlan, error: BaseException) -> LogOfflineError:
+        """An fsync failed: nothing it covered may be acknowledged, and the log goes
+        offline (returns the error to raise). A later fsync of the same file may well
+        succeed -- Linux reports a writeback error once and may have dropped the dirty
+        pages -- so success then would prove nothing: only a restart, which re-reads
+        and re-validates the log from its recovery point, makes it writable again.
+        The high watermark stays where it was, so no reader sees what was not synced."""
         self._dirty.update(s for s in self.segments if s.base_offset <= plan.target_offset)
         self._dir_dirty = True
+        return self._take_offline(error, "an fsync")
 
     # -- producer snapshots -------------------------------------------------------------
 
@@ -679,18 +738,47 @@ class PartitionLog:
 
     # -- lifecycle ----------------------------------------------------------------------
 
-    def close(self, clean: bool = True) -> None:
-        """Flush, snapshot producer state at the log end, close the files."""
-        if clean:
+    def close(self, clean: bool = True) -> bool:
+        """Flush, snapshot producer state at the log end, close the files; returns
+        whether the close was clean. The files are closed whatever fails. An offline
+        log closes uncleanly; so does one whose final fsync fails (it goes offline) or
+        whose files do not close without an error: the next start recovers it from its
+        recovery point. A snapshot that cannot be written (a full disk) only makes the
+        next start replay producer state from an older one."""
+        try:
+            clean = clean and self.offline is None and self._final_flush()
+        finally:
+            closed = self._close_segments()
+        return clean and closed
+
+    def _final_flush(self) -> bool:
+        """Fsync every segment with its indexes; False (and the log offline) if one fails."""
+        try:
             for segment in self.segments:
                 segment.flush()
             fsync_dir(self.directory)
-            self.complete_flush(FlushPlan(self.log_end_offset))
-            if self.log_end_offset not in self.snapshot_offsets():
+        except OSError as e:
+            self._take_offline(e, "the final fsync")
+            return False
+        self.complete_flush(FlushPlan(self.log_end_offset))
+        if self.log_end_offset not in self.snapshot_offsets():
+            try:
                 run_inline(self.take_snapshot())
+            except OSError as e:
+                log.warning("%s-%d: no producer-state snapshot at shutdown (%s); the next start "
+                            "replays from an older one", self.topic, self.partition, e.strerror or e)
+        return True
+
+    def _close_segments(self) -> bool:
+        """Close every segment, even after one fails to; returns whether all closed cleanly."""
+        closed = True
         for segment in self.segments:
-            segment.close()
+            try:
+                segment.close()
+            except OSError:
+                closed = False
         self.segments = []
+        return closed
 
     def _load(self, clean_shutdown: bool) -> int:
         self._remove_leftovers()

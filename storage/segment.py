@@ -17,6 +17,7 @@ so a reader never disturbs a writer and an fsync can run on another thread
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -107,19 +108,40 @@ class LogSegment:
     # -- appending --------------------------------------------------------------
 
     def append(self, batch: bytes | memoryview, header: BatchHeader) -> int:
-        """Write one batch (its base offset already assigned); returns its position."""
+        """Write one batch (its base offset already assigned); returns its position.
+
+        All or nothing: when a write fails -- the ``.log``'s, or an index entry's (a
+        full disk) -- the ``.log`` is cut back and the indexes forget the entries, as
+        if the batch had never come, and the OSError is raised."""
         if header.base_offset < self.next_offset:
             raise InvariantViolation(  # the log assigns offsets: only a bug gets here
                 f"{self.log_path}: offset {header.base_offset} is below the segment's next offset "
                 f"{self.next_offset}")
         position = self.size
-        written = os.write(self._fd, batch)
-        if written != len(batch):  # a short write to a regular file means the disk is full
-            os.ftruncate(self._fd, position)
-            raise OSError(f"{self.log_path}: short write ({written} of {len(batch)} bytes)")
-        self.size += written
-        self._index(position, header)
+        before = self._tail_state()
+        try:
+            written = os.write(self._fd, batch)
+            if written != len(batch):  # a short write to a regular file means the disk is full
+                raise OSError(errno.ENOSPC, f"short write ({written} of {len(batch)} bytes)", str(self.log_path))
+            self.size += written
+            self._index(position, header)
+        except OSError:
+            self._undo_append(position, before)
+            raise
         return position
+
+    def _tail_state(self) -> tuple[int, int, int, int, int, int]:
+        return (self.next_offset, self.max_timestamp, self._offset_of_max_timestamp,
+                self._bytes_since_index_entry, len(self.offset_index), len(self.time_index))
+
+    def _undo_append(self, position: int, before: tuple[int, int, int, int, int, int]) -> None:
+        """Put the segment back as :meth:`_tail_state` saw it before a failed append."""
+        os.ftruncate(self._fd, position)  # cutting a file back needs no space
+        self.size = position
+        (self.next_offset, self.max_timestamp, self._offset_of_max_timestamp,
+         self._bytes_since_index_entry, offset_entries, time_entries) = before
+        self.offset_index.forget_from(offset_entries)
+        self.time_index.forget_from(time_entries)
 
     def _index(self, position: int, header: BatchHeader) -> None:
         self.next_offset = header.next_offset
@@ -177,9 +199,14 @@ class LogSegment:
         """Duplicated descriptors to fsync (the caller closes them), so an fsync
         on another thread survives this segment being closed or deleted meanwhile."""
         fds = [os.dup(self._fd)]
-        if include_indexes:
-            for index in (self.offset_index, self.time_index, self.txn_index):
-                fds.extend(index.sync_fds())
+        try:
+            if include_indexes:
+                for index in (self.offset_index, self.time_index, self.txn_index):
+                    fds.extend(index.sync_fds())
+        except OSError:
+            for fd in fds:
+                os.close(fd)
+            raise
         return fds
 
     def flush(self) -> None:
@@ -189,10 +216,19 @@ class LogSegment:
         self.txn_index.flush()
 
     def close(self) -> None:
-        """Close the files; closing again does nothing (a descriptor number may be reused)."""
-        self.offset_index.close()
-        self.time_index.close()
-        self.txn_index.close()
+        """Close the files; closing again does nothing (a descriptor number may be reused).
+        Every file is closed even if one fails to (an index whose buffered entry cannot
+        be written out on a full disk); the first error is raised after."""
+        first: OSError | None = None
+        for close in (self.offset_index.close, self.time_index.close, self.txn_index.close, self._close_log):
+            try:
+                close()
+            except OSError as e:
+                first = first or e
+        if first is not None:
+            raise first
+
+    def _close_log(self) -> None:
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1

@@ -38,7 +38,8 @@ with contiguous sequences, fixed per batch when it is first sent, in partition o
 a batch sent again keeps its sequence, and the broker answers a batch it already
 holds with the original offsets. Retriable errors (``retriable`` on the error class)
 are retried every ``retry_backoff_ms`` until ``delivery_timeout_ms`` (120000) after
-the batch was created; the batches behind a retried one come back with
+the batch was created (then it fails with the retriable error the broker last
+answered -- KAFKA_STORAGE_ERROR while the disk is full -- or REQUEST_TIMED_OUT); the batches behind a retried one come back with
 OUT_OF_ORDER_SEQUENCE_NUMBER and are sent again behind it, in order. A batch that
 fails for good, or whose delivery times out while it may be at the broker, leaves the
 partition's sequence unknown; so does OUT_OF_ORDER_SEQUENCE_NUMBER or
@@ -654,6 +655,7 @@ class Producer:
             self._acc.reenqueue(partition_queue, batch, now)
             return True
         if isinstance(error, KafkaError) and error.retriable and now < batch.deadline:
+            batch.last_error = error
             self._acc.reenqueue(partition_queue, batch, now + self.retry_backoff_s)
             return True
         return False
@@ -671,11 +673,21 @@ class Producer:
         return batch, -1, -1, error
 
     def _expire(self, now: float) -> list[_Outcome]:
-        return [self._failed(partition_queue, batch, RequestTimedOutError(
-            f"expiring {batch.record_count} record(s) for {batch.topic}-{batch.partition}: "
-            f"{now - batch.created:.3f} s have passed since the batch was created "
-            f"(delivery_timeout_ms={self.delivery_timeout_s * 1000:.0f})"))
-            for partition_queue, batch, _ in self._acc.expire(now)]
+        return [self._failed(partition_queue, batch, self._expiry_error(batch, now))
+                for partition_queue, batch, _ in self._acc.expire(now)]
+
+    def _expiry_error(self, batch: ProducerBatch, now: float) -> KafkaError:
+        """REQUEST_TIMED_OUT -- or, for a batch the broker kept refusing with a retriable
+        error, that error (KAFKA_STORAGE_ERROR while the disk is full): it is why the
+        batch is late, and what the caller can act on, as Kafka's Sender fails a batch
+        whose delivery timeout ran out on a retriable answer with the broker's error."""
+        message = (f"expiring {batch.record_count} record(s) for {batch.topic}-{batch.partition}: "
+                   f"{now - batch.created:.3f} s have passed since the batch was created "
+                   f"(delivery_timeout_ms={self.delivery_timeout_s * 1000:.0f})")
+        if batch.last_error is None:
+            return RequestTimedOutError(message)
+        return type(batch.last_error)(f"{message}; the broker last answered {batch.last_error.name}: "
+                                      f"{batch.last_error}")
 
     def _abort_undrained(self, error: BaseException) -> list[_Outcome]:
         """Fail every batch not in flight (the transaction is failing or aborting)."""

@@ -32,6 +32,7 @@ from typing import Callable, Sequence
 
 from app.client.types import RecordMetadata
 from storage.compression import Compression
+from storage.errors import KafkaError
 from storage.record_batch import HEADER_SIZE, MAX_SEQUENCE, NO_SEQUENCE, encode_record, pack_records
 
 log = logging.getLogger(__name__)
@@ -114,7 +115,7 @@ class ProducerBatch:
 
     __slots__ = ("topic", "partition", "serial", "created", "deadline", "records", "size",
                  "base_timestamp", "max_timestamp", "closed", "result", "callbacks", "producer_id",
-                 "producer_epoch", "base_sequence", "retry_at", "_encoded")
+                 "producer_epoch", "base_sequence", "retry_at", "last_error", "_encoded")
 
     def __init__(self, topic: str, partition: int, serial: int, now: float,
                  delivery_timeout_s: float) -> None:
@@ -132,6 +133,8 @@ class ProducerBatch:
         self.producer_id = self.producer_epoch = -1
         self.base_sequence = NO_SEQUENCE
         self.retry_at = 0.0
+        #: the retriable error the broker last answered it with (what its expiry reports)
+        self.last_error: KafkaError | None = None
         self._encoded: bytes | None = None
 
     @property

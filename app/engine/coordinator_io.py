@@ -5,6 +5,12 @@ adapter, which appends their records to the internal topics and writes markers
 through the same partition logs and group commit as any produce, on the engine's
 loop (``Engine.write_txn_marker`` also reports a marker on ``__consumer_offsets`` to
 the group coordinator once it is durable).
+
+A group write the disk refuses (KAFKA_STORAGE_ERROR) is answered NOT_COORDINATOR, as
+Kafka's ``GroupMetadataManager`` answers it for OffsetCommit, TxnOffsetCommit and
+SyncGroup: clients look the coordinator up again and retry, where KAFKA_STORAGE_ERROR
+would fail a Java consumer's commit for good. (The transaction coordinator answers a
+refused write of its own log COORDINATOR_NOT_AVAILABLE, also retriable.)
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from app.client import consumer_protocol
 from coordinator import offsets_log, transaction_log
 from coordinator.producer_id_manager import ProducerIdBlock
 from coordinator.schema import SchemaError
+from storage.errors import CoordinatorNotAvailableError, KafkaStorageError, NotCoordinatorError
 from storage.record_batch import SimpleRecord, encode_batch
 
 if TYPE_CHECKING:
@@ -69,7 +76,12 @@ class EngineCoordinatorIO:
         return self.engine.group_coordinator.partition_of(group_id)
 
     async def persist(self, write: ProducerIdBlock) -> None:
-        await self.engine.persist(write)
+        """Make a producer-id block durable; a full disk is COORDINATOR_NOT_AVAILABLE
+        (retriable: InitProducerId is asked again), not a storage error of a partition."""
+        try:
+            await self.engine.persist(write)
+        except KafkaStorageError as e:
+            raise CoordinatorNotAvailableError(f"cannot persist the next block of producer ids: {e}") from e
 
     async def append_offsets_log(self, partition: int, records: list[tuple[bytes, bytes | None]],
                                  producer_id: int = -1, producer_epoch: int = -1) -> None:
@@ -90,4 +102,7 @@ class EngineCoordinatorIO:
                                  base_sequence=self.engine.next_sequence(offsets_log.TOPIC, partition,
                                                                          producer_id, producer_epoch),
                                  transactional=True)
-        await self.engine.append_internal(offsets_log.TOPIC, partition, batch)
+        try:
+            await self.engine.append_internal(offsets_log.TOPIC, partition, batch)
+        except KafkaStorageError as e:
+            raise NotCoordinatorError(f"the group's log cannot be written: {e}") from e

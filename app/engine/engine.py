@@ -34,6 +34,7 @@ from typing import Any, Awaitable, Callable, Collection, Mapping, TypeVar
 from app.config import BrokerConfig
 from app.engine.coordinator_io import EngineCoordinatorIO
 from app.engine.counters import EngineCounters
+from app.engine.disk_space import DiskSpace
 from app.engine.group_commit import GroupCommit
 from app.engine.maintenance import Maintenance, MaintenanceCancelledError
 from app.engine.worker import Worker
@@ -51,6 +52,8 @@ from storage.errors import (
     InvalidTxnStateError,
     KafkaError,
     KafkaStorageError,
+    LogDirFullError,
+    LogOfflineError,
     PolicyViolationError,
     TopicAlreadyExistsError,
 )
@@ -111,10 +114,12 @@ class Engine:
         self.config = config
         self.clock = clock or SystemClock()
         self.logs = LogManager(data_dir, config.log, self.clock)  # recovers before anything runs
+        #: whether writes are refused for lack of space (one log line each way)
+        self.disk = DiskSpace(self.logs.data_dir)
         self.loop = asyncio.new_event_loop()
         self._fsync = Worker(self.loop, "exactly-fsync")
         #: snapshots, checkpoints, retention, cleaning, topic changes, producer-id blocks
-        self.maintenance = Maintenance(self.loop)
+        self.maintenance = Maintenance(self.loop, self.disk)
         self.logs.background = self.maintenance.start  # the snapshot of a roll
         #: one topic creation or deletion at a time
         self._topic_changes = asyncio.Lock()
@@ -133,6 +138,7 @@ class Engine:
         self._load_coordinators()
         self._thread = threading.Thread(target=self._run_loop, name="exactly-engine", daemon=True)
         self._closed = False
+        self._closed_clean = False
         self._thread.start()
         self.loop.call_soon_threadsafe(self._started)
 
@@ -187,7 +193,7 @@ class Engine:
     async def append_internal(self, topic: str, partition: int, batch: bytes) -> AppendResult:
         """Append a coordinator's batch to an internal topic and wait until durable."""
         log_ = self.logs.log(topic, partition)
-        result = log_.append_data(batch)
+        result = self._append(log_, len(batch), log_.append_data, batch)
         return await asyncio.wrap_future(self._commit(log_).when_durable(result.last_offset, result))
 
     async def wait_for_data(self, timeout_s: float,
@@ -376,10 +382,8 @@ class Engine:
         header = read_header(batch)
         self._verify_producer(header, topic, partition, transactional_id)
         commit = self._commit(log_)
-        if commit.failed is not None:
-            raise KafkaStorageError(f"{topic}-{partition} is offline after an fsync failure")
         try:
-            result = log_.append_data(batch)
+            result = self._append(log_, len(batch), log_.append_data, batch)
         except InvalidProducerEpochError as e:  # the partition has seen a newer epoch: a zombie
             self.counters.producer_fenced(e.name)
             raise
@@ -395,6 +399,26 @@ class Engine:
             commit.appended()
         latency.observe(time.perf_counter() - started)
         return _done(result)
+
+    def _append(self, log_: PartitionLog, size: int, append: Callable[..., AppendResult],
+                *args: Any) -> AppendResult:
+        """``append(*args)`` -- a batch of ``size`` bytes, or a marker (0: tiny) on ``log_`` -- with
+        the disk watched: a write refused for lack of space is reported to
+        :attr:`disk` (which says so once), a log that goes offline says so once, and a
+        write that succeeds may end the full-disk state."""
+        was_offline = log_.offline is not None
+        try:
+            result = append(*args)
+        except LogDirFullError as e:
+            self.disk.refused(e, size)
+            raise
+        except LogOfflineError as e:
+            if not was_offline:
+                log.error("%s-%d is offline: %s; its writes are refused with KAFKA_STORAGE_ERROR (56) "
+                          "until the broker restarts and reloads it from disk", log_.topic, log_.partition, e)
+            raise
+        self.disk.wrote()
+        return result
 
     def _verify_producer(self, header: BatchHeader, topic: str, partition: int,
                          transactional_id: str | None) -> None:
@@ -471,7 +495,8 @@ class Engine:
         the producer's pending transactional offsets become committed (or are dropped)
         exactly when the marker is in the log."""
         log_ = self.logs.log(topic, partition)
-        result = log_.append_end_txn_marker(producer_id, producer_epoch, coordinator_epoch, commit)
+        result = self._append(log_, 0, log_.append_end_txn_marker, producer_id, producer_epoch,
+                              coordinator_epoch, commit)
         durable = await asyncio.wrap_future(self._commit(log_).when_durable(result.last_offset, result))
         if topic == offsets_log.TOPIC:
             self.group_coordinator.on_marker(partition, producer_id, commit)
@@ -566,6 +591,8 @@ class Engine:
                 rewritten += (await self.maintenance.on_partition(log_, log_.clean, now)).segments_rewritten
             except (MaintenanceCancelledError, CleaningAbortedError):
                 continue  # its topic is being deleted, or the broker is closing
+            except LogDirFullError:
+                continue  # the disk watch has said so once; the next round tries again
             except (KafkaError, OSError):
                 log.exception("cleaning %s-%d failed", log_.topic, log_.partition)
             moved = moved or log_.cleaner_state.checkpoint != before
@@ -602,11 +629,13 @@ class Engine:
             await commit.drain()
             commit.close()
 
-    def close(self) -> None:
+    def close(self) -> bool:
         """Finish in-flight fsyncs and maintenance, then -- with the loop stopped, on
-        the calling thread -- snapshot and flush every log and release the directory."""
+        the calling thread -- snapshot and flush every log and release the directory.
+        The directory is released whatever fails (a full disk, an offline log); returns
+        whether the close was clean (if not, the next start recovers the logs)."""
         if self._closed:
-            return
+            return self._closed_clean
         clean = False
         try:
             asyncio.run_coroutine_threadsafe(self._shutdown(), self.loop).result()
@@ -617,8 +646,9 @@ class Engine:
             self._thread.join()
             self.maintenance.stop()
             self._fsync.stop()
-            self.logs.close(clean=clean)
+            self._closed_clean = self.logs.close(clean=clean)
             self.loop.close()
+        return self._closed_clean
 
 
 def _done(result: Any) -> Future:

@@ -9,6 +9,13 @@ records per fsync grow with the load.
 for one: at once when ``flush.ms`` is 0, after ``flush.ms`` or when
 ``flush.messages`` records are unflushed otherwise.
 
+An fsync that fails acknowledges nothing: every waiter fails with
+KAFKA_STORAGE_ERROR and the log goes offline (``PartitionLog.flush_failed``): it
+refuses every write, and no fsync is tried again, until a restart reloads it -- a
+retried fsync that succeeds proves nothing once the kernel has reported (and maybe
+dropped) the dirty pages. The high watermark stays below what was not synced, so no
+reader sees it either.
+
 Waiters are ``concurrent.futures.Future`` objects, so a thread (the embedded
 client) can block on one directly and a coroutine can await it with
 ``asyncio.wrap_future``; they complete only after the high watermark has moved
@@ -24,7 +31,7 @@ from typing import Any, Callable
 
 from app.engine.counters import LatencyHistogram
 from app.engine.worker import Worker
-from storage.errors import KafkaStorageError
+from storage.errors import KafkaStorageError, LogOfflineError
 from storage.partition_log import FlushPlan, PartitionLog
 
 log = logging.getLogger(__name__)
@@ -46,16 +53,20 @@ class GroupCommit:
         self._in_flight = False
         self._drained: list[asyncio.Future[None]] = []
         self._timer: asyncio.TimerHandle | None = None
-        #: set after an fsync failure: nothing appended since can be trusted to be durable
-        self.failed: BaseException | None = None
         self.fsyncs = 0
+
+    @property
+    def failed(self) -> KafkaStorageError | None:
+        """Why the log is offline (an fsync failed), or None: nothing appended since
+        can be trusted to be durable."""
+        return self._log.offline
 
     def when_durable(self, offset: int, result: Any) -> Future:
         """A future that resolves to ``result`` once ``offset`` is below the high
         watermark (fsynced)."""
         future: Future = Future()
         if self.failed is not None:
-            future.set_exception(KafkaStorageError(f"partition is offline after an fsync failure: {self.failed}"))
+            future.set_exception(LogOfflineError(f"partition is offline: {self.failed}"))
         elif offset < self._log.high_watermark:
             future.set_result(result)
         else:
@@ -79,7 +90,7 @@ class GroupCommit:
         self._start()
 
     def _start(self) -> None:
-        if self._in_flight or self._log.high_watermark >= self._log.log_end_offset:
+        if self._in_flight or self.failed is not None or self._log.high_watermark >= self._log.log_end_offset:
             return
         plan = self._log.prepare_flush()
         self._in_flight = True
@@ -90,10 +101,11 @@ class GroupCommit:
         self.fsyncs += 1
         self._fsync_latency.observe(plan.seconds)
         if error is not None:
-            log.error("fsync of %s-%s failed: %s", self._log.topic, self._log.partition, error)
-            self._log.flush_failed(plan)
-            self.failed = error
-            self._fail_all(KafkaStorageError(f"fsync failed: {error}"))
+            offline = self._log.flush_failed(plan, error)
+            log.error("fsync of %s-%s failed: %s; the partition is offline: nothing it held unsynced was "
+                      "acknowledged, and its writes are refused with KAFKA_STORAGE_ERROR (56) until the broker "
+                      "restarts and reloads it from disk", self._log.topic, self._log.partition, error)
+            self._fail_all(offline)
         else:
             self._log.complete_flush(plan)
             self._on_durable()

@@ -18,6 +18,11 @@ module runs them:
 * **in the background** (:meth:`Maintenance.start`): the snapshot a roll takes;
   nobody waits for it.
 
+A job that finds the disk full fails with LogDirFullError (KAFKA_STORAGE_ERROR, so a
+CreateTopics or an HTTP request answers with it) and is reported to the engine's
+:class:`~app.engine.disk_space.DiskSpace`, which logs the full disk once; the job
+itself is not logged again (steps undo what they wrote, and the next round retries).
+
 A topic being deleted, or the engine closing, first cancels its partitions' jobs
 (:meth:`Maintenance.quiesce`): a cleaning job in progress or to come stops at its
 next batch and deletes what it wrote, which ends the round.
@@ -31,8 +36,10 @@ import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, TypeVar
 
+from app.engine.disk_space import DiskSpace
 from app.engine.worker import Worker
 from storage.background import Cancellable, Job, Steps
+from storage.errors import LogDirFullError, is_no_space, storage_error
 from storage.partition_log import PartitionLog
 
 log = logging.getLogger(__name__)
@@ -65,8 +72,9 @@ class _Slot:
 class Maintenance:
     """The engine's maintenance threads and what runs on them; used on the loop only."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, disk: DiskSpace) -> None:
         self._loop = loop
+        self._disk = disk
         #: cleaning rounds and retention (long jobs, at a lower CPU priority than the
         #: loop and the fsync thread, which produce and fetch wait on)
         self.partitions = Worker(loop, "exactly-maintenance", nice=MAINTENANCE_NICE)
@@ -135,10 +143,19 @@ class Maintenance:
             try:
                 result, error = await worker.run(job), None
             except Exception as e:  # handed to the steps, which clean up and re-raise
-                result, error = None, e
+                result, error = None, self._no_space(e)
             finally:
                 if slot is not None:
                     slot.job = None
+
+    def _no_space(self, error: Exception) -> Exception:
+        """A job's error as the steps get it: a full disk as LogDirFullError, reported."""
+        if not isinstance(error, OSError) or not is_no_space(error):
+            return error
+        full = storage_error(error, f"cannot write {error.filename or 'to the data directory'}")
+        full.__cause__ = error
+        self._disk.refused(full)
+        return full
 
     def _track(self, coroutine: Any) -> asyncio.Task[Any]:
         task = self._loop.create_task(coroutine)
@@ -173,5 +190,10 @@ class Maintenance:
 
 
 def _log_failure(task: asyncio.Task[Any]) -> None:
-    if not task.cancelled() and task.exception() is not None:
+    """Log a background job's failure -- but not a full disk's: DiskSpace said so."""
+    if task.cancelled() or task.exception() is None:
+        return
+    if isinstance(task.exception(), LogDirFullError):
+        log.debug("background maintenance found the disk full: %s", task.exception())
+    else:
         log.error("background maintenance failed", exc_info=task.exception())

@@ -352,6 +352,16 @@ async def overview(engine: "Engine") -> dict[str, Any]:
             "transactions_by_state": by_state, "partitions_behind": stuck}
 
 
+async def storage(engine: "Engine") -> dict[str, Any]:
+    """Whether writes are refused (the console's banner): the full disk, if it is,
+    and every partition offline after a failed write or fsync."""
+    full = engine.disk.full
+    return {"full": None if full is None else {"since_ms": int(full.since * 1000),
+                                               "refused_writes": full.refused_writes, "error": full.error},
+            "offline": [{"topic_name": log.topic, "partition_id": log.partition, "reason": str(log.offline)}
+                        for log in engine.logs if log.offline is not None]}
+
+
 # -- what the console asks (app/http/ui.py); the API may use them too ----------------------
 
 def _holder(engine: "Engine", log: PartitionLog, producer_id: int, first_offset: int,

@@ -6,7 +6,8 @@ mirror, which reads the engine the same way and writes SQLite on the job's threa
 The server log stays quiet while nothing happens: a round that did something says
 so at INFO, naming the job and what it did ("aborted 1 timed-out transaction(s):
 orders-tx"); a round that did nothing, or only routine bookkeeping (checkpoints,
-the mirror catching up), logs at DEBUG; a failed round at ERROR. APScheduler's own
+the mirror catching up), logs at DEBUG; a failed round at ERROR -- except one that
+found the disk full, which the engine's ``DiskSpace`` logs once for every write. APScheduler's own
 lines go to WARNING and above: its INFO lines, one per round, name no job.
 """
 
@@ -20,6 +21,7 @@ from typing import Callable
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from app.engine import Engine
+from app.engine.disk_space import DiskSpace, is_disk_full
 from coordinator.mirror import Mirror
 
 log = logging.getLogger(__name__)
@@ -75,7 +77,7 @@ def start_scheduler(engine: Engine, mirror: Mirror) -> BackgroundScheduler:
     logging.getLogger("apscheduler").setLevel(logging.ERROR)
     scheduler = BackgroundScheduler(daemon=True)
     for job in scheduled_jobs(engine, mirror):
-        scheduler.add_job(run_round, "interval", args=(job,), seconds=job.interval_ms / 1000,
+        scheduler.add_job(run_round, "interval", args=(job, engine.disk), seconds=job.interval_ms / 1000,
                           id=job.name, name=job.name, max_instances=1, coalesce=True)
     scheduler.start()
     return scheduler
@@ -89,12 +91,17 @@ def mirror_round(mirror: Mirror) -> int:
     return mirrored
 
 
-def run_round(job: ScheduledJob) -> None:
-    """One round of ``job``, logged as the module docstring says."""
+def run_round(job: ScheduledJob, disk: DiskSpace | None = None) -> None:
+    """One round of ``job``, logged as the module docstring says; a full disk is
+    reported to ``disk`` instead."""
     try:
         result = job.run()
-    except Exception:  # a failed round is logged and retried at the next interval
-        log.exception("scheduled job %s failed", job.name)
+    except Exception as e:  # a failed round is logged and retried at the next interval
+        if disk is not None and is_disk_full(e):
+            disk.refused(e)
+            log.debug("scheduled job %s found the disk full: %s", job.name, e)
+        else:
+            log.exception("scheduled job %s failed", job.name)
         return
     if isinstance(result, list):  # the names of what it acted on
         count, named = len(result), f": {', '.join(map(str, result))}"

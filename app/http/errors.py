@@ -15,7 +15,11 @@ errors the proxy has no code for -- those of Exactly's own resources, such as a
 fenced transactional producer -- get the status of :data:`STATUS_BY_ERROR` and, as
 the proxy does for its errors without a code of their own, that status as
 ``error_code`` (404 for an unknown group), except that a retriable one is 50003,
-the proxy's "retriable Kafka error", with ``Retry-After``. Errors that are not
+the proxy's "retriable Kafka error", with ``Retry-After``. A write the disk refused --
+full (``LogDirFullError``) or its log offline after a failed fsync
+(``LogOfflineError``), both KAFKA_STORAGE_ERROR (56) -- is 507 Insufficient Storage
+(WebDAV's status for "cannot store what the request needs"), ``error_code`` 50003,
+``Retry-After``; a broker that is closing stays 503. Errors that are not
 Kafka's (an unknown path: 404, a wrong method: 405, ...) have the status as
 ``error_code`` and a null ``kafka_error_code``. Bad input is raised as
 ``InvalidRequestError`` (INVALID_REQUEST, 42) by the handlers' validation and ends
@@ -36,6 +40,7 @@ import secrets
 from flask import Flask, Response, jsonify, request
 from werkzeug.exceptions import HTTPException
 
+from app.engine.disk_space import is_disk_full
 from storage import errors as e
 
 log = logging.getLogger(__name__)
@@ -87,6 +92,8 @@ STATUS_BY_ERROR: dict[type[e.KafkaError], int] = {
     e.CoordinatorLoadInProgressError: 503,
     e.NotCoordinatorError: 503,
     e.KafkaStorageError: 503,
+    e.LogDirFullError: 507,
+    e.LogOfflineError: 507,
     e.RequestTimedOutError: 504,
     e.UnknownServerError: 500,
 }
@@ -120,6 +127,16 @@ def log_server_error(error: BaseException) -> str:
     log.error("server error %s on %s %s: %s", reference, request.method, request.path, type(error).__name__,
               exc_info=error)
     return reference
+
+
+def log_mirror_error(logger: logging.Logger, error: Exception, what: str) -> None:
+    """Log a failed read of the optional SQLite mirror (``what`` failed) to ``logger``:
+    with its traceback -- unless the disk is full, when SQLite cannot even grow its WAL
+    index to read; the broker says that once (``DiskSpace``), not at every page view."""
+    if is_disk_full(error):
+        logger.debug("%s: the disk is full: %s", what, error)
+    else:
+        logger.error("%s", what, exc_info=error)
 
 
 def partition_not_found_response(error: e.UnknownTopicOrPartitionError) -> Response:

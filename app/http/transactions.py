@@ -358,8 +358,8 @@ def _history(txn_id: str, limit: int) -> list[dict[str, Any]] | None:
         return None
     try:
         return queries.transaction_history(db, txn_id, limit)
-    except Exception:  # a broken mirror must not break the live answer
-        log.exception("reading the history of %r from the SQLite mirror failed", txn_id)
+    except Exception as error:  # a broken mirror must not break the live answer
+        errors.log_mirror_error(log, error, f"reading the history of {txn_id!r} from the SQLite mirror failed")
         return None
 
 

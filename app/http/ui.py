@@ -46,7 +46,7 @@ from werkzeug.routing import PathConverter
 
 from app.engine import queries
 from app.http import current_engine, current_settings, mirror_db
-from app.http.errors import log_server_error, status_for
+from app.http.errors import log_mirror_error, log_server_error, status_for
 from app.http.history import History, chart
 from coordinator.transaction_state import AbortCause, TransactionState
 from storage import errors as e
@@ -121,6 +121,12 @@ def status_badge() -> dict[str, Any]:
     """What the header's live badge says: how many partitions hold read_committed back."""
     blockers = _call(queries.lso_blockers)
     return {"blocked": len(blockers), "topics": sorted({b["topic_name"] for b in blockers})}
+
+
+@bp.app_template_global()
+def storage_state() -> dict[str, Any]:
+    """What the banner under the header says while writes are refused (none: no banner)."""
+    return _call(queries.storage)
 
 
 @bp.app_template_global()
@@ -209,14 +215,19 @@ def overview():
     if db is not None:
         try:
             counts = queries.finished_counts(db)
-        except Exception:  # the mirror is optional: it never breaks the first page
-            log.exception("reading the SQLite mirror failed")
+        except Exception as error:  # the mirror is optional: it never breaks the first page
+            log_mirror_error(log, error, "reading the SQLite mirror failed")
     return _render("overview", data=data, mirror_counts=counts)
 
 
 @bp.get(FRAGMENTS + "/status")
 def status():
     return render_template("fragments/status.html")
+
+
+@bp.get(FRAGMENTS + "/storage")
+def storage_banner():
+    return render_template("fragments/storage.html")
 
 
 @page("/transactions")
