@@ -85,6 +85,7 @@ from storage.record_batch import (
 )
 from storage.segment import LogSegment, walk_headers
 from storage.txn_index import AbortedTxn
+from storage.visible_records import VisibleRecordIndex
 
 #: Snapshots not at a segment boundary (periodic, shutdown) kept besides the per-segment ones.
 PERIODIC_SNAPSHOTS_TO_KEEP = 2
@@ -268,6 +269,8 @@ class PartitionLog:
         #: how the snapshot a roll takes is written: at once by default; the owner
         #: hands it to another thread (the engine: its metadata worker)
         self.background: RunSteps = run_inline
+        #: what each batch gives a read_committed reader, kept for lag (built by _load)
+        self.visible_records = VisibleRecordIndex()
         directory.mkdir(parents=True, exist_ok=True)
         #: bytes truncated from a torn or corrupt tail during recovery (for logs and tests)
         self.truncated_bytes = self._load(clean_shutdown)
@@ -344,6 +347,7 @@ class PartitionLog:
         if completed.is_aborted:
             self._index_abort(self.active_segment, completed)
         self._appended(header, now)
+        self.visible_records.end_transaction(producer_id, commit)
         return AppendResult(offset, offset, completed_txn=completed)
 
     def _validate(self, batch: bytes) -> tuple[BatchHeader, int]:
@@ -411,6 +415,7 @@ class PartitionLog:
         return batch, read_header(batch)
 
     def _appended(self, header: BatchHeader, now: int) -> None:
+        self.visible_records.append(header)
         self._dirty.add(self.active_segment)
         self._unflushed_messages += header.record_count
         if self._first_unflushed_ms is None:
@@ -640,6 +645,7 @@ class PartitionLog:
             self.segments.remove(segment)
             self._dirty.discard(segment)
         self.log_start_offset = max(self.log_start_offset, self.segments[0].base_offset)
+        self.visible_records.drop_before(self.segments[0].base_offset)
         yield SegmentDeletion(tuple(doomed), self._prune_snapshots())
         return len(doomed)
 
@@ -666,6 +672,8 @@ class PartitionLog:
             raise ValueError(f"{self.directory}: cleaned segment {cleaned.base_offset} does not "
                              f"replace consecutive segments starting there")
         first = self.segments.index(old[0])
+        self.visible_records.replace(old[0].base_offset, self.segments[first + len(old)].base_offset,
+                                     (location.header for location in cleaned.headers_from()))
         self._dirty.difference_update(old)
         self.segments[first:first + len(old)] = [cleaned]
         return SegmentClose(tuple(old))
@@ -709,6 +717,10 @@ class PartitionLog:
             segment.flush()
         self.high_watermark = self.recovery_point = self.log_end_offset
         self.producer_state.on_high_watermark(self.high_watermark)
+        self.visible_records = VisibleRecordIndex.build(
+            (location.header for segment in self.segments for location in segment.headers_from()),
+            (txn for segment in self.segments for txn in segment.txn_index.all_entries()),
+            self.producer_state.ongoing_transactions())
         return truncated
 
     def _remove_leftovers(self) -> None:
