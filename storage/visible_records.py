@@ -79,7 +79,7 @@ class VisibleRecordIndex:
             weight = 0 if header.is_control else header.record_count
             if header.is_transactional and not header.is_control:
                 pid = header.producer_id
-                if _in_aborted(header.base_offset, firsts.get(pid, ()), ranges.get(pid, ())):
+                if _in_aborted(header.base_offset, firsts.get(pid, []), ranges.get(pid, [])):
                     weight = 0
                 elif pid in open_from and header.base_offset >= open_from[pid]:
                     index._open.setdefault(pid, []).append(header.base_offset)
@@ -190,7 +190,8 @@ class VisibleRecordIndex:
         self._tree = tree
 
 
-def _in_aborted(offset: int, firsts: list[int] | tuple[()], txns: list[AbortedTxn] | tuple[()]) -> bool:
-    """Whether ``offset`` lies in one of a producer's aborted ranges (sorted, disjoint)."""
+def _in_aborted(offset: int, firsts: list[int], txns: list[AbortedTxn]) -> bool:
+    """Whether ``offset`` lies in one of a producer's aborted ranges (``txns``, sorted and
+    disjoint; ``firsts`` their first offsets)."""
     i = bisect.bisect_right(firsts, offset) - 1
     return i >= 0 and offset <= txns[i].last_offset

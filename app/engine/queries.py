@@ -428,18 +428,28 @@ async def transaction_detail(engine: "Engine", txn_id: str) -> dict[str, Any]:
     return detail
 
 
+def committed_lags(engine: "Engine", group_id: str) -> dict[tuple[str, int], int]:
+    """The lag (:func:`read_committed_lag`) of each partition, still there, where the
+    group has a committed offset: O(log n) each, no log read."""
+    g = engine.group_coordinator.describe(group_id)
+    return {tp: read_committed_lag(log, committed.offset)
+            for tp, committed in sorted(g.committed.items()) if (log := engine.logs.logs.get(tp)) is not None}
+
+
 async def groups_summary(engine: "Engine") -> list[dict[str, Any]]:
-    """:func:`groups` with each group's total lag (:func:`read_committed_lag`), how
-    many records are held back behind open transactions on its partitions, and how
-    many of its offsets wait on a transaction."""
+    """:func:`groups` with each group's total lag (:func:`committed_lags`), how many
+    records are held back behind open transactions on its partitions, and how many
+    of its offsets wait on a transaction -- each from the counts the logs keep."""
     result = []
     for g in await groups(engine):
-        offsets = (await group(engine, g["group_id"]))["offsets"]
-        lags = [o["lag"] for o in offsets if o["lag"] is not None]
-        result.append({**g, "partitions": len(offsets), "lag": sum(lags) if lags else None,
-                       "lag_exact": True,
-                       "held_back": sum(o["held_back"] for o in offsets if o["committed_offset"] is not None),
-                       "pending_offsets": sum(len(o["pending"]) for o in offsets)})
+        meta = engine.group_coordinator.describe(g["group_id"])
+        lags = committed_lags(engine, g["group_id"])
+        logs = [engine.logs.logs[tp] for tp in lags]
+        result.append({**g, "partitions": len(set(meta.committed).union(*meta.pending.values())),
+                       "lag": sum(lags.values()) if lags else None, "lag_exact": True,
+                       "held_back": sum(data_records(log, log.last_stable_offset, log.high_watermark)
+                                        for log in logs),
+                       "pending_offsets": sum(len(offsets) for offsets in meta.pending.values())})
     return result
 
 

@@ -21,7 +21,7 @@ thing where Kafka has one -- the README's "Metrics and logs" repeats this list:
   transaction.max.timeout.ms + 5 minutes ago (Kafka's rule,
   ``ProducerStateManager.has_late_transaction``).
 * ``consumer_group_lag{group,topic,partition}`` -- the records a read_committed
-  consumer of the group would still receive (``queries.group``'s ``lag``; Kafka's
+  consumer of the group would still receive (``queries.committed_lags``; Kafka's
   consumers report it as ``records-lag``).
 * ``produce_duration_seconds`` -- a batch from append to acknowledgement (durable,
   for acks=all); Kafka's ``RequestMetrics TotalTimeMs request=Produce``.
@@ -112,14 +112,10 @@ def _histogram(histogram: LatencyHistogram) -> tuple[list[int], float]:
 
 def _group_lags(engine: "Engine") -> list[tuple[str, str, str, int]]:
     """``(group, topic, partition, lag)`` for every committed offset of a partition that
-    exists: each lag read from the counts the log keeps (``queries.read_committed_lag``,
-    O(log n)), no log read on the loop per scrape."""
-    lags = []
-    for group_id, group in sorted(engine.group_coordinator.groups.items()):
-        for (topic, partition), committed in sorted(group.committed.items()):
-            if (log := engine.logs.logs.get((topic, partition))) is not None:
-                lags.append((group_id, topic, str(partition), queries.read_committed_lag(log, committed.offset)))
-    return lags
+    exists, from the counts the logs keep (``queries.committed_lags``): no log read on
+    the loop per scrape."""
+    return [(group_id, topic, str(partition), lag) for group_id in sorted(engine.group_coordinator.groups)
+            for (topic, partition), lag in queries.committed_lags(engine, group_id).items()]
 
 
 async def _snapshot(engine: "Engine") -> dict[str, Any]:
