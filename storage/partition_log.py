@@ -85,7 +85,7 @@ from storage.record_batch import (
 )
 from storage.segment import LogSegment, walk_headers
 from storage.txn_index import AbortedTxn
-from storage.visible_records import VisibleRecordIndex
+from storage.visible_records import CountSegment, VisibleRecordIndex
 
 #: Snapshots not at a segment boundary (periodic, shutdown) kept besides the per-segment ones.
 PERIODIC_SNAPSHOTS_TO_KEEP = 2
@@ -176,11 +176,15 @@ class SegmentDeletion:
 @dataclass(frozen=True, slots=True)
 class SegmentClose:
     """Close segments the log no longer holds (any thread): the last close of a
-    deleted file frees its blocks, which is disk work too."""
+    deleted file frees its blocks, which is disk work too. First, ``recount``: the
+    cleaned segment's counts for the log's ``visible_records``."""
 
     segments: tuple[LogSegment, ...]
+    recount: CountSegment | None = None
 
     def run(self) -> None:
+        if self.recount is not None:
+            self.recount.run()
         for segment in self.segments:
             segment.release()
 
@@ -415,7 +419,7 @@ class PartitionLog:
         return batch, read_header(batch)
 
     def _appended(self, header: BatchHeader, now: int) -> None:
-        self.visible_records.append(header)
+        self.visible_records.append(header, self.active_segment.base_offset)
         self._dirty.add(self.active_segment)
         self._unflushed_messages += header.record_count
         if self._first_unflushed_ms is None:
@@ -672,11 +676,12 @@ class PartitionLog:
             raise ValueError(f"{self.directory}: cleaned segment {cleaned.base_offset} does not "
                              f"replace consecutive segments starting there")
         first = self.segments.index(old[0])
-        self.visible_records.replace(old[0].base_offset, self.segments[first + len(old)].base_offset,
-                                     (location.header for location in cleaned.headers_from()))
+        start, end = old[0].base_offset, self.segments[first + len(old)].base_offset
+        recount = CountSegment(cleaned, self.collect_aborted(start, end))
+        self.visible_records.replace_when_counted(start, end, recount)
         self._dirty.difference_update(old)
         self.segments[first:first + len(old)] = [cleaned]
-        return SegmentClose(tuple(old))
+        return SegmentClose(tuple(old), recount)
 
     def _holds_run(self, run: list[LogSegment]) -> bool:
         """Whether ``run`` is a run of consecutive segments of this log, not the active one."""
@@ -718,7 +723,8 @@ class PartitionLog:
         self.high_watermark = self.recovery_point = self.log_end_offset
         self.producer_state.on_high_watermark(self.high_watermark)
         self.visible_records = VisibleRecordIndex.build(
-            (location.header for segment in self.segments for location in segment.headers_from()),
+            ((segment.base_offset, (location.header for location in segment.headers_from()))
+             for segment in self.segments),
             (txn for segment in self.segments for txn in segment.txn_index.all_entries()),
             self.producer_state.ongoing_transactions())
         return truncated

@@ -31,6 +31,9 @@ from tests.storage_log import DurableLogs
 T = "orders"
 #: small segments, so appends roll and retention deletes whole segments as the test goes
 SMALL_SEGMENTS = {"segment.bytes": 600, "retention.bytes": 1500, "retention.ms": -1}
+#: and compaction besides: every round cleans what it can at once
+COMPACTED = {**SMALL_SEGMENTS, "cleanup.policy": "compact,delete", "min.cleanable.dirty.ratio": 0.01,
+             "delete.retention.ms": 0, "min.compaction.lag.ms": 0}
 
 
 def received(log: PartitionLog, start: int, upper: int) -> int:
@@ -92,20 +95,22 @@ STEP = st.one_of(
     st.tuples(st.just("commit"), st.integers(1, 3)),
     st.tuples(st.just("abort"), st.integers(1, 3)),
     st.tuples(st.just("retention")),
+    st.tuples(st.just("clean")),
     st.tuples(st.just("reopen")))
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(steps=st.lists(STEP, min_size=1, max_size=40), probes=st.lists(st.floats(0, 1), min_size=1, max_size=3))
 def test_lag_is_what_a_read_committed_consumer_receives(tmp_path_factory: pytest.TempPathFactory,
                                                           steps: list[tuple], probes: list[float]) -> None:
     """Any mix of plain batches, transactions of three producers (committed, aborted or
-    left open), rolls, retention and reopening: after every step the lag from a few
-    positions -- and at the end from every position -- is the consumer's count."""
+    left open), rolls, retention, compaction (records with the same keys) and
+    reopening: after every step the lag from a few positions -- and at the end from
+    every position -- is the consumer's count."""
     data = tmp_path_factory.mktemp("lag") / "data"
     clock = FakeClock()
     logs = DurableLogs(data, clock=clock)
-    logs.create_topic(T, 1, SMALL_SEGMENTS)
+    logs.create_topic(T, 1, COMPACTED)
     producers = Producers(logs)
     try:
         for step in steps:
@@ -118,6 +123,9 @@ def test_lag_is_what_a_read_committed_consumer_receives(tmp_path_factory: pytest
                 producers.end(step[1], kind == "commit")
             elif kind == "retention":
                 run_inline(producers.log.delete_old_segments(clock.now_ms()))
+            elif kind == "clean":
+                clock.advance(1000)
+                run_inline(producers.log.clean(clock.now_ms()))
             else:  # reopen: the counts are rebuilt from the segments and .txnindex files
                 logs.close()
                 logs = producers.logs = DurableLogs(data, clock=clock)
