@@ -275,6 +275,7 @@ class PartitionLog:
         self.background: RunSteps = run_inline
         #: what each batch gives a read_committed reader, kept for lag (built by _load)
         self.visible_records = VisibleRecordIndex()
+        self._counting_opened = False
         directory.mkdir(parents=True, exist_ok=True)
         #: bytes truncated from a torn or corrupt tail during recovery (for logs and tests)
         self.truncated_bytes = self._load(clean_shutdown)
@@ -519,6 +520,28 @@ class PartitionLog:
                 break
         return found
 
+    def count_visible(self, start: int, upper: int) -> tuple[int, bool, bool]:
+        """What ``visible_records.count`` says (records, split, exact). The first call
+        has the batches the log was opened with counted, by :attr:`background`: on
+        the owner's thread when that runs steps inline, else off it -- meanwhile
+        their offsets count as records and the answer is not exact."""
+        if not self._counting_opened:
+            self._counting_opened = True
+            self.background(self._count_opened())
+        return self.visible_records.count(start, upper)
+
+    def _count_opened(self) -> Steps[None]:
+        """Count the batches the log was opened with, segment by segment, each read by a job."""
+        for piece in self.visible_records.uncounted():
+            segment = next((s for s in self.segments if s.base_offset == piece.base_offset), None)
+            if segment is None:  # retention or the cleaner took it, and its counts with it
+                continue
+            job = CountSegment(segment, piece.base_offset, piece.end,
+                               self.collect_aborted(piece.base_offset, piece.end),
+                               dict(self.producer_state.ongoing_transactions()), self.visible_records.marker_seq)
+            yield job
+            self.visible_records.install(job)
+
     def offset_for_timestamp(self, timestamp: int, read_committed: bool = False) -> tuple[int, int] | None:
         """``(offset, timestamp)`` of the first record with a timestamp >= ``timestamp``
         that a reader at this isolation level may see; None if there is none."""
@@ -677,7 +700,7 @@ class PartitionLog:
                              f"replace consecutive segments starting there")
         first = self.segments.index(old[0])
         start, end = old[0].base_offset, self.segments[first + len(old)].base_offset
-        recount = CountSegment(cleaned, self.collect_aborted(start, end))
+        recount = CountSegment(cleaned, start, end, self.collect_aborted(start, end))
         self.visible_records.replace_when_counted(start, end, recount)
         self._dirty.difference_update(old)
         self.segments[first:first + len(old)] = [cleaned]
@@ -722,11 +745,9 @@ class PartitionLog:
             segment.flush()
         self.high_watermark = self.recovery_point = self.log_end_offset
         self.producer_state.on_high_watermark(self.high_watermark)
-        self.visible_records = VisibleRecordIndex.build(
-            ((segment.base_offset, (location.header for location in segment.headers_from()))
-             for segment in self.segments),
-            (txn for segment in self.segments for txn in segment.txn_index.all_entries()),
-            self.producer_state.ongoing_transactions())
+        ends = [segment.base_offset for segment in self.segments[1:]] + [self.log_end_offset]
+        self.visible_records = VisibleRecordIndex.opened(
+            (segment.base_offset, end) for segment, end in zip(self.segments, ends))
         return truncated
 
     def _remove_leftovers(self) -> None:

@@ -18,13 +18,18 @@ zeroes their weights (O(log k) each; a COMMIT only forgets them). Below the LSO 
 transaction is decided, so a count up to the LSO is exact.
 
 Costs: a count is two bisects and two Fenwick prefix sums, plus the totals of the
-segments in between (a C-speed sum over a list slice); an append O(log k); an abort
-O(batches of the transaction x log k); retention drops whole segments' counts (O(1)
-each); a cleaned segment's counts are built from its headers on a worker
-(:class:`CountSegment`, run by the job that closes the segments it replaced) and put
-in place of theirs by the first use after it ran (:meth:`VisibleRecordIndex.settle`).
-Opening a log builds the counts from its batch headers and its ``.txnindex`` entries
-(:meth:`VisibleRecordIndex.build`), O(batches).
+pieces in between; an append O(log k); an abort O(batches of the transaction x log k);
+retention drops whole segments' counts (O(1) each); a cleaned segment's counts are
+built from its headers on a worker (:class:`CountSegment`, run by the job that closes
+the segments it replaced) and put in place of theirs by the first use after it ran
+(:meth:`VisibleRecordIndex.settle`).
+
+Opening a log reads no batch for this: what it opened with is :class:`Uncounted`, one
+range per segment, and the owner has it counted off its thread afterwards
+(``PartitionLog.count_visible``: a :class:`CountSegment` per range, installed by
+:meth:`VisibleRecordIndex.install`, which also applies the markers that came for the
+transactions it saw open). Until then a count through an uncounted range takes one
+record per offset -- an upper bound -- and says it is not exact.
 
 Memory: three 8-byte integers per batch the log holds plus the Fenwick tree's one, in
 ``array('q')`` -- about 32 bytes a batch -- and one offset per batch of each open
@@ -36,7 +41,8 @@ from __future__ import annotations
 import bisect
 from array import array
 from collections import defaultdict
-from typing import TYPE_CHECKING, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Iterable, Iterator
 
 from storage.record_batch import BatchHeader
 from storage.txn_index import AbortedTxn
@@ -146,89 +152,113 @@ class Weigher:
 
 
 class CountSegment:
-    """A job: the counts of a segment the log cleaner wrote, from its batch headers and
-    the log's ``.txnindex`` entries (captured on the owner's thread); ``run`` may
-    execute on any thread and leaves them in ``counts`` (None until then, or if the
-    segment could not be read: the replaced counts then stay)."""
+    """A job: the counts of the batches of ``segment`` based in ``[start, end)``, from
+    their headers and the log's ``.txnindex`` entries (``aborted``) and open
+    transactions (``ongoing``: producer id -> first offset), all captured on the
+    owner's thread; ``run`` may execute on any thread and leaves the counts in
+    ``counts`` and the batches of the open transactions in ``open_bases`` (``counts``
+    stays None if the segment could not be read: retention took it meanwhile)."""
 
-    def __init__(self, segment: "LogSegment", aborted: list[AbortedTxn]) -> None:
-        self.segment, self.aborted = segment, aborted
+    def __init__(self, segment: "LogSegment", start: int, end: int, aborted: list[AbortedTxn],
+                 ongoing: dict[int, int] | None = None, marker_seq: int = 0) -> None:
+        self.segment, self.start, self.end = segment, start, end
+        self.aborted, self.ongoing, self.marker_seq = aborted, ongoing or {}, marker_seq
         self.done = False
         self.counts: SegmentCounts | None = None
+        self.open_bases: dict[int, list[int]] = {}
 
     def run(self) -> None:
         try:
-            self.counts = Weigher(self.aborted).counts(
-                self.segment.base_offset, (location.header for location in self.segment.headers_from()))
-        except OSError:  # closed meanwhile (retention took it): nothing to install
+            self.counts = Weigher(self.aborted).counts(self.start, self._headers())
+        except OSError:  # closed meanwhile: nothing to install
             pass
         finally:
             self.done = True
 
+    def _headers(self) -> Iterator[BatchHeader]:
+        for location in self.segment.headers_from():
+            header = location.header
+            if header.base_offset >= self.end:
+                return
+            if header.base_offset < self.start:
+                continue
+            if (header.is_transactional and not header.is_control
+                    and header.base_offset >= self.ongoing.get(header.producer_id, self.end)):
+                self.open_bases.setdefault(header.producer_id, []).append(header.base_offset)
+            yield header
+
+
+@dataclass(frozen=True, slots=True)
+class Uncounted:
+    """Offsets ``[base_offset, end)`` of a log opened from disk whose batches are not
+    counted yet: a count through them is an upper bound (one record per offset)."""
+
+    base_offset: int
+    end: int
+
 
 class VisibleRecordIndex:
-    """The records each batch of one partition gives a read_committed reader, summed on demand."""
+    """The records each batch of one partition gives a read_committed reader, summed on demand.
+
+    A log opened from disk starts with its batches :class:`Uncounted`, one range per
+    segment: counting them means reading every batch header, which the owner does
+    off its thread (:meth:`uncounted`, :meth:`install`) rather than on open."""
 
     def __init__(self) -> None:
-        self._segments: list[SegmentCounts] = []
-        self._bases: list[int] = []  # the segments' base offsets
-        #: producer id -> base offsets of the batches of its open transaction
+        self._pieces: list[SegmentCounts | Uncounted] = []
+        self._bases: list[int] = []  # the pieces' base offsets
+        #: producer id -> base offsets of the batches of its open transaction (counted ones)
         self._open: dict[int, list[int]] = {}
+        #: COMMIT and ABORT markers so far, and the last one of each producer: (its number, commit)
+        self._marker_seq = 0
+        self._ended: dict[int, tuple[int, bool]] = {}
         #: cleaned segments' counts to put in place of ``[start, end)`` once their job ran
         self._pending: list[tuple[int, int, CountSegment]] = []
 
     def __len__(self) -> int:
         """Batches counted."""
         self.settle()
-        return sum(len(counts) for counts in self._segments)
+        return sum(len(piece) for piece in self._pieces if isinstance(piece, SegmentCounts))
 
     @classmethod
-    def build(cls, segments: Iterable[tuple[int, Iterable[BatchHeader]]], aborted: Iterable[AbortedTxn],
-              ongoing: Iterable[tuple[int, int]]) -> "VisibleRecordIndex":
-        """The index of a log opened from disk: each segment's base offset and batch
-        headers, in offset order; the ``.txnindex`` entries of its segments
-        (``aborted``); the open transactions of its producer state (``ongoing``:
-        producer id, first offset)."""
-        index, weigher, open_from = cls(), Weigher(aborted), dict(ongoing)
-
-        def noting_open(headers: Iterable[BatchHeader]) -> Iterable[BatchHeader]:
-            for header in headers:
-                pid = header.producer_id
-                if header.is_transactional and not header.is_control and header.base_offset >= open_from.get(
-                        pid, header.base_offset + 1):
-                    index._open.setdefault(pid, []).append(header.base_offset)
-                yield header
-
-        for base_offset, headers in segments:
-            index._segments.append(weigher.counts(base_offset, noting_open(headers)))
-            index._bases.append(base_offset)
+    def opened(cls, ranges: Iterable[tuple[int, int]]) -> "VisibleRecordIndex":
+        """The index of a log opened from disk: the ``(base offset, end)`` of each
+        segment's batches, in offset order, all uncounted."""
+        index = cls()
+        for base, end in ranges:
+            if end > base:
+                index._pieces.append(Uncounted(base, end))
+                index._bases.append(base)
         return index
 
     # -- updates ----------------------------------------------------------------------------
 
     def append(self, header: BatchHeader, segment_base: int) -> None:
         """A batch appended at the log end (data or marker) of the segment ``segment_base``."""
-        if not self._bases or self._bases[-1] != segment_base:
-            self._segments.append(SegmentCounts(segment_base))
-            self._bases.append(segment_base)
+        if not self._pieces or isinstance(self._pieces[-1], Uncounted) or self._bases[-1] < segment_base:
+            self._pieces.append(SegmentCounts(header.base_offset))
+            self._bases.append(header.base_offset)
         if header.is_transactional and not header.is_control:
             self._open.setdefault(header.producer_id, []).append(header.base_offset)
-        self._segments[-1].append(header.base_offset, header.next_offset,
-                                  0 if header.is_control else header.record_count)
+        piece = self._pieces[-1]
+        assert isinstance(piece, SegmentCounts)
+        piece.append(header.base_offset, header.next_offset, 0 if header.is_control else header.record_count)
 
     def end_transaction(self, producer_id: int, commit: bool) -> None:
         """A COMMIT or ABORT marker of ``producer_id``: an abort takes its transaction's
         records back out of the counts."""
         self.settle()
-        for base in self._open.pop(producer_id, ()):
-            if not commit:
-                self._segments[bisect.bisect_right(self._bases, base) - 1].zero(base)
+        self._marker_seq += 1
+        self._ended[producer_id] = (self._marker_seq, commit)
+        if not commit:
+            self._zero(self._open.get(producer_id, ()))
+        self._open.pop(producer_id, None)
 
     def drop_before(self, offset: int) -> None:
         """Retention deleted the segments based below ``offset``."""
         self.settle()
         k = bisect.bisect_left(self._bases, offset)
-        del self._segments[:k], self._bases[:k]
+        del self._pieces[:k], self._bases[:k]
 
     def replace_when_counted(self, start: int, end: int, job: CountSegment) -> None:
         """The log cleaner swapped one segment in for those based in ``[start, end)``;
@@ -241,24 +271,66 @@ class VisibleRecordIndex:
             start, end, job = self._pending.pop(0)
             lo, hi = bisect.bisect_left(self._bases, start), bisect.bisect_left(self._bases, end)
             if job.counts is not None and lo < hi and self._bases[lo] == start:
-                self._segments[lo:hi] = [job.counts]
+                self._pieces[lo:hi] = [job.counts]
                 self._bases[lo:hi] = [start]
+
+    # -- counting what was opened ------------------------------------------------------------
+
+    def uncounted(self) -> list[Uncounted]:
+        """The ranges still to count, oldest first."""
+        return [piece for piece in self._pieces if isinstance(piece, Uncounted)]
+
+    @property
+    def marker_seq(self) -> int:
+        """How many COMMIT and ABORT markers came so far (a :class:`CountSegment` notes it)."""
+        return self._marker_seq
+
+    def install(self, job: CountSegment) -> None:
+        """Put the counts of ``job`` (run) in place of its uncounted range, if that is still
+        there; the open transactions it saw that ended since it was planned end here too."""
+        self.settle()
+        i = bisect.bisect_left(self._bases, job.start)
+        if job.counts is None or i == len(self._bases) or self._pieces[i] != Uncounted(job.start, job.end):
+            return
+        self._pieces[i] = job.counts
+        for pid, bases in job.open_bases.items():
+            seq, commit = self._ended.get(pid, (0, True))
+            if seq <= job.marker_seq:  # still open: its abort zeroes these too
+                self._open[pid] = sorted(bases + self._open.get(pid, []))
+            elif not commit:
+                self._zero(bases)
 
     # -- queries ---------------------------------------------------------------------------
 
-    def count(self, start: int, upper: int) -> tuple[int, bool]:
-        """``(records, split)``: the records a reader that does not skip them receives
-        from the batches holding offsets in ``[start, upper)`` (``upper`` a batch
-        boundary). ``split`` is True when ``start`` falls inside a compacted batch
+    def count(self, start: int, upper: int) -> tuple[int, bool, bool]:
+        """``(records, split, exact)``: the records a reader that does not skip them
+        receives from the batches holding offsets in ``[start, upper)`` (``upper`` a
+        batch boundary). ``split`` is True when ``start`` falls inside a compacted batch
         (offsets with gaps) that counts: its records from ``start`` on are not in
-        ``records`` and only that batch's body can tell how many there are."""
+        ``records`` and only that batch's body can tell how many there are. ``exact``
+        is False when the range crosses batches not counted yet: they count one record
+        per offset, an upper bound."""
         self.settle()
-        if start >= upper or not self._segments:
-            return 0, False
+        if start >= upper or not self._pieces:
+            return 0, False, True
         first = max(0, bisect.bisect_right(self._bases, start) - 1)
         last = max(0, bisect.bisect_right(self._bases, upper - 1) - 1)
-        records, split = self._segments[first].count(start, upper)
-        if last > first:
-            records += sum(counts.total for counts in self._segments[first + 1:last])
-            records += self._segments[last].before(upper)
-        return records, split
+        records, split, exact = 0, False, True
+        for i in range(first, last + 1):
+            piece = self._pieces[i]
+            if isinstance(piece, Uncounted):
+                records += max(0, min(upper, piece.end) - max(start, piece.base_offset))
+                exact = False
+            elif i == first:
+                records, split = piece.count(start, upper)
+            elif i == last:
+                records += piece.before(upper)
+            else:
+                records += piece.total
+        return records, split, exact
+
+    def _zero(self, bases: Iterable[int]) -> None:
+        for base in bases:
+            i = bisect.bisect_right(self._bases, base) - 1
+            if i >= 0 and isinstance(piece := self._pieces[i], SegmentCounts):
+                piece.zero(base)

@@ -11,6 +11,7 @@ bound; and without the log's files (no batch is read per query).
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Iterator
 
@@ -25,7 +26,7 @@ from storage.clock import FakeClock
 from storage.partition_log import PartitionLog
 from storage.read_committed import read_records
 from storage.record_batch import SimpleRecord, encode_batch
-from tests.conftest import data_batch
+from tests.conftest import SMALL_INTERNAL_TOPICS, data_batch
 from tests.storage_log import DurableLogs
 
 T = "orders"
@@ -57,8 +58,8 @@ def check(log: PartitionLog, positions: list[int] | None = None) -> None:
     """Lag and held-back records equal the consumer's count, from every position asked."""
     start, lso, hw = log.log_start_offset, log.last_stable_offset, log.high_watermark
     for position in positions if positions is not None else range(start, hw + 1):
-        assert queries.read_committed_lag(log, position) == received(log, max(position, start), lso), position
-    assert queries.data_records(log, lso, hw) == received(log, lso, hw)
+        assert queries.read_committed_lag(log, position) == (received(log, max(position, start), lso), True), position
+    assert queries.data_records(log, lso, hw) == (received(log, lso, hw), True)
     assert len(log.visible_records) == sum(1 for _ in log.headers(0, log.log_end_offset))  # one slot per batch
 
 
@@ -178,7 +179,7 @@ def test_lag_reads_no_batch(tmp_path: Path, clock: FakeClock) -> None:
         expected = [received(log, p, log.last_stable_offset) for p in positions]
         for segment in log.segments:
             segment.close()
-        assert [queries.read_committed_lag(log, p) for p in positions] == expected
+        assert [queries.read_committed_lag(log, p) for p in positions] == [(n, True) for n in expected]
     finally:
         logs.logs.close(clean=False)
 
@@ -227,3 +228,68 @@ def test_console_and_api_say_the_lag_is_exact(broker: Broker) -> None:
     assert (offsets["lag"], offsets["lag_exact"]) == (received(log, 0, log.last_stable_offset), True) == (1200, True)
     summary = next(g for g in broker.engine.call(queries.groups_summary, broker.engine) if g["group_id"] == "svc")
     assert (summary["lag"], summary["lag_exact"]) == (1200, True)
+
+
+def test_after_a_restart_the_lag_is_counted_off_the_loop(tmp_path: Path, clock: FakeClock) -> None:
+    """Opening a log reads no batch header to count it: the counts of what it opened
+    with are made on the broker's worker after the first lag asked, exact once there
+    (meanwhile an upper bound, flagged) -- also for a transaction left open across the
+    restart and aborted after it."""
+    data = tmp_path / "data"
+    with Broker(data, clock=clock, **SMALL_INTERNAL_TOPICS) as broker:
+        broker.create_topic(T, 1, {"segment.bytes": 2000})
+        for i in range(300):
+            broker.produce(T, 0, encode_batch([SimpleRecord(b"v%d" % i, key=b"k")]), acks=1)
+        consumer = broker.consumer(group_id="svc", enable_auto_commit=False)
+        consumer.commit({(T, 0): 5})
+        consumer.close()
+        stuck = broker.producer(transactional_id="stuck", transaction_timeout_ms=300_000)
+        stuck.init_transactions()
+        stuck.begin_transaction()
+        stuck.send(T, b"open", partition=0).get(timeout=10)
+    with Broker(data, clock=clock, **SMALL_INTERNAL_TOPICS) as broker:
+        log = broker.engine.logs.log(T, 0)
+        assert len(log.segments) > 3 and len(log.visible_records) == 0  # nothing read on open
+        deadline = time.monotonic() + 30
+        while not (offsets := broker.engine.call(queries.group, broker.engine, "svc")["offsets"][0])["lag_exact"]:
+            assert time.monotonic() < deadline, "the counts of the opened log never came"
+            time.sleep(0.05)
+        assert offsets["lag"] == 295 and offsets["held_back"] == 1
+        txn_id = "stuck"
+        broker.engine.call(broker.engine.transaction_coordinator.admin_abort, txn_id, "test")
+        deadline = time.monotonic() + 30
+        while (offsets := broker.engine.call(queries.group, broker.engine, "svc")["offsets"][0])["held_back"]:
+            assert time.monotonic() < deadline, "the abort never reached the counts"
+            time.sleep(0.05)
+        assert (offsets["lag"], offsets["lag_exact"]) == (295, True)
+        assert offsets["lag"] == received(log, 5, log.last_stable_offset)
+
+
+def test_a_transaction_ended_while_its_batches_were_being_counted(tmp_path: Path, clock: FakeClock) -> None:
+    """The counting of an opened log is planned, run and installed in steps (the
+    owner's ``background``): a transaction that was open when a segment's count was
+    planned and ends -- abort or commit -- before it is installed ends in the counts too."""
+    data = tmp_path / "data"
+    with DurableLogs(data, clock=clock) as logs:
+        logs.create_topic(T, 1, SMALL_SEGMENTS)
+        producers = Producers(logs)
+        producers.plain(2)
+        producers.send(1, 3)
+        producers.send(2, 2)
+        producers.plain(1)
+    with DurableLogs(data, clock=clock) as logs:
+        log = logs.log(T)
+        deferred: list = []
+        log.background = deferred.append
+        assert queries.read_committed_lag(log, 0)[1] is False  # not counted yet: an upper bound
+        steps = deferred.pop()
+        job = steps.send(None)  # planned: producers 1 and 2 have transactions open
+        job.run()  # counted (off the owner's thread, in a broker)
+        producers = Producers(logs)
+        producers.sequences, producers.open = {1: 3, 2: 2}, {1, 2}
+        producers.end(1, commit=False)
+        producers.end(2, commit=True)
+        with pytest.raises(StopIteration):
+            steps.send(None)  # installed, after both markers
+        check(log)
+        assert queries.read_committed_lag(log, 0) == (2 + 2 + 1, True)

@@ -226,22 +226,25 @@ async def groups(engine: "Engine") -> list[dict[str, Any]]:
             for g in sorted(engine.group_coordinator.groups.values(), key=lambda g: g.group_id)]
 
 
-def read_committed_lag(log: PartitionLog, position: int) -> int:
-    """How many records a read_committed consumer at ``position`` would still
-    receive: the data records in ``[position, LSO)`` (:func:`data_records`)."""
+def read_committed_lag(log: PartitionLog, position: int) -> tuple[int, bool]:
+    """``(lag, exact)``: how many records a read_committed consumer at ``position``
+    would still receive -- the data records in ``[position, LSO)`` (:func:`data_records`)."""
     return data_records(log, max(position, log.log_start_offset), log.last_stable_offset)
 
 
-def data_records(log: PartitionLog, start: int, upper: int) -> int:
-    """The data records in ``[start, upper)`` that are not aborted -- neither control
-    records (markers) nor records of an aborted transaction -- from the counts the log
-    keeps as batches and markers arrive (``storage/visible_records.py``): O(log n),
-    no batch read, except the one compacted batch that ``start`` may split, whose
-    records from ``start`` on only its body can tell."""
-    count, split = log.visible_records.count(start, upper)
+def data_records(log: PartitionLog, start: int, upper: int) -> tuple[int, bool]:
+    """``(count, exact)``: the data records in ``[start, upper)`` that are not aborted
+    -- neither control records (markers) nor records of an aborted transaction --
+    from the counts the log keeps as batches and markers arrive
+    (``storage/visible_records.py``): O(log n), no batch read, except the one
+    compacted batch that ``start`` may split, whose records from ``start`` on only its
+    body can tell. ``exact`` is False only for a while after the broker started:
+    until the batches it opened with are counted (a background read of their
+    headers), they count one record per offset, an upper bound."""
+    count, split, exact = log.count_visible(start, upper)
     if split:
         count += sum(1 for record in decode_batch(log.read(start, 0).records).records if record.offset >= start)
-    return count
+    return count, exact
 
 
 def _aborted_by_producer(log: PartitionLog, start: int, upper: int) -> dict[int, list[AbortedTxn]]:
@@ -260,8 +263,8 @@ def _is_aborted(header: BatchHeader, aborted: dict[int, list[AbortedTxn]]) -> bo
 
 async def group(engine: "Engine", group_id: str) -> dict[str, Any]:
     """A group's members, committed and pending offsets, and per partition its lag
-    (:func:`read_committed_lag`; ``lag_exact``, always true since the counts are kept,
-    stays for the clients that read it) and, while the LSO
+    (:func:`read_committed_lag`; ``lag_exact`` False only while the batches the broker
+    started with are being counted) and, while the LSO
     is held back, what is held back (``held_back``: the data records from the LSO to
     the high watermark, open or decided, aborted ones not counted -- what the consumer
     may receive once the LSO moves) and by which open transactions (``held_by``, the
@@ -276,7 +279,7 @@ async def group(engine: "Engine", group_id: str) -> dict[str, Any]:
     for tp in partitions:
         committed = g.committed.get(tp)
         log = engine.logs.logs.get(tp)
-        lag = read_committed_lag(log, committed.offset) if committed and log else None
+        lag, exact = read_committed_lag(log, committed.offset) if committed and log else (None, True)
         pending = [{"producer_id": pid, "transactional_id": tc.transactional_id_of(pid), "offset": offs[tp].offset}
                    for pid, offs in sorted(g.pending.items()) if tp in offs]
         offsets.append({
@@ -286,8 +289,8 @@ async def group(engine: "Engine", group_id: str) -> dict[str, Any]:
             "pending": pending,
             "high_watermark": log.high_watermark if log else None,
             "last_stable_offset": log.last_stable_offset if log else None,
-            "lag": lag, "lag_exact": True,
-            "held_back": data_records(log, log.last_stable_offset, log.high_watermark) if log else 0,
+            "lag": lag, "lag_exact": exact,
+            "held_back": data_records(log, log.last_stable_offset, log.high_watermark)[0] if log else 0,
             "held_by": _holders(engine, log, now) if log else []})
     return {"group_id": g.group_id, "state": g.state.value, "generation": g.generation,
             "protocol_type": g.protocol_type, "protocol": g.protocol, "leader": g.leader,
@@ -428,9 +431,9 @@ async def transaction_detail(engine: "Engine", txn_id: str) -> dict[str, Any]:
     return detail
 
 
-def committed_lags(engine: "Engine", group_id: str) -> dict[tuple[str, int], int]:
-    """The lag (:func:`read_committed_lag`) of each partition, still there, where the
-    group has a committed offset: O(log n) each, no log read."""
+def committed_lags(engine: "Engine", group_id: str) -> dict[tuple[str, int], tuple[int, bool]]:
+    """The lag and its exactness (:func:`read_committed_lag`) of each partition, still
+    there, where the group has a committed offset: O(log n) each, no log read."""
     g = engine.group_coordinator.describe(group_id)
     return {tp: read_committed_lag(log, committed.offset)
             for tp, committed in sorted(g.committed.items()) if (log := engine.logs.logs.get(tp)) is not None}
@@ -446,8 +449,9 @@ async def groups_summary(engine: "Engine") -> list[dict[str, Any]]:
         lags = committed_lags(engine, g["group_id"])
         logs = [engine.logs.logs[tp] for tp in lags]
         result.append({**g, "partitions": len(set(meta.committed).union(*meta.pending.values())),
-                       "lag": sum(lags.values()) if lags else None, "lag_exact": True,
-                       "held_back": sum(data_records(log, log.last_stable_offset, log.high_watermark)
+                       "lag": sum(lag for lag, _ in lags.values()) if lags else None,
+                       "lag_exact": all(exact for _, exact in lags.values()),
+                       "held_back": sum(data_records(log, log.last_stable_offset, log.high_watermark)[0]
                                         for log in logs),
                        "pending_offsets": sum(len(offsets) for offsets in meta.pending.values())})
     return result

@@ -115,7 +115,7 @@ def _group_lags(engine: "Engine") -> list[tuple[str, str, str, int]]:
     exists, from the counts the logs keep (``queries.committed_lags``): no log read on
     the loop per scrape."""
     return [(group_id, topic, str(partition), lag) for group_id in sorted(engine.group_coordinator.groups)
-            for (topic, partition), lag in queries.committed_lags(engine, group_id).items()]
+            for (topic, partition), (lag, _) in queries.committed_lags(engine, group_id).items()]
 
 
 async def _snapshot(engine: "Engine") -> dict[str, Any]:
