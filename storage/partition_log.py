@@ -89,6 +89,7 @@ from storage.record_batch import (
 )
 from storage.segment import LogSegment, walk_headers
 from storage.txn_index import AbortedTxn
+from storage.visible_records import CountSegment, VisibleRecordIndex
 
 log = logging.getLogger(__name__)
 
@@ -186,11 +187,15 @@ class SegmentDeletion:
 @dataclass(frozen=True, slots=True)
 class SegmentClose:
     """Close segments the log no longer holds (any thread): the last close of a
-    deleted file frees its blocks, which is disk work too."""
+    deleted file frees its blocks, which is disk work too. First, ``recount``: the
+    cleaned segment's counts for the log's ``visible_records``."""
 
     segments: tuple[LogSegment, ...]
+    recount: CountSegment | None = None
 
     def run(self) -> None:
+        if self.recount is not None:
+            self.recount.run()
         for segment in self.segments:
             segment.release()
 
@@ -279,6 +284,9 @@ class PartitionLog:
         #: how the snapshot a roll takes is written: at once by default; the owner
         #: hands it to another thread (the engine: its metadata worker)
         self.background: RunSteps = run_inline
+        #: what each batch gives a read_committed reader, kept for lag (built by _load)
+        self.visible_records = VisibleRecordIndex()
+        self._counting_opened = False
         directory.mkdir(parents=True, exist_ok=True)
         #: set when a write or fsync failed with an I/O error (not a full disk): every
         #: write is refused with it until a restart reloads the log (see ``_write``)
@@ -361,6 +369,7 @@ class PartitionLog:
             except OSError as e:
                 raise self._take_offline(e, f"the .txnindex entry of the ABORT at {offset}") from e
         self._appended(header, now)
+        self.visible_records.end_transaction(producer_id, commit)
         return AppendResult(offset, offset, completed_txn=completed)
 
     def _write(self, batch: bytes, header: BatchHeader, now: int) -> None:
@@ -456,6 +465,7 @@ class PartitionLog:
         return batch, read_header(batch)
 
     def _appended(self, header: BatchHeader, now: int) -> None:
+        self.visible_records.append(header, self.active_segment.base_offset)
         self._dirty.add(self.active_segment)
         self._unflushed_messages += header.record_count
         if self._first_unflushed_ms is None:
@@ -554,6 +564,28 @@ class PartitionLog:
             if complete:
                 break
         return found
+
+    def count_visible(self, start: int, upper: int) -> tuple[int, bool, bool]:
+        """What ``visible_records.count`` says (records, split, exact). The first call
+        has the batches the log was opened with counted, by :attr:`background`: on
+        the owner's thread when that runs steps inline, else off it -- meanwhile
+        their offsets count as records and the answer is not exact."""
+        if not self._counting_opened:
+            self._counting_opened = True
+            self.background(self._count_opened())
+        return self.visible_records.count(start, upper)
+
+    def _count_opened(self) -> Steps[None]:
+        """Count the batches the log was opened with, segment by segment, each read by a job."""
+        for piece in self.visible_records.uncounted():
+            segment = next((s for s in self.segments if s.base_offset == piece.base_offset), None)
+            if segment is None:  # retention or the cleaner took it, and its counts with it
+                continue
+            job = CountSegment(segment, piece.base_offset, piece.end,
+                               self.collect_aborted(piece.base_offset, piece.end),
+                               dict(self.producer_state.ongoing_transactions()), self.visible_records.marker_seq)
+            yield job
+            self.visible_records.install(job)
 
     def offset_for_timestamp(self, timestamp: int, read_committed: bool = False) -> tuple[int, int] | None:
         """``(offset, timestamp)`` of the first record with a timestamp >= ``timestamp``
@@ -699,6 +731,7 @@ class PartitionLog:
             self.segments.remove(segment)
             self._dirty.discard(segment)
         self.log_start_offset = max(self.log_start_offset, self.segments[0].base_offset)
+        self.visible_records.drop_before(self.segments[0].base_offset)
         yield SegmentDeletion(tuple(doomed), self._prune_snapshots())
         return len(doomed)
 
@@ -725,9 +758,12 @@ class PartitionLog:
             raise ValueError(f"{self.directory}: cleaned segment {cleaned.base_offset} does not "
                              f"replace consecutive segments starting there")
         first = self.segments.index(old[0])
+        start, end = old[0].base_offset, self.segments[first + len(old)].base_offset
+        recount = CountSegment(cleaned, start, end, self.collect_aborted(start, end))
+        self.visible_records.replace_when_counted(start, end, recount)
         self._dirty.difference_update(old)
         self.segments[first:first + len(old)] = [cleaned]
-        return SegmentClose(tuple(old))
+        return SegmentClose(tuple(old), recount)
 
     def _holds_run(self, run: list[LogSegment]) -> bool:
         """Whether ``run`` is a run of consecutive segments of this log, not the active one."""
@@ -797,6 +833,9 @@ class PartitionLog:
             segment.flush()
         self.high_watermark = self.recovery_point = self.log_end_offset
         self.producer_state.on_high_watermark(self.high_watermark)
+        ends = [segment.base_offset for segment in self.segments[1:]] + [self.log_end_offset]
+        self.visible_records = VisibleRecordIndex.opened(
+            (segment.base_offset, end) for segment, end in zip(self.segments, ends))
         return truncated
 
     def _remove_leftovers(self) -> None:

@@ -131,20 +131,6 @@ def test_held_back_counts_records_not_markers_or_aborted_ones(broker: Broker):
     assert (offsets["lag"], offsets["held_back"]) == (0, 2)                # "open" and "plain"
 
 
-def test_the_lag_count_is_bounded(broker: Broker, monkeypatch: pytest.MonkeyPatch):
-    """Past LAG_MAX_BATCHES headers the rest counts as offsets: an upper bound, flagged."""
-    broker.create_topic("orders", 1)
-    plain = broker.producer(linger_ms=0)
-    for i in range(6):
-        plain.send("orders", b"v%d" % i, partition=0).get(timeout=10)  # one batch each
-    _commit(broker, "svc", "orders", 0)
-    monkeypatch.setattr(queries, "LAG_MAX_BATCHES", 2)
-    offsets = _offsets(broker, "svc", "orders")
-    assert (offsets["lag"], offsets["lag_exact"]) == (6, False)
-    summary = next(g for g in broker.engine.call(queries.groups_summary, broker.engine) if g["group_id"] == "svc")
-    assert summary["lag_exact"] is False
-
-
 _topics = itertools.count()
 #: what one step writes: plain records, or a transaction of records that commits or aborts
 STEPS = st.lists(st.tuples(st.sampled_from(["plain", "commit", "abort"]), st.integers(1, 4)),

@@ -55,6 +55,7 @@ from storage.errors import (
     LogDirFullError,
     LogOfflineError,
     PolicyViolationError,
+    RequestTimedOutError,
     TopicAlreadyExistsError,
 )
 from storage.log_cleaner import CleaningAbortedError
@@ -228,14 +229,25 @@ class Engine:
     def call(self, fn: Callable[..., Awaitable[T]] | Callable[..., T], *args: Any,
              timeout: float | None = 60, **kwargs: Any) -> T:
         """Run ``fn(*args, **kwargs)`` on the loop and wait for its result: a coroutine
-        function is awaited there, a plain function called there."""
+        function is awaited there, a plain function called there.
+
+        Past ``timeout`` seconds the work is cancelled -- a coroutine at its next
+        await, a plain function if it has not started (once started it runs to its
+        end) -- so the loop does no work for a caller that gave up, and the caller
+        gets REQUEST_TIMED_OUT."""
         if self._closed:
             raise KafkaStorageError("the broker is closed")
         if inspect.iscoroutinefunction(fn):
             future = asyncio.run_coroutine_threadsafe(fn(*args, **kwargs), self.loop)
         else:
             future = self.submit(functools.partial(fn, *args, **kwargs))
-        return future.result(timeout)
+        try:
+            return future.result(timeout)
+        except TimeoutError:
+            if not future.cancel() and future.done():  # it finished as the wait ended
+                return future.result()
+            raise RequestTimedOutError(f"{getattr(fn, '__qualname__', fn)} did not finish on the broker's "
+                                       f"loop within {timeout} s and was cancelled") from None
 
     def submit(self, fn: Callable[..., Any], *args: Any) -> Future:
         """Run the plain function ``fn(*args)`` on the loop; the returned future gets
@@ -249,6 +261,8 @@ class Engine:
         outer: Future = Future()
 
         def run() -> None:
+            if not outer.set_running_or_notify_cancel():  # its caller gave up before it started
+                return
             try:
                 result = fn(*args)
             except BaseException as e:  # delivered to the caller, never lost

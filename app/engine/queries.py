@@ -226,12 +226,6 @@ async def groups(engine: "Engine") -> list[dict[str, Any]]:
             for g in sorted(engine.group_coordinator.groups.values(), key=lambda g: g.group_id)]
 
 
-#: batch headers one lag computation reads at most (on the engine's loop: about 6 ms for
-#: 1000 here); past them, the rest of the range up to the LSO counts as one record per
-#: offset -- an upper bound, Kafka's own offset-difference lag -- and the lag is not exact
-LAG_MAX_BATCHES = 1_000
-
-
 def read_committed_lag(log: PartitionLog, position: int) -> tuple[int, bool]:
     """``(lag, exact)``: how many records a read_committed consumer at ``position``
     would still receive -- the data records in ``[position, LSO)`` (:func:`data_records`)."""
@@ -240,22 +234,17 @@ def read_committed_lag(log: PartitionLog, position: int) -> tuple[int, bool]:
 
 def data_records(log: PartitionLog, start: int, upper: int) -> tuple[int, bool]:
     """``(count, exact)``: the data records in ``[start, upper)`` that are not aborted
-    -- neither control records (markers) nor records of an aborted transaction.
-    Counted from batch headers (RecordCount, the control and transactional bits) and
-    the ``.txnindex`` aborted ranges; only a compacted batch that ``start`` splits is
-    decoded. ``exact`` is False when the range held more than LAG_MAX_BATCHES
-    batches (see there)."""
-    if start >= upper:
-        return 0, True
-    aborted = _aborted_by_producer(log, start, upper)
-    count = 0
-    for n, header in enumerate(log.headers(start, upper)):
-        if n == LAG_MAX_BATCHES:
-            return count + upper - max(start, header.base_offset), False
-        if header.is_control or _is_aborted(header, aborted):
-            continue
-        count += header.record_count if header.base_offset >= start else _records_from(log, header, start)
-    return count, True
+    -- neither control records (markers) nor records of an aborted transaction --
+    from the counts the log keeps as batches and markers arrive
+    (``storage/visible_records.py``): O(log n), no batch read, except the one
+    compacted batch that ``start`` may split, whose records from ``start`` on only its
+    body can tell. ``exact`` is False only for a while after the broker started:
+    until the batches it opened with are counted (a background read of their
+    headers), they count one record per offset, an upper bound."""
+    count, split, exact = log.count_visible(start, upper)
+    if split:
+        count += sum(1 for record in decode_batch(log.read(start, 0).records).records if record.offset >= start)
+    return count, exact
 
 
 def _aborted_by_producer(log: PartitionLog, start: int, upper: int) -> dict[int, list[AbortedTxn]]:
@@ -272,17 +261,10 @@ def _is_aborted(header: BatchHeader, aborted: dict[int, list[AbortedTxn]]) -> bo
         t.first_offset <= header.base_offset <= t.last_offset for t in aborted.get(header.producer_id, ()))
 
 
-def _records_from(log: PartitionLog, header: BatchHeader, start: int) -> int:
-    """The records at ``start`` or after in the batch ``header`` that holds ``start``."""
-    if header.record_count == header.last_offset_delta + 1:  # no gaps: offsets are consecutive
-        return header.last_offset - start + 1
-    batch = decode_batch(log.read(start, 0).records[:header.size])  # compacted: count them
-    return sum(1 for record in batch.records if record.offset >= start)
-
-
 async def group(engine: "Engine", group_id: str) -> dict[str, Any]:
     """A group's members, committed and pending offsets, and per partition its lag
-    (:func:`read_committed_lag`, ``lag_exact`` False when bounded) and, while the LSO
+    (:func:`read_committed_lag`; ``lag_exact`` False only while the batches the broker
+    started with are being counted) and, while the LSO
     is held back, what is held back (``held_back``: the data records from the LSO to
     the high watermark, open or decided, aborted ones not counted -- what the consumer
     may receive once the LSO moves) and by which open transactions (``held_by``, the
@@ -461,18 +443,29 @@ async def transaction_detail(engine: "Engine", txn_id: str) -> dict[str, Any]:
     return detail
 
 
+def committed_lags(engine: "Engine", group_id: str) -> dict[tuple[str, int], tuple[int, bool]]:
+    """The lag and its exactness (:func:`read_committed_lag`) of each partition, still
+    there, where the group has a committed offset: O(log n) each, no log read."""
+    g = engine.group_coordinator.describe(group_id)
+    return {tp: read_committed_lag(log, committed.offset)
+            for tp, committed in sorted(g.committed.items()) if (log := engine.logs.logs.get(tp)) is not None}
+
+
 async def groups_summary(engine: "Engine") -> list[dict[str, Any]]:
-    """:func:`groups` with each group's total lag (:func:`read_committed_lag`), how
-    many records are held back behind open transactions on its partitions, and how
-    many of its offsets wait on a transaction."""
+    """:func:`groups` with each group's total lag (:func:`committed_lags`), how many
+    records are held back behind open transactions on its partitions, and how many
+    of its offsets wait on a transaction -- each from the counts the logs keep."""
     result = []
     for g in await groups(engine):
-        offsets = (await group(engine, g["group_id"]))["offsets"]
-        lags = [o["lag"] for o in offsets if o["lag"] is not None]
-        result.append({**g, "partitions": len(offsets), "lag": sum(lags) if lags else None,
-                       "lag_exact": all(o["lag_exact"] for o in offsets),
-                       "held_back": sum(o["held_back"] for o in offsets if o["committed_offset"] is not None),
-                       "pending_offsets": sum(len(o["pending"]) for o in offsets)})
+        meta = engine.group_coordinator.describe(g["group_id"])
+        lags = committed_lags(engine, g["group_id"])
+        logs = [engine.logs.logs[tp] for tp in lags]
+        result.append({**g, "partitions": len(set(meta.committed).union(*meta.pending.values())),
+                       "lag": sum(lag for lag, _ in lags.values()) if lags else None,
+                       "lag_exact": all(exact for _, exact in lags.values()),
+                       "held_back": sum(data_records(log, log.last_stable_offset, log.high_watermark)[0]
+                                        for log in logs),
+                       "pending_offsets": sum(len(offsets) for offsets in meta.pending.values())})
     return result
 
 

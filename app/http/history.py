@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from flask import Flask
 
-from storage.errors import KafkaStorageError
+from storage.errors import KafkaStorageError, RequestTimedOutError
 
 if TYPE_CHECKING:
     from app.engine import Engine
@@ -117,7 +117,7 @@ class History:
                 self.sample()
             except (KafkaStorageError, RuntimeError):
                 return  # the broker is closed (or its loop is): nothing more to sample
-            except TimeoutError:
+            except RequestTimedOutError:
                 pass  # a busy or stopping loop: try again next round
             except Exception:  # the chart must never take the console down
                 log.exception("sampling LSO and high watermark failed")

@@ -21,7 +21,7 @@ thing where Kafka has one -- the README's "Metrics and logs" repeats this list:
   transaction.max.timeout.ms + 5 minutes ago (Kafka's rule,
   ``ProducerStateManager.has_late_transaction``).
 * ``consumer_group_lag{group,topic,partition}`` -- the records a read_committed
-  consumer of the group would still receive (``queries.group``'s ``lag``; Kafka's
+  consumer of the group would still receive (``queries.committed_lags``; Kafka's
   consumers report it as ``records-lag``).
 * ``produce_duration_seconds`` -- a batch from append to acknowledgement (durable,
   for acks=all); Kafka's ``RequestMetrics TotalTimeMs request=Produce``.
@@ -114,14 +114,12 @@ def _histogram(histogram: LatencyHistogram) -> tuple[list[int], float]:
     return list(histogram.counts), histogram.total_s
 
 
-async def _group_lags(engine: "Engine") -> list[tuple[str, str, str, int]]:
-    """``(group, topic, partition, lag)`` for every committed offset whose lag is known."""
-    lags = []
-    for group_id in sorted(engine.group_coordinator.groups):
-        for offset in (await queries.group(engine, group_id))["offsets"]:
-            if offset["lag"] is not None:
-                lags.append((group_id, offset["topic_name"], str(offset["partition_id"]), offset["lag"]))
-    return lags
+def _group_lags(engine: "Engine") -> list[tuple[str, str, str, int]]:
+    """``(group, topic, partition, lag)`` for every committed offset of a partition that
+    exists, from the counts the logs keep (``queries.committed_lags``): no log read on
+    the loop per scrape."""
+    return [(group_id, topic, str(partition), lag) for group_id in sorted(engine.group_coordinator.groups)
+            for (topic, partition), (lag, _) in queries.committed_lags(engine, group_id).items()]
 
 
 async def _snapshot(engine: "Engine") -> dict[str, Any]:
@@ -139,7 +137,7 @@ async def _snapshot(engine: "Engine") -> dict[str, Any]:
                         _oldest_transaction_age_ms(engine, log, now) / 1000) for log in engine.logs],
         "late": sum(log.producer_state.has_late_transaction(now, engine.config.transaction_max_timeout_ms)
                     for log in engine.logs),
-        "group_lags": await _group_lags(engine),
+        "group_lags": _group_lags(engine),
         "transactional_ids": by_state,
         "completed": dict(tc.completed),
         "counters": (counters.produce_requests, counters.produced_records, counters.fetch_requests,

@@ -232,8 +232,9 @@ SCHEMAS: dict[str, Schema] = {
         lag=nullable(integer(description="records a read_committed consumer would still receive: data "
                                           "records from the committed offset to the LSO, markers and "
                                           "aborted records excluded")),
-        lag_exact={"type": "boolean", "description": "false when the range was too long to count "
-                                                     "(the rest counted one record per offset)"},
+        lag_exact={"type": "boolean", "description": "false only right after the broker started, while "
+                                                     "it counts the batches it opened with (an upper bound "
+                                                     "meanwhile)"},
         held_back=integer(description="data records from the LSO to the high watermark (aborted ones "
                                       "not counted): they wait for the open transactions in held_by"),
         held_by=array(obj(["producer_id", "first_offset"], producer_id=integer(),
