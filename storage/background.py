@@ -30,7 +30,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
-import pickle
 import signal
 import traceback
 from multiprocessing.connection import Connection
@@ -74,7 +73,6 @@ def run_inline(steps: Steps[T]) -> T:
             result, error = None, e
 
 
-
 class ProcessJob:
     """A job that may run in another process: ``function(is_cancelled, *args)``, where
     ``function`` is module-level and ``args`` and its result pickle. ``is_cancelled()``
@@ -108,7 +106,9 @@ def serve_calls(connection: Connection, cancelled_call: Any, parent_pid: int, ni
     memory, set by the broker) is the id of the call to cancel. The worker never
     outlives the broker: it is killed when the broker dies (Linux), and a call in
     progress stops once its parent changed -- an orphan must not go on writing files
-    in a data directory a restarted broker now owns."""
+    in a data directory a restarted broker now owns. Ctrl-C is the broker's to handle
+    (it stops the worker), so the worker ignores SIGINT."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     _die_with(parent_pid)
     if nice:
         os.nice(nice)
@@ -122,10 +122,7 @@ def serve_calls(connection: Connection, cancelled_call: Any, parent_pid: int, ni
         except Exception as e:  # the broker re-raises it; the traceback goes with it
             e.add_note(f"in worker process {os.getpid()}:\n{traceback.format_exc()}")
             reply = (False, e)
-        try:
-            connection.send(reply)
-        except (pickle.PicklingError, TypeError, AttributeError) as e:  # it does not pickle
-            connection.send((False, RuntimeError(f"{function.__name__}: unpicklable reply: {e!r}")))
+        connection.send(reply)  # one that does not pickle ends the worker: a bug, reported as its death
 
 
 def _receive(connection: Connection) -> Call:

@@ -16,9 +16,7 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
-from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, Callable
 
@@ -31,6 +29,7 @@ from storage.log_cleaner import CleanerStats
 from storage.read_committed import read_records
 from tests.cleaner_child import COMPACTED, TOPIC, fill
 from tests.conftest import FROZEN, SMALL_INTERNAL_TOPICS
+from tests.test_maintenance import in_thread
 
 DEADLINE_S = 60
 REPO = Path(__file__).resolve().parents[1]
@@ -46,18 +45,6 @@ def wait_for(condition: Callable[[], Any], what: str, deadline_s: float = DEADLI
             return value
         time.sleep(0.002)
     pytest.fail(f"timed out waiting for {what}")
-
-
-def in_thread(fn: Callable[[], Any]) -> Future:
-    future: Future = Future()
-
-    def run() -> None:
-        try:
-            future.set_result(fn())
-        except BaseException as e:
-            future.set_exception(e)
-    threading.Thread(target=run, daemon=True).start()
-    return future
 
 
 def alive(pid: int) -> bool:
