@@ -43,7 +43,7 @@ import statistics
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
@@ -245,8 +245,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workdir", type=Path, default=ROOT / "bench" / ".work",
                         help="where the data goes (default bench/.work/); must be on the disk to measure")
     parser.add_argument("--keep", action="store_true", help="do not delete the data afterwards")
+    parser.add_argument("--trials", type=int, help="how many trials (default: 3, or 1 with --quick); "
+                        "1 to alternate runs of two revisions on a machine whose load changes")
     args = parser.parse_args(argv)
     sizes = QUICK if args.quick else FULL
+    if args.trials:
+        sizes = replace(sizes, trials=args.trials)
     args.workdir.mkdir(parents=True, exist_ok=True)
     workdir = args.workdir / f"run-{os.getpid()}"
     workdir.mkdir()

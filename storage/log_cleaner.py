@@ -147,7 +147,7 @@ class _HasBaseOffset(Protocol):
     def base_offset(self) -> int: ...
 
 
-S = TypeVar("S", bound=_HasBaseOffset)
+_S = TypeVar("_S", bound=_HasBaseOffset)
 
 #: bytes read from a segment at a time while cleaning
 _READ_CHUNK = 1 << 20
@@ -334,7 +334,7 @@ def _plan(log: PartitionLog, now_ms: int, first_dirty: int, end: int,
                              for pid, entry in producers.items() for batch in entry.batches))
 
 
-def _with_following_bases(segments: Sequence[S], end: int) -> Iterator[tuple[S, int]]:
+def _with_following_bases(segments: Sequence[_S], end: int) -> Iterator[tuple[_S, int]]:
     """Each segment with the base offset of the one after it (``end`` for the last)."""
     return zip(segments, [segment.base_offset for segment in segments[1:]] + [end])
 
@@ -468,16 +468,18 @@ class _Reader:
         return filenames.segment_path(self.directory, file.base_offset, filenames.LOG_SUFFIX)
 
     def pread(self, file: SegmentFile, position: int, size: int) -> bytes:
+        return os.pread(self._fd(file), size, position)
+
+    def _fd(self, file: SegmentFile) -> int:
         fd = self._fds.get(file.base_offset)
         if fd is None:
             fd = self._fds[file.base_offset] = os.open(self.log_path(file), os.O_RDONLY)
-        return os.pread(fd, size, position)
+        return fd
 
     def headers(self, files: Iterable[SegmentFile]) -> Iterator[BatchHeader]:
         """The header of every batch of ``files``, in order."""
         for file in files:
-            self.pread(file, 0, 0)  # opens it
-            for location in walk_headers(self._fds[file.base_offset], 0, file.size):
+            for location in walk_headers(self._fd(file), 0, file.size):
                 self._check()
                 yield location.header
 
