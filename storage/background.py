@@ -110,8 +110,9 @@ def serve_calls(connection: Connection, cancelled_call: Any, parent_pid: int, ni
     (it stops the worker), so the worker ignores SIGINT."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _die_with(parent_pid)
-    if nice:
-        os.nice(nice)
+    if nice:  # as the engine's worker threads do: the niceness itself, not an increment
+        with contextlib.suppress(OSError):
+            os.setpriority(os.PRIO_PROCESS, 0, nice)
     while (call := _receive(connection)) is not None:
         call_id, function, args = call
 
