@@ -24,8 +24,8 @@ thread; its thread hands it to the ``exactly-cleaner`` worker process
 (``app/engine/worker_process.py``) and waits. Plan and install stay on the loop.
 
 A topic being deleted, or the engine closing, first cancels its partitions' jobs
-(:meth:`Maintenance.quiesce`): a cleaning job in progress or to come stops at its
-next batch and deletes what it wrote, which ends the round.
+(:meth:`Maintenance.quiesce`): a cleaning job in progress or to come -- in the
+worker process too -- stops at its next batch, and the round deletes what it wrote.
 """
 
 from __future__ import annotations
