@@ -106,12 +106,8 @@ class WorkerProcess:
         """Send the call and wait for its reply or the worker's death."""
         try:
             connection.send((call.id, call.job.function, call.job.args))
-            while True:
-                ready = wait([connection, process.sentinel])
-                if connection in ready:
-                    return connection.recv()
-                if process.sentinel in ready:
-                    break
+            if connection in wait([connection, process.sentinel]):  # else only its death woke us
+                return connection.recv()
         except (EOFError, OSError):  # the pipe broke: the worker is gone
             pass
         process.join()
