@@ -11,8 +11,10 @@ is still writing them.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -25,10 +27,14 @@ import pytest
 from app import Broker
 from app.engine.worker_process import WorkerProcessDiedError
 from storage import filenames
+from storage.background import run_inline
+from storage.clock import FakeClock
 from storage.log_cleaner import CleanerStats
+from storage.partition_log import PartitionLog
 from storage.read_committed import read_records
 from tests.cleaner_child import COMPACTED, TOPIC, fill
 from tests.conftest import FROZEN, SMALL_INTERNAL_TOPICS
+from tests.test_log_cleaner import build_for_crash, open_broker, partition_dir, plog
 from tests.test_maintenance import in_thread
 
 DEADLINE_S = 60
@@ -90,21 +96,53 @@ def compact(broker: Broker) -> int:
     return broker.engine.call(broker.engine.compact_logs, timeout=DEADLINE_S)
 
 
+def one_round(broker: Broker, log_: PartitionLog, in_worker: bool) -> CleanerStats:
+    """One cleaning round on ``log_``: through the engine's maintenance (in the worker
+    process), or driven here on the loop (run_inline)."""
+    engine = broker.engine
+    if not in_worker:
+        return engine.call(lambda: run_inline(log_.clean(engine.clock.now_ms())), timeout=DEADLINE_S)
+
+    async def in_maintenance() -> CleanerStats:
+        return await engine.maintenance.on_partition(log_, log_.clean, engine.clock.now_ms())
+    return engine.call(in_maintenance, timeout=DEADLINE_S)
+
+
+def segment_files(data: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in partition_dir(data).iterdir()
+            if filenames.parse_offset_name(p.name) and p.suffix in filenames.SEGMENT_SUFFIXES}
+
+
 def test_a_round_runs_in_a_worker_process_which_close_stops(tmp_path: Path) -> None:
     with Broker(tmp_path / "data", **SMALL_INTERNAL_TOPICS, **FROZEN) as broker:
         latest = build(broker, (40, 100, 50))
         engine = broker.engine
-        log_ = engine.logs.log(TOPIC, 0)
-
-        async def one_round() -> CleanerStats:
-            return await engine.maintenance.on_partition(log_, log_.clean, engine.clock.now_ms())
-        stats = engine.call(one_round, timeout=DEADLINE_S)
+        stats = one_round(broker, engine.logs.log(TOPIC, 0), in_worker=True)
 
         assert stats.segments_rewritten > 0 and stats.bytes_after < stats.bytes_before
         assert stats.pid not in (0, os.getpid()), "the round's work ran in another process"
         assert stats.pid == engine.maintenance.process.pid
         assert latest_values(broker) == latest
     assert not alive(stats.pid), "closing the broker ended its worker process"
+
+
+def test_a_round_in_the_worker_process_writes_the_same_bytes_as_one_run_here(
+        tmp_path: Path, clock: FakeClock) -> None:
+    """Tombstones, committed and aborted transactions, markers, a part cleaned before:
+    the worker's round leaves every segment file byte for byte as the same round run
+    in the broker's own process does."""
+    original = tmp_path / "original"
+    build_for_crash(original, clock)
+    stats = {}
+    for in_worker in (False, True):
+        data = tmp_path / f"in-worker-{in_worker}"
+        shutil.copytree(original, data)
+        with open_broker(data, clock, **FROZEN) as broker:
+            stats[in_worker] = one_round(broker, plog(broker), in_worker)
+    assert stats[False].pid == os.getpid() and stats[True].pid not in (0, os.getpid())
+    assert stats[True].segments_rewritten > 0
+    assert dataclasses.replace(stats[True], pid=0) == dataclasses.replace(stats[False], pid=0)
+    assert segment_files(tmp_path / "in-worker-True") == segment_files(tmp_path / "in-worker-False")
 
 
 class RoundInProgress:
