@@ -86,16 +86,22 @@ entirely, the cleaned one followed by those old segments, which is still a valid
 merely less compacted, log. A failure before the commit point deletes the
 ``.cleaned`` files and leaves the log as it was.
 
-**Off the loop.** A round is steps (``storage/background.py``), as Kafka's cleaner
-runs on its own threads: what it needs of the log's state (producer state, the
-``.txnindex`` entries, the segments of the range) is captured on the owner's thread;
-its jobs -- scan, then write each group's cleaned segment, then swap it in on disk --
-run on the engine's maintenance thread while produce and fetch go on; each swap is
-installed on the owner's thread. Appends only touch the active segment, which is
-never in the range; retention is never run on the log during a round (the engine
-runs one maintenance job per partition at a time), and should the segments of a
-group still have changed, :meth:`PartitionLog.prepare_swap` says so and the round
-stops, deleting what it wrote.
+**Off the loop, out of the interpreter.** A round is steps
+(``storage/background.py``), as Kafka's cleaner runs on its own threads. What it
+needs of the log's state -- producer state, the aborted transactions and
+``.txnindex`` entries of the range, the segments' base offsets and sizes, the
+grouping -- is captured on the owner's thread as a :class:`Plan` of plain values.
+Its CPU work -- the offset map, filtering and re-encoding every batch, writing and
+syncing each group's cleaned segment -- is one :class:`~storage.background.ProcessJob`
+(:func:`write_cleaned`), which the engine runs in its worker process
+(``app/engine/worker_process.py``): decoding 1 GiB of records in the broker's own
+interpreter would hold the GIL the event loop needs. Then each group's swap runs on
+the engine's maintenance thread and is installed on the owner's thread. Appends only
+touch the active segment, which is never in the range; retention is never run on the
+log during a round (the engine runs one maintenance job per partition at a time), and
+should the segments of a group still have changed, :meth:`PartitionLog.prepare_swap`
+says so and the round stops, deleting what it wrote. A job that fails -- or a worker
+killed mid-write -- leaves ``.cleaned`` files only, which the round deletes.
 
 **Where this differs from Kafka.** No ``min.cleanable.dirty.ratio``: any dirty
 segment makes a round. The map is an unbounded dict, not a fixed dedupe buffer,
@@ -110,13 +116,12 @@ from __future__ import annotations
 
 import heapq
 import os
-import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Protocol, Sequence, TypeVar
 
 from storage import filenames
-from storage.background import Steps
+from storage.background import ProcessJob, Steps
 from storage.errors import CorruptMessageError
 from storage.log_config import LogConfig
 from storage.record_batch import (
@@ -130,21 +135,25 @@ from storage.record_batch import (
     read_header,
     stored_records,
 )
-from storage.segment import LogSegment
+from storage.segment import LogSegment, walk_headers
 from storage.txn_index import AbortedTxn
 
 if TYPE_CHECKING:
     from storage.partition_log import PartitionLog
+
+
+class _HasBaseOffset(Protocol):
+    @property
+    def base_offset(self) -> int: ...
+
+
+_S = TypeVar("_S", bound=_HasBaseOffset)
 
 #: bytes read from a segment at a time while cleaning
 _READ_CHUNK = 1 << 20
 #: the cleaned segment is synced every this many bytes written, so that its last sync
 #: is short and no produce fsync queues behind one large one
 _SYNC_EVERY_BYTES = 4 << 20
-#: how long a job works before it lets other threads take the GIL, and for how long
-#: (bench/bench_maintenance.py: produce p99 during a round, against none at all)
-_WORK_BETWEEN_PAUSES_S = 0.0005
-_PAUSE_S = 0.0002
 _INT32_MAX = 2**31 - 1
 #: the larger of the offset (8) and time (12) index entries, as PartitionLog rolls
 _INDEX_ENTRY_BYTES = 12
@@ -176,6 +185,9 @@ class CleanerStats:
     batches_removed: int = 0
     #: old segments replaced by cleaned ones
     segments_rewritten: int = 0
+    #: the process that read the range and wrote the cleaned segments (the engine's
+    #: worker process, or this one under run_inline)
+    pid: int = 0
 
 
 class CleaningAbortedError(Exception):
@@ -186,12 +198,12 @@ class CleaningAbortedError(Exception):
 
 def clean(log: PartitionLog, now_ms: int) -> Steps[CleanerStats]:
     """One cleaning round on ``log`` at time ``now_ms`` (see the module docstring), as
-    steps (``storage/background.py``): what the round reads of the log's state is
-    captured on the owner's thread; the jobs read the segments, write and sync the
-    cleaned ones and swap them in on disk; each swap is installed on the owner's
-    thread, group by group, once :meth:`PartitionLog.prepare_swap` has found the
-    segments it replaces still in the log (else the round stops and its work is
-    discarded)."""
+    steps (``storage/background.py``): the round is planned on the owner's thread; one
+    :class:`ProcessJob` reads the range and writes every group's cleaned segment
+    (:func:`write_cleaned`); then, group by group, each is swapped in on disk and
+    installed on the owner's thread once :meth:`PartitionLog.prepare_swap` has found
+    the segments it replaces still in the log (else the round stops, and what it
+    wrote is deleted)."""
     if not log.config.compact:
         return CleanerStats()
     state = log.cleaner_state
@@ -203,35 +215,40 @@ def clean(log: PartitionLog, now_ms: int) -> Steps[CleanerStats]:
         return CleanerStats()
     end = log.segments[len(segments)].base_offset
     if not state.horizons_known:
-        state.next_horizon_ms = yield _HorizonScan(segments)
+        files = tuple(SegmentFile(segment.base_offset, segment.size) for segment in segments)
+        state.next_horizon_ms = yield ProcessJob(earliest_horizon, log.directory, files)
         state.horizons_known = True
     horizon_due = state.next_horizon_ms is not None and state.next_horizon_ms <= now_ms
     if end <= first_dirty and not horizon_due:
         return CleanerStats()
-    producers = log.producer_state.producers
-    scan = _Scan(segments, first_dirty, end, log.collect_aborted(first_dirty, end), frozenset(producers))
-    yield scan
-    remembered = frozenset((pid, batch.last_offset)
-                           for pid, entry in producers.items() for batch in entry.batches)
-    aborted = log.collect_aborted(segments[0].base_offset, end)
-    round_ = _Round(log.config, now_ms, scan, segments, end, aborted, remembered)
+    groups = _groups(segments, end, log.config)
+    plan = _plan(log, now_ms, first_dirty, end, groups)
+    try:
+        written: Written = yield ProcessJob(write_cleaned, plan)
+    except Exception:  # a worker process that died could not delete what it wrote
+        yield _DeleteFiles(plan.cleaned_paths(0))
+        raise
+    before = sum(segment.size for segment in segments)
     after = rewritten = 0
-    for group in _groups(segments, end, log.config):
-        writer = _GroupWriter(log.directory, log.config.index_interval_bytes, round_, group)
-        if not (yield writer):
+    for i, group in enumerate(groups):
+        if not written.groups[i]:
             after += sum(segment.size for segment in group)
             continue
         swap = log.prepare_swap(group)
         if swap is None:  # retention (or anything else) changed the log under the round
-            yield _DeleteFiles(writer.cleaned_paths())
-            return round_.stats(after, rewritten)
-        cleaned = yield swap
-        yield log.complete_swap(group, cleaned)
+            yield _DeleteFiles(plan.cleaned_paths(i))
+            return written.stats(before, after, rewritten)
+        try:
+            cleaned = yield swap
+            yield log.complete_swap(group, cleaned)
+        except Exception:
+            yield _DeleteFiles(plan.cleaned_paths(i))
+            raise
         after += cleaned.size
         rewritten += len(group)
     state.checkpoint = max(first_dirty, end)
-    state.next_horizon_ms = round_.next_horizon_ms
-    return round_.stats(after, rewritten)
+    state.next_horizon_ms = written.next_horizon_ms
+    return written.stats(before, after, rewritten)
 
 
 def cleanable_segments(log: PartitionLog, now_ms: int, first_dirty: int) -> list[LogSegment]:
@@ -252,154 +269,72 @@ def cleanable_segments(log: PartitionLog, now_ms: int, first_dirty: int) -> list
     return log.segments[:count]
 
 
-class _Job:
-    """A job of a round (``storage/background.py``): it reads only sealed segments,
-    which nothing but this round and retention changes, and retention never runs on
-    the log during a round. ``cancel`` (from any thread) makes it raise
-    CleaningAbortedError at the next batch.
-
-    A round is CPU work in Python, beside the event loop in the same interpreter:
-    CPython hands the GIL to a thread that asks for it only after
-    ``sys.getswitchinterval()`` (5 ms), and an acks=all produce needs it several
-    times over (client thread, loop, fsync thread). So after every
-    ``_WORK_BETWEEN_PAUSES_S`` of work a job sleeps ``_PAUSE_S``: whoever waits for
-    the GIL gets it at once; the round takes about a quarter longer."""
-
-    def __init__(self) -> None:
-        self._cancelled = False
-        self._last_pause = time.perf_counter()
-
-    def cancel(self) -> None:
-        self._cancelled = True
-
-    def _batches(self, segment: LogSegment) -> Iterator[tuple[int, BatchHeader, bytes]]:
-        for item in _batches(segment):
-            self._between_batches(segment)
-            yield item
-
-    def _headers(self, segments: list[LogSegment]) -> Iterator[BatchHeader]:
-        """The header of every batch of ``segments``, in order."""
-        for segment in segments:
-            for location in segment.headers_from(0):
-                self._between_batches(segment)
-                yield location.header
-
-    def _between_batches(self, segment: LogSegment) -> None:
-        if self._cancelled:
-            raise CleaningAbortedError(f"cleaning of {segment.directory} was cancelled")
-        if time.perf_counter() - self._last_pause >= _WORK_BETWEEN_PAUSES_S:
-            time.sleep(_PAUSE_S)
-            self._last_pause = time.perf_counter()
+# -- planned on the owner's thread ---------------------------------------------------------
 
 
-class _HorizonScan(_Job):
-    """The earliest delete horizon stamped in ``segments``, from the batch headers."""
+@dataclass(frozen=True, slots=True)
+class SegmentFile:
+    """A sealed segment as a round's job reads it: its ``.log`` up to ``size``, what
+    the log held when the round was planned (a sealed segment never grows)."""
 
-    def __init__(self, segments: list[LogSegment]) -> None:
-        super().__init__()
-        self.segments = segments
-
-    def run(self) -> int | None:
-        return min((header.base_timestamp for header in self._headers(self.segments)
-                    if header.delete_horizon_ms is not None), default=None)
+    base_offset: int
+    size: int
 
 
-class _DeleteFiles:
-    """Delete the files of work a round discards."""
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What a round's job needs, captured on the owner's thread: plain values only, so
+    that it pickles to a worker process."""
 
-    def __init__(self, paths: list[Path]) -> None:
-        self.paths = paths
+    directory: Path
+    #: the cleanable range, grouped: each group becomes one cleaned segment
+    groups: tuple[tuple[SegmentFile, ...], ...]
+    first_dirty: int
+    end: int
+    now_ms: int
+    delete_retention_ms: int
+    index_interval_bytes: int
+    #: the aborted transactions of [first_dirty, end) (their data stays out of the map)
+    dirty_aborted: tuple[AbortedTxn, ...]
+    #: the aborted transactions of the whole range (their data is dropped)
+    aborted: tuple[AbortedTxn, ...]
+    #: the ``.txnindex`` entries of the range's segments
+    txn_entries: tuple[AbortedTxn, ...]
+    #: the producers producer state knows
+    producers: frozenset[int]
+    #: (producer id, last offset) of every batch producer state remembers
+    remembered: frozenset[tuple[int, int]]
 
-    def run(self) -> None:
-        for path in self.paths:
-            path.unlink(missing_ok=True)
+    @property
+    def files(self) -> list[SegmentFile]:
+        return [file for group in self.groups for file in group]
 
-
-def _batches(segment: LogSegment) -> Iterator[tuple[int, BatchHeader, bytes]]:
-    """``(position, header, bytes)`` of every batch of ``segment``, read a chunk at a
-    time. Unlike recovery this never stops quietly: a segment the cleaner cannot read
-    whole raises, and the round leaves the log as it was."""
-    position = 0
-    while position < segment.size:
-        chunk = segment.pread(position, min(_READ_CHUNK, segment.size - position))
-        consumed = 0
-        for at, header in iter_headers(chunk):
-            yield position + at, header, chunk[at:at + header.size]
-            consumed = at + header.size
-        if consumed == 0:  # one batch larger than a chunk, or a damaged tail
-            header = read_header(chunk)
-            if position + header.size > segment.size:
-                raise CorruptMessageError(
-                    f"{segment.log_path}: batch at position {position} runs past the end")
-            yield position, header, segment.pread(position, header.size)
-            consumed = header.size
-        position += consumed
-
-
-class _AbortedTxns:
-    """Which transactional batches were aborted: the read_committed consumer's walk
-    over the ``.txnindex`` entries, fed every batch in offset order."""
-
-    def __init__(self, aborted: list[AbortedTxn]) -> None:
-        self._heap = [(txn.first_offset, txn.producer_id) for txn in aborted]
-        heapq.heapify(self._heap)
-        self._producers: set[int] = set()
-
-    def is_aborted_data(self, header: BatchHeader) -> bool:
-        if not header.has_producer_id:
-            return False
-        while self._heap and self._heap[0][0] <= header.last_offset:
-            self._producers.add(heapq.heappop(self._heap)[1])
-        return (header.is_transactional and not header.is_control
-                and header.producer_id in self._producers)
-
-    def on_abort_marker(self, producer_id: int) -> None:
-        self._producers.discard(producer_id)
+    def cleaned_paths(self, first_group: int) -> list[Path]:
+        """The cleaned files of the groups from ``first_group`` on."""
+        return [path for group in self.groups[first_group:]
+                for path in _cleaned_paths(self.directory, group[0].base_offset)]
 
 
-def _control_type(batch: bytes) -> ControlType | int:
-    return decode_control_record(decode_batch(batch).records[0])[0]
+def _plan(log: PartitionLog, now_ms: int, first_dirty: int, end: int,
+          groups: list[list[LogSegment]]) -> Plan:
+    segments = [segment for group in groups for segment in group]
+    producers = log.producer_state.producers
+    return Plan(
+        directory=log.directory,
+        groups=tuple(tuple(SegmentFile(segment.base_offset, segment.size) for segment in group)
+                     for group in groups),
+        first_dirty=first_dirty, end=end, now_ms=now_ms,
+        delete_retention_ms=log.config.delete_retention_ms,
+        index_interval_bytes=log.config.index_interval_bytes,
+        dirty_aborted=tuple(log.collect_aborted(first_dirty, end)),
+        aborted=tuple(log.collect_aborted(segments[0].base_offset, end)),
+        txn_entries=tuple(txn for segment in segments for txn in segment.txn_index.all_entries()),
+        producers=frozenset(producers),
+        remembered=frozenset((pid, batch.last_offset)
+                             for pid, entry in producers.items() for batch in entry.batches))
 
 
-class _Scan(_Job):
-    """What the round needs to know before it filters anything: the *offset map* (key
-    -> highest offset of a record with that key in ``[first_dirty, end)``, aborted
-    data left out: it must never make committed data go) and each known producer's
-    last marker in the range (from the headers of every segment)."""
-
-    def __init__(self, segments: list[LogSegment], first_dirty: int, end: int,
-                 aborted: list[AbortedTxn], producers: frozenset[int]) -> None:
-        super().__init__()
-        self.segments, self.first_dirty, self.end = segments, first_dirty, end
-        self.aborted, self.producers = aborted, producers
-        self.offset_map: dict[bytes, int] = {}
-        self.last_markers: dict[int, int] = {}
-
-    def run(self) -> None:
-        self.last_markers = {header.producer_id: header.base_offset for header in self._headers(self.segments)
-                             if header.is_control and header.producer_id in self.producers}
-        first_dirty = self.first_dirty
-        aborted = _AbortedTxns(self.aborted)
-        for segment, following_base in _with_following_bases(self.segments, self.end):
-            if following_base <= first_dirty:
-                continue
-            for _, header, batch in self._batches(segment):
-                if header.last_offset < first_dirty:
-                    continue
-                if aborted.is_aborted_data(header):
-                    continue
-                if header.is_control:
-                    if header.has_producer_id and _control_type(batch) == ControlType.ABORT:
-                        aborted.on_abort_marker(header.producer_id)
-                    continue
-                base_offset = header.base_offset
-                for record in stored_records(batch)[1]:
-                    offset = base_offset + record.offset_delta
-                    if record.key is not None and offset >= first_dirty:
-                        self.offset_map[record.key] = offset
-
-
-def _with_following_bases(segments: list[LogSegment], end: int) -> Iterator[tuple[LogSegment, int]]:
+def _with_following_bases(segments: Sequence[_S], end: int) -> Iterator[tuple[_S, int]]:
     """Each segment with the base offset of the one after it (``end`` for the last)."""
     return zip(segments, [segment.base_offset for segment in segments[1:]] + [end])
 
@@ -425,72 +360,235 @@ def _groups(segments: list[LogSegment], end: int, config: LogConfig) -> list[lis
     return groups
 
 
-class _GroupWriter(_Job):
+def _cleaned_paths(directory: Path, base_offset: int) -> list[Path]:
+    return [filenames.segment_path(directory, base_offset, suffix + filenames.CLEANED_SUFFIX)
+            for suffix in filenames.SEGMENT_SUFFIXES]
+
+
+class _DeleteFiles:
+    """Delete the files of work a round discards."""
+
+    def __init__(self, paths: list[Path]) -> None:
+        self.paths = paths
+
+    def run(self) -> None:
+        for path in self.paths:
+            path.unlink(missing_ok=True)
+
+
+# -- the jobs: in a worker process under the engine -----------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Written:
+    """What :func:`write_cleaned` did."""
+
+    #: per group of the plan, whether a cleaned segment was written for it
+    groups: tuple[bool, ...]
+    #: the earliest delete horizon the round stamped or kept
+    next_horizon_ms: int | None
+    records_removed: int
+    batches_removed: int
+    #: the process that did it
+    pid: int
+
+    def stats(self, bytes_before: int, bytes_after: int, segments_rewritten: int) -> CleanerStats:
+        return CleanerStats(bytes_before, bytes_after, self.records_removed, self.batches_removed,
+                            segments_rewritten, self.pid)
+
+
+def earliest_horizon(is_cancelled: Callable[[], bool], directory: Path,
+                     files: tuple[SegmentFile, ...]) -> int | None:
+    """The earliest delete horizon stamped in ``files``, from the batch headers."""
+    with _Reader(directory, is_cancelled) as reader:
+        return min((header.base_timestamp for header in reader.headers(files)
+                    if header.delete_horizon_ms is not None), default=None)
+
+
+def write_cleaned(is_cancelled: Callable[[], bool], plan: Plan) -> Written:
+    """A round's work on the files: build the offset map and find each known
+    producer's last marker, then filter every batch of the range in offset order and
+    write each group's cleaned segment as ``.cleaned`` files, synced. What it wrote is
+    left for the owner to swap in, or to delete if this raises."""
+    with _Reader(plan.directory, is_cancelled) as reader:
+        last_markers = {header.producer_id: header.base_offset for header in reader.headers(plan.files)
+                        if header.is_control and header.producer_id in plan.producers}
+        round_ = _Round(plan, _offset_map(reader, plan), last_markers)
+        written = tuple(_GroupWriter(reader, plan, round_, group).run() for group in plan.groups)
+    return Written(written, round_.next_horizon_ms, round_.records_removed, round_.batches_removed,
+                   os.getpid())
+
+
+def _offset_map(reader: _Reader, plan: Plan) -> dict[bytes, int]:
+    """Key -> highest offset of a record with that key in [first_dirty, end), aborted
+    data left out: it must never make committed data go."""
+    offset_map: dict[bytes, int] = {}
+    first_dirty = plan.first_dirty
+    aborted = _AbortedTxns(plan.dirty_aborted)
+    for file, following_base in _with_following_bases(plan.files, plan.end):
+        if following_base <= first_dirty:
+            continue
+        for _, header, batch in reader.batches(file):
+            if header.last_offset < first_dirty:
+                continue
+            if aborted.is_aborted_data(header):
+                continue
+            if header.is_control:
+                if header.has_producer_id and _control_type(batch) == ControlType.ABORT:
+                    aborted.on_abort_marker(header.producer_id)
+                continue
+            base_offset = header.base_offset
+            for record in stored_records(batch)[1]:
+                offset = base_offset + record.offset_delta
+                if record.key is not None and offset >= first_dirty:
+                    offset_map[record.key] = offset
+    return offset_map
+
+
+class _Reader:
+    """The sealed segments of one partition directory, as a job reads them. Before
+    each batch it checks ``is_cancelled`` and raises CleaningAbortedError once it is
+    true. Unlike recovery it never stops quietly: a segment it cannot read whole
+    raises, and the round leaves the log as it was."""
+
+    def __init__(self, directory: Path, is_cancelled: Callable[[], bool]) -> None:
+        self.directory = directory
+        self._is_cancelled = is_cancelled
+        self._fds: dict[int, int] = {}
+
+    def __enter__(self) -> _Reader:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()
+
+    def log_path(self, file: SegmentFile) -> Path:
+        return filenames.segment_path(self.directory, file.base_offset, filenames.LOG_SUFFIX)
+
+    def pread(self, file: SegmentFile, position: int, size: int) -> bytes:
+        return os.pread(self._fd(file), size, position)
+
+    def _fd(self, file: SegmentFile) -> int:
+        fd = self._fds.get(file.base_offset)
+        if fd is None:
+            fd = self._fds[file.base_offset] = os.open(self.log_path(file), os.O_RDONLY)
+        return fd
+
+    def headers(self, files: Iterable[SegmentFile]) -> Iterator[BatchHeader]:
+        """The header of every batch of ``files``, in order."""
+        for file in files:
+            for location in walk_headers(self._fd(file), 0, file.size):
+                self._check()
+                yield location.header
+
+    def batches(self, file: SegmentFile) -> Iterator[tuple[int, BatchHeader, bytes]]:
+        """``(position, header, bytes)`` of every batch of ``file``, a chunk at a time."""
+        position = 0
+        while position < file.size:
+            chunk = self.pread(file, position, min(_READ_CHUNK, file.size - position))
+            consumed = 0
+            for at, header in iter_headers(chunk):
+                self._check()
+                yield position + at, header, chunk[at:at + header.size]
+                consumed = at + header.size
+            if consumed == 0:  # one batch larger than a chunk, or a damaged tail
+                header = read_header(chunk)
+                if position + header.size > file.size:
+                    raise CorruptMessageError(
+                        f"{self.log_path(file)}: batch at position {position} runs past the end")
+                self._check()
+                yield position, header, self.pread(file, position, header.size)
+                consumed = header.size
+            position += consumed
+
+    def _check(self) -> None:
+        if self._is_cancelled():
+            raise CleaningAbortedError(f"cleaning of {self.directory} was cancelled")
+
+
+class _AbortedTxns:
+    """Which transactional batches were aborted: the read_committed consumer's walk
+    over the ``.txnindex`` entries, fed every batch in offset order."""
+
+    def __init__(self, aborted: Iterable[AbortedTxn]) -> None:
+        self._heap = [(txn.first_offset, txn.producer_id) for txn in aborted]
+        heapq.heapify(self._heap)
+        self._producers: set[int] = set()
+
+    def is_aborted_data(self, header: BatchHeader) -> bool:
+        if not header.has_producer_id:
+            return False
+        while self._heap and self._heap[0][0] <= header.last_offset:
+            self._producers.add(heapq.heappop(self._heap)[1])
+        return (header.is_transactional and not header.is_control
+                and header.producer_id in self._producers)
+
+    def on_abort_marker(self, producer_id: int) -> None:
+        self._producers.discard(producer_id)
+
+
+def _control_type(batch: bytes) -> ControlType | int:
+    return decode_control_record(decode_batch(batch).records[0])[0]
+
+
+class _GroupWriter:
     """Writes one group's cleaned segment, as ``.cleaned`` files, synced; ``run``
     returns whether it wrote one. A lone segment is written only once one of its
     batches changes (the unchanged ones before it are copied then), so a segment that
-    comes out as it went in is left alone. On failure its files are deleted."""
+    comes out as it went in is left alone. On failure its files stay: the round
+    deletes them (a worker killed mid-write could not)."""
 
-    def __init__(self, directory: Path, index_interval_bytes: int, round_: _Round,
-                 group: list[LogSegment]) -> None:
-        super().__init__()
-        self.directory = directory
-        self.index_interval_bytes = index_interval_bytes
+    def __init__(self, reader: _Reader, plan: Plan, round_: _Round, group: tuple[SegmentFile, ...]) -> None:
+        self.reader = reader
+        self.plan = plan
         self.round = round_
         self.group = group
         self.cleaned: LogSegment | None = None
         #: bytes of the cleaned segment synced so far
         self._synced = 0
         #: unchanged batches not written yet: (segment, position, header, its .txnindex entry)
-        self._pending: list[tuple[LogSegment, int, BatchHeader, AbortedTxn | None]] = []
+        self._pending: list[tuple[SegmentFile, int, BatchHeader, AbortedTxn | None]] = []
 
     def run(self) -> bool:
         try:
             if len(self.group) > 1:
                 self._open()
             aborts = self.round.aborts_by_marker
-            for segment in self.group:
-                for position, header, batch in self._batches(segment):
+            for file in self.group:
+                for position, header, batch in self.reader.batches(file):
                     out = self.round.filter(header, batch)
                     txn = aborts.get(header.base_offset) if header.is_control and out is not None else None
-                    self._add(segment, position, header, batch, out, txn)
+                    self._add(file, position, header, batch, out, txn)
             if self.cleaned is None:
                 return False
             self._finish()
             return True
-        except BaseException:
-            for path in self.cleaned_paths():
-                path.unlink(missing_ok=True)
-            raise
         finally:
             if self.cleaned is not None:
                 self.cleaned.close()
 
-    def cleaned_paths(self) -> list[Path]:
-        base = self.group[0].base_offset
-        return [filenames.segment_path(self.directory, base, suffix + filenames.CLEANED_SUFFIX)
-                for suffix in filenames.SEGMENT_SUFFIXES]
-
-    def _add(self, segment: LogSegment, position: int, header: BatchHeader, batch: bytes,
+    def _add(self, file: SegmentFile, position: int, header: BatchHeader, batch: bytes,
              out: bytes | None, txn: AbortedTxn | None) -> None:
         """``out`` is what becomes of ``batch``: the same object when it is unchanged,
         new bytes when it was rewritten, None when it is dropped."""
         if self.cleaned is None:
             if out is batch:
-                self._pending.append((segment, position, header, txn))
+                self._pending.append((file, position, header, txn))
                 return
             self._open()
         if out is not None:
             self._append(out, header if out is batch else read_header(out), txn)
 
     def _open(self) -> None:
-        for path in self.cleaned_paths():  # a failed earlier round may have left some
+        base = self.group[0].base_offset
+        for path in _cleaned_paths(self.plan.directory, base):  # a failed earlier round may have left some
             path.unlink(missing_ok=True)
-        self.cleaned = LogSegment(self.directory, self.group[0].base_offset, self.index_interval_bytes,
-                                  created_ms=self.group[0].rolling_base_ms,
-                                  file_suffix=filenames.CLEANED_SUFFIX)
-        for segment, position, header, txn in self._pending:
-            self._append(segment.pread(position, header.size), header, txn)
+        self.cleaned = LogSegment(self.plan.directory, base, self.plan.index_interval_bytes,
+                                  created_ms=self.plan.now_ms, file_suffix=filenames.CLEANED_SUFFIX)
+        for file, position, header, txn in self._pending:
+            self._append(self.reader.pread(file, position, header.size), header, txn)
         self._pending = []
 
     def _append(self, batch: bytes, header: BatchHeader, txn: AbortedTxn | None) -> None:
@@ -508,37 +606,30 @@ class _GroupWriter(_Job):
         assert self.cleaned is not None
         self.cleaned.flush()
         self.cleaned.path(filenames.TXN_INDEX_SUFFIX).touch()
-        modified = max(os.stat(segment.log_path).st_mtime_ns for segment in self.group)
+        modified = max(os.stat(self.reader.log_path(file)).st_mtime_ns for file in self.group)
         os.utime(self.cleaned.log_path, ns=(modified, modified))
 
 
 class _Round:
     """The filter of a round: every batch of the cleanable range, in offset order,
-    group by group (its writers call :meth:`filter` one after another). Built on the
-    owner's thread from what the round captured there and what :class:`_Scan` found."""
+    group by group (its writers call :meth:`filter` one after another)."""
 
-    def __init__(self, config: LogConfig, now_ms: int, scan: _Scan, segments: list[LogSegment],
-                 end: int, aborted: list[AbortedTxn], remembered: frozenset[tuple[int, int]]) -> None:
-        self.now_ms = now_ms
-        self.offset_map = scan.offset_map
-        self.bytes_before = sum(segment.size for segment in segments)
-        self.horizon_ms = now_ms + config.delete_retention_ms
-        self.aborted = _AbortedTxns(aborted)
+    def __init__(self, plan: Plan, offset_map: dict[bytes, int], last_markers: dict[int, int]) -> None:
+        self.now_ms = plan.now_ms
+        #: key -> the highest offset of a record with that key in the dirty part
+        self.offset_map = offset_map
+        self.horizon_ms = plan.now_ms + plan.delete_retention_ms
+        self.aborted = _AbortedTxns(plan.aborted)
         #: the ``.txnindex`` entries of the range, by the offset of their ABORT marker
-        self.aborts_by_marker = {txn.last_offset: txn for segment in segments
-                                 for txn in segment.txn_index.all_entries()}
+        self.aborts_by_marker = {txn.last_offset: txn for txn in plan.txn_entries}
         #: (producer id, last offset) of every batch producer state remembers
-        self.remembered = remembered
+        self.remembered = plan.remembered
         #: each known producer's last marker in the range
-        self.last_markers = scan.last_markers
+        self.last_markers = last_markers
         #: producer id -> whether a batch of its current transaction is kept
         self.txn_kept: dict[int, bool] = {}
         self.next_horizon_ms: int | None = None
         self.records_removed = self.batches_removed = 0
-
-    def stats(self, bytes_after: int, segments_rewritten: int) -> CleanerStats:
-        return CleanerStats(self.bytes_before, bytes_after, self.records_removed, self.batches_removed,
-                            segments_rewritten)
 
     def filter(self, header: BatchHeader, batch: bytes) -> bytes | None:
         """What becomes of one batch: ``batch`` itself, a rewrite, or None (dropped)."""

@@ -23,9 +23,14 @@ CreateTopics or an HTTP request answers with it) and is reported to the engine's
 :class:`~app.engine.disk_space.DiskSpace`, which logs the full disk once; the job
 itself is not logged again (steps undo what they wrote, and the next round retries).
 
+A job that is CPU work in Python (a ``ProcessJob``: a cleaning round's reading,
+filtering and writing) would hold the interpreter's GIL against the loop even on a
+thread; its thread hands it to the ``exactly-cleaner`` worker process
+(``app/engine/worker_process.py``) and waits. Plan and install stay on the loop.
+
 A topic being deleted, or the engine closing, first cancels its partitions' jobs
-(:meth:`Maintenance.quiesce`): a cleaning job in progress or to come stops at its
-next batch and deletes what it wrote, which ends the round.
+(:meth:`Maintenance.quiesce`): a cleaning job in progress or to come -- in the
+worker process too -- stops at its next batch, and the round deletes what it wrote.
 """
 
 from __future__ import annotations
@@ -38,14 +43,16 @@ from typing import Any, Callable, Iterable, TypeVar
 
 from app.engine.disk_space import DiskSpace
 from app.engine.worker import Worker
-from storage.background import Cancellable, Job, Steps
+from app.engine.worker_process import WorkerProcess
+from storage.background import Cancellable, Job, ProcessJob, Steps
 from storage.errors import LogDirFullError, is_no_space, storage_error
 from storage.partition_log import PartitionLog
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-#: the niceness of the maintenance thread (0 is normal, 19 the lowest priority)
+#: the niceness of the maintenance thread and the worker process (0 is normal, 19 the
+#: lowest priority)
 MAINTENANCE_NICE = 10
 
 
@@ -80,6 +87,8 @@ class Maintenance:
         self.partitions = Worker(loop, "exactly-maintenance", nice=MAINTENANCE_NICE)
         #: short whole-file writes: snapshots, checkpoints, topics.json, producer-id blocks
         self.metadata = Worker(loop, "exactly-metadata")
+        #: the CPU work of cleaning rounds, out of this interpreter
+        self.process = WorkerProcess("exactly-cleaner", nice=MAINTENANCE_NICE)
         self._slots: weakref.WeakKeyDictionary[PartitionLog, _Slot] = weakref.WeakKeyDictionary()
         self._in_flight: set[asyncio.Future[Any]] = set()
         self._closing = False
@@ -136,6 +145,8 @@ class Maintenance:
                 job = steps.send(result) if error is None else steps.throw(error)
             except StopIteration as stop:
                 return stop.value
+            if isinstance(job, ProcessJob):
+                job = self.process.call(job)
             if slot is not None:
                 slot.job = job
                 if slot.cancelled and isinstance(job, Cancellable):
@@ -184,7 +195,8 @@ class Maintenance:
             await asyncio.gather(*list(self._in_flight), return_exceptions=True)
 
     def stop(self) -> None:
-        """End the threads (after close, once the loop has stopped)."""
+        """End the worker process and the threads (after close, once the loop has stopped)."""
+        self.process.stop()
         self.partitions.stop()
         self.metadata.stop()
 
