@@ -228,12 +228,16 @@ def test_join_chooses_the_protocol_every_member_supports(broker):
 
 
 def test_two_members_joining_together_share_a_generation_and_one_leader_sees_all(open_broker, clock):
-    # group.initial.rebalance.delay.ms holds the first rebalance open for more joiners
+    # group.initial.rebalance.delay.ms holds the first rebalance open for more joiners; a
+    # joiner during a delay earns another one (Kafka's InitialDelayedJoin)
     b = open_broker(**{"group.initial.rebalance.delay.ms": 3000})
     t1 = join(b, "g", protocols=[("range", b"meta-1")], client_id="one")
     t2 = join(b, "g", protocols=[("range", b"meta-2")], client_id="two")
     tick(b)
     assert still_waiting(b, t1) and still_waiting(b, t2)
+    clock.advance(3000)
+    tick(b)
+    assert still_waiting(b, t1) and still_waiting(b, t2)  # "two" joined during the first delay
     clock.advance(3000)
     tick(b)
     r1, r2 = outcome(b, t1), outcome(b, t2)
