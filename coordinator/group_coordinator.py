@@ -247,6 +247,8 @@ class GroupCoordinator:
         now = self.clock.now_ms()
         rebalance_timeout_ms = rebalance_timeout_ms if rebalance_timeout_ms > 0 else session_timeout_ms
         member = self._member_for_join(group, member_id, group_instance_id, client_id, client_host, now)
+        if member_id and self._rejoins_unchanged(group, member, protocols):
+            return self._join_result(group, member)
         member.session_timeout_ms, member.rebalance_timeout_ms = session_timeout_ms, rebalance_timeout_ms
         member.protocol_type, member.protocols = protocol_type, list(protocols)
         if group.protocol_type is None or len(group.members) == 1:
@@ -260,6 +262,27 @@ class GroupCoordinator:
         except asyncio.CancelledError:
             self._abandon_join(group, member, waiter, new_member=not member_id)
             raise
+
+    @staticmethod
+    def _rejoins_unchanged(group: GroupMetadata, member: Member, protocols: list[tuple[str, bytes]]) -> bool:
+        """Kafka's doCurrentMemberJoinGroup: a member rejoining with the same protocols
+        while the generation is being synced (it missed its JoinGroup answer), or a
+        follower doing so in a Stable group, just gets the current generation -- no
+        rebalance. A Stable group's leader rejoining does rebalance: that is how it asks
+        for a new assignment."""
+        if member.protocols != list(protocols):
+            return False
+        return (group.state is G.COMPLETING_REBALANCE
+                or (group.state is G.STABLE and member.member_id != group.leader))
+
+    @staticmethod
+    def _join_result(group: GroupMetadata, member: Member) -> JoinResult:
+        """The current generation as a JoinGroup answers it; the leader also gets every
+        member's metadata."""
+        everyone = [(m.member_id, m.group_instance_id, m.metadata_for(group.protocol or ""))
+                    for m in group.members.values()] if member.member_id == group.leader else []
+        return JoinResult(group.generation, group.protocol_type, group.protocol, group.leader or "",
+                          member.member_id, everyone)
 
     def _abandon_join(self, group: GroupMetadata, member: Member, waiter: asyncio.Future,
                       new_member: bool) -> None:
@@ -366,14 +389,10 @@ class GroupCoordinator:
         if group.leader not in joined:
             group.leader = joined[0]
         group.transition(G.COMPLETING_REBALANCE, now)
-        everyone_metadata = [(m.member_id, m.group_instance_id, m.metadata_for(group.protocol or ""))
-                             for m in group.members.values()]
         for member in group.members.values():
             waiter, member.join_waiter = member.join_waiter, None
             if waiter is not None and not waiter.done():
-                waiter.set_result(JoinResult(group.generation, group.protocol_type, group.protocol,
-                                             group.leader, member.member_id,
-                                             everyone_metadata if member.member_id == group.leader else []))
+                waiter.set_result(self._join_result(group, member))
             self._restart_session(member, now)
             member.is_new = False
         group.pending_sync = set(group.members)

@@ -297,6 +297,41 @@ def test_a_known_member_that_gives_up_its_rejoin_has_not_rejoined(broker, clock)
     assert quits not in group(broker, "g").members
 
 
+def test_a_follower_rejoining_a_stable_group_unchanged_gets_the_current_generation(broker):
+    """Kafka answers such a JoinGroup at once with the generation the follower already
+    has (a client that lost a JoinGroup answer sends it again): no rebalance."""
+    formed = form_group(broker, "g", 2)
+    leader, follower = formed.members
+    again = outcome(broker, join(broker, "g", follower))
+    assert (again.generation, again.leader, again.members) == (formed.generation, leader, [])
+    g = group(broker, "g")
+    assert g.state is G.STABLE and g.generation == formed.generation
+    assert call(broker, gc(broker).sync_group, "g", again.generation, follower) == b"to:" + follower.encode()
+
+
+def test_a_member_rejoining_unchanged_while_the_generation_syncs_gets_it_again(broker):
+    formed = form_group(broker, "g", 1)
+    (leader,) = formed.members
+    newcomer = join(broker, "g")
+    r_leader, r_new = finish_rebalance(broker, "g", [leader], newcomer)
+    assert group(broker, "g").state is G.COMPLETING_REBALANCE
+    again = outcome(broker, join(broker, "g", leader))  # the leader lost its JoinGroup answer
+    assert (again.generation, again.leader) == (r_leader.generation, leader)
+    assert {m for m, _, _ in again.members} == {leader, r_new.member_id}
+    assert group(broker, "g").state is G.COMPLETING_REBALANCE
+
+
+@pytest.mark.parametrize("who, protocols", [("leader", PROTOCOLS), ("follower", [("range", b"changed")])])
+def test_the_leader_or_a_changed_follower_rejoining_a_stable_group_rebalances(broker, who, protocols):
+    formed = form_group(broker, "g", 2)
+    rejoining = formed.members[0 if who == "leader" else 1]
+    waiting = join(broker, "g", rejoining, protocols=protocols)
+    assert still_waiting(broker, waiting) and group(broker, "g").state is G.PREPARING_REBALANCE
+    other = [m for m in formed.members if m != rejoining]
+    results = finish_rebalance(broker, "g", other, waiting)
+    assert {r.generation for r in results} == {formed.generation + 1}
+
+
 # -- SyncGroup ------------------------------------------------------------------------------------
 
 
