@@ -6,14 +6,31 @@ Requests and their answers (Kafka's ``GroupCoordinator``, classic protocol):
   ``group.min/max.session.timeout.ms``: INVALID_SESSION_TIMEOUT; a protocol type or
   protocols no member shares: INCONSISTENT_GROUP_PROTOCOL; an unknown member id:
   UNKNOWN_MEMBER_ID; a static member whose instance id another member took over:
-  FENCED_INSTANCE_ID. Otherwise the member waits until every member has rejoined
-  (or the rebalance timeout drops the missing ones), then gets the new generation,
-  the chosen protocol and the leader (the leader also gets every member's metadata).
+  FENCED_INSTANCE_ID. A known member rejoining with unchanged protocols while the
+  generation syncs, or a follower doing so in a Stable group, gets the current
+  generation at once. Otherwise the member waits until every member has rejoined
+  (or the rebalance timeout drops the missing dynamic ones), then gets the new
+  generation, the chosen protocol and the leader (the leader also gets every
+  member's metadata).
 * SyncGroup -- wrong generation: ILLEGAL_GENERATION; a rebalance started again:
-  REBALANCE_IN_PROGRESS. The leader's assignment is made durable, then handed out.
+  REBALANCE_IN_PROGRESS. The leader's assignment is made durable, then handed out;
+  a failed write fails every waiting member and rebalances the group.
 * Heartbeat -- unknown member: UNKNOWN_MEMBER_ID; wrong generation:
-  ILLEGAL_GENERATION; a rebalance is on: REBALANCE_IN_PROGRESS (rejoin). A member
-  silent for its session timeout is removed and the group rebalances.
+  ILLEGAL_GENERATION; a rebalance is on: REBALANCE_IN_PROGRESS (rejoin).
+
+Timers, as Kafka counts them (``tick`` runs them):
+
+* Session -- restarted for every member when a join completes, when its SyncGroup
+  is answered (or arrives in a Stable group), on Heartbeat and on OffsetCommit of
+  the current generation; it does not run while a known member waits in JoinGroup
+  or SyncGroup. A member past it is removed and the group rebalances. A new
+  member's JoinGroup expires after ``NEW_MEMBER_JOIN_TIMEOUT_MS``.
+* Join phase -- ends at the rebalance timeout (the members' longest), or, for an
+  Empty group, after ``group.initial.rebalance.delay.ms``, repeated while new
+  members keep joining, within the rebalance timeout. If only static members are
+  missing and none rejoined, it waits another rebalance timeout.
+* Sync phase -- members that got the new generation but send no SyncGroup within
+  the rebalance timeout are removed and the group rebalances.
 * OffsetCommit -- a standalone commit (generation -1, no member id) only while the
   group has no members; otherwise the member and generation must be current.
 * TxnOffsetCommit -- first, as Kafka verifies it (KIP-890), the group's
