@@ -1,4 +1,4 @@
-"""confluent-kafka (librdkafka) consumers joining and leaving one group, over the
+"""Real consumers (confluent-kafka, kafka-python) joining and leaving one group, over the
 Kafka listener with the real clock: every membership change is exactly one
 rebalance, counted by the members' on_assign callbacks.
 
