@@ -17,20 +17,6 @@ Requests and their answers (Kafka's ``GroupCoordinator``, classic protocol):
   a failed write fails every waiting member and rebalances the group.
 * Heartbeat -- unknown member: UNKNOWN_MEMBER_ID; wrong generation:
   ILLEGAL_GENERATION; a rebalance is on: REBALANCE_IN_PROGRESS (rejoin).
-
-Timers, as Kafka counts them (``tick`` runs them):
-
-* Session -- restarted for every member when a join completes, when its SyncGroup
-  is answered (or arrives in a Stable group), on Heartbeat and on OffsetCommit of
-  the current generation; it does not run while a known member waits in JoinGroup
-  or SyncGroup. A member past it is removed and the group rebalances. A new
-  member's JoinGroup expires after ``NEW_MEMBER_JOIN_TIMEOUT_MS``.
-* Join phase -- ends at the rebalance timeout (the members' longest), or, for an
-  Empty group, after ``group.initial.rebalance.delay.ms``, repeated while new
-  members keep joining, within the rebalance timeout. If only static members are
-  missing and none rejoined, it waits another rebalance timeout.
-* Sync phase -- members that got the new generation but send no SyncGroup within
-  the rebalance timeout are removed and the group rebalances.
 * OffsetCommit -- a standalone commit (generation -1, no member id) only while the
   group has no members; otherwise the member and generation must be current.
 * TxnOffsetCommit -- first, as Kafka verifies it (KIP-890), the group's
@@ -57,6 +43,20 @@ Timers, as Kafka counts them (``tick`` runs them):
   ordinary commit.
 * A deleted topic -- its committed and pending offsets go, with tombstones, as Kafka
   removes them (``onPartitionsDeleted``).
+
+Timers, as Kafka counts them (``tick`` runs them):
+
+* Session -- restarted for every member when a join completes, when its SyncGroup
+  is answered (or arrives in a Stable group), on Heartbeat and on OffsetCommit of
+  the current generation; it does not run while a known member waits in JoinGroup
+  or SyncGroup. A member past it is removed and the group rebalances. A new
+  member's JoinGroup expires after ``NEW_MEMBER_JOIN_TIMEOUT_MS``.
+* Join phase -- ends at the rebalance timeout (the members' longest), or, for an
+  Empty group, after ``group.initial.rebalance.delay.ms``, repeated while new
+  members keep joining, within the rebalance timeout. If only static members are
+  missing and none rejoined, it waits another rebalance timeout.
+* Sync phase -- members that got the new generation but send no SyncGroup within
+  the rebalance timeout are removed and the group rebalances.
 
 Everything is persisted to ``__consumer_offsets`` before it is applied, and rebuilt
 from it on start as the seed's Consumer Coordinator Startup says (transactional
