@@ -6,14 +6,17 @@ Requests and their answers (Kafka's ``GroupCoordinator``, classic protocol):
   ``group.min/max.session.timeout.ms``: INVALID_SESSION_TIMEOUT; a protocol type or
   protocols no member shares: INCONSISTENT_GROUP_PROTOCOL; an unknown member id:
   UNKNOWN_MEMBER_ID; a static member whose instance id another member took over:
-  FENCED_INSTANCE_ID. Otherwise the member waits until every member has rejoined
-  (or the rebalance timeout drops the missing ones), then gets the new generation,
-  the chosen protocol and the leader (the leader also gets every member's metadata).
+  FENCED_INSTANCE_ID. A known member rejoining with unchanged protocols while the
+  generation syncs, or a follower doing so in a Stable group, gets the current
+  generation at once. Otherwise the member waits until every member has rejoined
+  (or the rebalance timeout drops the missing dynamic ones), then gets the new
+  generation, the chosen protocol and the leader (the leader also gets every
+  member's metadata).
 * SyncGroup -- wrong generation: ILLEGAL_GENERATION; a rebalance started again:
-  REBALANCE_IN_PROGRESS. The leader's assignment is made durable, then handed out.
+  REBALANCE_IN_PROGRESS. The leader's assignment is made durable, then handed out;
+  a failed write fails every waiting member and rebalances the group.
 * Heartbeat -- unknown member: UNKNOWN_MEMBER_ID; wrong generation:
-  ILLEGAL_GENERATION; a rebalance is on: REBALANCE_IN_PROGRESS (rejoin). A member
-  silent for its session timeout is removed and the group rebalances.
+  ILLEGAL_GENERATION; a rebalance is on: REBALANCE_IN_PROGRESS (rejoin).
 * OffsetCommit -- a standalone commit (generation -1, no member id) only while the
   group has no members; otherwise the member and generation must be current.
 * TxnOffsetCommit -- first, as Kafka verifies it (KIP-890), the group's
@@ -41,6 +44,20 @@ Requests and their answers (Kafka's ``GroupCoordinator``, classic protocol):
 * A deleted topic -- its committed and pending offsets go, with tombstones, as Kafka
   removes them (``onPartitionsDeleted``).
 
+Timers, as Kafka counts them (``tick`` runs them):
+
+* Session -- restarted for every member when a join completes, when its SyncGroup
+  is answered (or arrives in a Stable group), on Heartbeat and on OffsetCommit of
+  the current generation; it does not run while a known member waits in JoinGroup
+  or SyncGroup. A member past it is removed and the group rebalances. A new
+  member's JoinGroup expires after ``NEW_MEMBER_JOIN_TIMEOUT_MS``.
+* Join phase -- ends at the rebalance timeout (the members' longest), or, for an
+  Empty group, after ``group.initial.rebalance.delay.ms``, repeated while new
+  members keep joining, within the rebalance timeout. If only static members are
+  missing and none rejoined, it waits another rebalance timeout.
+* Sync phase -- members that got the new generation but send no SyncGroup within
+  the rebalance timeout are removed and the group rebalances.
+
 Everything is persisted to ``__consumer_offsets`` before it is applied, and rebuilt
 from it on start as the seed's Consumer Coordinator Startup says (transactional
 offsets held back until their marker).
@@ -56,7 +73,14 @@ from dataclasses import dataclass
 from typing import Iterable, Protocol
 
 from coordinator import offsets_log
-from coordinator.group_metadata import CommittedOffset, GroupMetadata, GroupState, Member, TopicPartition
+from coordinator.group_metadata import (
+    CommittedOffset,
+    GroupMetadata,
+    GroupState,
+    InitialDelay,
+    Member,
+    TopicPartition,
+)
 from coordinator.schema import SchemaError
 from coordinator.transaction_log import partition_for
 from storage.clock import Clock
@@ -80,6 +104,11 @@ from storage.record_batch import ControlType, decode_batch, decode_control_recor
 
 log = logging.getLogger(__name__)
 G = GroupState
+
+#: Kafka's ``GroupCoordinator.NewMemberJoinTimeoutMs`` (not a config): how long a new
+#: member's first JoinGroup may wait in a rebalance before it is dropped (UNKNOWN_MEMBER_ID;
+#: a client still there joins again). Known members waiting to rejoin are never expired.
+NEW_MEMBER_JOIN_TIMEOUT_MS = 300_000
 
 
 class GroupIO(Protocol):
@@ -194,7 +223,7 @@ class GroupCoordinator:
         group.members = {m.member_id: Member(
             m.member_id, m.group_instance_id, m.client_id, m.client_host, m.session_timeout,
             m.rebalance_timeout, value.protocol_type, [(value.protocol or "", m.subscription or b"")],
-            last_heartbeat_ms=now, assignment=m.assignment or b"") for m in value.members}
+            session_deadline_ms=now + m.session_timeout, assignment=m.assignment or b"") for m in value.members}
         group.static_members = {m.group_instance_id: m.member_id for m in value.members if m.group_instance_id}
         group.state = G.STABLE if group.members else G.EMPTY
 
@@ -235,9 +264,10 @@ class GroupCoordinator:
         now = self.clock.now_ms()
         rebalance_timeout_ms = rebalance_timeout_ms if rebalance_timeout_ms > 0 else session_timeout_ms
         member = self._member_for_join(group, member_id, group_instance_id, client_id, client_host, now)
+        if member_id and self._rejoins_unchanged(group, member, protocols):
+            return self._join_result(group, member)
         member.session_timeout_ms, member.rebalance_timeout_ms = session_timeout_ms, rebalance_timeout_ms
         member.protocol_type, member.protocols = protocol_type, list(protocols)
-        member.last_heartbeat_ms = now
         if group.protocol_type is None or len(group.members) == 1:
             group.protocol_type = protocol_type
         waiter = member.join_waiter = asyncio.get_running_loop().create_future()
@@ -250,6 +280,27 @@ class GroupCoordinator:
             self._abandon_join(group, member, waiter, new_member=not member_id)
             raise
 
+    @staticmethod
+    def _rejoins_unchanged(group: GroupMetadata, member: Member, protocols: list[tuple[str, bytes]]) -> bool:
+        """Kafka's doCurrentMemberJoinGroup: a member rejoining with the same protocols
+        while the generation is being synced (it missed its JoinGroup answer), or a
+        follower doing so in a Stable group, just gets the current generation -- no
+        rebalance. A Stable group's leader rejoining does rebalance: that is how it asks
+        for a new assignment."""
+        if member.protocols != list(protocols):
+            return False
+        return (group.state is G.COMPLETING_REBALANCE
+                or (group.state is G.STABLE and member.member_id != group.leader))
+
+    @staticmethod
+    def _join_result(group: GroupMetadata, member: Member) -> JoinResult:
+        """The current generation as a JoinGroup answers it; the leader also gets every
+        member's metadata."""
+        everyone = [(m.member_id, m.group_instance_id, m.metadata_for(group.protocol or ""))
+                    for m in group.members.values()] if member.member_id == group.leader else []
+        return JoinResult(group.generation, group.protocol_type, group.protocol, group.leader or "",
+                          member.member_id, everyone)
+
     def _abandon_join(self, group: GroupMetadata, member: Member, waiter: asyncio.Future,
                       new_member: bool) -> None:
         """The client gave up on its JoinGroup (it closed): it has not rejoined after
@@ -260,7 +311,7 @@ class GroupCoordinator:
         member.join_waiter = None
         if new_member:
             self._remove_member(group, member.member_id, UnknownMemberIdError("gave up joining"))
-            self._maybe_complete_join(group, self.clock.now_ms())
+            self._after_removal(group, self.clock.now_ms())
 
     def _member_for_join(self, group: GroupMetadata, member_id: str, group_instance_id: str | None,
                          client_id: str, client_host: str, now: int) -> Member:
@@ -270,7 +321,10 @@ class GroupCoordinator:
         if group_instance_id is not None and group_instance_id in group.static_members:
             self._remove_member(group, group.static_members[group_instance_id],
                                 FencedInstanceIdError(f"instance {group_instance_id!r} rejoined as {new_id}"))
-        member = Member(new_id, group_instance_id, client_id, client_host, 0, 0, "", [], now)
+        member = Member(new_id, group_instance_id, client_id, client_host, 0, 0, "", [],
+                        session_deadline_ms=now + NEW_MEMBER_JOIN_TIMEOUT_MS, is_new=True)
+        if group.state is G.PREPARING_REBALANCE and group.generation == 0:
+            group.new_member_added = True  # the initial delay may hold out longer for more
         group.members[new_id] = member
         if group_instance_id is not None:
             group.static_members[group_instance_id] = new_id
@@ -295,50 +349,96 @@ class GroupCoordinator:
         return member
 
     def _prepare_rebalance(self, group: GroupMetadata, now: int) -> None:
+        """Kafka's prepareRebalance: waiting syncs are told to rejoin, a pending sync
+        deadline is dropped, and the join phase gets its deadline -- the rebalance
+        timeout, or for a group that was Empty the first phase of the initial delay."""
         if group.state is G.COMPLETING_REBALANCE:
-            for member in group.members.values():
-                _fail(member.sync_waiter, RebalanceInProgressError(f"group {group.group_id!r} is rebalancing"))
-                member.sync_waiter = None
-        initial = group.state is G.EMPTY and self.config.group_initial_rebalance_delay_ms > 0
+            self._answer_syncs(group, now, RebalanceInProgressError(f"group {group.group_id!r} is rebalancing"))
+        group.pending_sync.clear()
+        configured = self.config.group_initial_rebalance_delay_ms
+        initial = group.state is G.EMPTY and configured > 0
         group.transition(G.PREPARING_REBALANCE, now)
-        timeout = max((m.rebalance_timeout_ms for m in group.members.values()), default=0)
-        delay = self.config.group_initial_rebalance_delay_ms if initial else timeout
-        group.rebalance_deadline_ms = now + delay
-        group.initial_rebalance = initial
+        timeout = group.rebalance_timeout_ms()
+        group.initial_delay = InitialDelay(configured, max(timeout - configured, 0)) if initial else None
+        group.rebalance_deadline_ms = now + (configured if initial else timeout)
 
-    def _maybe_complete_join(self, group: GroupMetadata, now: int, deadline_passed: bool = False) -> None:
-        if group.state is not G.PREPARING_REBALANCE:
+    def _maybe_complete_join(self, group: GroupMetadata, now: int) -> None:
+        """Complete the join phase as soon as every member has rejoined (Kafka's
+        tryCompleteJoin) -- except during the initial delay, which always runs out."""
+        if (group.state is G.PREPARING_REBALANCE and group.initial_delay is None
+                and all(m.join_waiter is not None for m in group.members.values())):
+            self._complete_join(group, now)
+
+    def _join_deadline_passed(self, group: GroupMetadata, now: int) -> None:
+        """The join phase's deadline ran out. A phase of the initial delay during which
+        a new member joined is followed by another (Kafka's InitialDelayedJoin), while
+        the rebalance timeout lasts; otherwise the join completes without the rest."""
+        delay = group.initial_delay
+        if delay is not None and group.new_member_added and delay.remaining_ms > 0:
+            group.new_member_added = False
+            group.initial_delay = InitialDelay(min(self.config.group_initial_rebalance_delay_ms, delay.remaining_ms),
+                                               max(delay.remaining_ms - delay.delay_ms, 0))
+            group.rebalance_deadline_ms = now + group.initial_delay.delay_ms
             return
-        waiting_initial = group.initial_rebalance and not deadline_passed
-        everyone = all(m.join_waiter is not None for m in group.members.values())
-        if not deadline_passed and (waiting_initial or not everyone):
-            return
-        for member_id in [m for m, member in group.members.items() if member.join_waiter is None]:
+        self._complete_join(group, now)
+
+    def _complete_join(self, group: GroupMetadata, now: int) -> None:
+        """Kafka's onCompleteJoin: dynamic members that have not rejoined are removed
+        (static ones stay until their session or the sync deadline removes them), the
+        generation is bumped, every member's session restarts now -- however long it
+        waited in JoinGroup -- and the members have the rebalance timeout to SyncGroup."""
+        group.initial_delay = None
+        for member_id in [m.member_id for m in group.members.values()
+                          if m.join_waiter is None and m.group_instance_id is None]:
             self._remove_member(group, member_id, UnknownMemberIdError("did not rejoin in time"))
+        joined = [m.member_id for m in group.members.values() if m.join_waiter is not None]
+        if group.members and not joined:
+            # only static members that have not rejoined: give them another rebalance timeout
+            group.rebalance_deadline_ms = now + group.rebalance_timeout_ms()
+            return
+        group.generation += 1
         if not group.members:
-            group.generation += 1
             group.protocol = group.leader = None
             group.transition(G.EMPTY, now)
             asyncio.get_running_loop().create_task(self._store_group_quietly(group))
             return
-        group.generation += 1
         group.protocol = group.select_protocol()
-        if group.leader not in group.members:
-            group.leader = next(iter(group.members))
+        if group.leader not in joined:
+            group.leader = joined[0]
         group.transition(G.COMPLETING_REBALANCE, now)
-        everyone_metadata = [(m.member_id, m.group_instance_id, m.metadata_for(group.protocol or ""))
-                             for m in group.members.values()]
         for member in group.members.values():
             waiter, member.join_waiter = member.join_waiter, None
             if waiter is not None and not waiter.done():
-                waiter.set_result(JoinResult(group.generation, group.protocol_type, group.protocol,
-                                             group.leader, member.member_id,
-                                             everyone_metadata if member.member_id == group.leader else []))
+                waiter.set_result(self._join_result(group, member))
+            self._restart_session(member, now)
+            member.is_new = False
+        group.pending_sync = set(group.members)
+        group.sync_deadline_ms = now + group.rebalance_timeout_ms()
+
+    @staticmethod
+    def _restart_session(member: Member, now: int) -> None:
+        """Kafka's completeAndScheduleNextHeartbeatExpiration."""
+        member.session_deadline_ms = now + member.session_timeout_ms
+
+    def _answer_syncs(self, group: GroupMetadata, now: int, error: KafkaError | None = None) -> None:
+        """Answer every waiting SyncGroup -- its assignment, or ``error`` -- and restart the
+        session of each member answered (Kafka's propagateAssignment)."""
+        for member in group.members.values():
+            waiter, member.sync_waiter = member.sync_waiter, None
+            if waiter is None:
+                continue
+            if not waiter.done():
+                if error is None:
+                    waiter.set_result(member.assignment)
+                else:
+                    waiter.set_exception(error)
+            self._restart_session(member, now)
 
     def _remove_member(self, group: GroupMetadata, member_id: str, error: KafkaError) -> None:
         member = group.members.pop(member_id, None)
         if member is None:
             return
+        group.pending_sync.discard(member_id)
         _fail(member.join_waiter, error)
         _fail(member.sync_waiter, error)
         if member.group_instance_id is not None and group.static_members.get(member.group_instance_id) == member_id:
@@ -354,7 +454,9 @@ class GroupCoordinator:
             raise IllegalGenerationError(f"generation {generation} is not group {group_id!r}'s {group.generation}")
         if group.state is G.PREPARING_REBALANCE:
             raise RebalanceInProgressError(f"group {group_id!r} is rebalancing")
+        group.pending_sync.discard(member_id)
         if group.state is G.STABLE:
+            self._restart_session(member, self.clock.now_ms())
             return member.assignment
         waiter = member.sync_waiter = asyncio.get_running_loop().create_future()
         if member_id == group.leader:
@@ -365,34 +467,40 @@ class GroupCoordinator:
             except KafkaError as e:
                 # Kafka's resetAndPropagateAssignmentError: every member waiting on this
                 # generation gets the error (instead of waiting for a session timeout),
-                # and the assignment that was not stored is not handed out later
+                # the assignment that was not stored is not handed out later, and the
+                # group rebalances (maybePrepareRebalance)
                 if group.state is G.COMPLETING_REBALANCE and group.generation == generation:
                     for m in group.members.values():
                         m.assignment = b""
-                        _fail(m.sync_waiter, e)
-                        m.sync_waiter = None
+                    now = self.clock.now_ms()
+                    self._answer_syncs(group, now, e)
+                    self._prepare_rebalance(group, now)
                 raise
             if group.state is G.COMPLETING_REBALANCE and group.generation == generation:
-                group.transition(G.STABLE, self.clock.now_ms())
-                for m in group.members.values():
-                    w, m.sync_waiter = m.sync_waiter, None
-                    if w is not None and not w.done():
-                        w.set_result(m.assignment)
+                now = self.clock.now_ms()
+                group.transition(G.STABLE, now)
+                self._answer_syncs(group, now)
         return await waiter
 
     async def heartbeat(self, group_id: str, generation: int, member_id: str,
                         group_instance_id: str | None = None) -> None:
+        """Kafka's order: member, then generation -- a stale member's heartbeat restarts
+        nothing -- then the session restarts and a rebalance in progress says rejoin."""
         group, member = self._current_member(group_id, member_id, group_instance_id)
-        member.last_heartbeat_ms = self.clock.now_ms()
-        if group.state is G.PREPARING_REBALANCE:
-            raise RebalanceInProgressError(f"group {group_id!r} is rebalancing; rejoin")
         if generation != group.generation:
             raise IllegalGenerationError(f"generation {generation} is not group {group_id!r}'s {group.generation}")
+        self._restart_session(member, self.clock.now_ms())
+        if group.state is G.PREPARING_REBALANCE:
+            raise RebalanceInProgressError(f"group {group_id!r} is rebalancing; rejoin")
 
     async def leave_group(self, group_id: str, member_id: str, group_instance_id: str | None = None) -> None:
         group, _ = self._current_member(group_id, member_id, group_instance_id)
         self._remove_member(group, member_id, UnknownMemberIdError("left the group"))
-        now = self.clock.now_ms()
+        self._after_removal(group, self.clock.now_ms())
+
+    def _after_removal(self, group: GroupMetadata, now: int) -> None:
+        """A member left or was removed (Kafka's removeMemberAndUpdateGroup): a settled
+        group rebalances, a rebalancing one may now have everyone it waits for."""
         if group.state in (G.STABLE, G.COMPLETING_REBALANCE):
             self._prepare_rebalance(group, now)
         self._maybe_complete_join(group, now)
@@ -405,18 +513,32 @@ class GroupCoordinator:
         return group, self._validate_member(group, member_id, group_instance_id)
 
     def tick(self) -> None:
-        """Expire silent members and overdue rebalances (the engine calls this often)."""
+        """Run the groups' timers (the engine calls this often): expired sessions, the
+        join phase's deadline, the sync deadline."""
         now = self.clock.now_ms()
         for group in list(self.groups.values()):
-            expired = [m.member_id for m in group.members.values()
-                       if m.join_waiter is None and now - m.last_heartbeat_ms > m.session_timeout_ms]
-            for member_id in expired:
-                log.info("member %s of group %s timed out", member_id, group.group_id)
-                self._remove_member(group, member_id, UnknownMemberIdError("session timed out"))
-            if expired and group.state in (G.STABLE, G.COMPLETING_REBALANCE):
-                self._prepare_rebalance(group, now)
-            if group.state is G.PREPARING_REBALANCE:
-                self._maybe_complete_join(group, now, deadline_passed=now >= group.rebalance_deadline_ms)
+            self._expire_sessions(group, now)
+            if group.state is G.PREPARING_REBALANCE and now >= group.rebalance_deadline_ms:
+                self._join_deadline_passed(group, now)
+            elif group.pending_sync and now >= group.sync_deadline_ms:
+                self._expire_pending_sync(group, now)
+
+    def _expire_sessions(self, group: GroupMetadata, now: int) -> None:
+        expired = [m.member_id for m in group.members.values() if m.has_expired(now)]
+        for member_id in expired:
+            log.info("member %s of group %s timed out", member_id, group.group_id)
+            self._remove_member(group, member_id, UnknownMemberIdError("session timed out"))
+        if expired:
+            self._after_removal(group, now)
+
+    def _expire_pending_sync(self, group: GroupMetadata, now: int) -> None:
+        """Kafka's onExpirePendingSync: members that got the new generation but sent no
+        SyncGroup within the rebalance timeout are removed, and the group rebalances."""
+        missing = sorted(group.pending_sync)
+        log.info("members %s of group %s sent no SyncGroup in time", missing, group.group_id)
+        for member_id in missing:
+            self._remove_member(group, member_id, UnknownMemberIdError("sent no SyncGroup in time"))
+        self._after_removal(group, now)
 
     # -- offsets --------------------------------------------------------------------------
 
@@ -428,7 +550,9 @@ class GroupCoordinator:
         if group is None and (generation >= 0 or member_id):
             raise IllegalGenerationError(f"group {group_id!r} has no generation {generation}")
         group = group or self._group(group_id)
-        self._validate_commit(group, generation, member_id, group_instance_id, transactional=False)
+        member = self._validate_commit(group, generation, member_id, group_instance_id, transactional=False)
+        if member is not None:  # a member of the current generation commits: it is alive (Kafka)
+            self._restart_session(member, self.clock.now_ms())
         return await self._append_offsets(group, offsets, producer_id=-1, producer_epoch=-1)
 
     async def txn_commit_offsets(self, transactional_id: str, group_id: str, producer_id: int,
@@ -442,20 +566,22 @@ class GroupCoordinator:
         return await self._append_offsets(group, offsets, producer_id, producer_epoch)
 
     def _validate_commit(self, group: GroupMetadata, generation: int, member_id: str,
-                         group_instance_id: str | None, transactional: bool) -> None:
-        """Kafka's validateOffsetCommit, KIP-447 included."""
+                         group_instance_id: str | None, transactional: bool) -> Member | None:
+        """Kafka's validateOffsetCommit, KIP-447 included; the committing member, if one is named."""
         if group.state is G.DEAD:
             raise CoordinatorNotAvailableError(f"group {group.group_id!r} is being deleted")
         if generation >= 0 or member_id or group_instance_id is not None:
-            self._validate_member(group, member_id, group_instance_id)
+            member = self._validate_member(group, member_id, group_instance_id)
             if generation != group.generation:
                 raise IllegalGenerationError(
                     f"generation {generation} is not group {group.group_id!r}'s {group.generation}")
             if not transactional and group.state is G.COMPLETING_REBALANCE:
                 raise RebalanceInProgressError(f"group {group.group_id!r} is rebalancing")
-        elif not transactional and group.members:
+            return member
+        if not transactional and group.members:
             raise UnknownMemberIdError(
                 f"group {group.group_id!r} has members; only they may commit offsets")
+        return None
 
     async def _append_offsets(self, group: GroupMetadata, offsets: dict[TopicPartition, CommittedOffset],
                               producer_id: int, producer_epoch: int) -> dict[TopicPartition, KafkaError | None]:

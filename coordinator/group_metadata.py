@@ -72,17 +72,39 @@ class Member:
     rebalance_timeout_ms: int
     protocol_type: str
     protocols: list[tuple[str, bytes]]
-    last_heartbeat_ms: int
+    #: when the member is removed unless something restarts its session first (Kafka's
+    #: heartbeat expiration: a join completing, SyncGroup, Heartbeat, OffsetCommit)
+    session_deadline_ms: int
     assignment: bytes = b""
+    #: joined but no join has completed for it yet: its JoinGroup itself can expire
+    is_new: bool = False
     #: set while the member waits for the join phase / the leader's assignment
     join_waiter: Any = None
     sync_waiter: Any = None
+
+    def has_expired(self, now_ms: int) -> bool:
+        """Past its session deadline and not excused (Kafka's ``hasSatisfiedHeartbeat``
+        negated): a known member waiting in JoinGroup or SyncGroup cannot heartbeat, so
+        its session does not run then; a new member's JoinGroup is not excused."""
+        if now_ms <= self.session_deadline_ms:
+            return False
+        return self.is_new or (self.join_waiter is None and self.sync_waiter is None)
 
     def metadata_for(self, protocol: str) -> bytes:
         for name, metadata in self.protocols:
             if name == protocol:
                 return metadata
         return b""
+
+
+@dataclass(frozen=True)
+class InitialDelay:
+    """One phase of ``group.initial.rebalance.delay.ms`` (Kafka's ``InitialDelayedJoin``):
+    the phase lasts ``delay_ms``; if a new member joined meanwhile, another phase
+    follows while ``remaining_ms`` (of the rebalance timeout) is left."""
+
+    delay_ms: int
+    remaining_ms: int
 
 
 @dataclass
@@ -103,9 +125,15 @@ class GroupMetadata:
     #: where each committed / pending offset was appended (a number that grows in log order)
     committed_at: dict[TopicPartition, int] = field(default_factory=dict, repr=False)
     pending_at: dict[int, dict[TopicPartition, int]] = field(default_factory=dict, repr=False)
+    #: PreparingRebalance ends by then: the rebalance timeout, or the current initial delay
     rebalance_deadline_ms: int = -1
-    #: the first rebalance of an empty group waits group.initial.rebalance.delay.ms for more joiners
-    initial_rebalance: bool = False
+    #: set while the first rebalance of an empty group holds out for more joiners
+    initial_delay: InitialDelay | None = None
+    #: a new member joined the generation-0 rebalance since the initial delay last ran out
+    new_member_added: bool = False
+    #: members the completed join is still waiting a SyncGroup from, and until when
+    pending_sync: set[str] = field(default_factory=set)
+    sync_deadline_ms: int = -1
 
     def transition(self, state: GroupState, now_ms: int) -> None:
         """Move to ``state`` if the table allows it (the one way states change)."""
@@ -114,6 +142,10 @@ class GroupMetadata:
                 f"group {self.group_id!r}: {self.state.value} -> {state.value} is not a valid transition")
         self.state = state
         self.state_timestamp_ms = now_ms
+
+    def rebalance_timeout_ms(self) -> int:
+        """The longest rebalance timeout of its members: how long a join or sync phase waits."""
+        return max((m.rebalance_timeout_ms for m in self.members.values()), default=0)
 
     def select_protocol(self) -> str | None:
         """The protocol every member supports that the members prefer most (Kafka's vote)."""

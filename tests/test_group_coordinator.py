@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from app import Broker
 from coordinator.group_coordinator import JoinResult
@@ -228,12 +230,16 @@ def test_join_chooses_the_protocol_every_member_supports(broker):
 
 
 def test_two_members_joining_together_share_a_generation_and_one_leader_sees_all(open_broker, clock):
-    # group.initial.rebalance.delay.ms holds the first rebalance open for more joiners
+    # group.initial.rebalance.delay.ms holds the first rebalance open for more joiners; a
+    # joiner during a delay earns another one (Kafka's InitialDelayedJoin)
     b = open_broker(**{"group.initial.rebalance.delay.ms": 3000})
     t1 = join(b, "g", protocols=[("range", b"meta-1")], client_id="one")
     t2 = join(b, "g", protocols=[("range", b"meta-2")], client_id="two")
     tick(b)
     assert still_waiting(b, t1) and still_waiting(b, t2)
+    clock.advance(3000)
+    tick(b)
+    assert still_waiting(b, t1) and still_waiting(b, t2)  # "two" joined during the first delay
     clock.advance(3000)
     tick(b)
     r1, r2 = outcome(b, t1), outcome(b, t2)
@@ -289,6 +295,41 @@ def test_a_known_member_that_gives_up_its_rejoin_has_not_rejoined(broker, clock)
     tick(broker)
     assert outcome(broker, rejoin).generation == outcome(broker, newcomer).generation == formed.generation + 1
     assert quits not in group(broker, "g").members
+
+
+def test_a_follower_rejoining_a_stable_group_unchanged_gets_the_current_generation(broker):
+    """Kafka answers such a JoinGroup at once with the generation the follower already
+    has (a client that lost a JoinGroup answer sends it again): no rebalance."""
+    formed = form_group(broker, "g", 2)
+    leader, follower = formed.members
+    again = outcome(broker, join(broker, "g", follower))
+    assert (again.generation, again.leader, again.members) == (formed.generation, leader, [])
+    g = group(broker, "g")
+    assert g.state is G.STABLE and g.generation == formed.generation
+    assert call(broker, gc(broker).sync_group, "g", again.generation, follower) == b"to:" + follower.encode()
+
+
+def test_a_member_rejoining_unchanged_while_the_generation_syncs_gets_it_again(broker):
+    formed = form_group(broker, "g", 1)
+    (leader,) = formed.members
+    newcomer = join(broker, "g")
+    r_leader, r_new = finish_rebalance(broker, "g", [leader], newcomer)
+    assert group(broker, "g").state is G.COMPLETING_REBALANCE
+    again = outcome(broker, join(broker, "g", leader))  # the leader lost its JoinGroup answer
+    assert (again.generation, again.leader) == (r_leader.generation, leader)
+    assert {m for m, _, _ in again.members} == {leader, r_new.member_id}
+    assert group(broker, "g").state is G.COMPLETING_REBALANCE
+
+
+@pytest.mark.parametrize("who, protocols", [("leader", PROTOCOLS), ("follower", [("range", b"changed")])])
+def test_the_leader_or_a_changed_follower_rejoining_a_stable_group_rebalances(broker, who, protocols):
+    formed = form_group(broker, "g", 2)
+    rejoining = formed.members[0 if who == "leader" else 1]
+    waiting = join(broker, "g", rejoining, protocols=protocols)
+    assert still_waiting(broker, waiting) and group(broker, "g").state is G.PREPARING_REBALANCE
+    other = [m for m in formed.members if m != rejoining]
+    results = finish_rebalance(broker, "g", other, waiting)
+    assert {r.generation for r in results} == {formed.generation + 1}
 
 
 # -- SyncGroup ------------------------------------------------------------------------------------
@@ -370,6 +411,7 @@ def test_a_failed_store_of_the_assignment_fails_every_waiting_member(broker, mon
              {leader.member_id: b"L", follower.member_id: b"F"})
     with kafka_error("KAFKA_STORAGE_ERROR", 56):
         outcome(broker, waiting)
+    assert group(broker, "g").state is G.PREPARING_REBALANCE  # Kafka rebalances at once
     monkeypatch.undo()
     # the members rejoin and the next generation completes normally
     results = finish_rebalance(broker, "g", [leader.member_id, follower.member_id])
@@ -475,6 +517,258 @@ def test_a_leader_that_never_syncs_times_out_and_the_followers_rejoin(broker, cl
         outcome(broker, waiting)
     again = outcome(broker, join(broker, "g", follower.member_id))
     assert again.leader == follower.member_id and again.generation == follower.generation + 1
+
+
+# -- timers as Kafka counts them ------------------------------------------------------------------
+#
+# Kafka restarts a member's session when a join completes, when its SyncGroup is answered,
+# on Heartbeat and on OffsetCommit; the session does not run while a known member waits in
+# JoinGroup or SyncGroup (GroupCoordinator's completeAndScheduleNextHeartbeatExpiration and
+# MemberMetadata.hasSatisfiedHeartbeat).
+
+SHORT_SESSION_MS = 6_000  # the broker's group.min.session.timeout.ms
+SLOW = {"session_ms": SHORT_SESSION_MS, "rebalance_ms": 60_000}
+
+
+def heartbeat(broker: Broker, group_id: str, generation: int, member_id: str) -> None:
+    call(broker, gc(broker).heartbeat, group_id, generation, member_id)
+
+
+def test_a_member_that_waited_in_join_longer_than_its_session_stays_after_the_rebalance(broker, clock):
+    """The reported case: b joins while a is still consuming, and a rejoins only after
+    10 s (inside its rebalance timeout), so b waited in JoinGroup longer than its 6 s
+    session. The completed join starts b's session afresh: b is still a member at the
+    engine's next tick and through its heartbeats, and the group settles after exactly
+    this one rebalance."""
+    formed = form_group(broker, "g", 1, **SLOW)
+    (a,) = formed.members
+    b_join = join(broker, "g", **SLOW)
+    for _ in range(5):  # a consumes for 10 s more; its heartbeats tell it to rejoin
+        clock.advance(2_000)
+        with kafka_error("REBALANCE_IN_PROGRESS", 27):
+            heartbeat(broker, "g", formed.generation, a)
+        tick(broker)
+    assert still_waiting(broker, b_join)
+    results = finish_rebalance(broker, "g", [a], b_join, **SLOW)
+    b = results[1].member_id
+    clock.advance(100)  # the engine ticks every 100 ms
+    tick(broker)
+    assert set(group(broker, "g").members) == {a, b}
+    sync_everyone(broker, "g", results)
+    for _ in range(6):  # two sessions' worth of heartbeats every 2 s
+        clock.advance(2_000)
+        for member_id in (a, b):
+            heartbeat(broker, "g", formed.generation + 1, member_id)
+        tick(broker)
+    g = group(broker, "g")
+    assert (g.state, g.generation, set(g.members)) == (G.STABLE, formed.generation + 1, {a, b})
+
+
+def test_a_member_waiting_for_the_leaders_assignment_longer_than_its_session_stays(broker, clock):
+    formed = form_group(broker, "g", 1, **SLOW)
+    (leader,) = formed.members
+    newcomer = join(broker, "g", **SLOW)
+    r_leader, r_new = finish_rebalance(broker, "g", [leader], newcomer, **SLOW)
+    follower_sync = spawn(broker, gc(broker).sync_group, "g", r_new.generation, r_new.member_id)
+    for _ in range(5):  # the leader computes the assignment for 10 s, heartbeating
+        clock.advance(2_000)
+        heartbeat(broker, "g", r_leader.generation, leader)
+        tick(broker)
+    assert still_waiting(broker, follower_sync)
+    call(broker, gc(broker).sync_group, "g", r_leader.generation, leader,
+         {leader: b"L", r_new.member_id: b"F"})
+    assert outcome(broker, follower_sync) == b"F"
+    clock.advance(100)
+    tick(broker)  # the answered sync started the follower's session
+    assert set(group(broker, "g").members) == {leader, r_new.member_id}
+
+
+@pytest.mark.parametrize("request_", ["heartbeat", "offset_commit", "sync_group"])
+def test_a_request_of_a_current_member_restarts_its_session(broker, clock, request_):
+    formed = form_group(broker, "g", 1)
+    (m,) = formed.members
+    for i in range(3):
+        clock.advance(SESSION_MS * 6 // 10)
+        if request_ == "heartbeat":
+            heartbeat(broker, "g", formed.generation, m)
+        elif request_ == "offset_commit":
+            assert commit(broker, "g", {("t", 0): i}, formed.generation, m) == {("t", 0): None}
+        else:
+            assert call(broker, gc(broker).sync_group, "g", formed.generation, m) == b"to:" + m.encode()
+        tick(broker)
+    g = group(broker, "g")
+    assert g.state is G.STABLE and list(g.members) == [m]
+
+
+def test_a_heartbeat_of_a_stale_generation_is_illegal_and_keeps_nothing_alive(broker, clock):
+    """Kafka checks the generation before the state: during a rebalance a member of an
+    older generation hears ILLEGAL_GENERATION, and its session is not restarted."""
+    formed = form_group(broker, "g", 2)
+    stale, rejoins = formed.members
+    newcomer, rejoin = join(broker, "g"), join(broker, "g", rejoins)
+    clock.advance(SESSION_MS * 6 // 10)
+    with kafka_error("ILLEGAL_GENERATION", 22):
+        heartbeat(broker, "g", formed.generation - 1, stale)
+    clock.advance(SESSION_MS * 6 // 10)
+    tick(broker)  # stale is gone, so the join completes without it
+    assert outcome(broker, rejoin).generation == outcome(broker, newcomer).generation == formed.generation + 1
+    assert stale not in group(broker, "g").members
+
+
+def test_a_member_that_sends_no_sync_group_in_the_rebalance_timeout_is_removed(broker, clock):
+    """Kafka's pending-sync timeout: a member that got the new generation but sends no
+    SyncGroup within the rebalance timeout is removed -- even while it heartbeats --
+    and the group rebalances without it."""
+    kwargs = {"session_ms": 30_000, "rebalance_ms": 10_000}
+    formed = form_group(broker, "g", 1, **kwargs)
+    (leader,) = formed.members
+    newcomer = join(broker, "g", **kwargs)
+    r_leader, r_new = finish_rebalance(broker, "g", [leader], newcomer, **kwargs)
+    assert call(broker, gc(broker).sync_group, "g", r_leader.generation, leader,
+                {leader: b"L", r_new.member_id: b"N"}) == b"L"
+    clock.advance(5_000)
+    heartbeat(broker, "g", r_new.generation, r_new.member_id)
+    tick(broker)
+    assert set(group(broker, "g").members) == {leader, r_new.member_id}
+    clock.advance(5_000)
+    heartbeat(broker, "g", r_leader.generation, leader)
+    tick(broker)
+    g = group(broker, "g")
+    assert set(g.members) == {leader} and g.state is G.PREPARING_REBALANCE
+    with kafka_error("UNKNOWN_MEMBER_ID", 25):
+        heartbeat(broker, "g", r_new.generation, r_new.member_id)
+    again = outcome(broker, join(broker, "g", leader, **kwargs))
+    assert again.generation == r_leader.generation + 1 and [m for m, _, _ in again.members] == [leader]
+
+
+def test_a_static_member_that_does_not_rejoin_stays_through_the_join(broker, clock):
+    """Kafka removes only dynamic members that have not rejoined when a join completes;
+    a static one keeps its place (its session or the sync deadline decides)."""
+    kwargs = {"session_ms": 30_000, "rebalance_ms": 10_000}
+    formed = form_group(broker, "g", 2, instance_ids=["i-a", "i-b"], **kwargs)
+    a, b = formed.members
+    newcomer = join(broker, "g", **kwargs)
+    rejoin = join(broker, "g", a, instance_id="i-a", **kwargs)
+    clock.advance(10_000)
+    tick(broker)
+    r_a, r_new = outcome(broker, rejoin), outcome(broker, newcomer)
+    assert r_a.generation == r_new.generation == formed.generation + 1
+    g = group(broker, "g")
+    assert set(g.members) == {a, b, r_new.member_id} and g.static_members == {"i-a": a, "i-b": b}
+    assert r_a.leader == a and {m for m, _, _ in r_a.members} == {a, b, r_new.member_id}
+
+
+def test_a_join_with_only_static_members_missing_waits_another_rebalance_timeout(broker, clock):
+    kwargs = {"session_ms": 30_000, "rebalance_ms": 10_000}
+    formed = form_group(broker, "g", 1, instance_ids=["i-a"], **kwargs)
+    (a,) = formed.members
+    cancel(broker, join(broker, "g", **kwargs))  # a newcomer starts a rebalance, then gives up
+    assert group(broker, "g").state is G.PREPARING_REBALANCE
+    clock.advance(10_000)
+    tick(broker)  # nobody has rejoined, and a is static: the join waits on
+    g = group(broker, "g")
+    assert g.state is G.PREPARING_REBALANCE and list(g.members) == [a]
+    rejoined = outcome(broker, join(broker, "g", a, instance_id="i-a", **kwargs))
+    assert rejoined.generation == formed.generation + 1 and rejoined.leader == a
+
+
+def test_the_initial_delay_extends_for_newcomers_up_to_the_rebalance_timeout(open_broker, clock):
+    """Kafka's InitialDelayedJoin: a delay during which a new member joined is followed
+    by another, but the delays together stay within the first member's rebalance timeout."""
+    b = open_broker(**{"group.initial.rebalance.delay.ms": 3000})
+    kwargs = {"session_ms": 6_000, "rebalance_ms": 6_000}
+    first = join(b, "g", **kwargs)
+    clock.advance(1_000)
+    second = join(b, "g", **kwargs)
+    clock.advance(2_000)
+    tick(b)  # 3 s: second joined during the first delay, so a second one runs
+    assert still_waiting(b, first) and still_waiting(b, second)
+    clock.advance(1_000)
+    third = join(b, "g", **kwargs)
+    clock.advance(1_999)
+    tick(b)
+    assert still_waiting(b, third)
+    clock.advance(1)
+    tick(b)  # 6 s: the rebalance timeout is used up, however many joined meanwhile
+    results = [outcome(b, t) for t in (first, second, third)]
+    assert {r.generation for r in results} == {1} and len(group(b, "g").members) == 3
+
+
+def test_a_new_members_join_expires_after_five_minutes(broker, clock):
+    """Kafka's NewMemberJoinTimeoutMs: a new member's first JoinGroup is not held for
+    ever by a long rebalance timeout; it is answered UNKNOWN_MEMBER_ID after 5 minutes."""
+    kwargs = {"session_ms": 30_000, "rebalance_ms": 600_000}
+    formed = form_group(broker, "g", 1, **kwargs)
+    (a,) = formed.members
+    newcomer = join(broker, "g", **kwargs)
+    for _ in range(15):  # a heartbeats for 5 minutes but does not rejoin
+        clock.advance(20_000)
+        with kafka_error("REBALANCE_IN_PROGRESS", 27):
+            heartbeat(broker, "g", formed.generation, a)
+        tick(broker)
+    assert still_waiting(broker, newcomer)
+    clock.advance(1)
+    tick(broker)
+    with kafka_error("UNKNOWN_MEMBER_ID", 25):
+        outcome(broker, newcomer)
+    assert list(group(broker, "g").members) == [a]
+    assert outcome(broker, join(broker, "g", a, **kwargs)).generation == formed.generation + 1
+
+
+_groups = itertools.count()
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(session_a=st.integers(6_000, 30_000), session_b=st.integers(6_000, 30_000),
+       rejoin_after=st.integers(0, 59_000), sync_after=st.integers(0, 59_000))
+def test_one_membership_change_is_one_rebalance_however_long_members_wait(
+        broker, clock, session_a, session_b, rejoin_after, sync_after):
+    """Whatever the session timeouts, and however long (within the rebalance timeout) the
+    incumbent takes to rejoin and, as leader, to send the assignment -- heartbeating at a
+    third of its session meanwhile -- a newcomer makes exactly one rebalance: afterwards
+    both stay members of that generation through two sessions of heartbeats."""
+    group_id = f"g{next(_groups)}"
+
+    async def scenario() -> tuple[GroupState, int, set[str], int]:
+        coordinator = gc(broker)
+        a = (await coordinator.join_group(group_id, "", "consumer", PROTOCOLS, session_a, 60_000)).member_id
+        first = coordinator.groups[group_id].generation
+        await coordinator.sync_group(group_id, first, a, {a: b"A"})
+        b_join = asyncio.ensure_future(coordinator.join_group(group_id, "", "consumer", PROTOCOLS,
+                                                              session_b, 60_000))
+        await asyncio.sleep(0)
+        await live(coordinator, {a: (first, session_a // 3)}, rejoin_after)
+        a_join = asyncio.ensure_future(coordinator.join_group(group_id, a, "consumer", PROTOCOLS,
+                                                              session_a, 60_000))
+        b = (await b_join).member_id
+        generation = (await a_join).generation
+        b_sync = asyncio.ensure_future(coordinator.sync_group(group_id, generation, b))
+        await asyncio.sleep(0)
+        await live(coordinator, {a: (generation, session_a // 3)}, sync_after)
+        await coordinator.sync_group(group_id, generation, a, {a: b"A", b: b"B"})
+        assert await b_sync == b"B"
+        await live(coordinator, {a: (generation, session_a // 3), b: (generation, session_b // 3)},
+                   2 * max(session_a, session_b))
+        g = coordinator.groups[group_id]
+        return g.state, g.generation - first, set(g.members), len({a, b})
+
+    async def live(coordinator, beats: dict[str, tuple[int, int]], duration_ms: int) -> None:
+        """Let ``duration_ms`` pass in 100 ms ticks, each member heartbeating at its interval."""
+        last = {m: clock.now_ms() for m in beats}
+        end = clock.now_ms() + duration_ms
+        while clock.now_ms() < end:
+            clock.advance(min(100, end - clock.now_ms()))
+            for member_id, (generation, interval) in beats.items():
+                if clock.now_ms() - last[member_id] >= interval:
+                    last[member_id] = clock.now_ms()
+                    try:
+                        await coordinator.heartbeat(group_id, generation, member_id)
+                    except KafkaError as e:
+                        assert e.name == "REBALANCE_IN_PROGRESS", e
+            coordinator.tick()
+
+    state, rebalances, members, distinct = call(broker, scenario)
+    assert (state, rebalances, len(members)) == (G.STABLE, 1, distinct)
 
 
 # -- LeaveGroup -----------------------------------------------------------------------------------
