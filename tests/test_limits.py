@@ -35,7 +35,7 @@ from app.http import create_app
 from app.kafka.api import ApiKey
 from storage.errors import InvalidConfigError, PolicyViolationError
 from tests.conftest import FROZEN, SMALL_INTERNAL_TOPICS
-from tests.kafka_support import KafkaBroker, RawClient, wait_until
+from tests.kafka_support import SOFTWARE, KafkaBroker, RawClient, wait_until
 
 REPO = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.timeout(120)
@@ -249,7 +249,7 @@ def connect(kafka: KafkaBroker) -> RawClient:
 def served(client: RawClient) -> bool:
     """True when the connection answers ApiVersions; False when the broker closed it."""
     try:
-        return client.request(ApiKey.API_VERSIONS, 3, {}).error_code == 0
+        return client.request(ApiKey.API_VERSIONS, 3, SOFTWARE).error_code == 0
     except (ConnectionError, OSError):
         return False
 
