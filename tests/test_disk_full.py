@@ -270,7 +270,9 @@ def test_sigterm_on_a_full_disk_releases_the_directory_and_loses_nothing_acknowl
 
     assert served.stop() == 0, served.err.read_text()
     assert "Traceback" not in served.err.read_text()
-    assert "stopped, uncleanly" in served.out.read_text()
+    # whether the final flush found room for its snapshots depends on the bytes the fill left
+    # over; either way the broker says which it was, and nothing acknowledged depends on it
+    assert "stopped cleanly" in served.out.read_text() or "stopped, uncleanly" in served.out.read_text()
     assert lock_is_free(served.data), "a new broker can take the directory at once"
 
     filler.unlink()
