@@ -25,8 +25,8 @@ correctness: a lost or stale one only makes a round do more work or keep a
 duplicate that a later round removes.
 
 **A round.** (1) The *offset map*, key -> highest offset, is built over the dirty
-part of the range, skipping aborted transactional data (a read_committed walk over
-the ``.txnindex`` entries, as ``storage/read_committed.py`` does) and control
+part of the range, skipping aborted transactional data (the read_committed walk over
+the ``.txnindex`` entries, ``storage/aborted_transactions.py``) and control
 batches. (2) Every batch of the range, clean part included, is filtered in offset
 order:
 
@@ -114,13 +114,13 @@ control batch (our readers, and producer-state replay, need its record).
 
 from __future__ import annotations
 
-import heapq
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Protocol, Sequence, TypeVar
 
 from storage import filenames
+from storage.aborted_transactions import AbortedTransactionTracker
 from storage.background import ProcessJob, Steps
 from storage.errors import CorruptMessageError
 from storage.log_config import LogConfig
@@ -424,18 +424,18 @@ def _offset_map(reader: _Reader, plan: Plan) -> dict[bytes, int]:
     data left out: it must never make committed data go."""
     offset_map: dict[bytes, int] = {}
     first_dirty = plan.first_dirty
-    aborted = _AbortedTxns(plan.dirty_aborted)
+    aborted = AbortedTransactionTracker.of(plan.dirty_aborted)
     for file, following_base in _with_following_bases(plan.files, plan.end):
         if following_base <= first_dirty:
             continue
         for _, header, batch in reader.batches(file):
             if header.last_offset < first_dirty:
                 continue
-            if aborted.is_aborted_data(header):
-                continue
             if header.is_control:
-                if header.has_producer_id and _control_type(batch) == ControlType.ABORT:
-                    aborted.on_abort_marker(header.producer_id)
+                aborted.is_aborted(header, abort_marker=(
+                    header.has_producer_id and _control_type(batch) == ControlType.ABORT))
+                continue
+            if aborted.is_aborted(header):
                 continue
             base_offset = header.base_offset
             for record in stored_records(batch)[1]:
@@ -506,27 +506,6 @@ class _Reader:
     def _check(self) -> None:
         if self._is_cancelled():
             raise CleaningAbortedError(f"cleaning of {self.directory} was cancelled")
-
-
-class _AbortedTxns:
-    """Which transactional batches were aborted: the read_committed consumer's walk
-    over the ``.txnindex`` entries, fed every batch in offset order."""
-
-    def __init__(self, aborted: Iterable[AbortedTxn]) -> None:
-        self._heap = [(txn.first_offset, txn.producer_id) for txn in aborted]
-        heapq.heapify(self._heap)
-        self._producers: set[int] = set()
-
-    def is_aborted_data(self, header: BatchHeader) -> bool:
-        if not header.has_producer_id:
-            return False
-        while self._heap and self._heap[0][0] <= header.last_offset:
-            self._producers.add(heapq.heappop(self._heap)[1])
-        return (header.is_transactional and not header.is_control
-                and header.producer_id in self._producers)
-
-    def on_abort_marker(self, producer_id: int) -> None:
-        self._producers.discard(producer_id)
 
 
 def _control_type(batch: bytes) -> ControlType | int:
@@ -619,7 +598,7 @@ class _Round:
         #: key -> the highest offset of a record with that key in the dirty part
         self.offset_map = offset_map
         self.horizon_ms = plan.now_ms + plan.delete_retention_ms
-        self.aborted = _AbortedTxns(plan.aborted)
+        self.aborted = AbortedTransactionTracker.of(plan.aborted)
         #: the ``.txnindex`` entries of the range, by the offset of their ABORT marker
         self.aborts_by_marker = {txn.last_offset: txn for txn in plan.txn_entries}
         #: (producer id, last offset) of every batch producer state remembers
@@ -639,9 +618,9 @@ class _Round:
         return out
 
     def _filter(self, header: BatchHeader, batch: bytes) -> bytes | None:
-        aborted = self.aborted.is_aborted_data(header)
         if header.is_control:
             return self._filter_marker(header, batch)
+        aborted = self.aborted.is_aborted(header)
         remembered = header.has_producer_id and (header.producer_id, header.last_offset) in self.remembered
         if aborted or header.record_count == 0:
             kept: list[StoredRecord] = []
@@ -682,11 +661,10 @@ class _Round:
         if not header.has_producer_id:
             return batch
         control_type = _control_type(batch)
+        self.aborted.is_aborted(header, abort_marker=control_type == ControlType.ABORT)
         if control_type not in (ControlType.ABORT, ControlType.COMMIT):
             return batch
         producer_id = header.producer_id
-        if control_type == ControlType.ABORT:
-            self.aborted.on_abort_marker(producer_id)
         if self.txn_kept.pop(producer_id, False):
             return batch  # its transaction still has data in the log
         horizon = header.delete_horizon_ms
