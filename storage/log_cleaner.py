@@ -71,14 +71,14 @@ found). Its ``.txnindex`` keeps exactly the entries whose ABORT marker is kept: 
 entry whose marker is gone must go too -- a read_committed reader would otherwise
 mark the producer aborted and never see the marker that ends it.
 
-**Swap protocol** (Kafka's ``replaceSegments``; ``partition_log.SegmentSwap``).
+**Swap protocol** (Kafka's ``replaceSegments``; ``segment_swap.SegmentSwap``).
 The cleaned segment is written as ``<base>.log.cleaned`` and
 ``.index/.timeindex/.txnindex.cleaned`` (all four, an empty ``.txnindex`` too),
 fsynced, its indexes renamed to ``.swap``, the directory fsynced, then the
 ``.log.cleaned`` renamed to ``.log.swap``: the commit point. Then the old segments
 at other base offsets are deleted, each ``.swap`` renamed over the old file of the
 same name (indexes first, the ``.log`` last) and the directory fsynced. On open
-(``PartitionLog._remove_leftovers``) every ``.cleaned`` file, and every ``.swap``
+(``storage/log_loader.py``) every ``.cleaned`` file, and every ``.swap``
 file without its ``.log.swap``, is deleted; a ``.log.swap`` replaces every segment
 whose base offset lies in the offsets it holds. A crash at any point leaves the old
 segments or the cleaned one -- or, if the group's last segments were emptied
@@ -99,7 +99,7 @@ interpreter would hold the GIL the event loop needs. Then each group's swap runs
 the engine's maintenance thread and is installed on the owner's thread. Appends only
 touch the active segment, which is never in the range; retention is never run on the
 log during a round (the engine runs one maintenance job per partition at a time), and
-should the segments of a group still have changed, :meth:`PartitionLog.prepare_swap`
+should the segments of a group still have changed, ``PartitionLog.prepare_swap``
 says so and the round stops, deleting what it wrote. A job that fails -- or a worker
 killed mid-write -- leaves ``.cleaned`` files only, which the round deletes.
 
@@ -117,13 +117,14 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Protocol, Sequence, TypeVar
+from typing import Callable, Iterable, Iterator, Protocol, Sequence, TypeVar
 
 from storage import filenames
 from storage.aborted_transactions import AbortedTransactionTracker
 from storage.background import ProcessJob, Steps
 from storage.errors import CorruptMessageError
 from storage.log_config import LogConfig
+from storage.producer_state import ProducerStateManager
 from storage.record_batch import (
     BatchHeader,
     ControlType,
@@ -136,10 +137,8 @@ from storage.record_batch import (
     stored_records,
 )
 from storage.segment import LogSegment, walk_headers
+from storage.segment_swap import SegmentClose, SegmentSwap
 from storage.txn_index import AbortedTxn
-
-if TYPE_CHECKING:
-    from storage.partition_log import PartitionLog
 
 
 class _HasBaseOffset(Protocol):
@@ -190,18 +189,45 @@ class CleanerStats:
     pid: int = 0
 
 
+class CleanableLog(Protocol):
+    """What a round needs of the log it cleans (``PartitionLog`` is one): the cleaner
+    is called by the log and never imports it."""
+
+    directory: Path
+    config: LogConfig
+    cleaner_state: CleanerState
+    segments: list[LogSegment]
+    log_start_offset: int
+    producer_state: ProducerStateManager
+
+    @property
+    def log_end_offset(self) -> int: ...
+
+    @property
+    def last_stable_offset(self) -> int: ...
+
+    @property
+    def active_segment(self) -> LogSegment: ...
+
+    def collect_aborted(self, start_offset: int, upper_offset: int) -> list[AbortedTxn]: ...
+
+    def prepare_swap(self, old: list[LogSegment]) -> SegmentSwap | None: ...
+
+    def complete_swap(self, old: list[LogSegment], cleaned: LogSegment) -> SegmentClose: ...
+
+
 class CleaningAbortedError(Exception):
     """A round was cancelled (its partition is being deleted, the broker is closing);
     Kafka's ``LogCleaningAbortedException``. The log is as it was before the group
     being written."""
 
 
-def clean(log: PartitionLog, now_ms: int) -> Steps[CleanerStats]:
+def clean(log: CleanableLog, now_ms: int) -> Steps[CleanerStats]:
     """One cleaning round on ``log`` at time ``now_ms`` (see the module docstring), as
     steps (``storage/background.py``): the round is planned on the owner's thread; one
     :class:`ProcessJob` reads the range and writes every group's cleaned segment
     (:func:`write_cleaned`); then, group by group, each is swapped in on disk and
-    installed on the owner's thread once :meth:`PartitionLog.prepare_swap` has found
+    installed on the owner's thread once ``prepare_swap`` of the log has found
     the segments it replaces still in the log (else the round stops, and what it
     wrote is deleted)."""
     if not log.config.compact:
@@ -251,7 +277,7 @@ def clean(log: PartitionLog, now_ms: int) -> Steps[CleanerStats]:
     return written.stats(before, after, rewritten)
 
 
-def cleanable_segments(log: PartitionLog, now_ms: int, first_dirty: int) -> list[LogSegment]:
+def cleanable_segments(log: CleanableLog, now_ms: int, first_dirty: int) -> list[LogSegment]:
     """The leading segments of ``log`` that lie wholly below its first uncleanable
     offset (Kafka's ``LogCleanerManager.cleanableOffsets``)."""
     uncleanable = min(log.last_stable_offset, log.active_segment.base_offset)
@@ -315,7 +341,7 @@ class Plan:
                 for path in _cleaned_paths(self.directory, group[0].base_offset)]
 
 
-def _plan(log: PartitionLog, now_ms: int, first_dirty: int, end: int,
+def _plan(log: CleanableLog, now_ms: int, first_dirty: int, end: int,
           groups: list[list[LogSegment]]) -> Plan:
     segments = [segment for group in groups for segment in group]
     producers = log.producer_state.producers

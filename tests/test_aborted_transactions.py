@@ -9,9 +9,7 @@ transaction whose marker is an ABORT.
 
 from __future__ import annotations
 
-import ast
 from dataclasses import dataclass
-from pathlib import Path
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -20,7 +18,6 @@ from storage.aborted_transactions import AbortedTransactionTracker
 from storage.record_batch import CONTROL_BIT, NO_PRODUCER_ID, TRANSACTIONAL_BIT, BatchHeader
 from storage.txn_index import AbortedTxn
 
-REPO = Path(__file__).resolve().parent.parent
 TXN_PRODUCERS = (1, 2, 3)
 IDEMPOTENT_PRODUCER = 9
 
@@ -109,10 +106,3 @@ def test_the_fetch_form_of_the_aborted_list_gives_the_same_verdicts(script) -> N
                 for b in batches]
     assert verdicts == [b.aborted for b in batches]
 
-
-def test_the_log_cleaner_does_not_import_the_log() -> None:
-    """The log calls the cleaner; the cleaner sees the log through a Protocol only."""
-    tree = ast.parse((REPO / "storage" / "log_cleaner.py").read_text())
-    imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
-    imported |= {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
-    assert "storage.partition_log" not in imported
