@@ -4,20 +4,29 @@ For random logs of interleaved transactional and non-transactional batches, with
 transactions ended by COMMIT or ABORT markers (or left open), the tracker's verdict
 on every data batch -- fed the ``.txnindex`` entries of the range, as fetch, the
 cleaner, lag counts and the console do -- is the reference's: the batch belongs to a
-transaction whose marker is an ABORT.
+transaction whose marker is an ABORT. On a real log, a read_committed fetch delivers,
+and the lag counts count, exactly the records the reference says are delivered.
 """
 
 from __future__ import annotations
 
+import tempfile
 from dataclasses import dataclass
 
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from app.engine import queries
 from storage.aborted_transactions import AbortedTransactionTracker
+from storage.clock import FakeClock
+from storage.partition_log import PartitionLog
+from storage.read_committed import read_records
 from storage.record_batch import CONTROL_BIT, NO_PRODUCER_ID, TRANSACTIONAL_BIT, BatchHeader
 from storage.txn_index import AbortedTxn
+from tests.conftest import data_batch
+from tests.storage_log import DurableLogs
 
+T = "orders"
 TXN_PRODUCERS = (1, 2, 3)
 IDEMPOTENT_PRODUCER = 9
 
@@ -106,3 +115,69 @@ def test_the_fetch_form_of_the_aborted_list_gives_the_same_verdicts(script) -> N
                 for b in batches]
     assert verdicts == [b.aborted for b in batches]
 
+
+
+def write_log(logs: DurableLogs, script: list[tuple]) -> list[bytes]:
+    """Write ``script`` to partition 0 of topic ``T`` -- each data batch's records
+    valued by its position in the script -- commit what is left open, and return the
+    values a read_committed consumer must receive: those of non-transactional batches
+    and of committed transactions, in offset order."""
+    sequences: dict[int, int] = {}
+    pending: dict[int, list[bytes]] = {}  # producer -> values of its open transaction
+    outcome: dict[bytes, bool] = {}  # value -> delivered
+    order: list[bytes] = []
+
+    def produce(values: list[bytes], producer: int, transactional: bool) -> None:
+        sequence = sequences.get(producer, 0) if producer >= 0 else -1
+        logs.produce(T, 0, data_batch(values, producer, 0 if producer >= 0 else -1, sequence, transactional))
+        if producer >= 0:
+            sequences[producer] = sequence + len(values)
+        order.extend(values)
+
+    for n, (kind, who, arg) in enumerate(script):
+        if kind == "data":
+            values = [b"%d.%d" % (n, i) for i in range(arg)]
+            produce(values, who, True)
+            pending.setdefault(who, []).extend(values)
+        elif kind == "plain":
+            values = [b"%d.%d" % (n, i) for i in range(arg)]
+            produce(values, IDEMPOTENT_PRODUCER if who else -1, False)
+            outcome.update(dict.fromkeys(values, True))
+        elif who in pending:
+            logs.write_txn_marker(T, 0, who, 0, 0, commit=arg)
+            outcome.update(dict.fromkeys(pending.pop(who), arg))
+    for who, values in pending.items():
+        logs.write_txn_marker(T, 0, who, 0, 0, commit=True)
+        outcome.update(dict.fromkeys(values, True))
+    return [value for value in order if outcome[value]]
+
+
+def consumed(log: PartitionLog) -> list[bytes]:
+    """What a read_committed consumer fetches from the log start to the LSO."""
+    values: list[bytes] = []
+    offset = log.log_start_offset
+    while offset < log.last_stable_offset:
+        result = log.read(offset, 1 << 10, read_committed=True)
+        values.extend(r.value for r in read_records(result.records, offset, True,
+                                                    result.aborted_transactions or ()).records)
+        offset = result.next_offset
+    return values
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(script=events)
+def test_fetch_and_lag_deliver_and_count_what_the_reference_says(script) -> None:
+    """A real log: a read_committed fetch delivers exactly the reference's records,
+    and the lag counts -- kept as batches arrive, and counted from disk after a
+    restart -- count exactly them."""
+    with tempfile.TemporaryDirectory() as data:
+        with DurableLogs(data, clock=FakeClock()) as logs:
+            logs.create_topic(T, 1, {"segment.bytes": 600})
+            expected = write_log(logs, script)
+            log = logs.log(T)
+            assert consumed(log) == expected
+            assert queries.data_records(log, log.log_start_offset, log.last_stable_offset) == (len(expected), True)
+        with DurableLogs(data, clock=FakeClock()) as logs:
+            log = logs.log(T)
+            assert consumed(log) == expected
+            assert queries.data_records(log, log.log_start_offset, log.last_stable_offset) == (len(expected), True)
