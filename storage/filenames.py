@@ -18,7 +18,7 @@ segment's names with ``.cleaned`` appended (``00000000000000000000.log.cleaned``
 renames every file to ``.swap`` -- the ``.log.swap`` last: its rename is the
 commit point -- and then over the segment(s) it replaces. On start a ``.cleaned``
 file, or a ``.swap`` file without its ``.log.swap``, is deleted; a ``.log.swap``
-is completed (``partition_log.complete_swap_files``). Which offsets are clean is in the
+is completed (``segment_swap.complete_swap_files``). Which offsets are clean is in the
 data directory's ``cleaner-offset-checkpoint`` (Kafka's name and format).
 
 The data directory itself holds, beside the partition directories (Kafka's names

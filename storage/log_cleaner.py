@@ -25,8 +25,8 @@ correctness: a lost or stale one only makes a round do more work or keep a
 duplicate that a later round removes.
 
 **A round.** (1) The *offset map*, key -> highest offset, is built over the dirty
-part of the range, skipping aborted transactional data (a read_committed walk over
-the ``.txnindex`` entries, as ``storage/read_committed.py`` does) and control
+part of the range, skipping aborted transactional data (the read_committed walk over
+the ``.txnindex`` entries, ``storage/aborted_transactions.py``) and control
 batches. (2) Every batch of the range, clean part included, is filtered in offset
 order:
 
@@ -71,14 +71,14 @@ found). Its ``.txnindex`` keeps exactly the entries whose ABORT marker is kept: 
 entry whose marker is gone must go too -- a read_committed reader would otherwise
 mark the producer aborted and never see the marker that ends it.
 
-**Swap protocol** (Kafka's ``replaceSegments``; ``partition_log.SegmentSwap``).
+**Swap protocol** (Kafka's ``replaceSegments``; ``segment_swap.SegmentSwap``).
 The cleaned segment is written as ``<base>.log.cleaned`` and
 ``.index/.timeindex/.txnindex.cleaned`` (all four, an empty ``.txnindex`` too),
 fsynced, its indexes renamed to ``.swap``, the directory fsynced, then the
 ``.log.cleaned`` renamed to ``.log.swap``: the commit point. Then the old segments
 at other base offsets are deleted, each ``.swap`` renamed over the old file of the
 same name (indexes first, the ``.log`` last) and the directory fsynced. On open
-(``PartitionLog._remove_leftovers``) every ``.cleaned`` file, and every ``.swap``
+(``storage/log_loader.py``) every ``.cleaned`` file, and every ``.swap``
 file without its ``.log.swap``, is deleted; a ``.log.swap`` replaces every segment
 whose base offset lies in the offsets it holds. A crash at any point leaves the old
 segments or the cleaned one -- or, if the group's last segments were emptied
@@ -99,7 +99,7 @@ interpreter would hold the GIL the event loop needs. Then each group's swap runs
 the engine's maintenance thread and is installed on the owner's thread. Appends only
 touch the active segment, which is never in the range; retention is never run on the
 log during a round (the engine runs one maintenance job per partition at a time), and
-should the segments of a group still have changed, :meth:`PartitionLog.prepare_swap`
+should the segments of a group still have changed, ``PartitionLog.prepare_swap``
 says so and the round stops, deleting what it wrote. A job that fails -- or a worker
 killed mid-write -- leaves ``.cleaned`` files only, which the round deletes.
 
@@ -114,16 +114,17 @@ control batch (our readers, and producer-state replay, need its record).
 
 from __future__ import annotations
 
-import heapq
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Protocol, Sequence, TypeVar
+from typing import Callable, Iterable, Iterator, Protocol, Sequence, TypeVar
 
 from storage import filenames
+from storage.aborted_transactions import AbortedTransactionTracker
 from storage.background import ProcessJob, Steps
 from storage.errors import CorruptMessageError
 from storage.log_config import LogConfig
+from storage.producer_state import ProducerStateManager
 from storage.record_batch import (
     BatchHeader,
     ControlType,
@@ -136,10 +137,8 @@ from storage.record_batch import (
     stored_records,
 )
 from storage.segment import LogSegment, walk_headers
+from storage.segment_swap import SegmentClose, SegmentSwap
 from storage.txn_index import AbortedTxn
-
-if TYPE_CHECKING:
-    from storage.partition_log import PartitionLog
 
 
 class _HasBaseOffset(Protocol):
@@ -190,18 +189,45 @@ class CleanerStats:
     pid: int = 0
 
 
+class CleanableLog(Protocol):
+    """What a round needs of the log it cleans (``PartitionLog`` is one): the cleaner
+    is called by the log and never imports it."""
+
+    directory: Path
+    config: LogConfig
+    cleaner_state: CleanerState
+    segments: list[LogSegment]
+    log_start_offset: int
+    producer_state: ProducerStateManager
+
+    @property
+    def log_end_offset(self) -> int: ...
+
+    @property
+    def last_stable_offset(self) -> int: ...
+
+    @property
+    def active_segment(self) -> LogSegment: ...
+
+    def collect_aborted(self, start_offset: int, upper_offset: int) -> list[AbortedTxn]: ...
+
+    def prepare_swap(self, old: list[LogSegment]) -> SegmentSwap | None: ...
+
+    def complete_swap(self, old: list[LogSegment], cleaned: LogSegment) -> SegmentClose: ...
+
+
 class CleaningAbortedError(Exception):
     """A round was cancelled (its partition is being deleted, the broker is closing);
     Kafka's ``LogCleaningAbortedException``. The log is as it was before the group
     being written."""
 
 
-def clean(log: PartitionLog, now_ms: int) -> Steps[CleanerStats]:
+def clean(log: CleanableLog, now_ms: int) -> Steps[CleanerStats]:
     """One cleaning round on ``log`` at time ``now_ms`` (see the module docstring), as
     steps (``storage/background.py``): the round is planned on the owner's thread; one
     :class:`ProcessJob` reads the range and writes every group's cleaned segment
     (:func:`write_cleaned`); then, group by group, each is swapped in on disk and
-    installed on the owner's thread once :meth:`PartitionLog.prepare_swap` has found
+    installed on the owner's thread once ``prepare_swap`` of the log has found
     the segments it replaces still in the log (else the round stops, and what it
     wrote is deleted)."""
     if not log.config.compact:
@@ -251,7 +277,7 @@ def clean(log: PartitionLog, now_ms: int) -> Steps[CleanerStats]:
     return written.stats(before, after, rewritten)
 
 
-def cleanable_segments(log: PartitionLog, now_ms: int, first_dirty: int) -> list[LogSegment]:
+def cleanable_segments(log: CleanableLog, now_ms: int, first_dirty: int) -> list[LogSegment]:
     """The leading segments of ``log`` that lie wholly below its first uncleanable
     offset (Kafka's ``LogCleanerManager.cleanableOffsets``)."""
     uncleanable = min(log.last_stable_offset, log.active_segment.base_offset)
@@ -315,7 +341,7 @@ class Plan:
                 for path in _cleaned_paths(self.directory, group[0].base_offset)]
 
 
-def _plan(log: PartitionLog, now_ms: int, first_dirty: int, end: int,
+def _plan(log: CleanableLog, now_ms: int, first_dirty: int, end: int,
           groups: list[list[LogSegment]]) -> Plan:
     segments = [segment for group in groups for segment in group]
     producers = log.producer_state.producers
@@ -424,18 +450,18 @@ def _offset_map(reader: _Reader, plan: Plan) -> dict[bytes, int]:
     data left out: it must never make committed data go."""
     offset_map: dict[bytes, int] = {}
     first_dirty = plan.first_dirty
-    aborted = _AbortedTxns(plan.dirty_aborted)
+    aborted = AbortedTransactionTracker.of(plan.dirty_aborted)
     for file, following_base in _with_following_bases(plan.files, plan.end):
         if following_base <= first_dirty:
             continue
         for _, header, batch in reader.batches(file):
             if header.last_offset < first_dirty:
                 continue
-            if aborted.is_aborted_data(header):
-                continue
             if header.is_control:
-                if header.has_producer_id and _control_type(batch) == ControlType.ABORT:
-                    aborted.on_abort_marker(header.producer_id)
+                aborted.is_aborted(header, abort_marker=(
+                    header.has_producer_id and _control_type(batch) == ControlType.ABORT))
+                continue
+            if aborted.is_aborted(header):
                 continue
             base_offset = header.base_offset
             for record in stored_records(batch)[1]:
@@ -506,27 +532,6 @@ class _Reader:
     def _check(self) -> None:
         if self._is_cancelled():
             raise CleaningAbortedError(f"cleaning of {self.directory} was cancelled")
-
-
-class _AbortedTxns:
-    """Which transactional batches were aborted: the read_committed consumer's walk
-    over the ``.txnindex`` entries, fed every batch in offset order."""
-
-    def __init__(self, aborted: Iterable[AbortedTxn]) -> None:
-        self._heap = [(txn.first_offset, txn.producer_id) for txn in aborted]
-        heapq.heapify(self._heap)
-        self._producers: set[int] = set()
-
-    def is_aborted_data(self, header: BatchHeader) -> bool:
-        if not header.has_producer_id:
-            return False
-        while self._heap and self._heap[0][0] <= header.last_offset:
-            self._producers.add(heapq.heappop(self._heap)[1])
-        return (header.is_transactional and not header.is_control
-                and header.producer_id in self._producers)
-
-    def on_abort_marker(self, producer_id: int) -> None:
-        self._producers.discard(producer_id)
 
 
 def _control_type(batch: bytes) -> ControlType | int:
@@ -619,7 +624,7 @@ class _Round:
         #: key -> the highest offset of a record with that key in the dirty part
         self.offset_map = offset_map
         self.horizon_ms = plan.now_ms + plan.delete_retention_ms
-        self.aborted = _AbortedTxns(plan.aborted)
+        self.aborted = AbortedTransactionTracker.of(plan.aborted)
         #: the ``.txnindex`` entries of the range, by the offset of their ABORT marker
         self.aborts_by_marker = {txn.last_offset: txn for txn in plan.txn_entries}
         #: (producer id, last offset) of every batch producer state remembers
@@ -639,9 +644,9 @@ class _Round:
         return out
 
     def _filter(self, header: BatchHeader, batch: bytes) -> bytes | None:
-        aborted = self.aborted.is_aborted_data(header)
         if header.is_control:
             return self._filter_marker(header, batch)
+        aborted = self.aborted.is_aborted(header)
         remembered = header.has_producer_id and (header.producer_id, header.last_offset) in self.remembered
         if aborted or header.record_count == 0:
             kept: list[StoredRecord] = []
@@ -682,11 +687,10 @@ class _Round:
         if not header.has_producer_id:
             return batch
         control_type = _control_type(batch)
+        self.aborted.is_aborted(header, abort_marker=control_type == ControlType.ABORT)
         if control_type not in (ControlType.ABORT, ControlType.COMMIT):
             return batch
         producer_id = header.producer_id
-        if control_type == ControlType.ABORT:
-            self.aborted.on_abort_marker(producer_id)
         if self.txn_kept.pop(producer_id, False):
             return batch  # its transaction still has data in the log
         horizon = header.delete_horizon_ms

@@ -1,9 +1,13 @@
-"""The log of one partition: segments, offsets, producer state, LSO, recovery.
+"""The log of one partition (Kafka's ``UnifiedLog``/``LocalLog``): append, read, roll, flush, retention, the LSO.
 
 A partition is a directory ``<topic>-<partition>/`` of segments
 (``storage/segment.py``) and producer-state snapshots
 (``storage/producer_snapshot.py``). This class is what every append and read goes
 through; it is not thread-safe -- one owner (the engine's event loop) calls it.
+Around it, as Kafka splits them: ``storage/log_validator.py`` checks and stamps a
+produced batch, ``storage/log_loader.py`` opens the directory (recovery),
+``storage/segment_swap.py`` swaps cleaned segments in and lets old ones go, and
+``storage/log_cleaner.py`` compacts.
 
 Offsets, as Kafka names them:
 
@@ -26,26 +30,26 @@ and yields the job that writes it; :meth:`delete_old_segments` drops segments fr
 the log at once and yields the job that deletes their files; :meth:`clean` yields
 the log cleaner's jobs. A roll hands its snapshot to :attr:`PartitionLog.background`.
 
-Recovery on open (Kafka's ``LogLoader``): after an unclean shutdown every segment
-from the one holding the last flushed offset (the recovery point - 1) onwards is
-re-validated batch by batch (CRC and offsets); the first bad or torn batch and
-everything after it is truncated and the indexes of those segments are rebuilt.
-Producer state is loaded from the newest valid snapshot at or below the first
-segment that needs recovery, and batch headers are replayed from there to the end.
+Recovery on open (``storage/log_loader.py``, Kafka's ``LogLoader``): after an
+unclean shutdown every segment from the one holding the last flushed offset (the
+recovery point - 1) onwards is re-validated batch by batch (CRC and offsets); the
+first bad or torn batch and everything after it is truncated and the indexes of
+those segments are rebuilt. Producer state is loaded from the newest valid snapshot
+at or below the first segment that needs recovery, and batch headers are replayed
+from there to the end.
 
 Compaction (``cleanup.policy=compact``): :meth:`PartitionLog.clean` is the log
 cleaner's round (``storage/log_cleaner.py``), which writes cleaned segments as
 ``.cleaned`` files; :meth:`prepare_swap` checks that the segments they replace are
-still in the log, :class:`SegmentSwap` swaps them in on disk and
-:meth:`complete_swap` in memory; ``_remove_leftovers`` finishes or discards a swap
-a crash interrupted. Cleaning changes no offset, neither the log start offset,
+still in the log, ``segment_swap.SegmentSwap`` swaps them in on disk and
+:meth:`complete_swap` in memory; the loader finishes or discards a swap a crash
+interrupted. Cleaning changes no offset, neither the log start offset,
 producer state, LSO nor high watermark. Sealed segments change only through
 retention and cleaning, so the owner must not run both on one log at once.
 """
 
 from __future__ import annotations
 
-import bisect
 import logging
 import os
 import time
@@ -53,41 +57,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
-from storage import filenames, log_cleaner, producer_snapshot
+from storage import filenames, log_cleaner, log_validator, producer_snapshot
 from storage.atomic_file import fsync_dir, write_atomically
 from storage.background import RunSteps, Steps, run_inline
 from storage.clock import Clock
-from storage.errors import (
-    CorruptMessageError,
-    InvalidRecordError,
-    LogDirFullError,
-    LogOfflineError,
-    MessageTooLargeError,
-    OffsetOutOfRangeError,
-    RecordListTooLargeError,
-    storage_error,
-)
+from storage.errors import LogDirFullError, LogOfflineError, OffsetOutOfRangeError, storage_error
 from storage.log_config import LogConfig
-from storage.offset_index import CorruptIndexError
-from storage.producer_snapshot import CorruptSnapshotError
+from storage.log_loader import LogLoader, segment_holding, snapshot_offsets_in
 from storage.producer_state import CompletedTxn, ProducerStateManager
-from storage.record_batch import (
-    HEADER_SIZE,
-    TIMESTAMP_TYPE_BIT,
-    BatchHeader,
-    ControlType,
-    decode_batch,
-    decode_control_record,
-    encode_end_txn_marker,
-    iter_headers,
-    read_header,
-    recompress,
-    restamp,
-    scan_batch,
-    validate_batch,
-    with_base_offset,
-)
-from storage.segment import LogSegment, walk_headers
+from storage.record_batch import BatchHeader, encode_end_txn_marker, iter_headers, read_header, with_base_offset
+from storage.segment import LogSegment
+from storage.segment_swap import SegmentClose, SegmentDeletion, SegmentSwap, holds_run
 from storage.txn_index import AbortedTxn
 from storage.visible_records import CountSegment, VisibleRecordIndex
 
@@ -168,95 +148,6 @@ class SnapshotWrite:
             path.unlink(missing_ok=True)
 
 
-@dataclass(frozen=True, slots=True)
-class SegmentDeletion:
-    """Close and delete segments the log no longer holds, and stale snapshots; ``run``
-    may execute on any thread. A crash half way leaves files below the log start
-    offset, which the next open ignores or removes."""
-
-    segments: tuple[LogSegment, ...]
-    snapshots: tuple[Path, ...]
-
-    def run(self) -> None:
-        for segment in self.segments:
-            segment.delete()
-        for path in self.snapshots:
-            path.unlink(missing_ok=True)
-
-
-@dataclass(frozen=True, slots=True)
-class SegmentClose:
-    """Close segments the log no longer holds (any thread): the last close of a
-    deleted file frees its blocks, which is disk work too. First, ``recount``: the
-    cleaned segment's counts for the log's ``visible_records``."""
-
-    segments: tuple[LogSegment, ...]
-    recount: CountSegment | None = None
-
-    def run(self) -> None:
-        if self.recount is not None:
-            self.recount.run()
-        for segment in self.segments:
-            segment.release()
-
-
-@dataclass(frozen=True, slots=True)
-class SegmentSwap:
-    """Swap the cleaned segment ``base_offset`` (written as ``.cleaned`` files, synced)
-    in for the segments at ``replaced`` on disk, crash-safely (Kafka's
-    ``replaceSegments``): rename its indexes and then its ``.log`` to ``.swap`` (that
-    last rename is the commit point), then complete the swap as
-    :func:`complete_swap_files` does on open. ``run`` may execute on any thread; it
-    returns the new segment, opened, for :meth:`PartitionLog.complete_swap`. The
-    replaced segments stay open: whoever reads them keeps reading the old files."""
-
-    directory: Path
-    base_offset: int
-    replaced: tuple[int, ...]
-    index_interval_bytes: int
-    created_ms: int
-
-    def run(self) -> LogSegment:
-        base, directory = self.base_offset, self.directory
-        cleaned = [filenames.segment_path(directory, base, suffix + filenames.CLEANED_SUFFIX)
-                   for suffix in filenames.SEGMENT_SUFFIXES]
-        try:
-            for suffix, path in zip(filenames.SEGMENT_SUFFIXES[1:], cleaned[1:]):
-                os.rename(path, swap_path(directory, base, suffix))
-            fsync_dir(directory)
-            os.rename(cleaned[0], swap_path(directory, base, filenames.LOG_SUFFIX))  # the commit point
-            fsync_dir(directory)
-        except BaseException:  # the old segments are untouched: forget the cleaned one
-            for suffix, path in zip(filenames.SEGMENT_SUFFIXES, cleaned):
-                path.unlink(missing_ok=True)
-                swap_path(directory, base, suffix).unlink(missing_ok=True)
-            raise
-        complete_swap_files(directory, base, self.replaced)
-        segment = LogSegment(directory, base, self.index_interval_bytes, created_ms=self.created_ms)
-        segment.load_tail()
-        return segment
-
-
-def swap_path(directory: Path, base_offset: int, suffix: str) -> Path:
-    return filenames.segment_path(directory, base_offset, suffix + filenames.SWAP_SUFFIX)
-
-
-def complete_swap_files(directory: Path, base: int, replaced: tuple[int, ...] | list[int]) -> None:
-    """Put the committed swap segment ``base`` in place of the segments ``replaced``:
-    delete those at other base offsets, rename each index ``.swap`` over the old
-    index (one already gone was renamed before a crash), the ``.log.swap`` last.
-    Repeating it after a crash at any step finishes the same swap."""
-    for old_base in replaced:
-        if old_base != base:
-            for suffix in filenames.SEGMENT_SUFFIXES:
-                filenames.segment_path(directory, old_base, suffix).unlink(missing_ok=True)
-    for suffix in (*filenames.SEGMENT_SUFFIXES[1:], filenames.LOG_SUFFIX):
-        swap = swap_path(directory, base, suffix)
-        if swap.exists():
-            os.replace(swap, filenames.segment_path(directory, base, suffix))
-    fsync_dir(directory)
-
-
 class PartitionLog:
     """One partition's log. See the module docstring for the offsets it keeps."""
 
@@ -294,6 +185,20 @@ class PartitionLog:
         #: bytes truncated from a torn or corrupt tail during recovery (for logs and tests)
         self.truncated_bytes = self._load(clean_shutdown)
 
+    def _load(self, clean_shutdown: bool) -> int:
+        """Open the directory (``storage/log_loader.py``); returns the bytes truncated."""
+        loaded = LogLoader(self.directory, self.config, self.clock, self.producer_state,
+                           log_start_offset=self.log_start_offset, recovery_point=self.recovery_point,
+                           index_abort=self._index_abort).load(clean_shutdown)
+        self.segments, self.log_start_offset, self._snapshots = (
+            loaded.segments, loaded.log_start_offset, loaded.snapshots)
+        self.high_watermark = self.recovery_point = self.log_end_offset
+        self.producer_state.on_high_watermark(self.high_watermark)
+        ends = [segment.base_offset for segment in self.segments[1:]] + [self.log_end_offset]
+        self.visible_records = VisibleRecordIndex.opened(
+            (segment.base_offset, end) for segment, end in zip(self.segments, ends))
+        return loaded.truncated_bytes
+
     # -- offsets ------------------------------------------------------------------
 
     @property
@@ -328,14 +233,14 @@ class PartitionLog:
         """Validate and append one producer batch (exactly one v2 batch, as Produce
         v3+ requires); raise the Kafka error and leave the log untouched otherwise."""
         self._check_online()
-        header, max_timestamp = self._validate(batch)
+        header, max_timestamp = log_validator.validate(batch, self.config, f"{self.topic}-{self.partition}")
         if header.has_producer_id:
             duplicate = self.producer_state.check_data_batch(header)
             if duplicate is not None:
                 return AppendResult(duplicate.first_offset, duplicate.last_offset, duplicate=True)
         now = self.clock.now_ms()
-        batch, header = self._recompressed(batch, header)
-        batch, header = self._stamp(batch, header, max_timestamp, now)
+        batch, header = log_validator.recompressed(batch, header, self.config)
+        batch, header = log_validator.stamped(batch, header, max_timestamp, now, self.config)
         base_offset = self.log_end_offset
         stored = with_base_offset(batch, base_offset)
         header = read_header(stored)
@@ -400,70 +305,6 @@ class PartitionLog:
             self.offline = LogOfflineError(f"{what} failed: {getattr(error, 'strerror', None) or error}")
         return LogOfflineError(f"{self.topic}-{self.partition} went offline: {self.offline}")
 
-    def _validate(self, batch: bytes) -> tuple[BatchHeader, int]:
-        """The header and max record timestamp of a well-formed producer batch."""
-        if len(batch) < HEADER_SIZE:
-            raise CorruptMessageError(f"{len(batch)} bytes is shorter than a record batch header")
-        header = read_header(batch)
-        if header.size > len(batch):
-            raise CorruptMessageError(
-                f"batch length says {header.size} bytes but only {len(batch)} arrived")
-        if header.size < len(batch):
-            raise InvalidRecordError("a produce request must carry exactly one record batch per partition")
-        if header.size > self.config.segment_bytes:
-            raise RecordListTooLargeError(
-                f"batch of {header.size} bytes cannot fit a segment (segment.bytes={self.config.segment_bytes})")
-        if header.size > self.config.max_message_bytes:
-            raise MessageTooLargeError(
-                f"batch of {header.size} bytes exceeds max.message.bytes={self.config.max_message_bytes}")
-        validate_batch(batch)  # a damaged batch is CORRUPT_MESSAGE before anything else
-        if header.is_control:
-            raise InvalidRecordError("clients may not write control batches")
-        if header.producer_id < -1 or (header.has_producer_id and (
-                header.producer_epoch < 0 or header.base_sequence < 0)):
-            raise InvalidRecordError(
-                f"invalid producer fields: id {header.producer_id}, epoch {header.producer_epoch}, "
-                f"base sequence {header.base_sequence}")
-        if header.is_transactional and not header.has_producer_id:
-            raise InvalidRecordError("a transactional batch needs a producer id")
-        if header.record_count <= 0 or header.last_offset_delta != header.record_count - 1:
-            raise InvalidRecordError(
-                f"record count {header.record_count} does not match last offset delta "
-                f"{header.last_offset_delta}")
-        scanned = scan_batch(batch, verify_crc=False)  # every record's structure, as Kafka's LogValidator
-        if self.config.compact and any(
-                record.key is None for record in decode_batch(batch, verify_crc=False).records):
-            raise InvalidRecordError(  # Kafka's LogValidator, word for word
-                f"Compacted topic cannot accept message without key in topic partition "
-                f"{self.topic}-{self.partition}.")
-        return scanned
-
-    def _recompressed(self, batch: bytes, header: BatchHeader) -> tuple[bytes, BatchHeader]:
-        """The batch in the topic's ``compression.type`` codec (unchanged for ``producer``);
-        a batch that grows past ``max.message.bytes`` by it is MESSAGE_TOO_LARGE."""
-        target = self.config.compression
-        if target is None or header.compression is target:
-            return batch, header
-        batch = recompress(batch, target)
-        header = read_header(batch)
-        if header.size > self.config.max_message_bytes:
-            raise MessageTooLargeError(f"batch of {header.size} bytes in {target.name.lower()} exceeds "
-                                       f"max.message.bytes={self.config.max_message_bytes}")
-        return batch, header
-
-    def _stamp(self, batch: bytes, header: BatchHeader, max_timestamp: int,
-               now: int) -> tuple[bytes, BatchHeader]:
-        """Set the batch's max timestamp and timestamp type as the topic says
-        (Kafka's ``setMaxTimestamp``); re-CRC only if they change."""
-        if self.config.log_append_time:
-            max_timestamp, attributes = now, header.attributes | TIMESTAMP_TYPE_BIT
-        else:
-            attributes = header.attributes & ~TIMESTAMP_TYPE_BIT
-        if max_timestamp == header.max_timestamp and attributes == header.attributes:
-            return batch, header
-        batch = restamp(batch, attributes=attributes, max_timestamp=max_timestamp)
-        return batch, read_header(batch)
-
     def _appended(self, header: BatchHeader, now: int) -> None:
         self.visible_records.append(header, self.active_segment.base_offset)
         self._dirty.add(self.active_segment)
@@ -514,8 +355,7 @@ class PartitionLog:
 
     def _segment_for(self, offset: int) -> int:
         """Index in ``segments`` of the segment that holds ``offset``."""
-        bases = [segment.base_offset for segment in self.segments]
-        return max(0, bisect.bisect_right(bases, offset) - 1)
+        return segment_holding(self.segments, offset)
 
     # -- reads --------------------------------------------------------------------------
 
@@ -670,14 +510,8 @@ class PartitionLog:
 
     def _snapshot_set(self) -> set[int]:
         if self._snapshots is None:
-            self._snapshots = {parsed[0] for path in self.directory.iterdir()
-                               if (parsed := filenames.parse_offset_name(path.name))
-                               and parsed[1] == filenames.SNAPSHOT_SUFFIX}
+            self._snapshots = snapshot_offsets_in(self.directory)
         return self._snapshots
-
-    def _delete_snapshot(self, offset: int) -> None:
-        filenames.snapshot_path(self.directory, offset).unlink(missing_ok=True)
-        self._snapshot_set().discard(offset)
 
     def _prune_snapshots(self, new: int | None = None) -> tuple[Path, ...]:
         """Keep one snapshot per segment base at or above the log start offset, plus
@@ -746,7 +580,7 @@ class PartitionLog:
         """The job that swaps the cleaned segment written for ``old`` (at the base offset
         of ``old[0]``) in on disk; None when ``old`` is no longer a run of this log's
         segments, so what was cleaned from them is stale."""
-        if not self._holds_run(old):
+        if not holds_run(self.segments, old):
             return None
         return SegmentSwap(self.directory, old[0].base_offset, tuple(s.base_offset for s in old),
                            self.config.index_interval_bytes, self.clock.now_ms())
@@ -754,7 +588,7 @@ class PartitionLog:
     def complete_swap(self, old: list[LogSegment], cleaned: LogSegment) -> SegmentClose:
         """Install ``cleaned`` (what :class:`SegmentSwap` returned) in place of ``old``;
         returns the job that closes them."""
-        if not self._holds_run(old) or cleaned.base_offset != old[0].base_offset:
+        if not holds_run(self.segments, old) or cleaned.base_offset != old[0].base_offset:
             raise ValueError(f"{self.directory}: cleaned segment {cleaned.base_offset} does not "
                              f"replace consecutive segments starting there")
         first = self.segments.index(old[0])
@@ -764,13 +598,6 @@ class PartitionLog:
         self._dirty.difference_update(old)
         self.segments[first:first + len(old)] = [cleaned]
         return SegmentClose(tuple(old), recount)
-
-    def _holds_run(self, run: list[LogSegment]) -> bool:
-        """Whether ``run`` is a run of consecutive segments of this log, not the active one."""
-        if not run or run[0] not in self.segments:
-            return False
-        first = self.segments.index(run[0])
-        return self.segments[first:first + len(run)] == run and first + len(run) < len(self.segments)
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -815,160 +642,6 @@ class PartitionLog:
                 closed = False
         self.segments = []
         return closed
-
-    def _load(self, clean_shutdown: bool) -> int:
-        self._remove_leftovers()
-        bases = sorted({parsed[0] for path in self.directory.iterdir()
-                        if (parsed := filenames.parse_offset_name(path.name))
-                        and parsed[1] == filenames.LOG_SUFFIX})
-        self._remove_orphan_indexes(set(bases))
-        self.segments = [self._new_segment(base) for base in bases]
-        if not self.segments:
-            self.segments = [self._new_segment(self.log_start_offset)]
-        self.log_start_offset = max(self.log_start_offset, self.segments[0].base_offset)
-        first_to_recover = self._first_segment_to_recover(clean_shutdown)
-        truncated = self._recover(first_to_recover)
-        self._drop_snapshots_above(self.log_end_offset)
-        for segment in self.segments[first_to_recover:]:
-            segment.flush()
-        self.high_watermark = self.recovery_point = self.log_end_offset
-        self.producer_state.on_high_watermark(self.high_watermark)
-        ends = [segment.base_offset for segment in self.segments[1:]] + [self.log_end_offset]
-        self.visible_records = VisibleRecordIndex.opened(
-            (segment.base_offset, end) for segment, end in zip(self.segments, ends))
-        return truncated
-
-    def _remove_leftovers(self) -> None:
-        """Delete what interrupted writes left (``.deleted``, ``.tmp``, ``.cleaned``, and
-        ``.swap`` files whose ``.log.swap`` was never renamed: an uncommitted swap), and
-        complete every committed swap: its ``.log.swap`` replaces each segment whose
-        base offset lies in the offsets it holds (Kafka's ``LogLoader``)."""
-        committed: list[int] = []
-        for path in self.directory.iterdir():
-            if path.name.endswith((filenames.DELETED_SUFFIX, filenames.TEMP_SUFFIX,
-                                   filenames.CLEANED_SUFFIX)):
-                path.unlink()
-            elif (parsed := filenames.parse_swap_name(path.name)) and parsed[1] == filenames.LOG_SUFFIX:
-                committed.append(parsed[0])
-        for path in self.directory.iterdir():
-            parsed = filenames.parse_swap_name(path.name)
-            if parsed and parsed[0] not in committed:
-                path.unlink()
-        for base in sorted(committed):
-            end = self._swap_end(base)
-            replaced = [parsed[0] for path in self.directory.iterdir()
-                        if (parsed := filenames.parse_offset_name(path.name))
-                        and parsed[1] == filenames.LOG_SUFFIX and base <= parsed[0] < max(end, base + 1)]
-            complete_swap_files(self.directory, base, replaced)
-
-    def _swap_end(self, base: int) -> int:
-        """The offset after the last batch of the swap segment ``base`` (``base`` if empty)."""
-        fd = os.open(swap_path(self.directory, base, filenames.LOG_SUFFIX), os.O_RDONLY)
-        try:
-            end = base
-            for location in walk_headers(fd, 0, os.fstat(fd).st_size):
-                end = location.header.next_offset
-            return end
-        finally:
-            os.close(fd)
-
-    def _remove_orphan_indexes(self, bases: set[int]) -> None:
-        for path in self.directory.iterdir():
-            parsed = filenames.parse_offset_name(path.name)
-            if parsed and parsed[1] in filenames.SEGMENT_SUFFIXES[1:] and parsed[0] not in bases:
-                path.unlink()
-
-    def _first_segment_to_recover(self, clean_shutdown: bool) -> int:
-        """Segments before the returned index are trusted as they are; an index that
-        fails its sanity check sends its segment (and those after) to recovery.
-
-        After an unclean shutdown recovery starts at the segment holding the last
-        flushed offset (recovery point - 1): a flush syncs the active segment's
-        ``.log`` only, so when the recovery point sits exactly at the next
-        segment's base the segment below it may still lack index entries."""
-        limit = len(self.segments)
-        if not clean_shutdown:
-            limit = self._segment_for(self.recovery_point - 1) if self.recovery_point > 0 else 0
-        for i, segment in enumerate(self.segments[:limit]):
-            try:
-                segment.load_tail()
-            except (CorruptIndexError, CorruptMessageError, InvalidRecordError, ValueError):
-                return i
-        return limit
-
-    def _recover(self, first_to_recover: int) -> int:
-        """Rebuild producer state from the best snapshot and recover the segments
-        from ``first_to_recover`` on. Returns the bytes truncated."""
-        bound = (self.segments[first_to_recover].base_offset if first_to_recover < len(self.segments)
-                 else self.log_end_offset)
-        start = self._load_snapshot(bound)
-        for segment in self.segments[:first_to_recover]:
-            if segment.next_offset > start:
-                self._replay(segment, start)
-        truncated = 0
-        for i in range(first_to_recover, len(self.segments)):
-            segment = self.segments[i]
-            truncated += segment.recover(lambda batch, header, s=segment: self._replay_batch(
-                batch, header, s, index_aborts=True))
-            if truncated:
-                self._delete_after(i)
-                break
-        return truncated
-
-    def _delete_after(self, i: int) -> None:
-        for segment in self.segments[i + 1:]:
-            segment.delete()
-        self.segments = self.segments[:i + 1]
-
-    def _load_snapshot(self, bound: int) -> int:
-        """Load the newest valid snapshot at or below ``bound``; return the offset to
-        replay from. Corrupt snapshots are deleted on the way."""
-        for offset in reversed(self.snapshot_offsets()):
-            if offset > bound or offset < self.log_start_offset:
-                continue
-            path = filenames.snapshot_path(self.directory, offset)
-            try:
-                self.producer_state.load(producer_snapshot.read(path))
-                return offset
-            except CorruptSnapshotError:
-                self._delete_snapshot(offset)
-        self.producer_state.truncate()
-        return self.log_start_offset
-
-    def _replay(self, segment: LogSegment, from_offset: int) -> None:
-        """Replay producer state from the batch headers of a trusted segment."""
-        start = segment.find(from_offset)
-        if start is None:
-            return
-        for location in segment.headers_from(start.position):
-            header = location.header
-            if header.base_offset < from_offset:
-                continue
-            batch = segment.pread(location.position, header.size) if header.is_control else b""
-            self._replay_batch(batch, header, segment, index_aborts=False)
-
-    def _replay_batch(self, batch: bytes | memoryview, header: BatchHeader, segment: LogSegment,
-                      index_aborts: bool) -> None:
-        if not header.has_producer_id:
-            return
-        if not header.is_control:
-            self.producer_state.update_data_batch(header)
-            return
-        record = decode_batch(bytes(batch)).records[0]
-        control_type, coordinator_epoch = decode_control_record(record)
-        if control_type not in (ControlType.ABORT, ControlType.COMMIT):
-            return
-        completed = self.producer_state.update_end_txn_marker(
-            header.producer_id, header.producer_epoch, coordinator_epoch or 0,
-            control_type == ControlType.COMMIT, header.base_offset, header.max_timestamp)
-        if index_aborts and completed.is_aborted:
-            self._index_abort(segment, completed)
-        self.producer_state.on_high_watermark(header.next_offset)  # replayed data is on disk
-
-    def _drop_snapshots_above(self, offset: int) -> None:
-        for snapshot in self.snapshot_offsets():
-            if snapshot > offset:
-                self._delete_snapshot(snapshot)
 
     def headers(self, start: int, upper: int) -> Iterator[BatchHeader]:
         """The headers of the stored batches holding offsets in ``[start, upper)``, in

@@ -2,14 +2,11 @@
 
 The consumer side of the seed's read_committed algorithm (Consumer section,
 refined as the Java client does it): the fetch returns the aborted transactions
-``(producer id, first offset)`` overlapping the data; they go into a min-heap by
-first offset. Walking the batches in offset order:
-
-1. before a batch from a producer, every heap entry with a first offset <= the
-   batch's last offset moves to the set of aborted producers;
-2. a transactional data batch from an aborted producer is dropped;
-3. an ABORT marker removes its producer from the set; every control batch is
-   dropped (consumers never see control records, but their position moves past).
+``(producer id, first offset)`` overlapping the data, and an
+:class:`~storage.aborted_transactions.AbortedTransactionTracker` walks the batches
+in offset order: a transactional data batch it finds aborted is dropped; every
+control batch is dropped too (consumers never see control records, but their
+position moves past).
 
 With read_uncommitted every data record is returned. The HTTP API and the
 embedded consumer both read through :func:`read_records`.
@@ -17,10 +14,10 @@ embedded consumer both read through :func:`read_records`.
 
 from __future__ import annotations
 
-import heapq
 from dataclasses import dataclass
 from typing import Iterable
 
+from storage.aborted_transactions import AbortedTransactionTracker
 from storage.record_batch import ControlType, Record, decode_batch, decode_control_record, iter_headers
 
 
@@ -49,23 +46,16 @@ def read_records(data: bytes, start_offset: int, read_committed: bool,
                  aborted_transactions: Iterable[tuple[int, int]] = ()) -> ReadRecords:
     """Decode whole batches in ``data`` and return the records at or after
     ``start_offset`` that a consumer at this isolation level may see."""
-    heap = list(aborted_transactions) if read_committed else []
-    heap = [(first_offset, producer_id) for producer_id, first_offset in heap]
-    heapq.heapify(heap)
-    aborted: set[int] = set()
+    tracker = AbortedTransactionTracker(aborted_transactions if read_committed else ())
     records: list[ConsumedRecord] = []
     next_offset = start_offset
     for position, header in iter_headers(data):
         next_offset = max(next_offset, header.next_offset)
-        if read_committed and header.has_producer_id:
-            while heap and heap[0][0] <= header.last_offset:
-                aborted.add(heapq.heappop(heap)[1])
         if header.is_control:
             control = decode_batch(data[position:position + header.size]).records
-            if _is_abort(control):
-                aborted.discard(header.producer_id)
+            tracker.is_aborted(header, abort_marker=_is_abort(control))
             continue
-        if read_committed and header.is_transactional and header.producer_id in aborted:
+        if tracker.is_aborted(header):
             continue  # dropped by its header alone: aborted data is never decoded
         batch = decode_batch(data[position:position + header.size])
         records.extend(_consumed(batch.header, record) for record in batch.records

@@ -40,10 +40,10 @@ from __future__ import annotations
 
 import bisect
 from array import array
-from collections import defaultdict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterable, Iterator
 
+from storage.aborted_transactions import AbortedTransactionTracker
 from storage.record_batch import BatchHeader
 from storage.txn_index import AbortedTxn
 
@@ -127,28 +127,13 @@ class SegmentCounts:
         return total
 
 
-class Weigher:
-    """What each batch of a log read from disk weighs: 0 for a marker or data of an
-    aborted transaction (the ``.txnindex`` ranges), its RecordCount otherwise."""
-
-    def __init__(self, aborted: Iterable[AbortedTxn]) -> None:
-        self._ranges: dict[int, list[AbortedTxn]] = defaultdict(list)
-        for txn in sorted(aborted, key=lambda t: t.first_offset):
-            self._ranges[txn.producer_id].append(txn)
-        self._firsts = {pid: [t.first_offset for t in txns] for pid, txns in self._ranges.items()}
-
-    def weight(self, header: BatchHeader) -> int:
-        if header.is_control:
-            return 0
-        if header.is_transactional and header.producer_id in self._ranges:
-            txns = self._ranges[header.producer_id]
-            i = bisect.bisect_right(self._firsts[header.producer_id], header.base_offset) - 1
-            if i >= 0 and header.base_offset <= txns[i].last_offset:
-                return 0
-        return header.record_count
-
-    def counts(self, base_offset: int, headers: Iterable[BatchHeader]) -> SegmentCounts:
-        return SegmentCounts.of(base_offset, ((h.base_offset, h.next_offset, self.weight(h)) for h in headers))
+def weight(header: BatchHeader, aborted: AbortedTransactionTracker) -> int:
+    """What a batch of a log read from disk gives a read_committed reader: 0 for a
+    marker or data of an aborted transaction, its RecordCount otherwise. Every batch
+    goes through ``aborted`` in offset order, markers included."""
+    if aborted.is_aborted(header) or header.is_control:
+        return 0
+    return header.record_count
 
 
 class CountSegment:
@@ -169,7 +154,9 @@ class CountSegment:
 
     def run(self) -> None:
         try:
-            self.counts = Weigher(self.aborted).counts(self.start, self._headers())
+            aborted = AbortedTransactionTracker.of(self.aborted)
+            self.counts = SegmentCounts.of(self.start, ((h.base_offset, h.next_offset, weight(h, aborted))
+                                                        for h in self._headers()))
         except OSError:  # closed meanwhile: nothing to install
             pass
         finally:

@@ -37,9 +37,10 @@ from storage.clock import FakeClock
 from storage.errors import OffsetOutOfRangeError, UnknownTopicOrPartitionError
 from storage.filenames import TOPICS_FILE
 from storage.log_manager import TopicCreation
-from storage.partition_log import PartitionLog, SegmentDeletion, SegmentSwap, SnapshotWrite
+from storage.partition_log import PartitionLog, SnapshotWrite
 from storage.read_committed import read_records
 from storage.record_batch import SimpleRecord, encode_batch
+from storage.segment_swap import SegmentDeletion, SegmentSwap
 from tests.conftest import SMALL_INTERNAL_TOPICS, data_batch
 
 DEADLINE_S = 30

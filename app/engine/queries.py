@@ -22,11 +22,11 @@ from app.config import BrokerConfig
 from coordinator import offsets_log, transaction_log
 from coordinator.schema import SchemaError
 from coordinator.transaction_state import TransactionState
+from storage.aborted_transactions import AbortedTransactionTracker
 from storage.errors import GroupIdNotFoundError, OffsetOutOfRangeError, TransactionalIdNotFoundError
 from storage.log_config import LogConfig
 from storage.partition_log import PartitionLog
-from storage.record_batch import BatchHeader, decode_batch, decode_control_record
-from storage.txn_index import AbortedTxn
+from storage.record_batch import decode_batch, decode_control_record
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine as SqlEngine
@@ -245,20 +245,6 @@ def data_records(log: PartitionLog, start: int, upper: int) -> tuple[int, bool]:
     if split:
         count += sum(1 for record in decode_batch(log.read(start, 0).records).records if record.offset >= start)
     return count, exact
-
-
-def _aborted_by_producer(log: PartitionLog, start: int, upper: int) -> dict[int, list[AbortedTxn]]:
-    """The ``.txnindex`` entries overlapping ``[start, upper)``, by producer id."""
-    aborted: dict[int, list[AbortedTxn]] = {}
-    for txn in log.collect_aborted(start, upper) if start < upper else ():
-        aborted.setdefault(txn.producer_id, []).append(txn)
-    return aborted
-
-
-def _is_aborted(header: BatchHeader, aborted: dict[int, list[AbortedTxn]]) -> bool:
-    """Whether the batch is in an aborted transaction (its records never reach read_committed)."""
-    return header.is_transactional and any(
-        t.first_offset <= header.base_offset <= t.last_offset for t in aborted.get(header.producer_id, ()))
 
 
 async def group(engine: "Engine", group_id: str) -> dict[str, Any]:
@@ -493,7 +479,7 @@ async def records(engine: "Engine", name: str, partition_id: int, offset: int | 
     if start < log.log_start_offset or start > hw:
         raise OffsetOutOfRangeError(f"offset {start} is outside [{log.log_start_offset}, {hw}] "
                                     f"of {name}-{partition_id}")
-    aborted = _aborted_by_producer(log, start, hw)
+    aborted = AbortedTransactionTracker.of(log.collect_aborted(start, hw) if start < hw else ())
     pinning = next((h for h in _holders(engine, log, engine.clock.now_ms()) if h["holds_lso"]), None)
     held_by = pinning and {"transactional_id": pinning["transactional_id"],
                            "producer_id": pinning["producer_id"], "first_offset": pinning["first_offset"]}
@@ -502,6 +488,7 @@ async def records(engine: "Engine", name: str, partition_id: int, offset: int | 
         if header.base_offset >= hw or len(rows) >= limit:
             break
         batch = decode_batch(raw)
+        in_aborted_txn = aborted.is_aborted(header)
         for record in batch.records:
             if record.offset < start or record.offset >= hw or len(rows) >= limit:
                 continue
@@ -512,7 +499,7 @@ async def records(engine: "Engine", name: str, partition_id: int, offset: int | 
             if header.is_control:
                 control, _ = decode_control_record(record)
                 row.update(status="marker", marker=getattr(control, "name", str(control)), key=None, value=None)
-            elif _is_aborted(header, aborted):
+            elif in_aborted_txn:
                 row["status"] = "aborted"
             elif header.is_transactional and _in_open_transaction(log, header.producer_id, record.offset):
                 row["status"] = "open"
