@@ -11,7 +11,9 @@ for 1) and ignore unknown fields; null in an optional field means absent.
 
 from __future__ import annotations
 
+import functools
 import re
+import typing
 from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, create_model
@@ -264,7 +266,7 @@ class PathParameters(Query):
     consumer_id: Text()
 
 
-class Headers(Query):
+class IdempotencyHeader(Query):
     idempotency_key: Annotated[str, Field(alias="Idempotency-Key", pattern=IDEMPOTENCY_KEY, description=(
         "a retry with the same key and body returns the first answer and appends nothing; remembered for this "
         "broker process's lifetime (bounded), and for a transaction's records call also across a restart while "
@@ -302,9 +304,11 @@ class Resource(BaseModel):
     metadata: ResourceMetadata
 
 
-def listing(kind: str, item: type[BaseModel]) -> type[BaseModel]:
-    """REST v3's list of resources: ``{"kind", "metadata", "data": [...]}``."""
-    return create_model(f"{item.__name__}List", kind=(Literal[kind], ...), metadata=(ListMetadata, ...),
+@functools.cache
+def listing(item: type[BaseModel]) -> type[BaseModel]:
+    """REST v3's list of ``item`` resources: ``{"kind": "<item's kind>List", "metadata", "data": [...]}``."""
+    (kind,) = typing.get_args(item.model_fields["kind"].annotation)
+    return create_model(f"{item.__name__}List", kind=(Literal[f"{kind}List"], ...), metadata=(ListMetadata, ...),
                         data=(list[item], ...))
 
 
@@ -701,18 +705,3 @@ class AbortedHanging(TopicPartition):
         "marker was written on this partition"))
     producer_epoch: Int(description="the producer's epoch now: older ones are fenced")
     last_stable_offset: Int()
-
-
-ClusterList = listing("KafkaClusterList", Cluster)
-BrokerList = listing("KafkaBrokerList", Broker)
-ReplicaList = listing("KafkaReplicaList", Replica)
-TopicList = listing("KafkaTopicList", Topic)
-TopicConfigList = listing("KafkaTopicConfigList", TopicConfig)
-BrokerConfigList = listing("KafkaBrokerConfigList", BrokerConfig)
-PartitionList = listing("KafkaPartitionList", Partition)
-ProducerList = listing("KafkaProducerList", Producer)
-ConsumerGroupList = listing("KafkaConsumerGroupList", ConsumerGroupSummary)
-ConsumerList = listing("KafkaConsumerList", Consumer)
-ConsumerAssignmentList = listing("KafkaConsumerAssignmentList", ConsumerAssignment)
-ConsumerLagList = listing("KafkaConsumerLagList", ConsumerLag)
-TransactionList = listing("KafkaTransactionList", Transaction)
