@@ -267,10 +267,13 @@ class PathParameters(Query):
 
 
 class IdempotencyHeader(Query):
-    idempotency_key: Annotated[str, Field(alias="Idempotency-Key", pattern=IDEMPOTENCY_KEY, description=(
-        "a retry with the same key and body returns the first answer and appends nothing; remembered for this "
-        "broker process's lifetime (bounded), and for a transaction's records call also across a restart while "
-        "the transaction is open"))]
+    """The header of a retriable write (``app/http/idempotency.py`` checks it)."""
+
+    idempotency_key: Optional[Annotated[str, Field(pattern=IDEMPOTENCY_KEY)]] = Field(
+        None, alias="Idempotency-Key", description=(
+            "a retry with the same key and body returns the first answer and appends nothing; remembered for "
+            "this broker process's lifetime (bounded), and for a transaction's records call also across a "
+            "restart while the transaction is open"))
 
 
 # -- responses ----------------------------------------------------------------------------
