@@ -5,7 +5,7 @@ This module holds the ``api`` blueprint with clusters, brokers, topics, partitio
 replicas and producers; the other resources are nested blueprints named after what
 they serve: ``records`` (produce, read, list offsets, producer ids), ``configs``
 (topic and broker configs), ``transactions``, ``groups`` (consumer groups, consumers,
-lags) and ``openapi``. Every path below
+lags) and ``openapi`` (``document.py``: derived from the shapes in ``models.py``). Every path below
 ``/v3/clusters/<cluster_id>`` checks the cluster id (another one is 404, as in the
 REST proxy), and every read goes through the shared read models of
 ``app/engine/queries.py`` on the engine's loop.
