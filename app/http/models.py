@@ -82,6 +82,8 @@ def QueryInt(minimum: int = 0, maximum: int = INT64_MAX) -> Any:  # noqa: N802 (
 TopicName = Annotated[str, Field(min_length=1, max_length=MAX_TOPIC_NAME_LENGTH,
                                  json_schema_extra={"pattern": LEGAL_TOPIC_NAME})]
 ConfigName = Text(max_length=MAX_TOPIC_NAME_LENGTH)
+#: a name in a path: any non-empty string
+Name = Annotated[str, Field(min_length=1)]
 PartitionId = Int(maximum=INT32_MAX)
 Epoch = Int(maximum=INT16_MAX)
 TimestampMs = Int(-1, description="milliseconds since the epoch")
@@ -253,17 +255,18 @@ class TransactionQuery(Query):
 
 
 class PathParameters(Query):
-    """Every path parameter (Flask's converters check the integers)."""
+    """Every path parameter, for the document: Flask's converters check the integers,
+    the engine the names (an unknown one is 404)."""
 
     cluster_id: str = Field(description="the broker's cluster id (GET /v3/clusters)")
     topic_name: TopicName
     partition_id: PartitionId
-    transactional_id: Text()
-    group_id: Text()
+    transactional_id: Name
+    group_id: Name
     producer_id: Int()
     broker_id: PartitionId
-    name: Text()
-    consumer_id: Text()
+    name: Name
+    consumer_id: Name
 
 
 class IdempotencyHeader(Query):
