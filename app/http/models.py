@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import functools
 import re
+from datetime import datetime
 import typing
 from typing import Annotated, Any, Literal, Optional, Union
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, create_model
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, create_model, field_validator
 
 from app.engine import READ_COMMITTED, READ_UNCOMMITTED
 from app.engine.engine import MAX_PARTITIONS_PER_REQUEST
@@ -172,6 +173,20 @@ class ProduceRecord(Request):
     timestamp: Optional[Union[Int(maximum=MAX_TIME_MS), Annotated[str, Field(json_schema_extra={
         "format": "date-time"})]]] = Field(None, description=(
             "ISO 8601 with a zone (as the proxy takes it), or milliseconds since the epoch; default: now"))
+
+    @field_validator("timestamp", mode="before")
+    @classmethod
+    def _milliseconds(cls, value: Any) -> Any:
+        """An ISO 8601 time as milliseconds since the epoch (then checked as those)."""
+        if not isinstance(value, str):
+            return value
+        try:
+            moment = datetime.fromisoformat(value)
+        except ValueError:
+            raise ValueError(f"not an ISO 8601 time: {value!r:.50}") from None
+        if moment.tzinfo is None:
+            raise ValueError("an ISO 8601 time needs a time zone (e.g. Z)")
+        return round(moment.timestamp() * 1000)
 
 
 class ProduceRequest(ProduceRecord):

@@ -25,7 +25,6 @@ import json
 import random
 from concurrent.futures import Future
 from dataclasses import dataclass
-from datetime import datetime
 from typing import TYPE_CHECKING, Any, Iterator
 
 from flask import Blueprint, Response, jsonify, stream_with_context
@@ -59,25 +58,8 @@ def parse_record(item: models.ProduceRecord, now_ms: int, where: str = "") -> tu
     key = codec.decode_data(item.key, f"{where}key")
     value = codec.decode_data(item.value, f"{where}value")
     headers = codec.decode_headers(item.headers, f"{where}headers")
-    timestamp = _timestamp(item.timestamp, where)
     return item.partition_id, SimpleRecord(value, key=key, headers=headers,
-                                           timestamp=now_ms if timestamp is None else timestamp)
-
-
-def _timestamp(raw: int | str | None, where: str) -> int | None:
-    """Milliseconds since the epoch, or an ISO 8601 time as REST v3 sends it; None: now."""
-    if not isinstance(raw, str):
-        return raw
-    try:
-        moment = datetime.fromisoformat(raw)
-    except ValueError:
-        raise InvalidRequestError(f"{where}timestamp is not an ISO 8601 time: {raw!r:.50}") from None
-    if moment.tzinfo is None:
-        raise InvalidRequestError(f"{where}timestamp needs a time zone (e.g. Z)")
-    ms = round(moment.timestamp() * 1000)
-    if not 0 <= ms <= codec.MAX_TIME_MS:
-        raise InvalidRequestError(f"{where}timestamp must be from 1970 to 9999, got {raw!r:.50}")
-    return ms
+                                           timestamp=now_ms if item.timestamp is None else item.timestamp)
 
 
 def choose_partition(engine: "Engine", topic: str, key: bytes | None) -> int:
