@@ -56,7 +56,11 @@ from storage.partition_log import PartitionLog
 
 log = logging.getLogger(__name__)
 
-_LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
+#: Kafka's longest topic name (``Topic.MAX_NAME_LENGTH``)
+MAX_TOPIC_NAME_LENGTH = 249
+#: Kafka's legal topic names (``Topic.LEGAL_CHARS``, 1 to MAX_TOPIC_NAME_LENGTH of them)
+LEGAL_TOPIC_NAME = f"^[a-zA-Z0-9._-]{{1,{MAX_TOPIC_NAME_LENGTH}}}$"
+_LEGAL_TOPIC = re.compile(LEGAL_TOPIC_NAME)
 
 
 class DataDirectoryLockedError(KafkaStorageError):

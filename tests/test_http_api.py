@@ -13,7 +13,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from app import Broker
-from app.http import HttpSettings, create_app, idempotency, openapi, transactions
+from app.http import HttpSettings, create_app, document, idempotency, transactions
 from app.http.codec import iso_time
 from app.client.producer import murmur2
 from coordinator.transaction_state import IllegalTransitionError, TransactionMetadata
@@ -890,7 +890,7 @@ def _rules(app) -> set[tuple[str, str]]:
 
 
 def test_every_v3_route_is_documented_and_every_documented_path_is_a_route(app) -> None:
-    documented = {(path, method) for path, ops in openapi.document()["paths"].items() if path.startswith("/v3")
+    documented = {(path, method) for path, ops in document.document()["paths"].items() if path.startswith("/v3")
                   for method in ops}
     routes = _rules(app)
     assert routes - documented == set(), "routes missing from /openapi.json"
@@ -898,10 +898,45 @@ def test_every_v3_route_is_documented_and_every_documented_path_is_a_route(app) 
     assert len(routes) >= 24
 
 
+#: JSON Schema keywords: a dict literal holding one states a shape by hand
+SCHEMA_KEYWORDS = {"properties", "minimum", "maximum", "pattern", "enum", "items", "minLength",
+                   "maxLength", "oneOf", "anyOf", "allOf"}
+
+
+def test_http_shapes_are_declared_only_as_models() -> None:
+    """One declaration per shape: pydantic models live in app/http/models.py, and no
+    other module under app/http writes a JSON Schema by hand (the document derives them)."""
+    import ast
+    http = Path(__file__).resolve().parents[1] / "app" / "http"
+    for path in sorted(http.glob("*.py")):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Dict) and path.name != "models.py":  # a model's json_schema_extra may
+                keys = {k.value for k in node.keys if isinstance(k, ast.Constant)}
+                assert not keys & SCHEMA_KEYWORDS, f"{path.name}:{node.lineno} states a schema by hand"
+            if isinstance(node, ast.ClassDef) and path.name != "models.py":
+                bases = {ast.unparse(b) for b in node.bases}
+                assert not bases & {"BaseModel", "m.Request", "models.Request"}, \
+                    f"{path.name}:{node.lineno} declares a shape outside models.py"
+
+
+def test_the_document_states_the_limits_the_validation_applies() -> None:
+    """The limits are read from one place: the document shows the models' bounds."""
+    from app.http import models
+    schemas = document.document()["components"]["schemas"]
+    batch = schemas["ProduceBatch"]["properties"]["entries"]
+    assert batch["maxItems"] == models.MAX_BATCH_ENTRIES
+    assert schemas["CreateTopic"]["properties"]["topic_name"]["maxLength"] == 249
+    read = document.document()["paths"]["/v3/clusters/{cluster_id}/topics/{topic_name}/partitions/"
+                                        "{partition_id}/records"]["get"]["parameters"]
+    (max_bytes,) = [p for p in read if p["name"] == "max_bytes"]
+    assert max_bytes["schema"]["maximum"] == models.MAX_FETCH_BYTES == 52_428_800
+
+
 def test_openapi_json_serves_the_document_with_every_reference_resolvable(api: Api) -> None:
     served = api.client.get("/openapi.json").json
-    assert served == json.loads(json.dumps(openapi.document()))
-    assert served["openapi"].startswith("3.0")
+    assert served == json.loads(json.dumps(document.document()))
+    assert served["openapi"].startswith("3.1")
     text = json.dumps(served)
     import re
     for name in set(re.findall(r'"#/components/schemas/([^"]+)"', text)):

@@ -36,7 +36,7 @@ from schemathesis.specs.openapi.checks import (
 
 from app import Broker
 from app.client import consumer_protocol
-from app.http import create_app, openapi
+from app.http import create_app, document, models
 from coordinator.group_metadata import CommittedOffset
 from tests.conftest import SMALL_INTERNAL_TOPICS
 
@@ -81,7 +81,7 @@ def app(broker: Broker):
 
 #: the document /openapi.json serves (test_http_api checks they are the same); loaded
 #: at import so that pytest collects one test per operation
-schema = schemathesis.openapi.from_dict(openapi.document())
+schema = schemathesis.openapi.from_dict(document.document())
 
 
 def _steer(case, broker: Broker, member: str) -> None:
@@ -107,7 +107,7 @@ def _steer(case, broker: Broker, member: str) -> None:
         elif case.method.upper() != "DELETE" and rng.random() < 0.7:
             params["topic_name"] = rng.choice(SEEDED)
     if "name" in params and rng.random() < 0.7:
-        params["name"] = rng.choice(openapi.CONFIG_NAMES)
+        params["name"] = rng.choice(models.CONFIG_NAMES)
     if "broker_id" in params and rng.random() < 0.7:
         params["broker_id"] = broker.engine.logs.node_id
     if "group_id" in params and rng.random() < 0.7:

@@ -105,7 +105,7 @@ def test_errors_auth_and_limits_over_a_real_socket(server) -> None:
     status, _, error = call(f"{base}/topics/orders/records", raw=too_big)
     assert status == 413 and error["error_name"] == "REQUEST_ENTITY_TOO_LARGE"
     status, headers, document = call(f"{root}/openapi.json")
-    assert status == 200 and document["openapi"].startswith("3.0")
+    assert status == 200 and document["openapi"].startswith("3.1")
 
 
 def test_close_finishes_and_stops_listening(tmp_path: Path) -> None:

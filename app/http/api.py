@@ -5,7 +5,7 @@ This module holds the ``api`` blueprint with clusters, brokers, topics, partitio
 replicas and producers; the other resources are nested blueprints named after what
 they serve: ``records`` (produce, read, list offsets, producer ids), ``configs``
 (topic and broker configs), ``transactions``, ``groups`` (consumer groups, consumers,
-lags) and ``openapi``. Every path below
+lags) and ``openapi`` (``document.py``: derived from the shapes in ``models.py``). Every path below
 ``/v3/clusters/<cluster_id>`` checks the cluster id (another one is 404, as in the
 REST proxy), and every read goes through the shared read models of
 ``app/engine/queries.py`` on the engine's loop.
@@ -16,12 +16,13 @@ from __future__ import annotations
 from flask import Blueprint, abort, g, jsonify, request
 
 from app.engine import queries
-from app.http import configs, current_engine, errors, groups, inputs, openapi, records, transactions
+from app.http import configs, current_engine, document, errors, groups, models, records, transactions
+from app.http.validation import body
 from app.http.resources import check_broker, cluster_id, crn, listing, related, resource
 from storage.errors import InvalidReplicationFactorError, UnknownTopicOrPartitionError
 
 bp = Blueprint("api", __name__)
-for child in (records.bp, transactions.bp, groups.bp, configs.bp, openapi.bp):
+for child in (records.bp, transactions.bp, groups.bp, configs.bp, document.bp):
     bp.register_blueprint(child)
 
 @bp.record_once
@@ -156,19 +157,12 @@ def list_topics():
 def create_topic():
     """CreateTopics; with ``validate_only`` the answer is the topic as it would be,
     and nothing is created."""
-    body = inputs.json_body()
-    name = inputs.string(body, "topic_name", max_length=249)
-    count = inputs.integer(body, "partitions_count", required=False, minimum=1, maximum=inputs.INT32_MAX)
-    factor = inputs.integer(body, "replication_factor", required=False, minimum=-1, maximum=2**15 - 1)
+    wanted = body(models.CreateTopic)
+    name, count, factor = wanted.topic_name, wanted.partitions_count, wanted.replication_factor
     if factor not in (None, -1, 1):
         raise InvalidReplicationFactorError(f"this broker is one node: replication_factor must be 1, got {factor}")
-    configs = {}
-    for where, item in inputs.objects(body, "configs", required=False, max_items=100):
-        config_name = inputs.string(item, "name", where=where, max_length=249)
-        value = inputs.string(item, "value", where=where, min_length=0, required=False, nullable=True)
-        if value is not None:  # null: the default
-            configs[config_name] = value
-    validate_only = inputs.boolean(body, "validate_only")
+    configs = {c.name: c.value for c in wanted.configs if c.value is not None}  # null: the default
+    validate_only = bool(wanted.validate_only)
     engine = current_engine()
     engine.call(engine.create_topic, name, count, configs, validate_only=validate_only)
     if validate_only:
@@ -188,7 +182,7 @@ def get_topic(topic_name: str):
 def update_partition_count(topic_name: str):
     """CreatePartitions, as the proxy takes it: ``{"partitions_count": n}`` grows the
     topic to n partitions (keys then map to other partitions, as in Kafka)."""
-    count = inputs.integer(inputs.json_body(), "partitions_count", minimum=1, maximum=inputs.INT32_MAX)
+    count = body(models.UpdatePartitionCount).partitions_count
     engine = current_engine()
     engine.call(engine.create_partitions, topic_name, count)
     return jsonify(topic_resource(*engine.call(_topics_with_configs, engine, topic_name)[0]))

@@ -24,28 +24,17 @@ from typing import Any
 
 from storage.errors import InvalidRequestError
 
-TYPES = ("BINARY", "JSON", "STRING")
-
 Headers = tuple[tuple[str, bytes | None], ...]
 
 
 def decode_data(obj: Any, where: str) -> bytes | None:
-    """The bytes of a key or value object; None for a null one."""
+    """The bytes of a key or value (a validated ``models.RecordData``); None for a null one."""
     if obj is None:
         return None
-    if not isinstance(obj, dict):
-        raise InvalidRequestError(f"{where} must be an object {{\"type\", \"data\"}} or null")
-    kind = obj.get("type")
-    if kind not in TYPES:
-        raise InvalidRequestError(f"{where}.type must be one of {', '.join(TYPES)}, got {kind!r:.50}")
-    if "data" not in obj:
-        raise InvalidRequestError(f"{where}.data is required")
-    data = obj["data"]
-    if kind == "BINARY":
+    data = obj.data
+    if obj.type == "BINARY":
         return decode_base64(data, f"{where}.data")
-    if kind == "STRING":
-        if not isinstance(data, str):
-            raise InvalidRequestError(f"{where}.data must be a string for type STRING")
+    if obj.type == "STRING":
         return _utf8(data, where)
     try:
         text = json.dumps(data, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
@@ -54,9 +43,7 @@ def decode_data(obj: Any, where: str) -> bytes | None:
     return _utf8(text, where)
 
 
-def decode_base64(data: Any, where: str) -> bytes:
-    if not isinstance(data, str):
-        raise InvalidRequestError(f"{where} must be a base64 string")
+def decode_base64(data: str, where: str) -> bytes:
     try:
         return base64.b64decode(data, validate=True)
     except (binascii.Error, ValueError):
@@ -71,24 +58,9 @@ def _utf8(text: str, where: str) -> bytes:
 
 
 def decode_headers(items: Any, where: str) -> Headers:
-    if items is None:
-        return ()
-    if not isinstance(items, list):
-        raise InvalidRequestError(f"{where} must be an array of {{\"name\", \"value\"}}")
-    headers = []
-    for i, item in enumerate(items):
-        at = f"{where}[{i}]"
-        if not isinstance(item, dict) or not isinstance(item.get("name"), str):
-            raise InvalidRequestError(f"{at} must be an object with a string name")
-        value = item.get("value")
-        headers.append((_checked_name(item["name"], at),
-                        None if value is None else decode_base64(value, f"{at}.value")))
-    return tuple(headers)
-
-
-def _checked_name(name: str, where: str) -> str:
-    _utf8(name, where)
-    return name
+    """The headers of validated ``models.Header`` items (None: no headers)."""
+    return tuple((item.name, None if item.value is None else decode_base64(item.value, f"{where}[{i}].value"))
+                 for i, item in enumerate(items or ()))
 
 
 def encode_data(data: bytes | None) -> dict[str, str] | None:
@@ -102,7 +74,7 @@ def encode_headers(headers: Headers) -> list[dict[str, str | None]]:
 
 def summary(obj: Any, data: bytes | None) -> dict[str, Any] | None:
     """The produce response's ``{"type", "size"}`` of a key or value (REST v3)."""
-    return None if data is None else {"type": obj["type"], "size": len(data)}
+    return None if data is None else {"type": obj.type, "size": len(data)}
 
 
 def iso_time(ms: int) -> str | None:

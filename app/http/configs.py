@@ -26,7 +26,8 @@ from flask import Blueprint, abort, jsonify
 
 from app.config import BrokerConfig
 from app.engine import queries
-from app.http import current_engine, inputs
+from app.http import current_engine, models
+from app.http.validation import body
 from app.http.resources import check_broker, cluster_id, crn, listing, resource
 from storage.errors import InvalidRequestError
 from storage.log_config import LogConfig
@@ -34,7 +35,6 @@ from storage.log_config import LogConfig
 bp = Blueprint("configs", __name__)
 
 CONFIGS = "/v3/clusters/<cluster_id>/topics/<topic_name>/configs"
-OPERATIONS = ("SET", "DELETE")
 BROKER_CONFIGS = "/v3/clusters/<cluster_id>/brokers/<int:broker_id>/configs"
 #: Kafka's defaults, for the DEFAULT_CONFIG synonym of a config that is set
 KAFKA_DEFAULTS = {k: LogConfig.kafka_text(v) for k, v in LogConfig().to_kafka().items()}
@@ -102,8 +102,7 @@ def _alter(topic: str, changes: dict[str, str | None], validate_only: bool = Fal
 
 @bp.put(CONFIGS + "/<name>")
 def update_config(topic_name: str, name: str):
-    body = inputs.json_body()
-    return _alter(topic_name, {name: inputs.string(body, "value", min_length=0)})
+    return _alter(topic_name, {name: body(models.UpdateConfig).value})
 
 
 @bp.delete(CONFIGS + "/<name>")
@@ -113,18 +112,18 @@ def reset_config(topic_name: str, name: str):
 
 @bp.post(CONFIGS + ":alter")
 def alter_configs(topic_name: str):
-    body = inputs.json_body()
+    request = body(models.AlterConfigs)
     changes: dict[str, str | None] = {}
-    for where, item in inputs.objects(body, "data", max_items=100):
-        name = inputs.string(item, "name", where=where, max_length=249)
-        operation = inputs.string(item, "operation", where=where, required=False, default="SET", nullable=True)
-        if operation not in OPERATIONS:
-            raise InvalidRequestError(f"{where}operation must be SET or DELETE, got {operation!r:.50}")
-        if name in changes:
-            raise InvalidRequestError(f"{where}name: {name} appears more than once")
-        changes[name] = (inputs.string(item, "value", where=where, min_length=0) if operation == "SET"
-                         else None)
-    return _alter(topic_name, changes, inputs.boolean(body, "validate_only"))
+    for i, item in enumerate(request.data):
+        if item.name in changes:
+            raise InvalidRequestError(f"data[{i}].name: {item.name} appears more than once")
+        if item.operation == "DELETE":
+            changes[item.name] = None
+        elif item.value is None:
+            raise InvalidRequestError(f"data[{i}].value is required to SET {item.name}")
+        else:
+            changes[item.name] = item.value
+    return _alter(topic_name, changes, bool(request.validate_only))
 
 
 # -- this broker's settings -------------------------------------------------------------

@@ -42,7 +42,8 @@ from typing import Callable
 from flask import Flask, Response, current_app, g, make_response, request
 from werkzeug.exceptions import UnprocessableEntity
 
-from app.http import errors, inputs
+from app.http import errors, models
+from app.http.validation import json_body
 from storage.errors import InvalidRequestError, KafkaError
 
 HEADER = "Idempotency-Key"
@@ -50,7 +51,7 @@ EXTENSION = "exactly.idempotency"
 CAPACITY = 10_000
 #: how long a retry waits for the answer of the first call, still running
 WAIT_S = 120
-KEY_PATTERN = re.compile(r"^[\x21-\x7e]{1,255}$")
+KEY_PATTERN = re.compile(models.IDEMPOTENCY_KEY)
 
 
 @dataclass
@@ -139,7 +140,7 @@ def current_call() -> tuple[str, str] | None:
 def fingerprint() -> str:
     """SHA-256 of the method, the path and the canonical JSON body."""
     try:
-        body = json.dumps(inputs.json_body(required=False), sort_keys=True, separators=(",", ":"))
+        body = json.dumps(json_body(required=False), sort_keys=True, separators=(",", ":"))
     except InvalidRequestError:
         body = request.get_data().decode("latin-1")  # not JSON: the handler will refuse it
     return hashlib.sha256(f"{request.method} {request.path}\n{body}".encode("utf-8", "surrogatepass")).hexdigest()

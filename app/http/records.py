@@ -23,22 +23,21 @@ from __future__ import annotations
 
 import json
 import random
-import re
 from concurrent.futures import Future
 from dataclasses import dataclass
-from datetime import datetime
 from typing import TYPE_CHECKING, Any, Iterator
 
 from flask import Blueprint, Response, jsonify, stream_with_context
 
-from app.engine import READ_COMMITTED, READ_UNCOMMITTED
-from app.http import codec, current_engine, errors, inputs
+from app.engine import READ_COMMITTED
+from app.http import codec, current_engine, errors, models
 from app.http.idempotency import idempotent
 from app.http.resources import cluster_id, crn, resource
+from app.http.validation import body, json_values, parse, query
 from app.client.producer import murmur2
 from storage.errors import InvalidRequestError, KafkaError
 from storage.read_committed import read_records
-from storage.record_batch import MAX_SEQUENCE, SimpleRecord, encode_batch
+from storage.record_batch import SimpleRecord, encode_batch
 
 if TYPE_CHECKING:
     from app.engine import Engine
@@ -46,48 +45,21 @@ if TYPE_CHECKING:
 bp = Blueprint("records", __name__)
 
 PARTITION = "/v3/clusters/<cluster_id>/topics/<topic_name>/partitions/<int:partition_id>"
-ISOLATION_LEVELS = (READ_COMMITTED, READ_UNCOMMITTED)
-#: Kafka's fetch.max.bytes default: the most one read may ask for
-MAX_FETCH_BYTES = 52_428_800
-DEFAULT_FETCH_BYTES = 1 << 20
 #: how long a produce waits for its record to be durable
 PRODUCE_TIMEOUT_S = 60
-#: the proxy's produce.batch.maximum.entries default
-MAX_BATCH_ENTRIES = 10
-#: a records:batch entry id, as the proxy takes them
-BATCH_ID = re.compile(r"^[0-9a-zA-Z_-]{1,80}$")
 
 
 # -- produce ----------------------------------------------------------------------------
 
 
-def parse_record(item: dict[str, Any], now_ms: int, where: str = "") -> tuple[int | None, SimpleRecord]:
-    """``(partition_id or None, record)`` of a REST v3 record object; without a
-    timestamp the record is stamped ``now_ms`` (the broker's clock)."""
-    partition = inputs.integer(item, "partition_id", where=where, required=False, maximum=inputs.INT32_MAX,
-                               nullable=True)
-    key = codec.decode_data(item.get("key"), f"{where}key")
-    value = codec.decode_data(item.get("value"), f"{where}value")
-    headers = codec.decode_headers(item.get("headers"), f"{where}headers")
-    timestamp = _timestamp(item, where)
-    return partition, SimpleRecord(value, key=key, headers=headers,
-                                   timestamp=now_ms if timestamp is None else timestamp)
-
-
-def _timestamp(item: dict[str, Any], where: str) -> int | None:
-    """Milliseconds since the epoch, or an ISO 8601 time as REST v3 sends it; None: now."""
-    raw = item.get("timestamp")
-    if isinstance(raw, str):
-        try:
-            moment = datetime.fromisoformat(raw)
-        except ValueError:
-            raise InvalidRequestError(f"{where}timestamp is not an ISO 8601 time: {raw!r:.50}") from None
-        if moment.tzinfo is None:
-            raise InvalidRequestError(f"{where}timestamp needs a time zone (e.g. Z)")
-        raw = round(moment.timestamp() * 1000)
-        item = {"timestamp": raw}
-    return inputs.integer(item, "timestamp", where=where, required=False, nullable=True,
-                          maximum=codec.MAX_TIME_MS)
+def parse_record(item: models.ProduceRecord, now_ms: int, where: str = "") -> tuple[int | None, SimpleRecord]:
+    """``(partition_id or None, record)`` of a REST v3 record; without a timestamp the
+    record is stamped ``now_ms`` (the broker's clock)."""
+    key = codec.decode_data(item.key, f"{where}key")
+    value = codec.decode_data(item.value, f"{where}value")
+    headers = codec.decode_headers(item.headers, f"{where}headers")
+    return item.partition_id, SimpleRecord(value, key=key, headers=headers,
+                                           timestamp=now_ms if item.timestamp is None else item.timestamp)
 
 
 def choose_partition(engine: "Engine", topic: str, key: bytes | None) -> int:
@@ -109,11 +81,12 @@ class _Parsed:
 
 
 def _parse(item: Any, now_ms: int, where: str = "") -> _Parsed:
-    if not isinstance(item, dict):
-        raise InvalidRequestError(f"{where or 'a record'} must be a JSON object")
+    """A produce request's record (a JSON value, or an already validated entry)."""
+    if not isinstance(item, models.ProduceRequest):
+        item = parse(models.ProduceRequest, item, where)
     partition, record = parse_record(item, now_ms, where)
     batch = encode_batch([record], **_producer_fields(item, where))
-    return _Parsed(partition, record, batch, item.get("key"), item.get("value"))
+    return _Parsed(partition, record, batch, item.key, item.value)
 
 
 def _start(engine: "Engine", topic: str, parsed: _Parsed) -> Future:
@@ -183,7 +156,7 @@ def produce(topic_name: str):
     records concatenated in the body (the proxy's streaming mode): 200, and one
     delivery report per record, in order, each streamed as soon as that record is
     durable, each with its own ``error_code`` (200: delivered)."""
-    items = inputs.json_values()
+    items = json_values()
     engine = current_engine()
     _check_topic(engine, topic_name)
     if len(items) == 1:
@@ -203,22 +176,19 @@ def produce(topic_name: str):
 @idempotent(lambda topic_name: f"topic:{topic_name}")
 def produce_batch(topic_name: str):
     """The proxy's batch produce: ``{"entries": [{"id", ...record}]}``, ids unique,
-    at most :data:`MAX_BATCH_ENTRIES`; 207 with ``successes`` and ``failures``, each
+    at most :data:`models.MAX_BATCH_ENTRIES`; 207 with ``successes`` and ``failures``, each
     naming its entry's id. Entries are appended in order, each on its own."""
-    body = inputs.json_body()
-    entries = inputs.objects(body, "entries", min_items=1, max_items=MAX_BATCH_ENTRIES)
+    entries = body(models.ProduceBatch).entries
     ids: list[str] = []
-    for where, entry in entries:
-        entry_id = entry.get("id")
-        if not isinstance(entry_id, str) or not BATCH_ID.match(entry_id):
-            raise InvalidRequestError(f"{where}id must be a string of 1 to 80 characters 0-9 a-z A-Z - _")
-        if entry_id in ids:
-            raise InvalidRequestError(f"{where}id: {entry_id!r} appears more than once; entry ids must be distinct")
-        ids.append(entry_id)
+    for i, entry in enumerate(entries):
+        if entry.id in ids:
+            raise InvalidRequestError(f"entries[{i}].id: {entry.id!r} appears more than once; entry ids must be "
+                                      f"distinct")
+        ids.append(entry.id)
     engine = current_engine()
     _check_topic(engine, topic_name)
     successes, failures = [], []
-    for entry_id, (parsed, outcome) in zip(ids, _outcomes(engine, topic_name, [e for _, e in entries])):
+    for entry_id, (parsed, outcome) in zip(ids, _outcomes(engine, topic_name, entries)):
         answer = _outcome_body(topic_name, parsed, outcome)
         if answer["error_code"] == 200:
             successes.append({"id": entry_id, **{k: v for k, v in answer.items() if k != "error_code"}})
@@ -227,19 +197,18 @@ def produce_batch(topic_name: str):
     return jsonify({"successes": successes, "failures": failures}), 207
 
 
-def _producer_fields(body: dict[str, Any], where: str = "") -> dict[str, int]:
+def _producer_fields(item: models.ProduceRequest, where: str = "") -> dict[str, int]:
     """encode_batch's producer arguments: all three of producer_id, producer_epoch,
     sequence, or none (a plain, non-idempotent record)."""
-    names = ("producer_id", "producer_epoch", "sequence")
-    given = [body.get(n) is not None for n in names]
+    fields = {"producer_id": item.producer_id, "producer_epoch": item.producer_epoch,
+              "base_sequence": item.sequence}
+    given = [value is not None for value in fields.values()]
     if not any(given):
         return {}
     if not all(given):
         raise InvalidRequestError(f"{where}producer_id, producer_epoch and sequence go together: "
                                   f"send all three or none")
-    return {"producer_id": inputs.integer(body, "producer_id", where=where),
-            "producer_epoch": inputs.integer(body, "producer_epoch", where=where, maximum=inputs.INT16_MAX),
-            "base_sequence": inputs.integer(body, "sequence", where=where, maximum=MAX_SEQUENCE)}
+    return fields
 
 
 @bp.post("/v3/clusters/<cluster_id>/producer-ids")
@@ -263,9 +232,8 @@ async def _fetch(engine: "Engine", topic: str, partition: int, offset: int | Non
 
 @bp.get(PARTITION + "/records")
 def read(topic_name: str, partition_id: int):
-    offset = inputs.query_integer("offset")
-    max_bytes = inputs.query_integer("max_bytes", default=DEFAULT_FETCH_BYTES, minimum=1, maximum=MAX_FETCH_BYTES)
-    isolation = inputs.query_choice("isolation_level", ISOLATION_LEVELS, READ_COMMITTED)
+    asked = query(models.ReadQuery)
+    offset, max_bytes, isolation = asked.offset, asked.max_bytes, asked.isolation_level
     engine = current_engine()
     offset, result = engine.call(_fetch, engine, topic_name, partition_id, offset, max_bytes, isolation)
     consumed = read_records(result.records, offset, isolation == READ_COMMITTED,
@@ -283,9 +251,14 @@ def read(topic_name: str, partition_id: int):
 @bp.get(PARTITION + "/offsets")
 def list_offsets(topic_name: str, partition_id: int):
     """ListOffsets; ``offset`` and ``timestamp`` are -1 when no record is at or after the time."""
-    raw = inputs.query_choice_or_integer("timestamp", ("latest", "earliest"), "latest")
-    timestamp = {"latest": -1, "earliest": -2}.get(raw, raw)
-    isolation = inputs.query_choice("isolation_level", ISOLATION_LEVELS, READ_COMMITTED)
+    asked = query(models.OffsetsQuery)
+    timestamp = {"latest": -1, "earliest": -2}.get(asked.timestamp)
+    if timestamp is None:
+        timestamp = int(asked.timestamp)
+    if timestamp > models.INT64_MAX:
+        raise InvalidRequestError(f"query parameter timestamp must be at most {models.INT64_MAX}, "
+                                  f"got {asked.timestamp!r}")
+    isolation = asked.isolation_level
     engine = current_engine()
     found = engine.call(engine.list_offsets, topic_name, partition_id, timestamp, isolation)
     return jsonify({"topic_name": topic_name, "partition_id": partition_id, "isolation_level": isolation,
@@ -297,8 +270,7 @@ def partition_offsets(topic_name: str, partition_id: int):
     """The proxy's ``KafkaPartitionWithOffsets``: earliest and latest offset at once.
     As the proxy (whose admin client lists offsets read_uncommitted) ``latest`` is
     the high watermark; ``isolation_level=read_committed`` (Exactly's) makes it the LSO."""
-    inputs.query_choice("offset_type", ("earliest_and_latest",), "earliest_and_latest")
-    isolation = inputs.query_choice("isolation_level", ISOLATION_LEVELS, READ_UNCOMMITTED)
+    isolation = query(models.PartitionOffsetsQuery).isolation_level
     engine = current_engine()
     earliest = engine.call(engine.list_offsets, topic_name, partition_id, -2, isolation)
     latest = engine.call(engine.list_offsets, topic_name, partition_id, -1, isolation)

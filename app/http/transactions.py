@@ -60,10 +60,11 @@ from flask.blueprints import BlueprintSetupState
 
 from app.engine import queries
 from app.engine import INTERNAL_TOPICS
-from app.http import current_engine, errors, idempotency, inputs, mirror_db
+from app.http import current_engine, errors, idempotency, mirror_db, models
 from app.http.idempotency import idempotent
 from app.http.records import choose_partition, parse_record
 from app.http.resources import cluster_id, crn, listing, resource
+from app.http.validation import body, query
 from coordinator.group_metadata import CommittedOffset
 from coordinator.transaction_state import TransactionState
 from storage.errors import (
@@ -86,20 +87,12 @@ bp = Blueprint("transactions", __name__)
 
 BASE = "/v3/clusters/<cluster_id>/transactions"
 TXN = BASE + "/<transactional_id>"
-STATES = tuple(state.display for state in TransactionState)
-DEFAULT_TIMEOUT_MS = 60_000
-MAX_HISTORY = 1000
 #: the record header in which a ``records`` call keeps its ``Idempotency-Key`` (see above)
 KEY_HEADER = "exactly.idempotency-key"
 
 
 def _scope(transactional_id: str) -> str:
     return f"txn:{transactional_id}"
-
-
-def _producer(body: dict[str, Any]) -> tuple[int, int]:
-    return (inputs.integer(body, "producer_id"),
-            inputs.integer(body, "producer_epoch", maximum=inputs.INT16_MAX))
 
 
 def _raise_first(errors: dict[Any, KafkaError | None]) -> None:
@@ -115,9 +108,7 @@ def _raise_first(errors: dict[Any, KafkaError | None]) -> None:
 @bp.post(TXN + "/init")
 @idempotent(_scope)
 def init(transactional_id: str):
-    body = inputs.json_body(required=False)
-    timeout = inputs.integer(body, "transaction_timeout_ms", required=False, default=DEFAULT_TIMEOUT_MS,
-                             minimum=1, maximum=inputs.INT32_MAX)
+    timeout = body(models.InitTransaction, required=False).transaction_timeout_ms
     engine = current_engine()
     producer_id, epoch = engine.call(engine.transaction_coordinator.init_producer_id, transactional_id, timeout)
     return jsonify({"transactional_id": transactional_id, "producer_id": producer_id, "producer_epoch": epoch})
@@ -151,17 +142,16 @@ async def _append_in_txn(engine: "Engine", txn_id: str, producer_id: int, epoch:
 @bp.post(TXN + "/records")
 @idempotent(_scope)
 def produce(transactional_id: str):
-    body = inputs.json_body()
-    producer_id, epoch = _producer(body)
+    sent = body(models.TransactionRecords)
+    producer_id, epoch = sent.producer_id, sent.producer_epoch
     engine = current_engine()
     now = engine.clock.now_ms()
     records = []
-    for where, item in inputs.objects(body, "records", min_items=1):
-        topic = inputs.string(item, "topic_name", where=where, max_length=249)
-        partition, record = parse_record(item, now, where)
+    for i, item in enumerate(sent.records):
+        partition, record = parse_record(item, now, f"records[{i}].")
         if any(name == KEY_HEADER for name, _ in record.headers):
-            raise InvalidRequestError(f"{where}headers: {KEY_HEADER} is the broker's own header")
-        records.append((topic, partition, record))
+            raise InvalidRequestError(f"records[{i}].headers: {KEY_HEADER} is the broker's own header")
+        records.append((item.topic_name, partition, record))
     call = idempotency.current_call()
     if call is not None:
         records = _marked(records, *call)
@@ -266,23 +256,16 @@ async def _offsets_in_txn(engine: "Engine", txn_id: str, producer_id: int, epoch
 @bp.post(TXN + "/offsets")
 @idempotent(_scope)
 def send_offsets(transactional_id: str):
-    body = inputs.json_body()
-    producer_id, epoch = _producer(body)
-    group = {"group_id": inputs.string(body, "group_id"),
-             "generation_id": inputs.integer(body, "generation_id", required=False, default=-1, minimum=-1,
-                                             maximum=inputs.INT32_MAX, nullable=True),
-             "member_id": inputs.string(body, "member_id", required=False, default="", min_length=0,
-                                        nullable=True),
-             "group_instance_id": inputs.string(body, "group_instance_id", required=False, nullable=True)}
+    sent = body(models.TransactionOffsets)
+    producer_id, epoch = sent.producer_id, sent.producer_epoch
+    group = {"group_id": sent.group_id,
+             "generation_id": -1 if sent.generation_id is None else sent.generation_id,
+             "member_id": sent.member_id or "", "group_instance_id": sent.group_instance_id}
     engine = current_engine()
     now = engine.clock.now_ms()
     offsets = {}
-    for where, item in inputs.objects(body, "offsets", min_items=1):
-        tp = (inputs.string(item, "topic_name", where=where, max_length=249),
-              inputs.integer(item, "partition_id", where=where, maximum=inputs.INT32_MAX))
-        offsets[tp] = CommittedOffset(inputs.integer(item, "offset", where=where),
-                                      inputs.string(item, "metadata", where=where, required=False, default="",
-                                                    min_length=0, nullable=True), -1, now)
+    for item in sent.offsets:
+        offsets[item.topic_name, item.partition_id] = CommittedOffset(item.offset, item.metadata or "", -1, now)
     engine.call(_offsets_in_txn, engine, transactional_id, producer_id, epoch, group, offsets)
     return jsonify({"transactional_id": transactional_id, "group_id": group["group_id"],
                     "offsets": [{"topic_name": t, "partition_id": p, "offset": o.offset, "metadata": o.metadata}
@@ -302,7 +285,8 @@ async def _end(engine: "Engine", txn_id: str, producer_id: int, epoch: int, comm
 
 
 def _end_view(transactional_id: str, commit: bool):
-    producer_id, epoch = _producer(inputs.json_body())
+    sent = body(models.ProducerFields)
+    producer_id, epoch = sent.producer_id, sent.producer_epoch
     engine = current_engine()
     return jsonify(transaction_resource(engine.call(_end, engine, transactional_id, producer_id, epoch, commit)))
 
@@ -333,10 +317,7 @@ def transaction_resource(txn: dict[str, Any], **extra: Any) -> dict[str, Any]:
 @bp.get(BASE)
 def list_transactions():
     """ListTransactions; ``?state=Ongoing&state=PrepareCommit`` filters (Kafka's state names)."""
-    states = request.args.getlist("state")
-    for state in states:
-        if state not in STATES:
-            raise InvalidRequestError(f"state must be one of {', '.join(STATES)}, got {state!r:.50}")
+    states = query(models.TransactionsQuery).state
     engine = current_engine()
     return jsonify(listing("KafkaTransactionList", ("transactions",),
                            [transaction_resource(t) for t in engine.call(queries.transactions, engine, states)]))
@@ -346,7 +327,7 @@ def list_transactions():
 def describe(transactional_id: str):
     """The transaction's state, and ``history``: its finished transactions, newest
     first, from the SQLite mirror (null when the broker runs without one)."""
-    limit = inputs.query_integer("history_limit", default=20, maximum=MAX_HISTORY)
+    limit = query(models.TransactionQuery).history_limit
     engine = current_engine()
     txn = engine.call(queries.transaction, engine, transactional_id)
     return jsonify(transaction_resource(txn, history=_history(transactional_id, limit)))
