@@ -49,7 +49,6 @@ from sqlalchemy.dialects.sqlite import insert
 from coordinator import offsets_log, transaction_log
 from coordinator.mirror_db import reader_engine, upgrade, writer_engine
 from coordinator.mirror_models import (
-    NO_PRODUCER_ID,
     FinishedTransaction,
     Group,
     GroupOffset,
@@ -65,7 +64,7 @@ from coordinator.transaction_state import VALID_PREVIOUS, TxnTransitMetadata
 from storage.clock import Clock, SystemClock
 from storage.errors import InvalidRecordError, OffsetOutOfRangeError
 from storage.partition_log import ReadResult
-from storage.record_batch import ControlType, RecordBatch, decode_batch, decode_control_record, iter_headers
+from storage.record_batch import NO_PRODUCER_ID, ControlType, RecordBatch, decode_batch, decode_control_record, iter_headers
 
 log = logging.getLogger(__name__)
 

@@ -115,6 +115,7 @@ from storage.errors import (
     UnknownProducerIdError,
     UnknownTopicOrPartitionError,
 )
+from storage.record_batch import MAX_PRODUCER_EPOCH
 
 if TYPE_CHECKING:
     from app.engine import Engine
@@ -125,8 +126,6 @@ log = logging.getLogger(__name__)
 COORDINATOR_BACKOFF_S = 0.02
 #: a sender thread with nothing to do for this long ends; the next send starts another
 SENDER_IDLE_S = 1.0
-#: Kafka's Short.MAX_VALUE: the last epoch of a producer id
-MAX_PRODUCER_EPOCH = 32767
 FATAL_ERRORS = (ProducerFencedError, InvalidProducerEpochError, InvalidTransactionTimeoutError,
                 TransactionalIdAuthorizationFailedError)
 #: the broker refused the batch for its sequence: it was not appended
