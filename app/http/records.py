@@ -35,7 +35,7 @@ from app.engine import READ_COMMITTED, READ_UNCOMMITTED
 from app.http import codec, current_engine, errors, inputs
 from app.http.idempotency import idempotent
 from app.http.resources import cluster_id, crn, resource
-from app.client.producer import murmur2
+from app.client.partitioner import partition_for_key
 from storage.errors import InvalidRequestError, KafkaError
 from storage.read_committed import read_records
 from storage.record_batch import MAX_SEQUENCE, SimpleRecord, encode_batch
@@ -93,7 +93,7 @@ def _timestamp(item: dict[str, Any], where: str) -> int | None:
 def choose_partition(engine: "Engine", topic: str, key: bytes | None) -> int:
     """Kafka's default partitioner (on the loop): murmur2 of the key, else any partition."""
     count = engine.logs.topic(topic).partitions
-    return (murmur2(key) & 0x7FFFFFFF) % count if key is not None else random.randrange(count)
+    return partition_for_key(key, count) if key is not None else random.randrange(count)
 
 
 @dataclass(frozen=True)
