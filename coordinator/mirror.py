@@ -47,6 +47,7 @@ from sqlalchemy import Connection, Engine, Table, delete, func, literal, select
 from sqlalchemy.dialects.sqlite import insert
 
 from coordinator import offsets_log, transaction_log
+from coordinator.internal_topics import INTERNAL_TOPICS
 from coordinator.mirror_db import reader_engine, upgrade, writer_engine
 from coordinator.mirror_models import (
     FinishedTransaction,
@@ -69,7 +70,6 @@ from storage.record_batch import NO_PRODUCER_ID, ControlType, RecordBatch, decod
 log = logging.getLogger(__name__)
 
 #: the logs the mirror derives its rows from, in the order it reads them
-INTERNAL_TOPICS = (transaction_log.TOPIC, offsets_log.TOPIC)
 FETCH_MAX_BYTES = 1 << 20
 
 _TXN_IDS: Table = TransactionalId.__table__

@@ -31,12 +31,13 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 from flask import Blueprint, Response, jsonify, stream_with_context
 
+from app.client.partitioner import partition_for_key
 from app.engine import READ_COMMITTED, READ_UNCOMMITTED
 from app.http import codec, current_engine, errors, inputs
 from app.http.idempotency import idempotent
 from app.http.resources import cluster_id, crn, resource
-from app.client.partitioner import partition_for_key
 from storage.errors import InvalidRequestError, KafkaError
+from storage.isolation_level import LABELS
 from storage.read_committed import read_records
 from storage.record_batch import MAX_SEQUENCE, SimpleRecord, encode_batch
 
@@ -46,7 +47,7 @@ if TYPE_CHECKING:
 bp = Blueprint("records", __name__)
 
 PARTITION = "/v3/clusters/<cluster_id>/topics/<topic_name>/partitions/<int:partition_id>"
-ISOLATION_LEVELS = (READ_COMMITTED, READ_UNCOMMITTED)
+ISOLATION_LEVELS = tuple(reversed(LABELS))  # read_committed first: the default
 #: Kafka's fetch.max.bytes default: the most one read may ask for
 MAX_FETCH_BYTES = 52_428_800
 DEFAULT_FETCH_BYTES = 1 << 20
