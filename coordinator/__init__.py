@@ -5,5 +5,6 @@
 * ``transaction_coordinator`` -- InitProducerId, AddPartitions/AddOffsets, EndTxn, markers, timeouts
 * ``group_metadata``, ``group_coordinator`` -- consumer groups, offsets, KIP-447 fencing
 * ``offsets_log``             -- ``__consumer_offsets`` records;  ``schema`` -- Kafka's wire types
+* ``internal_topics``         -- the two internal topics, declared once
 * ``mirror_models``, ``mirror_db``, ``mirror`` -- the SQLite mirror (SQLAlchemy, Alembic, the writer)
 """

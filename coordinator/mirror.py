@@ -47,9 +47,9 @@ from sqlalchemy import Connection, Engine, Table, delete, func, literal, select
 from sqlalchemy.dialects.sqlite import insert
 
 from coordinator import offsets_log, transaction_log
+from coordinator.internal_topics import INTERNAL_TOPICS
 from coordinator.mirror_db import reader_engine, upgrade, writer_engine
 from coordinator.mirror_models import (
-    NO_PRODUCER_ID,
     FinishedTransaction,
     Group,
     GroupOffset,
@@ -65,12 +65,11 @@ from coordinator.transaction_state import VALID_PREVIOUS, TxnTransitMetadata
 from storage.clock import Clock, SystemClock
 from storage.errors import InvalidRecordError, OffsetOutOfRangeError
 from storage.partition_log import ReadResult
-from storage.record_batch import ControlType, RecordBatch, decode_batch, decode_control_record, iter_headers
+from storage.record_batch import NO_PRODUCER_ID, ControlType, RecordBatch, decode_batch, decode_control_record, iter_headers
 
 log = logging.getLogger(__name__)
 
 #: the logs the mirror derives its rows from, in the order it reads them
-INTERNAL_TOPICS = (transaction_log.TOPIC, offsets_log.TOPIC)
 FETCH_MAX_BYTES = 1 << 20
 
 _TXN_IDS: Table = TransactionalId.__table__

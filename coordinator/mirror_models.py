@@ -24,7 +24,7 @@ from sqlalchemy import BigInteger, CheckConstraint, Integer, MetaData, Text, Uni
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from coordinator.transaction_state import AbortCause, TransactionState
-from storage.record_batch import ControlType
+from storage.record_batch import NO_PRODUCER_ID, ControlType
 
 
 class OffsetStatus(enum.Enum):
@@ -41,8 +41,6 @@ OUTCOMES = tuple(control.name for control in ControlType)
 #: the ``abort_cause`` column's values: why a transaction was aborted
 ABORT_CAUSES = tuple(cause.value for cause in AbortCause)
 OFFSET_STATUSES = tuple(status.value for status in OffsetStatus)
-#: ``group_offsets.producer_id`` of a committed (non-transactional or completed) offset
-NO_PRODUCER_ID = -1
 
 
 def one_of(column: str, values: Iterable[str]) -> str:

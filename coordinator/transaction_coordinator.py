@@ -106,10 +106,7 @@ from coordinator import offsets_log, transaction_log
 from coordinator.producer_id_manager import BLOCK_SIZE, ProducerIdBlock, ProducerIdManager
 from coordinator.schema import SchemaError
 from coordinator.transaction_state import (
-    MAX_PRODUCER_EPOCH,
-    NO_PRODUCER_EPOCH,
     TWO_PHASE_COMMIT_TIMEOUT_MS,
-    NO_PRODUCER_ID,
     AbortCause,
     AbortReason,
     TransactionMetadata,
@@ -137,6 +134,7 @@ from storage.errors import (
     UnknownTopicOrPartitionError,
 )
 from storage.filenames import COORDINATOR_EPOCH, PRODUCER_ID_BLOCK
+from storage.record_batch import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, is_epoch_exhausted
 
 log = logging.getLogger(__name__)
 S = TransactionState
@@ -441,7 +439,7 @@ class TransactionCoordinator:
         expected = kip360  # KIP-360: checked once, before any fencing
         while True:
             meta = self.txns.get(transactional_id)
-            if self.producer_ids.exhausted and (meta is None or meta.producer_epoch >= MAX_PRODUCER_EPOCH):
+            if self.producer_ids.exhausted and (meta is None or is_epoch_exhausted(meta.producer_epoch)):
                 await self._durable_id_block()
                 continue  # the world may have moved while the block was written
             if meta is None:
@@ -459,7 +457,7 @@ class TransactionCoordinator:
                 await self._fence_and_abort(meta, AbortReason(
                     AbortCause.FENCED, f"InitProducerId of a new instance{caller}"))
                 continue
-            if meta.producer_epoch >= MAX_PRODUCER_EPOCH:
+            if is_epoch_exhausted(meta.producer_epoch):
                 transit = meta.prepare_new_producer_id(self._take_producer_id(), transaction_timeout_ms,
                                                        self.clock.now_ms(), remember_last_epoch=kip360)
             else:
@@ -489,7 +487,7 @@ class TransactionCoordinator:
                 continue
             if not (meta.state is S.ONGOING and meta.two_phase_commit):
                 return None
-            rotate = meta.client_producer_epoch >= MAX_PRODUCER_EPOCH
+            rotate = is_epoch_exhausted(meta.client_producer_epoch)
             if rotate and self.producer_ids.exhausted:
                 await self._durable_id_block()
                 continue  # the world may have moved while the block was written
@@ -542,7 +540,7 @@ class TransactionCoordinator:
         a retried bump with the bumped epoch (returned) instead of bumping again."""
         current_id, current_epoch = meta.client_producer_id, meta.client_producer_epoch
         known = (current_epoch == NO_PRODUCER_EPOCH or producer_id == current_id
-                 or (producer_id == meta.last_producer_id and producer_epoch >= MAX_PRODUCER_EPOCH))
+                 or (producer_id == meta.last_producer_id and is_epoch_exhausted(producer_epoch)))
         if not known:
             raise self._fenced(ProducerFencedError(
                 f"producer {producer_id} is not the current producer {current_id} of "

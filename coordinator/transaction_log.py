@@ -59,14 +59,12 @@ from coordinator.schema import (
     versioned,
 )
 from coordinator.transaction_state import (
-    NO_PRODUCER_EPOCH,
-    NO_PRODUCER_ID,
     AbortCause,
     AbortReason,
     TransactionState,
     TxnTransitMetadata,
 )
-from storage.record_batch import ControlType
+from storage.record_batch import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, ControlType
 
 TOPIC = "__transaction_state"
 KEY_VERSION = 0

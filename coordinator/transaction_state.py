@@ -32,14 +32,8 @@ import enum
 from dataclasses import dataclass, field, replace
 
 from storage.errors import ConcurrentTransactionsError, InvariantViolation
-from storage.record_batch import ControlType
+from storage.record_batch import MAX_PRODUCER_EPOCH, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, ControlType
 
-NO_PRODUCER_ID = -1
-NO_PRODUCER_EPOCH = -1
-#: an epoch at this value cannot be bumped: the coordinator moves to a new producer id
-MAX_PRODUCER_EPOCH = 32767 - 1
-#: the int16 ceiling, reached only by fencing a producer at MAX_PRODUCER_EPOCH
-MAX_EPOCH_VALUE = 32767
 #: KIP-939: the transactions of a producer initialised with enable2Pc never time out
 #: (an external coordinator completes them); Kafka stores Int32.MAX as their timeout,
 #: so the transaction log's format needs no new field
@@ -306,15 +300,15 @@ class TransactionMetadata:
         """Bump the epoch of an open transaction so its producer is fenced before the
         abort (never logged: the PrepareAbort that follows carries the new epoch).
 
-        Always +1, also from the last usable epoch (MAX_PRODUCER_EPOCH) to 32767:
+        Always +1, also from the last usable epoch (exhausted) to MAX_PRODUCER_EPOCH:
         the markers must carry an epoch the fenced producer does not have, or its
         late batches would open a new transaction on the partition. Nobody is ever
-        given 32767 (the next InitProducerId moves to a new producer id). The last
+        given MAX_PRODUCER_EPOCH (the next InitProducerId moves to a new producer id). The last
         epoch is forgotten, as Kafka does, so the fenced producer cannot bump back.
         A kept transaction (KIP-939) is fenced above its client's epoch too, and
         loses its second identity: the abort ends it with the producer id its data has."""
         top = self.client_producer_epoch if self.client_producer_id == self.producer_id else self.producer_epoch
-        if top >= MAX_EPOCH_VALUE:
+        if top >= MAX_PRODUCER_EPOCH:
             raise IllegalTransitionError(
                 f"transactional id {self.transactional_id!r}: cannot fence epoch {top}")
         return self._prepare(S.PREPARE_EPOCH_FENCE, producer_epoch=top + 1,
@@ -382,7 +376,7 @@ class TransactionMetadata:
         # a completion forced past refused markers adopts their epoch (prepare_complete)
         highest = self.client_producer_epoch if self.client_producer_id == self.producer_id else self.producer_epoch
         if transit.state.is_complete:
-            highest = MAX_EPOCH_VALUE
+            highest = MAX_PRODUCER_EPOCH
         if same_producer and not self.producer_epoch <= transit.producer_epoch <= highest + 1:
             raise IllegalTransitionError(
                 f"transactional id {self.transactional_id!r}: epoch {self.producer_epoch} -> "

@@ -103,11 +103,25 @@ TRANSACTIONAL_BIT = 0x10
 CONTROL_BIT = 0x20
 DELETE_HORIZON_BIT = 0x40     # BaseTimestamp is a compaction delete horizon
 
+# The producer fields' "none" values and limits (Kafka's RecordBatch.NO_* and Short.MAX_VALUE),
+# declared once here, beside the layout they fill: storage is the lowest layer, so the
+# coordinator and the clients import them from here.
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
 NO_SEQUENCE = -1
+#: Kafka's ``Short.MAX_VALUE``: the largest producer epoch an int16 holds. An idempotent
+#: client bumps up to it and then asks for a new producer id; the coordinator never hands
+#: it out (see :func:`is_epoch_exhausted`), it only fences with it.
+MAX_PRODUCER_EPOCH = 32767
 NO_TIMESTAMP = -1
 MAX_SEQUENCE = 2**31 - 1
+
+
+def is_epoch_exhausted(producer_epoch: int) -> bool:
+    """Kafka's ``TransactionMetadata.isEpochExhausted``: the coordinator gives a new
+    producer id instead of bumping from here, keeping the last epoch (MAX_PRODUCER_EPOCH)
+    for fencing an open transaction at timeout or re-initialisation."""
+    return producer_epoch >= MAX_PRODUCER_EPOCH - 1
 
 CREATE_TIME = 0
 LOG_APPEND_TIME = 1

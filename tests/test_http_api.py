@@ -15,7 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from app import Broker
 from app.http import HttpSettings, create_app, document, idempotency, transactions
 from app.http.codec import iso_time
-from app.client.producer import murmur2
+from app.client.partitioner import murmur2
 from coordinator.transaction_state import IllegalTransitionError, TransactionMetadata
 from storage.clock import FakeClock
 from storage.errors import UnknownServerError

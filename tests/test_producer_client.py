@@ -17,8 +17,9 @@ from typing import Iterator
 import pytest
 
 from app import Broker
+from app.client.partitioner import murmur2
 from app.client.types import IllegalStateError
-from app.client.producer import murmur2
+from coordinator.transaction_state import TransactionState, TxnTransitMetadata
 from storage.clock import FakeClock
 from storage.errors import (
     KafkaError,
@@ -27,7 +28,9 @@ from storage.errors import (
     UnknownTopicOrPartitionError,
 )
 from storage.read_committed import read_records
+from storage.record_batch import MAX_PRODUCER_EPOCH
 from tests.conftest import SMALL_INTERNAL_TOPICS, data_batch
+from tests.test_transaction_coordinator import append_txn_log
 
 T = "orders"
 SMALL = SMALL_INTERNAL_TOPICS
@@ -240,6 +243,40 @@ def test_a_sequence_error_is_abortable_and_the_abort_bumps_the_epoch(txn, broker
 ])
 def test_murmur2_matches_kafkas_own_vectors(key, expected):
     assert murmur2(key) == expected
+
+
+def test_an_abort_bump_from_the_last_usable_epoch_moves_to_a_new_producer_id(tmp_path, clock):
+    """Epoch exhaustion, client side (Kafka's KIP-360 bump after an abort): from the last
+    epoch InitProducerId hands out (Short.MAX_VALUE - 1) the coordinator answers the bump
+    with a new producer id at epoch 0, and the producer carries on under it. The epoch is
+    reached through a transaction-log record loaded at open: no limit is patched."""
+    data = tmp_path / "data"
+    with Broker(data, clock=clock, **SMALL) as b:
+        b.create_topic(T, partitions=3)
+        first = b.producer(transactional_id="app")
+        first.init_transactions()
+        pid = first.producer_id
+        first.close()
+        append_txn_log(b, "app", TxnTransitMetadata(pid, -1, MAX_PRODUCER_EPOCH - 2, -1, 60_000,
+                                                    TransactionState.EMPTY, frozenset(), -1, clock.now_ms()))
+    with Broker(data, clock=clock, **SMALL) as b:
+        txn = b.producer(transactional_id="app", delivery_timeout_ms=2_000)
+        txn.init_transactions()
+        assert (txn.producer_id, txn.producer_epoch) == (pid, MAX_PRODUCER_EPOCH - 1)
+        txn.begin_transaction()
+        txn.send(T, b"one", partition=0).get(timeout=5)
+        b.produce(T, 0, data_batch([b"x", b"y"], pid, txn.producer_epoch, 1, transactional=True))
+        with pytest.raises(OutOfOrderSequenceNumberError):
+            txn.send(T, b"gap", partition=0).get(timeout=5)
+        txn.abort_transaction()
+        assert txn.producer_id != pid and txn.producer_epoch == 0
+        txn.begin_transaction()
+        txn.send(T, b"two", partition=0)
+        txn.commit_transaction()
+        assert values(b, 0) == [b"two"]
+        assert {r.producer_id for r in records(b, 0, read_committed=False) if r.value == b"two"} == {
+            txn.producer_id}
+
 
 
 def test_keys_go_to_kafkas_murmur2_partitions(broker):

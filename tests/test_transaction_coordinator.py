@@ -19,8 +19,6 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
-import coordinator.transaction_coordinator as tc_module
-import coordinator.transaction_state as state_module
 from app import Broker
 from coordinator import offsets_log, transaction_log
 from coordinator.producer_id_manager import BLOCK_SIZE
@@ -42,6 +40,7 @@ from storage.errors import (
 )
 from storage.read_committed import read_records
 from storage.record_batch import (
+    MAX_PRODUCER_EPOCH,
     ControlType,
     SimpleRecord,
     decode_batch,
@@ -308,37 +307,48 @@ def test_reinit_with_an_open_transaction_aborts_it_and_bumps_the_epoch_twice(bro
     assert states == [S.EMPTY, S.ONGOING, S.PREPARE_ABORT, S.COMPLETE_ABORT, S.EMPTY]
 
 
+#: the last epoch InitProducerId bumps to (is_epoch_exhausted from there on)
+LAST = MAX_PRODUCER_EPOCH - 1
+#: how many InitProducerIds the near_exhaustion fixture leaves before LAST
+BUMPS = 3
+
+
 @pytest.fixture
-def small_epochs(monkeypatch: pytest.MonkeyPatch) -> int:
-    """Make the epoch run out at 3 instead of 32766."""
-    monkeypatch.setattr(tc_module, "MAX_PRODUCER_EPOCH", 3)
-    monkeypatch.setattr(state_module, "MAX_PRODUCER_EPOCH", 3)
-    return 3
+def near_exhaustion(data: Path, clock: FakeClock) -> int:
+    """Transactional id "a" BUMPS InitProducerIds before its epoch is exhausted, as
+    32763 re-initialisations leave it: its record written to the transaction log the
+    way the coordinator writes it, then loaded by the next open. Returns its producer id
+    (no constant patched: the coordinator runs with Kafka's own limit)."""
+    with open_broker(data, clock) as b:
+        pid, _ = init(b, "a")
+        append_txn_log(b, "a", TxnTransitMetadata(pid, -1, LAST - BUMPS, -1, TIMEOUT, S.EMPTY, frozenset(),
+                                                  -1, clock.now_ms()))
+    return pid
 
 
-def test_an_exhausted_epoch_moves_the_id_to_a_new_producer_id(broker, small_epochs):
-    pid, _ = init(broker, "a")
-    assert [init(broker, "a") for _ in range(small_epochs)] == [(pid, e) for e in range(1, small_epochs + 1)]
+def test_an_exhausted_epoch_moves_the_id_to_a_new_producer_id(near_exhaustion, broker):
+    pid = near_exhaustion
+    assert [init(broker, "a") for _ in range(BUMPS)] == [(pid, e) for e in range(LAST - BUMPS + 1, LAST + 1)]
     new_pid, epoch = init(broker, "a")
     assert epoch == 0 and new_pid > pid
     assert init(broker, "a") == (new_pid, 1)
     # the old producer id is done with
     expect(InvalidProducerIdMappingError, 49, "INVALID_PRODUCER_ID_MAPPING",
-           add, broker, "a", pid, small_epochs, (T, 0))
+           add, broker, "a", pid, LAST, (T, 0))
 
 
-def test_a_transaction_open_at_the_last_epoch_is_still_fenced(broker, small_epochs):
+def test_a_transaction_open_at_the_last_epoch_is_still_fenced(near_exhaustion, broker):
     """The fence must go past the last usable epoch, or the markers would carry the
     zombie's own epoch and its late batches would open a transaction nobody ends."""
-    pid, _ = init(broker, "a")
-    for _ in range(small_epochs):
+    for _ in range(BUMPS):
         pid, epoch = init(broker, "a")
+    assert epoch == LAST
     zombie = Producer(broker, "a", pid, epoch)
     zombie.begin(0)
     zombie.send(0, b"doomed")
     new_pid, new_epoch = init(broker, "a")
     assert (new_pid != pid, new_epoch) == (True, 0)
-    assert [e for _, _, e, _ in markers(broker)] == [small_epochs + 1]
+    assert [e for _, _, e, _ in markers(broker)] == [MAX_PRODUCER_EPOCH]
     end = hw(broker)
     # its producer id now maps to nothing (the id moved on): verification refuses it as such
     expect(InvalidProducerIdMappingError, 49, "INVALID_PRODUCER_ID_MAPPING", zombie.send, 0, b"late")
@@ -375,32 +385,32 @@ def test_a_fenced_instance_cannot_bump_its_way_back(data, clock):
         assert init(b, "a", TIMEOUT, pid, old_epoch + 1) == (pid, old_epoch + 2)
 
 
-def test_a_fenced_instance_cannot_follow_the_producer_id_rotation(broker, small_epochs):
-    pid, _ = init(broker, "a")
-    for _ in range(small_epochs):
+def test_a_fenced_instance_cannot_follow_the_producer_id_rotation(near_exhaustion, broker):
+    pid = near_exhaustion
+    for _ in range(BUMPS):
         init(broker, "a")
     new_pid, _ = init(broker, "a")  # an ordinary init rotates the producer id
-    expect(ProducerFencedError, 90, "PRODUCER_FENCED", init, broker, "a", TIMEOUT, pid, small_epochs)
+    expect(ProducerFencedError, 90, "PRODUCER_FENCED", init, broker, "a", TIMEOUT, pid, LAST)
     assert describe(broker, "a").producer_id == new_pid
 
 
-def test_kip360_bump_at_the_last_epoch_rotates_and_a_retry_gets_the_same_answer(broker, small_epochs):
-    pid, _ = init(broker, "a")
-    for _ in range(small_epochs):
+def test_kip360_bump_at_the_last_epoch_rotates_and_a_retry_gets_the_same_answer(near_exhaustion, broker):
+    pid = near_exhaustion
+    for _ in range(BUMPS):
         init(broker, "a")
-    rotated = init(broker, "a", TIMEOUT, pid, small_epochs)
+    rotated = init(broker, "a", TIMEOUT, pid, LAST)
     assert rotated[0] != pid and rotated[1] == 0
-    assert init(broker, "a", TIMEOUT, pid, small_epochs) == rotated
+    assert init(broker, "a", TIMEOUT, pid, LAST) == rotated
 
 
-def test_producer_id_mapping_is_the_same_before_and_after_a_restart(data, clock, small_epochs):
+def test_producer_id_mapping_is_the_same_before_and_after_a_restart(near_exhaustion, data, clock):
     """A rotated-away producer id maps to nothing, whether the coordinator saw the
     rotation happen or read it from the log; and an expired id leaves nothing that
     a late transactional batch of the old producer id could trip over."""
     with open_broker(data, clock, **{"transactional.id.expiration.ms": 1000}) as b:
         b.create_topic(T, partitions=1)
-        pid, _ = init(b, "a")
-        for _ in range(small_epochs):
+        pid = near_exhaustion
+        for _ in range(BUMPS):
             init(b, "a")
         new_pid, _ = init(b, "a")
         tc = b.engine.transaction_coordinator
@@ -413,7 +423,7 @@ def test_producer_id_mapping_is_the_same_before_and_after_a_restart(data, clock,
     with open_broker(data, clock) as b:
         # a stranger's batch now: its producer id maps to nothing, and nothing is appended
         expect(InvalidProducerIdMappingError, 49, "INVALID_PRODUCER_ID_MAPPING", b.produce, T, 0,
-               data_batch([b"late"], pid, small_epochs, 0, transactional=True))
+               data_batch([b"late"], pid, LAST, 0, transactional=True))
         assert hw(b) == 0 and lso(b) == 0
         assert b.engine.transaction_coordinator.transactional_id_of(pid) is None
 

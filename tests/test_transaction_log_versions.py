@@ -16,13 +16,11 @@ from app import Broker
 from coordinator import transaction_log
 from coordinator.schema import SchemaError
 from coordinator.transaction_state import (
-    NO_PRODUCER_EPOCH,
-    NO_PRODUCER_ID,
     TWO_PHASE_COMMIT_TIMEOUT_MS,
     TransactionState,
     TxnTransitMetadata,
 )
-from storage.record_batch import SimpleRecord, encode_batch
+from storage.record_batch import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, SimpleRecord, encode_batch
 from tests.conftest import SMALL_INTERNAL_TOPICS
 from tests.raw_txn import RawTxn, coordinator_call
 from tests.storage_log import DurableLogs

@@ -21,8 +21,6 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 import coordinator.transaction_coordinator as transaction_coordinator
 from coordinator.transaction_state import (
-    MAX_PRODUCER_EPOCH,
-    NO_PRODUCER_EPOCH,
     VALID_PREVIOUS,
     IllegalTransitionError,
     TransactionMetadata,
@@ -30,7 +28,7 @@ from coordinator.transaction_state import (
     TxnTransitMetadata,
 )
 from storage.errors import ConcurrentTransactionsError, InvariantViolation, KafkaError
-from storage.record_batch import ControlType
+from storage.record_batch import MAX_PRODUCER_EPOCH, NO_PRODUCER_EPOCH, ControlType, is_epoch_exhausted
 
 S = TransactionState
 TP = ("orders", 0)
@@ -173,7 +171,7 @@ def test_complete_refuses_an_epoch_going_back():
 
 
 def test_complete_allows_any_epoch_for_a_new_producer_id():
-    meta = metadata(S.COMPLETE_ABORT, epoch=MAX_PRODUCER_EPOCH)
+    meta = metadata(S.COMPLETE_ABORT, epoch=MAX_PRODUCER_EPOCH - 1)
     transit = meta.prepare_new_producer_id(2000, 30_000, NOW)
     meta.complete_transition(transit)
     assert (meta.producer_id, meta.producer_epoch, meta.last_producer_id) == (2000, 0, 1000)
@@ -211,14 +209,21 @@ def test_abort_transition_keeps_the_state():
     assert meta.snapshot() == before and meta.pending_state is None
 
 
+def test_the_epoch_is_exhausted_one_below_short_max_value_as_kafkas():
+    """Kafka's ``isEpochExhausted``: epoch >= Short.MAX_VALUE - 1, the last one kept for
+    the fencing bump at timeout or re-initialisation."""
+    assert MAX_PRODUCER_EPOCH == 2**15 - 1
+    assert [is_epoch_exhausted(e) for e in (0, 32765, 32766, 32767)] == [False, False, True, True]
+
+
 def test_fencing_always_bumps_the_epoch_and_forgets_the_last_one():
     """Kafka's prepareFenceProducerEpoch: +1 even at the last usable epoch (the
     markers must carry an epoch the zombie does not have), and no last epoch, so
     the fenced producer cannot bump its way back."""
-    for epoch in (0, 7, MAX_PRODUCER_EPOCH):
+    for epoch in (0, 7, MAX_PRODUCER_EPOCH - 1):
         meta = metadata(S.ONGOING, epoch=epoch)
         transit = meta.prepare_fence_epoch(NOW)
-        assert transit.producer_epoch == epoch + 1 <= 32767
+        assert transit.producer_epoch == epoch + 1 <= MAX_PRODUCER_EPOCH == 32767
         assert transit.last_producer_epoch == NO_PRODUCER_EPOCH
 
 

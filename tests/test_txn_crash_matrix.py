@@ -43,7 +43,7 @@ from typing import Callable
 import pytest
 
 from app import Broker
-from app.client.producer import murmur2
+from app.client.partitioner import murmur2
 from coordinator import offsets_log, transaction_log
 from coordinator.transaction_state import TransactionState, TxnTransitMetadata
 from storage.errors import InvalidTxnStateError, ProducerFencedError, UnstableOffsetCommitError

@@ -43,6 +43,7 @@ from storage.errors import (
     UnknownMemberIdError,
     UnstableOffsetCommitError,
 )
+from storage.isolation_level import LABELS, IsolationLevel
 from storage.read_committed import read_records
 
 if TYPE_CHECKING:
@@ -64,13 +65,13 @@ class Consumer:
                  max_poll_interval_ms: int = 300_000, max_poll_records: int = 500,
                  max_partition_fetch_bytes: int = 1 << 20, group_instance_id: str | None = None,
                  client_id: str = "exactly-consumer") -> None:
-        if isolation_level not in ("read_committed", "read_uncommitted"):
+        if isolation_level not in LABELS:
             raise ValueError(f"isolation_level must be read_committed or read_uncommitted, got {isolation_level!r}")
         if auto_offset_reset not in ("earliest", "latest", "none"):
             raise ValueError(f"auto_offset_reset must be earliest, latest or none, got {auto_offset_reset!r}")
         self.engine = engine
         self.group_id = group_id
-        self.read_committed = isolation_level == "read_committed"
+        self.read_committed = isolation_level == IsolationLevel.READ_COMMITTED.label
         self.enable_auto_commit = enable_auto_commit and group_id is not None
         self.auto_commit_interval_s = auto_commit_interval_ms / 1000
         self.auto_offset_reset = auto_offset_reset

@@ -246,7 +246,19 @@ class RecordAccumulator:
         #: bytes held by incomplete batches, against buffer.memory
         self.buffered = 0
         self.in_flight = 0
+        #: flushes (and sends waiting for buffer memory) in progress: every batch is ready
+        #: meanwhile (Kafka's ``flushesInProgress``)
+        self.flushes_in_progress = 0
         self._serial = 0
+
+    @property
+    def flush_in_progress(self) -> bool:
+        return self.flushes_in_progress > 0
+
+    def reset_sequences(self) -> None:
+        """A new producer id or epoch: every partition's sequences start again at 0."""
+        for queue in self.queues.values():
+            queue.reset_sequences()
 
     def queue(self, tp: TopicPartition) -> PartitionQueue:
         queue = self.queues.get(tp)

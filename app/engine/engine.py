@@ -40,8 +40,9 @@ from app.engine.maintenance import Maintenance, MaintenanceCancelledError
 from app.engine.worker import Worker
 from coordinator import offsets_log, transaction_log
 from coordinator.group_coordinator import GroupCoordinator
+from coordinator.internal_topics import INTERNAL_TOPICS
 from coordinator.transaction_coordinator import TransactionCoordinator
-from coordinator.transaction_state import MAX_EPOCH_VALUE, AbortCause
+from coordinator.transaction_state import AbortCause
 from storage.background import Job, Steps
 from storage.clock import Clock, SystemClock
 from storage.errors import (
@@ -58,13 +59,13 @@ from storage.errors import (
     RequestTimedOutError,
     TopicAlreadyExistsError,
 )
+from storage.isolation_level import IsolationLevel
 from storage.log_cleaner import CleaningAbortedError
 from storage.log_manager import LogManager, TopicInfo
 from storage.partition_log import AppendResult, PartitionLog, ReadResult
 from storage.producer_state import ProducerStateEntry, next_sequence
-from storage.record_batch import BatchHeader, Record, decode_batch, read_header
+from storage.record_batch import MAX_PRODUCER_EPOCH, BatchHeader, Record, decode_batch, read_header
 
-INTERNAL_TOPICS = (transaction_log.TOPIC, offsets_log.TOPIC)
 #: the partitions one CreateTopics request may create, or one CreatePartitions add
 #: (Kafka's MAX_PARTITIONS_PER_BATCH, ReplicationControlManager): more is POLICY_VIOLATION
 MAX_PARTITIONS_PER_REQUEST = 10_000
@@ -74,8 +75,8 @@ GROUP_TICK_S = 0.1
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-READ_UNCOMMITTED = "read_uncommitted"
-READ_COMMITTED = "read_committed"
+READ_UNCOMMITTED = IsolationLevel.READ_UNCOMMITTED.label
+READ_COMMITTED = IsolationLevel.READ_COMMITTED.label
 LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
 
@@ -100,12 +101,7 @@ class OffsetAndTimestamp:
 
 def isolation_is_committed(isolation_level: str | int) -> bool:
     """Accept Kafka's wire values (0, 1) and names."""
-    if isolation_level in (READ_COMMITTED, 1):
-        return True
-    if isolation_level in (READ_UNCOMMITTED, 0):
-        return False
-    raise InvalidRequestError(f"isolation_level must be read_committed or read_uncommitted, "
-                              f"got {isolation_level!r}")
+    return IsolationLevel.parse(isolation_level) is IsolationLevel.READ_COMMITTED
 
 
 class Engine:
@@ -520,11 +516,11 @@ class Engine:
                                    coordinator_epoch: int, commit: bool) -> int:
         """A marker the partition accepts whatever it has seen of the producer, fencing
         the producer there: at least ``producer_epoch`` and one above the producer's
-        epoch on the partition (32767 at most), at least the coordinator epoch the
+        epoch on the partition (MAX_PRODUCER_EPOCH at most), at least the coordinator epoch the
         partition last saw. Returns the producer epoch written."""
         entry = self.logs.log(topic, partition).producer_state.producers.get(producer_id)
         if entry is not None:
-            producer_epoch = max(producer_epoch, min(entry.producer_epoch + 1, MAX_EPOCH_VALUE))
+            producer_epoch = max(producer_epoch, min(entry.producer_epoch + 1, MAX_PRODUCER_EPOCH))
             coordinator_epoch = max(coordinator_epoch, entry.coordinator_epoch)
         await self.write_txn_marker(topic, partition, producer_id, producer_epoch, coordinator_epoch, commit)
         return producer_epoch

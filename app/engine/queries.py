@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from app.client import consumer_protocol
 from app.config import BrokerConfig
-from coordinator import offsets_log, transaction_log
+from coordinator.internal_topics import INTERNAL_TOPICS
 from coordinator.schema import SchemaError
 from coordinator.transaction_state import TransactionState
 from storage.aborted_transactions import AbortedTransactionTracker
@@ -32,9 +32,6 @@ if TYPE_CHECKING:
     from sqlalchemy import Engine as SqlEngine
 
     from app.engine import Engine
-
-INTERNAL_TOPICS = (transaction_log.TOPIC, offsets_log.TOPIC)
-
 
 def _partition(log: PartitionLog) -> dict[str, Any]:
     open_txns = log.producer_state.ongoing_transactions()

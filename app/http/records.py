@@ -29,12 +29,12 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 from flask import Blueprint, Response, jsonify, stream_with_context
 
+from app.client.partitioner import partition_for_key
 from app.engine import READ_COMMITTED
 from app.http import codec, current_engine, errors, models
 from app.http.idempotency import idempotent
 from app.http.resources import cluster_id, crn, resource
 from app.http.validation import body, json_values, parse, query
-from app.client.producer import murmur2
 from storage.errors import InvalidRequestError, KafkaError
 from storage.read_committed import read_records
 from storage.record_batch import SimpleRecord, encode_batch
@@ -65,7 +65,7 @@ def parse_record(item: models.ProduceRecord, now_ms: int, where: str = "") -> tu
 def choose_partition(engine: "Engine", topic: str, key: bytes | None) -> int:
     """Kafka's default partitioner (on the loop): murmur2 of the key, else any partition."""
     count = engine.logs.topic(topic).partitions
-    return (murmur2(key) & 0x7FFFFFFF) % count if key is not None else random.randrange(count)
+    return partition_for_key(key, count) if key is not None else random.randrange(count)
 
 
 @dataclass(frozen=True)

@@ -26,8 +26,7 @@ from typing import Any
 from app.kafka.api import ApiKey, RequestContext, check_leader_epoch, error_code, serves
 from app.kafka.codec import millis
 from storage.errors import FetchSessionIdNotFoundError, KafkaError
-
-READ_UNCOMMITTED, READ_COMMITTED = 0, 1
+from storage.isolation_level import IsolationLevel
 
 
 @serves(ApiKey.FETCH, 4, 11)
@@ -47,7 +46,7 @@ async def fetch(ctx: RequestContext, request: Any) -> dict:
 
 async def _read(ctx: RequestContext, request: Any) -> tuple[list[dict], int, bool]:
     """One pass over the requested partitions: ``(topics, bytes of records, any error)``."""
-    committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
+    committed = getattr(request, "isolation_level", 0) == IsolationLevel.READ_COMMITTED
     budget = getattr(request, "max_bytes", 2**31 - 1)
     size, failed, topics = 0, False, []
     for topic in request.topics:
@@ -75,7 +74,7 @@ async def _read_partition(ctx: RequestContext, topic: str, wanted: Any, limit: i
         if limit <= 0 and not first:
             return entry  # the response is full
         result = ctx.engine.fetch(topic, wanted.partition, wanted.fetch_offset, max(limit, 0),
-                                  READ_COMMITTED if committed else READ_UNCOMMITTED)
+                                  IsolationLevel(committed))
     except KafkaError as e:
         entry["error_code"] = error_code(e)
         return entry

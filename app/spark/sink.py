@@ -54,7 +54,7 @@ from typing import Any, Iterable, Iterator, Sequence
 from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
 from pyspark.sql.types import BinaryType, StringType, StructType
 
-from app.client.producer import murmur2
+from app.client.partitioner import partition_for_key
 from app.spark.kafka_client import KafkaClient, TransactionalProducer
 from storage.record_batch import SimpleRecord
 
@@ -173,7 +173,7 @@ def _produce(producer: TransactionalProducer, fixed_topic: str | None, rows: Ite
         if partition is None:
             count = producer.partitions(topic)
             if key is not None:
-                partition = (murmur2(key) & 0x7FFFFFFF) % count
+                partition = partition_for_key(key, count)
             else:
                 partition = next_partition.get(topic, _task_partition()) % count
                 next_partition[topic] = partition + 1

@@ -32,9 +32,8 @@ from app.spark.partition_reader import OffsetRange, arrow_schema, consumer_confi
 from app.spark.source_options import (
     EARLIEST, LATEST, Earliest, Latest, OffsetLimit, SourceOptions, SpecificOffsets, Timestamps,
     TopicPartition, parse_options)
+from coordinator.internal_topics import INTERNAL_TOPICS
 
-#: topics a pattern never matches (Kafka's exclude.internal.topics)
-INTERNAL_TOPICS = ("__consumer_offsets", "__transaction_state")
 #: seconds an admin request (metadata, ListOffsets) may take
 ADMIN_TIMEOUT = 30
 

@@ -18,6 +18,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Union
 
+from storage.isolation_level import LABELS, IsolationLevel
+
 #: Spark's special offsets in JSON offsets
 EARLIEST, LATEST = -2, -1
 
@@ -36,7 +38,6 @@ FORBIDDEN_KAFKA = {
     "key.deserializer": "Keys are always read as bytes; use DataFrame operations to deserialize them",
     "value.deserializer": "Values are always read as bytes; use DataFrame operations to deserialize them",
 }
-ISOLATION_LEVELS = ("read_committed", "read_uncommitted")
 JSON_EXAMPLE = '{"topicA":{"0":23,"1":-1},"topicB":{"0":-2}}'
 
 
@@ -134,9 +135,9 @@ def parse_options(options: Mapping[str, str], streaming: bool) -> SourceOptions:
     if not servers:
         raise ValueError("Option 'kafka.bootstrap.servers' must be specified for configuring Kafka consumer")
     isolation = kafka.pop("isolation.level", "read_committed")
-    if isolation not in ISOLATION_LEVELS:
+    if isolation not in LABELS:
         raise ValueError(f"Invalid value '{isolation}' for option 'kafka.isolation.level': "
-                         f"expected one of {', '.join(ISOLATION_LEVELS)}")
+                         f"expected one of {', '.join(reversed(LABELS))}")
     if streaming:
         for name in ENDING_OPTIONS:
             if name.lower() in opts:
@@ -150,7 +151,7 @@ def parse_options(options: Mapping[str, str], streaming: bool) -> SourceOptions:
         subscription=_subscription(opts),
         starting=starting,
         ending=ending,
-        read_committed=isolation == "read_committed",
+        read_committed=isolation == IsolationLevel.READ_COMMITTED.label,
         include_headers=_boolean(opts, "includeHeaders", False),
         consumer_config=kafka,
         max_offsets_per_trigger=_positive(opts, "maxOffsetsPerTrigger"),

@@ -1,0 +1,80 @@
+"""One declaration per fact, and the producer split's layering, checked on the source:
+the producer constants live beside the record-batch layout, the internal topics in
+coordinator/internal_topics.py, the isolation levels in storage/isolation_level.py;
+the partitioner and transaction manager never reach up into the sender or the
+Producer, and the sender never into the Producer."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.timeout(60)
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("storage", "coordinator", "app")
+#: each fact and the one module that may assign it
+DECLARED_IN = {
+    "NO_PRODUCER_ID": "storage/record_batch.py",
+    "NO_PRODUCER_EPOCH": "storage/record_batch.py",
+    "NO_SEQUENCE": "storage/record_batch.py",
+    "MAX_PRODUCER_EPOCH": "storage/record_batch.py",
+    "INTERNAL_TOPICS": "coordinator/internal_topics.py",
+    "READ_COMMITTED": "app/engine/engine.py",  # derived there from IsolationLevel, re-exported
+    "READ_UNCOMMITTED": "app/engine/engine.py",
+}
+#: module -> modules (prefixes) it must not import
+FORBIDDEN_IMPORTS = {
+    "app/client/partitioner.py": ("app.client.producer", "app.client.sender", "app.client.transaction_manager",
+                                  "app.engine"),
+    "app/client/transaction_manager.py": ("app.client.producer", "app.client.sender", "app.engine"),
+    "app/client/sender.py": ("app.client.producer",),
+    "storage/isolation_level.py": ("coordinator", "app"),
+    "storage/record_batch.py": ("coordinator", "app"),
+    "coordinator/internal_topics.py": ("app",),
+}
+
+
+def sources() -> list[Path]:
+    return sorted(p for package in PACKAGES for p in (ROOT / package).rglob("*.py")
+                  if "migrations" not in p.parts)
+
+
+def assigned_names(tree: ast.Module) -> set[str]:
+    names = set()
+    for node in tree.body:
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
+            node, ast.AnnAssign) else []
+        for target in targets:
+            for name in ast.walk(target):
+                if isinstance(name, ast.Name):
+                    names.add(name.id)
+    return names
+
+
+def imported_modules(tree: ast.Module) -> set[str]:
+    modules = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            modules.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            modules.add(node.module)
+            modules.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return modules
+
+
+def test_every_fact_is_declared_in_one_module():
+    declared: dict[str, list[str]] = {name: [] for name in DECLARED_IN}
+    for path in sources():
+        for name in assigned_names(ast.parse(path.read_text())) & set(DECLARED_IN):
+            declared[name].append(path.relative_to(ROOT).as_posix())
+    assert declared == {name: [module] for name, module in DECLARED_IN.items()}
+
+
+@pytest.mark.parametrize("module", sorted(FORBIDDEN_IMPORTS))
+def test_the_split_modules_import_only_downwards(module):
+    imported = imported_modules(ast.parse((ROOT / module).read_text()))
+    assert not {m for m in imported for forbidden in FORBIDDEN_IMPORTS[module]
+                if m == forbidden or m.startswith(forbidden + ".")}
