@@ -317,7 +317,7 @@ class Producer:
     def _end(self, commit: bool) -> None:
         if self._txn_partitions or self._txn_groups:
             try:
-                self._coordinator(self.engine.transaction_coordinator.end_txn, self.transactional_id,
+                self._coordinator(self.engine.end_txn, self.transactional_id,
                                   self.producer_id, self.producer_epoch, commit)
             except InvalidTxnStateError as e:  # the coordinator disagrees about our transaction: fatal
                 with self._lock:
@@ -341,14 +341,14 @@ class Producer:
             meta = _group_metadata(group_metadata)
             try:
                 if meta.group_id not in self._txn_groups:
-                    self._coordinator(self.engine.transaction_coordinator.add_offsets, self.transactional_id,
+                    self._coordinator(self.engine.add_offsets_to_txn, self.transactional_id,
                                       self.producer_id, self.producer_epoch, meta.group_id)
                     self._txn_groups.add(meta.group_id)
                 committed = {tp: CommittedOffset(o.offset, o.metadata, o.leader_epoch,
                                                  self.engine.clock.now_ms())
                              for tp, o in ((tp, _offset(v)) for tp, v in offsets.items())}
                 errors = self._coordinator(
-                    self.engine.group_coordinator.txn_commit_offsets, self.transactional_id, meta.group_id,
+                    self.engine.txn_offset_commit, self.transactional_id, meta.group_id,
                     self.producer_id, self.producer_epoch, committed, meta.generation_id, meta.member_id,
                     meta.group_instance_id)
                 first = next((e for e in errors.values() if e is not None), None)
@@ -709,7 +709,7 @@ class Producer:
             self._adding = True
         error: KafkaError | None = None
         try:
-            errors = self._coordinator(self.engine.transaction_coordinator.add_partitions,
+            errors = self._coordinator(self.engine.add_partitions_to_txn,
                                        self.transactional_id, self.producer_id, self.producer_epoch,
                                        partitions)
             error = next((e for e in errors.values() if e is not None), None)
@@ -734,7 +734,7 @@ class Producer:
                 self._reset_producer(self.producer_id, self.producer_epoch + 1)
                 return
         try:
-            producer_id, epoch = self._coordinator(self.engine.transaction_coordinator.init_producer_id, None, -1)
+            producer_id, epoch = self._coordinator(self.engine.init_producer_id, None, -1)
         except KafkaError as e:
             with self._lock:
                 self._set_fatal(e)
@@ -775,7 +775,7 @@ class Producer:
         expected = (self.producer_id, self.producer_epoch) if bump else (-1, -1)
         timeout = self.transaction_timeout_ms if self._transactional else -1
         producer_id, epoch = self._coordinator(
-            self.engine.transaction_coordinator.init_producer_id, self.transactional_id, timeout, *expected)
+            self.engine.init_producer_id, self.transactional_id, timeout, *expected)
         with self._lock:
             self._reset_producer(producer_id, epoch)
 

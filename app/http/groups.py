@@ -1,6 +1,6 @@
 """Consumer groups as REST Proxy v3 resources (``consumer-groups``).
 
-A group's description is the shared read model ``app.engine.queries.group``: members
+A group's description is the shared read model ``app.engine.read_models.group``: members
 (with the partitions each is assigned, for a group of the consumer protocol),
 committed offsets, offsets still *pending* inside an open transaction (they become
 committed at its COMMIT marker, or vanish at ABORT), and per partition the lag: the
@@ -25,7 +25,7 @@ from typing import Any
 
 from flask import Blueprint, abort, jsonify
 
-from app.engine import queries
+from app.engine import read_models
 from app.http import current_engine
 from app.http.resources import cluster_id, crn, listing, related, resource
 
@@ -60,14 +60,14 @@ def _state(kafka_state: str) -> str:
 
 def _describe(group_id: str) -> dict[str, Any]:
     engine = current_engine()
-    return engine.call(queries.group, engine, group_id)
+    return engine.call(read_models.group, engine, group_id)
 
 
 @bp.get(BASE)
 def list_groups():
     engine = current_engine()
     return jsonify(listing("KafkaConsumerGroupList", ("consumer-groups",),
-                           [_group(g, members_count=g["members"]) for g in engine.call(queries.groups, engine)]))
+                           [_group(g, members_count=g["members"]) for g in engine.call(read_models.groups, engine)]))
 
 
 @bp.get(GROUP)

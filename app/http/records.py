@@ -92,7 +92,7 @@ def _timestamp(item: dict[str, Any], where: str) -> int | None:
 
 def choose_partition(engine: "Engine", topic: str, key: bytes | None) -> int:
     """Kafka's default partitioner (on the loop): murmur2 of the key, else any partition."""
-    count = engine.logs.topic(topic).partitions
+    count = engine.describe_topic(topic).partitions
     return (murmur2(key) & 0x7FFFFFFF) % count if key is not None else random.randrange(count)
 
 
@@ -173,7 +173,7 @@ def _outcome_body(topic: str, parsed: _Parsed | None, outcome: Future | KafkaErr
 
 def _check_topic(engine: "Engine", topic: str) -> None:
     """An unknown topic fails the whole request (404), not each record in it."""
-    engine.call(engine.logs.topic, topic)
+    engine.call(engine.describe_topic, topic)
 
 
 @bp.post("/v3/clusters/<cluster_id>/topics/<topic_name>/records")
@@ -247,7 +247,7 @@ def init_producer_id():
     """InitProducerId without a transactional id: a fresh producer id (never reused)
     at epoch 0, for idempotent produce."""
     engine = current_engine()
-    producer_id, epoch = engine.call(engine.transaction_coordinator.init_producer_id, None, -1)
+    producer_id, epoch = engine.call(engine.init_producer_id, None, -1)
     return jsonify({"producer_id": producer_id, "producer_epoch": epoch})
 
 
@@ -257,7 +257,7 @@ def init_producer_id():
 async def _fetch(engine: "Engine", topic: str, partition: int, offset: int | None, max_bytes: int,
                  isolation_level: str):
     if offset is None:
-        offset = engine.logs.log(topic, partition).log_start_offset
+        offset = engine.partition_offsets(topic, partition).log_start_offset
     return offset, engine.fetch(topic, partition, offset, max_bytes, isolation_level)
 
 

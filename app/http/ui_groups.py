@@ -13,7 +13,7 @@ from typing import Any
 
 from flask import render_template, request, url_for
 
-from app.engine import group_admin, queries
+from app.engine import group_admin, read_models
 from app.http import current_engine
 from app.http.ui import _back, _call, _done, bp
 from app.http.ui_topics import kafka_message, parse_time
@@ -45,7 +45,7 @@ def reset_group_offsets(group_id: str):
 
 def _group_page(group_id: str, **preview: Any) -> str:
     """The group's page with a reset's plan (or why there is none) under its form."""
-    return render_template("group.html", g=_call(queries.group, group_id), reset=request.form, **preview,
+    return render_template("group.html", g=_call(read_models.group, group_id), reset=request.form, **preview,
                            page_path=url_for("ui.group", group_id=group_id),
                            fragment_url=url_for("ui.group_fragment", group_id=group_id))
 
@@ -66,9 +66,9 @@ def delete_group_offsets(group_id: str):
     target = _back(url_for("ui.group", group_id=group_id))
     engine = current_engine()
     try:
-        partitions = [(o["topic_name"], o["partition_id"]) for o in _call(queries.group, group_id)["offsets"]
+        partitions = [(o["topic_name"], o["partition_id"]) for o in _call(read_models.group, group_id)["offsets"]
                       if o["topic_name"] == topic]
-        errors = engine.call(engine.group_coordinator.delete_offsets, group_id, partitions)
+        errors = engine.call(engine.delete_offsets, group_id, partitions)
     except e.KafkaError as error:
         return _done(f"Could not delete the offsets of {group_id}: {kafka_message(error)}", "error", target)
     refused = sorted({kafka_message(error) for error in errors.values() if error is not None})
@@ -81,7 +81,7 @@ def delete_group_offsets(group_id: str):
 def delete_group(group_id: str):
     engine = current_engine()
     try:
-        engine.call(engine.group_coordinator.delete_group, group_id)
+        engine.call(engine.delete_group, group_id)
     except e.KafkaError as error:
         return _done(f"Could not delete group {group_id}: {kafka_message(error)}", "error",
                      url_for("ui.group", group_id=group_id))

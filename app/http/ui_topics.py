@@ -32,7 +32,7 @@ from urllib.parse import urlencode
 from flask import render_template, request, url_for
 
 from app.client.producer import Producer
-from app.engine import READ_COMMITTED, READ_UNCOMMITTED, queries, record_browser
+from app.engine import READ_COMMITTED, READ_UNCOMMITTED, read_models, record_browser
 from app.http import current_engine
 from app.http.record_view import FORMATS, show
 from app.http.ui import FRAGMENTS, _back, _call, _done, _render, bp, page
@@ -56,9 +56,9 @@ def kafka_message(error: e.KafkaError) -> str:
 
 @page("/topics/<topic>")
 def topic(topic: str):
-    detail = _call(queries.topic, topic)
-    return _render("topic", t=detail, producers=_call(queries.topic_producers, topic),
-                   configs=_call(queries.topic_configs, topic),
+    detail = _call(read_models.topic, topic)
+    return _render("topic", t=detail, producers=_call(read_models.topic_producers, topic),
+                   configs=_call(read_models.topic_configs, topic),
                    size_bytes=sum(p["size_bytes"] for p in detail["partitions"]))
 
 

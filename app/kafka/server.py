@@ -70,7 +70,7 @@ class KafkaListener:
         if host in ("0.0.0.0", "::"):
             host = socket.getfqdn()
         advertised = config.advertised_listener()
-        self.node = Node(engine.logs.node_id, *(advertised or (host, port)))
+        self.node = Node(engine.node_id, *(advertised or (host, port)))
         self.max_request_bytes = config.socket_request_max_bytes
         self.idle_s = config.connections_max_idle_ms / 1000
         self.connections: set[Connection] = engine.kafka_connections
