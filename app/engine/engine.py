@@ -21,6 +21,7 @@ when the engine starts; prepared transactions are then rolled forward.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import inspect
 import logging
@@ -586,12 +587,13 @@ class Engine:
         return sorted(self._logs.topics)
 
     def topic_info(self, name: str) -> TopicInfo | None:
-        """The topic, or None if it does not exist."""
-        return self._logs.topics.get(name)
+        """A copy of the topic, or None if it does not exist."""
+        info = self._logs.topics.get(name)
+        return _copied(info) if info is not None else None
 
     def describe_topic(self, name: str) -> TopicInfo:
-        """The topic; UNKNOWN_TOPIC_OR_PARTITION if it does not exist."""
-        return self._logs.topic(name)
+        """A copy of the topic; UNKNOWN_TOPIC_OR_PARTITION if it does not exist."""
+        return _copied(self._logs.topic(name))
 
     def has_partition(self, topic: str, partition: int) -> bool:
         return (topic, partition) in self._logs.logs
@@ -801,6 +803,11 @@ class Engine:
             self._closed_clean = self._logs.close(clean=clean)
             self._loop.close()
         return self._closed_clean
+
+
+def _copied(info: TopicInfo) -> TopicInfo:
+    """``info`` with its own overrides: a face cannot change the log manager's."""
+    return dataclasses.replace(info, overrides=dict(info.overrides))
 
 
 def _done(result: Any) -> Future:
