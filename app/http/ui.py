@@ -28,7 +28,7 @@ import logging
 import re
 import time
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Callable
 
 from flask import (
     Blueprint,
@@ -78,7 +78,7 @@ HISTORY_LIMIT = 50
 # -- rendering ------------------------------------------------------------------------------
 
 
-def on_engine(fn, *args: Any, **kwargs: Any) -> Any:
+def on_engine(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """``fn(engine, *args, **kwargs)`` run on the engine's loop, for this request."""
     engine = current_engine()
     return engine.call(fn, engine, *args, **kwargs)
