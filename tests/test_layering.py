@@ -114,10 +114,12 @@ def test_no_module_imports_another_modules_private_names() -> None:
 
 
 def names_the_engine(node: ast.expr) -> bool:
-    """``engine``, or any ``<expression>.engine`` (``ctx.engine``, ``self.engine``,
-    ``broker.engine``): how the faces hold the engine."""
-    return (isinstance(node, ast.Name) and node.id == "engine") or (
-        isinstance(node, ast.Attribute) and node.attr == "engine")
+    """A name, attribute or call ending in ``engine`` -- ``engine``, ``ctx.engine``,
+    ``self._engine``, ``broker.engine``, ``current_engine()``: how the faces hold it."""
+    if isinstance(node, ast.Call):
+        node = node.func
+    name = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else ""
+    return name.endswith("engine")
 
 
 def test_only_the_engine_touches_its_internals() -> None:
@@ -144,3 +146,6 @@ def test_the_rules_see_the_code() -> None:
             "app.kafka.produce", "app.http.api"} <= names
     engine = next(m for m in modules() if m.name == "app.engine.engine")
     assert any(name == "storage.log_manager" for _, name, _ in imports(engine))
+    assert all(names_the_engine(ast.parse(e, mode="eval").body)
+               for e in ("engine", "ctx.engine", "self._engine", "current_engine()"))
+    assert not names_the_engine(ast.parse("ctx.request", mode="eval").body)

@@ -40,8 +40,8 @@ def _pop_cluster_id(endpoint, values) -> None:
 def _check_cluster_id() -> None:
     """After authentication (app-wide, earlier): an unknown cluster id is 404."""
     wanted = g.get("cluster_id")
-    if wanted is not None and wanted != current_engine().logs.cluster_id:
-        abort(404, f"cluster {wanted!r} not found; this broker is {current_engine().logs.cluster_id!r}")
+    if wanted is not None and wanted != current_engine().cluster_id:
+        abort(404, f"cluster {wanted!r} not found; this broker is {current_engine().cluster_id!r}")
 
 
 @bp.before_request
@@ -69,7 +69,7 @@ def _missing_partition(engine, topic: str, partition: int) -> UnknownTopicOrPart
 
 
 def _cluster() -> dict:
-    node = current_engine().logs.node_id
+    node = current_engine().node_id
     return resource("KafkaCluster", (), crn(), cluster_id=cluster_id(), controller=related("brokers", node),
                     brokers=related("brokers"), topics=related("topics"),
                     consumer_groups=related("consumer-groups"), transactions=related("transactions"))
@@ -210,14 +210,14 @@ def partition_resource(p: dict) -> dict:
     here = ("topics", topic, "partitions", partition)
     return resource("KafkaPartition", here, crn(topic=topic, partition=partition), cluster_id=cluster_id(),
                     topic_name=topic, partition_id=partition,
-                    leader=related(*here, "replicas", current_engine().logs.node_id),
+                    leader=related(*here, "replicas", current_engine().node_id),
                     replicas=related(*here, "replicas"), **fields,
                     records=related(*here, "records"), producers=related(*here, "producers"))
 
 
 def _replica(topic: str, partition: int) -> dict:
     """The one replica of a partition: on this node, the leader, in sync."""
-    node = current_engine().logs.node_id
+    node = current_engine().node_id
     return resource("KafkaReplica", ("topics", topic, "partitions", partition, "replicas", node),
                     crn(topic=topic, partition=partition, replica=node), cluster_id=cluster_id(),
                     topic_name=topic, partition_id=partition, broker_id=node, is_leader=True, is_in_sync=True,

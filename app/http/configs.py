@@ -147,7 +147,7 @@ def broker_config_resource(broker_id: int, config: dict[str, Any]) -> dict[str, 
 @bp.get("/v3/clusters/<cluster_id>/brokers/-/configs")
 def list_all_broker_configs():
     """The proxy's ``-`` wildcard: every broker's configs -- this one's."""
-    node = current_engine().logs.node_id
+    node = current_engine().node_id
     return jsonify(listing("KafkaBrokerConfigList", ("brokers", "-", "configs"),
                            [broker_config_resource(node, c) for c in _broker_configs(node)]))
 

@@ -132,7 +132,7 @@ def storage_state() -> dict[str, Any]:
 
 @bp.app_template_global()
 def cluster_id() -> str:
-    return current_engine().logs.cluster_id
+    return current_engine().cluster_id
 
 
 @bp.app_template_global()
