@@ -92,7 +92,7 @@ class Broker:
 
     @property
     def cluster_id(self) -> str:
-        return self.engine.logs.cluster_id
+        return self.engine.cluster_id
 
     def create_topic(self, name: str, partitions: int | None = None, config: Mapping[str, Any] | None = None,
                      validate_only: bool = False) -> TopicInfo | None:

@@ -90,7 +90,7 @@ def serve(args: argparse.Namespace) -> int:
         _close(sockets)
         return 1
     stoppers, kafka = attach_listeners(broker, args, http_socket, kafka_socket)
-    topics = len(broker.engine.logs.topics)
+    topics = len(broker.engine.topic_names())
     print(f"exactly: data directory {args.data_dir.resolve()} recovered ({topics} topics), "
           f"cluster id {broker.cluster_id}", flush=True)
     print(f"exactly: console and HTTP API on http://{args.host}:{args.http_port}/ ; Kafka on "

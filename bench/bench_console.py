@@ -8,7 +8,7 @@
 The browser's read models run on the engine's loop (``app/engine/record_browser.py``),
 so each page is time the loop does not serve produce or fetch. One partition of 20 000
 small JSON records in batches of 10 (one segment); each figure is the median of its
-trials, against the records view the partition page already showed (``queries.records``,
+trials, against the records view the partition page already showed (``read_models.records``,
 25 records), which walks the segment's batch headers from its start:
 
 1. newest page   -- the newest 20 records (read through the offset index, plus their
@@ -48,7 +48,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from app import Broker  # noqa: E402
-from app.engine import queries, record_browser  # noqa: E402
+from app.engine import read_models, record_browser  # noqa: E402
 from app.http import create_app  # noqa: E402
 from app.http.server import HttpServer  # noqa: E402
 from storage.record_batch import SimpleRecord, encode_batch  # noqa: E402
@@ -85,8 +85,8 @@ def browser(trials: int) -> None:
         def call(fn, *args, **kwargs) -> Callable[[], object]:
             return lambda: engine.call(fn, engine, "t", 0, *args, **kwargs)
 
-        reference = median_ms(call(queries.records, None, limit=25), trials)
-        middle_reference = median_ms(call(queries.records, RECORDS // 2, limit=25), trials)
+        reference = median_ms(call(read_models.records, None, limit=25), trials)
+        middle_reference = median_ms(call(read_models.records, RECORDS // 2, limit=25), trials)
         rows = [("newest page (20)", median_ms(call(record_browser.page), trials), reference),
                 ("middle page (20)", median_ms(call(record_browser.page, RECORDS // 2), trials), middle_reference),
                 (f"filtered scan ({record_browser.SCAN_LIMIT})",

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Group lag benchmark: what counting a read_committed consumer's lag costs the
-engine's loop (``app/engine/queries.py``, ``read_committed_lag``, from the counts each
+engine's loop (``storage/visibility.py``, ``read_committed_lag``, from the counts each
 partition keeps: ``storage/visible_records.py``), against reading the same range the
 way the consumer itself would (fetch read_committed, decode every record).
 
@@ -28,7 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from app import Broker  # noqa: E402
-from app.engine import queries  # noqa: E402
+from storage import visibility  # noqa: E402
 from storage.read_committed import read_records  # noqa: E402
 from storage.record_batch import SimpleRecord, encode_batch  # noqa: E402
 
@@ -55,7 +55,7 @@ def build(broker: Broker, batches: int) -> None:
 
 def count(broker: Broker, upper: int) -> int:
     async def run() -> int:
-        return queries.data_records(broker.engine.logs.log("t", 0), 0, upper)
+        return visibility.data_records(broker.engine._logs.log("t", 0), 0, upper)
     return broker.engine.call(run)
 
 
@@ -87,7 +87,7 @@ def main() -> None:
     try:
         with Broker(WORK / "data", **{"transaction.state.log.num.partitions": 1}) as broker:
             build(broker, batches)
-            log = broker.engine.logs.log("t", 0)
+            log = broker.engine._logs.log("t", 0)
             print(f"{batches} batches, {log.high_watermark} offsets, LSO {log.last_stable_offset}")
             print(f"{'range':>22} {'count ms':>9} {'read ms':>9} {'count/read':>10} {'us/batch':>9}")
             total = len(list(log.headers(0, log.high_watermark)))

@@ -165,13 +165,13 @@ def build_partition(broker: Broker, topic: str, sizes: Sizes, timestamp: int | N
 def roll(broker: Broker, topic: str) -> None:
     """Start a new active segment, so every segment written so far may be maintained."""
     async def on_loop() -> None:
-        broker.engine.logs.log(topic, 0).roll()
+        broker.engine._logs.log(topic, 0).roll()
     broker.engine.call(on_loop)
 
 
 def log_shape(broker: Broker, topic: str) -> str:
     async def on_loop() -> tuple[int, int]:
-        log_ = broker.engine.logs.log(topic, 0)
+        log_ = broker.engine._logs.log(topic, 0)
         return len(log_.segments), log_.size_bytes
     segments, size = broker.engine.call(on_loop)
     return f"{segments} segments, {size / MiB:.0f} MiB"

@@ -75,7 +75,7 @@ Run = Callable[[Broker, str, float], tuple[int, float]]  # -> (records, seconds 
 
 def ready_made(broker: Broker, topic: str, seconds: float) -> tuple[int, float]:
     """Pre-encoded idempotent 100-record batches through Broker.produce, acks=all."""
-    producer_id, epoch = broker.engine.call(broker.engine.transaction_coordinator.init_producer_id, None, -1)
+    producer_id, epoch = broker.engine.call(broker.engine._transaction_coordinator.init_producer_id, None, -1)
     records = [SimpleRecord(RECORD, timestamp=int(time.time() * 1000))] * RECORDS_PER_BATCH
     # enough batches for the trial at several times the speed measured here
     batches = [[encode_batch(records, producer_id=producer_id, producer_epoch=epoch,

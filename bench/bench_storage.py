@@ -448,7 +448,7 @@ def build_txn_partition(broker: Broker, topic: str, target_records: int) -> TxnP
     Each is a real transactional producer: InitProducerId, AddPartitionsToTxn at the
     start of each transaction, raw batches (acks=1), EndTxn."""
     broker.create_topic(topic, 1)
-    tc = broker.engine.transaction_coordinator
+    tc = broker.engine._transaction_coordinator
     producers = [(f"bench-{p}", *broker.engine.call(tc.init_producer_id, f"bench-{p}", 900_000))
                  for p in range(TXN_PRODUCERS)]
     value = os.urandom(RECORD_VALUE_BYTES)
@@ -480,7 +480,7 @@ def build_txn_partition(broker: Broker, topic: str, target_records: int) -> TxnP
                     committed += TXN_BATCHES * TXN_BATCH_RECORDS
                 open_batches[p] = 0
         round_ += 1
-    log = broker.engine.logs.log(topic, 0)
+    log = broker.engine._logs.log(topic, 0)
     if log.last_stable_offset != log.high_watermark or log.high_watermark != log.log_end_offset:
         raise AssertionError(f"LSO {log.last_stable_offset}, HW {log.high_watermark}, "
                              f"LEO {log.log_end_offset}: the partition is not fully stable")
@@ -573,7 +573,7 @@ def write_restart_partition(data_dir: Path, sizes: Sizes) -> tuple[int, int]:
             broker.produce("restart", 0, batch, acks=1)
             sequence += len(records)
             written += len(batch)
-        log = broker.engine.logs.log("restart", 0)
+        log = broker.engine._logs.log("restart", 0)
         leo, segments = log.log_end_offset, len(log.segments)
     return leo, segments
 
@@ -585,7 +585,7 @@ def reopen(data_dir: Path, sizes: Sizes, expected_leo: int) -> float:
     broker = Broker(data_dir, **{"segment.bytes": sizes.restart_segment_bytes})
     elapsed = time.perf_counter() - start
     try:
-        leo = broker.engine.logs.log("restart", 0).log_end_offset
+        leo = broker.engine._logs.log("restart", 0).log_end_offset
         if leo != expected_leo:
             raise AssertionError(f"reopened with log end offset {leo}, expected {expected_leo}")
     finally:

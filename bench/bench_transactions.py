@@ -124,7 +124,7 @@ def bench_startup(workdir: Path, sizes: Sizes) -> float:
         started = time.perf_counter()
         broker = Broker(data)
         timings.append(time.perf_counter() - started)
-        loaded = len(broker.engine.transaction_coordinator.txns)
+        loaded = len(broker.engine._transaction_coordinator.txns)
         broker.close()
     assert loaded == sizes.transactional_ids, loaded
     startup = statistics.median(timings)

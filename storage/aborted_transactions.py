@@ -3,7 +3,7 @@
 One algorithm answers "is this batch aborted?" everywhere -- the fetch path's
 records (``storage/read_committed.py``), the log cleaner's "drop aborted data"
 (``storage/log_cleaner.py``), the lag counts (``storage/visible_records.py``) and
-the console's record rows (``app/engine/queries.py``). It is Kafka's consumer
+the console's record rows (``app/engine/read_models.py``). It is Kafka's consumer
 (``Fetcher.CompletedFetch``: ``abortedTransactions``, ``abortedProducerIds``):
 
 1. the aborted transactions ``(producer id, first offset)`` that overlap the

@@ -1,6 +1,6 @@
 """Running counts of the records a read_committed consumer receives, per partition.
 
-A group's lag (``app/engine/queries.py``) is the number of records a read_committed
+A group's lag (``storage/visibility.py``) is the number of records a read_committed
 consumer at its committed position would still receive up to the LSO: the data
 records in ``[position, LSO)``, markers and records of aborted transactions not
 counted. Counting that by walking batch headers costs the engine's loop time per

@@ -21,7 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app import Broker
-from app.engine import queries
+from app.engine import mirror_reads, read_models
 from app.http import create_app
 from coordinator import transaction_log
 from coordinator.mirror_db import reader_engine
@@ -39,7 +39,7 @@ def _history(broker: Broker, txn_id: str) -> list[dict]:
     broker.mirror.catch_up()
     db = reader_engine(broker.mirror.path)
     try:
-        return queries.transaction_history(db, txn_id)
+        return mirror_reads.transaction_history(db, txn_id)
     finally:
         db.dispose()
 
@@ -70,7 +70,7 @@ def test_each_cause_is_recorded_with_its_actor_and_logged_once(orders: Broker, c
     caplog.set_level(logging.INFO)
     app = create_app(broker.engine, test_config={"TESTING": True}, mirror=broker.mirror)
     client = app.test_client()
-    cluster = broker.engine.logs.cluster_id
+    cluster = broker.engine._logs.cluster_id
 
     _open(broker, "by-client").abort_transaction()
 
@@ -89,7 +89,7 @@ def test_each_cause_is_recorded_with_its_actor_and_logged_once(orders: Broker, c
     assert client.post(f"/v3/clusters/{cluster}/transactions/by-api/admin-abort").status_code == 200
 
     _open(broker, "by-partition")
-    pid = broker.engine.transaction_coordinator.describe("by-partition").producer_id
+    pid = broker.engine._transaction_coordinator.describe("by-partition").producer_id
     assert client.post(f"/v3/clusters/{cluster}/topics/orders/partitions/0/producers/{pid}/abort").status_code == 200
 
     expected = {"by-client": ("client", "EndTxn(abort) from producer"),
@@ -136,14 +136,14 @@ def test_a_producer_fenced_by_its_timeout_is_told_so(orders: Broker, clock: Fake
     assert "its transaction timed out" in str(raised.value) and "transaction.timeout.ms 5000" in str(raised.value)
 
     # a produce of the old epoch: the coordinator's verification says the same
-    tc = broker.engine.transaction_coordinator
+    tc = broker.engine._transaction_coordinator
     meta = tc.describe("slow")
     with pytest.raises(InvalidProducerEpochError, match="its transaction timed out"):
         tc.verify_transaction(meta.producer_id, meta.producer_epoch - 1, "orders", 0)
 
     # over HTTP, the error's message says it too
     client = create_app(broker.engine, test_config={"TESTING": True}).test_client()
-    cluster = broker.engine.logs.cluster_id
+    cluster = broker.engine._logs.cluster_id
     answer = client.post(f"/v3/clusters/{cluster}/transactions/slow/commit",
                          json={"producer_id": meta.producer_id, "producer_epoch": meta.producer_epoch - 1})
     assert answer.status_code == 409 and "its transaction timed out" in answer.get_json()["message"]
@@ -165,7 +165,7 @@ def test_the_reason_survives_a_restart(tmp_path: Path, clock: FakeClock):
         clock.advance(5_001)
         broker.engine.call(broker.engine.abort_timed_out_transactions)
     with Broker(tmp_path / "data", clock=clock, **config) as broker:
-        tc = broker.engine.transaction_coordinator
+        tc = broker.engine._transaction_coordinator
         with pytest.raises(KafkaError, match="its transaction timed out"):
             broker.engine.call(tc.end_txn, "slow", pid, epoch, True)
         [row] = _history(broker, "slow")
@@ -217,7 +217,7 @@ def test_over_the_wire_a_produce_of_the_timed_out_epoch_says_why(tmp_path: Path)
                 "v3_and_below_transactional_id": "tx", "v3_and_below_producer_id": pid,
                 "v3_and_below_producer_epoch": epoch, "v3_and_below_topics": [{"name": "t", "partitions": [0]}]})
             engine = kafka.broker.engine
-            wait_until(lambda: engine.call(queries.transaction, engine, "tx")["state"] == "CompleteAbort",
+            wait_until(lambda: engine.call(read_models.transaction, engine, "tx")["state"] == "CompleteAbort",
                        what="the timeout's abort")
             records = encode_batch([SimpleRecord(b"late")], producer_id=pid, producer_epoch=epoch,
                                    base_sequence=0, transactional=True)

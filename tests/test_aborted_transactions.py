@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.engine import queries
+from storage import visibility
 from storage.aborted_transactions import AbortedTransactionTracker
 from storage.clock import FakeClock
 from storage.partition_log import PartitionLog
@@ -176,8 +176,8 @@ def test_fetch_and_lag_deliver_and_count_what_the_reference_says(script) -> None
             expected = write_log(logs, script)
             log = logs.log(T)
             assert consumed(log) == expected
-            assert queries.data_records(log, log.log_start_offset, log.last_stable_offset) == (len(expected), True)
+            assert visibility.data_records(log, log.log_start_offset, log.last_stable_offset) == (len(expected), True)
         with DurableLogs(data, clock=FakeClock()) as logs:
             log = logs.log(T)
             assert consumed(log) == expected
-            assert queries.data_records(log, log.log_start_offset, log.last_stable_offset) == (len(expected), True)
+            assert visibility.data_records(log, log.log_start_offset, log.last_stable_offset) == (len(expected), True)

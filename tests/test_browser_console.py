@@ -153,7 +153,7 @@ def test_produce_a_record_in_a_transaction_from_the_console(console, browser_pag
     expect(page.locator("#value")).to_contain_text('"currency": "EUR"')
     expect(page.locator("#batch [data-transactional]")).to_have_text("yes")
     _shot(page, "produce", width)
-    log = broker.engine.logs.log("payments", 1)
+    log = broker.engine._logs.log("payments", 1)
     assert log.last_stable_offset == log.high_watermark == 2  # the record and its COMMIT marker
 
 
@@ -171,7 +171,7 @@ def test_reset_an_empty_groups_offsets_from_the_console(console, browser_page):
     consumer.poll(timeout_ms=2000)  # joins the group
     consumer.commit({("orders", 0): 8})
     consumer.close()  # the group is Empty now
-    coordinator = broker.engine.group_coordinator
+    coordinator = broker.engine._group_coordinator
     assert coordinator.describe("billing").committed[("orders", 0)].offset == 8
 
     page.goto(base + "/groups/billing")
@@ -218,4 +218,4 @@ def test_create_and_delete_a_topic_from_the_console(console, browser_page):
     page.locator('button[data-delete-topic="audit"]').click()
     expect(page.locator(".flash-success")).to_contain_text("Deleted topic audit", timeout=SEE_MS)
     assert dialogs and "Delete topic “audit”?" in dialogs[0]
-    assert "audit" not in broker.engine.logs.topics
+    assert "audit" not in broker.engine._logs.topics

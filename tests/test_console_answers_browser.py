@@ -106,7 +106,7 @@ def test_a_stuck_consumer_from_its_group_page_to_abort(console, name, width, hei
             assert not problems, f"the browser reported errors: {problems}"
         finally:
             browser.close()
-    log = broker.engine.logs.log("orders", 0)
+    log = broker.engine._logs.log("orders", 0)
     assert log.last_stable_offset == log.high_watermark == 4
     assert (ARTIFACTS / f"answers-group-held-{name}.png").read_bytes()[:8] == PNG_MAGIC
 

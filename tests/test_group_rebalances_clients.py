@@ -114,7 +114,7 @@ def settle(members: list[Member]) -> list[set[int]]:
 
 def group_state(kafka: KafkaBroker) -> tuple[GroupState, int] | None:
     async def read() -> tuple[GroupState, int] | None:
-        group = kafka.engine.group_coordinator.describe("g")
+        group = kafka.engine._group_coordinator.describe("g")
         return None if group is None else (group.state, len(group.members))
     return kafka.engine.call(read, timeout=10)
 

@@ -107,7 +107,7 @@ def check_error(response, kafka_name: str) -> None:
 def stable_group(broker: Broker, group_id: str, assigned: list[tuple[str, int]]) -> str:
     """A consumer-protocol group with one member assigned ``assigned``; its member id."""
     engine = broker.engine
-    gc = engine.group_coordinator
+    gc = engine._group_coordinator
     joined = engine.call(gc.join_group, group_id, "", consumer_protocol.PROTOCOL_TYPE,
                          [("range", consumer_protocol.encode_subscription(sorted({t for t, _ in assigned})))],
                          10_000, client_id="reader-1", client_host="/127.0.0.1")
@@ -119,7 +119,7 @@ def stable_group(broker: Broker, group_id: str, assigned: list[tuple[str, int]])
 def commit(broker: Broker, group_id: str, offsets: dict[tuple[str, int], int], member_id: str = "") -> None:
     """OffsetCommit, as ``member_id`` of the group's current generation (or as a
     standalone consumer without one)."""
-    gc = broker.engine.group_coordinator
+    gc = broker.engine._group_coordinator
     generation = broker.engine.call(lambda: gc.describe(group_id).generation) if member_id else -1
     errors = broker.engine.call(gc.commit_offsets, group_id, {tp: CommittedOffset(o) for tp, o in offsets.items()},
                                 generation, member_id)
@@ -134,7 +134,7 @@ def test_every_shared_resource_has_the_proxy_s_documented_shape(topics: Api, bro
         topics.produce("orders", 0, f"v{i}")
     member = stable_group(broker, "readers", [("orders", 0), ("orders", 1)])
     commit(broker, "readers", {("orders", 0): 1}, member)
-    node = broker.engine.logs.node_id
+    node = broker.engine._logs.node_id
 
     check_list(topics.client.get("/v3/clusters").json, "KafkaClusterList")
     check_resource(topics.get(""), "KafkaCluster")
@@ -485,8 +485,8 @@ def test_validate_only_checks_and_changes_nothing(topics: Api, broker: Broker) -
     would_be = topics.post("/topics", {"topic_name": "dry", "partitions_count": 3, "validate_only": True,
                                        "configs": [{"name": "compression.type", "value": "lz4"}]}, status=201)
     assert (would_be["topic_name"], would_be["partitions_count"], would_be["topic_id"]) == ("dry", 3, None)
-    assert "dry" not in broker.engine.logs.topics
-    assert not any(p.name.startswith("dry-") for p in broker.engine.logs.data_dir.iterdir())
+    assert "dry" not in broker.engine._logs.topics
+    assert not any(p.name.startswith("dry-") for p in broker.engine._logs.data_dir.iterdir())
     check_error(topics.client.post(f"{topics.base}/topics", json={"topic_name": "orders", "validate_only": True}),
                 "TOPIC_ALREADY_EXISTS")
     check_error(topics.client.post(f"{topics.base}/topics", json={
@@ -499,7 +499,7 @@ def test_a_topic_grows_its_partitions_and_keeps_them_across_a_restart(tmp_path: 
         api = Api(create_app(broker.engine, test_config={"TESTING": True}).test_client(), broker.cluster_id)
         api.create_topic("orders", 2)
         api.produce("orders", 1, "before")
-        stray = broker.engine.logs.data_dir / "orders-2"  # what a grow that never committed left
+        stray = broker.engine._logs.data_dir / "orders-2"  # what a grow that never committed left
         stray.mkdir()
         (stray / "00000000000000000000.log").write_bytes(b"\x00" * 100)
         grown = api.call("PATCH", "/topics/orders", 200, {"partitions_count": 4}).json
@@ -547,7 +547,7 @@ def test_partition_offsets_are_the_log_start_and_the_high_watermark_or_the_lso(t
 
 
 def test_the_one_broker_leads_every_partition(topics: Api, broker: Broker) -> None:
-    node = broker.engine.logs.node_id
+    node = broker.engine._logs.node_id
     (only,) = topics.get("/brokers")["data"]
     assert only["broker_id"] == node and topics.get("")["controller"]["related"].endswith(f"/brokers/{node}")
     partition = topics.get("/topics/orders/partitions/1")
@@ -564,7 +564,7 @@ def test_broker_configs_are_the_settings_given_at_start_and_hide_secrets(tmp_pat
     with Broker(tmp_path / "data", **SMALL_INTERNAL_TOPICS, **{"num.partitions": 3,
                                                                 "http.auth.token": "s3cret"}) as broker:
         api = Api(create_app(broker.engine, test_config={"TESTING": True}).test_client(), broker.cluster_id)
-        node = broker.engine.logs.node_id
+        node = broker.engine._logs.node_id
         configs = {c["name"]: c for c in api.get(f"/brokers/{node}/configs")["data"]}
         assert (configs["num.partitions"]["value"], configs["num.partitions"]["source"]) == (
             "3", "STATIC_BROKER_CONFIG")
@@ -595,7 +595,7 @@ def test_consumers_show_their_assignments(topics: Api, broker: Broker) -> None:
 
 
 def test_lags_are_the_groups_read_committed_lag_against_the_lso(topics: Api, broker: Broker) -> None:
-    """The lag the proxy's resources show is the group's (app.engine.queries.group):
+    """The lag the proxy's resources show is the group's (app.engine.read_models.group):
     records a read_committed consumer would still receive, the LSO as the end."""
     for i in range(4):
         topics.produce("orders", 0, f"plain-{i}")
@@ -640,7 +640,7 @@ def test_group_states_are_spelled_as_the_proxy_does(topics: Api, broker: Broker)
     group = topics.get("/consumer-groups/standalone")
     assert (group["state"], group["is_simple"], group["partition_assignor"]) == ("EMPTY", True, "")
     engine = broker.engine
-    engine.call(engine.group_coordinator.join_group, "joining", "", "consumer", [("range", b"")], 10_000)
+    engine.call(engine._group_coordinator.join_group, "joining", "", "consumer", [("range", b"")], 10_000)
     assert re.fullmatch(r"[A-Z_]+", topics.get("/consumer-groups/joining")["state"])
 
 

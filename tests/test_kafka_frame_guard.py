@@ -21,7 +21,7 @@ from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader
 
 from app import wire
-from app.engine import queries
+from app.engine import read_models
 from app.kafka.api import ApiKey
 from app.kafka.codec import MalformedRequestError, decode_request, read_head
 from app.kafka.prescan import prescan
@@ -208,7 +208,7 @@ def test_api_versions_v3_refuses_a_software_name_or_version_kafka_refuses(kafka:
                                   {"client_software_name": name, "client_software_version": version})
         assert response.error_code == 42  # INVALID_REQUEST
         assert not response.api_keys
-    clients = kafka.engine.call(queries.kafka_clients, kafka.engine)
+    clients = kafka.engine.call(read_models.kafka_clients, kafka.engine)
     assert [c["client_software_name"] for c in clients] == [""]  # nothing recorded
     assert client.request(ApiKey.API_VERSIONS, 3, SOFTWARE).error_code == 0  # the connection goes on
 

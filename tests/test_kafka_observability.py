@@ -11,7 +11,7 @@ from typing import Iterator
 import pytest
 from confluent_kafka import KafkaException, Producer
 
-from app.engine import queries
+from app.engine import read_models
 from app.http import create_app
 from app.http.ui import FRAGMENTS
 from app.kafka.api import ApiKey
@@ -27,7 +27,7 @@ def kafka(tmp_path: Path) -> Iterator[KafkaBroker]:
 
 
 def clients(kafka: KafkaBroker) -> list[dict]:
-    return kafka.engine.call(queries.kafka_clients, kafka.engine)
+    return kafka.engine.call(read_models.kafka_clients, kafka.engine)
 
 
 def test_connected_clients_are_listed_with_what_they_said_they_are(kafka: KafkaBroker) -> None:

@@ -1,7 +1,7 @@
 """Group lag from the counts each partition keeps (``storage/visible_records.py``).
 
 The lag of a read_committed consumer at ``position`` is the records it would still
-receive up to the LSO; ``queries.data_records`` answers it from counts kept as
+receive up to the LSO; ``visibility.data_records`` answers it from counts kept as
 batches and markers are appended. Here the answers are checked against the
 definition itself -- a consumer's read_committed read of the range, through
 ``storage/read_committed.py`` -- across appends, commits, aborts, open transactions,
@@ -20,7 +20,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from app import Broker
-from app.engine import queries
+from app.engine import read_models
+from storage import visibility
 from storage.background import run_inline
 from storage.clock import FakeClock
 from storage.partition_log import PartitionLog
@@ -58,8 +59,8 @@ def check(log: PartitionLog, positions: list[int] | None = None) -> None:
     """Lag and held-back records equal the consumer's count, from every position asked."""
     start, lso, hw = log.log_start_offset, log.last_stable_offset, log.high_watermark
     for position in positions if positions is not None else range(start, hw + 1):
-        assert queries.read_committed_lag(log, position) == (received(log, max(position, start), lso), True), position
-    assert queries.data_records(log, lso, hw) == (received(log, lso, hw), True)
+        assert visibility.read_committed_lag(log, position) == (received(log, max(position, start), lso), True), position
+    assert visibility.data_records(log, lso, hw) == (received(log, lso, hw), True)
     assert len(log.visible_records) == sum(1 for _ in log.headers(0, log.log_end_offset))  # one slot per batch
 
 
@@ -179,7 +180,7 @@ def test_lag_reads_no_batch(tmp_path: Path, clock: FakeClock) -> None:
         expected = [received(log, p, log.last_stable_offset) for p in positions]
         for segment in log.segments:
             segment.close()
-        assert [queries.read_committed_lag(log, p) for p in positions] == [(n, True) for n in expected]
+        assert [visibility.read_committed_lag(log, p) for p in positions] == [(n, True) for n in expected]
     finally:
         logs.logs.close(clean=False)
 
@@ -223,10 +224,10 @@ def test_console_and_api_say_the_lag_is_exact(broker: Broker) -> None:
     consumer = broker.consumer(group_id="svc", enable_auto_commit=False)
     consumer.commit({(T, 0): 0})
     consumer.close()
-    log = broker.engine.logs.log(T, 0)
-    offsets = broker.engine.call(queries.group, broker.engine, "svc")["offsets"][0]
+    log = broker.engine._logs.log(T, 0)
+    offsets = broker.engine.call(read_models.group, broker.engine, "svc")["offsets"][0]
     assert (offsets["lag"], offsets["lag_exact"]) == (received(log, 0, log.last_stable_offset), True) == (1200, True)
-    summary = next(g for g in broker.engine.call(queries.groups_summary, broker.engine) if g["group_id"] == "svc")
+    summary = next(g for g in broker.engine.call(read_models.groups_summary, broker.engine) if g["group_id"] == "svc")
     assert (summary["lag"], summary["lag_exact"]) == (1200, True)
 
 
@@ -248,17 +249,17 @@ def test_after_a_restart_the_lag_is_counted_off_the_loop(tmp_path: Path, clock: 
         stuck.begin_transaction()
         stuck.send(T, b"open", partition=0).get(timeout=10)
     with Broker(data, clock=clock, **SMALL_INTERNAL_TOPICS) as broker:
-        log = broker.engine.logs.log(T, 0)
+        log = broker.engine._logs.log(T, 0)
         assert len(log.segments) > 3 and len(log.visible_records) == 0  # nothing read on open
         deadline = time.monotonic() + 30
-        while not (offsets := broker.engine.call(queries.group, broker.engine, "svc")["offsets"][0])["lag_exact"]:
+        while not (offsets := broker.engine.call(read_models.group, broker.engine, "svc")["offsets"][0])["lag_exact"]:
             assert time.monotonic() < deadline, "the counts of the opened log never came"
             time.sleep(0.05)
         assert offsets["lag"] == 295 and offsets["held_back"] == 1
         txn_id = "stuck"
-        broker.engine.call(broker.engine.transaction_coordinator.admin_abort, txn_id, "test")
+        broker.engine.call(broker.engine._transaction_coordinator.admin_abort, txn_id, "test")
         deadline = time.monotonic() + 30
-        while (offsets := broker.engine.call(queries.group, broker.engine, "svc")["offsets"][0])["held_back"]:
+        while (offsets := broker.engine.call(read_models.group, broker.engine, "svc")["offsets"][0])["held_back"]:
             assert time.monotonic() < deadline, "the abort never reached the counts"
             time.sleep(0.05)
         assert (offsets["lag"], offsets["lag_exact"]) == (295, True)
@@ -281,7 +282,7 @@ def test_a_transaction_ended_while_its_batches_were_being_counted(tmp_path: Path
         log = logs.log(T)
         deferred: list = []
         log.background = deferred.append
-        assert queries.read_committed_lag(log, 0)[1] is False  # not counted yet: an upper bound
+        assert visibility.read_committed_lag(log, 0)[1] is False  # not counted yet: an upper bound
         steps = deferred.pop()
         job = steps.send(None)  # planned: producers 1 and 2 have transactions open
         job.run()  # counted (off the owner's thread, in a broker)
@@ -292,4 +293,4 @@ def test_a_transaction_ended_while_its_batches_were_being_counted(tmp_path: Path
         with pytest.raises(StopIteration):
             steps.send(None)  # installed, after both markers
         check(log)
-        assert queries.read_committed_lag(log, 0) == (2 + 2 + 1, True)
+        assert visibility.read_committed_lag(log, 0) == (2 + 2 + 1, True)

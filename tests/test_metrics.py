@@ -21,7 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from app import Broker
 from app.client.producer import Producer
-from app.engine import queries
+from app.engine import read_models
 from app.engine.counters import LATENCY_BUCKETS_S, LatencyHistogram
 from app.engine.scheduler import mirror_round
 from app.http import create_app, metrics
@@ -121,7 +121,7 @@ def test_a_transactional_workload_shows_latencies_lag_and_fenced_producers(broke
     assert after[("exactly_partition_oldest_transaction_age_seconds", p(1))] == 0
     assert after[("exactly_active_transactional_ids", labels(state="Ongoing"))] == 0
     assert not [k for k in after if k[0] == "exactly_active_transactional_ids" and "Complete" in k[1][0][1]]
-    described = broker.engine.call(queries.group, broker.engine, "billing")["offsets"]
+    described = broker.engine.call(read_models.group, broker.engine, "billing")["offsets"]
     expected = {(o["topic_name"], o["partition_id"]): o["lag"] for o in described}
     assert after[("exactly_consumer_group_lag", labels(group="billing", topic=T, partition=1))] == expected[(T, 1)]
     assert expected[(T, 1)] == 1  # the plain record: neither the aborted record nor its marker is lag

@@ -110,16 +110,16 @@ def test_the_operators_abort_completes_a_transaction_whose_marker_a_partition_re
     squatter there) and the console shows the refusal."""
     with Broker(tmp_path / "data", **SMALL_INTERNAL_TOPICS, **{"exactly.jobs.enable": False}) as broker:
         broker.create_topic("t", 1)
-        engine, tc = broker.engine, broker.engine.transaction_coordinator
+        engine, tc = broker.engine, broker.engine._transaction_coordinator
         squatted = new_producer_id(broker) + 1
-        engine.call(engine.logs.log("t", 0).append_data,  # the storage layer takes any id
+        engine.call(engine._logs.log("t", 0).append_data,  # the storage layer takes any id
                     data_batch([b"squatter"], producer_id=squatted, epoch=5, sequence=0))
         txn = RawTxn(broker, "victim")
         assert txn.pid == squatted
         txn.add(("t", 0))
         with pytest.raises(InvalidProducerEpochError):  # the partition has seen epoch 5
             broker.produce("t", 0, txn.batch("t", 0, [SimpleRecord(b"lost")]))
-        ending = engine.submit(lambda: engine.loop.create_task(tc.end_txn("victim", txn.pid, txn.epoch, False)))
+        ending = engine.submit(lambda: engine._loop.create_task(tc.end_txn("victim", txn.pid, txn.epoch, False)))
         task = ending.result(10)
         wait_until(lambda: "victim" in tc.last_refusal, 20, "the refusal")
         assert tc.describe("victim").state.display == "PrepareAbort"

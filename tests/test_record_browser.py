@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from app import Broker
-from app.engine import queries, record_browser
+from app.engine import read_models, record_browser
 from storage.compression import Compression
 from storage.errors import OffsetOutOfRangeError
 from storage.record_batch import SimpleRecord, encode_batch
@@ -55,7 +55,7 @@ def test_the_newest_page_shows_each_records_read_committed_state_as_the_records_
     page = _page(log, limit=5)
     assert _offsets(page) == [12, 13, 14, 15, 16]
     assert (page["scanned_from"], page["scanned_to"], page["high_watermark"], page["last_stable_offset"]) == (12, 17, 17, 16)
-    view = log.engine.call(queries.records, log.engine, "t", 0, 12, limit=5)["records"]
+    view = log.engine.call(read_models.records, log.engine, "t", 0, 12, limit=5)["records"]
     assert [(r["status"], r["marker"]) for r in page["records"]] == [(r["status"], r["marker"]) for r in view]
     assert [r["status"] for r in page["records"]] == ["committed", "marker", "aborted", "marker", "open"]
 
@@ -121,7 +121,7 @@ def test_the_detail_of_an_aborted_record_names_its_transaction_and_txnindex_entr
     assert (opened["status"], opened["transactional_id"], opened["aborted_range"], opened["marker_offset"]) == (
         "open", "tx3", None, None)
     plain = log.engine.call(record_browser.record, log.engine, "t", 0, 2)
-    view = log.engine.call(queries.records, log.engine, "t", 0, 2, limit=1)["records"][0]
+    view = log.engine.call(read_models.records, log.engine, "t", 0, 2, limit=1)["records"][0]
     assert (plain["status"], plain["transactional_id"], plain["batch"]["producer_id"]) == (view["status"], None, -1)
 
 
@@ -186,7 +186,7 @@ def test_pages_forward_and_back_visit_every_matching_record_once_in_order(shared
     _fill(broker, topic, spec)
     everything = broker.engine.call(record_browser.page, broker.engine, topic, 0, start=0, limit=500)["records"]
     matching = _expected(everything, text, read_committed)
-    hw = broker.engine.logs.log(topic, 0).high_watermark
+    hw = broker.engine._logs.log(topic, 0).high_watermark
     view = {"limit": limit, "text": text, "read_committed": read_committed}
 
     forward, start = [], 0

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from app import Broker
-from app.engine import queries
+from app.engine import read_models
 from storage.clock import FakeClock
 from storage.read_committed import read_records
 from storage.record_batch import SimpleRecord, encode_batch
@@ -26,7 +26,7 @@ from tests.test_log_cleaner import CONFIG, T, clean, plog, roll
 
 
 def _offsets(broker: Broker, group_id: str, topic: str, partition: int = 0) -> dict:
-    return next(o for o in broker.engine.call(queries.group, broker.engine, group_id)["offsets"]
+    return next(o for o in broker.engine.call(read_models.group, broker.engine, group_id)["offsets"]
                 if (o["topic_name"], o["partition_id"]) == (topic, partition))
 
 
@@ -59,13 +59,13 @@ def test_a_caught_up_exactly_once_consumer_has_lag_0(broker: Broker):
         producer.send("orders", value, partition=0).get(timeout=10)
     producer.send_offsets_to_transaction({("orders", 0): 2}, "svc")
     producer.commit_transaction()
-    log = broker.engine.logs.log("orders", 0)
+    log = broker.engine._logs.log("orders", 0)
     assert log.last_stable_offset == log.high_watermark == 3  # records 0, 1; the COMMIT marker 2
 
     offsets = _offsets(broker, "svc", "orders")
     assert offsets["committed_offset"] == 2
     assert (offsets["lag"], offsets["lag_exact"], offsets["held_back"]) == (0, True, 0)
-    summary = next(g for g in broker.engine.call(queries.groups_summary, broker.engine) if g["group_id"] == "svc")
+    summary = next(g for g in broker.engine.call(read_models.groups_summary, broker.engine) if g["group_id"] == "svc")
     assert (summary["lag"], summary["held_back"]) == (0, 0)
 
 
@@ -102,7 +102,7 @@ def test_a_consumer_at_a_held_back_lso_is_not_done(broker: Broker):
     [holder] = offsets["held_by"]
     assert (holder["transactional_id"], holder["first_offset"], holder["holds_lso"]) == ("stuck", 1, True)
     assert holder["in_transaction"] and holder["state"] == "Ongoing"
-    summary = next(g for g in broker.engine.call(queries.groups_summary, broker.engine) if g["group_id"] == "svc")
+    summary = next(g for g in broker.engine.call(read_models.groups_summary, broker.engine) if g["group_id"] == "svc")
     assert (summary["lag"], summary["held_back"]) == (0, 2)
 
     producer.abort_transaction()                                       # ABORT marker 3
@@ -159,7 +159,7 @@ def test_lag_is_what_a_read_committed_consumer_still_receives(broker: Broker, st
         txn.begin_transaction()
         txn.send(topic, b"open", partition=0).get(timeout=10)
         plain.send(topic, b"after", partition=0).get(timeout=10)
-    log = broker.engine.logs.log(topic, 0)
+    log = broker.engine._logs.log(topic, 0)
     position = round(where * log.high_watermark)
     _commit(broker, "g-" + topic, topic, position)
     offsets = _offsets(broker, "g-" + topic, topic)
@@ -181,7 +181,7 @@ def test_a_record_after_the_lso_waits_behind_it(broker: Broker):
     producer.begin_transaction()
     producer.send("orders", b"open", partition=0).get(timeout=10)      # 10
     plain.send("orders", b"after", partition=0).get(timeout=10)        # 11
-    view = broker.engine.call(queries.records, broker.engine, "orders", 0, 8)
+    view = broker.engine.call(read_models.records, broker.engine, "orders", 0, 8)
     assert view["last_stable_offset"] == 10
     status = {r["offset"]: r["status"] for r in view["records"]}
     assert status == {8: "visible", 9: "visible", 10: "open", 11: "waits"}
@@ -190,7 +190,7 @@ def test_a_record_after_the_lso_waits_behind_it(broker: Broker):
 
     producer.commit_transaction()                                      # COMMIT marker 12
     status = {r["offset"]: r["status"]
-              for r in broker.engine.call(queries.records, broker.engine, "orders", 0, 8)["records"]}
+              for r in broker.engine.call(read_models.records, broker.engine, "orders", 0, 8)["records"]}
     assert status == {8: "visible", 9: "visible", 10: "committed", 11: "visible", 12: "marker"}
 
 

@@ -13,7 +13,7 @@ from typing import Iterator
 
 import pytest
 
-from app.engine import queries
+from app.engine import read_models
 from app.kafka.api import ApiKey
 from coordinator import transaction_log
 from coordinator.transaction_state import TWO_PHASE_COMMIT_TIMEOUT_MS, TransactionState, TxnTransitMetadata
@@ -84,7 +84,7 @@ def end_txn(raw: RawClient, txn_id: str, producer_id: int, epoch: int, commit: b
 
 
 def lso(kafka: KafkaBroker, topic: str) -> int:
-    return kafka.broker.engine.call(queries.partition, kafka.broker.engine, topic, 0)["last_stable_offset"]
+    return kafka.broker.engine.call(read_models.partition, kafka.broker.engine, topic, 0)["last_stable_offset"]
 
 
 @pytest.fixture
@@ -125,7 +125,7 @@ def test_a_two_phase_transaction_never_times_out_and_survives_a_restart(tmp_path
         with closing(RawClient(kafka.port)) as raw:
             prepared = write_open_transaction(raw, "task-0", "out", [b"a"])
         clock.advance(30 * 24 * HOUR_MS)  # past even Int32.MAX ms (24.8 days)
-        coordinator = kafka.broker.engine.transaction_coordinator
+        coordinator = kafka.broker.engine._transaction_coordinator
         assert kafka.broker.engine.call(coordinator.abort_timed_out_transactions) == []
     with KafkaBroker(tmp_path / "data", **config) as kafka, closing(RawClient(kafka.port)) as raw:
         kept = init(raw, "task-0", keep=True)

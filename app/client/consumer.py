@@ -182,7 +182,7 @@ class Consumer:
             return True
         committed = {}
         if self.group_id is not None:
-            fetched = self.engine.call(self.engine.group_coordinator.fetch_offsets, self.group_id, missing,
+            fetched = self.engine.call(self.engine.fetch_offsets, self.group_id, missing,
                                        self.read_committed)
             if any(isinstance(f.error, UnstableOffsetCommitError) for f in fetched.values()):
                 if time.monotonic() + UNSTABLE_RETRY_S < deadline:
@@ -253,7 +253,7 @@ class Consumer:
                                    for tp, v in chosen.items())}
         if not committed:
             return
-        errors = self.engine.call(self.engine.group_coordinator.commit_offsets, self.group_id, committed,
+        errors = self.engine.call(self.engine.commit_offsets, self.group_id, committed,
                                   self._generation if self._subscription else -1,
                                   self._member_id if self._subscription else "", self.group_instance_id)
         first = next((e for e in errors.values() if e is not None), None)
@@ -264,7 +264,7 @@ class Consumer:
     def committed(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int | None]:
         if self.group_id is None:
             raise IllegalStateError("committed needs a group_id")
-        fetched = self.engine.call(self.engine.group_coordinator.fetch_offsets, self.group_id,
+        fetched = self.engine.call(self.engine.fetch_offsets, self.group_id,
                                    [tuple(tp) for tp in partitions], False)
         return {tp: (f.offset if f.offset >= 0 else None) for tp, f in fetched.items()}
 
@@ -295,7 +295,7 @@ class Consumer:
                 if self._member_id:
                     self._maybe_auto_commit(now=True)  # Kafka's onJoinPrepare
                 self._needs_join = True
-                self._rebalance = asyncio.run_coroutine_threadsafe(self._rejoin(), self.engine.loop)
+                self._rebalance = self.engine.schedule(self._rejoin)
             rebalance = self._rebalance
             concurrent.futures.wait([rebalance], max(0.0, deadline - time.monotonic()))
             if not rebalance.done():
@@ -324,7 +324,7 @@ class Consumer:
     async def _rejoin(self) -> bytes:
         """JoinGroup + SyncGroup on the engine's loop (as leader, compute the range
         assignment); returns this member's assignment."""
-        gc = self.engine.group_coordinator
+        gc = self.engine
         subscription = consumer_protocol.encode_subscription(self._subscription)
         joined = await gc.join_group(
             self.group_id, self._member_id, consumer_protocol.PROTOCOL_TYPE,
@@ -363,7 +363,7 @@ class Consumer:
             if not member_id or self._needs_join:
                 continue
             try:
-                self.engine.call(self.engine.group_coordinator.heartbeat, self.group_id, generation,
+                self.engine.call(self.engine.heartbeat, self.group_id, generation,
                                  member_id, self.group_instance_id, timeout=self.session_timeout_ms / 1000)
             except (UnknownMemberIdError, RebalanceInProgressError, IllegalGenerationError) as e:
                 if (self._member_id, self._generation) != (member_id, generation):
@@ -377,7 +377,7 @@ class Consumer:
     def _leave(self) -> None:
         if self._member_id and self.group_id is not None:
             try:
-                self.engine.call(self.engine.group_coordinator.leave_group, self.group_id, self._member_id,
+                self.engine.call(self.engine.leave_group, self.group_id, self._member_id,
                                  self.group_instance_id)
             except KafkaError:
                 pass  # the session timeout removes us anyway

@@ -301,7 +301,7 @@ class Sender:
             return
         error: KafkaError | None = None
         try:
-            errors = self.call_coordinator(self.engine.transaction_coordinator.add_partitions,
+            errors = self.call_coordinator(self.engine.add_partitions_to_txn,
                                            self.txn.transactional_id, self.txn.producer_id,
                                            self.txn.producer_epoch, partitions)
             error = next((e for e in errors.values() if e is not None), None)
@@ -321,7 +321,7 @@ class Sender:
                 self.acc.reset_sequences()
                 return
         try:
-            producer_id, epoch = self.call_coordinator(self.engine.transaction_coordinator.init_producer_id,
+            producer_id, epoch = self.call_coordinator(self.engine.init_producer_id,
                                                        None, -1)
         except KafkaError as e:
             with self._lock:

@@ -52,13 +52,13 @@ class EngineCoordinatorIO:
                                                       coordinator_epoch, commit)
 
     def partition_exists(self, topic: str, partition: int) -> bool:
-        return (topic, partition) in self.engine.logs.logs
+        return (topic, partition) in self.engine._logs.logs
 
     def verify_transaction(self, transactional_id: str, producer_id: int, producer_epoch: int,
                            partition: int) -> None:
         """For TxnOffsetCommit: the group's ``__consumer_offsets`` partition must be in
         the producer's Ongoing transaction (AddOffsetsToTxn)."""
-        self.engine.transaction_coordinator.verify_transaction(
+        self.engine._transaction_coordinator.verify_transaction(
             producer_id, producer_epoch, offsets_log.TOPIC, partition, transactional_id)
 
     def subscribed_topics(self, protocol_type: str | None, metadata: bytes) -> set[str] | None:
@@ -73,7 +73,7 @@ class EngineCoordinatorIO:
             return None
 
     def offsets_partition(self, group_id: str) -> int:
-        return self.engine.group_coordinator.partition_of(group_id)
+        return self.engine._group_coordinator.partition_of(group_id)
 
     async def persist(self, write: ProducerIdBlock) -> None:
         """Make a producer-id block durable; a full disk is COORDINATOR_NOT_AVAILABLE
@@ -96,7 +96,7 @@ class EngineCoordinatorIO:
             # checked again here, in the loop step of the append: creating the topic above
             # may have let the transaction end (a timeout abort) since the group coordinator
             # checked it, and a transactional append after its marker would stay pending
-            self.engine.transaction_coordinator.verify_transaction(
+            self.engine._transaction_coordinator.verify_transaction(
                 producer_id, producer_epoch, offsets_log.TOPIC, partition)
             batch = encode_batch(simple, producer_id=producer_id, producer_epoch=producer_epoch,
                                  base_sequence=self.engine.next_sequence(offsets_log.TOPIC, partition,

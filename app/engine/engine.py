@@ -5,7 +5,7 @@ only by code running on the engine's loop, so there are no locks around them. Th
 Kafka listener runs on the same loop; HTTP worker threads, scheduled jobs and the
 embedded client submit work with :meth:`Engine.call` / :meth:`Engine.submit` and
 wait for the answer -- coordinator requests are the coordinators' own coroutines,
-e.g. ``engine.call(engine.transaction_coordinator.end_txn, ...)``. The loop never
+e.g. ``engine.call(engine._transaction_coordinator.end_txn, ...)``. The loop never
 waits on the disk: fsyncs of appends run on the fsync thread through group commit
 (``app/engine/group_commit.py``); snapshots, checkpoints, retention, cleaning, topic
 changes and producer-id blocks are planned on the loop, written on a maintenance
@@ -21,6 +21,7 @@ when the engine starts; prepared transactions are then rolled forward.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import inspect
 import logging
@@ -29,7 +30,7 @@ import time
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Awaitable, Callable, Collection, Mapping, TypeVar
+from typing import Any, Awaitable, Callable, Collection, Iterable, Mapping, TypeVar
 
 from app.config import BrokerConfig
 from app.engine.coordinator_io import EngineCoordinatorIO
@@ -37,12 +38,14 @@ from app.engine.counters import EngineCounters
 from app.engine.disk_space import DiskSpace
 from app.engine.group_commit import GroupCommit
 from app.engine.maintenance import Maintenance, MaintenanceCancelledError
+from app.engine.views import GroupView, PartitionOffsets
 from app.engine.worker import Worker
 from coordinator import offsets_log, transaction_log
-from coordinator.group_coordinator import GroupCoordinator
+from coordinator.group_coordinator import FetchedOffset, GroupCoordinator, JoinResult
+from coordinator.group_metadata import CommittedOffset
 from coordinator.internal_topics import INTERNAL_TOPICS
-from coordinator.transaction_coordinator import TransactionCoordinator
-from coordinator.transaction_state import AbortCause
+from coordinator.transaction_coordinator import KeptTransaction, TransactionCoordinator
+from coordinator.transaction_state import AbortCause, TxnTransitMetadata
 from storage.background import Job, Steps
 from storage.clock import Clock, SystemClock
 from storage.errors import (
@@ -110,14 +113,14 @@ class Engine:
     def __init__(self, data_dir: Path | str, config: BrokerConfig, clock: Clock | None = None) -> None:
         self.config = config
         self.clock = clock or SystemClock()
-        self.logs = LogManager(data_dir, config.log, self.clock)  # recovers before anything runs
+        self._logs = LogManager(data_dir, config.log, self.clock)  # recovers before anything runs
         #: whether writes are refused for lack of space (one log line each way)
-        self.disk = DiskSpace(self.logs.data_dir)
-        self.loop = asyncio.new_event_loop()
-        self._fsync = Worker(self.loop, "exactly-fsync")
+        self.disk = DiskSpace(self._logs.data_dir)
+        self._loop = asyncio.new_event_loop()
+        self._fsync = Worker(self._loop, "exactly-fsync")
         #: snapshots, checkpoints, retention, cleaning, topic changes, producer-id blocks
-        self.maintenance = Maintenance(self.loop, self.disk)
-        self.logs.background = self.maintenance.start  # the snapshot of a roll
+        self.maintenance = Maintenance(self._loop, self.disk)
+        self._logs.background = self.maintenance.start  # the snapshot of a roll
         #: one topic creation or deletion at a time
         self._topic_changes = asyncio.Lock()
         self._commits: dict[tuple[str, int], GroupCommit] = {}
@@ -128,20 +131,20 @@ class Engine:
         self.kafka_connections: set[Any] = set()
         io = EngineCoordinatorIO(self)
         max_seen_coordinator_epoch = max(
-            (entry.coordinator_epoch for log_ in self.logs for entry in log_.producer_state), default=-1)
-        self.transaction_coordinator = TransactionCoordinator(Path(data_dir), config, io, self.clock,
+            (entry.coordinator_epoch for log_ in self._logs for entry in log_.producer_state), default=-1)
+        self._transaction_coordinator = TransactionCoordinator(Path(data_dir), config, io, self.clock,
                                                               self.counters, max_seen_coordinator_epoch)
-        self.group_coordinator = GroupCoordinator(config, io, self.clock)
+        self._group_coordinator = GroupCoordinator(config, io, self.clock)
         self._load_coordinators()
         self._thread = threading.Thread(target=self._run_loop, name="exactly-engine", daemon=True)
         self._closed = False
         self._closed_clean = False
         self._thread.start()
-        self.loop.call_soon_threadsafe(self._started)
+        self._loop.call_soon_threadsafe(self._started)
 
     def _run_loop(self) -> None:
-        asyncio.set_event_loop(self.loop)
-        self.loop.run_forever()
+        asyncio.set_event_loop(self._loop)
+        self._loop.run_forever()
 
     # -- coordinators ---------------------------------------------------------------------
 
@@ -150,31 +153,31 @@ class Engine:
         ids are allocated from the ``producer-id-block`` file and the transaction log;
         only when that file is lost do the partitions' producer ids witness the ids
         idempotent producers were given (``coordinator/producer_id_manager.py``)."""
-        producer_ids = self.transaction_coordinator.producer_ids
+        producer_ids = self._transaction_coordinator.producer_ids
         if not producer_ids.from_file:
             producer_ids.raise_floor(1 + max(
-                (pid for log_ in self.logs for pid in log_.producer_state.producers), default=-1))
-        for (topic, partition), log_ in sorted(self.logs.logs.items()):
+                (pid for log_ in self._logs for pid in log_.producer_state.producers), default=-1))
+        for (topic, partition), log_ in sorted(self._logs.logs.items()):
             if topic == transaction_log.TOPIC:
-                self.transaction_coordinator.load_records(partition, (
+                self._transaction_coordinator.load_records(partition, (
                     (record.offset, record.key, record.value, record.headers)
                     for _, batch in log_.batches() for record in _data_records(batch)))
             elif topic == offsets_log.TOPIC:
                 for _, batch in log_.batches():
-                    self.group_coordinator.load_batch(partition, batch)
+                    self._group_coordinator.load_batch(partition, batch)
 
     def _started(self) -> None:
-        self.transaction_coordinator.resume()
+        self._transaction_coordinator.resume()
         self._tick_groups()
 
     def _tick_groups(self) -> None:
         if not self._closed:
-            self.group_coordinator.tick()
-            self.loop.call_later(GROUP_TICK_S, self._tick_groups)
+            self._group_coordinator.tick()
+            self._loop.call_later(GROUP_TICK_S, self._tick_groups)
 
     async def ensure_internal_topic(self, name: str) -> None:
         """Create ``__transaction_state`` / ``__consumer_offsets`` on first use, compacted."""
-        if name in self.logs.topics:
+        if name in self._logs.topics:
             return
         config = self.config
         partitions, segment_bytes = (
@@ -189,7 +192,7 @@ class Engine:
 
     async def append_internal(self, topic: str, partition: int, batch: bytes) -> AppendResult:
         """Append a coordinator's batch to an internal topic and wait until durable."""
-        log_ = self.logs.log(topic, partition)
+        log_ = self._logs.log(topic, partition)
         result = self._append(log_, len(batch), log_.append_data, batch)
         return await asyncio.wrap_future(self._commit(log_).when_durable(result.last_offset, result))
 
@@ -198,7 +201,7 @@ class Engine:
         """Return when the high watermark (and with it the LSO) of one of ``partitions``
         -- of any partition when None -- moves, or after ``timeout_s``: consumers and
         long-polling fetches wait here instead of polling in a loop."""
-        waiter = self.loop.create_future()
+        waiter = self._loop.create_future()
         keys: list[tuple[str, int] | None] = [None] if partitions is None else list(partitions)
         for key in keys:
             self._data_waiters.setdefault(key, []).append(waiter)
@@ -234,7 +237,7 @@ class Engine:
         if self._closed:
             raise KafkaStorageError("the broker is closed")
         if inspect.iscoroutinefunction(fn):
-            future = asyncio.run_coroutine_threadsafe(fn(*args, **kwargs), self.loop)
+            future = asyncio.run_coroutine_threadsafe(fn(*args, **kwargs), self._loop)
         else:
             future = self.submit(functools.partial(fn, *args, **kwargs))
         try:
@@ -269,7 +272,7 @@ class Engine:
             else:
                 outer.set_result(result)
 
-        self.loop.call_soon_threadsafe(run)
+        self._loop.call_soon_threadsafe(run)
         return outer
 
     # -- partitions ---------------------------------------------------------------------
@@ -278,7 +281,7 @@ class Engine:
         key = (log_.topic, log_.partition)
         commit = self._commits.get(key)
         if commit is None:
-            commit = self._commits[key] = GroupCommit(log_, self.loop, self._fsync, self.counters.fsync_latency,
+            commit = self._commits[key] = GroupCommit(log_, self._loop, self._fsync, self.counters.fsync_latency,
                                                       lambda: self._on_durable(key))
         return commit
 
@@ -298,7 +301,7 @@ class Engine:
                             internal: bool = False, validate_only: bool = False) -> TopicInfo | None:
         """The internal topics, which the broker needs, are not held to exactly.max.partitions."""
         async with self._topic_changes:
-            steps = self.logs.create_topic(name, partitions, config, internal)  # validates, raising
+            steps = self._logs.create_topic(name, partitions, config, internal)  # validates, raising
             if not internal:
                 self._check_partitions_held(partitions)
             if validate_only:
@@ -312,13 +315,13 @@ class Engine:
         if name in INTERNAL_TOPICS:
             raise InvalidTopicError(f"the internal topic {name} keeps its partitions")
         async with self._topic_changes:
-            held = self.logs.topic(name).partitions
-            steps = self.logs.add_partitions(name, count)  # validates, raising
+            held = self._logs.topic(name).partitions
+            steps = self._logs.add_partitions(name, count)  # validates, raising
             self.check_partitions_per_request(count - held)
             self._check_partitions_held(count - held)
             if validate_only:
                 steps.close()
-                return self.logs.topic(name)
+                return self._logs.topic(name)
             return await self.maintenance.run(steps)
 
     def check_partitions_per_request(self, partitions: Any) -> None:
@@ -333,7 +336,7 @@ class Engine:
     def _check_partitions_held(self, new: int) -> None:
         """POLICY_VIOLATION when ``new`` more partitions would take this broker past
         exactly.max.partitions (each partition holds open files and a directory)."""
-        held, limit = len(self.logs.logs), self.config.exactly_max_partitions
+        held, limit = len(self._logs.logs), self.config.exactly_max_partitions
         if held + new > limit:
             self.counters.limit_refused("exactly.max.partitions")
             raise PolicyViolationError(f"this broker holds {held} partitions: {new} more would exceed "
@@ -347,10 +350,10 @@ class Engine:
         if name in INTERNAL_TOPICS:
             raise InvalidTopicError(f"the configs of the internal topic {name} are the broker's")
         async with self._topic_changes:
-            steps = self.logs.alter_topic_config(name, changes)  # validates, raising
+            steps = self._logs.alter_topic_config(name, changes)  # validates, raising
             if validate_only:
                 steps.close()
-                return self.logs.topic(name)
+                return self._logs.topic(name)
             return await self.maintenance.run(steps)
 
     async def delete_topic(self, name: str) -> None:
@@ -362,15 +365,15 @@ class Engine:
         if name in INTERNAL_TOPICS:
             raise InvalidTopicError(f"the internal topic {name} cannot be deleted")
         async with self._topic_changes:
-            logs = self.logs.detach_topic(name)
+            logs = self._logs.detach_topic(name)
             for log_ in logs:
                 commit = self._commits.pop((name, log_.partition), None)
                 if commit is not None:
                     await commit.drain()
                     commit.close()
             await self.maintenance.quiesce(logs)
-            await self.maintenance.run(self.logs.delete_topic(logs))
-            await self.group_coordinator.delete_topic_offsets(name)
+            await self.maintenance.run(self._logs.delete_topic(logs))
+            await self._group_coordinator.delete_topic_offsets(name)
 
     def start_produce(self, topic: str, partition: int, batch: bytes, acks: int = -1,
                       transactional_id: str | None = None) -> Future:
@@ -388,7 +391,7 @@ class Engine:
             raise InvalidRequiredAcksError(f"acks must be -1, 0 or 1, got {acks!r}")
         if topic in INTERNAL_TOPICS:
             raise InvalidTopicError(f"clients may not produce to the internal topic {topic}")
-        log_ = self.logs.log(topic, partition)
+        log_ = self._logs.log(topic, partition)
         header = read_header(batch)
         self._verify_producer(header, topic, partition, transactional_id)
         commit = self._commit(log_)
@@ -434,7 +437,7 @@ class Engine:
                          transactional_id: str | None) -> None:
         """The transaction coordinator's checks of a producer batch. A control batch
         is not one: the log refuses it (INVALID_RECORD), clients never write markers."""
-        tc = self.transaction_coordinator
+        tc = self._transaction_coordinator
         if header.is_control:
             return
         if header.is_transactional:
@@ -458,8 +461,8 @@ class Engine:
         ``actor`` (who asked, from where) goes into the abort's reason (the first case)
         or its log line (the second).
         """
-        log_ = self.logs.log(topic, partition)
-        tc = self.transaction_coordinator
+        log_ = self._logs.log(topic, partition)
+        tc = self._transaction_coordinator
         _open_transaction(log_, producer_id)
         txn_id = tc.transactional_id_of(producer_id)
         if txn_id is not None and await tc.settle_for_partition_abort(txn_id, (topic, partition)):
@@ -480,17 +483,17 @@ class Engine:
         """The base sequence a well-behaved producer sends next on this partition (0 for
         a producer or epoch the partition does not know). Only meaningful on the loop, in
         the same callback as the append that uses it: nothing else may append between."""
-        entry = self.logs.log(topic, partition).producer_state.producers.get(producer_id)
+        entry = self._logs.log(topic, partition).producer_state.producers.get(producer_id)
         if entry is None or entry.producer_epoch != producer_epoch:
             return 0
         return next_sequence(entry.last_seq)
 
     def partition_count(self, topic: str) -> int:
-        return self.logs.topic(topic).partitions
+        return self._logs.topic(topic).partitions
 
     def partition_counts(self, topics: list[str]) -> dict[str, int]:
         """Partitions per existing topic (unknown topics are left out)."""
-        return {t: self.logs.topics[t].partitions for t in topics if t in self.logs.topics}
+        return {t: self._logs.topics[t].partitions for t in topics if t in self._logs.topics}
 
     async def produce(self, topic: str, partition: int, batch: bytes, acks: int = -1,
                       transactional_id: str | None = None) -> AppendResult:
@@ -504,12 +507,12 @@ class Engine:
         ``__consumer_offsets`` partition is then reported to the group coordinator, so
         the producer's pending transactional offsets become committed (or are dropped)
         exactly when the marker is in the log."""
-        log_ = self.logs.log(topic, partition)
+        log_ = self._logs.log(topic, partition)
         result = self._append(log_, 0, log_.append_end_txn_marker, producer_id, producer_epoch,
                               coordinator_epoch, commit)
         durable = await asyncio.wrap_future(self._commit(log_).when_durable(result.last_offset, result))
         if topic == offsets_log.TOPIC:
-            self.group_coordinator.on_marker(partition, producer_id, commit)
+            self._group_coordinator.on_marker(partition, producer_id, commit)
         return durable
 
     async def write_fencing_marker(self, topic: str, partition: int, producer_id: int, producer_epoch: int,
@@ -518,7 +521,7 @@ class Engine:
         the producer there: at least ``producer_epoch`` and one above the producer's
         epoch on the partition (MAX_PRODUCER_EPOCH at most), at least the coordinator epoch the
         partition last saw. Returns the producer epoch written."""
-        entry = self.logs.log(topic, partition).producer_state.producers.get(producer_id)
+        entry = self._logs.log(topic, partition).producer_state.producers.get(producer_id)
         if entry is not None:
             producer_epoch = max(producer_epoch, min(entry.producer_epoch + 1, MAX_PRODUCER_EPOCH))
             coordinator_epoch = max(coordinator_epoch, entry.coordinator_epoch)
@@ -543,14 +546,14 @@ class Engine:
         own reads -- the SQLite mirror, the console -- use this one: they are no
         client's fetches, so ``/metrics`` does not count them."""
         committed = isolation_is_committed(isolation_level)
-        return self.logs.log(topic, partition).read(offset, max_bytes, read_committed=committed)
+        return self._logs.log(topic, partition).read(offset, max_bytes, read_committed=committed)
 
     def list_offsets(self, topic: str, partition: int, timestamp: int,
                      isolation_level: str | int = READ_UNCOMMITTED) -> OffsetAndTimestamp:
         """Kafka's ListOffsets: -1 latest (the LSO when read_committed), -2 earliest,
         otherwise the first offset with a timestamp >= ``timestamp`` (-1 if none)."""
         committed = isolation_is_committed(isolation_level)
-        log_ = self.logs.log(topic, partition)
+        log_ = self._logs.log(topic, partition)
         if timestamp == LATEST_TIMESTAMP:
             return OffsetAndTimestamp(log_.last_stable_offset if committed else log_.high_watermark, -1)
         if timestamp == EARLIEST_TIMESTAMP:
@@ -560,6 +563,143 @@ class Engine:
         found = log_.offset_for_timestamp(timestamp, read_committed=committed)
         return OffsetAndTimestamp(*found) if found else OffsetAndTimestamp(-1, -1)
 
+    # -- the faces' interface ---------------------------------------------------------------
+    #
+    # The Kafka listener, the HTTP API, the embedded clients and the CLI reach broker
+    # state only through these named operations (and produce / fetch / list_offsets
+    # above), and get frozen values back. The async ones run on the loop: awaited there
+    # by the Kafka handlers, ``engine.call(engine.end_txn, ...)`` from other threads.
+
+    @property
+    def cluster_id(self) -> str:
+        return self._logs.cluster_id
+
+    @property
+    def node_id(self) -> int:
+        return self._logs.node_id
+
+    def topic_names(self) -> list[str]:
+        """Every topic, internal ones included, sorted."""
+        return sorted(self._logs.topics)
+
+    def topic_info(self, name: str) -> TopicInfo | None:
+        """A copy of the topic, or None if it does not exist."""
+        info = self._logs.topics.get(name)
+        return _copied(info) if info is not None else None
+
+    def describe_topic(self, name: str) -> TopicInfo:
+        """A copy of the topic; UNKNOWN_TOPIC_OR_PARTITION if it does not exist."""
+        return _copied(self._logs.topic(name))
+
+    def has_partition(self, topic: str, partition: int) -> bool:
+        return (topic, partition) in self._logs.logs
+
+    def partition_offsets(self, topic: str, partition: int) -> PartitionOffsets:
+        """Log start, high watermark and LSO; UNKNOWN_TOPIC_OR_PARTITION if it does not exist."""
+        log_ = self._logs.log(topic, partition)
+        return PartitionOffsets(log_.log_start_offset, log_.high_watermark, log_.last_stable_offset)
+
+    def schedule(self, fn: Callable[..., Awaitable[T]], *args: Any) -> Future:
+        """Start the coroutine ``fn(*args)`` on the loop and return its future at once
+        (:meth:`call` waits for it): for a caller that waits in slices of its own."""
+        if self._closed:
+            raise KafkaStorageError("the broker is closed")
+        return asyncio.run_coroutine_threadsafe(fn(*args), self._loop)
+
+    # transactions (coordinator/transaction_coordinator.py says what each answers)
+
+    async def init_producer_id(self, transactional_id: str | None, transaction_timeout_ms: int,
+                               producer_id: int = -1, producer_epoch: int = -1,
+                               enable_2pc: bool = False) -> tuple[int, int]:
+        return await self._transaction_coordinator.init_producer_id(
+            transactional_id, transaction_timeout_ms, producer_id, producer_epoch, enable_2pc)
+
+    async def keep_prepared_transaction(self, transactional_id: str) -> KeptTransaction | None:
+        return await self._transaction_coordinator.keep_prepared_transaction(transactional_id)
+
+    async def add_partitions_to_txn(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                                    partitions: Iterable[tuple[str, int]]
+                                    ) -> dict[tuple[str, int], KafkaError | None]:
+        return await self._transaction_coordinator.add_partitions(transactional_id, producer_id,
+                                                                  producer_epoch, partitions)
+
+    async def add_offsets_to_txn(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                                 group_id: str) -> tuple[str, int]:
+        return await self._transaction_coordinator.add_offsets(transactional_id, producer_id,
+                                                               producer_epoch, group_id)
+
+    async def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool) -> None:
+        await self._transaction_coordinator.end_txn(transactional_id, producer_id, producer_epoch, commit)
+
+    async def txn_offset_commit(self, transactional_id: str, group_id: str, producer_id: int,
+                                producer_epoch: int, offsets: dict[tuple[str, int], CommittedOffset],
+                                generation: int = -1, member_id: str = "", group_instance_id: str | None = None
+                                ) -> dict[tuple[str, int], KafkaError | None]:
+        return await self._group_coordinator.txn_commit_offsets(
+            transactional_id, group_id, producer_id, producer_epoch, offsets, generation, member_id,
+            group_instance_id)
+
+    async def abort_transaction(self, transactional_id: str, actor: str = "an operator") -> None:
+        """An operator's abort of a transactional id's transaction."""
+        await self._transaction_coordinator.admin_abort(transactional_id, actor)
+
+    def describe_transaction(self, transactional_id: str) -> TxnTransitMetadata | None:
+        return self._transaction_coordinator.describe(transactional_id)
+
+    def list_transactions(self, states: Iterable[str] = ()) -> list[tuple[str, TxnTransitMetadata]]:
+        return self._transaction_coordinator.list_transactions(states)
+
+    def transactional_id_of(self, producer_id: int) -> str | None:
+        return self._transaction_coordinator.transactional_id_of(producer_id)
+
+    # consumer groups (coordinator/group_coordinator.py)
+
+    async def join_group(self, group_id: str, member_id: str, protocol_type: str,
+                         protocols: list[tuple[str, bytes]], session_timeout_ms: int,
+                         rebalance_timeout_ms: int = -1, group_instance_id: str | None = None,
+                         client_id: str = "", client_host: str = "") -> JoinResult:
+        return await self._group_coordinator.join_group(group_id, member_id, protocol_type, protocols,
+                                                        session_timeout_ms, rebalance_timeout_ms,
+                                                        group_instance_id, client_id, client_host)
+
+    async def sync_group(self, group_id: str, generation: int, member_id: str,
+                         assignments: dict[str, bytes] | None = None,
+                         group_instance_id: str | None = None) -> bytes:
+        return await self._group_coordinator.sync_group(group_id, generation, member_id, assignments,
+                                                        group_instance_id)
+
+    async def heartbeat(self, group_id: str, generation: int, member_id: str,
+                        group_instance_id: str | None = None) -> None:
+        await self._group_coordinator.heartbeat(group_id, generation, member_id, group_instance_id)
+
+    async def leave_group(self, group_id: str, member_id: str, group_instance_id: str | None = None) -> None:
+        await self._group_coordinator.leave_group(group_id, member_id, group_instance_id)
+
+    async def commit_offsets(self, group_id: str, offsets: dict[tuple[str, int], CommittedOffset],
+                             generation: int = -1, member_id: str = "", group_instance_id: str | None = None
+                             ) -> dict[tuple[str, int], KafkaError | None]:
+        return await self._group_coordinator.commit_offsets(group_id, offsets, generation, member_id,
+                                                            group_instance_id)
+
+    async def fetch_offsets(self, group_id: str, partitions: Iterable[tuple[str, int]] | None = None,
+                            require_stable: bool = False) -> dict[tuple[str, int], FetchedOffset]:
+        return await self._group_coordinator.fetch_offsets(group_id, partitions, require_stable)
+
+    async def delete_group(self, group_id: str) -> None:
+        await self._group_coordinator.delete_group(group_id)
+
+    async def delete_offsets(self, group_id: str, partitions: Iterable[tuple[str, int]]
+                             ) -> dict[tuple[str, int], KafkaError | None]:
+        return await self._group_coordinator.delete_offsets(group_id, partitions)
+
+    def describe_group(self, group_id: str) -> GroupView | None:
+        group = self._group_coordinator.describe(group_id)
+        return GroupView.of(group) if group is not None else None
+
+    def list_groups(self) -> list[GroupView]:
+        """Every group the coordinator holds (Dead ones included), by group id."""
+        return [GroupView.of(g) for _, g in sorted(self._group_coordinator.groups.items())]
+
     # -- periodic work (scheduled jobs call these) -----------------------------------------
     #
     # Each is planned here on the loop and does its file I/O on a maintenance thread
@@ -567,7 +707,7 @@ class Engine:
 
     async def take_snapshots(self) -> int:
         """Snapshot producer state on every partition whose log end has no snapshot."""
-        due = [log_.take_snapshot() for log_ in self.logs
+        due = [log_.take_snapshot() for log_ in self._logs
                if log_.log_end_offset not in log_.snapshot_offsets()]
         await asyncio.gather(*(self.maintenance.run(steps) for steps in due))
         return len(due)
@@ -576,7 +716,7 @@ class Engine:
         """Delete segments past retention everywhere; returns how many went."""
         now = self.clock.now_ms()
         deleted = 0
-        for log_ in self.logs:
+        for log_ in self._logs:
             try:
                 deleted += await self.maintenance.on_partition(log_, log_.delete_old_segments, now)
             except MaintenanceCancelledError:
@@ -593,7 +733,7 @@ class Engine:
         now = self.clock.now_ms()
         rewritten = 0
         moved = False
-        for log_ in self.logs:
+        for log_ in self._logs:
             if not log_.config.compact:
                 continue
             before = log_.cleaner_state.checkpoint
@@ -614,17 +754,17 @@ class Engine:
         """Forget producers idle for producer.id.expiration.ms on every partition."""
         now = self.clock.now_ms()
         return sum(len(log_.producer_state.remove_expired(now, self.config.producer_id_expiration_ms))
-                   for log_ in self.logs)
+                   for log_ in self._logs)
 
     async def abort_timed_out_transactions(self) -> list[str]:
-        return await self.transaction_coordinator.abort_timed_out_transactions()
+        return await self._transaction_coordinator.abort_timed_out_transactions()
 
     async def expire_transactional_ids(self) -> list[str]:
-        return await self.transaction_coordinator.expire_transactional_ids()
+        return await self._transaction_coordinator.expire_transactional_ids()
 
     async def checkpoint(self) -> None:
         """Write the recovery-point, log-start-offset and cleaner checkpoints."""
-        await self.maintenance.run(self.logs.checkpoint())
+        await self.maintenance.run(self._logs.checkpoint())
 
     async def persist(self, job: Job) -> None:
         """Run a short file write (``job.run()``) on the metadata thread; return once done."""
@@ -633,7 +773,7 @@ class Engine:
     # -- lifecycle ------------------------------------------------------------------------
 
     async def _shutdown(self) -> None:
-        await self.transaction_coordinator.wait_for_completions()
+        await self._transaction_coordinator.wait_for_completions()
         await self.maintenance.close()
         for commit in self._commits.values():
             await commit.drain()
@@ -648,17 +788,22 @@ class Engine:
             return self._closed_clean
         clean = False
         try:
-            asyncio.run_coroutine_threadsafe(self._shutdown(), self.loop).result()
+            asyncio.run_coroutine_threadsafe(self._shutdown(), self._loop).result()
             clean = True
         finally:
             self._closed = True
-            self.loop.call_soon_threadsafe(self.loop.stop)
+            self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join()
             self.maintenance.stop()
             self._fsync.stop()
-            self._closed_clean = self.logs.close(clean=clean)
-            self.loop.close()
+            self._closed_clean = self._logs.close(clean=clean)
+            self._loop.close()
         return self._closed_clean
+
+
+def _copied(info: TopicInfo) -> TopicInfo:
+    """``info`` with its own overrides: a face cannot change the log manager's."""
+    return dataclasses.replace(info, overrides=dict(info.overrides))
 
 
 def _done(result: Any) -> Future:

@@ -43,25 +43,25 @@ async def reset_offsets(engine: "Engine", group_id: str, to: str, value: int | N
         raise InvalidRequestError(f"reset to one of {', '.join(RESET_TARGETS)}, not {to!r}")
     if to in ("offset", "timestamp") and value is None:
         raise InvalidRequestError(f"a reset to an {to} needs the {to}")
-    group = engine.group_coordinator.describe(group_id)
+    group = engine._group_coordinator.describe(group_id)
     committed = dict(group.committed) if group is not None else {}
     if topic is not None:
-        partitions = [(topic, p) for p in range(engine.logs.topic(topic).partitions)]
+        partitions = [(topic, p) for p in range(engine._logs.topic(topic).partitions)]
     else:
-        partitions = sorted(tp for tp in committed if tp in engine.logs.logs)
+        partitions = sorted(tp for tp in committed if tp in engine._logs.logs)
         if not partitions:
             raise InvalidRequestError(f"group {group_id!r} has no committed offsets on an existing topic: "
                                       f"choose a topic to reset")
     targets = {tp: _target(engine, tp, to, value) for tp in partitions}
     if execute:
-        await engine.group_coordinator.reset_offsets(group_id, targets)
+        await engine._group_coordinator.reset_offsets(group_id, targets)
     return [{"topic_name": t, "partition_id": p,
              "previous_offset": committed[(t, p)].offset if (t, p) in committed else None,
              "offset": targets[(t, p)]} for t, p in partitions]
 
 
 def _target(engine: "Engine", tp: tuple[str, int], to: str, value: int | None) -> int:
-    log = engine.logs.log(*tp)
+    log = engine._logs.log(*tp)
     if to == "earliest":
         return log.log_start_offset
     if to == "latest":

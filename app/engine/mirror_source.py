@@ -20,7 +20,7 @@ class EngineMirrorSource:
 
     def partitions_of(self, topic: str) -> int | None:
         async def count() -> int | None:
-            info = self.engine.logs.topics.get(topic)
+            info = self.engine._logs.topics.get(topic)
             return None if info is None else info.partitions
         return self.engine.call(count)
 
@@ -29,7 +29,7 @@ class EngineMirrorSource:
 
     def log_start_offset(self, topic: str, partition: int) -> int:
         async def start() -> int:
-            return self.engine.logs.log(topic, partition).log_start_offset
+            return self.engine._logs.log(topic, partition).log_start_offset
         return self.engine.call(start)
 
     def partition_stats(self) -> list[PartitionStats]:
@@ -39,7 +39,7 @@ class EngineMirrorSource:
                                    last_stable_offset=log.last_stable_offset,
                                    log_start_offset=log.log_start_offset,
                                    log_end_offset=log.log_end_offset)
-                    for log in self.engine.logs]
+                    for log in self.engine._logs]
         return self.engine.call(stats)
 
     def producer_stats(self) -> list[ProducerStats]:
@@ -50,5 +50,5 @@ class EngineMirrorSource:
                                   last_sequence=entry.last_seq, last_offset=entry.last_data_offset,
                                   last_timestamp_ms=entry.last_timestamp,
                                   txn_first_offset=entry.current_txn_first_offset)
-                    for log in self.engine.logs for entry in log.producer_state]
+                    for log in self.engine._logs for entry in log.producer_state]
         return self.engine.call(stats)

@@ -2,10 +2,10 @@
 whole, each with its batch and what a read_committed consumer makes of it.
 
 The browser reads below the high watermark, markers included, as the records view
-of ``queries.records`` does, and takes each record's read_committed state from it
+of ``read_models.records`` does, and takes each record's read_committed state from it
 (one place decides that); the view of only what read_committed consumers receive
 (AKHQ's default) filters as the consumer does (``storage.read_committed``). Unlike
-``queries.records``, keys, values and header values stay bytes here: the console
+``read_models.records``, keys, values and header values stay bytes here: the console
 decodes them per view (text, JSON, hex). A filter matches records whose key or value
 contains the text (ASCII case-insensitive); one filtered page looks through at most
 :data:`SCAN_LIMIT` offsets and says how far it got, so a rare match never turns into
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Iterator
 
-from app.engine import queries
+from app.engine import read_models
 from storage.errors import OffsetOutOfRangeError
 from storage.partition_log import PartitionLog
 from storage.read_committed import read_records
@@ -88,8 +88,8 @@ def _row(header: BatchHeader, record: Record, state: dict[str, Any]) -> dict[str
 
 
 async def _states(engine: "Engine", log: PartitionLog, first: int, last: int) -> dict[int, dict[str, Any]]:
-    """``queries.records``' row of each offset in ``[first, last]``, by offset."""
-    view = await queries.records(engine, log.topic, log.partition, first, limit=last - first + 1)
+    """``read_models.records``' row of each offset in ``[first, last]``, by offset."""
+    view = await read_models.records(engine, log.topic, log.partition, first, limit=last - first + 1)
     return {row["offset"]: row for row in view["records"]}
 
 
@@ -103,7 +103,7 @@ async def page(engine: "Engine", topic: str, partition: int, start: int | None =
     the next page starts at ``scanned_to``, the previous one ends at ``scanned_from``.
     A view ends at ``upper_offset``: the high watermark, or the LSO for read_committed
     (what lies past it is not received yet, so no page has looked at it)."""
-    log = engine.logs.log(topic, partition)
+    log = engine._logs.log(topic, partition)
     low, hw = log.log_start_offset, log.high_watermark
     upper = log.last_stable_offset if read_committed else hw
     limit = max(1, min(limit, MAX_LIMIT))
@@ -132,7 +132,7 @@ async def page(engine: "Engine", topic: str, partition: int, start: int | None =
                     scanned_to = record.offset + 1
                     break
     states = await _states(engine, log, found[0][1].offset, found[-1][1].offset) if found else {}
-    return {"topic_name": topic, "partition_id": partition, "partitions_count": engine.logs.topic(topic).partitions,
+    return {"topic_name": topic, "partition_id": partition, "partitions_count": engine._logs.topic(topic).partitions,
             "log_start_offset": low, "high_watermark": hw,
             "last_stable_offset": log.last_stable_offset, "text": text, "limit": limit,
             "read_committed": read_committed, "upper_offset": upper,
@@ -145,7 +145,7 @@ async def record(engine: "Engine", topic: str, partition: int, offset: int) -> d
     transactional id of its producer (when the coordinator still knows it), for an
     aborted record the ``.txnindex`` entry that makes consumers skip it, and for a
     transactional one the offset of the marker that ended its transaction."""
-    log = engine.logs.log(topic, partition)
+    log = engine._logs.log(topic, partition)
     if not log.log_start_offset <= offset < log.high_watermark:
         raise OffsetOutOfRangeError(f"offset {offset} is outside [{log.log_start_offset}, "
                                     f"{log.high_watermark}) of {topic}-{partition}")
@@ -153,7 +153,7 @@ async def record(engine: "Engine", topic: str, partition: int, offset: int) -> d
     if header is None or found is None:  # compacted away
         raise OffsetOutOfRangeError(f"no record at offset {offset} of {topic}-{partition} (compacted away)")
     row = _row(header, found, (await _states(engine, log, offset, offset))[offset])
-    row["transactional_id"] = (engine.transaction_coordinator.transactional_id_of(header.producer_id)
+    row["transactional_id"] = (engine._transaction_coordinator.transactional_id_of(header.producer_id)
                                if header.has_producer_id else None)
     row["aborted_range"] = next(({"first_offset": t.first_offset, "last_offset": t.last_offset}
                                  for t in log.collect_aborted(offset, offset + 1)

@@ -8,14 +8,14 @@ they serve: ``records`` (produce, read, list offsets, producer ids), ``configs``
 lags) and ``openapi`` (``document.py``: derived from the shapes in ``models.py``). Every path below
 ``/v3/clusters/<cluster_id>`` checks the cluster id (another one is 404, as in the
 REST proxy), and every read goes through the shared read models of
-``app/engine/queries.py`` on the engine's loop.
+``app/engine/read_models.py`` on the engine's loop.
 """
 
 from __future__ import annotations
 
 from flask import Blueprint, abort, g, jsonify, request
 
-from app.engine import queries
+from app.engine import read_models
 from app.http import configs, current_engine, document, errors, groups, models, records, transactions
 from app.http.validation import body
 from app.http.resources import check_broker, cluster_id, crn, listing, related, resource
@@ -41,8 +41,8 @@ def _pop_cluster_id(endpoint, values) -> None:
 def _check_cluster_id() -> None:
     """After authentication (app-wide, earlier): an unknown cluster id is 404."""
     wanted = g.get("cluster_id")
-    if wanted is not None and wanted != current_engine().logs.cluster_id:
-        abort(404, f"cluster {wanted!r} not found; this broker is {current_engine().logs.cluster_id!r}")
+    if wanted is not None and wanted != current_engine().cluster_id:
+        abort(404, f"cluster {wanted!r} not found; this broker is {current_engine().cluster_id!r}")
 
 
 @bp.before_request
@@ -60,17 +60,17 @@ def _check_partition():
 
 def _missing_partition(engine, topic: str, partition: int) -> UnknownTopicOrPartitionError | None:
     """On the loop: the error for a partition an existing topic does not have, else None."""
-    if topic not in engine.logs.topics:
+    if engine.topic_info(topic) is None:
         return None
     try:
-        engine.logs.log(topic, partition)
+        engine.partition_offsets(topic, partition)
     except UnknownTopicOrPartitionError as error:
         return error
     return None
 
 
 def _cluster() -> dict:
-    node = current_engine().logs.node_id
+    node = current_engine().node_id
     return resource("KafkaCluster", (), crn(), cluster_id=cluster_id(), controller=related("brokers", node),
                     brokers=related("brokers"), topics=related("topics"),
                     consumer_groups=related("consumer-groups"), transactions=related("transactions"))
@@ -97,7 +97,7 @@ def _broker() -> dict:
     ``advertised.listeners`` names one (the HTTP face does not know the listener's
     bound address otherwise: null, as the REST proxy allows)."""
     engine = current_engine()
-    node = engine.logs.node_id
+    node = engine.node_id
     host, port = engine.config.advertised_listener() or (None, None)
     return resource("KafkaBroker", ("brokers", node), crn(broker=node), cluster_id=cluster_id(),
                     broker_id=node, host=host, port=port, rack=None, configs=related("brokers", node, "configs"),
@@ -120,7 +120,7 @@ def list_broker_replicas(broker_id: int):
     """Every partition has its one replica here."""
     check_broker(broker_id)
     engine = current_engine()
-    topics = engine.call(queries.topics, engine, include_internal=True)
+    topics = engine.call(read_models.topics, engine, include_internal=True)
     return jsonify(listing("KafkaReplicaList", ("brokers", broker_id, "partition-replicas"),
                            [_replica(t["topic_name"], p["partition_id"]) for t in topics for p in t["partitions"]]))
 
@@ -142,8 +142,8 @@ def topic_resource(topic: dict, effective_configs: list[dict] | None) -> dict:
 
 async def _topics_with_configs(engine, name: str | None = None) -> list[tuple[dict, list[dict]]]:
     """On the loop: one topic (``name``) or all, each with its effective configs."""
-    listed = [await queries.topic(engine, name)] if name else await queries.topics(engine, include_internal=True)
-    return [(t, await queries.topic_configs(engine, t["topic_name"])) for t in listed]
+    listed = [await read_models.topic(engine, name)] if name else await read_models.topics(engine, include_internal=True)
+    return [(t, await read_models.topic_configs(engine, t["topic_name"])) for t in listed]
 
 
 @bp.get("/v3/clusters/<cluster_id>/topics")
@@ -204,14 +204,14 @@ def partition_resource(p: dict) -> dict:
     here = ("topics", topic, "partitions", partition)
     return resource("KafkaPartition", here, crn(topic=topic, partition=partition), cluster_id=cluster_id(),
                     topic_name=topic, partition_id=partition,
-                    leader=related(*here, "replicas", current_engine().logs.node_id),
+                    leader=related(*here, "replicas", current_engine().node_id),
                     replicas=related(*here, "replicas"), **fields,
                     records=related(*here, "records"), producers=related(*here, "producers"))
 
 
 def _replica(topic: str, partition: int) -> dict:
     """The one replica of a partition: on this node, the leader, in sync."""
-    node = current_engine().logs.node_id
+    node = current_engine().node_id
     return resource("KafkaReplica", ("topics", topic, "partitions", partition, "replicas", node),
                     crn(topic=topic, partition=partition, replica=node), cluster_id=cluster_id(),
                     topic_name=topic, partition_id=partition, broker_id=node, is_leader=True, is_in_sync=True,
@@ -221,7 +221,7 @@ def _replica(topic: str, partition: int) -> dict:
 @bp.get("/v3/clusters/<cluster_id>/topics/<topic_name>/partitions")
 def list_partitions(topic_name: str):
     engine = current_engine()
-    partitions = engine.call(queries.topic_partitions, engine, topic_name)
+    partitions = engine.call(read_models.topic_partitions, engine, topic_name)
     return jsonify(listing("KafkaPartitionList", ("topics", topic_name, "partitions"),
                            [partition_resource(p) for p in partitions]))
 
@@ -229,13 +229,13 @@ def list_partitions(topic_name: str):
 @bp.get("/v3/clusters/<cluster_id>/topics/<topic_name>/partitions/<int:partition_id>")
 def get_partition(topic_name: str, partition_id: int):
     engine = current_engine()
-    return jsonify(partition_resource(engine.call(queries.partition, engine, topic_name, partition_id)))
+    return jsonify(partition_resource(engine.call(read_models.partition, engine, topic_name, partition_id)))
 
 
 @bp.get("/v3/clusters/<cluster_id>/topics/<topic_name>/partitions/<int:partition_id>/replicas")
 def list_replicas(topic_name: str, partition_id: int):
     engine = current_engine()
-    engine.call(queries.partition, engine, topic_name, partition_id)  # UNKNOWN_TOPIC_OR_PARTITION
+    engine.call(read_models.partition, engine, topic_name, partition_id)  # UNKNOWN_TOPIC_OR_PARTITION
     return jsonify(listing("KafkaReplicaList", ("topics", topic_name, "partitions", partition_id, "replicas"),
                            [_replica(topic_name, partition_id)]))
 
@@ -243,8 +243,8 @@ def list_replicas(topic_name: str, partition_id: int):
 @bp.get("/v3/clusters/<cluster_id>/topics/<topic_name>/partitions/<int:partition_id>/replicas/<int:broker_id>")
 def get_replica(topic_name: str, partition_id: int, broker_id: int):
     engine = current_engine()
-    engine.call(queries.partition, engine, topic_name, partition_id)
-    if broker_id != engine.logs.node_id:
+    engine.call(read_models.partition, engine, topic_name, partition_id)
+    if broker_id != engine.node_id:
         raise UnknownTopicOrPartitionError(f"{topic_name}-{partition_id} has no replica on broker {broker_id}")
     return jsonify(_replica(topic_name, partition_id))
 
@@ -261,7 +261,7 @@ def producer_resource(topic: str, partition: int, producer: dict) -> dict:
 def list_producers(topic_name: str, partition_id: int):
     """DescribeProducers: who wrote to the partition, and which of them hold it open."""
     engine = current_engine()
-    producers = engine.call(queries.producers, engine, topic_name, partition_id)
+    producers = engine.call(read_models.producers, engine, topic_name, partition_id)
     return jsonify(listing("KafkaProducerList", ("topics", topic_name, "partitions", partition_id, "producers"),
                            [producer_resource(topic_name, partition_id, p) for p in producers]))
 
@@ -269,7 +269,7 @@ def list_producers(topic_name: str, partition_id: int):
 @bp.get("/v3/clusters/<cluster_id>/topics/<topic_name>/partitions/<int:partition_id>/producers/<int:producer_id>")
 def get_producer(topic_name: str, partition_id: int, producer_id: int):
     engine = current_engine()
-    producers = engine.call(queries.producers, engine, topic_name, partition_id)
+    producers = engine.call(read_models.producers, engine, topic_name, partition_id)
     found = next((p for p in producers if p["producer_id"] == producer_id), None)
     if found is None:
         abort(404, f"{topic_name}-{partition_id} has no state for producer {producer_id}")

@@ -3,7 +3,7 @@
 restart).
 
 ``GET .../configs`` lists every config of the topic with its effective value and
-where it comes from (``app.engine.queries.topic_configs``: set on the topic, a
+where it comes from (``app.engine.read_models.topic_configs``: set on the topic, a
 broker default given at start-up, or Kafka's default); ``GET .../configs/<name>``
 is one of them. Changes, as the Confluent proxy takes them:
 
@@ -25,7 +25,7 @@ from typing import Any
 from flask import Blueprint, abort, jsonify
 
 from app.config import BrokerConfig
-from app.engine import queries
+from app.engine import read_models
 from app.http import current_engine, models
 from app.http.validation import body
 from app.http.resources import check_broker, cluster_id, crn, listing, resource
@@ -43,7 +43,7 @@ BROKER_DEFAULTS = {f.name.replace("_", "."): LogConfig.kafka_text(getattr(Broker
 
 
 def config_resource(topic: str, config: dict[str, Any]) -> dict[str, Any]:
-    """REST v3's KafkaTopicConfig of one ``queries.topic_configs`` row; ``synonyms``
+    """REST v3's KafkaTopicConfig of one ``read_models.topic_configs`` row; ``synonyms``
     lists where the value comes from, then Kafka's default under it."""
     name = config["name"]
     return resource("KafkaTopicConfig", ("topics", topic, "configs", name),
@@ -56,13 +56,13 @@ def _synonyms(config: dict[str, Any], default: str | None) -> list[dict[str, Any
     name = config["name"]
     synonyms = [{"name": name, "value": config["value"], "source": config["source"]}]
     if not config["is_default"]:
-        synonyms.append({"name": name, "value": default, "source": queries.DEFAULT_CONFIG})
+        synonyms.append({"name": name, "value": default, "source": read_models.DEFAULT_CONFIG})
     return synonyms
 
 
 def _configs(topic: str) -> list[dict[str, Any]]:
     engine = current_engine()
-    return engine.call(queries.topic_configs, engine, topic)
+    return engine.call(read_models.topic_configs, engine, topic)
 
 
 @bp.get(CONFIGS)
@@ -82,8 +82,8 @@ def list_all_topic_configs():
 
 async def _all_configs(engine) -> list[tuple[str, list[dict[str, Any]]]]:
     """On the loop: every topic (internal ones too) with its configs."""
-    return [(t["topic_name"], await queries.topic_configs(engine, t["topic_name"]))
-            for t in await queries.topics(engine, include_internal=True)]
+    return [(t["topic_name"], await read_models.topic_configs(engine, t["topic_name"]))
+            for t in await read_models.topics(engine, include_internal=True)]
 
 
 @bp.get(CONFIGS + "/<name>")
@@ -132,7 +132,7 @@ def alter_configs(topic_name: str):
 def _broker_configs(broker_id: int) -> list[dict[str, Any]]:
     check_broker(broker_id)
     engine = current_engine()
-    return engine.call(queries.broker_configs, engine)
+    return engine.call(read_models.broker_configs, engine)
 
 
 def broker_config_resource(broker_id: int, config: dict[str, Any]) -> dict[str, Any]:
@@ -146,7 +146,7 @@ def broker_config_resource(broker_id: int, config: dict[str, Any]) -> dict[str, 
 @bp.get("/v3/clusters/<cluster_id>/brokers/-/configs")
 def list_all_broker_configs():
     """The proxy's ``-`` wildcard: every broker's configs -- this one's."""
-    node = current_engine().logs.node_id
+    node = current_engine().node_id
     return jsonify(listing("KafkaBrokerConfigList", ("brokers", "-", "configs"),
                            [broker_config_resource(node, c) for c in _broker_configs(node)]))
 

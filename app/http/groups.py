@@ -1,6 +1,6 @@
 """Consumer groups as REST Proxy v3 resources (``consumer-groups``).
 
-A group's description is the shared read model ``app.engine.queries.group``: members
+A group's description is the shared read model ``app.engine.read_models.group``: members
 (with the partitions each is assigned, for a group of the consumer protocol),
 committed offsets, offsets still *pending* inside an open transaction (they become
 committed at its COMMIT marker, or vanish at ABORT), and per partition the lag: the
@@ -25,7 +25,7 @@ from typing import Any
 
 from flask import Blueprint, abort, jsonify
 
-from app.engine import queries
+from app.engine import read_models
 from app.http import current_engine
 from app.http.resources import cluster_id, crn, listing, related, resource
 
@@ -46,7 +46,7 @@ def _group(group: dict[str, Any], **extra: Any) -> dict[str, Any]:
     return resource("KafkaConsumerGroup", ("consumer-groups", group_id), _group_crn(group_id),
                     cluster_id=cluster_id(), consumer_group_id=group_id,
                     is_simple=not group["protocol_type"], partition_assignor=group["protocol"] or "",
-                    state=_state(group["state"]), coordinator=related("brokers", current_engine().logs.node_id),
+                    state=_state(group["state"]), coordinator=related("brokers", current_engine().node_id),
                     consumers=related("consumer-groups", group_id, "consumers"),
                     lag_summary=related("consumer-groups", group_id, "lag-summary"),
                     generation_id=group["generation"], protocol_type=group["protocol_type"], **extra)
@@ -60,14 +60,14 @@ def _state(kafka_state: str) -> str:
 
 def _describe(group_id: str) -> dict[str, Any]:
     engine = current_engine()
-    return engine.call(queries.group, engine, group_id)
+    return engine.call(read_models.group, engine, group_id)
 
 
 @bp.get(BASE)
 def list_groups():
     engine = current_engine()
     return jsonify(listing("KafkaConsumerGroupList", ("consumer-groups",),
-                           [_group(g, members_count=g["members"]) for g in engine.call(queries.groups, engine)]))
+                           [_group(g, members_count=g["members"]) for g in engine.call(read_models.groups, engine)]))
 
 
 @bp.get(GROUP)

@@ -3,7 +3,7 @@
 A :class:`History` keeps, per partition, a ring buffer of samples (time, high
 watermark, LSO) covering ``WINDOW_S`` (10 minutes at one sample every
 ``SAMPLE_INTERVAL_S``). Its daemon thread reads every partition through
-``engine.call(queries.topics, ...)`` -- the engine's loop owns broker state -- and
+``engine.call(read_models.topics, ...)`` -- the engine's loop owns broker state -- and
 stops on :meth:`History.stop` or by itself once the broker is closed.
 
 ``init_app(app)`` registers it as ``app.extensions["exactly.history"]``. Outside
@@ -68,9 +68,9 @@ class History:
 
     def sample(self) -> None:
         """Read every partition once (on the engine's loop) and record it."""
-        from app.engine import queries
+        from app.engine import read_models
 
-        topics = self.engine.call(queries.topics, self.engine, True, timeout=CALL_TIMEOUT_S)
+        topics = self.engine.call(read_models.topics, self.engine, True, timeout=CALL_TIMEOUT_S)
         now = self.engine.clock.now_ms()
         seen = set()
         for topic in topics:

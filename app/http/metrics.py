@@ -21,7 +21,7 @@ thing where Kafka has one -- the README's "Metrics and logs" repeats this list:
   transaction.max.timeout.ms + 5 minutes ago (Kafka's rule,
   ``ProducerStateManager.has_late_transaction``).
 * ``consumer_group_lag{group,topic,partition}`` -- the records a read_committed
-  consumer of the group would still receive (``queries.committed_lags``; Kafka's
+  consumer of the group would still receive (``read_models.committed_lags``; Kafka's
   consumers report it as ``records-lag``).
 * ``produce_duration_seconds`` -- a batch from append to acknowledgement (durable,
   for acks=all); Kafka's ``RequestMetrics TotalTimeMs request=Produce``.
@@ -81,65 +81,25 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from app.engine import queries
+from app.engine import read_models
 from app.engine.counters import LATENCY_BUCKETS_S, LatencyHistogram
-from coordinator.transaction_state import TransactionState
-from storage.partition_log import PartitionLog
 
 if TYPE_CHECKING:
     from app.engine import Engine
 
 bp = Blueprint("metrics", __name__)
 METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
-ACTIVE_STATES = tuple(state for state in TransactionState if state.is_open)
-
-
-def _oldest_transaction_age_ms(engine: "Engine", log: PartitionLog, now_ms: int) -> int:
-    """How long the oldest transaction open on ``log`` has been open (0: none). Its
-    start is the coordinator's; a producer no coordinator knows (a hanging
-    transaction) has only its last write on the partition to go by."""
-    tc = engine.transaction_coordinator
-    starts = []
-    for producer_id, _ in log.producer_state.ongoing_transactions():
-        txn_id = tc.transactional_id_of(producer_id)
-        meta = tc.txns.get(txn_id) if txn_id is not None else None
-        if meta is not None and meta.state.is_open and meta.txn_start_timestamp >= 0:
-            starts.append(meta.txn_start_timestamp)
-        elif (entry := log.producer_state.producers.get(producer_id)) is not None:
-            starts.append(entry.last_timestamp)
-    return max(0, now_ms - min(starts)) if starts else 0
 
 
 def _histogram(histogram: LatencyHistogram) -> tuple[list[int], float]:
     return list(histogram.counts), histogram.total_s
 
 
-def _group_lags(engine: "Engine") -> list[tuple[str, str, str, int]]:
-    """``(group, topic, partition, lag)`` for every committed offset of a partition that
-    exists, from the counts the logs keep (``queries.committed_lags``): no log read on
-    the loop per scrape."""
-    return [(group_id, topic, str(partition), lag) for group_id in sorted(engine.group_coordinator.groups)
-            for (topic, partition), (lag, _) in queries.committed_lags(engine, group_id).items()]
-
-
 async def _snapshot(engine: "Engine") -> dict[str, Any]:
     """Everything a scrape reports, read on the engine's loop."""
-    tc = engine.transaction_coordinator
-    by_state = {state.display: 0 for state in ACTIVE_STATES}
-    for meta in tc.txns.values():
-        if meta.state.is_open:
-            by_state[meta.state.display] += 1
-    now = engine.clock.now_ms()
     counters = engine.counters
     return {
-        "partitions": [(log.topic, str(log.partition), len(log.producer_state.producers), log.high_watermark,
-                        log.last_stable_offset, log.log_start_offset, log.high_watermark - log.last_stable_offset,
-                        _oldest_transaction_age_ms(engine, log, now) / 1000) for log in engine.logs],
-        "late": sum(log.producer_state.has_late_transaction(now, engine.config.transaction_max_timeout_ms)
-                    for log in engine.logs),
-        "group_lags": _group_lags(engine),
-        "transactional_ids": by_state,
-        "completed": dict(tc.completed),
+        **read_models.partition_metrics(engine),
         "counters": (counters.produce_requests, counters.produced_records, counters.fetch_requests,
                      counters.fetched_bytes, counters.timed_out_transactions, counters.admin_aborted_transactions),
         "fenced": dict(counters.fenced_producers),

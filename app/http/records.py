@@ -64,7 +64,7 @@ def parse_record(item: models.ProduceRecord, now_ms: int, where: str = "") -> tu
 
 def choose_partition(engine: "Engine", topic: str, key: bytes | None) -> int:
     """Kafka's default partitioner (on the loop): murmur2 of the key, else any partition."""
-    count = engine.logs.topic(topic).partitions
+    count = engine.describe_topic(topic).partitions
     return partition_for_key(key, count) if key is not None else random.randrange(count)
 
 
@@ -146,7 +146,7 @@ def _outcome_body(topic: str, parsed: _Parsed | None, outcome: Future | KafkaErr
 
 def _check_topic(engine: "Engine", topic: str) -> None:
     """An unknown topic fails the whole request (404), not each record in it."""
-    engine.call(engine.logs.topic, topic)
+    engine.call(engine.describe_topic, topic)
 
 
 @bp.post("/v3/clusters/<cluster_id>/topics/<topic_name>/records")
@@ -216,7 +216,7 @@ def init_producer_id():
     """InitProducerId without a transactional id: a fresh producer id (never reused)
     at epoch 0, for idempotent produce."""
     engine = current_engine()
-    producer_id, epoch = engine.call(engine.transaction_coordinator.init_producer_id, None, -1)
+    producer_id, epoch = engine.call(engine.init_producer_id, None, -1)
     return jsonify({"producer_id": producer_id, "producer_epoch": epoch})
 
 
@@ -226,7 +226,7 @@ def init_producer_id():
 async def _fetch(engine: "Engine", topic: str, partition: int, offset: int | None, max_bytes: int,
                  isolation_level: str):
     if offset is None:
-        offset = engine.logs.log(topic, partition).log_start_offset
+        offset = engine.partition_offsets(topic, partition).log_start_offset
     return offset, engine.fetch(topic, partition, offset, max_bytes, isolation_level)
 
 

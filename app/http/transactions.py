@@ -58,7 +58,7 @@ from typing import TYPE_CHECKING, Any
 from flask import Blueprint, Flask, Response, jsonify, request
 from flask.blueprints import BlueprintSetupState
 
-from app.engine import queries
+from app.engine import mirror_reads, read_models
 from app.engine import INTERNAL_TOPICS
 from app.http import current_engine, errors, idempotency, mirror_db, models
 from app.http.idempotency import idempotent
@@ -77,7 +77,7 @@ from storage.errors import (
     TransactionalIdNotFoundError,
     UnknownTopicOrPartitionError,
 )
-from storage.record_batch import Record, SimpleRecord, decode_batch, encode_batch
+from storage.record_batch import Record, SimpleRecord, encode_batch
 
 if TYPE_CHECKING:
     from app.engine import Engine
@@ -110,7 +110,7 @@ def _raise_first(errors: dict[Any, KafkaError | None]) -> None:
 def init(transactional_id: str):
     timeout = body(models.InitTransaction, required=False).transaction_timeout_ms
     engine = current_engine()
-    producer_id, epoch = engine.call(engine.transaction_coordinator.init_producer_id, transactional_id, timeout)
+    producer_id, epoch = engine.call(engine.init_producer_id, transactional_id, timeout)
     return jsonify({"transactional_id": transactional_id, "producer_id": producer_id, "producer_epoch": epoch})
 
 
@@ -131,7 +131,7 @@ async def _append_in_txn(engine: "Engine", txn_id: str, producer_id: int, epoch:
             raise InvalidTopicError(f"clients may not produce to the internal topic {topic}")
         placed.append((topic, choose_partition(engine, topic, record.key) if partition is None else partition,
                        record))
-    _raise_first(await engine.transaction_coordinator.add_partitions(
+    _raise_first(await engine.add_partitions_to_txn(
         txn_id, producer_id, epoch, {(t, p) for t, p, _ in placed}))
     # started in one go, in order: consecutive sequences per partition, one group commit
     futures = [_start_append(engine, t, p, r, producer_id, epoch) for t, p, r in placed]
@@ -205,20 +205,11 @@ async def _keyed_calls(engine: "Engine") -> dict[tuple[str, str], _KeyedCall]:
     """On the loop: the keyed ``records`` calls in the open transactions, by
     (transactional id, key), read from each open transaction's first offset."""
     calls: dict[tuple[str, str], _KeyedCall] = {}
-    for log_ in engine.logs:
-        first_offsets = dict(log_.producer_state.ongoing_transactions())
-        if log_.topic in INTERNAL_TOPICS or not first_offsets:
-            continue
-        for header, batch in log_.batches(min(first_offsets.values())):
-            first = first_offsets.get(header.producer_id)
-            txn_id = engine.transaction_coordinator.transactional_id_of(header.producer_id)
-            if first is None or header.base_offset < first or header.is_control or txn_id is None:
-                continue
-            for record in decode_batch(batch).records:
-                mark = _mark_of(record)
-                if mark is not None:
-                    call = calls.setdefault((txn_id, mark["key"]), _KeyedCall(mark["fingerprint"], mark["count"]))
-                    call.placed[mark["index"]] = (log_.topic, log_.partition, record.offset)
+    for txn_id, topic, partition, record in read_models.open_transaction_records(engine):
+        mark = _mark_of(record)
+        if mark is not None:
+            call = calls.setdefault((txn_id, mark["key"]), _KeyedCall(mark["fingerprint"], mark["count"]))
+            call.placed[mark["index"]] = (topic, partition, record.offset)
     return calls
 
 
@@ -245,10 +236,10 @@ def _remember_keyed_calls(state: BlueprintSetupState) -> None:
 async def _offsets_in_txn(engine: "Engine", txn_id: str, producer_id: int, epoch: int, group: dict[str, Any],
                           offsets: dict[tuple[str, int], CommittedOffset]) -> None:
     for topic, partition in offsets:
-        if (topic, partition) not in engine.logs.logs:
+        if not engine.has_partition(topic, partition):
             raise UnknownTopicOrPartitionError(f"{topic}-{partition} does not exist")
-    await engine.transaction_coordinator.add_offsets(txn_id, producer_id, epoch, group["group_id"])
-    _raise_first(await engine.group_coordinator.txn_commit_offsets(
+    await engine.add_offsets_to_txn(txn_id, producer_id, epoch, group["group_id"])
+    _raise_first(await engine.txn_offset_commit(
         txn_id, group["group_id"], producer_id, epoch, offsets, group["generation_id"], group["member_id"],
         group["group_instance_id"]))
 
@@ -273,15 +264,14 @@ def send_offsets(transactional_id: str):
 
 
 async def _end(engine: "Engine", txn_id: str, producer_id: int, epoch: int, commit: bool) -> dict[str, Any]:
-    tc = engine.transaction_coordinator
     try:
-        await tc.end_txn(txn_id, producer_id, epoch, commit)
+        await engine.end_txn(txn_id, producer_id, epoch, commit)
     except InvalidTxnStateError:
-        meta = tc.describe(txn_id)  # nothing was added: like a Kafka client, there is nothing to end
+        meta = engine.describe_transaction(txn_id)  # nothing was added: like a Kafka client, there is nothing to end
         if not (meta and meta.state is TransactionState.EMPTY and
                 (meta.producer_id, meta.producer_epoch) == (producer_id, epoch)):
             raise
-    return await queries.transaction(engine, txn_id)
+    return await read_models.transaction(engine, txn_id)
 
 
 def _end_view(transactional_id: str, commit: bool):
@@ -320,7 +310,7 @@ def list_transactions():
     states = query(models.TransactionsQuery).state
     engine = current_engine()
     return jsonify(listing("KafkaTransactionList", ("transactions",),
-                           [transaction_resource(t) for t in engine.call(queries.transactions, engine, states)]))
+                           [transaction_resource(t) for t in engine.call(read_models.transactions, engine, states)]))
 
 
 @bp.get(TXN)
@@ -329,7 +319,7 @@ def describe(transactional_id: str):
     first, from the SQLite mirror (null when the broker runs without one)."""
     limit = query(models.TransactionQuery).history_limit
     engine = current_engine()
-    txn = engine.call(queries.transaction, engine, transactional_id)
+    txn = engine.call(read_models.transaction, engine, transactional_id)
     return jsonify(transaction_resource(txn, history=_history(transactional_id, limit)))
 
 
@@ -338,17 +328,17 @@ def _history(txn_id: str, limit: int) -> list[dict[str, Any]] | None:
     if db is None:
         return None
     try:
-        return queries.transaction_history(db, txn_id, limit)
+        return mirror_reads.transaction_history(db, txn_id, limit)
     except Exception as error:  # a broken mirror must not break the live answer
         errors.log_mirror_error(log, error, f"reading the history of {txn_id!r} from the SQLite mirror failed")
         return None
 
 
 async def _admin_abort(engine: "Engine", txn_id: str, actor: str) -> dict[str, Any]:
-    if engine.transaction_coordinator.describe(txn_id) is None:
+    if engine.describe_transaction(txn_id) is None:
         raise TransactionalIdNotFoundError(f"no transactional id {txn_id!r}")
-    await engine.transaction_coordinator.admin_abort(txn_id, actor)
-    return await queries.transaction(engine, txn_id)
+    await engine.abort_transaction(txn_id, actor)
+    return await read_models.transaction(engine, txn_id)
 
 
 def api_actor() -> str:

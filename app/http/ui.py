@@ -6,7 +6,7 @@ The same view serves the page (``/transactions``) and its fragment
 every 2 s and morphs itself in place (``hx-swap="morph:outerHTML"``, the vendored
 idiomorph extension), so scroll positions, text selection and keyboard focus
 survive a refresh. Facts come from the
-shared read models in ``app/engine/queries.py`` through ``engine.call`` -- this module only
+shared read models in ``app/engine/read_models.py`` through ``engine.call`` -- this module only
 picks them and chooses templates.
 
 Writes are two buttons, both POST forms carrying the session's CSRF token
@@ -28,7 +28,7 @@ import logging
 import re
 import time
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Callable
 
 from flask import (
     Blueprint,
@@ -44,7 +44,7 @@ from flask import (
 from werkzeug.exceptions import HTTPException, NotFound
 from werkzeug.routing import PathConverter
 
-from app.engine import queries
+from app.engine import mirror_reads, read_models
 from app.http import current_engine, current_settings, mirror_db
 from app.http.errors import log_mirror_error, log_server_error, status_for
 from app.http.history import History, chart
@@ -78,7 +78,8 @@ HISTORY_LIMIT = 50
 # -- rendering ------------------------------------------------------------------------------
 
 
-def _call(fn, *args: Any, **kwargs: Any) -> Any:
+def on_engine(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """``fn(engine, *args, **kwargs)`` run on the engine's loop, for this request."""
     engine = current_engine()
     return engine.call(fn, engine, *args, **kwargs)
 
@@ -103,7 +104,7 @@ def page(rule: str):
     return register
 
 
-def _render(name: str, **context: Any) -> str:
+def render_page(name: str, **context: Any) -> str:
     """The page ``<name>.html``, or only its live part when the fragment was asked for."""
     page_path = _page_path()
     context.update(page_path=page_path, fragment_url=FRAGMENTS + page_path)
@@ -119,19 +120,19 @@ def _history() -> History | None:
 @bp.app_template_global()
 def status_badge() -> dict[str, Any]:
     """What the header's live badge says: how many partitions hold read_committed back."""
-    blockers = _call(queries.lso_blockers)
+    blockers = on_engine(read_models.lso_blockers)
     return {"blocked": len(blockers), "topics": sorted({b["topic_name"] for b in blockers})}
 
 
 @bp.app_template_global()
 def storage_state() -> dict[str, Any]:
     """What the banner under the header says while writes are refused (none: no banner)."""
-    return _call(queries.storage)
+    return on_engine(read_models.storage)
 
 
 @bp.app_template_global()
 def cluster_id() -> str:
-    return current_engine().logs.cluster_id
+    return current_engine().cluster_id
 
 
 @bp.app_template_global()
@@ -209,15 +210,15 @@ def percent(part: int | None, whole: int | None) -> int:
 
 @page("/")
 def overview():
-    data = _call(queries.dashboard)
+    data = on_engine(read_models.dashboard)
     counts = None
     db = mirror_db()
     if db is not None:
         try:
-            counts = queries.finished_counts(db)
+            counts = mirror_reads.finished_counts(db)
         except Exception as error:  # the mirror is optional: it never breaks the first page
             log_mirror_error(log, error, "reading the SQLite mirror failed")
-    return _render("overview", data=data, mirror_counts=counts)
+    return render_page("overview", data=data, mirror_counts=counts)
 
 
 @bp.get(FRAGMENTS + "/status")
@@ -233,7 +234,7 @@ def storage_banner():
 @page("/transactions")
 def transactions():
     state = request.args.get("state", "")
-    everything = _call(queries.transactions)
+    everything = on_engine(read_models.transactions)
     counts = {s: sum(1 for t in everything if t["state"] == s) for s in STATES}
     if state == "open":
         shown = [t for t in everything if t["state"] in OPEN_STATES]
@@ -241,23 +242,23 @@ def transactions():
         shown = [t for t in everything if t["state"] == state]
     else:
         shown = everything
-    holding = {h["transactional_id"] for b in _call(queries.lso_blockers) for h in b["holders"]}
-    return _render("transactions", transactions=shown, total=len(everything), state=state,
+    holding = {h["transactional_id"] for b in on_engine(read_models.lso_blockers) for h in b["holders"]}
+    return render_page("transactions", transactions=shown, total=len(everything), state=state,
                    counts=counts, open_count=sum(counts[s] for s in OPEN_STATES),
                    holding=holding, states=[s for s in STATES if counts[s] or s == state])
 
 
 @page("/transactions/<path:txn_id>")
 def transaction(txn_id: str):
-    detail = _call(queries.transaction_detail, txn_id)
+    detail = on_engine(read_models.transaction_detail, txn_id)
     history, history_error = None, None
     db = mirror_db()
     if db is not None:
         try:
-            history = queries.transaction_history(db, txn_id, HISTORY_LIMIT)
+            history = mirror_reads.transaction_history(db, txn_id, HISTORY_LIMIT)
         except Exception as error:  # the mirror is optional: the live state still shows
             history_error = f"reference {log_server_error(error)} in the broker's log"
-    return _render("transaction", txn=detail, history=history, history_error=history_error,
+    return render_page("transaction", txn=detail, history=history, history_error=history_error,
                    mirror=db is not None, timeline=_timeline(detail["state"]))
 
 
@@ -279,37 +280,37 @@ def _timeline(state: str) -> list[dict[str, Any]]:
 
 @page("/topics/<topic>/partitions/<int:partition>")
 def partition(topic: str, partition: int):
-    detail = _call(queries.partition, topic, partition)
+    detail = on_engine(read_models.partition, topic, partition)
     now = current_engine().clock.now_ms()
     history = _history()
     samples = []
     if history is not None:
         history.observe(topic, partition, now, detail["high_watermark"], detail["last_stable_offset"])
         samples = history.series(topic, partition)
-    holders = next((b["holders"] for b in _call(queries.lso_blockers)
+    holders = next((b["holders"] for b in on_engine(read_models.lso_blockers)
                     if (b["topic_name"], b["partition_id"]) == (topic, partition)), [])
     offset = request.args.get("offset", type=int)
-    return _render("partition", p=detail, holders=holders,
-                   segments=_call(queries.segments, topic, partition),
-                   producers=_call(queries.producers, topic, partition),
-                   aborted=_call(queries.aborted_transactions, topic, partition),
-                   records=_call(queries.records, topic, partition, offset),
+    return render_page("partition", p=detail, holders=holders,
+                   segments=on_engine(read_models.segments, topic, partition),
+                   producers=on_engine(read_models.producers, topic, partition),
+                   aborted=on_engine(read_models.aborted_transactions, topic, partition),
+                   records=on_engine(read_models.records, topic, partition, offset),
                    chart=chart(samples, now), now_ms=now)
 
 
 @page("/groups")
 def groups():
-    return _render("groups", groups=_call(queries.groups_summary))
+    return render_page("groups", groups=on_engine(read_models.groups_summary))
 
 
 @page("/clients")
 def clients():
-    return _render("clients", clients=_call(queries.kafka_clients), now_ms=current_engine().clock.now_ms())
+    return render_page("clients", clients=on_engine(read_models.kafka_clients), now_ms=current_engine().clock.now_ms())
 
 
 @page("/groups/<path:group_id>")
 def group(group_id: str):
-    return _render("group", g=_call(queries.group, group_id))
+    return render_page("group", g=on_engine(read_models.group, group_id))
 
 
 # -- writes ---------------------------------------------------------------------------------
@@ -320,12 +321,12 @@ def _local(target: str) -> bool:
     return target.startswith("/") and target[1:2] not in ("/", "\\")
 
 
-def _back(default: str) -> str:
+def back_to(default: str) -> str:
     target = request.form.get("next", "")
     return target if _local(target) else default
 
 
-def _done(message: str, category: str, target: str) -> Response:
+def done_and_back(message: str, category: str, target: str) -> Response:
     """Flash ``message`` and go back to ``target``: htmx follows ``HX-Redirect``, a
     plain form a 303."""
     flash(message, category)
@@ -343,34 +344,34 @@ def _actor() -> str:
 
 @bp.post("/transactions/<path:txn_id>/abort")
 def abort_transaction(txn_id: str):
-    target = _back(url_for("ui.transaction", txn_id=txn_id))
+    target = back_to(url_for("ui.transaction", txn_id=txn_id))
     engine = current_engine()
     started = time.monotonic()
     try:
-        engine.call(engine.transaction_coordinator.admin_abort, txn_id, _actor())
+        engine.call(engine.abort_transaction, txn_id, _actor())
     except e.KafkaError as error:
-        return _done(f"Could not abort {txn_id}: {error.name} — {error}", "error", target)
+        return done_and_back(f"Could not abort {txn_id}: {error.name} — {error}", "error", target)
     took = (time.monotonic() - started) * 1000
-    state = engine.call(engine.transaction_coordinator.describe, txn_id)
+    state = engine.call(engine.describe_transaction, txn_id)
     if state is not None and state.state.outcome is ControlType.COMMIT:  # its commit was decided: completed
-        return _done(f"Completed the decided commit of {txn_id}: COMMIT markers are written "
+        return done_and_back(f"Completed the decided commit of {txn_id}: COMMIT markers are written "
                      f"({took:.0f} ms). read_committed consumers move on.", "success", target)
-    return _done(f"Aborted {txn_id}: its producer is fenced and ABORT markers are written "
+    return done_and_back(f"Aborted {txn_id}: its producer is fenced and ABORT markers are written "
                  f"({took:.0f} ms). read_committed consumers move on.", "success", target)
 
 
 @bp.post("/topics/<topic>/partitions/<int:partition>/producers/<int:producer_id>/abort")
 def abort_hanging(topic: str, partition: int, producer_id: int):
-    target = _back(url_for("ui.partition", topic=topic, partition=partition))
+    target = back_to(url_for("ui.partition", topic=topic, partition=partition))
     engine = current_engine()
     try:
         result = engine.call(engine.abort_hanging_transaction, topic, partition, producer_id, _actor())
     except e.KafkaError as error:
-        return _done(f"Could not abort producer {producer_id} on {topic}-{partition}: "
+        return done_and_back(f"Could not abort producer {producer_id} on {topic}-{partition}: "
                      f"{error.name} — {error}", "error", target)
     how = (f"aborted the transaction of {result.transactional_id}" if result.transactional_id
            else f"wrote an ABORT marker on {topic}-{partition}")
-    return _done(f"Producer {producer_id}: {how}; epoch {result.producer_epoch} fences it. "
+    return done_and_back(f"Producer {producer_id}: {how}; epoch {result.producer_epoch} fences it. "
                  f"The LSO of {topic}-{partition} is {result.last_stable_offset}.", "success", target)
 
 

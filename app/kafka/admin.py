@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from app.engine import queries
+from app.engine import read_models
 from app.kafka.api import ApiKey, RequestContext, error_code, serves
 from storage.errors import (
     InvalidPartitionsError,
@@ -26,8 +26,8 @@ from storage.errors import (
 TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4
 #: DescribeConfigs ConfigSource values
 TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 1, 4, 5
-SOURCE = {queries.DYNAMIC_TOPIC_CONFIG: TOPIC_CONFIG, queries.STATIC_BROKER_CONFIG: STATIC_BROKER_CONFIG,
-          queries.DEFAULT_CONFIG: DEFAULT_CONFIG}
+SOURCE = {read_models.DYNAMIC_TOPIC_CONFIG: TOPIC_CONFIG, read_models.STATIC_BROKER_CONFIG: STATIC_BROKER_CONFIG,
+          read_models.DEFAULT_CONFIG: DEFAULT_CONFIG}
 
 
 @serves(ApiKey.CREATE_TOPICS, 2, 4)
@@ -103,18 +103,18 @@ async def describe_configs(ctx: RequestContext, request: Any) -> dict:
 
 
 async def _configs(ctx: RequestContext, resource_type: int, name: str) -> list[dict]:
-    """``(name, value, source)`` of every config of a topic (``queries.topic_configs``)
+    """``(name, value, source)`` of every config of a topic (``read_models.topic_configs``)
     or of this broker."""
     if resource_type == TOPIC_RESOURCE:
-        return [_config(c) for c in await queries.topic_configs(ctx.engine, name)]
+        return [_config(c) for c in await read_models.topic_configs(ctx.engine, name)]
     if resource_type == BROKER_RESOURCE:
         if name not in ("", str(ctx.node.node_id)):
             raise InvalidRequestError(f"this is broker {ctx.node.node_id}, not {name!r}")
-        return [_config(c) for c in await queries.broker_configs(ctx.engine)]
+        return [_config(c) for c in await read_models.broker_configs(ctx.engine)]
     raise InvalidRequestError(f"resource type {resource_type} is not a topic (2) or a broker (4)")
 
 
 def _config(row: dict) -> dict:
-    """DescribeConfigs' entry of a ``queries.topic_configs`` / ``broker_configs`` row."""
+    """DescribeConfigs' entry of a ``read_models.topic_configs`` / ``broker_configs`` row."""
     return {"name": row["name"], "value": row["value"], "read_only": True, "config_source": SOURCE[row["source"]],
             "is_sensitive": row["is_sensitive"], "synonyms": []}

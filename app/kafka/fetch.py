@@ -21,6 +21,8 @@ Fetch sessions (KIP-227): none are created. A request for one gets ``SessionId 0
 
 from __future__ import annotations
 
+import asyncio
+
 from typing import Any
 
 from app.kafka.api import ApiKey, RequestContext, check_leader_epoch, error_code, serves
@@ -33,7 +35,7 @@ from storage.isolation_level import IsolationLevel
 async def fetch(ctx: RequestContext, request: Any) -> dict:
     if getattr(request, "session_id", 0) != 0:
         return {"error_code": FetchSessionIdNotFoundError.code, "session_id": 0, "responses": []}
-    loop = ctx.engine.loop
+    loop = asyncio.get_running_loop()  # the engine's: this handler runs on it
     deadline = loop.time() + millis(request.max_wait) / 1000
     watched = [(topic.topic, p.partition) for topic in request.topics for p in topic.partitions]
     while True:
@@ -68,7 +70,7 @@ async def _read_partition(ctx: RequestContext, topic: str, wanted: Any, limit: i
              "aborted_transactions": [] if committed else None, "records": b""}
     try:
         check_leader_epoch(getattr(wanted, "current_leader_epoch", -1))
-        log = ctx.engine.logs.log(topic, wanted.partition)
+        log = ctx.engine.partition_offsets(topic, wanted.partition)
         entry.update(high_watermark=log.high_watermark, last_stable_offset=log.last_stable_offset,
                      log_start_offset=log.log_start_offset)
         if limit <= 0 and not first:

@@ -22,7 +22,7 @@ async def join_group(ctx: RequestContext, request: Any) -> dict:
     session_timeout = millis(request.session_timeout)
     rebalance_timeout = millis(getattr(request, "rebalance_timeout", request.session_timeout))
     try:
-        joined = await ctx.engine.group_coordinator.join_group(
+        joined = await ctx.engine.join_group(
             request.group_id, request.member_id, request.protocol_type,
             [(p.name, p.metadata) for p in request.protocols], session_timeout, rebalance_timeout,
             getattr(request, "group_instance_id", None), ctx.client_id or "", f"/{ctx.connection.host}")
@@ -37,7 +37,7 @@ async def join_group(ctx: RequestContext, request: Any) -> dict:
 @serves(ApiKey.SYNC_GROUP, 0, 3)
 async def sync_group(ctx: RequestContext, request: Any) -> dict:
     try:
-        assignment = await ctx.engine.group_coordinator.sync_group(
+        assignment = await ctx.engine.sync_group(
             request.group_id, request.generation_id, request.member_id,
             {a.member_id: a.assignment for a in request.assignments}, getattr(request, "group_instance_id", None))
     except KafkaError as e:
@@ -47,14 +47,14 @@ async def sync_group(ctx: RequestContext, request: Any) -> dict:
 
 @serves(ApiKey.HEARTBEAT, 0, 3)
 async def heartbeat(ctx: RequestContext, request: Any) -> dict:
-    await ctx.engine.group_coordinator.heartbeat(request.group_id, request.generation_id, request.member_id,
+    await ctx.engine.heartbeat(request.group_id, request.generation_id, request.member_id,
                                                  getattr(request, "group_instance_id", None))
     return {"error_code": 0}
 
 
 @serves(ApiKey.LEAVE_GROUP, 0, 1)
 async def leave_group(ctx: RequestContext, request: Any) -> dict:
-    await ctx.engine.group_coordinator.leave_group(request.group_id, request.member_id)
+    await ctx.engine.leave_group(request.group_id, request.member_id)
     return {"error_code": 0}
 
 
@@ -64,7 +64,7 @@ async def describe_groups(ctx: RequestContext, request: Any) -> dict:
     does at these versions."""
     described = []
     for group_id in request.groups:
-        group = ctx.engine.group_coordinator.describe(group_id)
+        group = ctx.engine.describe_group(group_id)
         if group is None:
             described.append({"error_code": 0, "group_id": group_id, "group_state": GroupState.DEAD.value})
             continue
@@ -74,17 +74,16 @@ async def describe_groups(ctx: RequestContext, request: Any) -> dict:
             "protocol_type": group.protocol_type or "", "protocol_data": group.protocol or "",
             "members": [{"member_id": m.member_id, "group_instance_id": m.group_instance_id,
                          "client_id": m.client_id, "client_host": m.client_host,
-                         "member_metadata": m.metadata_for(group.protocol or "") if stable else b"",
+                         "member_metadata": m.metadata if stable else b"",
                          "member_assignment": m.assignment if stable else b""}
-                        for m in group.members.values()]})
+                        for m in group.members]})
     return {"groups": described}
 
 
 @serves(ApiKey.LIST_GROUPS, 0, 2)
 async def list_groups(ctx: RequestContext, request: Any) -> dict:
-    groups = ctx.engine.group_coordinator.groups
-    return {"error_code": 0, "groups": [{"group_id": group_id, "protocol_type": group.protocol_type or ""}
-                                        for group_id, group in sorted(groups.items())
+    return {"error_code": 0, "groups": [{"group_id": group.group_id, "protocol_type": group.protocol_type or ""}
+                                        for group in ctx.engine.list_groups()
                                         if group.state is not GroupState.DEAD]}
 
 
@@ -94,7 +93,7 @@ async def delete_groups(ctx: RequestContext, request: Any) -> dict:
     results = []
     for group_id in request.groups_names:
         try:
-            await ctx.engine.group_coordinator.delete_group(group_id)
+            await ctx.engine.delete_group(group_id)
         except KafkaError as e:
             results.append({"group_id": group_id, "error_code": error_code(e)})
             continue
@@ -108,7 +107,7 @@ async def offset_delete(ctx: RequestContext, request: Any) -> dict:
     for the whole request; GROUP_SUBSCRIBED_TO_TOPIC per partition)."""
     asked = [(t.name, p.partition_index) for t in request.topics for p in t.partitions]
     try:
-        errors = await ctx.engine.group_coordinator.delete_offsets(request.group_id, asked)
+        errors = await ctx.engine.delete_offsets(request.group_id, asked)
     except KafkaError as e:
         return {"error_code": error_code(e), "topics": []}
     return {"error_code": 0, "topics": [

@@ -54,18 +54,18 @@ async def metadata(ctx: RequestContext, request: Any) -> dict:
     engine = ctx.engine
     wanted = request.topics
     if wanted is None or (ctx.version == 0 and not wanted):
-        names = sorted(engine.logs.topics)
+        names = engine.topic_names()
     else:
         names = list(dict.fromkeys(t.name for t in wanted))
     allow_create = getattr(request, "allow_auto_topic_creation", True) and engine.config.auto_create_topics_enable
     topics = [await _topic_metadata(ctx, name, allow_create) for name in names]
-    return {"brokers": [_broker(ctx)], "cluster_id": engine.logs.cluster_id,
+    return {"brokers": [_broker(ctx)], "cluster_id": engine.cluster_id,
             "controller_id": ctx.node.node_id, "topics": topics}
 
 
 async def _topic_metadata(ctx: RequestContext, name: str, allow_create: bool) -> dict:
     engine = ctx.engine
-    info = engine.logs.topics.get(name)
+    info = engine.topic_info(name)
     if info is None:
         try:
             validate_topic_name(name)
@@ -73,7 +73,7 @@ async def _topic_metadata(ctx: RequestContext, name: str, allow_create: bool) ->
                 raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
             info = await engine.create_topic(name)
         except TopicAlreadyExistsError:
-            info = engine.logs.topic(name)
+            info = engine.describe_topic(name)
         except KafkaError as e:
             return {"error_code": error_code(e), "name": name, "partitions": []}
     node = ctx.node.node_id
@@ -109,7 +109,7 @@ async def describe_cluster(ctx: RequestContext, request: Any) -> dict:
     if endpoint_type != BROKERS_ENDPOINT:
         error = UnsupportedEndpointTypeError(f"endpoint type {endpoint_type}: a broker describes brokers (1)")
         return {"error_code": error.code, "error_message": str(error), "endpoint_type": endpoint_type}
-    return {"cluster_id": ctx.engine.logs.cluster_id, "controller_id": ctx.node.node_id,
+    return {"cluster_id": ctx.engine.cluster_id, "controller_id": ctx.node.node_id,
             "endpoint_type": BROKERS_ENDPOINT,
             "brokers": [{"broker_id": ctx.node.node_id, "host": ctx.node.host, "port": ctx.node.port}]}
 

@@ -57,7 +57,7 @@ async def offset_for_leader_epoch(ctx: RequestContext, request: Any) -> dict:
             entry = {"partition": wanted.partition, "error_code": 0, "leader_epoch": -1, "end_offset": -1}
             try:
                 check_leader_epoch(wanted.current_leader_epoch)
-                log = ctx.engine.logs.log(topic.topic, wanted.partition)
+                log = ctx.engine.partition_offsets(topic.topic, wanted.partition)
                 if wanted.leader_epoch <= LEADER_EPOCH:
                     entry.update(leader_epoch=LEADER_EPOCH, end_offset=log.high_watermark)
             except KafkaError as e:
@@ -73,7 +73,7 @@ def requested_offsets(ctx: RequestContext, topics: Any) -> tuple[dict, list[tupl
     offsets, unknown = {}, []
     for topic in topics:
         for p in topic.partitions:
-            if (topic.name, p.partition_index) not in ctx.engine.logs.logs:
+            if not ctx.engine.has_partition(topic.name, p.partition_index):
                 error = UnknownTopicOrPartitionError(f"{topic.name}-{p.partition_index} does not exist")
                 unknown.append((topic.name, {"partition_index": p.partition_index, "error_code": error.code}))
                 continue
@@ -97,7 +97,7 @@ def commit_results(offsets: dict, errors: dict | BaseException, unknown: list[tu
 async def offset_commit(ctx: RequestContext, request: Any) -> dict:
     offsets, unknown = requested_offsets(ctx, request.topics)
     try:
-        errors: dict | BaseException = await ctx.engine.group_coordinator.commit_offsets(
+        errors: dict | BaseException = await ctx.engine.commit_offsets(
             request.group_id, offsets, request.generation_id_or_member_epoch, request.member_id,
             getattr(request, "group_instance_id", None)) if offsets else {}
     except KafkaError as e:
@@ -109,7 +109,7 @@ async def offset_commit(ctx: RequestContext, request: Any) -> dict:
 async def offset_fetch(ctx: RequestContext, request: Any) -> dict:
     wanted = None if request.topics is None else [
         (topic.name, p) for topic in request.topics for p in topic.partition_indexes]
-    fetched = await ctx.engine.group_coordinator.fetch_offsets(
+    fetched = await ctx.engine.fetch_offsets(
         request.group_id, wanted, getattr(request, "require_stable", False))
     entries = [(topic, {"partition_index": partition, "committed_offset": found.offset,
                         "committed_leader_epoch": found.leader_epoch, "metadata": found.metadata,

@@ -94,7 +94,7 @@ def _response(results: list[tuple[str, int, AppendResult | BaseException]], ctx:
         if isinstance(result, AppendResult):
             entry = {"index": partition, "error_code": 0, "base_offset": result.base_offset,
                      "log_append_time": result.log_append_time if result.log_append_time >= 0 else None,
-                     "log_start_offset": ctx.engine.logs.log(topic, partition).log_start_offset}
+                     "log_start_offset": ctx.engine.partition_offsets(topic, partition).log_start_offset}
         else:
             entry = {"index": partition, "error_code": error_code(result), "base_offset": -1,
                      "log_append_time": None, "error_message": str(result)}

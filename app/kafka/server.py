@@ -1,7 +1,7 @@
 """The Kafka listener: connections, framing, dispatch, responses in order.
 
-It runs on the engine's event loop (``Engine.loop``), so handlers touch partitions
-and coordinators directly and never wait on one another: every request of a
+It runs on the engine's event loop, so handlers await the engine's operations
+directly (no ``engine.call``) and never wait on one another: every request of a
 connection becomes a task at once (several in flight -- a producer pipelines up to
 five Produce requests, and their appends share one fsync), while the responses go
 back strictly in the order the requests came, as Kafka promises. Tasks start in
@@ -70,7 +70,7 @@ class KafkaListener:
         if host in ("0.0.0.0", "::"):
             host = socket.getfqdn()
         advertised = config.advertised_listener()
-        self.node = Node(engine.logs.node_id, *(advertised or (host, port)))
+        self.node = Node(engine.node_id, *(advertised or (host, port)))
         self.max_request_bytes = config.socket_request_max_bytes
         self.idle_s = config.connections_max_idle_ms / 1000
         self.connections: set[Connection] = engine.kafka_connections

@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from app.engine import queries
+from app.engine import read_models
 from app.kafka.api import ApiKey, RequestContext, error_code, fenced_code, serves
 from app.kafka.codec import millis
 from app.kafka.offsets import by_topic, commit_results, requested_offsets
@@ -40,7 +40,7 @@ async def init_producer_id(ctx: RequestContext, request: Any) -> dict:
     v6 carries KIP-939's two-phase commit: enable2Pc, and keepPreparedTxn, which keeps
     an Ongoing prepared transaction, fences its writer with a bumped epoch, and
     answers that epoch and (OngoingTxn*) the pair the transaction was written with."""
-    coordinator = ctx.engine.transaction_coordinator
+    coordinator = ctx.engine
     enable_2pc = getattr(request, "enable2_pc", False)
     try:
         kept = None
@@ -65,7 +65,7 @@ async def init_producer_id(ctx: RequestContext, request: Any) -> dict:
 async def add_partitions_to_txn(ctx: RequestContext, request: Any) -> dict:
     wanted = [(topic.name, p) for topic in request.v3_and_below_topics for p in topic.partitions]
     try:
-        errors: dict = await ctx.engine.transaction_coordinator.add_partitions(
+        errors: dict = await ctx.engine.add_partitions_to_txn(
             request.v3_and_below_transactional_id, request.v3_and_below_producer_id,
             request.v3_and_below_producer_epoch, wanted)
     except KafkaError as e:
@@ -78,7 +78,7 @@ async def add_partitions_to_txn(ctx: RequestContext, request: Any) -> dict:
 @serves(ApiKey.ADD_OFFSETS_TO_TXN, 0, 3)
 async def add_offsets_to_txn(ctx: RequestContext, request: Any) -> dict:
     try:
-        await ctx.engine.transaction_coordinator.add_offsets(
+        await ctx.engine.add_offsets_to_txn(
             request.transactional_id, request.producer_id, request.producer_epoch, request.group_id)
     except KafkaError as e:
         return {"error_code": fenced_code(e, ctx.version, 2)}
@@ -89,7 +89,7 @@ async def add_offsets_to_txn(ctx: RequestContext, request: Any) -> dict:
 async def end_txn(ctx: RequestContext, request: Any) -> dict:
     """Returns once the markers are durable: read_committed consumers see the outcome."""
     try:
-        await ctx.engine.transaction_coordinator.end_txn(
+        await ctx.engine.end_txn(
             request.transactional_id, request.producer_id, request.producer_epoch, request.committed)
     except KafkaError as e:
         return {"error_code": fenced_code(e, ctx.version, 2)}
@@ -102,7 +102,7 @@ async def txn_offset_commit(ctx: RequestContext, request: Any) -> dict:
     and member so a zombie from an older generation is fenced (KIP-447)."""
     offsets, unknown = requested_offsets(ctx, request.topics)
     try:
-        errors: dict | BaseException = await ctx.engine.group_coordinator.txn_commit_offsets(
+        errors: dict | BaseException = await ctx.engine.txn_offset_commit(
             request.transactional_id, request.group_id, request.producer_id, request.producer_epoch, offsets,
             getattr(request, "generation_id", -1), getattr(request, "member_id", ""),
             getattr(request, "group_instance_id", None)) if offsets else {}
@@ -126,7 +126,7 @@ async def list_transactions(ctx: RequestContext, request: Any) -> dict:
     """Filters combine with AND: states, producer ids, running longer than (v1), and
     a transactional id pattern (v2, KIP-1152: a regular expression the whole id must
     match, as Java's ``Matcher.matches``)."""
-    coordinator = ctx.engine.transaction_coordinator
+    coordinator = ctx.engine
     known = {state.display.lower() for state in TransactionState}
     states = [s for s in request.state_filters if s.lower() in known]
     producer_ids = set(request.producer_id_filters)
@@ -152,10 +152,10 @@ async def list_transactions(ctx: RequestContext, request: Any) -> dict:
 
 @serves(ApiKey.DESCRIBE_TRANSACTIONS, 0, 0)
 async def describe_transactions(ctx: RequestContext, request: Any) -> dict:
-    coordinator = ctx.engine.transaction_coordinator
+    coordinator = ctx.engine
     described = []
     for txn_id in request.transactional_ids:
-        meta = coordinator.describe(txn_id)
+        meta = coordinator.describe_transaction(txn_id)
         if meta is None:
             described.append({"error_code": TransactionalIdNotFoundError.code, "transactional_id": txn_id,
                               "producer_id": -1, "producer_epoch": -1})
@@ -175,7 +175,7 @@ async def describe_producers(ctx: RequestContext, request: Any) -> dict:
     for topic in request.topics:
         for partition in topic.partition_indexes:
             try:
-                producers = await queries.producers(ctx.engine, topic.name, partition)
+                producers = await read_models.producers(ctx.engine, topic.name, partition)
             except KafkaError as e:
                 entries.append((topic.name, {"partition_index": partition, "error_code": error_code(e),
                                              "error_message": str(e)}))

@@ -1,9 +1,11 @@
 """Read models of broker state, shared by the HTTP API and the console.
 
-Each function is a coroutine run on the engine's loop (``engine.call(queries.x, engine, ...)``)
+Each function runs on the engine's loop -- the coroutines through
+``engine.call(read_models.x, engine, ...)`` -- and returns plain, JSON-ready dicts
+(reads of the SQLite mirror, on callers' threads, are in ``mirror_reads.py``)
 and returns plain, JSON-ready dicts, so the API and the console show the same facts
 computed one way. Offsets are Kafka's: high watermark (the durable end), LSO, log
-start. A group's lag (:func:`read_committed_lag`) is the number of records a
+start. A group's lag (``storage.visibility.read_committed_lag``) is the number of records a
 read_committed consumer would still receive: the data records between its committed
 offset and the LSO, markers and aborted records not counted (a lag against the high
 watermark, or an offset difference, never reaches 0 with transactional producers:
@@ -12,10 +14,9 @@ markers occupy offsets).
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from dataclasses import asdict, fields
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Iterator
 
 from app.client import consumer_protocol
 from app.config import BrokerConfig
@@ -27,10 +28,9 @@ from storage.errors import GroupIdNotFoundError, OffsetOutOfRangeError, Transact
 from storage.log_config import LogConfig
 from storage.partition_log import PartitionLog
 from storage.record_batch import decode_batch, decode_control_record
+from storage.visibility import data_records, read_committed_lag
 
 if TYPE_CHECKING:
-    from sqlalchemy import Engine as SqlEngine
-
     from app.engine import Engine
 
 def _partition(log: PartitionLog) -> dict[str, Any]:
@@ -49,10 +49,10 @@ def _partition(log: PartitionLog) -> dict[str, Any]:
 
 async def topics(engine: "Engine", include_internal: bool = False) -> list[dict[str, Any]]:
     result = []
-    for name, info in sorted(engine.logs.topics.items()):
+    for name, info in sorted(engine._logs.topics.items()):
         if info.internal and not include_internal:
             continue
-        partitions = [_partition(engine.logs.log(name, p)) for p in range(info.partitions)]
+        partitions = [_partition(engine._logs.log(name, p)) for p in range(info.partitions)]
         result.append({"topic_name": name, "topic_id": info.topic_id, "is_internal": info.internal,
                        "partitions_count": info.partitions, "configs": dict(info.overrides),
                        "partitions": partitions})
@@ -60,11 +60,11 @@ async def topics(engine: "Engine", include_internal: bool = False) -> list[dict[
 
 
 async def topic(engine: "Engine", name: str) -> dict[str, Any]:
-    info = engine.logs.topic(name)
+    info = engine._logs.topic(name)
     return {"topic_name": name, "topic_id": info.topic_id, "is_internal": info.internal,
             "partitions_count": info.partitions, "configs": dict(info.overrides),
-            "effective_configs": engine.logs.topic_config(name).to_kafka(),
-            "partitions": [_partition(engine.logs.log(name, p)) for p in range(info.partitions)]}
+            "effective_configs": engine._logs.topic_config(name).to_kafka(),
+            "partitions": [_partition(engine._logs.log(name, p)) for p in range(info.partitions)]}
 
 
 #: where a topic config's value comes from (Kafka's DescribeConfigs ConfigSource names)
@@ -77,10 +77,10 @@ async def topic_configs(engine: "Engine", name: str) -> list[dict[str, Any]]:
     comes from: set on the topic (DYNAMIC_TOPIC_CONFIG), a broker-wide default given
     at start-up (STATIC_BROKER_CONFIG, e.g. ``--config log.retention.ms=...``) or
     Kafka's default (DEFAULT_CONFIG). Values are strings, as Kafka shows them."""
-    overrides = engine.logs.topic(name).overrides
-    broker, kafka = engine.logs.defaults.to_kafka(), LogConfig().to_kafka()
+    overrides = engine._logs.topic(name).overrides
+    broker, kafka = engine._logs.defaults.to_kafka(), LogConfig().to_kafka()
     result = []
-    for key, value in sorted(engine.logs.topic_config(name).to_kafka().items()):
+    for key, value in sorted(engine._logs.topic_config(name).to_kafka().items()):
         source = (DYNAMIC_TOPIC_CONFIG if key in overrides
                   else STATIC_BROKER_CONFIG if broker[key] != kafka[key] else DEFAULT_CONFIG)
         result.append({"name": key, "value": LogConfig.kafka_text(value), "is_default": source == DEFAULT_CONFIG,
@@ -112,15 +112,15 @@ async def broker_configs(engine: "Engine") -> list[dict[str, Any]]:
 
 async def topic_producers(engine: "Engine", name: str) -> list[dict[str, Any]]:
     """DescribeProducers for every partition of a topic: :func:`producers`, each with its partition."""
-    return [{"partition_id": p, **producer} for p in range(engine.logs.topic(name).partitions)
+    return [{"partition_id": p, **producer} for p in range(engine._logs.topic(name).partitions)
             for producer in await producers(engine, name, p)]
 
 
 async def partition(engine: "Engine", name: str, partition_id: int) -> dict[str, Any]:
     """A partition with what explains its LSO: open transactions (and who owns them)."""
-    log = engine.logs.log(name, partition_id)
+    log = engine._logs.log(name, partition_id)
     detail = _partition(log)
-    tc = engine.transaction_coordinator
+    tc = engine._transaction_coordinator
     for txn in detail["open_transactions"]:
         txn_id = tc.transactional_id_of(txn["producer_id"])
         meta = tc.describe(txn_id) if txn_id else None
@@ -132,11 +132,11 @@ async def partition(engine: "Engine", name: str, partition_id: int) -> dict[str,
 
 async def topic_partitions(engine: "Engine", name: str) -> list[dict[str, Any]]:
     """Every partition of a topic, each as :func:`partition` describes it."""
-    return [await partition(engine, name, p) for p in range(engine.logs.topic(name).partitions)]
+    return [await partition(engine, name, p) for p in range(engine._logs.topic(name).partitions)]
 
 
 async def segments(engine: "Engine", name: str, partition_id: int) -> list[dict[str, Any]]:
-    log = engine.logs.log(name, partition_id)
+    log = engine._logs.log(name, partition_id)
     return [{"base_offset": s.base_offset, "next_offset": s.next_offset, "size_bytes": s.size,
              "max_timestamp": s.max_timestamp, "index_entries": len(s.offset_index),
              "time_index_entries": len(s.time_index), "aborted_transactions": len(s.txn_index.all_entries())}
@@ -145,7 +145,7 @@ async def segments(engine: "Engine", name: str, partition_id: int) -> list[dict[
 
 async def aborted_transactions(engine: "Engine", name: str, partition_id: int) -> list[dict[str, Any]]:
     """The ``.txnindex`` entries of every segment."""
-    log = engine.logs.log(name, partition_id)
+    log = engine._logs.log(name, partition_id)
     return [{"producer_id": t.producer_id, "first_offset": t.first_offset, "last_offset": t.last_offset,
              "last_stable_offset": t.last_stable_offset}
             for s in log.segments for t in s.txn_index.all_entries()]
@@ -153,8 +153,8 @@ async def aborted_transactions(engine: "Engine", name: str, partition_id: int) -
 
 async def producers(engine: "Engine", name: str, partition_id: int) -> list[dict[str, Any]]:
     """DescribeProducers: the producer state of one partition."""
-    log = engine.logs.log(name, partition_id)
-    tc = engine.transaction_coordinator
+    log = engine._logs.log(name, partition_id)
+    tc = engine._transaction_coordinator
     return [{"producer_id": e.producer_id, "producer_epoch": e.producer_epoch,
              "last_sequence": e.last_seq, "last_timestamp": e.last_timestamp,
              "coordinator_epoch": e.coordinator_epoch,
@@ -178,90 +178,40 @@ async def transactions(engine: "Engine", states: list[str] | None = None) -> lis
     """ListTransactions, with each one's age against its timeout."""
     now = engine.clock.now_ms()
     return [_transaction(txn_id, meta, now)
-            for txn_id, meta in engine.transaction_coordinator.list_transactions(states or ())]
+            for txn_id, meta in engine._transaction_coordinator.list_transactions(states or ())]
 
 
 async def transaction(engine: "Engine", txn_id: str) -> dict[str, Any]:
-    meta = engine.transaction_coordinator.describe(txn_id)
+    meta = engine._transaction_coordinator.describe(txn_id)
     if meta is None:
         raise TransactionalIdNotFoundError(f"no transactional id {txn_id!r}")
     return _transaction(txn_id, meta, engine.clock.now_ms())
 
 
-def transaction_history(db: "SqlEngine", txn_id: str, limit: int = 20) -> list[dict[str, Any]]:
-    """The last ``limit`` finished transactions of ``txn_id``, newest first, from the
-    SQLite mirror's ``transactions`` table (``coordinator/mirror_models.py``).
-
-    Not a coroutine: it reads SQLite on the caller's thread (``db`` is a read-only
-    engine, ``coordinator.mirror_db.reader_engine``), never on the engine's loop.
-    """
-    from sqlalchemy import select
-
-    from coordinator.mirror_models import FinishedTransaction as T
-
-    query = (select(T.producer_id, T.producer_epoch, T.outcome, T.partitions, T.start_ms, T.end_ms,
-                    T.abort_cause, T.abort_actor)
-             .where(T.transactional_id == txn_id).order_by(T.end_ms.desc(), T.id.desc()).limit(limit))
-    with db.connect() as connection:
-        rows = connection.execute(query).all()
-        connection.rollback()
-    return [{"producer_id": r.producer_id, "producer_epoch": r.producer_epoch, "outcome": r.outcome,
-             "partitions": [_topic_partition(tp) for tp in json.loads(r.partitions)],
-             "start_ms": r.start_ms, "end_ms": r.end_ms,
-             "abort_cause": r.abort_cause, "abort_actor": r.abort_actor} for r in rows]
-
-
-def _topic_partition(name: str) -> dict[str, Any]:
-    """``"orders-0"`` -> ``{"topic_name": "orders", "partition_id": 0}`` (topics may hold ``-``)."""
-    topic, _, partition = name.rpartition("-")
-    return {"topic_name": topic, "partition_id": int(partition)}
-
-
 async def groups(engine: "Engine") -> list[dict[str, Any]]:
     return [{"group_id": g.group_id, "state": g.state.value, "generation": g.generation,
              "protocol_type": g.protocol_type, "protocol": g.protocol, "members": len(g.members)}
-            for g in sorted(engine.group_coordinator.groups.values(), key=lambda g: g.group_id)]
-
-
-def read_committed_lag(log: PartitionLog, position: int) -> tuple[int, bool]:
-    """``(lag, exact)``: how many records a read_committed consumer at ``position``
-    would still receive -- the data records in ``[position, LSO)`` (:func:`data_records`)."""
-    return data_records(log, max(position, log.log_start_offset), log.last_stable_offset)
-
-
-def data_records(log: PartitionLog, start: int, upper: int) -> tuple[int, bool]:
-    """``(count, exact)``: the data records in ``[start, upper)`` that are not aborted
-    -- neither control records (markers) nor records of an aborted transaction --
-    from the counts the log keeps as batches and markers arrive
-    (``storage/visible_records.py``): O(log n), no batch read, except the one
-    compacted batch that ``start`` may split, whose records from ``start`` on only its
-    body can tell. ``exact`` is False only for a while after the broker started:
-    until the batches it opened with are counted (a background read of their
-    headers), they count one record per offset, an upper bound."""
-    count, split, exact = log.count_visible(start, upper)
-    if split:
-        count += sum(1 for record in decode_batch(log.read(start, 0).records).records if record.offset >= start)
-    return count, exact
+            for g in sorted(engine._group_coordinator.groups.values(), key=lambda g: g.group_id)]
 
 
 async def group(engine: "Engine", group_id: str) -> dict[str, Any]:
     """A group's members, committed and pending offsets, and per partition its lag
-    (:func:`read_committed_lag`; ``lag_exact`` False only while the batches the broker
+    (``read_committed_lag``; ``lag_exact`` False only while the batches the broker
     started with are being counted) and, while the LSO
     is held back, what is held back (``held_back``: the data records from the LSO to
     the high watermark, open or decided, aborted ones not counted -- what the consumer
     may receive once the LSO moves) and by which open transactions (``held_by``, the
     one pinning the LSO first): a consumer at the LSO has lag 0 yet is not done."""
-    g = engine.group_coordinator.describe(group_id)
+    g = engine._group_coordinator.describe(group_id)
     if g is None:
         raise GroupIdNotFoundError(f"no group {group_id!r}")
-    tc = engine.transaction_coordinator
+    tc = engine._transaction_coordinator
     now = engine.clock.now_ms()
     offsets = []
     partitions = sorted(set(g.committed) | {tp for pending in g.pending.values() for tp in pending})
     for tp in partitions:
         committed = g.committed.get(tp)
-        log = engine.logs.logs.get(tp)
+        log = engine._logs.logs.get(tp)
         lag, exact = read_committed_lag(log, committed.offset) if committed and log else (None, True)
         pending = [{"producer_id": pid, "transactional_id": tc.transactional_id_of(pid), "offset": offs[tp].offset}
                    for pid, offs in sorted(g.pending.items()) if tp in offs]
@@ -309,11 +259,11 @@ async def overview(engine: "Engine") -> dict[str, Any]:
     """What the console's first page shows: partitions with their LSO gap, and
     transaction counts by state."""
     by_state: dict[str, int] = {}
-    for _, meta in engine.transaction_coordinator.list_transactions():
+    for _, meta in engine._transaction_coordinator.list_transactions():
         by_state[meta.state.display] = by_state.get(meta.state.display, 0) + 1
     stuck = [p for t in await topics(engine) for p in t["partitions"]
              if p["last_stable_offset"] < p["high_watermark"]]
-    return {"cluster_id": engine.logs.cluster_id, "topics": await topics(engine),
+    return {"cluster_id": engine._logs.cluster_id, "topics": await topics(engine),
             "transactions_by_state": by_state, "partitions_behind": stuck}
 
 
@@ -324,7 +274,7 @@ async def storage(engine: "Engine") -> dict[str, Any]:
     return {"full": None if full is None else {"since_ms": int(full.since * 1000),
                                                "refused_writes": full.refused_writes, "error": full.error},
             "offline": [{"topic_name": log.topic, "partition_id": log.partition, "reason": str(log.offline)}
-                        for log in engine.logs if log.offline is not None]}
+                        for log in engine._logs if log.offline is not None]}
 
 
 # -- what the console asks (app/http/ui.py); the API may use them too ----------------------
@@ -336,7 +286,7 @@ def _holder(engine: "Engine", log: PartitionLog, producer_id: int, first_offset:
     only an AbortTransaction on the partition can end it) and whether it is the
     coordinator's Ongoing transaction on this partition (``in_transaction``: the
     transaction's own Abort ends it; any other holder takes the partition's)."""
-    tc = engine.transaction_coordinator
+    tc = engine._transaction_coordinator
     entry = log.producer_state.producers.get(producer_id)
     txn_id = tc.transactional_id_of(producer_id)
     meta = tc.describe(txn_id) if txn_id else None
@@ -368,7 +318,7 @@ async def lso_blockers(engine: "Engine") -> list[dict[str, Any]]:
     first. Internal topics come last (pending transactional offsets hold theirs)."""
     now = engine.clock.now_ms()
     blocked = []
-    for (name, partition_id), log in sorted(engine.logs.logs.items(),
+    for (name, partition_id), log in sorted(engine._logs.logs.items(),
                                             key=lambda item: (item[0][0] in INTERNAL_TOPICS, item[0])):
         lso, hw = log.last_stable_offset, log.high_watermark
         if lso >= hw:
@@ -383,9 +333,9 @@ async def lso_blockers(engine: "Engine") -> list[dict[str, Any]]:
 
 async def transaction_counts(engine: "Engine") -> dict[str, Any]:
     """Open transactions now (by state) and those finished since the broker started."""
-    by_state = Counter(meta.state for _, meta in engine.transaction_coordinator.list_transactions())
+    by_state = Counter(meta.state for _, meta in engine._transaction_coordinator.list_transactions())
     open_by_state = {state.display: n for state, n in by_state.items() if state.is_open}
-    completed = engine.transaction_coordinator.completed
+    completed = engine._transaction_coordinator.completed
     return {"open": sum(open_by_state.values()),
             "by_state": {state.display: n for state, n in by_state.items()}, "open_by_state": open_by_state,
             "committed_since_start": completed["commit"], "aborted_since_start": completed["abort"]}
@@ -393,7 +343,7 @@ async def transaction_counts(engine: "Engine") -> dict[str, Any]:
 
 async def dashboard(engine: "Engine") -> dict[str, Any]:
     """The console's first page in one snapshot: partitions, blockers, counts."""
-    return {"cluster_id": engine.logs.cluster_id, "topics": await topics(engine),
+    return {"cluster_id": engine._logs.cluster_id, "topics": await topics(engine),
             "internal_topics": [t for t in await topics(engine, include_internal=True) if t["is_internal"]],
             "blockers": await lso_blockers(engine), "transactions": await transaction_counts(engine),
             "now_ms": engine.clock.now_ms()}
@@ -404,14 +354,14 @@ async def transaction_detail(engine: "Engine", txn_id: str) -> dict[str, Any]:
     whether that pins the LSO, the group offsets pending on its commit, and why its
     transaction is being or was aborted (``abort_cause``, ``abort_actor``)."""
     detail = await transaction(engine, txn_id)
-    reason = engine.transaction_coordinator.describe(txn_id).abort_reason  # PrepareAbort, CompleteAbort
+    reason = engine._transaction_coordinator.describe(txn_id).abort_reason  # PrepareAbort, CompleteAbort
     detail["abort_cause"] = reason.cause.value if reason else None
     detail["abort_actor"] = reason.actor if reason else None
-    refusal = engine.transaction_coordinator.last_refusal.get(txn_id)  # why its markers were stuck
+    refusal = engine._transaction_coordinator.last_refusal.get(txn_id)  # why its markers were stuck
     detail["marker_refusal"] = asdict(refusal) if refusal else None
     open_ = detail["transaction_start_ms"] is not None
     for tp in detail["partitions"]:
-        log = engine.logs.logs.get((tp["topic_name"], tp["partition_id"]))
+        log = engine._logs.logs.get((tp["topic_name"], tp["partition_id"]))
         entry = log.producer_state.producers.get(detail["producer_id"]) if log else None
         first = entry.current_txn_first_offset if entry and open_ else None
         tp.update(first_offset=first, high_watermark=log.high_watermark if log else None,
@@ -420,18 +370,18 @@ async def transaction_detail(engine: "Engine", txn_id: str) -> dict[str, Any]:
     detail["holds_lso"] = any(tp["holds_lso"] for tp in detail["partitions"])
     detail["pending_offsets"] = [
         {"group_id": g.group_id, "topic_name": tp[0], "partition_id": tp[1], "offset": o.offset}
-        for g in sorted(engine.group_coordinator.groups.values(), key=lambda g: g.group_id)
+        for g in sorted(engine._group_coordinator.groups.values(), key=lambda g: g.group_id)
         for tp, o in sorted(g.pending.get(detail["producer_id"], {}).items())]
     detail["now_ms"] = engine.clock.now_ms()
     return detail
 
 
 def committed_lags(engine: "Engine", group_id: str) -> dict[tuple[str, int], tuple[int, bool]]:
-    """The lag and its exactness (:func:`read_committed_lag`) of each partition, still
+    """The lag and its exactness (``read_committed_lag``) of each partition, still
     there, where the group has a committed offset: O(log n) each, no log read."""
-    g = engine.group_coordinator.describe(group_id)
+    g = engine._group_coordinator.describe(group_id)
     return {tp: read_committed_lag(log, committed.offset)
-            for tp, committed in sorted(g.committed.items()) if (log := engine.logs.logs.get(tp)) is not None}
+            for tp, committed in sorted(g.committed.items()) if (log := engine._logs.logs.get(tp)) is not None}
 
 
 async def groups_summary(engine: "Engine") -> list[dict[str, Any]]:
@@ -440,9 +390,9 @@ async def groups_summary(engine: "Engine") -> list[dict[str, Any]]:
     of its offsets wait on a transaction -- each from the counts the logs keep."""
     result = []
     for g in await groups(engine):
-        meta = engine.group_coordinator.describe(g["group_id"])
+        meta = engine._group_coordinator.describe(g["group_id"])
         lags = committed_lags(engine, g["group_id"])
-        logs = [engine.logs.logs[tp] for tp in lags]
+        logs = [engine._logs.logs[tp] for tp in lags]
         result.append({**g, "partitions": len(set(meta.committed).union(*meta.pending.values())),
                        "lag": sum(lag for lag, _ in lags.values()) if lags else None,
                        "lag_exact": all(exact for _, exact in lags.values()),
@@ -470,7 +420,7 @@ async def records(engine: "Engine", name: str, partition_id: int, offset: int | 
     ``aborted`` (never delivered), ``open`` (its own transaction is undecided),
     ``waits`` (decided or not transactional, but at or after the LSO: delivered once
     ``held_by``, the transaction pinning the LSO, ends), or a ``marker``."""
-    log = engine.logs.log(name, partition_id)
+    log = engine._logs.log(name, partition_id)
     hw, lso = log.high_watermark, log.last_stable_offset
     start = max(log.log_start_offset, hw - limit) if offset is None else offset
     if start < log.log_start_offset or start > hw:
@@ -516,15 +466,62 @@ def _in_open_transaction(log: PartitionLog, producer_id: int, offset: int) -> bo
     return first is not None and offset >= first
 
 
-def finished_counts(db: "SqlEngine") -> dict[str, int]:
-    """How many finished transactions the SQLite mirror holds, by outcome (COMMIT,
-    ABORT). Like :func:`transaction_history`, read on the caller's thread."""
-    from sqlalchemy import func, select
+def _oldest_transaction_age_ms(engine: "Engine", log: PartitionLog, now_ms: int) -> int:
+    """How long the oldest transaction open on ``log`` has been open (0: none). Its
+    start is the coordinator's; a producer no coordinator knows (a hanging
+    transaction) has only its last write on the partition to go by."""
+    tc = engine._transaction_coordinator
+    starts = []
+    for producer_id, _ in log.producer_state.ongoing_transactions():
+        txn_id = tc.transactional_id_of(producer_id)
+        meta = tc.txns.get(txn_id) if txn_id is not None else None
+        if meta is not None and meta.state.is_open and meta.txn_start_timestamp >= 0:
+            starts.append(meta.txn_start_timestamp)
+        elif (entry := log.producer_state.producers.get(producer_id)) is not None:
+            starts.append(entry.last_timestamp)
+    return max(0, now_ms - min(starts)) if starts else 0
 
-    from coordinator.mirror_models import FinishedTransaction as T
 
-    with db.connect() as connection:
-        counts = {outcome: n for outcome, n in connection.execute(
-            select(T.outcome, func.count()).group_by(T.outcome))}
-        connection.rollback()
-    return counts
+def _group_lags(engine: "Engine") -> list[tuple[str, str, str, int]]:
+    """``(group, topic, partition, lag)`` for every committed offset of a partition that
+    exists, from the counts the logs keep (``read_models.committed_lags``): no log read on
+    the loop per scrape."""
+    return [(group_id, topic, str(partition), lag) for group_id in sorted(engine._group_coordinator.groups)
+            for (topic, partition), (lag, _) in committed_lags(engine, group_id).items()]
+
+
+def partition_metrics(engine: "Engine") -> dict[str, Any]:
+    """The broker state a ``/metrics`` scrape reports (``app/http/metrics.py``): per
+    partition, late transactions, group lags, transactional ids by open state."""
+    tc = engine._transaction_coordinator
+    by_state = {state.display: 0 for state in TransactionState if state.is_open}
+    for meta in tc.txns.values():
+        if meta.state.is_open:
+            by_state[meta.state.display] += 1
+    now = engine.clock.now_ms()
+    return {
+        "partitions": [(log.topic, str(log.partition), len(log.producer_state.producers), log.high_watermark,
+                        log.last_stable_offset, log.log_start_offset, log.high_watermark - log.last_stable_offset,
+                        _oldest_transaction_age_ms(engine, log, now) / 1000) for log in engine._logs],
+        "late": sum(log.producer_state.has_late_transaction(now, engine.config.transaction_max_timeout_ms)
+                    for log in engine._logs),
+        "group_lags": _group_lags(engine),
+        "transactional_ids": by_state,
+        "completed": dict(tc.completed),
+    }
+
+
+def open_transaction_records(engine: "Engine") -> Iterator[tuple[str, str, int, Record]]:
+    """``(transactional id, topic, partition, record)`` for every data record of the
+    open transactions of transactional ids, on the topics clients write."""
+    for log_ in engine._logs:
+        first_offsets = dict(log_.producer_state.ongoing_transactions())
+        if log_.topic in INTERNAL_TOPICS or not first_offsets:
+            continue
+        for header, batch in log_.batches(min(first_offsets.values())):
+            first = first_offsets.get(header.producer_id)
+            txn_id = engine.transactional_id_of(header.producer_id)
+            if first is None or header.base_offset < first or header.is_control or txn_id is None:
+                continue
+            for record in decode_batch(batch).records:
+                yield txn_id, log_.topic, log_.partition, record

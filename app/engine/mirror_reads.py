@@ -1,0 +1,57 @@
+"""Reads of the SQLite mirror (``coordinator/mirror_models.py``): finished
+transactions, for the HTTP API and the console.
+
+Not coroutines: they read SQLite on the caller's thread (``db`` is a read-only
+engine, ``coordinator.mirror_db.reader_engine``), never on the engine's loop.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from sqlalchemy import Engine as SqlEngine
+
+
+def transaction_history(db: "SqlEngine", txn_id: str, limit: int = 20) -> list[dict[str, Any]]:
+    """The last ``limit`` finished transactions of ``txn_id``, newest first, from the
+    SQLite mirror's ``transactions`` table (``coordinator/mirror_models.py``).
+
+    Not a coroutine: it reads SQLite on the caller's thread (``db`` is a read-only
+    engine, ``coordinator.mirror_db.reader_engine``), never on the engine's loop.
+    """
+    from sqlalchemy import select
+
+    from coordinator.mirror_models import FinishedTransaction as T
+
+    query = (select(T.producer_id, T.producer_epoch, T.outcome, T.partitions, T.start_ms, T.end_ms,
+                    T.abort_cause, T.abort_actor)
+             .where(T.transactional_id == txn_id).order_by(T.end_ms.desc(), T.id.desc()).limit(limit))
+    with db.connect() as connection:
+        rows = connection.execute(query).all()
+        connection.rollback()
+    return [{"producer_id": r.producer_id, "producer_epoch": r.producer_epoch, "outcome": r.outcome,
+             "partitions": [_topic_partition(tp) for tp in json.loads(r.partitions)],
+             "start_ms": r.start_ms, "end_ms": r.end_ms,
+             "abort_cause": r.abort_cause, "abort_actor": r.abort_actor} for r in rows]
+
+
+def _topic_partition(name: str) -> dict[str, Any]:
+    """``"orders-0"`` -> ``{"topic_name": "orders", "partition_id": 0}`` (topics may hold ``-``)."""
+    topic, _, partition = name.rpartition("-")
+    return {"topic_name": topic, "partition_id": int(partition)}
+
+
+def finished_counts(db: "SqlEngine") -> dict[str, int]:
+    """How many finished transactions the SQLite mirror holds, by outcome (COMMIT,
+    ABORT). Like :func:`transaction_history`, read on the caller's thread."""
+    from sqlalchemy import func, select
+
+    from coordinator.mirror_models import FinishedTransaction as T
+
+    with db.connect() as connection:
+        counts = {outcome: n for outcome, n in connection.execute(
+            select(T.outcome, func.count()).group_by(T.outcome))}
+        connection.rollback()
+    return counts

@@ -1,0 +1,151 @@
+"""The layering, checked on the source (AST, nothing imported or run).
+
+``storage/`` knows nothing of ``coordinator/``, which knows nothing of ``app/``;
+the engine (``app/engine/``) knows nothing of the faces that serve it; the faces
+reach the engine only through its named operations -- never its logs, coordinators
+or loop -- and no module imports another's private names. ``docs/architecture.md``
+says why. A new rule is one line in :data:`IMPORT_RULES` or :data:`ENGINE_INTERNALS`.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.timeout(60)
+
+REPO = Path(__file__).resolve().parent.parent
+#: the production packages the rules are about (tests and benches may use internals)
+PACKAGES = ("storage", "coordinator", "app")
+
+
+@dataclass(frozen=True)
+class Forbid:
+    """Modules under ``importer`` must not import anything under ``imported``."""
+
+    importer: str
+    imported: str
+    why: str
+
+
+IMPORT_RULES = (
+    Forbid("storage", "coordinator", "storage knows nothing of the coordinators"),
+    Forbid("storage", "app", "storage knows nothing of the broker"),
+    Forbid("coordinator", "app", "the coordinators know nothing of the broker"),
+    Forbid("app.engine", "app.http", "the engine knows nothing of the HTTP face"),
+    Forbid("app.engine", "app.kafka", "the engine knows nothing of the Kafka face"),
+    Forbid("app.engine", "app.spark", "the engine knows nothing of the Spark face"),
+)
+
+#: attributes of the engine no module outside ``app/engine/`` may touch (besides any
+#: ``_name``): the faces call the engine's named operations instead
+ENGINE_INTERNALS = frozenset({"logs", "loop", "transaction_coordinator", "group_coordinator"})
+#: where the engine's internals may be touched
+ENGINE_PACKAGE = "app.engine"
+#: coordinator state read as a whole, outside the coordinators and the engine
+COORDINATOR_DICTS = frozenset({"txns"})
+
+
+@dataclass(frozen=True)
+class Module:
+    name: str
+    path: Path
+    tree: ast.Module
+
+    def under(self, package: str) -> bool:
+        return self.name == package or self.name.startswith(package + ".")
+
+    def where(self, node: ast.AST) -> str:
+        return f"{self.path.relative_to(REPO)}:{getattr(node, 'lineno', 0)}"
+
+
+@cache
+def modules() -> tuple[Module, ...]:
+    found = []
+    for package in PACKAGES:
+        for path in sorted((REPO / package).rglob("*.py")):
+            parts = path.relative_to(REPO).with_suffix("").parts
+            name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+            found.append(Module(name, path, ast.parse(path.read_text(), str(path))))
+    return tuple(found)
+
+
+def imports(module: Module) -> list[tuple[ast.AST, str, tuple[str, ...]]]:
+    """``(node, imported module, names imported from it)`` for every import, relative
+    ones resolved, including those inside functions and ``TYPE_CHECKING`` blocks."""
+    found: list[tuple[ast.AST, str, tuple[str, ...]]] = []
+    for node in ast.walk(module.tree):
+        if isinstance(node, ast.Import):
+            found.extend((node, alias.name, ()) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                package = module.name.split(".")
+                if module.path.name != "__init__.py":
+                    package = package[:-1]
+                package = package[:len(package) - node.level + 1]
+                base = ".".join(package + ([base] if base else []))
+            found.append((node, base, tuple(alias.name for alias in node.names)))
+    return found
+
+
+def _under(name: str, package: str) -> bool:
+    return name == package or name.startswith(package + ".")
+
+
+@pytest.mark.parametrize("rule", IMPORT_RULES, ids=lambda r: f"{r.importer}-not-{r.imported}")
+def test_no_import_across_a_forbidden_layer(rule: Forbid) -> None:
+    wrong = [f"{m.where(node)} imports {name}"
+             for m in modules() if m.under(rule.importer)
+             for node, name, names in imports(m)
+             if _under(name, rule.imported) or any(_under(f"{name}.{n}", rule.imported) for n in names)]
+    assert not wrong, f"{rule.why}:\n" + "\n".join(wrong)
+
+
+def test_no_module_imports_another_modules_private_names() -> None:
+    wrong = [f"{m.where(node)} imports {n} from {name}"
+             for m in modules() for node, name, names in imports(m)
+             if name != m.name for n in names if n.startswith("_") and not n.startswith("__")]
+    assert not wrong, "a private name is its module's own:\n" + "\n".join(wrong)
+
+
+def names_the_engine(node: ast.expr) -> bool:
+    """A name, attribute or call ending in ``engine`` -- ``engine``, ``ctx.engine``,
+    ``self._engine``, ``broker.engine``, ``current_engine()``: how the faces hold it."""
+    if isinstance(node, ast.Call):
+        node = node.func
+    name = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else ""
+    return name.endswith("engine")
+
+
+def test_only_the_engine_touches_its_internals() -> None:
+    wrong = [f"{m.where(node)} reaches engine.{node.attr}"
+             for m in modules() if not m.under(ENGINE_PACKAGE)
+             for node in ast.walk(m.tree)
+             if isinstance(node, ast.Attribute) and names_the_engine(node.value)
+             and (node.attr in ENGINE_INTERNALS or node.attr.startswith("_"))]
+    assert not wrong, "the faces call the engine's named operations (app/engine/engine.py):\n" + "\n".join(wrong)
+
+
+def test_coordinator_dicts_stay_in_the_coordinators_and_the_engine() -> None:
+    wrong = [f"{m.where(node)} reads .{node.attr}"
+             for m in modules() if not (m.under("coordinator") or m.under(ENGINE_PACKAGE))
+             for node in ast.walk(m.tree)
+             if isinstance(node, ast.Attribute) and node.attr in COORDINATOR_DICTS]
+    assert not wrong, "faces see frozen views, not the coordinators' state:\n" + "\n".join(wrong)
+
+
+def test_the_rules_see_the_code() -> None:
+    """A guard against a vacuous pass: the walk finds the packages and their imports."""
+    names = {m.name for m in modules()}
+    assert {"storage.partition_log", "coordinator.transaction_coordinator", "app.engine.engine",
+            "app.kafka.produce", "app.http.api"} <= names
+    engine = next(m for m in modules() if m.name == "app.engine.engine")
+    assert any(name == "storage.log_manager" for _, name, _ in imports(engine))
+    assert all(names_the_engine(ast.parse(e, mode="eval").body)
+               for e in ("engine", "ctx.engine", "self._engine", "current_engine()"))
+    assert not names_the_engine(ast.parse("ctx.request", mode="eval").body)
