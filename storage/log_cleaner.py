@@ -244,6 +244,7 @@ def clean(log: PartitionLog, now_ms: int) -> Steps[CleanerStats]:
         except Exception:
             yield _DeleteFiles(plan.cleaned_paths(i))
             raise
+        yield log.file_deletion(group)
         after += cleaned.size
         rewritten += len(group)
     state.checkpoint = max(first_dirty, end)

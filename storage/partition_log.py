@@ -88,6 +88,7 @@ from storage.record_batch import (
     with_base_offset,
 )
 from storage.segment import LogSegment, walk_headers
+from storage.segment_deletion import FileDeletion, mark_deleted, segment_files
 from storage.txn_index import AbortedTxn
 from storage.visible_records import CountSegment, VisibleRecordIndex
 
@@ -170,16 +171,19 @@ class SnapshotWrite:
 
 @dataclass(frozen=True, slots=True)
 class SegmentDeletion:
-    """Close and delete segments the log no longer holds, and stale snapshots; ``run``
-    may execute on any thread. A crash half way leaves files below the log start
-    offset, which the next open ignores or removes."""
+    """Rename the files of segments the log no longer holds to ``.deleted`` (a
+    :class:`FileDeletion` removes them later) and close them, and delete stale
+    snapshots; ``run`` may execute on any thread. A crash half way leaves files below
+    the log start offset, which the next open ignores or removes."""
 
     segments: tuple[LogSegment, ...]
     snapshots: tuple[Path, ...]
 
     def run(self) -> None:
         for segment in self.segments:
-            segment.delete()
+            for suffix in filenames.SEGMENT_SUFFIXES:
+                mark_deleted(segment.path(suffix))
+            segment.release()
         for path in self.snapshots:
             path.unlink(missing_ok=True)
 
@@ -243,16 +247,18 @@ def swap_path(directory: Path, base_offset: int, suffix: str) -> Path:
 
 def complete_swap_files(directory: Path, base: int, replaced: tuple[int, ...] | list[int]) -> None:
     """Put the committed swap segment ``base`` in place of the segments ``replaced``:
-    delete those at other base offsets, rename each index ``.swap`` over the old
-    index (one already gone was renamed before a crash), the ``.log.swap`` last.
-    Repeating it after a crash at any step finishes the same swap."""
+    rename the files of those at other base offsets to ``.deleted``, then for each
+    index ``.swap`` and the ``.log.swap`` last, the old file at ``base`` to
+    ``.deleted`` and the ``.swap`` over it (one already gone was renamed before a
+    crash). Repeating it after a crash at any step finishes the same swap."""
     for old_base in replaced:
         if old_base != base:
             for suffix in filenames.SEGMENT_SUFFIXES:
-                filenames.segment_path(directory, old_base, suffix).unlink(missing_ok=True)
+                mark_deleted(filenames.segment_path(directory, old_base, suffix))
     for suffix in (*filenames.SEGMENT_SUFFIXES[1:], filenames.LOG_SUFFIX):
         swap = swap_path(directory, base, suffix)
         if swap.exists():
+            mark_deleted(filenames.segment_path(directory, base, suffix))
             os.replace(swap, filenames.segment_path(directory, base, suffix))
     fsync_dir(directory)
 
@@ -733,7 +739,14 @@ class PartitionLog:
         self.log_start_offset = max(self.log_start_offset, self.segments[0].base_offset)
         self.visible_records.drop_before(self.segments[0].base_offset)
         yield SegmentDeletion(tuple(doomed), self._prune_snapshots())
+        yield self.file_deletion(doomed)
         return len(doomed)
+
+    def file_deletion(self, segments: list[LogSegment]) -> FileDeletion:
+        """The job that removes the ``.deleted`` files of ``segments`` (retention's, or
+        those a swap replaced), ``file.delete.delay.ms`` after it is yielded."""
+        return FileDeletion(tuple(segment_files(self.directory, (s.base_offset for s in segments))),
+                            self.config.file_delete_delay_ms)
 
     # -- compaction ---------------------------------------------------------------------
 
@@ -845,8 +858,7 @@ class PartitionLog:
         base offset lies in the offsets it holds (Kafka's ``LogLoader``)."""
         committed: list[int] = []
         for path in self.directory.iterdir():
-            if path.name.endswith((filenames.DELETED_SUFFIX, filenames.TEMP_SUFFIX,
-                                   filenames.CLEANED_SUFFIX)):
+            if path.name.endswith((filenames.TEMP_SUFFIX, filenames.CLEANED_SUFFIX)):
                 path.unlink()
             elif (parsed := filenames.parse_swap_name(path.name)) and parsed[1] == filenames.LOG_SUFFIX:
                 committed.append(parsed[0])
@@ -860,6 +872,9 @@ class PartitionLog:
                         if (parsed := filenames.parse_offset_name(path.name))
                         and parsed[1] == filenames.LOG_SUFFIX and base <= parsed[0] < max(end, base + 1)]
             complete_swap_files(self.directory, base, replaced)
+        for path in self.directory.iterdir():  # after the swaps: completing one makes some
+            if path.name.endswith(filenames.DELETED_SUFFIX):
+                path.unlink()
 
     def _swap_end(self, base: int) -> int:
         """The offset after the last batch of the swap segment ``base`` (``base`` if empty)."""
