@@ -131,3 +131,25 @@ def test_an_open_removes_leftover_deleted_files(tmp_path: Path) -> None:
         assert deleted_files(directory)
     with DurableLogs(tmp_path / "data", clock=clock) as logs:
         assert deleted_files(logs.log("t").directory) == []
+
+
+def test_a_swap_leaves_the_replaced_files_deleted_until_their_removal(tmp_path: Path) -> None:
+    clock = FakeClock()
+    with DurableLogs(tmp_path / "data", clock=clock) as logs:
+        logs.create_topic("c", 1, {"segment.bytes": 600, "cleanup.policy": "compact"})
+        for _ in range(12):
+            logs.produce("c", 0, data_batch([b"v" * 200]))  # one key: a round keeps the last
+        log = logs.log("c")
+        log.roll()
+        steps = log.clean(clock.now_ms())
+        job = next(steps)
+        while not isinstance(job, FileDeletion):
+            job = steps.send(job.run())
+        replaced = [p.name for p in job.paths if p.name.endswith(filenames.LOG_SUFFIX + filenames.DELETED_SUFFIX)]
+        assert replaced
+        assert set(replaced) <= set(deleted_files(log.directory)), "the swap renamed what it replaced"
+        assert job.delay_ms == 60000, "Kafka's default file.delete.delay.ms"
+        steps.close()
+        job.run()
+        assert deleted_files(log.directory) == []
+        assert [s.base_offset for s in log.segments][0] == 0
