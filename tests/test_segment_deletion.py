@@ -38,6 +38,14 @@ def log_files(directory: Path) -> list[str]:
     return sorted(p.name for p in directory.iterdir() if p.suffix == filenames.LOG_SUFFIX)
 
 
+def past_retention(client: DurableLogs | Broker, clock: FakeClock, config: dict[str, int]) -> None:
+    """Topic ``t``: six segments, all past retention.ms but the active one."""
+    client.create_topic("t", 1, {"segment.bytes": 500, "retention.ms": HOUR, **config})
+    for _ in range(6):
+        client.produce("t", 0, data_batch([b"w" * 200], timestamp=clock.now_ms()))
+    clock.advance(2 * HOUR)
+
+
 def test_a_throttle_keeps_the_bytes_spent_to_its_rate() -> None:
     fake = FakeTime()
     throttle = Throttle(4 * MiB, clock=lambda: fake.now, sleep=fake.sleep)
@@ -81,10 +89,7 @@ def test_retention_renames_segments_deleted_at_once_and_removes_them_after_the_d
         tmp_path: Path) -> None:
     clock = FakeClock()
     with DurableLogs(tmp_path / "data", clock=clock) as logs:
-        logs.create_topic("t", 1, {"segment.bytes": 500, "retention.ms": HOUR, "file.delete.delay.ms": 1234})
-        for _ in range(6):
-            logs.produce("t", 0, data_batch([b"w" * 200], timestamp=clock.now_ms()))
-        clock.advance(2 * HOUR)
+        past_retention(logs, clock, {"file.delete.delay.ms": 1234})
         log = logs.log("t")
         before = log_files(log.directory)
         steps = log.delete_old_segments(clock.now_ms())
@@ -104,10 +109,7 @@ def test_retention_renames_segments_deleted_at_once_and_removes_them_after_the_d
 def test_a_broker_removes_deleted_files_after_file_delete_delay_ms(tmp_path: Path) -> None:
     clock = FakeClock()
     with Broker(tmp_path / "data", clock=clock) as broker:
-        broker.create_topic("t", 1, {"segment.bytes": 500, "retention.ms": HOUR, "file.delete.delay.ms": 300})
-        for _ in range(6):
-            broker.produce("t", 0, data_batch([b"w" * 200], timestamp=clock.now_ms()))
-        clock.advance(2 * HOUR)
+        past_retention(broker, clock, {"file.delete.delay.ms": 300})
         directory = broker.engine.logs.log("t", 0).directory
         assert broker.engine.call(broker.engine.apply_retention) > 0
         assert deleted_files(directory), "renamed at once, removed later"
@@ -120,10 +122,7 @@ def test_a_broker_removes_deleted_files_after_file_delete_delay_ms(tmp_path: Pat
 def test_an_open_removes_leftover_deleted_files(tmp_path: Path) -> None:
     clock = FakeClock()
     with DurableLogs(tmp_path / "data", clock=clock) as logs:
-        logs.create_topic("t", 1, {"segment.bytes": 500, "retention.ms": HOUR})
-        for _ in range(6):
-            logs.produce("t", 0, data_batch([b"w" * 200], timestamp=clock.now_ms()))
-        clock.advance(2 * HOUR)
+        past_retention(logs, clock, {})
         log = logs.log("t")
         steps = log.delete_old_segments(clock.now_ms())
         next(steps).run()  # a crash (or a close) before the delayed removal
