@@ -48,15 +48,17 @@ import threading
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable
+from typing import Callable, TypeVar
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from app import Broker  # noqa: E402
 from bench_storage import print_machine  # noqa: E402
+from storage import filenames  # noqa: E402
 from storage.record_batch import SimpleRecord, encode_batch  # noqa: E402
 
+T = TypeVar("T")
 KiB = 1024
 MiB = 1024 * KiB
 GiB = 1024 * MiB
@@ -68,6 +70,11 @@ BUILD_BATCH_RECORDS = 100
 DAY_MS = 24 * 3600 * 1000
 #: the script runs every cleaning round and retention pass itself
 NO_SCHEDULED_MAINTENANCE = {"log.cleaner.backoff.ms": DAY_MS, "log.retention.check.interval.ms": DAY_MS}
+#: the replaced segments' files are freed at once (not file.delete.delay.ms later), and
+#: each window lasts until they are gone: their freeing is measured, not put off
+FREE_IN_WINDOW = {"file.delete.delay.ms": 0}
+#: how long a window waits for the ``.deleted`` files to go
+FREED_DEADLINE_S = 600.0
 
 
 @dataclass(frozen=True)
@@ -203,6 +210,17 @@ class Window:
                 f"  ({len(self.latencies)} sends, {self.seconds:.1f} s)")
 
 
+def freed(workdir: Path, result: T) -> T:
+    """``result``, once no ``.deleted`` file is left under ``workdir``: the window covers
+    the freeing of what the maintenance replaced (paced, on the broker's deleter thread)."""
+    deadline = time.monotonic() + FREED_DEADLINE_S
+    while any(path.name.endswith(filenames.DELETED_SUFFIX) for path in workdir.rglob("*")):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f".deleted files still under {workdir} after {FREED_DEADLINE_S} s")
+        time.sleep(0.05)  # polling the directory; the broker gives no signal of a file freed
+    return result
+
+
 def measure(probes: list[Paced], action: Callable[[], object]) -> tuple[list[Window], object]:
     """One window per probe, over the time ``action()`` took; and what it returned."""
     begin = time.perf_counter()
@@ -213,8 +231,10 @@ def measure(probes: list[Paced], action: Callable[[], object]) -> tuple[list[Win
 
 def build(broker: Broker, sizes: Sizes, big: str, old: str) -> None:
     """A dirty compacted partition ``big`` and a partition ``old`` past retention."""
-    broker.create_topic(big, 1, {"cleanup.policy": "compact", "segment.bytes": sizes.cleaned_segment_bytes})
-    broker.create_topic(old, 1, {"segment.bytes": sizes.retained_segment_bytes, "retention.ms": DAY_MS})
+    broker.create_topic(big, 1, {"cleanup.policy": "compact", "segment.bytes": sizes.cleaned_segment_bytes,
+                                 **FREE_IN_WINDOW})
+    broker.create_topic(old, 1, {"segment.bytes": sizes.retained_segment_bytes, "retention.ms": DAY_MS,
+                                 **FREE_IN_WINDOW})
     build_partition(broker, big, sizes, None)
     build_partition(broker, old, sizes, int(time.time() * 1000) - 2 * DAY_MS)
     roll(broker, big)
@@ -244,8 +264,10 @@ def run(workdir: Path, sizes: Sizes) -> Results:
                 print(f"\ntrial {trial + 1}: built {big}-0 and {old}-0 ({sizes.partition_bytes / MiB:.0f} MiB "
                       f"each) in {time.perf_counter() - started:.0f} s; {pressure()}")
                 quiet, _ = measure(probes, lambda: time.sleep(quiet_s))
-                cleaning, rewritten = measure(probes, lambda: engine.call(engine.compact_logs, timeout=None))
-                retention, deleted = measure(probes, lambda: engine.call(engine.apply_retention, timeout=None))
+                cleaning, rewritten = measure(probes, lambda: freed(workdir, engine.call(engine.compact_logs,
+                                                                                         timeout=None)))
+                retention, deleted = measure(probes, lambda: freed(workdir, engine.call(engine.apply_retention,
+                                                                                        timeout=None)))
                 for i, probe in enumerate(PROBES):
                     print(f"  {probe:<8} quiet       {quiet[i].text()}")
                     print(f"  {probe:<8} compaction  {cleaning[i].text()}")

@@ -137,6 +137,7 @@ from storage.record_batch import (
     stored_records,
 )
 from storage.segment import LogSegment, walk_headers
+from storage.segment_deletion import FileDeletion
 from storage.segment_swap import SegmentClose, SegmentSwap
 from storage.txn_index import AbortedTxn
 
@@ -215,6 +216,8 @@ class CleanableLog(Protocol):
 
     def complete_swap(self, old: list[LogSegment], cleaned: LogSegment) -> SegmentClose: ...
 
+    def file_deletion(self, segments: list[LogSegment]) -> FileDeletion: ...
+
 
 class CleaningAbortedError(Exception):
     """A round was cancelled (its partition is being deleted, the broker is closing);
@@ -270,6 +273,7 @@ def clean(log: CleanableLog, now_ms: int) -> Steps[CleanerStats]:
         except Exception:
             yield _DeleteFiles(plan.cleaned_paths(i))
             raise
+        yield log.file_deletion(group)
         after += cleaned.size
         rewritten += len(group)
     state.checkpoint = max(first_dirty, end)

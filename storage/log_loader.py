@@ -109,8 +109,7 @@ class LogLoader:
         base offset lies in the offsets it holds (Kafka's ``LogLoader``)."""
         committed: list[int] = []
         for path in self.directory.iterdir():
-            if path.name.endswith((filenames.DELETED_SUFFIX, filenames.TEMP_SUFFIX,
-                                   filenames.CLEANED_SUFFIX)):
+            if path.name.endswith((filenames.TEMP_SUFFIX, filenames.CLEANED_SUFFIX)):
                 path.unlink()
             elif (parsed := filenames.parse_swap_name(path.name)) and parsed[1] == filenames.LOG_SUFFIX:
                 committed.append(parsed[0])
@@ -124,6 +123,9 @@ class LogLoader:
                         if (parsed := filenames.parse_offset_name(path.name))
                         and parsed[1] == filenames.LOG_SUFFIX and base <= parsed[0] < max(end, base + 1)]
             complete_swap_files(self.directory, base, replaced)
+        for path in self.directory.iterdir():  # after the swaps: completing one makes some
+            if path.name.endswith(filenames.DELETED_SUFFIX):
+                path.unlink()
 
     def _swap_end(self, base: int) -> int:
         """The offset after the last batch of the swap segment ``base`` (``base`` if empty)."""

@@ -67,6 +67,7 @@ from storage.log_loader import LogLoader, segment_holding, snapshot_offsets_in
 from storage.producer_state import CompletedTxn, ProducerStateManager
 from storage.record_batch import BatchHeader, encode_end_txn_marker, iter_headers, read_header, with_base_offset
 from storage.segment import LogSegment
+from storage.segment_deletion import FileDeletion, segment_files
 from storage.segment_swap import SegmentClose, SegmentDeletion, SegmentSwap, holds_run
 from storage.txn_index import AbortedTxn
 from storage.visible_records import CountSegment, VisibleRecordIndex
@@ -567,7 +568,14 @@ class PartitionLog:
         self.log_start_offset = max(self.log_start_offset, self.segments[0].base_offset)
         self.visible_records.drop_before(self.segments[0].base_offset)
         yield SegmentDeletion(tuple(doomed), self._prune_snapshots())
+        yield self.file_deletion(doomed)
         return len(doomed)
+
+    def file_deletion(self, segments: list[LogSegment]) -> FileDeletion:
+        """The job that removes the ``.deleted`` files of ``segments`` (retention's, or
+        those a swap replaced), ``file.delete.delay.ms`` after it is yielded."""
+        return FileDeletion(tuple(segment_files(self.directory, (s.base_offset for s in segments))),
+                            self.config.file_delete_delay_ms)
 
     # -- compaction ---------------------------------------------------------------------
 

@@ -21,21 +21,25 @@ from typing import Sequence
 from storage import filenames
 from storage.atomic_file import fsync_dir
 from storage.segment import LogSegment
+from storage.segment_deletion import mark_deleted
 from storage.visible_records import CountSegment
 
 
 @dataclass(frozen=True, slots=True)
 class SegmentDeletion:
-    """Close and delete segments the log no longer holds, and stale snapshots; ``run``
-    may execute on any thread. A crash half way leaves files below the log start
-    offset, which the next open ignores or removes."""
+    """Rename the files of segments the log no longer holds to ``.deleted`` (a
+    :class:`FileDeletion` removes them later) and close them, and delete stale
+    snapshots; ``run`` may execute on any thread. A crash half way leaves files below
+    the log start offset, which the next open ignores or removes."""
 
     segments: tuple[LogSegment, ...]
     snapshots: tuple[Path, ...]
 
     def run(self) -> None:
         for segment in self.segments:
-            segment.delete()
+            for suffix in filenames.SEGMENT_SUFFIXES:
+                mark_deleted(segment.path(suffix))
+            segment.release()
         for path in self.snapshots:
             path.unlink(missing_ok=True)
 
@@ -99,16 +103,18 @@ def swap_path(directory: Path, base_offset: int, suffix: str) -> Path:
 
 def complete_swap_files(directory: Path, base: int, replaced: tuple[int, ...] | list[int]) -> None:
     """Put the committed swap segment ``base`` in place of the segments ``replaced``:
-    delete those at other base offsets, rename each index ``.swap`` over the old
-    index (one already gone was renamed before a crash), the ``.log.swap`` last.
-    Repeating it after a crash at any step finishes the same swap."""
+    rename the files of those at other base offsets to ``.deleted``, then for each
+    index ``.swap`` and the ``.log.swap`` last, the old file at ``base`` to
+    ``.deleted`` and the ``.swap`` over it (one already gone was renamed before a
+    crash). Repeating it after a crash at any step finishes the same swap."""
     for old_base in replaced:
         if old_base != base:
             for suffix in filenames.SEGMENT_SUFFIXES:
-                filenames.segment_path(directory, old_base, suffix).unlink(missing_ok=True)
+                mark_deleted(filenames.segment_path(directory, old_base, suffix))
     for suffix in (*filenames.SEGMENT_SUFFIXES[1:], filenames.LOG_SUFFIX):
         swap = swap_path(directory, base, suffix)
         if swap.exists():
+            mark_deleted(filenames.segment_path(directory, base, suffix))
             os.replace(swap, filenames.segment_path(directory, base, suffix))
     fsync_dir(directory)
 

@@ -28,6 +28,12 @@ filtering and writing) would hold the interpreter's GIL against the loop even on
 thread; its thread hands it to the ``exactly-cleaner`` worker process
 (``app/engine/worker_process.py``) and waits. Plan and install stay on the loop.
 
+A :class:`~storage.segment_deletion.FileDeletion` (the ``.deleted`` files of the
+segments a swap or retention replaced) is not waited for: it starts
+``file.delete.delay.ms`` later on the ``exactly-deleter`` thread, which gives the
+blocks back at a bounded rate, and the steps go on at once. Closing cancels the ones
+waiting or running; the next open removes their files.
+
 A topic being deleted, or the engine closing, first cancels its partitions' jobs
 (:meth:`Maintenance.quiesce`): a cleaning job in progress or to come -- in the
 worker process too -- stops at its next batch, and the round deletes what it wrote.
@@ -47,6 +53,7 @@ from app.engine.worker_process import WorkerProcess
 from storage.background import Cancellable, Job, ProcessJob, Steps
 from storage.errors import LogDirFullError, is_no_space, storage_error
 from storage.partition_log import PartitionLog
+from storage.segment_deletion import FileDeletion
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -89,6 +96,9 @@ class Maintenance:
         self.metadata = Worker(loop, "exactly-metadata")
         #: the CPU work of cleaning rounds, out of this interpreter
         self.process = WorkerProcess("exactly-cleaner", nice=MAINTENANCE_NICE)
+        #: removing the files of replaced segments, file.delete.delay.ms after
+        self.deleter = Worker(loop, "exactly-deleter", nice=MAINTENANCE_NICE)
+        self._deletions: set[FileDeletion] = set()
         self._slots: weakref.WeakKeyDictionary[PartitionLog, _Slot] = weakref.WeakKeyDictionary()
         self._in_flight: set[asyncio.Future[Any]] = set()
         self._closing = False
@@ -145,6 +155,10 @@ class Maintenance:
                 job = steps.send(result) if error is None else steps.throw(error)
             except StopIteration as stop:
                 return stop.value
+            if isinstance(job, FileDeletion):
+                self._delete_later(job)
+                result, error = None, None
+                continue
             if isinstance(job, ProcessJob):
                 job = self.process.call(job)
             if slot is not None:
@@ -158,6 +172,25 @@ class Maintenance:
             finally:
                 if slot is not None:
                     slot.job = None
+
+    def _delete_later(self, deletion: FileDeletion) -> None:
+        """Run ``deletion`` on the deleter thread once its delay has passed."""
+        if self._closing:
+            return
+        self._deletions.add(deletion)
+        self._loop.call_later(deletion.delay_ms / 1000, self._start_deletion, deletion)
+
+    def _start_deletion(self, deletion: FileDeletion) -> None:
+        if self._closing:
+            return
+        task = self._track(self._delete(deletion))
+        task.add_done_callback(_log_failure)
+
+    async def _delete(self, deletion: FileDeletion) -> None:
+        try:
+            await self.deleter.run(deletion)
+        finally:
+            self._deletions.discard(deletion)
 
     def _no_space(self, error: Exception) -> Exception:
         """A job's error as the steps get it: a full disk as LogDirFullError, reported."""
@@ -190,6 +223,8 @@ class Maintenance:
     async def close(self) -> None:
         """Cancel every partition's maintenance and wait for every job in flight."""
         self._closing = True
+        for deletion in self._deletions:
+            deletion.cancel()
         await self.quiesce(list(self._slots.keys()))
         while self._in_flight:
             await asyncio.gather(*list(self._in_flight), return_exceptions=True)
@@ -198,6 +233,7 @@ class Maintenance:
         """End the worker process and the threads (after close, once the loop has stopped)."""
         self.process.stop()
         self.partitions.stop()
+        self.deleter.stop()
         self.metadata.stop()
 
 
