@@ -17,9 +17,8 @@ from collections import Counter
 from dataclasses import asdict, fields
 from typing import TYPE_CHECKING, Any
 
-from app.client import consumer_protocol
 from app.config import BrokerConfig
-from coordinator import offsets_log, transaction_log
+from coordinator import consumer_protocol, offsets_log, transaction_log
 from coordinator.schema import SchemaError
 from coordinator.transaction_state import TransactionState
 from storage.errors import GroupIdNotFoundError, OffsetOutOfRangeError, TransactionalIdNotFoundError
