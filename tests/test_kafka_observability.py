@@ -13,7 +13,7 @@ from confluent_kafka import KafkaException, Producer
 
 from app.engine import queries
 from app.http import create_app
-from app.http.ui import FRAGMENTS
+from app.http.ui_blueprint import FRAGMENTS
 from app.kafka.api import ApiKey
 from tests.kafka_support import KafkaBroker, RawClient, read_to_end, wait_until
 

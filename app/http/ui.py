@@ -30,44 +30,20 @@ import time
 from datetime import datetime, timezone
 from typing import Any
 
-from flask import (
-    Blueprint,
-    Response,
-    current_app,
-    flash,
-    redirect,
-    render_template,
-    request,
-    session,
-    url_for,
-)
+from flask import Response, current_app, redirect, render_template, request, session, url_for
 from werkzeug.exceptions import HTTPException, NotFound
-from werkzeug.routing import PathConverter
 
 from app.engine import queries
 from app.http import current_engine, current_settings, mirror_db
 from app.http.errors import log_mirror_error, log_server_error, status_for
 from app.http.history import History, chart
+from app.http.ui_blueprint import FRAGMENTS, back, bp, call, done, is_local, page, render
 from coordinator.transaction_state import AbortCause, TransactionState
 from storage import errors as e
 from storage.record_batch import ControlType
 
 log = logging.getLogger(__name__)
 
-bp = Blueprint("ui", __name__)
-
-
-class ConsolePathConverter(PathConverter):
-    """A path outside the API and the static files: the catch-all 404 page takes
-    only these, so ``/v3`` keeps its own 404 and 405 answers."""
-
-    regex = r"(?!v3(?:/|$)|openapi\.json$|metrics$|static/)[^/].*?"
-
-
-# registered before the routes below are added (a deferred function of the blueprint)
-bp.record_once(lambda state: state.app.url_map.converters.setdefault("console_path", ConsolePathConverter))
-
-FRAGMENTS = "/fragments"
 #: transaction states, in Kafka's order (the filter chips)
 STATES = tuple(state.display for state in TransactionState)
 OPEN_STATES = tuple(state.display for state in TransactionState if state.is_open)
@@ -78,40 +54,6 @@ HISTORY_LIMIT = 50
 # -- rendering ------------------------------------------------------------------------------
 
 
-def _call(fn, *args: Any, **kwargs: Any) -> Any:
-    engine = current_engine()
-    return engine.call(fn, engine, *args, **kwargs)
-
-
-def _is_fragment() -> bool:
-    return request.path.startswith(FRAGMENTS + "/")
-
-
-def _page_path() -> str:
-    """The page's own path and query (a fragment's URL without ``/fragments``)."""
-    path = request.full_path.rstrip("?")
-    return path.removeprefix(FRAGMENTS) if _is_fragment() else path
-
-
-def page(rule: str):
-    """Register a view at ``rule`` (endpoint: its name) and at ``/fragments<rule>``
-    (endpoint: its name + ``_fragment``), so ``url_for`` always builds the page's URL."""
-    def register(view):
-        bp.add_url_rule(rule, view.__name__, view, methods=["GET"])
-        bp.add_url_rule(FRAGMENTS + rule, view.__name__ + "_fragment", view, methods=["GET"])
-        return view
-    return register
-
-
-def _render(name: str, **context: Any) -> str:
-    """The page ``<name>.html``, or only its live part when the fragment was asked for."""
-    page_path = _page_path()
-    context.update(page_path=page_path, fragment_url=FRAGMENTS + page_path)
-    if _is_fragment():
-        return render_template(f"fragments/{name}.html", **context)
-    return render_template(f"{name}.html", **context)
-
-
 def _history() -> History | None:
     return current_app.extensions.get("exactly.history")
 
@@ -119,14 +61,14 @@ def _history() -> History | None:
 @bp.app_template_global()
 def status_badge() -> dict[str, Any]:
     """What the header's live badge says: how many partitions hold read_committed back."""
-    blockers = _call(queries.lso_blockers)
+    blockers = call(queries.lso_blockers)
     return {"blocked": len(blockers), "topics": sorted({b["topic_name"] for b in blockers})}
 
 
 @bp.app_template_global()
 def storage_state() -> dict[str, Any]:
     """What the banner under the header says while writes are refused (none: no banner)."""
-    return _call(queries.storage)
+    return call(queries.storage)
 
 
 @bp.app_template_global()
@@ -209,7 +151,7 @@ def percent(part: int | None, whole: int | None) -> int:
 
 @page("/")
 def overview():
-    data = _call(queries.dashboard)
+    data = call(queries.dashboard)
     counts = None
     db = mirror_db()
     if db is not None:
@@ -217,7 +159,7 @@ def overview():
             counts = queries.finished_counts(db)
         except Exception as error:  # the mirror is optional: it never breaks the first page
             log_mirror_error(log, error, "reading the SQLite mirror failed")
-    return _render("overview", data=data, mirror_counts=counts)
+    return render("overview", data=data, mirror_counts=counts)
 
 
 @bp.get(FRAGMENTS + "/status")
@@ -233,7 +175,7 @@ def storage_banner():
 @page("/transactions")
 def transactions():
     state = request.args.get("state", "")
-    everything = _call(queries.transactions)
+    everything = call(queries.transactions)
     counts = {s: sum(1 for t in everything if t["state"] == s) for s in STATES}
     if state == "open":
         shown = [t for t in everything if t["state"] in OPEN_STATES]
@@ -241,15 +183,15 @@ def transactions():
         shown = [t for t in everything if t["state"] == state]
     else:
         shown = everything
-    holding = {h["transactional_id"] for b in _call(queries.lso_blockers) for h in b["holders"]}
-    return _render("transactions", transactions=shown, total=len(everything), state=state,
+    holding = {h["transactional_id"] for b in call(queries.lso_blockers) for h in b["holders"]}
+    return render("transactions", transactions=shown, total=len(everything), state=state,
                    counts=counts, open_count=sum(counts[s] for s in OPEN_STATES),
                    holding=holding, states=[s for s in STATES if counts[s] or s == state])
 
 
 @page("/transactions/<path:txn_id>")
 def transaction(txn_id: str):
-    detail = _call(queries.transaction_detail, txn_id)
+    detail = call(queries.transaction_detail, txn_id)
     history, history_error = None, None
     db = mirror_db()
     if db is not None:
@@ -257,7 +199,7 @@ def transaction(txn_id: str):
             history = queries.transaction_history(db, txn_id, HISTORY_LIMIT)
         except Exception as error:  # the mirror is optional: the live state still shows
             history_error = f"reference {log_server_error(error)} in the broker's log"
-    return _render("transaction", txn=detail, history=history, history_error=history_error,
+    return render("transaction", txn=detail, history=history, history_error=history_error,
                    mirror=db is not None, timeline=_timeline(detail["state"]))
 
 
@@ -279,61 +221,40 @@ def _timeline(state: str) -> list[dict[str, Any]]:
 
 @page("/topics/<topic>/partitions/<int:partition>")
 def partition(topic: str, partition: int):
-    detail = _call(queries.partition, topic, partition)
+    detail = call(queries.partition, topic, partition)
     now = current_engine().clock.now_ms()
     history = _history()
     samples = []
     if history is not None:
         history.observe(topic, partition, now, detail["high_watermark"], detail["last_stable_offset"])
         samples = history.series(topic, partition)
-    holders = next((b["holders"] for b in _call(queries.lso_blockers)
+    holders = next((b["holders"] for b in call(queries.lso_blockers)
                     if (b["topic_name"], b["partition_id"]) == (topic, partition)), [])
     offset = request.args.get("offset", type=int)
-    return _render("partition", p=detail, holders=holders,
-                   segments=_call(queries.segments, topic, partition),
-                   producers=_call(queries.producers, topic, partition),
-                   aborted=_call(queries.aborted_transactions, topic, partition),
-                   records=_call(queries.records, topic, partition, offset),
+    return render("partition", p=detail, holders=holders,
+                   segments=call(queries.segments, topic, partition),
+                   producers=call(queries.producers, topic, partition),
+                   aborted=call(queries.aborted_transactions, topic, partition),
+                   records=call(queries.records, topic, partition, offset),
                    chart=chart(samples, now), now_ms=now)
 
 
 @page("/groups")
 def groups():
-    return _render("groups", groups=_call(queries.groups_summary))
+    return render("groups", groups=call(queries.groups_summary))
 
 
 @page("/clients")
 def clients():
-    return _render("clients", clients=_call(queries.kafka_clients), now_ms=current_engine().clock.now_ms())
+    return render("clients", clients=call(queries.kafka_clients), now_ms=current_engine().clock.now_ms())
 
 
 @page("/groups/<path:group_id>")
 def group(group_id: str):
-    return _render("group", g=_call(queries.group, group_id))
+    return render("group", g=call(queries.group, group_id))
 
 
 # -- writes ---------------------------------------------------------------------------------
-
-
-def _local(target: str) -> bool:
-    """A path on this server (``//host`` and ``/\\host`` are other hosts to a browser)."""
-    return target.startswith("/") and target[1:2] not in ("/", "\\")
-
-
-def _back(default: str) -> str:
-    target = request.form.get("next", "")
-    return target if _local(target) else default
-
-
-def _done(message: str, category: str, target: str) -> Response:
-    """Flash ``message`` and go back to ``target``: htmx follows ``HX-Redirect``, a
-    plain form a 303."""
-    flash(message, category)
-    if request.headers.get("HX-Request"):
-        response = Response(status=204)
-        response.headers["HX-Redirect"] = target
-        return response
-    return redirect(target, code=303)
 
 
 def _actor() -> str:
@@ -343,34 +264,34 @@ def _actor() -> str:
 
 @bp.post("/transactions/<path:txn_id>/abort")
 def abort_transaction(txn_id: str):
-    target = _back(url_for("ui.transaction", txn_id=txn_id))
+    target = back(url_for("ui.transaction", txn_id=txn_id))
     engine = current_engine()
     started = time.monotonic()
     try:
         engine.call(engine.transaction_coordinator.admin_abort, txn_id, _actor())
     except e.KafkaError as error:
-        return _done(f"Could not abort {txn_id}: {error.name} — {error}", "error", target)
+        return done(f"Could not abort {txn_id}: {error.name} — {error}", "error", target)
     took = (time.monotonic() - started) * 1000
     state = engine.call(engine.transaction_coordinator.describe, txn_id)
     if state is not None and state.state.outcome is ControlType.COMMIT:  # its commit was decided: completed
-        return _done(f"Completed the decided commit of {txn_id}: COMMIT markers are written "
+        return done(f"Completed the decided commit of {txn_id}: COMMIT markers are written "
                      f"({took:.0f} ms). read_committed consumers move on.", "success", target)
-    return _done(f"Aborted {txn_id}: its producer is fenced and ABORT markers are written "
+    return done(f"Aborted {txn_id}: its producer is fenced and ABORT markers are written "
                  f"({took:.0f} ms). read_committed consumers move on.", "success", target)
 
 
 @bp.post("/topics/<topic>/partitions/<int:partition>/producers/<int:producer_id>/abort")
 def abort_hanging(topic: str, partition: int, producer_id: int):
-    target = _back(url_for("ui.partition", topic=topic, partition=partition))
+    target = back(url_for("ui.partition", topic=topic, partition=partition))
     engine = current_engine()
     try:
         result = engine.call(engine.abort_hanging_transaction, topic, partition, producer_id, _actor())
     except e.KafkaError as error:
-        return _done(f"Could not abort producer {producer_id} on {topic}-{partition}: "
+        return done(f"Could not abort producer {producer_id} on {topic}-{partition}: "
                      f"{error.name} — {error}", "error", target)
     how = (f"aborted the transaction of {result.transactional_id}" if result.transactional_id
            else f"wrote an ABORT marker on {topic}-{partition}")
-    return _done(f"Producer {producer_id}: {how}; epoch {result.producer_epoch} fences it. "
+    return done(f"Producer {producer_id}: {how}; epoch {result.producer_epoch} fences it. "
                  f"The LSO of {topic}-{partition} is {result.last_stable_offset}.", "success", target)
 
 
@@ -386,7 +307,7 @@ def login():
             session.clear()
             session["authenticated"] = True
             target = request.args.get("next", "/")
-            return redirect(target if _local(target) else url_for("ui.overview"))
+            return redirect(target if is_local(target) else url_for("ui.overview"))
         error = "That token is not the broker's." if token else "This broker has no token: the console is open."
     return render_template("login.html", error=error, token_configured=bool(token))
 
