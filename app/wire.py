@@ -2,9 +2,9 @@
 ``kio`` (which generates every API version's types from Kafka's JSON definitions).
 
 Shared by both ends of the wire: the listener (``app/kafka/``) builds its responses
-with :func:`build`; Kafka-protocol clients (``app/spark/kafka_client.py``, the tests'
-raw client) frame requests with :func:`encode_request` and read answers with
-:func:`decode_response`.
+with :func:`build`; the Kafka-protocol client (``app/spark/kafka_client.py``, which
+the tests use as their raw client) frames requests with :func:`encode_request` and
+reads answers with :func:`decode_response`.
 
 A mapping has one shape for every version of an API (as Kafka's generated ``*Data``
 classes are): a field that version does not have is left out; a field the mapping

@@ -1,6 +1,6 @@
 """Test support for the Kafka listener: a served broker on 127.0.0.1, and a raw
-protocol client that speaks single requests with kio (for what real clients never
-send: exact versions, pipelining, bad frames)."""
+protocol connection to it (``app/spark/kafka_client.py``'s, for what real clients
+never send: exact versions, pipelining, bad frames)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any, Callable, Mapping
 from app import Broker
 from app.kafka import KafkaListener, attach
 from app.listeners import bind
-from app.wire import decode_response, encode_request
+from app.spark.kafka_client import KafkaConnection
 
 #: internal topics of 3 partitions instead of 50, as tests/conftest.py does
 CONFIG = {"transaction.state.log.num.partitions": 3, "offsets.topic.num.partitions": 3}
@@ -55,55 +55,9 @@ class KafkaBroker:
 SOFTWARE = {"client_software_name": "raw-test", "client_software_version": "1.0"}
 
 
-class RawClient:
-    """One connection; requests built from mappings (``app/wire.py``)."""
-
-    def __init__(self, port: int, client_id: str | None = "raw-test", timeout: float = 10) -> None:
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
-        self.client_id = client_id
-        self._next_correlation = 0
-
-    def frame(self, api_key: int, version: int, body: Mapping[str, Any], correlation_id: int | None = None) -> bytes:
-        """The bytes of one request frame."""
-        if correlation_id is None:
-            correlation_id = self._next_correlation
-            self._next_correlation += 1
-        return encode_request(api_key, version, correlation_id, self.client_id, body)
-
-    def send(self, api_key: int, version: int, body: Mapping[str, Any], correlation_id: int | None = None) -> None:
-        self.sock.sendall(self.frame(api_key, version, body, correlation_id))
-
-    def read_frame(self) -> bytes:
-        size = int.from_bytes(self._read_exactly(4), "big")
-        return self._read_exactly(size)
-
-    def receive(self, api_key: int, version: int) -> tuple[int, Any]:
-        """``(correlation id, response entity)`` of the next response."""
-        return decode_response(api_key, version, self.read_frame())
-
-    def request(self, api_key: int, version: int, body: Mapping[str, Any]) -> Any:
-        self.send(api_key, version, body)
-        return self.receive(api_key, version)[1]
-
-    def closed_by_peer(self) -> bool:
-        """True when the broker has closed the connection (reads EOF or a reset)."""
-        try:
-            return self.sock.recv(1) == b""
-        except ConnectionResetError:
-            return True
-
-    def _read_exactly(self, size: int) -> bytes:
-        chunks, left = [], size
-        while left:
-            chunk = self.sock.recv(left)
-            if not chunk:
-                raise ConnectionError("closed by the broker")
-            chunks.append(chunk)
-            left -= len(chunk)
-        return b"".join(chunks)
-
-    def close(self) -> None:
-        self.sock.close()
+def raw_connection(port: int, client_id: str | None = "raw-test", timeout: float = 10) -> KafkaConnection:
+    """A raw protocol connection to a broker on 127.0.0.1 (the Spark sink's own)."""
+    return KafkaConnection("127.0.0.1", port, client_id, timeout)
 
 
 def wait_until(condition: Callable[[], Any], timeout: float = 30, what: str = "condition") -> Any:

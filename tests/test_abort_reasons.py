@@ -204,11 +204,11 @@ def test_over_the_wire_a_produce_of_the_timed_out_epoch_says_why(tmp_path: Path)
     there that its transaction timed out (EndTxn and AddPartitionsToTxn carry codes only)."""
     from app.kafka.api import ApiKey
     from storage.record_batch import SimpleRecord, encode_batch
-    from tests.kafka_support import KafkaBroker, RawClient, wait_until
+    from tests.kafka_support import KafkaBroker, raw_connection, wait_until
 
     with KafkaBroker(tmp_path / "data", **{"transaction.abort.timed.out.transaction.cleanup.interval.ms": 100}) as kafka:
         kafka.broker.create_topic("t", 1)
-        raw = RawClient(kafka.port)
+        raw = raw_connection(kafka.port)
         try:
             init = raw.request(ApiKey.INIT_PRODUCER_ID, 4, {"transactional_id": "tx", "transaction_timeout": 1,
                                                             "producer_id": -1, "producer_epoch": -1})

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.client import consumer_protocol as cp
+from coordinator import consumer_protocol as cp
 from coordinator.schema import SchemaError
 
 

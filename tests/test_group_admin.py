@@ -247,9 +247,10 @@ def test_the_sqlite_mirror_follows_the_tombstones(orders):
 
 def test_offset_delete_over_the_wire_spares_topics_the_members_consume(tmp_path: Path):
     from app.kafka.api import ApiKey
-    from tests.kafka_support import KafkaBroker, RawClient
+    from app.spark.kafka_client import KafkaConnection
+    from tests.kafka_support import KafkaBroker, raw_connection
 
-    def offset_delete(raw: RawClient, group: str, topics: dict[str, list[int]]):
+    def offset_delete(raw: KafkaConnection, group: str, topics: dict[str, list[int]]):
         return raw.request(ApiKey.OFFSET_DELETE, 0, {"group_id": group, "topics": [
             {"name": t, "partitions": [{"partition_index": p} for p in ps]} for t, ps in topics.items()]})
 
@@ -260,7 +261,7 @@ def test_offset_delete_over_the_wire_spares_topics_the_members_consume(tmp_path:
         broker = kafka.broker
         broker.create_topic("orders", 2)
         broker.create_topic("other", 1)
-        raw = RawClient(kafka.port)
+        raw = raw_connection(kafka.port)
         _commit(broker, "old", {("orders", 0): 3, ("orders", 1): 4})
         assert codes(offset_delete(raw, "old", {"orders": [0]})) == {("orders", 0): 0}
         assert _committed(broker, "old") == {("orders", 1): 4}

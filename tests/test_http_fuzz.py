@@ -35,8 +35,8 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from app import Broker
-from app.client import consumer_protocol
 from app.http import create_app, document, models
+from coordinator import consumer_protocol
 from coordinator.group_metadata import CommittedOffset
 from tests.conftest import SMALL_INTERNAL_TOPICS
 

@@ -20,11 +20,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app import Broker
-from app.client import consumer_protocol
 from app.http import codec, create_app
 from app.http.codec import MAX_TIME_MS, iso_time
 from app.http.validation import json_values
 from app.http.server import HttpServer
+from coordinator import consumer_protocol
 from coordinator.group_metadata import CommittedOffset
 from coordinator.transaction_coordinator import TransactionCoordinator
 from storage.clock import FakeClock

@@ -20,9 +20,11 @@ from hypothesis import strategies as st
 
 from app import Broker
 from app.kafka.api import ApiKey
+from app.spark.kafka_client import KafkaConnection
+from app.wire import encode_request
 from storage import filenames
 from storage.record_batch import SimpleRecord, encode_batch, validate_batch
-from tests.kafka_support import CONFIG, SOFTWARE, KafkaBroker, RawClient, wait_until
+from tests.kafka_support import CONFIG, SOFTWARE, KafkaBroker, raw_connection, wait_until
 
 pytestmark = pytest.mark.timeout(300)
 SERVER_LOG = "app.kafka.server"
@@ -38,13 +40,13 @@ def logged(caplog: pytest.LogCaptureFixture, *parts: str) -> bool:
     return any(all(p in r.getMessage() for p in parts) for r in caplog.records)
 
 
-def address(client: RawClient) -> str:
+def address(client: KafkaConnection) -> str:
     host, port = client.sock.getsockname()[:2]
     return f"{host}:{port}"
 
 
 def still_serves(kafka: KafkaBroker) -> None:
-    other = RawClient(kafka.port, client_id="bystander")
+    other = raw_connection(kafka.port, client_id="bystander")
     assert other.request(ApiKey.API_VERSIONS, 3, SOFTWARE).error_code == 0
     other.close()
 
@@ -52,7 +54,7 @@ def still_serves(kafka: KafkaBroker) -> None:
 @pytest.mark.parametrize("size", [104_857_601, 2**31 - 1, -5])
 def test_a_size_outside_socket_request_max_bytes_closes_the_connection(kafka: KafkaBroker, caplog, size: int) -> None:
     caplog.set_level(logging.WARNING, logger=SERVER_LOG)
-    bad = RawClient(kafka.port)
+    bad = raw_connection(kafka.port)
     bad.sock.sendall(struct.pack(">i", size))
     assert bad.closed_by_peer()
     assert logged(caplog, address(bad), f"request size {size}", "socket.request.max.bytes")
@@ -63,7 +65,7 @@ def test_socket_request_max_bytes_is_configurable(tmp_path: Path, caplog) -> Non
     caplog.set_level(logging.WARNING, logger=SERVER_LOG)
     with KafkaBroker(tmp_path / "d", **{"socket.request.max.bytes": 1000}) as kafka:
         kafka.broker.create_topic("t", 1)
-        client = RawClient(kafka.port)
+        client = raw_connection(kafka.port)
         records = encode_batch([SimpleRecord(bytes(2000))])
         client.send(ApiKey.PRODUCE, 9, {"acks": -1, "timeout": 1000, "topic_data": [
             {"name": "t", "partition_data": [{"index": 0, "records": records}]}]})
@@ -73,7 +75,7 @@ def test_socket_request_max_bytes_is_configurable(tmp_path: Path, caplog) -> Non
 
 def test_http_garbage_is_refused(kafka: KafkaBroker, caplog) -> None:
     caplog.set_level(logging.WARNING, logger=SERVER_LOG)
-    bad = RawClient(kafka.port)
+    bad = raw_connection(kafka.port)
     bad.sock.sendall(b"GET / HTTP/1.1\r\nHost: localhost\r\n\r\n")
     assert bad.closed_by_peer()
     assert logged(caplog, address(bad), "request size 1195725856")  # b"GET " as a size
@@ -82,7 +84,7 @@ def test_http_garbage_is_refused(kafka: KafkaBroker, caplog) -> None:
 
 def test_an_undecodable_request_is_logged_after_earlier_requests_are_answered(kafka: KafkaBroker, caplog) -> None:
     caplog.set_level(logging.WARNING, logger=SERVER_LOG)
-    client = RawClient(kafka.port, client_id="sloppy")
+    client = raw_connection(kafka.port, client_id="sloppy")
     good = client.frame(ApiKey.API_VERSIONS, 3, SOFTWARE, correlation_id=1)
     metadata = client.frame(ApiKey.METADATA, 8, {"topics": [{"name": "t"}]}, correlation_id=2)
     truncated = struct.pack(">i", len(metadata) - 4 - 3) + metadata[4:-3]
@@ -95,7 +97,7 @@ def test_an_undecodable_request_is_logged_after_earlier_requests_are_answered(ka
 
 def test_a_frame_too_short_for_a_header_is_refused(kafka: KafkaBroker, caplog) -> None:
     caplog.set_level(logging.WARNING, logger=SERVER_LOG)
-    client = RawClient(kafka.port)
+    client = raw_connection(kafka.port)
     client.sock.sendall(struct.pack(">i", 3) + b"\x00\x12\x00")
     assert client.closed_by_peer()
     assert logged(caplog, address(client), "shorter than a request header")
@@ -103,7 +105,7 @@ def test_a_frame_too_short_for_a_header_is_refused(kafka: KafkaBroker, caplog) -
 
 def test_a_disconnect_in_the_middle_of_a_request_is_logged(kafka: KafkaBroker, caplog) -> None:
     caplog.set_level(logging.WARNING, logger=SERVER_LOG)
-    client = RawClient(kafka.port)
+    client = raw_connection(kafka.port)
     where = address(client)
     client.sock.sendall(struct.pack(">i", 100) + bytes(10))
     client.sock.shutdown(socket.SHUT_WR)
@@ -121,7 +123,7 @@ def test_a_client_that_never_reads_stalls_only_itself(tmp_path: Path, caplog) ->
         kafka.broker.create_topic("big", 1)
         for _ in range(4):
             kafka.broker.produce("big", 0, encode_batch([SimpleRecord(bytes(256 * 1024))]))
-        hog = RawClient(kafka.port, client_id="hog")
+        hog = raw_connection(kafka.port, client_id="hog")
         hog.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         fetch = hog.frame(ApiKey.FETCH, 11, {"max_wait": 0, "min_bytes": 1, "max_bytes": 1 << 20,
                                              "isolation_level": 0, "session_epoch": -1, "topics": [
@@ -150,8 +152,6 @@ def test_a_client_that_never_reads_stalls_only_itself(tmp_path: Path, caplog) ->
 def _seed_frames() -> list[bytes]:
     """Valid requests of many APIs and versions, for mutation (no CreateTopics: a
     mutated partition count could ask for billions of partitions, as it could of Kafka)."""
-    client = RawClient.__new__(RawClient)
-    client.client_id, client._next_correlation = "fuzz", 0
     batch = encode_batch([SimpleRecord(b"value", key=b"key")], producer_id=7, producer_epoch=0, base_sequence=0)
     requests = [
         (ApiKey.API_VERSIONS, 0, {}), (ApiKey.API_VERSIONS, 4, SOFTWARE),
@@ -180,7 +180,8 @@ def _seed_frames() -> list[bytes]:
         (ApiKey.DESCRIBE_CONFIGS, 2, {"resources": [{"resource_type": 2, "resource_name": "fuzz"}]}),
         (ApiKey.LIST_TRANSACTIONS, 1, {}), (ApiKey.DESCRIBE_GROUPS, 4, {"groups": ["fg"]}),
     ]
-    return [client.frame(key, version, body) for key, version, body in requests]
+    return [encode_request(key, version, correlation, "fuzz", body)
+            for correlation, (key, version, body) in enumerate(requests)]
 
 
 SEEDS = _seed_frames()

@@ -37,7 +37,7 @@ from storage.record_batch import (
 )
 from storage.varint import encode_uvarint
 from tests.kafka_fuzz import HOSTILE, RequestWriter, ServedBroker, broken_batches, served
-from tests.kafka_support import SOFTWARE, KafkaBroker, RawClient, wait_until
+from tests.kafka_support import SOFTWARE, KafkaBroker, raw_connection, wait_until
 
 pytestmark = pytest.mark.timeout(180)
 SERVER_LOG = "app.kafka.server"
@@ -74,13 +74,13 @@ def test_a_tiny_frame_claiming_billions_of_elements_closes_only_its_connection(
         served_broker: ServedBroker, what: str) -> None:
     frame = HUGE_ARRAYS[what]
     assert len(frame) <= 28
-    bad = RawClient(served_broker.port, client_id="x")
+    bad = raw_connection(served_broker.port, client_id="x")
     bad.sock.sendall(frame)
     assert bad.closed_by_peer()
     assert served_broker.alive, served_broker.log()
     assert wait_until(lambda: "4294967294 elements claimed" in served_broker.log(), what="the log line")
     assert served_broker.memory_kb()[1] < 1_000_000, "a peak RSS of a GB or more"
-    other = RawClient(served_broker.port)
+    other = raw_connection(served_broker.port)
     assert other.request(ApiKey.API_VERSIONS, 3, SOFTWARE).error_code == 0
     other.close()
 
@@ -132,7 +132,7 @@ def test_unknown_tagged_fields_are_skipped_as_kafka_skips_them(kafka: KafkaBroke
     unknown = b"\x02" + encode_uvarint(500) + b"\x01z" + encode_uvarint(9000) + b"\x03abc"
     header = struct.pack(">hhih", ApiKey.FIND_COORDINATOR, 4, 12, 1) + b"x" + unknown
     body = b"\x01" + b"\x02" + b"\x03tx" + unknown  # transactions, one key "tx"
-    client = RawClient(kafka.port)
+    client = raw_connection(kafka.port)
     client.sock.sendall(struct.pack(">i", len(header + body)) + header + body)
     correlation_id, response = client.receive(ApiKey.FIND_COORDINATOR, 4)
     assert correlation_id == 12
@@ -141,7 +141,7 @@ def test_unknown_tagged_fields_are_skipped_as_kafka_skips_them(kafka: KafkaBroke
 
 def test_a_null_where_the_schema_allows_none_is_refused_before_the_handler(kafka: KafkaBroker, caplog) -> None:
     caplog.set_level(logging.WARNING, logger=SERVER_LOG)
-    client = RawClient(kafka.port)
+    client = raw_connection(kafka.port)
     client.sock.sendall(frame_of(ApiKey.PRODUCE, 9, b"\x00" + struct.pack(">hi", 1, 1000) + b"\x00\x00"))
     assert client.closed_by_peer()
     assert any("ProduceRequest.topic_data: null" in r.getMessage() for r in caplog.records)
@@ -181,7 +181,7 @@ def test_record_batches_that_lie_inside_get_their_partitions_error(kafka: KafkaB
     refused with CORRUPT_MESSAGE, INVALID_RECORD or UNSUPPORTED_COMPRESSION_TYPE, nothing
     is appended, and the connection goes on serving."""
     kafka.broker.create_topic("t", 1)
-    client = RawClient(kafka.port)
+    client = raw_connection(kafka.port)
     good = RequestWriter(random.Random(0)).batch
     for what, batch in broken_batches(good, random.Random(1)):
         response = client.request(ApiKey.PRODUCE, 9, {"acks": -1, "timeout": 1000, "topic_data": [
@@ -202,7 +202,7 @@ def test_record_batches_that_lie_inside_get_their_partitions_error(kafka: KafkaB
 ])
 def test_api_versions_v3_refuses_a_software_name_or_version_kafka_refuses(kafka: KafkaBroker, name: str,
                                                                          version: str) -> None:
-    client = RawClient(kafka.port)
+    client = raw_connection(kafka.port)
     for api_version in (3, 4):
         response = client.request(ApiKey.API_VERSIONS, api_version,
                                   {"client_software_name": name, "client_software_version": version})
@@ -216,14 +216,14 @@ def test_api_versions_v3_refuses_a_software_name_or_version_kafka_refuses(kafka:
 @pytest.mark.parametrize("name, version", [("a", "1"), ("confluent-kafka-python", "2.5.0-rdkafka-2.5.0"),
                                            ("kafka.python", "2.0.2")])
 def test_api_versions_v3_accepts_what_kafka_accepts(kafka: KafkaBroker, name: str, version: str) -> None:
-    client = RawClient(kafka.port)
+    client = raw_connection(kafka.port)
     response = client.request(ApiKey.API_VERSIONS, 3, {"client_software_name": name,
                                                        "client_software_version": version})
     assert response.error_code == 0 and response.api_keys
 
 
 def test_api_versions_before_v3_carries_no_software_name_to_check(kafka: KafkaBroker) -> None:
-    assert RawClient(kafka.port).request(ApiKey.API_VERSIONS, 2, {}).error_code == 0
+    assert raw_connection(kafka.port).request(ApiKey.API_VERSIONS, 2, {}).error_code == 0
 
 
 # -- strict response building ----------------------------------------------------------------------

@@ -13,9 +13,9 @@ from confluent_kafka import KafkaException, Producer
 
 from app.engine import read_models
 from app.http import create_app
-from app.http.ui import FRAGMENTS
+from app.http.ui_blueprint import FRAGMENTS
 from app.kafka.api import ApiKey
-from tests.kafka_support import KafkaBroker, RawClient, read_to_end, wait_until
+from tests.kafka_support import KafkaBroker, raw_connection, read_to_end, wait_until
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -36,7 +36,7 @@ def test_connected_clients_are_listed_with_what_they_said_they_are(kafka: KafkaB
                          "broker.address.family": "v4"})
     producer.produce("t", b"v", partition=0)
     assert producer.flush(30) == 0
-    raw = RawClient(kafka.port, client_id="raw")
+    raw = raw_connection(kafka.port, client_id="raw")
     raw.request(ApiKey.API_VERSIONS, 3, {"client_software_name": "handmade", "client_software_version": "0.1"})
     listed = {c["client_id"]: c for c in clients(kafka)}
     billing = [c for c in clients(kafka) if c["client_id"] == "billing-app"]  # librdkafka opens two
@@ -51,7 +51,7 @@ def test_connected_clients_are_listed_with_what_they_said_they_are(kafka: KafkaB
 
 def test_metrics_count_and_time_kafka_requests_per_api(kafka: KafkaBroker) -> None:
     kafka.broker.create_topic("t", 1)
-    raw = RawClient(kafka.port)
+    raw = raw_connection(kafka.port)
     for _ in range(3):
         raw.request(ApiKey.METADATA, 8, {"topics": None})
     text = create_app(kafka.engine, test_config={"TESTING": True}).test_client().get("/metrics").get_data(True)
@@ -65,7 +65,7 @@ def test_metrics_count_and_time_kafka_requests_per_api(kafka: KafkaBroker) -> No
 def test_the_console_lists_connected_clients(kafka: KafkaBroker) -> None:
     console = create_app(kafka.engine, test_config={"TESTING": True}).test_client()
     assert "No Kafka client is connected." in console.get("/clients").get_data(True)
-    raw = RawClient(kafka.port, client_id="console-visible")
+    raw = raw_connection(kafka.port, client_id="console-visible")
     raw.request(ApiKey.API_VERSIONS, 3, {"client_software_name": "handmade", "client_software_version": "0.1"})
     host, port = raw.sock.getsockname()[:2]
     page = console.get("/clients").get_data(True)

@@ -15,8 +15,9 @@ import pytest
 
 from app.kafka import APIS
 from app.kafka.api import ApiKey
+from app.spark.kafka_client import KafkaConnection
 from storage.record_batch import SimpleRecord, encode_batch
-from tests.kafka_support import SOFTWARE, KafkaBroker, RawClient, wait_until
+from tests.kafka_support import SOFTWARE, KafkaBroker, raw_connection, wait_until
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -28,8 +29,8 @@ def kafka(tmp_path: Path) -> Iterator[KafkaBroker]:
 
 
 @pytest.fixture
-def raw(kafka: KafkaBroker) -> Iterator[RawClient]:
-    client = RawClient(kafka.port)
+def raw(kafka: KafkaBroker) -> Iterator[KafkaConnection]:
+    client = raw_connection(kafka.port)
     yield client
     client.close()
 
@@ -63,7 +64,7 @@ def only_partition(response, field: str = "responses", partitions: str = "partit
 
 
 @pytest.mark.parametrize("version", [0, 3, 4])
-def test_api_versions_advertises_every_handler_at_its_declared_versions(raw: RawClient, version: int) -> None:
+def test_api_versions_advertises_every_handler_at_its_declared_versions(raw: KafkaConnection, version: int) -> None:
     response = raw.request(ApiKey.API_VERSIONS, version, {"client_software_name": "raw-test",
                                                           "client_software_version": "1.0"})
     assert response.error_code == 0
@@ -74,7 +75,7 @@ def test_api_versions_advertises_every_handler_at_its_declared_versions(raw: Raw
     assert advertised[ApiKey.INIT_PRODUCER_ID] == (0, 6)  # v3+ KIP-360's epoch bump, v6 KIP-939's 2PC
 
 
-def test_api_versions_at_an_unknown_version_answers_unsupported_version_in_v0(raw: RawClient) -> None:
+def test_api_versions_at_an_unknown_version_answers_unsupported_version_in_v0(raw: KafkaConnection) -> None:
     """librdkafka tries v3, kafka-python v4; a newer client may try more and must be
     told, in the v0 format it can always parse, which range to use instead."""
     client_id = b"future-client"
@@ -89,20 +90,20 @@ def test_api_versions_at_an_unknown_version_answers_unsupported_version_in_v0(ra
 
 
 def test_an_unknown_api_or_unsupported_version_closes_only_that_connection(kafka: KafkaBroker) -> None:
-    bad = RawClient(kafka.port, client_id="bad")
+    bad = raw_connection(kafka.port, client_id="bad")
     bad.sock.sendall(struct.pack(">ihhih", 10, 9999, 0, 1, -1))
     assert bad.closed_by_peer()
-    old = RawClient(kafka.port, client_id="bad")
+    old = raw_connection(kafka.port, client_id="bad")
     old.send(ApiKey.METADATA, 9, {"topics": []})  # Metadata v9+ is not served: Kafka closes
     assert old.closed_by_peer()
-    good = RawClient(kafka.port)
+    good = raw_connection(kafka.port)
     assert good.request(ApiKey.METADATA, 8, {"topics": None}).brokers[0].port == kafka.port
 
 
 # -- ordering, acks=0 -------------------------------------------------------------------------
 
 
-def test_pipelined_requests_are_answered_in_order(kafka: KafkaBroker, raw: RawClient) -> None:
+def test_pipelined_requests_are_answered_in_order(kafka: KafkaBroker, raw: KafkaConnection) -> None:
     """A long-polling fetch first, then two instant requests: the instant ones wait
     their turn, and every response carries its request's correlation id."""
     kafka.broker.create_topic("t", 1)
@@ -115,7 +116,7 @@ def test_pipelined_requests_are_answered_in_order(kafka: KafkaBroker, raw: RawCl
     assert raw.receive(ApiKey.API_VERSIONS, 3)[0] == 9
 
 
-def test_produce_with_acks_0_gets_no_response(kafka: KafkaBroker, raw: RawClient) -> None:
+def test_produce_with_acks_0_gets_no_response(kafka: KafkaBroker, raw: KafkaConnection) -> None:
     kafka.broker.create_topic("t", 1)
     raw.send(ApiKey.PRODUCE, 9, produce_body("t", 0, batch(b"fire-and-forget"), acks=0), correlation_id=1)
     raw.send(ApiKey.METADATA, 8, {"topics": None}, correlation_id=2)
@@ -123,13 +124,13 @@ def test_produce_with_acks_0_gets_no_response(kafka: KafkaBroker, raw: RawClient
     wait_until(lambda: kafka.broker.list_offsets("t", 0, -1) == 1, what="the acks=0 record")
 
 
-def test_a_failed_acks_0_produce_closes_the_connection(kafka: KafkaBroker, raw: RawClient) -> None:
+def test_a_failed_acks_0_produce_closes_the_connection(kafka: KafkaBroker, raw: KafkaConnection) -> None:
     raw.send(ApiKey.PRODUCE, 9, produce_body("missing", 0, batch(b"v"), acks=0))
     assert raw.closed_by_peer()  # the only way an acks=0 producer learns of an error
 
 
 @pytest.mark.parametrize("version", [3, 7, 9])
-def test_produce_answers_offsets_and_per_partition_errors(kafka: KafkaBroker, raw: RawClient,
+def test_produce_answers_offsets_and_per_partition_errors(kafka: KafkaBroker, raw: KafkaConnection,
                                                           version: int) -> None:
     kafka.broker.create_topic("t", 1)
     body = produce_body("t", 0, batch(b"a", b"b"))
@@ -141,7 +142,7 @@ def test_produce_answers_offsets_and_per_partition_errors(kafka: KafkaBroker, ra
     assert kafka.broker.list_offsets("t", 0, -1) == 2
 
 
-def test_transactional_batches_need_the_request_transactional_id(kafka: KafkaBroker, raw: RawClient) -> None:
+def test_transactional_batches_need_the_request_transactional_id(kafka: KafkaBroker, raw: KafkaConnection) -> None:
     kafka.broker.create_topic("t", 1)
     records = batch(b"v", producer_id=5, epoch=0, sequence=0, transactional=True)
     response = raw.request(ApiKey.PRODUCE, 9, produce_body("t", 0, records))
@@ -149,7 +150,7 @@ def test_transactional_batches_need_the_request_transactional_id(kafka: KafkaBro
     assert kafka.broker.list_offsets("t", 0, -1) == 0
 
 
-def test_corrupt_batch_is_corrupt_message_and_leaves_the_log_alone(kafka: KafkaBroker, raw: RawClient) -> None:
+def test_corrupt_batch_is_corrupt_message_and_leaves_the_log_alone(kafka: KafkaBroker, raw: KafkaConnection) -> None:
     kafka.broker.create_topic("t", 1)
     damaged = bytearray(batch(b"v"))
     damaged[-1] ^= 0xFF
@@ -161,7 +162,7 @@ def test_corrupt_batch_is_corrupt_message_and_leaves_the_log_alone(kafka: KafkaB
 # -- fetch ----------------------------------------------------------------------------------------
 
 
-def test_a_long_polling_fetch_is_woken_by_an_append(kafka: KafkaBroker, raw: RawClient) -> None:
+def test_a_long_polling_fetch_is_woken_by_an_append(kafka: KafkaBroker, raw: KafkaConnection) -> None:
     kafka.broker.create_topic("t", 1)
     raw.send(ApiKey.FETCH, 11, fetch_body("t", [0], max_wait_ms=30_000))
     wait_until(lambda: kafka.engine._data_waiters.get(("t", 0)), what="the fetch to wait")
@@ -173,7 +174,7 @@ def test_a_long_polling_fetch_is_woken_by_an_append(kafka: KafkaBroker, raw: Raw
     assert partition.records and partition.high_watermark == 1
 
 
-def test_a_read_committed_fetch_is_woken_by_the_commit_marker(kafka: KafkaBroker, raw: RawClient) -> None:
+def test_a_read_committed_fetch_is_woken_by_the_commit_marker(kafka: KafkaBroker, raw: KafkaConnection) -> None:
     kafka.broker.create_topic("t", 1)
     producer = kafka.broker.producer(transactional_id="tx")
     producer.init_transactions()
@@ -189,7 +190,7 @@ def test_a_read_committed_fetch_is_woken_by_the_commit_marker(kafka: KafkaBroker
     assert partition.aborted_transactions == ()
 
 
-def test_read_committed_fetch_reports_aborted_transactions(kafka: KafkaBroker, raw: RawClient) -> None:
+def test_read_committed_fetch_reports_aborted_transactions(kafka: KafkaBroker, raw: KafkaConnection) -> None:
     kafka.broker.create_topic("t", 1)
     producer = kafka.broker.producer(transactional_id="tx")
     producer.init_transactions()
@@ -202,7 +203,7 @@ def test_read_committed_fetch_reports_aborted_transactions(kafka: KafkaBroker, r
     assert uncommitted.aborted_transactions is None and uncommitted.records == committed.records
 
 
-def test_fetch_size_limits_follow_kip_74(kafka: KafkaBroker, raw: RawClient) -> None:
+def test_fetch_size_limits_follow_kip_74(kafka: KafkaBroker, raw: KafkaConnection) -> None:
     kafka.broker.create_topic("t", 2)
     for partition in (0, 1):
         for i in range(3):
@@ -217,7 +218,7 @@ def test_fetch_size_limits_follow_kip_74(kafka: KafkaBroker, raw: RawClient) -> 
     assert [len(p.records) for p in shared.responses[0].partitions] == [2 * one_batch, 0]
 
 
-def test_fetch_errors_per_partition(kafka: KafkaBroker, raw: RawClient) -> None:
+def test_fetch_errors_per_partition(kafka: KafkaBroker, raw: KafkaConnection) -> None:
     kafka.broker.create_topic("t", 1)
     out_of_range = raw.request(ApiKey.FETCH, 11, fetch_body("t", [0], offset=5, max_wait_ms=10_000))
     assert only_partition(out_of_range).error_code == 1  # answered at once, without waiting
@@ -225,7 +226,7 @@ def test_fetch_errors_per_partition(kafka: KafkaBroker, raw: RawClient) -> None:
     assert only_partition(unknown).error_code == 3
 
 
-def test_fetch_sessions_are_answered_sessionless(kafka: KafkaBroker, raw: RawClient) -> None:
+def test_fetch_sessions_are_answered_sessionless(kafka: KafkaBroker, raw: KafkaConnection) -> None:
     kafka.broker.create_topic("t", 1)
     body = fetch_body("t", [0])
     body["session_epoch"] = 0  # "create a session" (kafka-python does this)
@@ -239,7 +240,7 @@ def test_fetch_sessions_are_answered_sessionless(kafka: KafkaBroker, raw: RawCli
 
 def test_metadata_creates_requested_topics_when_allowed(tmp_path: Path) -> None:
     with KafkaBroker(tmp_path / "d", **{"num.partitions": 3}) as kafka:
-        raw = RawClient(kafka.port)
+        raw = raw_connection(kafka.port)
         created = raw.request(ApiKey.METADATA, 8, {"topics": [{"name": "auto"}], "allow_auto_topic_creation": True})
         assert created.topics[0].error_code == 0 and len(created.topics[0].partitions) == 3
         assert created.brokers[0].port == kafka.port and created.controller_id == created.brokers[0].node_id
@@ -248,26 +249,26 @@ def test_metadata_creates_requested_topics_when_allowed(tmp_path: Path) -> None:
         illegal = raw.request(ApiKey.METADATA, 8, {"topics": [{"name": "a/b"}]})
         assert illegal.topics[0].error_code == 17  # INVALID_TOPIC_EXCEPTION
     with KafkaBroker(tmp_path / "e", **{"auto.create.topics.enable": "false"}) as kafka:
-        raw = RawClient(kafka.port)
+        raw = raw_connection(kafka.port)
         assert raw.request(ApiKey.METADATA, 8, {"topics": [{"name": "auto"}]}).topics[0].error_code == 3
 
 
 def test_advertised_listeners_is_what_clients_are_told(tmp_path: Path) -> None:
     with KafkaBroker(tmp_path / "d", **{"advertised.listeners": "PLAINTEXT://kafka.example:19092"}) as kafka:
-        raw = RawClient(kafka.port)
+        raw = raw_connection(kafka.port)
         broker = raw.request(ApiKey.METADATA, 8, {"topics": []}).brokers[0]
         assert (broker.host, broker.port) == ("kafka.example", 19092)
         coordinator = raw.request(ApiKey.FIND_COORDINATOR, 2, {"key": "tx", "key_type": 1})
         assert (coordinator.host, coordinator.port) == ("kafka.example", 19092)
 
 
-def test_find_coordinator_v4_answers_every_key(raw: RawClient, kafka: KafkaBroker) -> None:
+def test_find_coordinator_v4_answers_every_key(raw: KafkaConnection, kafka: KafkaBroker) -> None:
     response = raw.request(ApiKey.FIND_COORDINATOR, 4, {"key_type": 1, "coordinator_keys": ["a", "b"]})
     assert [(c.key, c.error_code, c.port) for c in response.coordinators] == [("a", 0, kafka.port),
                                                                               ("b", 0, kafka.port)]
 
 
-def test_list_offsets_latest_is_the_lso_under_read_committed(kafka: KafkaBroker, raw: RawClient) -> None:
+def test_list_offsets_latest_is_the_lso_under_read_committed(kafka: KafkaBroker, raw: KafkaConnection) -> None:
     kafka.broker.create_topic("t", 1)
     kafka.broker.produce("t", 0, encode_batch([SimpleRecord(b"old", timestamp=1000)]))
     producer = kafka.broker.producer(transactional_id="tx")
@@ -290,7 +291,7 @@ def test_list_offsets_latest_is_the_lso_under_read_committed(kafka: KafkaBroker,
 
 
 def test_offset_fetch_require_stable_waits_for_pending_transactional_offsets(kafka: KafkaBroker,
-                                                                            raw: RawClient) -> None:
+                                                                            raw: KafkaConnection) -> None:
     kafka.broker.create_topic("in", 1)
     producer = kafka.broker.producer(transactional_id="tx")
     producer.init_transactions()
@@ -303,7 +304,7 @@ def test_offset_fetch_require_stable_waits_for_pending_transactional_offsets(kaf
     assert (stable.error_code, stable.committed_offset) == (0, 5)
 
 
-def test_offset_for_leader_epoch_answers_the_one_epoch(kafka: KafkaBroker, raw: RawClient) -> None:
+def test_offset_for_leader_epoch_answers_the_one_epoch(kafka: KafkaBroker, raw: KafkaConnection) -> None:
     kafka.broker.create_topic("t", 1)
     kafka.broker.produce("t", 0, batch(b"a", b"b"))
     body = {"replica_id": -1, "topics": [{"topic": "t", "partitions": [
@@ -318,7 +319,7 @@ def test_offset_for_leader_epoch_answers_the_one_epoch(kafka: KafkaBroker, raw: 
 # -- transactions: version-dependent errors ---------------------------------------------------------------
 
 
-def test_a_fenced_producer_hears_producer_fenced_only_from_versions_that_know_it(raw: RawClient,
+def test_a_fenced_producer_hears_producer_fenced_only_from_versions_that_know_it(raw: KafkaConnection,
                                                                                 kafka: KafkaBroker) -> None:
     kafka.broker.create_topic("t", 1)
     init = {"transactional_id": "tx", "transaction_timeout": 60_000, "producer_id": -1, "producer_epoch": -1}
@@ -343,7 +344,7 @@ def test_a_fenced_producer_hears_producer_fenced_only_from_versions_that_know_it
     assert [raw.request(ApiKey.INIT_PRODUCER_ID, v, bump).error_code for v in (3, 4)] == [47, 90]
 
 
-def test_kip_360_epoch_bump_through_init_producer_id(raw: RawClient) -> None:
+def test_kip_360_epoch_bump_through_init_producer_id(raw: KafkaConnection) -> None:
     init = {"transactional_id": "tx", "transaction_timeout": 60_000, "producer_id": -1, "producer_epoch": -1}
     first = raw.request(ApiKey.INIT_PRODUCER_ID, 4, init)
     bump = {**init, "producer_id": first.producer_id, "producer_epoch": first.producer_epoch}
@@ -352,13 +353,13 @@ def test_kip_360_epoch_bump_through_init_producer_id(raw: RawClient) -> None:
     assert raw.request(ApiKey.INIT_PRODUCER_ID, 4, bump).producer_epoch == 1  # a retried bump
 
 
-def test_init_producer_id_checks_the_transaction_timeout(raw: RawClient) -> None:
+def test_init_producer_id_checks_the_transaction_timeout(raw: KafkaConnection) -> None:
     body = {"transactional_id": "tx", "transaction_timeout": 2_000_000_000}
     assert raw.request(ApiKey.INIT_PRODUCER_ID, 0, body).error_code == 50  # INVALID_TRANSACTION_TIMEOUT
     assert raw.request(ApiKey.INIT_PRODUCER_ID, 0, {**body, "transactional_id": ""}).error_code == 42
 
 
-def test_write_txn_markers_from_a_client_is_refused(kafka: KafkaBroker, raw: RawClient) -> None:
+def test_write_txn_markers_from_a_client_is_refused(kafka: KafkaBroker, raw: KafkaConnection) -> None:
     kafka.broker.create_topic("t", 1)
     body = {"markers": [{"producer_id": 1, "producer_epoch": 0, "transaction_result": True, "coordinator_epoch": 0,
                          "topics": [{"name": "t", "partition_indexes": [0]}]}]}
@@ -370,7 +371,7 @@ def test_write_txn_markers_from_a_client_is_refused(kafka: KafkaBroker, raw: Raw
 # -- admin and operator APIs -------------------------------------------------------------------------------
 
 
-def test_create_topics_validates_like_kafka(kafka: KafkaBroker, raw: RawClient) -> None:
+def test_create_topics_validates_like_kafka(kafka: KafkaBroker, raw: KafkaConnection) -> None:
     def create(name: str, partitions: int = 1, replication: int = 1, validate_only: bool = False,
                configs: dict | None = None) -> tuple[int, str | None]:
         body = {"topics": [{"name": name, "num_partitions": partitions, "replication_factor": replication,
@@ -392,7 +393,7 @@ def test_create_topics_validates_like_kafka(kafka: KafkaBroker, raw: RawClient) 
     assert [(r.name, r.error_code) for r in deleted.responses] == [("t", 0), ("ghost", 3)]
 
 
-def test_describe_configs_of_a_topic_and_the_broker(kafka: KafkaBroker, raw: RawClient) -> None:
+def test_describe_configs_of_a_topic_and_the_broker(kafka: KafkaBroker, raw: KafkaConnection) -> None:
     kafka.broker.create_topic("t", 1, {"retention.ms": 1000})
     body = {"resources": [{"resource_type": 2, "resource_name": "t", "configuration_keys": None},
                           {"resource_type": 4, "resource_name": "", "configuration_keys": ["num.partitions"]}],
@@ -403,7 +404,7 @@ def test_describe_configs_of_a_topic_and_the_broker(kafka: KafkaBroker, raw: Raw
     assert [(c.name, c.value) for c in broker.configs] == [("num.partitions", "1")]
 
 
-def test_operator_apis_show_an_open_transaction(kafka: KafkaBroker, raw: RawClient) -> None:
+def test_operator_apis_show_an_open_transaction(kafka: KafkaBroker, raw: KafkaConnection) -> None:
     kafka.broker.create_topic("t", 1)
     producer = kafka.broker.producer(transactional_id="tx")
     producer.init_transactions()
@@ -429,12 +430,12 @@ def test_describe_cluster_and_threads_do_not_matter(kafka: KafkaBroker) -> None:
     answers: list[int] = []
 
     def ask() -> None:
-        client = RawClient(kafka.port)
+        client = raw_connection(kafka.port)
         for _ in range(20):
             answers.append(client.request(ApiKey.DESCRIBE_CLUSTER, 0, {}).brokers[0].port)
         client.close()
 
-    controllers = RawClient(kafka.port).request(ApiKey.DESCRIBE_CLUSTER, 1, {"endpoint_type": 2})
+    controllers = raw_connection(kafka.port).request(ApiKey.DESCRIBE_CLUSTER, 1, {"endpoint_type": 2})
     assert controllers.error_code == 115  # UNSUPPORTED_ENDPOINT_TYPE: a broker describes brokers
     threads = [threading.Thread(target=ask) for _ in range(8)]
     for t in threads:

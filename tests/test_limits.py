@@ -33,9 +33,10 @@ from app import Broker
 from app.config import BrokerConfig
 from app.http import create_app
 from app.kafka.api import ApiKey
+from app.spark.kafka_client import KafkaConnection
 from storage.errors import InvalidConfigError, PolicyViolationError
 from tests.conftest import FROZEN, SMALL_INTERNAL_TOPICS
-from tests.kafka_support import SOFTWARE, KafkaBroker, RawClient, wait_until
+from tests.kafka_support import SOFTWARE, KafkaBroker, raw_connection, wait_until
 
 REPO = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.timeout(120)
@@ -242,11 +243,11 @@ def test_running_out_of_file_descriptors_part_way_creates_nothing(tmp_path: Path
 # -- connections -----------------------------------------------------------------------------
 
 
-def connect(kafka: KafkaBroker) -> RawClient:
-    return RawClient(kafka.port, timeout=10)
+def connect(kafka: KafkaBroker) -> KafkaConnection:
+    return raw_connection(kafka.port, timeout=10)
 
 
-def served(client: RawClient) -> bool:
+def served(client: KafkaConnection) -> bool:
     """True when the connection answers ApiVersions; False when the broker closed it."""
     try:
         return client.request(ApiKey.API_VERSIONS, 3, SOFTWARE).error_code == 0

@@ -24,7 +24,7 @@ from storage.filenames import PRODUCER_ID_BLOCK
 from storage.record_batch import SimpleRecord
 from storage.read_committed import read_records
 from tests.conftest import SMALL_INTERNAL_TOPICS, data_batch
-from tests.kafka_support import KafkaBroker, RawClient, wait_until
+from tests.kafka_support import KafkaBroker, raw_connection, wait_until
 from tests.raw_txn import RawTxn, coordinator_call
 from tests.storage_log import DurableLogs
 
@@ -45,7 +45,7 @@ def values(broker: Broker, topic: str) -> list[bytes]:
 
 
 def test_an_idempotent_batch_with_a_producer_id_never_handed_out_is_refused_on_every_face(tmp_path: Path) -> None:
-    with KafkaBroker(tmp_path / "data") as kafka, closing(RawClient(kafka.port)) as raw:
+    with KafkaBroker(tmp_path / "data") as kafka, closing(raw_connection(kafka.port)) as raw:
         broker = kafka.broker
         broker.create_topic("t", 1)
         with pytest.raises(InvalidProducerIdMappingError, match="never handed out"):  # embedded

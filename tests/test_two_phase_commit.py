@@ -15,12 +15,13 @@ import pytest
 
 from app.engine import read_models
 from app.kafka.api import ApiKey
+from app.spark.kafka_client import KafkaConnection
 from coordinator import transaction_log
 from coordinator.transaction_state import TWO_PHASE_COMMIT_TIMEOUT_MS, TransactionState, TxnTransitMetadata
 from storage.clock import FakeClock
 from storage.record_batch import SimpleRecord, encode_batch
 from storage.read_committed import read_records
-from tests.kafka_support import KafkaBroker, RawClient
+from tests.kafka_support import KafkaBroker, raw_connection
 from tests.storage_log import DurableLogs
 
 pytestmark = pytest.mark.timeout(60)
@@ -30,13 +31,13 @@ INVALID_TXN_STATE = 48
 PRODUCER_FENCED = 90
 
 
-def init(raw: RawClient, txn_id: str, enable_2pc: bool = True, keep: bool = False, version: int = 6):
+def init(raw: KafkaConnection, txn_id: str, enable_2pc: bool = True, keep: bool = False, version: int = 6):
     return raw.request(ApiKey.INIT_PRODUCER_ID, version, {
         "transactional_id": txn_id, "transaction_timeout": 60_000, "producer_id": -1, "producer_epoch": -1,
         "enable2_pc": enable_2pc, "keep_prepared_txn": keep})
 
 
-def write_open_transaction(raw: RawClient, txn_id: str, topic: str, values: list[bytes]) -> tuple[int, int]:
+def write_open_transaction(raw: KafkaConnection, txn_id: str, topic: str, values: list[bytes]) -> tuple[int, int]:
     """Init with enable2Pc, add the partition, produce: a prepared transaction."""
     producer = init(raw, txn_id)
     assert producer.error_code == 0
@@ -54,7 +55,7 @@ def write_open_transaction(raw: RawClient, txn_id: str, topic: str, values: list
     return producer.producer_id, producer.producer_epoch
 
 
-def produce(raw: RawClient, txn_id: str, topic: str, producer: tuple[int, int], sequence: int,
+def produce(raw: KafkaConnection, txn_id: str, topic: str, producer: tuple[int, int], sequence: int,
             values: list[bytes]) -> int:
     """A transactional batch of ``producer`` (id, epoch) to ``topic``-0; its error code."""
     records = encode_batch([SimpleRecord(v) for v in values], producer_id=producer[0],
@@ -65,7 +66,7 @@ def produce(raw: RawClient, txn_id: str, topic: str, producer: tuple[int, int], 
     return produced.responses[0].partition_responses[0].error_code
 
 
-def add_partition(raw: RawClient, txn_id: str, topic: str, producer: tuple[int, int]) -> int:
+def add_partition(raw: KafkaConnection, txn_id: str, topic: str, producer: tuple[int, int]) -> int:
     added = raw.request(ApiKey.ADD_PARTITIONS_TO_TXN, 3, {
         "v3_and_below_transactional_id": txn_id, "v3_and_below_producer_id": producer[0],
         "v3_and_below_producer_epoch": producer[1],
@@ -78,7 +79,7 @@ def committed_values(kafka: KafkaBroker, topic: str) -> list[bytes]:
     return [rec.value for rec in read_records(r.records, 0, True, r.aborted_transactions or ()).records]
 
 
-def end_txn(raw: RawClient, txn_id: str, producer_id: int, epoch: int, commit: bool) -> int:
+def end_txn(raw: KafkaConnection, txn_id: str, producer_id: int, epoch: int, commit: bool) -> int:
     return raw.request(ApiKey.END_TXN, 3, {"transactional_id": txn_id, "producer_id": producer_id,
                                            "producer_epoch": epoch, "committed": commit}).error_code
 
@@ -95,14 +96,14 @@ def kafka(tmp_path: Path) -> Iterator[KafkaBroker]:
 
 
 @pytest.fixture
-def raw(kafka: KafkaBroker) -> Iterator[RawClient]:
-    client = RawClient(kafka.port)
+def raw(kafka: KafkaBroker) -> Iterator[KafkaConnection]:
+    client = raw_connection(kafka.port)
     yield client
     client.close()
 
 
 def test_a_prepared_transaction_is_kept_and_completed_by_whoever_holds_its_outcome(
-        kafka: KafkaBroker, raw: RawClient) -> None:
+        kafka: KafkaBroker, raw: KafkaConnection) -> None:
     prepared = write_open_transaction(raw, "task-0", "out", [b"a", b"b"])
     kept = init(raw, "task-0", keep=True)
     assert kept.error_code == 0
@@ -122,26 +123,26 @@ def test_a_two_phase_transaction_never_times_out_and_survives_a_restart(tmp_path
     config = {"clock": clock, "exactly.jobs.enable": False}
     with KafkaBroker(tmp_path / "data", **config) as kafka:
         kafka.broker.create_topic("out", 1)
-        with closing(RawClient(kafka.port)) as raw:
+        with closing(raw_connection(kafka.port)) as raw:
             prepared = write_open_transaction(raw, "task-0", "out", [b"a"])
         clock.advance(30 * 24 * HOUR_MS)  # past even Int32.MAX ms (24.8 days)
         coordinator = kafka.broker.engine._transaction_coordinator
         assert kafka.broker.engine.call(coordinator.abort_timed_out_transactions) == []
-    with KafkaBroker(tmp_path / "data", **config) as kafka, closing(RawClient(kafka.port)) as raw:
+    with KafkaBroker(tmp_path / "data", **config) as kafka, closing(raw_connection(kafka.port)) as raw:
         kept = init(raw, "task-0", keep=True)
         assert (kept.ongoing_txn_producer_id, kept.ongoing_txn_producer_epoch) == prepared
         assert end_txn(raw, "task-0", kept.producer_id, kept.producer_epoch, commit=False) == 0
         assert lso(kafka, "out") == 2  # decided: aborted
 
 
-def test_keep_prepared_with_nothing_open_is_an_ordinary_init(raw: RawClient) -> None:
+def test_keep_prepared_with_nothing_open_is_an_ordinary_init(raw: KafkaConnection) -> None:
     first = init(raw, "task-0")
     kept = init(raw, "task-0", keep=True)
     assert (kept.ongoing_txn_producer_id, kept.ongoing_txn_producer_epoch) == (-1, -1)
     assert (kept.producer_id, kept.producer_epoch) == (first.producer_id, first.producer_epoch + 1)
 
 
-def test_an_init_without_keep_prepared_aborts_the_prepared_transaction(kafka: KafkaBroker, raw: RawClient) -> None:
+def test_an_init_without_keep_prepared_aborts_the_prepared_transaction(kafka: KafkaBroker, raw: KafkaConnection) -> None:
     write_open_transaction(raw, "task-0", "out", [b"stale"])
     retry = init(raw, "task-0")  # a retried task attempt fences and aborts the failed one
     assert retry.error_code == 0
@@ -149,7 +150,7 @@ def test_an_init_without_keep_prepared_aborts_the_prepared_transaction(kafka: Ka
     assert (init(raw, "task-0", keep=True).ongoing_txn_producer_id) == -1
 
 
-def test_an_ordinary_transaction_is_not_kept(kafka: KafkaBroker, raw: RawClient) -> None:
+def test_an_ordinary_transaction_is_not_kept(kafka: KafkaBroker, raw: KafkaConnection) -> None:
     producer = kafka.broker.producer(transactional_id="plain")
     producer.init_transactions()
     producer.begin_transaction()
@@ -161,17 +162,17 @@ def test_an_ordinary_transaction_is_not_kept(kafka: KafkaBroker, raw: RawClient)
 
 def test_two_phase_commit_is_refused_when_the_broker_disables_it(tmp_path: Path) -> None:
     with KafkaBroker(tmp_path / "data", **{"transaction.two.phase.commit.enable": False}) as kafka, \
-            closing(RawClient(kafka.port)) as raw:
+            closing(raw_connection(kafka.port)) as raw:
         assert init(raw, "task-0").error_code == 53  # TRANSACTIONAL_ID_AUTHORIZATION_FAILED
         assert init(raw, "task-0", keep=True).error_code == 53
         assert init(raw, "task-0", enable_2pc=False).error_code == 0
 
 
-def test_keep_prepared_needs_enable_2pc(raw: RawClient) -> None:
+def test_keep_prepared_needs_enable_2pc(raw: KafkaConnection) -> None:
     assert init(raw, "task-0", enable_2pc=False, keep=True).error_code == 42  # INVALID_REQUEST
 
 
-def test_list_transactions_filters_by_transactional_id_pattern(kafka: KafkaBroker, raw: RawClient) -> None:
+def test_list_transactions_filters_by_transactional_id_pattern(kafka: KafkaBroker, raw: KafkaConnection) -> None:
     for txn_id in ("sink-a-t0", "sink-a-t1", "sink-b-t0", "xsink-a-t0"):
         write_open_transaction(raw, txn_id, "out", [b"v"])
 
@@ -185,7 +186,7 @@ def test_list_transactions_filters_by_transactional_id_pattern(kafka: KafkaBroke
     assert listed("sink-(") == (128, [])  # INVALID_REGULAR_EXPRESSION
 
 
-def test_keep_prepared_fences_the_writer_that_prepared_the_transaction(kafka: KafkaBroker, raw: RawClient) -> None:
+def test_keep_prepared_fences_the_writer_that_prepared_the_transaction(kafka: KafkaBroker, raw: KafkaConnection) -> None:
     """KIP-939: the recovering client's InitProducerId bumps the epoch; a batch the old
     writer sends afterwards does not join the transaction, and its EndTxn is fenced."""
     prepared = write_open_transaction(raw, "task-0", "out", [b"prepared"])
@@ -208,10 +209,10 @@ def test_the_fence_of_keep_prepared_survives_a_restart(tmp_path: Path) -> None:
     config = {"clock": FakeClock(), "exactly.jobs.enable": False}
     with KafkaBroker(tmp_path / "data", **config) as kafka:
         kafka.broker.create_topic("out", 1)
-        with closing(RawClient(kafka.port)) as raw:
+        with closing(raw_connection(kafka.port)) as raw:
             prepared = write_open_transaction(raw, "task-0", "out", [b"prepared"])
             kept = init(raw, "task-0", keep=True)
-    with KafkaBroker(tmp_path / "data", **config) as kafka, closing(RawClient(kafka.port)) as raw:
+    with KafkaBroker(tmp_path / "data", **config) as kafka, closing(raw_connection(kafka.port)) as raw:
         assert produce(raw, "task-0", "out", prepared, 1, [b"late"]) == INVALID_PRODUCER_EPOCH
         assert end_txn(raw, "task-0", *prepared, commit=True) == PRODUCER_FENCED
         assert end_txn(raw, "task-0", kept.producer_id, kept.producer_epoch, commit=True) == 0
@@ -219,7 +220,7 @@ def test_the_fence_of_keep_prepared_survives_a_restart(tmp_path: Path) -> None:
 
 
 def test_an_ordinary_init_aborts_a_kept_transaction_and_fences_its_recovering_client(
-        kafka: KafkaBroker, raw: RawClient) -> None:
+        kafka: KafkaBroker, raw: KafkaConnection) -> None:
     prepared = write_open_transaction(raw, "task-0", "out", [b"prepared"])
     kept = init(raw, "task-0", keep=True)
     fresh = init(raw, "task-0")
@@ -236,7 +237,7 @@ def test_keep_prepared_at_the_last_epoch_gives_the_client_a_new_producer_id(tmp_
     with KafkaBroker(data) as kafka:
         kafka.broker.create_topic("out", 1)
         partitions = kafka.engine.config.transaction_state_log_num_partitions
-        with closing(RawClient(kafka.port)) as raw:
+        with closing(raw_connection(kafka.port)) as raw:
             init(raw, "other")  # creates __transaction_state
     exhausted = (500, 32766)
     with DurableLogs(data) as logs:  # the id's record after 32766 bumps, as the coordinator writes it
@@ -246,7 +247,7 @@ def test_keep_prepared_at_the_last_epoch_gives_the_client_a_new_producer_id(tmp_
                 frozenset({("out", 0)}), 1_000, 1_000)), key=transaction_log.encode_key("task-0"))]))
         logs.produce("out", 0, encode_batch([SimpleRecord(b"prepared")], producer_id=exhausted[0],
                                             producer_epoch=exhausted[1], base_sequence=0, transactional=True))
-    with KafkaBroker(data) as kafka, closing(RawClient(kafka.port)) as raw:
+    with KafkaBroker(data) as kafka, closing(raw_connection(kafka.port)) as raw:
         kept = init(raw, "task-0", keep=True)
         assert (kept.ongoing_txn_producer_id, kept.ongoing_txn_producer_epoch) == exhausted
         assert kept.producer_id != exhausted[0] and kept.producer_epoch == 0

@@ -56,7 +56,7 @@ from storage.record_batch import (
     iter_headers,
 )
 from tests.conftest import FROZEN, SMALL_INTERNAL_TOPICS, data_batch
-from tests.kafka_support import KafkaBroker, RawClient
+from tests.kafka_support import KafkaBroker, raw_connection
 from tests.raw_txn import RawTxn, coordinator_call
 from tests.storage_log import DurableLogs
 
@@ -600,7 +600,7 @@ def test_over_the_kafka_wire_produce_answers_with_the_verification_error(tmp_pat
         kafka.broker.create_topic(T, 2)
         a, b = RawTxn(kafka.broker, "a"), RawTxn(kafka.broker, "b")
         a.add((T, 0))
-        client = RawClient(kafka.port)
+        client = raw_connection(kafka.port)
         try:
             def produce(partition: int, txn_id: str, epoch: int) -> int:
                 records = data_batch([b"v"], a.pid, epoch, 0, transactional=True)

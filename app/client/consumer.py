@@ -32,8 +32,8 @@ import threading
 import time
 from typing import TYPE_CHECKING, Iterable, Mapping
 
-from app.client import consumer_protocol
 from app.client.types import ConsumerGroupMetadata, ConsumerRecord, IllegalStateError, OffsetAndMetadata
+from coordinator import consumer_protocol
 from coordinator.group_metadata import CommittedOffset
 from storage.errors import (
     IllegalGenerationError,

@@ -17,8 +17,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from app.client import consumer_protocol
-from coordinator import offsets_log, transaction_log
+from coordinator import consumer_protocol, offsets_log, transaction_log
 from coordinator.producer_id_manager import ProducerIdBlock
 from coordinator.schema import SchemaError
 from storage.errors import CoordinatorNotAvailableError, KafkaStorageError, NotCoordinatorError
@@ -63,7 +62,7 @@ class EngineCoordinatorIO:
 
     def subscribed_topics(self, protocol_type: str | None, metadata: bytes) -> set[str] | None:
         """A consumer-protocol member's subscription (the layout every Kafka consumer
-        shares, ``app/client/consumer_protocol.py``); None for another protocol or
+        shares, ``coordinator/consumer_protocol.py``); None for another protocol or
         metadata that does not decode."""
         if protocol_type != consumer_protocol.PROTOCOL_TYPE:
             return None

@@ -18,8 +18,8 @@ from collections import Counter
 from dataclasses import asdict, fields
 from typing import TYPE_CHECKING, Any, Iterator
 
-from app.client import consumer_protocol
 from app.config import BrokerConfig
+from coordinator import consumer_protocol
 from coordinator.internal_topics import INTERNAL_TOPICS
 from coordinator.schema import SchemaError
 from coordinator.transaction_state import TransactionState

@@ -45,8 +45,8 @@ def create_app(engine: "Engine", settings: HttpSettings | None = None,
     data directory) it also shows finished transactions, read from its database."""
     import secrets
 
-    from app.http import access_log, api, auth, errors, history, metrics, ui
-    from app.http import ui_groups, ui_topics  # noqa: F401 -- their pages join ui.bp
+    from app.http import access_log, api, auth, errors, history, metrics, ui_blueprint
+    from app.http import ui, ui_groups, ui_topics  # noqa: F401 -- their pages join ui_blueprint.bp
 
     settings = settings or HttpSettings()
     app = Flask(__name__, template_folder=str(WEB / "templates"), static_folder=str(WEB / "static"),
@@ -66,7 +66,7 @@ def create_app(engine: "Engine", settings: HttpSettings | None = None,
     history.init_app(app)  # the console's LSO/high-watermark sampler (not under TESTING)
     app.register_blueprint(api.bp)
     app.register_blueprint(metrics.bp)
-    app.register_blueprint(ui.bp)
+    app.register_blueprint(ui_blueprint.bp)
     return app
 
 

@@ -30,44 +30,20 @@ import time
 from datetime import datetime, timezone
 from typing import Any, Callable
 
-from flask import (
-    Blueprint,
-    Response,
-    current_app,
-    flash,
-    redirect,
-    render_template,
-    request,
-    session,
-    url_for,
-)
+from flask import Response, current_app, redirect, render_template, request, session, url_for
 from werkzeug.exceptions import HTTPException, NotFound
-from werkzeug.routing import PathConverter
 
 from app.engine import mirror_reads, read_models
 from app.http import current_engine, current_settings, mirror_db
 from app.http.errors import log_mirror_error, log_server_error, status_for
 from app.http.history import History, chart
+from app.http.ui_blueprint import FRAGMENTS, back, bp, call, done, is_local, page, render
 from coordinator.transaction_state import AbortCause, TransactionState
 from storage import errors as e
 from storage.record_batch import ControlType
 
 log = logging.getLogger(__name__)
 
-bp = Blueprint("ui", __name__)
-
-
-class ConsolePathConverter(PathConverter):
-    """A path outside the API and the static files: the catch-all 404 page takes
-    only these, so ``/v3`` keeps its own 404 and 405 answers."""
-
-    regex = r"(?!v3(?:/|$)|openapi\.json$|metrics$|static/)[^/].*?"
-
-
-# registered before the routes below are added (a deferred function of the blueprint)
-bp.record_once(lambda state: state.app.url_map.converters.setdefault("console_path", ConsolePathConverter))
-
-FRAGMENTS = "/fragments"
 #: transaction states, in Kafka's order (the filter chips)
 STATES = tuple(state.display for state in TransactionState)
 OPEN_STATES = tuple(state.display for state in TransactionState if state.is_open)
@@ -78,41 +54,6 @@ HISTORY_LIMIT = 50
 # -- rendering ------------------------------------------------------------------------------
 
 
-def on_engine(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """``fn(engine, *args, **kwargs)`` run on the engine's loop, for this request."""
-    engine = current_engine()
-    return engine.call(fn, engine, *args, **kwargs)
-
-
-def _is_fragment() -> bool:
-    return request.path.startswith(FRAGMENTS + "/")
-
-
-def _page_path() -> str:
-    """The page's own path and query (a fragment's URL without ``/fragments``)."""
-    path = request.full_path.rstrip("?")
-    return path.removeprefix(FRAGMENTS) if _is_fragment() else path
-
-
-def page(rule: str):
-    """Register a view at ``rule`` (endpoint: its name) and at ``/fragments<rule>``
-    (endpoint: its name + ``_fragment``), so ``url_for`` always builds the page's URL."""
-    def register(view):
-        bp.add_url_rule(rule, view.__name__, view, methods=["GET"])
-        bp.add_url_rule(FRAGMENTS + rule, view.__name__ + "_fragment", view, methods=["GET"])
-        return view
-    return register
-
-
-def render_page(name: str, **context: Any) -> str:
-    """The page ``<name>.html``, or only its live part when the fragment was asked for."""
-    page_path = _page_path()
-    context.update(page_path=page_path, fragment_url=FRAGMENTS + page_path)
-    if _is_fragment():
-        return render_template(f"fragments/{name}.html", **context)
-    return render_template(f"{name}.html", **context)
-
-
 def _history() -> History | None:
     return current_app.extensions.get("exactly.history")
 
@@ -120,14 +61,14 @@ def _history() -> History | None:
 @bp.app_template_global()
 def status_badge() -> dict[str, Any]:
     """What the header's live badge says: how many partitions hold read_committed back."""
-    blockers = on_engine(read_models.lso_blockers)
+    blockers = call(read_models.lso_blockers)
     return {"blocked": len(blockers), "topics": sorted({b["topic_name"] for b in blockers})}
 
 
 @bp.app_template_global()
 def storage_state() -> dict[str, Any]:
     """What the banner under the header says while writes are refused (none: no banner)."""
-    return on_engine(read_models.storage)
+    return call(read_models.storage)
 
 
 @bp.app_template_global()
@@ -210,7 +151,7 @@ def percent(part: int | None, whole: int | None) -> int:
 
 @page("/")
 def overview():
-    data = on_engine(read_models.dashboard)
+    data = call(read_models.dashboard)
     counts = None
     db = mirror_db()
     if db is not None:
@@ -218,7 +159,7 @@ def overview():
             counts = mirror_reads.finished_counts(db)
         except Exception as error:  # the mirror is optional: it never breaks the first page
             log_mirror_error(log, error, "reading the SQLite mirror failed")
-    return render_page("overview", data=data, mirror_counts=counts)
+    return render("overview", data=data, mirror_counts=counts)
 
 
 @bp.get(FRAGMENTS + "/status")
@@ -234,7 +175,7 @@ def storage_banner():
 @page("/transactions")
 def transactions():
     state = request.args.get("state", "")
-    everything = on_engine(read_models.transactions)
+    everything = call(read_models.transactions)
     counts = {s: sum(1 for t in everything if t["state"] == s) for s in STATES}
     if state == "open":
         shown = [t for t in everything if t["state"] in OPEN_STATES]
@@ -242,15 +183,15 @@ def transactions():
         shown = [t for t in everything if t["state"] == state]
     else:
         shown = everything
-    holding = {h["transactional_id"] for b in on_engine(read_models.lso_blockers) for h in b["holders"]}
-    return render_page("transactions", transactions=shown, total=len(everything), state=state,
+    holding = {h["transactional_id"] for b in call(read_models.lso_blockers) for h in b["holders"]}
+    return render("transactions", transactions=shown, total=len(everything), state=state,
                    counts=counts, open_count=sum(counts[s] for s in OPEN_STATES),
                    holding=holding, states=[s for s in STATES if counts[s] or s == state])
 
 
 @page("/transactions/<path:txn_id>")
 def transaction(txn_id: str):
-    detail = on_engine(read_models.transaction_detail, txn_id)
+    detail = call(read_models.transaction_detail, txn_id)
     history, history_error = None, None
     db = mirror_db()
     if db is not None:
@@ -258,7 +199,7 @@ def transaction(txn_id: str):
             history = mirror_reads.transaction_history(db, txn_id, HISTORY_LIMIT)
         except Exception as error:  # the mirror is optional: the live state still shows
             history_error = f"reference {log_server_error(error)} in the broker's log"
-    return render_page("transaction", txn=detail, history=history, history_error=history_error,
+    return render("transaction", txn=detail, history=history, history_error=history_error,
                    mirror=db is not None, timeline=_timeline(detail["state"]))
 
 
@@ -280,61 +221,40 @@ def _timeline(state: str) -> list[dict[str, Any]]:
 
 @page("/topics/<topic>/partitions/<int:partition>")
 def partition(topic: str, partition: int):
-    detail = on_engine(read_models.partition, topic, partition)
+    detail = call(read_models.partition, topic, partition)
     now = current_engine().clock.now_ms()
     history = _history()
     samples = []
     if history is not None:
         history.observe(topic, partition, now, detail["high_watermark"], detail["last_stable_offset"])
         samples = history.series(topic, partition)
-    holders = next((b["holders"] for b in on_engine(read_models.lso_blockers)
+    holders = next((b["holders"] for b in call(read_models.lso_blockers)
                     if (b["topic_name"], b["partition_id"]) == (topic, partition)), [])
     offset = request.args.get("offset", type=int)
-    return render_page("partition", p=detail, holders=holders,
-                   segments=on_engine(read_models.segments, topic, partition),
-                   producers=on_engine(read_models.producers, topic, partition),
-                   aborted=on_engine(read_models.aborted_transactions, topic, partition),
-                   records=on_engine(read_models.records, topic, partition, offset),
+    return render("partition", p=detail, holders=holders,
+                   segments=call(read_models.segments, topic, partition),
+                   producers=call(read_models.producers, topic, partition),
+                   aborted=call(read_models.aborted_transactions, topic, partition),
+                   records=call(read_models.records, topic, partition, offset),
                    chart=chart(samples, now), now_ms=now)
 
 
 @page("/groups")
 def groups():
-    return render_page("groups", groups=on_engine(read_models.groups_summary))
+    return render("groups", groups=call(read_models.groups_summary))
 
 
 @page("/clients")
 def clients():
-    return render_page("clients", clients=on_engine(read_models.kafka_clients), now_ms=current_engine().clock.now_ms())
+    return render("clients", clients=call(read_models.kafka_clients), now_ms=current_engine().clock.now_ms())
 
 
 @page("/groups/<path:group_id>")
 def group(group_id: str):
-    return render_page("group", g=on_engine(read_models.group, group_id))
+    return render("group", g=call(read_models.group, group_id))
 
 
 # -- writes ---------------------------------------------------------------------------------
-
-
-def _local(target: str) -> bool:
-    """A path on this server (``//host`` and ``/\\host`` are other hosts to a browser)."""
-    return target.startswith("/") and target[1:2] not in ("/", "\\")
-
-
-def back_to(default: str) -> str:
-    target = request.form.get("next", "")
-    return target if _local(target) else default
-
-
-def done_and_back(message: str, category: str, target: str) -> Response:
-    """Flash ``message`` and go back to ``target``: htmx follows ``HX-Redirect``, a
-    plain form a 303."""
-    flash(message, category)
-    if request.headers.get("HX-Request"):
-        response = Response(status=204)
-        response.headers["HX-Redirect"] = target
-        return response
-    return redirect(target, code=303)
 
 
 def _actor() -> str:
@@ -344,34 +264,34 @@ def _actor() -> str:
 
 @bp.post("/transactions/<path:txn_id>/abort")
 def abort_transaction(txn_id: str):
-    target = back_to(url_for("ui.transaction", txn_id=txn_id))
+    target = back(url_for("ui.transaction", txn_id=txn_id))
     engine = current_engine()
     started = time.monotonic()
     try:
         engine.call(engine.abort_transaction, txn_id, _actor())
     except e.KafkaError as error:
-        return done_and_back(f"Could not abort {txn_id}: {error.name} — {error}", "error", target)
+        return done(f"Could not abort {txn_id}: {error.name} — {error}", "error", target)
     took = (time.monotonic() - started) * 1000
     state = engine.call(engine.describe_transaction, txn_id)
     if state is not None and state.state.outcome is ControlType.COMMIT:  # its commit was decided: completed
-        return done_and_back(f"Completed the decided commit of {txn_id}: COMMIT markers are written "
+        return done(f"Completed the decided commit of {txn_id}: COMMIT markers are written "
                      f"({took:.0f} ms). read_committed consumers move on.", "success", target)
-    return done_and_back(f"Aborted {txn_id}: its producer is fenced and ABORT markers are written "
+    return done(f"Aborted {txn_id}: its producer is fenced and ABORT markers are written "
                  f"({took:.0f} ms). read_committed consumers move on.", "success", target)
 
 
 @bp.post("/topics/<topic>/partitions/<int:partition>/producers/<int:producer_id>/abort")
 def abort_hanging(topic: str, partition: int, producer_id: int):
-    target = back_to(url_for("ui.partition", topic=topic, partition=partition))
+    target = back(url_for("ui.partition", topic=topic, partition=partition))
     engine = current_engine()
     try:
         result = engine.call(engine.abort_hanging_transaction, topic, partition, producer_id, _actor())
     except e.KafkaError as error:
-        return done_and_back(f"Could not abort producer {producer_id} on {topic}-{partition}: "
+        return done(f"Could not abort producer {producer_id} on {topic}-{partition}: "
                      f"{error.name} — {error}", "error", target)
     how = (f"aborted the transaction of {result.transactional_id}" if result.transactional_id
            else f"wrote an ABORT marker on {topic}-{partition}")
-    return done_and_back(f"Producer {producer_id}: {how}; epoch {result.producer_epoch} fences it. "
+    return done(f"Producer {producer_id}: {how}; epoch {result.producer_epoch} fences it. "
                  f"The LSO of {topic}-{partition} is {result.last_stable_offset}.", "success", target)
 
 
@@ -387,7 +307,7 @@ def login():
             session.clear()
             session["authenticated"] = True
             target = request.args.get("next", "/")
-            return redirect(target if _local(target) else url_for("ui.overview"))
+            return redirect(target if is_local(target) else url_for("ui.overview"))
         error = "That token is not the broker's." if token else "This broker has no token: the console is open."
     return render_template("login.html", error=error, token_configured=bool(token))
 

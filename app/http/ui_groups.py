@@ -15,7 +15,7 @@ from flask import render_template, request, url_for
 
 from app.engine import group_admin, read_models
 from app.http import current_engine
-from app.http.ui import back_to, bp, done_and_back, on_engine
+from app.http.ui_blueprint import back, bp, call, done
 from app.http.ui_topics import kafka_message, parse_time
 from storage import errors as e
 
@@ -34,18 +34,18 @@ def reset_group_offsets(group_id: str):
     except e.KafkaError as error:
         if not execute:
             return _group_page(group_id, plan_error=kafka_message(error))
-        return done_and_back(f"Could not reset the offsets of {group_id}: {kafka_message(error)}", "error",
-                     back_to(url_for("ui.group", group_id=group_id)))
+        return done(f"Could not reset the offsets of {group_id}: {kafka_message(error)}", "error",
+                     back(url_for("ui.group", group_id=group_id)))
     if not execute:
         return _group_page(group_id, plan=result)
     moved = ", ".join(f"{r['topic_name']}-{r['partition_id']} → {r['offset']}" for r in result)
-    return done_and_back(f"Reset the offsets of {group_id} to {form.get('to')}: {moved}.", "success",
-                 back_to(url_for("ui.group", group_id=group_id)))
+    return done(f"Reset the offsets of {group_id} to {form.get('to')}: {moved}.", "success",
+                 back(url_for("ui.group", group_id=group_id)))
 
 
 def _group_page(group_id: str, **preview: Any) -> str:
     """The group's page with a reset's plan (or why there is none) under its form."""
-    return render_template("group.html", g=on_engine(read_models.group, group_id), reset=request.form, **preview,
+    return render_template("group.html", g=call(read_models.group, group_id), reset=request.form, **preview,
                            page_path=url_for("ui.group", group_id=group_id),
                            fragment_url=url_for("ui.group_fragment", group_id=group_id))
 
@@ -63,19 +63,18 @@ def _value(to: str, raw: str) -> int | None:
 def delete_group_offsets(group_id: str):
     """OffsetDelete of every committed offset of one topic (``--delete-offsets --topic``)."""
     topic = request.form.get("topic", "")
-    target = back_to(url_for("ui.group", group_id=group_id))
+    target = back(url_for("ui.group", group_id=group_id))
     engine = current_engine()
     try:
-        partitions = [(o["topic_name"], o["partition_id"]) for o in on_engine(read_models.group, group_id)["offsets"]
+        partitions = [(o["topic_name"], o["partition_id"]) for o in call(read_models.group, group_id)["offsets"]
                       if o["topic_name"] == topic]
         errors = engine.call(engine.delete_offsets, group_id, partitions)
     except e.KafkaError as error:
-        return done_and_back(f"Could not delete the offsets of {group_id}: {kafka_message(error)}", "error", target)
+        return done(f"Could not delete the offsets of {group_id}: {kafka_message(error)}", "error", target)
     refused = sorted({kafka_message(error) for error in errors.values() if error is not None})
     if refused:
-        return done_and_back(f"Kept the offsets of {group_id} on {topic}: {'; '.join(refused)}", "error", target)
-    return done_and_back(f"Deleted the offsets of {group_id} on {topic} ({len(partitions)} partitions).",
-                         "success", target)
+        return done(f"Kept the offsets of {group_id} on {topic}: {'; '.join(refused)}", "error", target)
+    return done(f"Deleted the offsets of {group_id} on {topic} ({len(partitions)} partitions).", "success", target)
 
 
 @bp.post("/groups/<path:group_id>/delete")
@@ -84,6 +83,6 @@ def delete_group(group_id: str):
     try:
         engine.call(engine.delete_group, group_id)
     except e.KafkaError as error:
-        return done_and_back(f"Could not delete group {group_id}: {kafka_message(error)}", "error",
+        return done(f"Could not delete group {group_id}: {kafka_message(error)}", "error",
                      url_for("ui.group", group_id=group_id))
-    return done_and_back(f"Deleted group {group_id} and its committed offsets.", "success", url_for("ui.groups"))
+    return done(f"Deleted group {group_id} and its committed offsets.", "success", url_for("ui.groups"))

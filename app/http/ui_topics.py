@@ -19,8 +19,8 @@ Produce goes through the embedded producer (``app/client/``) as any client's rec
 do: idempotent, or inside a transaction of the given transactional id that the form
 commits or aborts -- which, as Kafka's InitProducerId does, fences the producer that
 used that id before. Kafka errors come back as a flash with their name and code.
-The pages join the ``ui`` blueprint (``app/http/ui.py``): its error pages, CSRF
-checks and ``render_page`` apply.
+The pages join the ``ui`` blueprint (``app/http/ui_blueprint.py``): the error pages
+of ``app/http/ui.py``, the CSRF checks and ``render`` apply.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from app.client.producer import Producer
 from app.engine import READ_COMMITTED, READ_UNCOMMITTED, read_models, record_browser
 from app.http import current_engine
 from app.http.record_view import FORMATS, show
-from app.http.ui import FRAGMENTS, back_to, bp, done_and_back, on_engine, page, render_page
+from app.http.ui_blueprint import FRAGMENTS, back, bp, call, done, page, render
 from storage import errors as e
 
 #: how long a console produce may take, end to end (the engine answers in milliseconds)
@@ -56,9 +56,9 @@ def kafka_message(error: e.KafkaError) -> str:
 
 @page("/topics/<topic>")
 def topic(topic: str):
-    detail = on_engine(read_models.topic, topic)
-    return render_page("topic", t=detail, producers=on_engine(read_models.topic_producers, topic),
-                   configs=on_engine(read_models.topic_configs, topic),
+    detail = call(read_models.topic, topic)
+    return render("topic", t=detail, producers=call(read_models.topic_producers, topic),
+                   configs=call(read_models.topic_configs, topic),
                    size_bytes=sum(p["size_bytes"] for p in detail["partitions"]))
 
 
@@ -76,7 +76,7 @@ def create_topic():
         except e.KafkaError as failure:
             error = kafka_message(failure)
         else:
-            return done_and_back(f"Created topic {name}.", "success", url_for("ui.topic", topic=name))
+            return done(f"Created topic {name}.", "success", url_for("ui.topic", topic=name))
     return render_template("new_topic.html", form=form, error=error, page_path=request.path,
                            default_partitions=engine.config.num_partitions), 400 if error else 200
 
@@ -111,9 +111,8 @@ def delete_topic(topic: str):
     try:
         engine.call(engine.delete_topic, topic)
     except e.KafkaError as error:
-        return done_and_back(f"Could not delete {topic}: {kafka_message(error)}", "error",
-                             url_for("ui.topic", topic=topic))
-    return done_and_back(f"Deleted topic {topic}: its partitions, files and consumer groups' offsets on it are gone.",
+        return done(f"Could not delete {topic}: {kafka_message(error)}", "error", url_for("ui.topic", topic=topic))
+    return done(f"Deleted topic {topic}: its partitions, files and consumer groups' offsets on it are gone.",
                  "success", url_for("ui.overview"))
 
 
@@ -123,22 +122,22 @@ def delete_topic(topic: str):
 @bp.post("/topics/<topic>/produce")
 def produce_record(topic: str):
     form = request.form
-    target = back_to(url_for("ui.topic", topic=topic))
+    target = back(url_for("ui.topic", topic=topic))
     txn_id = form.get("transactional_id", "").strip() or None
     commit = form.get("outcome", "commit") != "abort"
     partition = form.get("partition", "").strip()
     if partition and not partition.isdigit():
-        return done_and_back(f"Could not produce to {topic}: the partition must be a number", "error", target)
+        return done(f"Could not produce to {topic}: the partition must be a number", "error", target)
     try:
         headers = [(name, value.encode()) for name, value in _lines(form.get("headers", ""), ":")]
         metadata = _produce(topic, int(partition) if partition else None, _data(form, "key"), _data(form, "value"),
                             headers, txn_id, commit)
     except (e.KafkaError, TimeoutError) as error:
         message = kafka_message(error) if isinstance(error, e.KafkaError) else f"timed out: {error}"
-        return done_and_back(f"Could not produce to {topic}: {message}", "error", target)
+        return done(f"Could not produce to {topic}: {message}", "error", target)
     how = ("" if txn_id is None else
            f" in a transaction of {txn_id}, {'committed' if commit else 'aborted'}")
-    return done_and_back(f"Produced to {topic}-{metadata.partition} at offset {metadata.offset}{how}.", "success",
+    return done(f"Produced to {topic}-{metadata.partition} at offset {metadata.offset}{how}.", "success",
                  url_for("ui.record_detail", topic=topic, partition=metadata.partition, offset=metadata.offset))
 
 
@@ -213,7 +212,7 @@ def _view() -> dict[str, Any]:
 def _page(topic: str, partition: int, view: dict[str, Any], start: int | None, before: int | None,
           limit: int) -> dict[str, Any]:
     """A page of :func:`record_browser.page` in this view."""
-    return on_engine(record_browser.page, topic, partition, start, before, limit, view["q"],
+    return call(record_browser.page, topic, partition, start, before, limit, view["q"],
                  view["isolation"] == READ_COMMITTED)
 
 
@@ -276,6 +275,6 @@ def record_tail(topic: str, partition: int):
 def record_detail(topic: str, partition: int, offset: int):
     fmt = request.args.get("format", "auto")
     fmt = fmt if fmt in FORMATS else "auto"
-    detail = on_engine(record_browser.record, topic, partition, offset)
+    detail = call(record_browser.record, topic, partition, offset)
     return render_template("record.html", rec=_shown([detail], fmt)[0], fmt=fmt,
                            page_path=request.full_path.rstrip("?"))

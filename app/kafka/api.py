@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping, Protocol
 
 from kio.index import api_key_map
 
@@ -35,7 +35,6 @@ from storage.errors import (
 
 if TYPE_CHECKING:
     from app.engine import Engine
-    from app.kafka.server import Connection
 
 
 class ApiKey(enum.IntEnum):
@@ -75,6 +74,8 @@ class ApiKey(enum.IntEnum):
 
 #: the leader epoch of every partition: one node, never a new leader
 LEADER_EPOCH = 0
+#: a handler's answer that closes the connection instead (Kafka's closeConnection)
+CLOSE = object()
 
 
 @dataclass(frozen=True)
@@ -86,11 +87,22 @@ class Node:
     port: int
 
 
+class ClientConnection(Protocol):
+    """What a handler sees of the connection a request came on (the listener's
+    ``Connection``), so handlers never depend on the listener."""
+
+    #: the client's address, without the port (a group member's client host)
+    host: str
+    #: KIP-511: what the client says it is, in its ApiVersions request (v3+)
+    software_name: str
+    software_version: str
+
+
 @dataclass(frozen=True)
 class RequestContext:
     engine: "Engine"
     node: Node
-    connection: "Connection"
+    connection: ClientConnection
     version: int
     client_id: str | None
 

@@ -17,9 +17,8 @@ import asyncio
 import logging
 from typing import Any
 
-from app.kafka.api import ApiKey, RequestContext, error_code, serves
+from app.kafka.api import CLOSE, ApiKey, RequestContext, error_code, serves
 from app.kafka.codec import millis
-from app.kafka.server import CLOSE
 from storage.errors import (
     InvalidRecordError,
     KafkaError,

@@ -32,7 +32,7 @@ import socket
 import time
 from typing import TYPE_CHECKING, Any, Awaitable
 
-from app.kafka.api import APIS, Api, ApiKey, Node, RequestContext, error_code
+from app.kafka.api import APIS, CLOSE, Api, ApiKey, Node, RequestContext, error_code
 from app.kafka.codec import (
     SIZE,
     MalformedRequestError,
@@ -56,8 +56,6 @@ MAX_IN_FLIGHT = 16
 #: pauses at twice this); large enough that a 1 MB produce request is not read in
 #: dozens of pause/resume rounds
 READ_BUFFER_BYTES = 1 << 20
-#: a handler's answer that closes the connection instead (Kafka's closeConnection)
-CLOSE = object()
 
 
 class KafkaListener:

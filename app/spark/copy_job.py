@@ -25,7 +25,7 @@ import json
 import sys
 from typing import Any, Sequence
 
-from app.spark.kafka_client import KafkaClient
+from app.spark.kafka_admin import KafkaAdmin
 
 #: seeded records per transaction, and every how many transactions one is aborted
 SEED_TXN_SIZE, SEED_ABORT_EVERY = 10, 4
@@ -51,8 +51,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    with KafkaClient(args.bootstrap) as client:
-        partitions = prepare_topics(client, args)
+    partitions = prepare_topics(KafkaAdmin(args.bootstrap), args)
     if args.seed:
         seeded = seed(args.bootstrap, args.input, args.seed)
         print(f"seeded {args.input}: {seeded}" if seeded else f"{args.input} has records already: not seeded",
@@ -72,13 +71,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def prepare_topics(client: KafkaClient, args: argparse.Namespace) -> int:
+def prepare_topics(admin: KafkaAdmin, args: argparse.Namespace) -> int:
     """Create missing topics (the output with the input's partition count); the
     output's partition count."""
-    client.create_topic(args.input, args.partitions)
-    count = len(client.metadata([args.input])[args.input])
-    client.create_topic(args.output, count)
-    return len(client.metadata([args.output])[args.output])
+    admin.create_topic(args.input, args.partitions)
+    admin.create_topic(args.output, admin.partition_count(args.input))
+    return admin.partition_count(args.output)
 
 
 def seed(bootstrap: str, topic: str, count: int) -> str:

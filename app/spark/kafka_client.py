@@ -2,7 +2,12 @@
 confluent-kafka cannot do: KIP-939 two-phase commit (InitProducerId v6 with
 ``enable2Pc`` / ``keepPreparedTxn``), completing another process's transaction, and
 the operator APIs that find open transactions (ListTransactions v2's
-``transactional_id_pattern``, DescribeTransactions).
+``transactional_id_pattern``, DescribeTransactions). Metadata and FindCoordinator are
+here only to route those requests (and the transaction's Produce) to their node;
+topics and group offsets go through confluent-kafka (``app/spark/kafka_admin.py``).
+
+:class:`KafkaConnection` is one socket speaking requests at the version asked for;
+the tests use it as their raw client (``tests/kafka_support.py``).
 
 Requests are framed with ``app/wire.py`` (kio). Each API is sent at one fixed
 version that Exactly and Kafka 4.x both serve. An error answer raises the
@@ -27,23 +32,21 @@ from app.wire import decode_response, encode_request, millis
 from storage.errors import (
     KafkaError,
     NotCoordinatorError,
-    TopicAlreadyExistsError,
     UnknownTopicOrPartitionError,
     error_for_code,
 )
 from storage.record_batch import SimpleRecord, encode_batch
 
-PRODUCE, METADATA, OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR = 0, 3, 8, 9, 10
-CREATE_TOPICS, INIT_PRODUCER_ID, ADD_PARTITIONS_TO_TXN, END_TXN = 19, 22, 24, 26
+PRODUCE, METADATA, FIND_COORDINATOR = 0, 3, 10
+INIT_PRODUCER_ID, ADD_PARTITIONS_TO_TXN, END_TXN = 22, 24, 26
 DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = 65, 66
 
 #: the version each API is sent at
-VERSIONS = {PRODUCE: 9, METADATA: 8, OFFSET_COMMIT: 7, OFFSET_FETCH: 7, FIND_COORDINATOR: 3,
-            CREATE_TOPICS: 4, INIT_PRODUCER_ID: 6, ADD_PARTITIONS_TO_TXN: 3, END_TXN: 3,
-            DESCRIBE_TRANSACTIONS: 0, LIST_TRANSACTIONS: 2}
+VERSIONS = {PRODUCE: 9, METADATA: 8, FIND_COORDINATOR: 3, INIT_PRODUCER_ID: 6, ADD_PARTITIONS_TO_TXN: 3,
+            END_TXN: 3, DESCRIBE_TRANSACTIONS: 0, LIST_TRANSACTIONS: 2}
 
-#: FindCoordinator key types
-GROUP_KEY, TRANSACTION_KEY = 0, 1
+#: FindCoordinator's key type of a transactional id
+TRANSACTION_KEY = 1
 #: Produce acks=all
 ACKS_ALL = -1
 #: flush a producer's buffered records once they reach this many bytes (one request)
@@ -82,11 +85,9 @@ class KafkaClient:
             raise ValueError("kafka.bootstrap.servers is empty")
         self.client_id = client_id
         self.timeout = timeout
-        self._connections: dict[Any, _Connection] = {}
+        self._connections: dict[Any, KafkaConnection] = {}
         self._nodes: dict[int, tuple[str, int]] = {}
-        self._coordinators: dict[tuple[int, str], int] = {}
-        #: topics known to exist (callers that create topics on demand remember them here)
-        self.known_topics: set[str] = set()
+        self._coordinators: dict[str, int] = {}
 
     def close(self) -> None:
         for connection in self._connections.values():
@@ -113,24 +114,14 @@ class KafkaClient:
             raise
 
     def retrying(self, call: Callable[[], T], deadline_s: float | None = None) -> T:
-        """``call()``, repeated with backoff while it raises a retriable Kafka error or
-        loses its connection, until ``deadline_s`` seconds (default: the client's timeout)."""
-        deadline = time.monotonic() + (self.timeout if deadline_s is None else deadline_s)
-        backoff = 0.02
-        while True:
-            try:
-                return call()
-            except (KafkaError, OSError) as e:
-                if isinstance(e, KafkaError) and not e.retriable:
-                    raise
-                if isinstance(e, NotCoordinatorError):
-                    self._coordinators.clear()
-                if time.monotonic() + backoff > deadline:
-                    raise
-            time.sleep(backoff)
-            backoff = min(backoff * 2, 1.0)
+        """:func:`retrying` with this client's timeout, finding coordinators again after
+        NOT_COORDINATOR."""
+        def forget(error: BaseException) -> None:
+            if isinstance(error, NotCoordinatorError):
+                self._coordinators.clear()
+        return retrying(call, self.timeout if deadline_s is None else deadline_s, forget)
 
-    def _connection(self, node: int | None) -> "_Connection":
+    def _connection(self, node: int | None) -> "KafkaConnection":
         connection = self._connections.get(node)
         if connection is not None:
             return connection
@@ -139,15 +130,15 @@ class KafkaClient:
         else:
             if node not in self._nodes:
                 self.metadata([])
-            connection = _Connection(*self._nodes[node], self.client_id, self.timeout)
+            connection = KafkaConnection(*self._nodes[node], self.client_id, self.timeout)
         self._connections[node] = connection
         return connection
 
-    def _connect_bootstrap(self) -> "_Connection":
+    def _connect_bootstrap(self) -> "KafkaConnection":
         failure: OSError | None = None
         for host, port in self.bootstrap:
             try:
-                return _Connection(host, port, self.client_id, self.timeout)
+                return KafkaConnection(host, port, self.client_id, self.timeout)
             except OSError as e:
                 failure = e
         raise ConnectionError(f"no bootstrap server answered ({failure})")
@@ -156,7 +147,8 @@ class KafkaClient:
 
     def metadata(self, topics: Iterable[str]) -> dict[str, dict[int, int]]:
         """``{topic: {partition: leader node}}`` of ``topics`` (raising a topic's error);
-        learns the brokers' addresses on the way."""
+        learns the brokers' addresses on the way (Produce goes to a partition's leader
+        and ListTransactions to every broker, on this client's own connections)."""
         names = list(topics)
         response = self.request(METADATA, {"topics": [{"name": name} for name in names],
                                            "allow_auto_topic_creation": False})
@@ -167,28 +159,17 @@ class KafkaClient:
             found[topic.name] = {p.partition_index: p.leader_id for p in topic.partitions}
         return found
 
-    def coordinator(self, key: str, key_type: int = TRANSACTION_KEY) -> int:
-        """The node coordinating a transactional id (or a group)."""
-        cached = self._coordinators.get((key_type, key))
+    def coordinator(self, transactional_id: str) -> int:
+        """The node coordinating a transactional id (the raw transactional requests go
+        there; confluent-kafka has no way to name that node)."""
+        cached = self._coordinators.get(transactional_id)
         if cached is not None:
             return cached
-        response = self.request(FIND_COORDINATOR, {"key": key, "key_type": key_type})
+        response = self.request(FIND_COORDINATOR, {"key": transactional_id, "key_type": TRANSACTION_KEY})
         _check(int(response.error_code), response.error_message or "")
         self._nodes[response.node_id] = (response.host, response.port)
-        self._coordinators[(key_type, key)] = response.node_id
+        self._coordinators[transactional_id] = response.node_id
         return response.node_id
-
-    def create_topic(self, name: str, partitions: int, configs: Mapping[str, str] | None = None) -> None:
-        """CreateTopics; a topic that exists already is fine."""
-        response = self.request(CREATE_TOPICS, {"topics": [{
-            "name": name, "num_partitions": partitions, "replication_factor": -1,
-            "configs": [{"name": k, "value": v} for k, v in (configs or {}).items()]}],
-            "timeout": 30_000})
-        for topic in response.topics:
-            try:
-                _check(int(topic.error_code), topic.error_message or name)
-            except TopicAlreadyExistsError:
-                pass
 
     # -- transactions -------------------------------------------------------------------
 
@@ -274,35 +255,6 @@ class KafkaClient:
         described = response.transaction_states[0]
         _check(int(described.error_code), f"DescribeTransactions({transactional_id!r})")
         return described
-
-    # -- group offsets --------------------------------------------------------------------
-
-    def commit_offset(self, group: str, topic: str, partition: int, offset: int, metadata: str) -> None:
-        """A simple (memberless) OffsetCommit of one partition."""
-        def call() -> None:
-            response = self.request(OFFSET_COMMIT, {
-                "group_id": group, "generation_id_or_member_epoch": -1, "member_id": "",
-                "topics": [{"name": topic, "partitions": [{
-                    "partition_index": partition, "committed_offset": offset,
-                    "committed_leader_epoch": -1, "committed_metadata": metadata}]}]},
-                self.coordinator(group, GROUP_KEY))
-            for t in response.topics:
-                for p in t.partitions:
-                    _check(int(p.error_code), f"OffsetCommit({group!r}, {topic}-{partition})")
-        self.retrying(call)
-
-    def fetch_offset(self, group: str, topic: str, partition: int) -> tuple[int, str] | None:
-        """``(offset, metadata)`` committed by ``group`` for a partition, None if none."""
-        def call() -> Any:
-            response = self.request(OFFSET_FETCH, {
-                "group_id": group, "topics": [{"name": topic, "partition_indexes": [partition]}],
-                "require_stable": True}, self.coordinator(group, GROUP_KEY))
-            _check(int(response.error_code), f"OffsetFetch({group!r})")
-            found = response.topics[0].partitions[0]
-            _check(int(found.error_code), f"OffsetFetch({group!r}, {topic}-{partition})")
-            return found
-        found = self.retrying(call)
-        return None if found.committed_offset < 0 else (found.committed_offset, found.metadata or "")
 
     # -- produce -----------------------------------------------------------------------
 
@@ -393,24 +345,70 @@ class TransactionalProducer:
         return self._leaders[topic]
 
 
-class _Connection:
-    """One socket; requests answered in order (correlation ids checked)."""
+def retrying(call: Callable[[], T], deadline_s: float,
+             on_retry: Callable[[BaseException], None] = lambda error: None) -> T:
+    """``call()``, repeated with backoff while it raises a retriable Kafka error or
+    loses its connection (``on_retry`` sees each such error), until ``deadline_s`` seconds."""
+    deadline = time.monotonic() + deadline_s
+    backoff = 0.02
+    while True:
+        try:
+            return call()
+        except (KafkaError, OSError) as e:
+            if isinstance(e, KafkaError) and not e.retriable:
+                raise
+            on_retry(e)
+            if time.monotonic() + backoff > deadline:
+                raise
+        time.sleep(backoff)
+        backoff = min(backoff * 2, 1.0)
 
-    def __init__(self, host: str, port: int, client_id: str, timeout: float) -> None:
+
+class KafkaConnection:
+    """One socket to one broker; requests framed from mappings (``app/wire.py``) at
+    the version asked for, answered in order. The tests speak through it too, for
+    what no real client sends (exact versions, pipelining, hostile frames)."""
+
+    def __init__(self, host: str, port: int, client_id: str | None, timeout: float) -> None:
         self.sock = socket.create_connection((host, port), timeout=timeout)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.client_id = client_id
         self._next_correlation = 0
 
-    def request(self, api_key: int, version: int, body: Mapping[str, Any]) -> Any:
-        correlation = self._next_correlation
-        self._next_correlation += 1
-        self.sock.sendall(encode_request(api_key, version, correlation, self.client_id, body))
+    def frame(self, api_key: int, version: int, body: Mapping[str, Any], correlation_id: int | None = None) -> bytes:
+        """The bytes of one request frame (the next correlation id unless one is given)."""
+        if correlation_id is None:
+            correlation_id = self._next_correlation
+            self._next_correlation += 1
+        return encode_request(api_key, version, correlation_id, self.client_id, body)
+
+    def send(self, api_key: int, version: int, body: Mapping[str, Any], correlation_id: int | None = None) -> None:
+        self.sock.sendall(self.frame(api_key, version, body, correlation_id))
+
+    def read_frame(self) -> bytes:
+        """The next response frame, its size prefix removed."""
         size = int.from_bytes(self._read_exactly(4), "big")
-        answered, response = decode_response(api_key, version, self._read_exactly(size))
+        return self._read_exactly(size)
+
+    def receive(self, api_key: int, version: int) -> tuple[int, Any]:
+        """``(correlation id, response entity)`` of the next response."""
+        return decode_response(api_key, version, self.read_frame())
+
+    def request(self, api_key: int, version: int, body: Mapping[str, Any]) -> Any:
+        """Send one request and read its response entity (correlation id checked)."""
+        correlation = self._next_correlation
+        self.send(api_key, version, body)
+        answered, response = self.receive(api_key, version)
         if answered != correlation:
             raise ConnectionError(f"response to request {answered} where {correlation} was expected")
         return response
+
+    def closed_by_peer(self) -> bool:
+        """True when the broker has closed the connection (reads EOF or a reset)."""
+        try:
+            return self.sock.recv(1) == b""
+        except ConnectionResetError:
+            return True
 
     def _read_exactly(self, size: int) -> bytes:
         buffer = bytearray(size)

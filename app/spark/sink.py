@@ -32,8 +32,8 @@ How a write commits (the README's "Exactly-once Spark sink" tells why):
    this batch's commit has returned.
 
 The stream writer is a new instance for each commit/abort call and every method
-runs in some Python worker, so nothing is kept between calls but the module's
-connections (:func:`client_for`).
+runs in some Python worker, so nothing is kept between calls but the process's
+clients (:func:`client_for`, :func:`app.spark.kafka_admin.admin_for`).
 
 Test hook (the only one): ``EXACTLY_SPARK_CRASH_AT=<point>[:batch]``, the point
 ``before-decision``, ``after-decision`` or ``mid-completion`` (between the first and
@@ -55,6 +55,7 @@ from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, Wri
 from pyspark.sql.types import BinaryType, StringType, StructType
 
 from app.client.partitioner import partition_for_key
+from app.spark.kafka_admin import KafkaAdmin, admin_for
 from app.spark.kafka_client import KafkaClient, TransactionalProducer
 from storage.record_batch import SimpleRecord
 
@@ -259,35 +260,35 @@ class SinkLog:
 
     ABANDONED = "abandoned"
 
-    def __init__(self, client: KafkaClient, sink: str) -> None:
-        self.client = client
+    def __init__(self, admin: KafkaAdmin, sink: str) -> None:
+        self.admin = admin
         self.group = f"{PREFIX}sink-{sink}"
         self.sink = sink
 
     def latest(self) -> tuple[TxnIds, int] | None:
         """``(the deciding run's ids, batch id)`` of the last decision, None before any."""
         self._topic()
-        found = self.client.fetch_offset(self.group, SINK_COMMITS_TOPIC, 0)
+        found = self.admin.fetch_offset(self.group, SINK_COMMITS_TOPIC, 0)
         return None if found is None else (TxnIds(self.sink, found[1]), found[0])
 
     def decide(self, run: str, batch: int) -> None:
         self._topic()
-        self.client.commit_offset(self.group, SINK_COMMITS_TOPIC, 0, batch, run)
+        self.admin.commit_offset(self.group, SINK_COMMITS_TOPIC, 0, batch, run)
 
     def abandon(self) -> None:
         """Record that a batch job was aborted (its late tasks abort themselves)."""
         self._topic()
-        self.client.commit_offset(self.group, SINK_COMMITS_TOPIC, 0, 0, self.ABANDONED)
+        self.admin.commit_offset(self.group, SINK_COMMITS_TOPIC, 0, 0, self.ABANDONED)
 
     def abandoned(self) -> bool:
         found = self.latest()
         return found is not None and found[0].run == self.ABANDONED
 
     def _topic(self) -> None:
-        """Create :data:`SINK_COMMITS_TOPIC` (once per client) if it is missing."""
-        if SINK_COMMITS_TOPIC not in self.client.known_topics:
-            self.client.create_topic(SINK_COMMITS_TOPIC, 1)
-            self.client.known_topics.add(SINK_COMMITS_TOPIC)
+        """Create :data:`SINK_COMMITS_TOPIC` (once per admin client) if it is missing."""
+        if SINK_COMMITS_TOPIC not in self.admin.known_topics:
+            self.admin.create_topic(SINK_COMMITS_TOPIC, 1)
+            self.admin.known_topics.add(SINK_COMMITS_TOPIC)
 
 
 def crash_point(point: str, batch: int) -> None:
@@ -317,8 +318,8 @@ class TopicWriter(DataSourceWriter):
         """Prepare this task's transaction; abort it instead if the job was abandoned
         meanwhile (a task Spark could not stop in time must not leave it open)."""
         commit = write_rows(self.options, self.ids, 0, rows)
-        client = client_for(bootstrap_of(self.options))
-        if SinkLog(client, self.ids.sink).abandoned():
+        if SinkLog(admin_for(bootstrap_of(self.options)), self.ids.sink).abandoned():
+            client = client_for(bootstrap_of(self.options))
             client.abort_transaction(commit.transactional_id)
             raise WriteAbandoned(f"batch write {self.ids.sink} was aborted while this task ran")
         return commit
@@ -333,8 +334,8 @@ class TopicWriter(DataSourceWriter):
         """Abandon the job, then abort every task's transaction: fencing each task's id
         stops tasks still running (one message per task: its id is known), and a task
         that begins after the fence sees the abandonment."""
+        SinkLog(admin_for(bootstrap_of(self.options)), self.ids.sink).abandon()
         client = client_for(bootstrap_of(self.options))
-        SinkLog(client, self.ids.sink).abandon()
         for partition in range(len(messages)):
             client.abort_transaction(self.ids.task(0, partition))
         settle(client, self.ids.sink)
@@ -361,7 +362,7 @@ class TopicStreamWriter(DataSourceStreamWriter):
             return  # an empty micro-batch: no task ran, nothing to decide
         ids, commits = reported[0].ids, written(reported)
         client = client_for(bootstrap_of(self.options))
-        log = SinkLog(client, ids.sink)
+        log = SinkLog(admin_for(bootstrap_of(self.options)), ids.sink)
         decided = log.latest()
         if decided is not None and decided[1] >= batchId:
             settle(client, ids.sink, decided=decided)  # a replay: its new transactions go
@@ -380,4 +381,4 @@ class TopicStreamWriter(DataSourceStreamWriter):
         if reported:
             client = client_for(bootstrap_of(self.options))
             sink = reported[0].ids.sink
-            settle(client, sink, decided=SinkLog(client, sink).latest())
+            settle(client, sink, decided=SinkLog(admin_for(bootstrap_of(self.options)), sink).latest())

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from pyspark.sql.types import StringType, StructField, StructType
 
 from app.spark import sink
+from app.spark.kafka_admin import admin_for
 from app.spark.kafka_client import KafkaClient, TransactionalProducer
 from app.spark.sink import PreparedTransactionLost, SinkLog, TaskCommit, TopicStreamWriter, TxnIds
 from storage.record_batch import SimpleRecord
@@ -69,12 +70,12 @@ def test_batches_commit_in_turn_on_alternating_ids(served, client) -> None:
         writer(served).commit(messages, batch)
     assert committed(served) == sorted(f"b{b}p{p}".encode() for b in range(3) for p in (0, 1))
     assert open_transactions(client) == []
-    assert SinkLog(client, QUERY).latest() == (TxnIds(QUERY, "run1"), 2)
+    assert SinkLog(admin_for(served.bootstrap), QUERY).latest() == (TxnIds(QUERY, "run1"), 2)
 
 
 def test_a_batch_replayed_after_its_decision_is_not_written_twice(served, client) -> None:
     first = [task(client, "run1", 0, p, [f"a{p}"]) for p in (0, 1)]
-    SinkLog(client, QUERY).decide("run1", 0)  # the driver died here: decided, not completed
+    SinkLog(admin_for(served.bootstrap), QUERY).decide("run1", 0)  # the driver died here: decided, not completed
     replay = [task(client, "run2", 0, p, [f"a{p}"]) for p in (0, 1)]  # the restart replays batch 0
     writer(served).commit(replay, 0)
     assert committed(served) == [b"a0", b"a1"]  # the first run's, rolled forward; the replay's aborted
@@ -95,7 +96,7 @@ def test_a_run_that_died_mid_commit_is_rolled_forward_not_the_batch_after(served
     """Run 1 decided batch 4 and committed one of its two transactions; no batch 5 had
     started on its other parity. Run 2's first commit rolls batch 4 forward."""
     decided = [task(client, "run1", 4, p, [f"b4p{p}"]) for p in (0, 1)]
-    SinkLog(client, QUERY).decide("run1", 4)
+    SinkLog(admin_for(served.bootstrap), QUERY).decide("run1", 4)
     client.end_txn(decided[0].transactional_id, decided[0].producer_id, decided[0].producer_epoch, commit=True)
     writer(served).commit([task(client, "run2", 5, 0, ["b5"])], 5)
     assert committed(served) == [b"b4p0", b"b4p1", b"b5"]
@@ -104,7 +105,7 @@ def test_a_run_that_died_mid_commit_is_rolled_forward_not_the_batch_after(served
 
 def test_abort_after_the_decision_rolls_forward_and_never_undoes_a_commit(served, client) -> None:
     messages = [task(client, "run1", 0, p, [f"a{p}"]) for p in (0, 1)]
-    SinkLog(client, QUERY).decide("run1", 0)
+    SinkLog(admin_for(served.bootstrap), QUERY).decide("run1", 0)
     client.end_txn(messages[0].transactional_id, messages[0].producer_id, messages[0].producer_epoch, commit=True)
     writer(served).abort(messages, 0)
     assert committed(served) == [b"a0", b"a1"]
@@ -125,7 +126,7 @@ def test_a_task_whose_transaction_was_lost_fails_the_batch_undecided(served, cli
     client.abort_transaction(messages[1].transactional_id)  # e.g. another attempt fenced it
     with pytest.raises(PreparedTransactionLost, match="the task prepared producer"):
         writer(served).commit(messages, 0)
-    assert SinkLog(client, QUERY).latest() is None
+    assert SinkLog(admin_for(served.bootstrap), QUERY).latest() is None
     writer(served).abort(messages, 0)
     assert committed(served) == []
     assert open_transactions(client) == []

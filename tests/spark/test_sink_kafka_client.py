@@ -9,6 +9,7 @@ from typing import Iterator
 
 import pytest
 
+from app.spark.kafka_admin import KafkaAdmin
 from app.spark.kafka_client import KafkaClient, TransactionalProducer
 from storage.errors import (
     ConcurrentTransactionsError,
@@ -108,12 +109,19 @@ def test_list_transactions_finds_a_sinks_open_ids_by_pattern(served, client) -> 
         == ["exactly-spark-q1-r1-0-1"]
 
 
-def test_group_offsets_hold_a_decision(served, client) -> None:
-    client.create_topic("decisions", 1)
-    client.create_topic("decisions", 1)  # exists already: fine
-    assert client.fetch_offset("g", "decisions", 0) is None
-    client.commit_offset("g", "decisions", 0, 7, "run-1")
-    assert client.fetch_offset("g", "decisions", 0) == (7, "run-1")
+def test_group_offsets_hold_a_decision(served) -> None:
+    admin = KafkaAdmin(served.bootstrap, timeout=10)
+    admin.create_topic("decisions", 1)
+    admin.create_topic("decisions", 1)  # exists already: fine
+    assert admin.partition_count("decisions") == 1
+    assert admin.fetch_offset("g", "decisions", 0) is None
+    admin.commit_offset("g", "decisions", 0, 7, "run-1")
+    assert admin.fetch_offset("g", "decisions", 0) == (7, "run-1")
+
+
+def test_an_unknown_topic_is_kafkas_exception_class(served) -> None:
+    with pytest.raises(UnknownTopicOrPartitionError):
+        KafkaAdmin(served.bootstrap, timeout=10).partition_count("missing")
 
 
 def test_errors_are_kafkas_exception_classes(served, client) -> None:

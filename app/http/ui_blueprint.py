@@ -1,0 +1,95 @@
+"""The console's blueprint and what its views share: registering a page with its
+live fragment, rendering either, calling the engine, and answering a POST form with
+a flash and a way back.
+
+The console's views live in ``ui.py`` (overview, transactions, groups, sign-in,
+error pages), ``ui_topics.py`` (topics, the record browser, produce) and
+``ui_groups.py`` (consumer-group writes); all join :data:`bp` through these helpers.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from flask import Blueprint, Response, flash, redirect, render_template, request
+from werkzeug.routing import PathConverter
+
+from app.http import current_engine
+
+bp = Blueprint("ui", __name__)
+#: the prefix of a page's live part (``/fragments/transactions`` for ``/transactions``)
+FRAGMENTS = "/fragments"
+
+
+class ConsolePathConverter(PathConverter):
+    """A path outside the API and the static files: the catch-all 404 page takes
+    only these, so ``/v3`` keeps its own 404 and 405 answers."""
+
+    regex = r"(?!v3(?:/|$)|openapi\.json$|metrics$|static/)[^/].*?"
+
+
+# registered before any route is added (a deferred function of the blueprint)
+bp.record_once(lambda state: state.app.url_map.converters.setdefault("console_path", ConsolePathConverter))
+
+
+# -- reading --------------------------------------------------------------------------------
+
+
+def call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """``fn(engine, *args, **kwargs)`` on the engine's loop (one of ``app/engine/read_models.py``)."""
+    engine = current_engine()
+    return engine.call(fn, engine, *args, **kwargs)
+
+
+def _is_fragment() -> bool:
+    return request.path.startswith(FRAGMENTS + "/")
+
+
+def _page_path() -> str:
+    """The page's own path and query (a fragment's URL without ``/fragments``)."""
+    path = request.full_path.rstrip("?")
+    return path.removeprefix(FRAGMENTS) if _is_fragment() else path
+
+
+def page(rule: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Register a view at ``rule`` (endpoint: its name) and at ``/fragments<rule>``
+    (endpoint: its name + ``_fragment``), so ``url_for`` always builds the page's URL."""
+    def register(view):
+        bp.add_url_rule(rule, view.__name__, view, methods=["GET"])
+        bp.add_url_rule(FRAGMENTS + rule, view.__name__ + "_fragment", view, methods=["GET"])
+        return view
+    return register
+
+
+def render(name: str, **context: Any) -> str:
+    """The page ``<name>.html``, or only its live part when the fragment was asked for."""
+    page_path = _page_path()
+    context.update(page_path=page_path, fragment_url=FRAGMENTS + page_path)
+    if _is_fragment():
+        return render_template(f"fragments/{name}.html", **context)
+    return render_template(f"{name}.html", **context)
+
+
+# -- writes ---------------------------------------------------------------------------------
+
+
+def is_local(target: str) -> bool:
+    """A path on this server (``//host`` and ``/\\host`` are other hosts to a browser)."""
+    return target.startswith("/") and target[1:2] not in ("/", "\\")
+
+
+def back(default: str) -> str:
+    """Where a form goes back to: its ``next`` field if that is a path on this server."""
+    target = request.form.get("next", "")
+    return target if is_local(target) else default
+
+
+def done(message: str, category: str, target: str) -> Response:
+    """Flash ``message`` and go back to ``target``: htmx follows ``HX-Redirect``, a
+    plain form a 303."""
+    flash(message, category)
+    if request.headers.get("HX-Request"):
+        response = Response(status=204)
+        response.headers["HX-Redirect"] = target
+        return response
+    return redirect(target, code=303)
