@@ -65,10 +65,8 @@ def test_a_truncated_request_is_malformed_never_another_error(tail: bytes) -> No
     client.client_id, client._next_correlation = "c", 0
     frame = client.frame(ApiKey.METADATA, 8, {"topics": [{"name": "some-topic"}]})[4:]
     cut = frame[:len(frame) - 1 - len(tail) % len(frame)]
-    try:
+    with pytest.raises(MalformedRequestError):  # every cut loses a field: never decoded, never another error
         decode_request(cut, read_head(cut))
-    except MalformedRequestError:
-        pass
 
 
 def test_a_response_frame_carries_its_size_and_correlation_id() -> None:
