@@ -36,7 +36,7 @@ run: $(STAMP)
 
 ## test: install everything the tests need (the environment with the Kafka clients and
 ## PySpark, Debian's chromium for the browser test, kcat for the Kafka tests, Java and
-## the SQLite JDBC driver for Spark), then run the whole suite
+## the SQLite JDBC driver for Spark), then run the whole suite on parallel workers
 test: $(STAMP) $(CHROMIUM) $(KCAT) $(JAVA) $(JDBC_JAR)
 	$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup
 
