@@ -9,6 +9,9 @@ STAMP  := $(VENV)/.installed-stamp
 DATA_DIR  ?= ./data
 ARGS      ?=
 BOOTSTRAP ?= 127.0.0.1:9092
+#: pytest-xdist workers for `make test`: one per core (most tests wait on disks,
+#: sockets and child processes, so more can pay on a machine to itself)
+TEST_WORKERS ?= auto
 
 CHROMIUM := /usr/bin/chromium
 KCAT     := /usr/bin/kcat
@@ -33,9 +36,9 @@ run: $(STAMP)
 
 ## test: install everything the tests need (the environment with the Kafka clients and
 ## PySpark, Debian's chromium for the browser test, kcat for the Kafka tests, Java and
-## the SQLite JDBC driver for Spark), then run the whole suite
+## the SQLite JDBC driver for Spark), then run the whole suite on parallel workers
 test: $(STAMP) $(CHROMIUM) $(KCAT) $(JAVA) $(JDBC_JAR)
-	$(PY) -m pytest -q -p no:cacheprovider
+	$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup
 
 # The browser test (tests/test_browser.py) drives Debian's Chromium through the
 # playwright package; `playwright install` is never run (it downloads a browser).

@@ -13,18 +13,27 @@ from storage.record_batch import SimpleRecord, encode_batch
 
 #: internal topics of 3 partitions instead of Kafka's 50: the same behaviour, far fewer files
 SMALL_INTERNAL_TOPICS = {"transaction.state.log.num.partitions": 3, "offsets.topic.num.partitions": 3}
-#: a broker whose scheduled jobs never run: for a test that runs a job by hand and asserts
-#: what that run did, which the broker's own run of the same job could have done first
+#: a broker whose scheduled jobs never run: the default of the broker fixtures, so a test
+#: drives every job itself (by hand, after moving the FakeClock) and nothing runs beside it
 FROZEN = {"exactly.jobs.enable": False}
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "frozen: the test's broker fixture runs no scheduled job (FROZEN)")
+    config.addinivalue_line("markers", "jobs: the test's broker fixture runs the scheduled jobs (not FROZEN)")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (``make test``: ``--dist loadgroup``), one worker runs a whole
+    test file, so a module-scoped fixture is built once; and one worker runs every Spark
+    test, so the run starts one SparkSession (tests/spark/conftest.py)."""
+    for item in items:
+        path = item.nodeid.split("::")[0]
+        item.add_marker(pytest.mark.xdist_group("spark" if path.startswith("tests/spark/") else path))
 
 
 def jobs_config(request: pytest.FixtureRequest) -> dict[str, bool]:
-    """FROZEN for a test marked ``frozen``, else nothing: for broker fixtures."""
-    return FROZEN if request.node.get_closest_marker("frozen") else {}
+    """FROZEN unless the test is marked ``jobs``: for broker fixtures."""
+    return {} if request.node.get_closest_marker("jobs") else FROZEN
 
 
 @pytest.fixture

@@ -23,7 +23,6 @@ import socket
 import struct
 import subprocess
 import sys
-import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +35,7 @@ from kio.static.constants import EntityType
 from storage.record_batch import CRC_OFFSET, HEADER, HEADER_SIZE, SimpleRecord, compute_crc, encode_batch
 from storage.varint import encode_uvarint, encode_varint
 from tests.kafka_support import free_port, read_to_end
+from tests.waiting import eventually
 
 REPO = Path(__file__).resolve().parents[1]
 #: the topic the requests name (and which produced batches append to)
@@ -278,11 +278,9 @@ class ServedBroker:
         self._log_start = self.log_path.stat().st_size if self.log_path.exists() else 0
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(args, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + timeout
-        while "Ctrl-C to stop" not in self.log():
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise AssertionError(f"the broker did not start (exit {self.proc.poll()}):\n{self.log()}")
-            time.sleep(0.05)
+        eventually(lambda: "Ctrl-C to stop" in self.log() or self.proc.poll() is not None, timeout,
+                   "the broker to start", interval=0.05)
+        assert self.proc.poll() is None, f"the broker did not start (exit {self.proc.poll()}):\n{self.log()}"
 
     def errors(self) -> list[str]:
         """Lines of this run's log that say our code failed (not a client's frame)."""

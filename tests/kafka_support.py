@@ -60,18 +60,6 @@ def raw_connection(port: int, client_id: str | None = "raw-test", timeout: float
     return KafkaConnection("127.0.0.1", port, client_id, timeout)
 
 
-def wait_until(condition: Callable[[], Any], timeout: float = 30, what: str = "condition") -> Any:
-    """Poll ``condition`` until it is truthy; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
-
-
 def read_to_end(consumer_config: Mapping[str, Any], topic: str, partitions: int,
                 timeout: float = 30, select: Callable[[Any], Any] = lambda message: message.value()) -> list:
     """Every value (or ``select(message)``) a fresh confluent-kafka consumer with

@@ -63,7 +63,6 @@ def orders(broker: Broker) -> Broker:
     return broker
 
 
-@pytest.mark.frozen
 def test_each_cause_is_recorded_with_its_actor_and_logged_once(orders: Broker, clock: FakeClock,
                                                                caplog: pytest.LogCaptureFixture):
     broker = orders
@@ -125,7 +124,6 @@ def test_each_cause_is_recorded_with_its_actor_and_logged_once(orders: Broker, c
         late.commit_transaction()
 
 
-@pytest.mark.frozen
 def test_a_producer_fenced_by_its_timeout_is_told_so(orders: Broker, clock: FakeClock):
     broker = orders
     producer = _open(broker, "slow", timeout_ms=5_000)
@@ -204,7 +202,8 @@ def test_over_the_wire_a_produce_of_the_timed_out_epoch_says_why(tmp_path: Path)
     there that its transaction timed out (EndTxn and AddPartitionsToTxn carry codes only)."""
     from app.kafka.api import ApiKey
     from storage.record_batch import SimpleRecord, encode_batch
-    from tests.kafka_support import KafkaBroker, raw_connection, wait_until
+    from tests.kafka_support import KafkaBroker, raw_connection
+    from tests.waiting import eventually
 
     with KafkaBroker(tmp_path / "data", **{"transaction.abort.timed.out.transaction.cleanup.interval.ms": 100}) as kafka:
         kafka.broker.create_topic("t", 1)
@@ -217,7 +216,7 @@ def test_over_the_wire_a_produce_of_the_timed_out_epoch_says_why(tmp_path: Path)
                 "v3_and_below_transactional_id": "tx", "v3_and_below_producer_id": pid,
                 "v3_and_below_producer_epoch": epoch, "v3_and_below_topics": [{"name": "t", "partitions": [0]}]})
             engine = kafka.broker.engine
-            wait_until(lambda: engine.call(read_models.transaction, engine, "tx")["state"] == "CompleteAbort",
+            eventually(lambda: engine.call(read_models.transaction, engine, "tx")["state"] == "CompleteAbort",
                        what="the timeout's abort")
             records = encode_batch([SimpleRecord(b"late")], producer_id=pid, producer_epoch=epoch,
                                    base_sequence=0, transactional=True)

@@ -11,7 +11,6 @@ import threading
 import time
 import urllib.request
 from pathlib import Path
-from typing import Callable
 
 import pytest
 
@@ -22,6 +21,7 @@ from storage.errors import KafkaStorageError, ProducerFencedError
 from storage.read_committed import read_records
 from tests.conftest import SMALL_INTERNAL_TOPICS
 from tests.test_cli import free_port, run_to_exit, serve, wait_for_line
+from tests.waiting import eventually
 
 TOPIC = "orders"
 #: the timeout job every 20 ms, the mirror every 20 ms: a test waits milliseconds, not seconds
@@ -29,13 +29,7 @@ QUICK_JOBS = {**SMALL_INTERNAL_TOPICS,
               "transaction.abort.timed.out.transaction.cleanup.interval.ms": 20,
               "exactly.mirror.interval.ms": 20}
 TXN_TIMEOUT_MS = 500
-
-
-def wait_until(condition: Callable[[], bool], what: str, timeout_s: float = 15) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"{what} within {timeout_s}s"
-        time.sleep(0.01)
+WAIT_S = 15
 
 
 def finished_transactions(data: Path) -> list[tuple[str, str, int]]:
@@ -76,9 +70,9 @@ def test_an_embedded_transaction_past_its_timeout_is_aborted_by_the_brokers_own_
     with Broker(data, **QUICK_JOBS) as broker:
         producer = open_transaction(broker)
         epoch = producer.producer_epoch
-        wait_until(lambda: lso_and_hw(broker)[0] == lso_and_hw(broker)[1], "the LSO caught up")
-        wait_until(lambda: describe(broker, "slow").state is TransactionState.COMPLETE_ABORT,
-                   "the abort completed")
+        eventually(lambda: lso_and_hw(broker)[0] == lso_and_hw(broker)[1], WAIT_S, "the LSO caught up")
+        eventually(lambda: describe(broker, "slow").state is TransactionState.COMPLETE_ABORT,
+                   WAIT_S, "the abort completed")
         assert describe(broker, "slow").producer_epoch == epoch + 1
         r = broker.fetch(TOPIC, 0, 0, isolation_level="read_committed")
         assert read_records(r.records, 0, True, r.aborted_transactions).records == []
@@ -86,8 +80,8 @@ def test_an_embedded_transaction_past_its_timeout_is_aborted_by_the_brokers_own_
             producer.commit_transaction()  # the zombie's next call: fenced by the epoch bump
 
         assert db_path(data).exists()
-        wait_until(lambda: finished_transactions(data) == [("slow", "ABORT", epoch + 1)],
-                   "the mirror recorded the abort")
+        eventually(lambda: finished_transactions(data) == [("slow", "ABORT", epoch + 1)],
+                   WAIT_S, "the mirror recorded the abort")
 
 
 def test_with_jobs_off_the_world_stays_frozen_until_a_test_drives_it(tmp_path: Path) -> None:
@@ -101,7 +95,7 @@ def test_with_jobs_off_the_world_stays_frozen_until_a_test_drives_it(tmp_path: P
         assert finished_transactions(data) == [], "the mirror ran a round"
 
         assert broker.engine.call(broker.engine.abort_timed_out_transactions) == ["slow"]
-        wait_until(lambda: lso_and_hw(broker)[0] == lso_and_hw(broker)[1], "the LSO caught up")
+        eventually(lambda: lso_and_hw(broker)[0] == lso_and_hw(broker)[1], WAIT_S, "the LSO caught up")
         broker.mirror.catch_up()
         assert finished_transactions(data) == [("slow", "ABORT", producer.producer_epoch + 1)]
 
@@ -171,8 +165,8 @@ def test_served_the_same_jobs_abort_a_stale_transaction_and_the_api_reads_the_br
             described = http_json("GET", f"{base}/transactions/stale")
             return [(h["outcome"], h["producer_epoch"]) for h in described["history"] or []]
 
-        wait_until(lambda: history() == [("ABORT", producer["producer_epoch"] + 1)],
-                   "the served broker aborted the transaction and its mirror recorded it")
+        eventually(lambda: history() == [("ABORT", producer["producer_epoch"] + 1)],
+                   WAIT_S, "the served broker aborted the transaction and its mirror recorded it")
         partition = http_json("GET", f"{base}/topics/{TOPIC}/partitions/0")
         assert partition["last_stable_offset"] == partition["high_watermark"]
         proc.send_signal(signal.SIGTERM)

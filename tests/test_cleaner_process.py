@@ -18,9 +18,7 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
-from typing import Any, Callable
 
 import pytest
 
@@ -36,21 +34,12 @@ from tests.cleaner_child import COMPACTED, TOPIC, fill
 from tests.conftest import FROZEN, SMALL_INTERNAL_TOPICS
 from tests.test_log_cleaner import build_for_crash, open_broker, partition_dir, plog
 from tests.test_maintenance import in_thread
+from tests.waiting import eventually
 
 DEADLINE_S = 60
 REPO = Path(__file__).resolve().parents[1]
 #: (batches, records per batch, keys): about 16 MiB, each key written about 100 times
 SHAPE = (1400, 100, 1400)
-
-
-def wait_for(condition: Callable[[], Any], what: str, deadline_s: float = DEADLINE_S) -> Any:
-    """Poll ``condition`` until it is true (returning its value) or fail after the deadline."""
-    end = time.monotonic() + deadline_s
-    while time.monotonic() < end:
-        if value := condition():
-            return value
-        time.sleep(0.002)
-    pytest.fail(f"timed out waiting for {what}")
 
 
 def alive(pid: int) -> bool:
@@ -156,7 +145,7 @@ class RoundInProgress:
             self.latest = build(self.broker)
             self.before = log_shape(self.broker)
             self.cleaning = in_thread(lambda: compact(self.broker))
-            wait_for(lambda: cleaned_files(self.partition), "the worker to write a cleaned segment")
+            eventually(lambda: cleaned_files(self.partition), DEADLINE_S, "the worker to write a cleaned segment")
             pid = self.broker.engine.maintenance.process.pid
             assert pid is not None and pid != os.getpid()
             self.pid = pid
@@ -204,14 +193,14 @@ def test_a_broker_killed_mid_round_takes_its_worker_along_and_recovers(tmp_path:
     child = subprocess.Popen([sys.executable, "-m", "tests.cleaner_child", str(data), str(pid_file),
                               *map(str, SHAPE)], cwd=REPO, stderr=subprocess.PIPE, text=True)
     try:
-        wait_for(lambda: pid_file.exists() or child.poll() is not None, "the child to start its round")
+        eventually(lambda: pid_file.exists() or child.poll() is not None, DEADLINE_S, "the child to start its round")
         assert pid_file.exists(), f"the child failed: {child.stderr.read() if child.stderr else ''}"
         worker = int(pid_file.read_text())
-        wait_for(lambda: cleaned_files(partition), "the worker to write a cleaned segment")
+        eventually(lambda: cleaned_files(partition), DEADLINE_S, "the worker to write a cleaned segment")
     finally:
         child.send_signal(signal.SIGKILL)
         child.wait(DEADLINE_S)
-    wait_for(lambda: not alive(worker), "the worker to die with its broker", 10)
+    eventually(lambda: not alive(worker), 10, "the worker to die with its broker")
     assert cleaned_files(partition), "killed mid-round"
 
     with Broker(data, **SMALL_INTERNAL_TOPICS, **FROZEN) as broker:

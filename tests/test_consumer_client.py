@@ -18,8 +18,11 @@ from app import Broker
 from app.client.types import ConsumerRecord, IllegalStateError, OffsetAndMetadata
 from app.client.consumer import Consumer
 from storage.errors import OffsetOutOfRangeError
+from tests.waiting import eventually, returns_within
 
 DEADLINE_S = 10
+#: a poll timeout no test waits out: a poll given it must return for another reason
+FAR_MS = 60_000
 FAST = {"heartbeat_interval_ms": 20}  # members notice a rebalance quickly
 
 
@@ -60,13 +63,6 @@ def poll_until(c: Consumer, count: int, deadline_s: float = DEADLINE_S) -> list[
         assert time.monotonic() < deadline, f"only {len(got)} of {count} records before the deadline"
         got += c.poll(timeout_ms=100)
     return got
-
-
-def wait_for(condition: Callable[[], bool], deadline_s: float = DEADLINE_S, what: str = "condition") -> None:
-    deadline = time.monotonic() + deadline_s
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.005)
 
 
 def log_end(broker: Broker, topic: str, partition: int) -> int:
@@ -296,10 +292,8 @@ def test_read_committed_position_moves_past_an_aborted_transaction_to_the_log_en
     p.abort_transaction()
     c = consumer(isolation_level="read_committed", auto_offset_reset="earliest")
     c.assign([("t", 0)])
-    started = time.monotonic()
-    assert c.poll(timeout_ms=5000) == []
     # Kafka: poll returns at once when the position advanced past aborted/control records
-    assert time.monotonic() - started < 2.5
+    assert returns_within(lambda: c.poll(timeout_ms=FAR_MS), DEADLINE_S, "the poll") == []
     assert c.position(("t", 0)) == log_end(broker, "t", 0) == 4
 
 
@@ -391,20 +385,17 @@ def test_poll_returns_as_soon_as_data_arrives(broker, consumer):
 
     def produce_once_the_consumer_waits() -> None:
         try:
-            wait_for(lambda: bool(engine._data_waiters), what="the consumer to wait for data")
+            eventually(lambda: bool(engine._data_waiters), DEADLINE_S, "the consumer to wait for data")
             send(broker, "t", 0, [b"hello"])
         except BaseException as e:  # reported by the main thread
             errors.append(e)
 
     producer = threading.Thread(target=produce_once_the_consumer_waits)
-    started = time.monotonic()
     producer.start()
-    got = c.poll(timeout_ms=8_000)
-    elapsed = time.monotonic() - started
+    got = returns_within(lambda: c.poll(timeout_ms=FAR_MS), DEADLINE_S, "the poll, data produced while it waited")
     producer.join(DEADLINE_S)
     assert not errors and not producer.is_alive()
     assert values(got) == [b"hello"]
-    assert elapsed < 4, f"poll took {elapsed:.2f}s for data produced while it waited"
 
 
 def test_poll_without_data_waits_out_its_timeout(broker, consumer):
@@ -413,8 +404,8 @@ def test_poll_without_data_waits_out_its_timeout(broker, consumer):
     c.assign([("t", 0)])
     c.position(("t", 0))
     started = time.monotonic()
-    assert c.poll(timeout_ms=300) == []
-    assert 0.25 <= time.monotonic() - started < 3
+    assert returns_within(lambda: c.poll(timeout_ms=300), DEADLINE_S, "the poll") == []
+    assert time.monotonic() - started >= 0.25  # a lower bound: a busy machine only makes it longer
 
 
 # -- group membership -----------------------------------------------------------------------------
@@ -487,7 +478,7 @@ def test_subscribers_split_partitions_by_range_and_rebalance_as_members_come_and
         m.c.subscribe(["t"])
         m.start()
     try:
-        wait_for(lambda: settled(members, 6), what="two members to settle")
+        eventually(lambda: settled(members, 6), DEADLINE_S, "two members to settle")
         generation, _ = members[0].snapshot()
         by_member = {m.c.group_metadata().member_id: m.snapshot()[1] for m in members}
         first, second = sorted(by_member)
@@ -499,18 +490,18 @@ def test_subscribers_split_partitions_by_range_and_rebalance_as_members_come_and
         third.c.subscribe(["t"])
         third.start()
         members.append(third)
-        wait_for(lambda: settled(members, 6) and members[0].snapshot()[0] > generation,
-                 what="three members to settle")
+        eventually(lambda: settled(members, 6) and members[0].snapshot()[0] > generation,
+                   DEADLINE_S, "three members to settle")
         assert sorted(len(m.snapshot()[1]) for m in members) == [2, 2, 2]
         produce_round("r2")
-        wait_for(lambda: produced <= consumed_values(members), what="every record to be consumed")
+        eventually(lambda: produced <= consumed_values(members), DEADLINE_S, "every record to be consumed")
 
         generation = members[0].snapshot()[0]
         third.finish()
-        wait_for(lambda: settled(members[:2], 6) and members[0].snapshot()[0] > generation,
-                 what="the two remaining members to settle")
+        eventually(lambda: settled(members[:2], 6) and members[0].snapshot()[0] > generation,
+                   DEADLINE_S, "the two remaining members to settle")
         produce_round("r3")
-        wait_for(lambda: produced <= consumed_values(members), what="every record to be consumed")
+        eventually(lambda: produced <= consumed_values(members), DEADLINE_S, "every record to be consumed")
     finally:
         for m in members:
             m.finish()
@@ -549,14 +540,14 @@ def test_auto_commit_before_a_rebalance_hands_partitions_over_without_duplicates
     first.start()
     second = None
     try:
-        wait_for(lambda: len(consumed_values([first])) == 20, what="the first member to read everything")
+        eventually(lambda: len(consumed_values([first])) == 20, DEADLINE_S, "the first member to read everything")
         for p in range(4):
             send(broker, "t", p, [b"late-%d" % p])
         second = Member(consumer(client_id="b", **config), "b")
         second.c.subscribe(["t"])
         second.start()
-        wait_for(lambda: settled([first, second], 4), what="two members to settle")
-        wait_for(lambda: len(consumed_values([first, second])) == 24, what="the late records")
+        eventually(lambda: settled([first, second], 4), DEADLINE_S, "two members to settle")
+        eventually(lambda: len(consumed_values([first, second])) == 24, DEADLINE_S, "the late records")
     finally:
         first.finish()
         if second is not None:
@@ -577,11 +568,10 @@ def test_poll_returns_within_its_timeout_while_the_group_waits_for_another_membe
     b.subscribe(["t"])
     outcome: list[Any] = []
     poller = threading.Thread(target=lambda: outcome.append(b.poll(timeout_ms=200)), daemon=True)
-    started = time.monotonic()
     poller.start()
-    poller.join(5)
+    poller.join(DEADLINE_S)
     assert not poller.is_alive(), "b.poll(200 ms) blocked on a rebalance that needs a.poll()"
-    assert outcome == [[]] and time.monotonic() - started < 5
+    assert outcome == [[]]
     deadline = time.monotonic() + DEADLINE_S
     while not (a.assignment() and b.assignment() and len(set(a.assignment()) | set(b.assignment())) == 2):
         assert time.monotonic() < deadline, "a and b never shared the partitions"
@@ -599,7 +589,7 @@ def test_subscribe_to_two_topics_uses_the_range_assignor_per_topic(broker, consu
         m.c.subscribe(["t0", "t1"])
         m.start()
     try:
-        wait_for(lambda: settled(members, 6), what="two members to settle")
+        eventually(lambda: settled(members, 6), DEADLINE_S, "two members to settle")
         by_member = {m.c.group_metadata().member_id: m.snapshot()[1] for m in members}
     finally:
         for m in members:

@@ -21,7 +21,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,6 +46,7 @@ from tests.crash_child import (
     TRANSACTIONAL_ID,
     record_digest,
 )
+from tests.waiting import eventually
 
 REPO = Path(__file__).resolve().parents[1]
 SEED = int(os.environ.get("CRASH_SEED", "20240607"))
@@ -103,23 +103,6 @@ def start_child(data_dir: Path, ack_path: Path, seed: int, *extra: str) -> subpr
     return subprocess.Popen(
         [sys.executable, "-m", "tests.crash_child", str(data_dir), str(ack_path), str(seed), *extra],
         cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-
-
-def wait_until(condition: Callable[[], bool], child: subprocess.Popen, what: str,
-               timeout_s: float = ROUND_DEADLINE_S) -> None:
-    """Poll ``condition`` until it holds; fail if the child exits or the deadline passes.
-    Between polls we wait on the child's exit, never on a fixed sleep."""
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if child.poll() is not None:
-            stderr = child.stderr.read().decode(errors="replace") if child.stderr else ""
-            pytest.fail(f"the child exited with status {child.returncode} before {what}:\n{stderr}")
-        if time.monotonic() > deadline:
-            pytest.fail(f"no {what} within {timeout_s} s")
-        try:
-            child.wait(timeout=0.005)
-        except subprocess.TimeoutExpired:
-            pass
 
 
 def sigkill(child: subprocess.Popen) -> None:
@@ -302,7 +285,8 @@ def test_sigkilled_producer_loses_no_acknowledged_batch(tmp_path: Path) -> None:
                 return bool(started) and sum(
                     a.kind in "DTM" for a in ack_file.acks[before:]) >= target
 
-            wait_until(enough_acknowledged, child, f"{target} acknowledged appends in round {round_}")
+            eventually(enough_acknowledged, ROUND_DEADLINE_S, f"{target} acknowledged appends in round {round_}",
+                       interval=0.005, child=child)
             sigkill(child)
         finally:
             reap(child)
@@ -347,7 +331,8 @@ def test_recovery_point_checkpoint_never_trusts_unsynced_indexes_of_rolled_segme
             return partition_dir(data_dir).exists() and len(
                 list(partition_dir(data_dir).glob("*" + filenames.LOG_SUFFIX))) >= 5
 
-        wait_until(rolled_four_times, child, "five segments")
+        eventually(rolled_four_times, ROUND_DEADLINE_S, "five segments",
+                   interval=0.005, child=child)
         sigkill(child)
     finally:
         reap(child)

@@ -34,7 +34,8 @@ from storage.errors import KafkaStorageError, LogDirFullError, LogOfflineError
 from storage.partition_log import PartitionLog
 from storage.record_batch import decode_batch
 from tests.conftest import data_batch
-from tests.kafka_support import read_to_end, wait_until
+from tests.kafka_support import read_to_end
+from tests.waiting import eventually
 from tests.storage_log import DurableLogs
 
 pytestmark = pytest.mark.timeout(180)
@@ -140,7 +141,7 @@ class Served:
              "--http-port", str(self.http_port), "--config", "transaction.state.log.num.partitions=1",
              "--config", "offsets.topic.num.partitions=1"],
             cwd=REPO, stdout=self.out.open("w"), stderr=self.err.open("w"))
-        wait_until(lambda: "recovered" in self.out.read_text() or self.proc.poll() is not None, 60, "start-up")
+        eventually(lambda: "recovered" in self.out.read_text() or self.proc.poll() is not None, 60, "start-up")
         assert self.proc.poll() is None, self.err.read_text()
         self.bootstrap = f"127.0.0.1:{self.kafka_port}"
         self.cluster_id = self.http("GET", "/v3/clusters")[1]["data"][0]["cluster_id"]
@@ -240,7 +241,7 @@ def test_a_full_disk_is_kafka_storage_error_everywhere_and_writes_resume_when_sp
     assert deliver(producer, after) == [None] * 3, "writes resume without a restart"
     status, body = served.produce_http("orders", value("http-after", 0))
     assert status == 200, body
-    wait_until(lambda: served.log_lines(RESUMED_LINE), 10, "the line saying writes resume")
+    eventually(lambda: served.log_lines(RESUMED_LINE), 10, "the line saying writes resume")
     assert "Disk full" not in served.http("GET", "/")[1]
     producer.flush(10)
 
@@ -397,7 +398,7 @@ def test_transactions_and_offset_commits_get_retriable_errors_and_complete_once_
 
     filler.unlink()
     producer.commit_transaction(30)  # the retry commits once space returns
-    committed = wait_until(lambda: _committed(consumer), 30, "the offset commit")
+    committed = eventually(lambda: _committed(consumer), 30, "the offset commit")
     assert committed == 1
     consumer.close()
     stored = read_to_end({"bootstrap.servers": served.bootstrap, "group.id": "audit",

@@ -33,7 +33,6 @@ import sys
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
-from typing import Callable
 
 import pytest
 
@@ -51,6 +50,7 @@ from tests.eos_child import (
     parse_output,
     prepare,
 )
+from tests.waiting import eventually
 
 REPO = Path(__file__).resolve().parents[1]
 SEED = int(os.environ.get("EOS_SEED", "20240611"))
@@ -99,22 +99,6 @@ def start_child(data_dir: Path, progress: Path, seed: int, jobs_every: int,
     return subprocess.Popen([sys.executable, "-m", "tests.eos_child", str(data_dir), str(progress), str(seed),
                              "--jobs-every", str(jobs_every), *stall],
                             cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-
-
-def wait_until(condition: Callable[[], bool], child: subprocess.Popen, what: str,
-               timeout_s: float = ROUND_DEADLINE_S) -> None:
-    """Poll ``condition`` until it holds; fail if the child exits first or the deadline
-    passes. Between polls we wait on the child's exit, never on a fixed sleep."""
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if child.poll() is not None:
-            pytest.fail(f"the child exited with status {child.returncode} before {what}:\n{stderr_of(child)}")
-        if time.monotonic() > deadline:
-            pytest.fail(f"no {what} within {timeout_s} s")
-        try:
-            child.wait(timeout=0.002)
-        except subprocess.TimeoutExpired:
-            pass
 
 
 def stderr_of(child: subprocess.Popen) -> str:
@@ -223,7 +207,8 @@ def run_and_check(tmp_path: Path, seed: int, jobs_every: int) -> None:
                 return not inside or mine[-1] == "P"
 
             where = "inside a transaction" if inside else "between transactions"
-            wait_until(kill_point, child, f"{threshold} records processed in round {round_} ({where})")
+            eventually(kill_point, ROUND_DEADLINE_S, f"{threshold} records processed in round {round_} ({where})",
+                       interval=0.005, child=child)
             os.kill(child.pid, signal.SIGKILL)
             assert child.wait(timeout=ROUND_DEADLINE_S) == -signal.SIGKILL
         finally:

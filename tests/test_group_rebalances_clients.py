@@ -22,7 +22,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import ConsumerRebalanceListener, KafkaConsumer
 
 from coordinator.group_metadata import GroupState
-from tests.kafka_support import KafkaBroker, wait_until
+from tests.kafka_support import KafkaBroker
+from tests.waiting import eventually
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -109,7 +110,7 @@ def settle(members: list[Member]) -> list[set[int]]:
         assignments = [m.partitions() for m in members]
         whole = sorted(p for a in assignments for p in a) == list(range(PARTITIONS))
         return assignments if whole and all(assignments) else None
-    return wait_until(split, timeout=30, what="a settled assignment")
+    return eventually(split, timeout=30, what="a settled assignment")
 
 
 def group_state(kafka: KafkaBroker) -> tuple[GroupState, int] | None:
@@ -130,7 +131,7 @@ def test_members_joining_while_the_incumbent_is_busy_rebalance_once_each(kafka: 
         def newcomer_waits_in_join() -> bool:
             newcomer.poll()
             return group_state(kafka) == (GroupState.PREPARING_REBALANCE, 2)
-        wait_until(newcomer_waits_in_join, timeout=30, what="the newcomer's JoinGroup")
+        eventually(newcomer_waits_in_join, timeout=30, what="the newcomer's JoinGroup")
         # the incumbent is busy (does not poll, so does not rejoin) for 2.5 newcomer sessions
         poll_for([newcomer], 2.5 * NEWCOMER_SESSION_MS / 1000)
         assert [len(a) for a in settle([incumbent, newcomer])] == [PARTITIONS // 2] * 2

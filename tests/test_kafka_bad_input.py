@@ -24,7 +24,8 @@ from app.spark.kafka_client import KafkaConnection
 from app.wire import encode_request
 from storage import filenames
 from storage.record_batch import SimpleRecord, encode_batch, validate_batch
-from tests.kafka_support import CONFIG, SOFTWARE, KafkaBroker, raw_connection, wait_until
+from tests.kafka_support import CONFIG, SOFTWARE, KafkaBroker, raw_connection
+from tests.waiting import eventually
 
 pytestmark = pytest.mark.timeout(300)
 SERVER_LOG = "app.kafka.server"
@@ -109,7 +110,7 @@ def test_a_disconnect_in_the_middle_of_a_request_is_logged(kafka: KafkaBroker, c
     where = address(client)
     client.sock.sendall(struct.pack(">i", 100) + bytes(10))
     client.sock.shutdown(socket.SHUT_WR)
-    wait_until(lambda: logged(caplog, where, "in the middle of a request (10 of 100 bytes)"), what="the log line")
+    eventually(lambda: logged(caplog, where, "in the middle of a request (10 of 100 bytes)"), what="the log line")
     client.close()
     still_serves(kafka)
 
@@ -138,11 +139,11 @@ def test_a_client_that_never_reads_stalls_only_itself(tmp_path: Path, caplog) ->
                 pushed_back = True  # the broker stopped reading: TCP pushes back
                 break
         assert pushed_back
-        wait_until(lambda: logged(caplog, "client 'hog'", "is not reading its responses"), what="the stall line")
+        eventually(lambda: logged(caplog, "client 'hog'", "is not reading its responses"), what="the stall line")
         still_serves(kafka)
-        wait_until(lambda: logged(caplog, "closing client 'hog'", "has not read its responses"),
+        eventually(lambda: logged(caplog, "closing client 'hog'", "has not read its responses"),
                    what="the idle close")
-        wait_until(lambda: not kafka.listener.connections, what="the hog's connection to go")
+        eventually(lambda: not kafka.listener.connections, what="the hog's connection to go")
         hog.close()
 
 
@@ -243,7 +244,7 @@ def test_fuzzed_frames_never_hurt_the_broker_then_a_real_client_works(tmp_path: 
                              "isolation.level": "read_committed"})
         consumer.assign([TopicPartition("after-fuzz", 0, OFFSET_BEGINNING)])
         values: list[bytes] = []
-        wait_until(lambda: values.extend(m.value() for m in consumer.consume(20, 0.2) if not m.error())
+        eventually(lambda: values.extend(m.value() for m in consumer.consume(20, 0.2) if not m.error())
                    or len(values) >= 20, what="the records produced after the fuzz")
         consumer.close()
         assert values == [b"v%d" % i for i in range(20)]

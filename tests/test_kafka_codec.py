@@ -61,10 +61,8 @@ def test_a_request_frame_decodes_to_its_header_and_body(served: tuple[int, int],
 def test_a_truncated_request_is_malformed_never_another_error(tail: bytes) -> None:
     frame = encode_request(ApiKey.METADATA, 8, 0, "c", {"topics": [{"name": "some-topic"}]})[4:]
     cut = frame[:len(frame) - 1 - len(tail) % len(frame)]
-    try:
+    with pytest.raises(MalformedRequestError):  # every cut loses a field: never decoded, never another error
         decode_request(cut, read_head(cut))
-    except MalformedRequestError:
-        pass
 
 
 def test_a_response_frame_carries_its_size_and_correlation_id() -> None:

@@ -25,7 +25,8 @@ import pytest
 from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.kafka_support import CONFIG, read_to_end, wait_until
+from tests.kafka_support import CONFIG, read_to_end
+from tests.waiting import eventually
 
 REPO = Path(__file__).resolve().parents[1]
 KILLS = 3
@@ -171,12 +172,12 @@ def test_sigkill_during_idempotent_and_transactional_writes_loses_and_duplicates
     try:
         for _ in range(KILLS):
             acked, committed = progress()
-            wait_until(lambda: progress()[0] >= acked + 300 and progress()[1] >= committed + 3, timeout=90,
+            eventually(lambda: progress()[0] >= acked + 300 and progress()[1] >= committed + 3, timeout=90,
                        what="both writers to make progress")
             broker.kill()
             broker.start()
         acked, committed = progress()
-        wait_until(lambda: progress()[0] >= acked + 300 and progress()[1] >= committed + 3, timeout=90,
+        eventually(lambda: progress()[0] >= acked + 300 and progress()[1] >= committed + 3, timeout=90,
                    what="both writers to recover after the last restart")
     finally:
         stop.set()

@@ -37,7 +37,8 @@ from storage.record_batch import (
 )
 from storage.varint import encode_uvarint
 from tests.kafka_fuzz import HOSTILE, RequestWriter, ServedBroker, broken_batches, served
-from tests.kafka_support import SOFTWARE, KafkaBroker, raw_connection, wait_until
+from tests.kafka_support import SOFTWARE, KafkaBroker, raw_connection
+from tests.waiting import eventually
 
 pytestmark = pytest.mark.timeout(180)
 SERVER_LOG = "app.kafka.server"
@@ -78,7 +79,7 @@ def test_a_tiny_frame_claiming_billions_of_elements_closes_only_its_connection(
     bad.sock.sendall(frame)
     assert bad.closed_by_peer()
     assert served_broker.alive, served_broker.log()
-    assert wait_until(lambda: "4294967294 elements claimed" in served_broker.log(), what="the log line")
+    assert eventually(lambda: "4294967294 elements claimed" in served_broker.log(), what="the log line")
     assert served_broker.memory_kb()[1] < 1_000_000, "a peak RSS of a GB or more"
     other = raw_connection(served_broker.port)
     assert other.request(ApiKey.API_VERSIONS, 3, SOFTWARE).error_code == 0

@@ -15,7 +15,8 @@ from app.engine import read_models
 from app.http import create_app
 from app.http.ui_blueprint import FRAGMENTS
 from app.kafka.api import ApiKey
-from tests.kafka_support import KafkaBroker, raw_connection, read_to_end, wait_until
+from tests.kafka_support import KafkaBroker, raw_connection, read_to_end
+from tests.waiting import eventually
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -46,7 +47,7 @@ def test_connected_clients_are_listed_with_what_they_said_they_are(kafka: KafkaB
     host, port = raw.sock.getsockname()[:2]
     assert listed["raw"]["address"] == f"{host}:{port}" and listed["raw"]["connected_since_ms"] > 0
     raw.close()
-    wait_until(lambda: "raw" not in {c["client_id"] for c in clients(kafka)}, what="the closed client to go")
+    eventually(lambda: "raw" not in {c["client_id"] for c in clients(kafka)}, what="the closed client to go")
 
 
 def test_metrics_count_and_time_kafka_requests_per_api(kafka: KafkaBroker) -> None:
@@ -73,7 +74,7 @@ def test_the_console_lists_connected_clients(kafka: KafkaBroker) -> None:
     fragment = console.get(FRAGMENTS + "/clients").get_data(True)
     assert fragment.lstrip().startswith("<div") and "console-visible" in fragment  # htmx refreshes the part
     raw.close()
-    wait_until(lambda: "console-visible" not in console.get("/clients").get_data(True),
+    eventually(lambda: "console-visible" not in console.get("/clients").get_data(True),
                what="the closed client to leave the page")
 
 

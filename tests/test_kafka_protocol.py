@@ -17,7 +17,8 @@ from app.kafka import APIS
 from app.kafka.api import ApiKey
 from app.spark.kafka_client import KafkaConnection
 from storage.record_batch import SimpleRecord, encode_batch
-from tests.kafka_support import SOFTWARE, KafkaBroker, raw_connection, wait_until
+from tests.kafka_support import SOFTWARE, KafkaBroker, raw_connection
+from tests.waiting import eventually
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -121,7 +122,7 @@ def test_produce_with_acks_0_gets_no_response(kafka: KafkaBroker, raw: KafkaConn
     raw.send(ApiKey.PRODUCE, 9, produce_body("t", 0, batch(b"fire-and-forget"), acks=0), correlation_id=1)
     raw.send(ApiKey.METADATA, 8, {"topics": None}, correlation_id=2)
     assert raw.receive(ApiKey.METADATA, 8)[0] == 2  # the next response is the metadata one
-    wait_until(lambda: kafka.broker.list_offsets("t", 0, -1) == 1, what="the acks=0 record")
+    eventually(lambda: kafka.broker.list_offsets("t", 0, -1) == 1, what="the acks=0 record")
 
 
 def test_a_failed_acks_0_produce_closes_the_connection(kafka: KafkaBroker, raw: KafkaConnection) -> None:
@@ -165,7 +166,7 @@ def test_corrupt_batch_is_corrupt_message_and_leaves_the_log_alone(kafka: KafkaB
 def test_a_long_polling_fetch_is_woken_by_an_append(kafka: KafkaBroker, raw: KafkaConnection) -> None:
     kafka.broker.create_topic("t", 1)
     raw.send(ApiKey.FETCH, 11, fetch_body("t", [0], max_wait_ms=30_000))
-    wait_until(lambda: kafka.engine._data_waiters.get(("t", 0)), what="the fetch to wait")
+    eventually(lambda: kafka.engine._data_waiters.get(("t", 0)), what="the fetch to wait")
     started = time.monotonic()
     kafka.broker.produce("t", 0, batch(b"late"))
     _, response = raw.receive(ApiKey.FETCH, 11)
@@ -183,7 +184,7 @@ def test_a_read_committed_fetch_is_woken_by_the_commit_marker(kafka: KafkaBroker
     first = raw.request(ApiKey.FETCH, 11, fetch_body("t", [0], isolation_level=1))
     assert not only_partition(first).records and only_partition(first).last_stable_offset == 0
     raw.send(ApiKey.FETCH, 11, fetch_body("t", [0], max_wait_ms=30_000, isolation_level=1))
-    wait_until(lambda: kafka.engine._data_waiters.get(("t", 0)), what="the fetch to wait")
+    eventually(lambda: kafka.engine._data_waiters.get(("t", 0)), what="the fetch to wait")
     producer.commit_transaction()
     partition = only_partition(raw.receive(ApiKey.FETCH, 11)[1])
     assert partition.records and partition.last_stable_offset == 2  # the record and its marker

@@ -25,6 +25,7 @@ from coordinator.group_metadata import CommittedOffset
 from storage.clock import FakeClock
 from storage.errors import KafkaError, TransactionAbortableError
 from tests.conftest import FROZEN, SMALL_INTERNAL_TOPICS, jobs_config
+from tests.waiting import returns_within
 
 DEADLINE_S = 10
 TP = ("in", 0)
@@ -313,7 +314,6 @@ def test_a_consumer_taking_over_waits_for_the_open_transaction_to_commit(broker,
     assert [r.offset for r in got] == [5, 6, 7, 8, 9]
 
 
-@pytest.mark.frozen
 def test_a_consumer_taking_over_resumes_from_the_old_offset_when_the_transaction_times_out(
         broker, consumer, clock):
     fill(broker, 10)
@@ -347,9 +347,9 @@ def test_position_waits_for_pending_offsets_and_gives_up_at_its_timeout(broker, 
     c.assign([TP])
     started = time.monotonic()
     with pytest.raises(KafkaError) as info:
-        c.position(TP, timeout_ms=200)
+        returns_within(lambda: c.position(TP, timeout_ms=200), DEADLINE_S, "position")
     assert (info.value.name, info.value.code) == ("UNSTABLE_OFFSET_COMMIT", 88)
-    assert 0.15 < time.monotonic() - started < 5
+    assert time.monotonic() - started >= 0.15  # it waited (a lower bound: load only makes it longer)
     p.commit_transaction()
     assert c.position(TP, timeout_ms=5_000) == 6
 

@@ -11,7 +11,6 @@ bound; and without the log's files (no batch is read per query).
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Iterator
 
@@ -29,6 +28,7 @@ from storage.read_committed import read_records
 from storage.record_batch import SimpleRecord, encode_batch
 from tests.conftest import SMALL_INTERNAL_TOPICS, data_batch
 from tests.storage_log import DurableLogs
+from tests.waiting import eventually
 
 T = "orders"
 #: small segments, so appends roll and retention deletes whole segments as the test goes
@@ -251,19 +251,15 @@ def test_after_a_restart_the_lag_is_counted_off_the_loop(tmp_path: Path, clock: 
     with Broker(data, clock=clock, **SMALL_INTERNAL_TOPICS) as broker:
         log = broker.engine._logs.log(T, 0)
         assert len(log.segments) > 3 and len(log.visible_records) == 0  # nothing read on open
-        deadline = time.monotonic() + 30
-        while not (offsets := broker.engine.call(read_models.group, broker.engine, "svc")["offsets"][0])["lag_exact"]:
-            assert time.monotonic() < deadline, "the counts of the opened log never came"
-            time.sleep(0.05)
-        assert offsets["lag"] == 295 and offsets["held_back"] == 1
+        def offsets() -> dict:
+            return broker.engine.call(read_models.group, broker.engine, "svc")["offsets"][0]
+        counted = eventually(lambda: (o := offsets())["lag_exact"] and o, 30, "the counts of the opened log")
+        assert counted["lag"] == 295 and counted["held_back"] == 1
         txn_id = "stuck"
         broker.engine.call(broker.engine._transaction_coordinator.admin_abort, txn_id, "test")
-        deadline = time.monotonic() + 30
-        while (offsets := broker.engine.call(read_models.group, broker.engine, "svc")["offsets"][0])["held_back"]:
-            assert time.monotonic() < deadline, "the abort never reached the counts"
-            time.sleep(0.05)
-        assert (offsets["lag"], offsets["lag_exact"]) == (295, True)
-        assert offsets["lag"] == received(log, 5, log.last_stable_offset)
+        settled = eventually(lambda: not (o := offsets())["held_back"] and o, 30, "the abort to reach the counts")
+        assert (settled["lag"], settled["lag_exact"]) == (295, True)
+        assert settled["lag"] == received(log, 5, log.last_stable_offset)
 
 
 def test_a_transaction_ended_while_its_batches_were_being_counted(tmp_path: Path, clock: FakeClock) -> None:

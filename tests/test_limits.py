@@ -36,7 +36,8 @@ from app.kafka.api import ApiKey
 from app.spark.kafka_client import KafkaConnection
 from storage.errors import InvalidConfigError, PolicyViolationError
 from tests.conftest import FROZEN, SMALL_INTERNAL_TOPICS
-from tests.kafka_support import SOFTWARE, KafkaBroker, raw_connection, wait_until
+from tests.kafka_support import SOFTWARE, KafkaBroker, raw_connection
+from tests.waiting import eventually
 
 REPO = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.timeout(120)
@@ -268,7 +269,7 @@ def test_a_connection_over_the_limit_is_closed_at_accept(tmp_path: Path, caplog,
         assert "rejected connection from 127.0.0.1" in caplog.text and limit in caplog.text
         assert refusals(kafka)[limit] == 1
         first.close()
-        wait_until(lambda: len(kafka.engine.kafka_connections) == 1, 10, "the closed connection to end")
+        eventually(lambda: len(kafka.engine.kafka_connections) == 1, 10, "the closed connection to end")
         fourth = connect(kafka)
         assert served(fourth) and served(second)  # a freed place is taken again
         for client in (second, third, fourth):

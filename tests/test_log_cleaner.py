@@ -737,7 +737,6 @@ def test_leftover_cleaned_and_swap_files_are_discarded_or_completed(tmp_path: Pa
 
 
 @pytest.mark.parametrize("failing", ["writing", "commit"])
-@pytest.mark.frozen
 def test_a_round_that_fails_before_the_commit_point_leaves_the_log_as_it_was(
         broker: Broker, clock: FakeClock, topic: str, tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch, failing: str) -> None:
@@ -792,7 +791,6 @@ def test_the_cleaner_runs_every_log_cleaner_backoff_ms(broker: Broker) -> None:
         scheduler.shutdown(wait=True)
 
 
-@pytest.mark.frozen
 def test_only_compacted_topics_are_cleaned(broker: Broker, clock: FakeClock) -> None:
     broker.create_topic("plain", 1, {"segment.bytes": 400})
     broker.create_topic(T, 1, CONFIG)

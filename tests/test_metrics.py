@@ -29,7 +29,7 @@ from storage.clock import FakeClock
 from storage.errors import ProducerFencedError
 from storage.producer_state import LATE_TRANSACTION_BUFFER_MS
 from tests.conftest import FROZEN, SMALL_INTERNAL_TOPICS
-from tests.kafka_support import wait_until
+from tests.waiting import eventually
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -149,8 +149,9 @@ def test_an_open_transaction_shows_as_lso_lag_and_age_until_the_timeout_job_abor
     assert held[("exactly_partition_oldest_transaction_age_seconds", p(0))] == 0
     assert held[("exactly_active_transactional_ids", labels(state="Ongoing"))] == 1
     assert held[("exactly_transactions_timed_out_total", ())] == 0
-    clock.advance(2_001)  # past transaction.timeout.ms: the scheduled job aborts it
-    wait_until(lambda: scrape.value("exactly_transactions_timed_out_total") == 1, what="the timeout job")
+    clock.advance(2_001)  # past transaction.timeout.ms: the timeout job's next round aborts it
+    assert broker.engine.call(broker.engine.abort_timed_out_transactions) == ["slow"]
+    assert scrape.value("exactly_transactions_timed_out_total") == 1
     after = scrape()
     assert after[("exactly_partition_last_stable_offset_lag", p(1))] == 0
     assert after[("exactly_partition_oldest_transaction_age_seconds", p(1))] == 0
@@ -208,7 +209,7 @@ def test_the_fetch_counter_counts_clients_only(tmp_path: Path, clock: FakeClock)
         broker.fetch(T, 0, 0, isolation_level="read_committed")
         consumer = broker.consumer(group_id="g", isolation_level="read_committed", auto_offset_reset="earliest")
         consumer.assign([(T, 0)])
-        wait_until(lambda: consumer.poll(timeout_ms=100), what="the record")
+        eventually(lambda: consumer.poll(timeout_ms=100), what="the record")
         consumer.close()
         fetched = scrape.value("exactly_fetch_requests_total")
         assert fetched >= 2  # the embedded fetch and the consumer's

@@ -39,6 +39,7 @@ from storage.partition_log import ReadResult
 from storage.record_batch import SimpleRecord, encode_batch, iter_headers
 from tests.mirror_crash_child import BROKER_CONFIG
 from tests.raw_txn import RawTxn
+from tests.waiting import eventually
 
 REPO = Path(__file__).resolve().parents[1]
 S = TransactionState
@@ -551,10 +552,8 @@ def test_a_broker_keeps_its_mirror_current_with_its_own_job(tmp_path: Path) -> N
         source = EngineMirrorSource(broker.engine)
         workload = Workload(broker, seed=5)
         workload.run(60)
-        deadline = time.monotonic() + 10
-        while read_state(db_path(data)) != expected_state_from_logs(source):
-            assert time.monotonic() < deadline, "the broker's mirror job did not catch up"
-            time.sleep(0.02)
+        eventually(lambda: read_state(db_path(data)) == expected_state_from_logs(source), 10,
+                   "the broker's mirror job to catch up")
         assert rows(db_path(data), "SELECT count(*) AS n FROM partitions") == [{"n": 9}]
 
 

@@ -17,7 +17,6 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 import zipfile
@@ -30,6 +29,7 @@ from alembic.script import ScriptDirectory
 from coordinator.mirror_db import alembic_config
 from storage import filenames
 from tests.test_cli import free_port
+from tests.waiting import eventually
 
 REPO = Path(__file__).resolve().parents[1]
 #: the top-level packages the wheel installs
@@ -151,15 +151,14 @@ def http_get(url: str) -> tuple[int, str, bytes]:
 
 
 def wait_until_answering(proc: subprocess.Popen, url: str, log: Path) -> None:
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while time.monotonic() < deadline:
+    def answers() -> bool:
         assert proc.poll() is None, f"exactly serve exited with {proc.returncode}:\n{log.read_text()}"
         try:
             http_get(url)
-            return
+            return True
         except (urllib.error.URLError, ConnectionError, TimeoutError):
-            time.sleep(0.1)
-    raise AssertionError(f"{url} did not answer within {START_TIMEOUT_S}s:\n{log.read_text()}")
+            return False
+    eventually(answers, START_TIMEOUT_S, f"{url} to answer", interval=0.1)
 
 
 def test_installed_exactly_serve_runs_from_any_directory(installed: Installed):

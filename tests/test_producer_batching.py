@@ -18,10 +18,9 @@ from __future__ import annotations
 import shutil
 import tempfile
 import threading
-import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Iterator
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -41,6 +40,7 @@ from storage.errors import (
 from storage.read_committed import read_records
 from storage.record_batch import RecordBatch, decode_batch, iter_headers
 from tests.conftest import SMALL_INTERNAL_TOPICS
+from tests.waiting import eventually
 
 T = "orders"
 DEADLINE_S = 10
@@ -101,13 +101,6 @@ def engine_held(broker: Broker) -> Iterator[None]:
         release.set()
 
 
-def wait_until(condition: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + DEADLINE_S
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting until {what}"
-        time.sleep(0.005)
-
-
 def in_flight(producer: Producer, tp: tuple[str, int]) -> int:
     """Batches of the partition sent and not yet answered (the producer's own count)."""
     return len(producer._acc.queues[tp].in_flight)
@@ -164,7 +157,7 @@ def test_flush_and_close_inside_a_delivery_callback_do_not_deadlock(broker):
         p.close()  # from the sender thread: closes at once, failing what is left
 
     p.send(T, b"first", partition=0, on_delivery=flush_inside).get(timeout=DEADLINE_S)
-    wait_until(lambda: p._closed, "the callback closed the producer")
+    eventually(lambda: p._closed, DEADLINE_S, "the callback closed the producer")
     assert [type(e) for e in raised] == [IllegalStateError]
     assert stored_values(broker, 0)[0] == b"first"
 

@@ -24,7 +24,8 @@ from storage.filenames import PRODUCER_ID_BLOCK
 from storage.record_batch import SimpleRecord
 from storage.read_committed import read_records
 from tests.conftest import SMALL_INTERNAL_TOPICS, data_batch
-from tests.kafka_support import KafkaBroker, raw_connection, wait_until
+from tests.kafka_support import KafkaBroker, raw_connection
+from tests.waiting import eventually
 from tests.raw_txn import RawTxn, coordinator_call
 from tests.storage_log import DurableLogs
 
@@ -121,7 +122,7 @@ def test_the_operators_abort_completes_a_transaction_whose_marker_a_partition_re
             broker.produce("t", 0, txn.batch("t", 0, [SimpleRecord(b"lost")]))
         ending = engine.submit(lambda: engine._loop.create_task(tc.end_txn("victim", txn.pid, txn.epoch, False)))
         task = ending.result(10)
-        wait_until(lambda: "victim" in tc.last_refusal, 20, "the refusal")
+        eventually(lambda: "victim" in tc.last_refusal, 20, "the refusal")
         assert tc.describe("victim").state.display == "PrepareAbort"
 
         client = create_app(engine, test_config={"TESTING": True}).test_client()

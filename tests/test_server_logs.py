@@ -17,7 +17,7 @@ from app.engine.scheduler import ScheduledJob, run_round
 from app.http import HttpSettings, create_app
 from storage.clock import FakeClock
 from tests.conftest import FROZEN, SMALL_INTERNAL_TOPICS
-from tests.kafka_support import wait_until
+from tests.waiting import eventually
 from tests.test_cli import free_port, run_to_exit, serve, wait_for_line
 
 pytestmark = pytest.mark.timeout(60)
@@ -76,7 +76,7 @@ def test_a_job_that_did_something_says_what_at_info_and_idle_rounds_stay_quiet(
         slow.begin_transaction()
         slow.send("t", b"v", partition=0).get(timeout=10)
         clock.advance(1_001)
-        wait_until(lambda: any(r.name == SCHEDULER for r in caplog.records), what="the timeout job's line")
+        eventually(lambda: any(r.name == SCHEDULER for r in caplog.records), what="the timeout job's line")
     scheduler_lines = [(r.levelname, r.getMessage()) for r in caplog.records if r.name == SCHEDULER]
     assert scheduler_lines == [
         ("INFO", "scheduled job abort-timed-out-transactions: aborted 1 timed-out transaction(s): slow")]

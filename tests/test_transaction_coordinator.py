@@ -49,6 +49,7 @@ from storage.record_batch import (
     iter_headers,
 )
 from tests.conftest import SMALL_INTERNAL_TOPICS, data_batch, jobs_config
+from tests.waiting import eventually
 
 S = TransactionState
 T = "orders"
@@ -107,13 +108,8 @@ def describe(broker: Broker, txn_id: str) -> TxnTransitMetadata | None:
 
 
 def wait_for_state(broker: Broker, txn_id: str, state: S, timeout_s: float = 5) -> TxnTransitMetadata:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        meta = describe(broker, txn_id)
-        if meta is not None and meta.state is state:
-            return meta
-        assert time.monotonic() < deadline, f"{txn_id} stayed {meta.state.display if meta else None}"
-        time.sleep(0.005)
+    return eventually(lambda: (meta := describe(broker, txn_id)) is not None and meta.state is state and meta,
+                      timeout_s, f"{txn_id} to reach {state.display}", interval=0.005)
 
 
 class Producer:
@@ -720,7 +716,6 @@ def test_a_prepared_abort_is_rolled_forward_on_reopen(data, clock):
 
 # -- scheduled work: transaction timeout and transactional id expiration ---------------
 
-@pytest.mark.frozen
 def test_a_timed_out_transaction_is_aborted_with_an_epoch_bump(broker, clock):
     p = producer(broker, "a", timeout=10_000)
     p.begin(0, 1)
@@ -744,7 +739,6 @@ def test_a_timed_out_transaction_is_aborted_with_an_epoch_bump(broker, clock):
     assert init(broker, "a") == (p.pid, p.epoch + 2)
 
 
-@pytest.mark.frozen
 def test_the_timeout_job_leaves_completed_and_young_transactions_alone(broker, clock):
     young = producer(broker, "young", timeout=100_000)
     young.begin(0)
@@ -795,7 +789,6 @@ def test_a_transactional_batch_to_a_partition_not_in_the_transaction_is_invalid_
     assert committed(broker) == [b"fine"]
 
 
-@pytest.mark.frozen
 def test_a_timeout_abort_whose_log_write_fails_is_finished_by_a_later_run(broker, clock, monkeypatch):
     """The fence happens in memory first, so the zombie is refused at once; a failed
     PrepareAbort write leaves PrepareEpochFence, which the next run finishes -- one

@@ -34,11 +34,9 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import pytest
 
@@ -66,6 +64,7 @@ from tests.txn_crash_child import (
     prepare,
     run_to_end,
 )
+from tests.waiting import eventually
 
 REPO = Path(__file__).resolve().parents[1]
 #: how long a child may take to start, run two transactions and kill itself
@@ -192,15 +191,6 @@ def run_child(data_dir: Path, side_path: Path, scenario: str) -> SideFile:
 
 
 # -- reading the restarted broker ------------------------------------------------------------
-
-
-def poll_until(condition: Callable[[], bool], what: str, timeout_s: float = SETTLE_DEADLINE_S) -> None:
-    """Check ``condition`` until it holds; fail at the deadline."""
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(f"no {what} within {timeout_s} s")
-        time.sleep(0.01)  # a polling interval; the condition is what we wait for
 
 
 def state_of(broker: Broker) -> TxnTransitMetadata:
@@ -360,11 +350,11 @@ def test_restart_finishes_the_transaction_as_decided(tmp_path: Path, scenario: s
             if expected.recover == "init":
                 broker.producer(transactional_id=TXN_ID).init_transactions()
             else:
-                poll_until(lambda: bool(broker.engine.call(broker.engine.abort_timed_out_transactions))
-                           or state_of(broker).state is not S.ONGOING, "transaction timeout")
+                eventually(lambda: bool(broker.engine.call(broker.engine.abort_timed_out_transactions))
+                           or state_of(broker).state is not S.ONGOING, SETTLE_DEADLINE_S, "transaction timeout")
 
         # nobody retries anything: the restart alone must roll a prepared transaction forward
-        poll_until(lambda: state_of(broker).state is expected.settled,
+        eventually(lambda: state_of(broker).state is expected.settled, SETTLE_DEADLINE_S,
                    f"{expected.settled.display} (stuck in {state_of(broker).state.display}?)")
         settled = state_of(broker)
         assert (settled.producer_id, settled.producer_epoch) == (pid, epoch + expected.epoch_bumps)

@@ -22,7 +22,6 @@ import asyncio
 import logging
 import re
 import threading
-import time
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -59,6 +58,7 @@ from tests.conftest import FROZEN, SMALL_INTERNAL_TOPICS, data_batch
 from tests.kafka_support import KafkaBroker, raw_connection
 from tests.raw_txn import RawTxn, coordinator_call
 from tests.storage_log import DurableLogs
+from tests.waiting import eventually
 
 S = TransactionState
 T = "orders"
@@ -139,13 +139,6 @@ def describe(broker: Broker, txn_id: str):
 
 async def _event() -> asyncio.Event:
     return asyncio.Event()
-
-
-def wait_until(condition: Callable[[], bool], timeout_s: float = 5) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, "the condition never held"
-        time.sleep(0.005)
 
 
 # -- KIP-890: a transactional batch needs its producer's Ongoing transaction --------------------
@@ -275,7 +268,7 @@ def test_a_batch_while_the_transaction_completes_is_concurrent_transactions(brok
     ending = asyncio.run_coroutine_threadsafe(broker.engine._transaction_coordinator.end_txn(
         "a", txn.pid, txn.epoch, True), broker.engine._loop)
     try:
-        wait_until(lambda: describe(broker, "a").state is S.PREPARE_COMMIT)
+        eventually(lambda: describe(broker, "a").state is S.PREPARE_COMMIT, 5, "PrepareCommit")
         before = footprint(broker)
         expect(ConcurrentTransactionsError, 51, "CONCURRENT_TRANSACTIONS", broker.produce, T, 0,
                txn.batch(T, 0, [SimpleRecord(b"late")]))

@@ -230,7 +230,7 @@ def test_abort_needs_the_csrf_token(client, broker, scenario):
     page = client.get("/transactions/enricher").get_data(as_text=True)
     assert "Aborted enricher" in page  # the flashed message
     assert "All partitions stable" in client.get("/fragments/status").get_data(as_text=True)
-    with pytest.raises(Exception):
+    with pytest.raises(ProducerFencedError):
         scenario["enricher"].commit_transaction()  # its producer is fenced
 
 

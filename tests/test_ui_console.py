@@ -15,7 +15,8 @@ from app import Broker
 from app.http import create_app
 from storage.errors import ProducerFencedError
 from storage.record_batch import SimpleRecord, encode_batch
-from tests.kafka_support import KafkaBroker, wait_until
+from tests.kafka_support import KafkaBroker
+from tests.waiting import eventually
 
 CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
 T0 = 1_700_000_000_000
@@ -272,7 +273,7 @@ def test_group_members_show_their_assignments_from_a_real_kafka_consumer(tmp_pat
                 consumer.poll(0.1)
                 return len(consumer.assignment()) == 3
 
-            wait_until(assigned, what="the consumer's assignment")
+            eventually(assigned, what="the consumer's assignment")
             html = _text(client.get("/groups/workers"))
             cell = html[html.index("data-assignment"):][:1200]
             assert all(f">work<span class=\"tp-sep\">-</span>{p}<" in cell for p in range(3)), cell

@@ -116,7 +116,6 @@ def test_the_older_instance_was_aborted_not_committed(broker):
     assert visible(broker) == []
 
 
-@pytest.mark.frozen
 def test_a_timed_out_transaction_is_aborted_by_the_job_and_its_producer_fenced(broker, clock):
     slow = broker.producer(transactional_id="slow", transaction_timeout_ms=5_000, delivery_timeout_ms=2_000)
     slow.init_transactions()

@@ -27,7 +27,7 @@ from storage.aborted_transactions import AbortedTransactionTracker
 from storage.errors import GroupIdNotFoundError, OffsetOutOfRangeError, TransactionalIdNotFoundError
 from storage.log_config import LogConfig
 from storage.partition_log import PartitionLog
-from storage.record_batch import decode_batch, decode_control_record
+from storage.record_batch import Record, decode_batch, decode_control_record
 from storage.visibility import data_records, read_committed_lag
 
 if TYPE_CHECKING:

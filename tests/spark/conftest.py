@@ -1,5 +1,6 @@
 """One SparkSession for the whole test run: starting one costs 5-8 s and its first
-Python-worker action 3-6 s more, so every Spark test shares it."""
+Python-worker action 3-6 s more, so every Spark test shares it (under pytest-xdist
+every Spark test runs on one worker, tests/conftest.py, so that is still one session)."""
 
 from __future__ import annotations
 

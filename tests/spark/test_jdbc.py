@@ -23,7 +23,8 @@ from coordinator.mirror_db import reader_engine
 from coordinator.producer_id_manager import BODY, VERSION
 from storage.checked_file import write_fields
 from storage.filenames import PRODUCER_ID_BLOCK
-from tests.kafka_support import KafkaBroker, wait_until
+from tests.kafka_support import KafkaBroker
+from tests.waiting import eventually
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -185,7 +186,7 @@ def test_reads_are_consistent_snapshots_while_the_broker_commits_transactions(sp
             stop.set()
             thread.join(60)
         assert seen == sorted(seen) and seen[-1] > seen[0] > 0
-        wait_until(lambda: jdbc.finished_transactions(spark, kafka.broker.data_dir).count() == len(done),
+        eventually(lambda: jdbc.finished_transactions(spark, kafka.broker.data_dir).count() == len(done),
                    timeout=30, what="the mirror to hold every transaction")
 
 

@@ -18,7 +18,8 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 from app.spark.datasource import KAFKA_SOURCE_SCHEMA_NO_HEADERS
 from app.spark.source import TopicStreamReader
-from tests.kafka_support import KafkaBroker, wait_until
+from tests.kafka_support import KafkaBroker
+from tests.waiting import eventually
 from tests.spark.source_workload import Workload, Written, interleaved
 
 #: seconds a query may take to reach what a test waits for
@@ -101,15 +102,15 @@ def test_a_stream_stops_at_the_lso_and_reads_the_rest_once_the_transaction_commi
              .trigger(processingTime="300 milliseconds").start())
     try:
         want = expected(workload.visible())
-        wait_until(lambda: collected.by_partition() == want, DEADLINE, "the committed records")
+        eventually(lambda: collected.by_partition() == want, DEADLINE, "the committed records")
         lso = last_stable_offsets(kafka.bootstrap, "live", 3)
-        wait_until(lambda: end_offsets(query, "live")[-1:] == [lso], DEADLINE, "the stream's position at the LSO")
+        eventually(lambda: end_offsets(query, "live")[-1:] == [lso], DEADLINE, "the stream's position at the LSO")
         assert all(end[p] <= lso[p] for end in end_offsets(query, "live") for p in end)
 
         workload.produce_plain("plain-e", [1, 2])  # behind the open transaction: not yet readable
         workload.commit_open()
         want = expected(workload.visible())
-        wait_until(lambda: collected.by_partition() == want, DEADLINE, "the records after the commit")
+        eventually(lambda: collected.by_partition() == want, DEADLINE, "the records after the commit")
     finally:
         query.stop()
     assert query.exception() is None
@@ -186,13 +187,13 @@ def test_a_pattern_subscription_picks_up_a_new_topic_from_its_earliest_offset(
              .option("checkpointLocation", str(tmp_path / "ck")).trigger(processingTime="300 milliseconds")
              .start())
     try:
-        wait_until(lambda: query.lastProgress, DEADLINE, "a first micro-batch")
+        eventually(lambda: query.lastProgress, DEADLINE, "a first micro-batch")
         first.produce_plain("later", [0])
         kafka.broker.create_topic("grow-2", partitions=1)
         second = Workload(kafka.bootstrap, "grow-2", partitions=1)
         second.produce_plain("new-topic", [0], count=3)
         want = {b"later-p0-0", b"new-topic-p0-0", b"new-topic-p0-1", b"new-topic-p0-2"}
-        wait_until(lambda: {r.value for r in collected.rows()} == want, DEADLINE, "the new topic's records")
+        eventually(lambda: {r.value for r in collected.rows()} == want, DEADLINE, "the new topic's records")
     finally:
         query.stop()
     # startingOffsets defaults to latest for a stream: grow-1's first records are not read
