@@ -81,7 +81,7 @@ from coordinator.group_metadata import (
     Member,
     TopicPartition,
 )
-from coordinator.schema import SchemaError
+from coordinator.schema import MAX_STRING_BYTES, SchemaError
 from coordinator.transaction_log import partition_for
 from storage.clock import Clock
 from storage.errors import (
@@ -230,6 +230,7 @@ class GroupCoordinator:
     def _group(self, group_id: str) -> GroupMetadata:
         group = self.groups.get(group_id)
         if group is None:
+            _check_group_id(group_id)
             group = self.groups[group_id] = GroupMetadata(group_id)
         return group
 
@@ -560,6 +561,7 @@ class GroupCoordinator:
                                  generation: int = -1, member_id: str = "",
                                  group_instance_id: str | None = None) -> dict[TopicPartition, KafkaError | None]:
         """TxnOffsetCommit: pending until the producer's transaction ends."""
+        _check_group_id(group_id)
         self.io.verify_transaction(transactional_id, producer_id, producer_epoch, self.partition_of(group_id))
         group = self._group(group_id)
         self._validate_commit(group, generation, member_id, group_instance_id, transactional=True)
@@ -746,3 +748,9 @@ class GroupCoordinator:
 def _fail(waiter: asyncio.Future | None, error: KafkaError) -> None:
     if waiter is not None and not waiter.done():
         waiter.set_exception(error)
+
+
+def _check_group_id(group_id: str) -> None:
+    """A group id a new group may have: not empty, and short enough to key ``__consumer_offsets``."""
+    if not group_id or len(group_id.encode("utf-8")) > MAX_STRING_BYTES:
+        raise InvalidGroupIdError(f"a group id must be 1 to {MAX_STRING_BYTES} bytes (a key of {offsets_log.TOPIC})")

@@ -106,6 +106,11 @@ def _decode_length(data: memoryview, pos: int, compact: bool, plain: _Fixed = IN
     return plain.decode(data, pos)
 
 
+#: the longest string an int16 length can carry (Kafka's ``Short.MAX_VALUE``): the
+#: limit of a transactional or group id, which are keys of the internal topics
+MAX_STRING_BYTES = 0x7FFF
+
+
 @dataclass(frozen=True)
 class _String(Type):
     """UTF-8 text after its byte length (see ``_encode_length``; -1 is null)."""
@@ -120,8 +125,8 @@ class _String(Type):
             _encode_length(-1, self.compact, out)
             return
         raw = value.encode("utf-8")
-        if not self.compact and len(raw) > 0x7FFF:
-            raise SchemaError(f"string of {len(raw)} bytes is longer than 32767")
+        if not self.compact and len(raw) > MAX_STRING_BYTES:
+            raise SchemaError(f"string of {len(raw)} bytes is longer than {MAX_STRING_BYTES}")
         _encode_length(len(raw), self.compact, out)
         out += raw
 

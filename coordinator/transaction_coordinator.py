@@ -104,7 +104,7 @@ from typing import Iterable, Protocol
 
 from coordinator import offsets_log, transaction_log
 from coordinator.producer_id_manager import BLOCK_SIZE, ProducerIdBlock, ProducerIdManager
-from coordinator.schema import SchemaError
+from coordinator.schema import MAX_STRING_BYTES, SchemaError
 from coordinator.transaction_state import (
     TWO_PHASE_COMMIT_TIMEOUT_MS,
     AbortCause,
@@ -427,6 +427,9 @@ class TransactionCoordinator:
             return await self._new_producer_id(), 0
         if transactional_id == "":
             raise InvalidRequestError("the transactional id must not be empty")
+        if len(transactional_id.encode("utf-8")) > MAX_STRING_BYTES:
+            raise InvalidRequestError(f"the transactional id is longer than {MAX_STRING_BYTES} bytes "
+                                      f"(a key of {transaction_log.TOPIC})")
         if enable_2pc:
             self._check_two_phase_commit_enabled()
             transaction_timeout_ms = TWO_PHASE_COMMIT_TIMEOUT_MS

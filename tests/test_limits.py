@@ -34,7 +34,7 @@ from app.config import BrokerConfig
 from app.http import create_app
 from app.kafka.api import ApiKey
 from app.spark.kafka_client import KafkaConnection
-from storage.errors import InvalidConfigError, PolicyViolationError
+from storage.errors import InvalidConfigError, InvalidGroupIdError, InvalidRequestError, PolicyViolationError
 from tests.conftest import FROZEN, SMALL_INTERNAL_TOPICS
 from tests.kafka_support import SOFTWARE, KafkaBroker, raw_connection
 from tests.waiting import eventually
@@ -309,3 +309,21 @@ def test_the_defaults_are_kafkas() -> None:
     config = BrokerConfig()
     assert config.max_connections == config.max_connections_per_ip == 2**31 - 1  # Kafka's Int.MAX: none
     assert config.connection_overrides() == {}
+
+
+# -- ids the internal topics cannot key ------------------------------------------------------
+
+
+def test_a_transactional_or_group_id_too_long_to_be_a_key_is_refused_not_a_crash(broker: Broker) -> None:
+    """Over HTTP an id can be longer than the int16 string of the internal topics' keys
+    (the Kafka wire cannot send one): refused with Kafka's error, the broker unharmed."""
+    engine, long_id = broker.engine, "t" * 32_768
+    with pytest.raises(InvalidRequestError, match="longer than 32767 bytes"):
+        engine.call(engine.init_producer_id, long_id, 60_000)
+    pid, epoch = engine.call(engine.init_producer_id, "tx", 60_000)
+    engine.call(engine.add_offsets_to_txn, "tx", pid, epoch, "g")
+    with pytest.raises(InvalidGroupIdError):
+        engine.call(engine.txn_offset_commit, "tx", long_id, pid, epoch, {})
+    with pytest.raises(InvalidGroupIdError):
+        engine.call(engine.commit_offsets, long_id, {})
+    assert engine.call(engine.init_producer_id, "t" * 32_767, 60_000)[1] == 0  # the longest key still fits
