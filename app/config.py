@@ -16,9 +16,10 @@ import ipaddress
 from dataclasses import dataclass, field, fields
 from typing import Any, Mapping
 
+from app.security.authorizer import AUTHORIZER_CLASS_NAMES, StandardAuthorizer, parse_super_users
 from coordinator.group_coordinator import GroupConfig
 from coordinator.transaction_coordinator import CoordinatorConfig
-from storage.errors import InvalidConfigError
+from storage.errors import InvalidConfigError, InvalidRequestError
 from storage.log_config import LogConfig
 
 #: broker-level name -> topic-level name (Kafka's "log." prefixed defaults)
@@ -94,6 +95,14 @@ class BrokerConfig(CoordinatorConfig, GroupConfig):
     #: holds at most; a topic creation or growth beyond it is POLICY_VIOLATION. Each
     #: partition keeps 3 files open, so 4,000 of them need 12,000 descriptors (bench/RESULTS.md)
     exactly_max_partitions: int = 4_000
+    #: the authorizer: Kafka's StandardAuthorizer (or AclAuthorizer) class name switches
+    #: ACLs on (app/security/authorizer.py); empty: off, every request allowed, ACL APIs
+    #: answer SECURITY_DISABLED
+    authorizer_class_name: str = ""
+    #: ``User:alice;User:bob``: principals the authorizer lets do everything
+    super_users: str = ""
+    #: with the authorizer on, whether a resource no ACL names is open to everyone
+    allow_everyone_if_no_acl_found: bool = False
     log: LogConfig = field(default_factory=LogConfig)
 
     @classmethod
@@ -125,6 +134,7 @@ class BrokerConfig(CoordinatorConfig, GroupConfig):
                 raise InvalidConfigError(f"{name.replace('_', '.')} must be >= 0")
         config.advertised_listener()  # a malformed address is an error now, not at the first client
         config.connection_overrides()
+        config.authorizer()
         return config
 
     def advertised_listener(self) -> tuple[str, int] | None:
@@ -138,6 +148,20 @@ class BrokerConfig(CoordinatorConfig, GroupConfig):
             raise InvalidConfigError(
                 f"advertised.listeners must look like PLAINTEXT://host:port, got {self.advertised_listeners!r}")
         return host.strip("[]"), int(port)
+
+    def authorizer(self) -> StandardAuthorizer | None:
+        """A new, empty authorizer of these settings; None when ``authorizer.class.name``
+        is empty. :raise InvalidConfigError: an unknown class name or a bad ``super.users``."""
+        if not self.authorizer_class_name:
+            return None
+        if self.authorizer_class_name not in AUTHORIZER_CLASS_NAMES:
+            raise InvalidConfigError(f"authorizer.class.name must be one of {sorted(AUTHORIZER_CLASS_NAMES)}, "
+                                     f"got {self.authorizer_class_name!r}")
+        try:
+            super_users = parse_super_users(self.super_users)
+        except InvalidRequestError as e:
+            raise InvalidConfigError(f"super.users: {e}") from None
+        return StandardAuthorizer(super_users, self.allow_everyone_if_no_acl_found)
 
     def connection_overrides(self) -> dict[str, int]:
         """``max.connections.per.ip.overrides`` as IP address -> most connections."""

@@ -47,7 +47,6 @@ from sqlalchemy import Connection, Engine, Table, delete, func, literal, select
 from sqlalchemy.dialects.sqlite import insert
 
 from coordinator import offsets_log, transaction_log
-from coordinator.internal_topics import INTERNAL_TOPICS
 from coordinator.mirror_db import reader_engine, upgrade, writer_engine
 from coordinator.mirror_models import (
     FinishedTransaction,
@@ -247,8 +246,12 @@ def _batches(source: MirrorSource, topic: str, partition: int, offset: int,
         offset = result.next_offset
 
 
+#: the internal topics the mirror follows (``__cluster_metadata``'s ACLs are not mirrored)
+MIRRORED_TOPICS = (transaction_log.TOPIC, offsets_log.TOPIC)
+
+
 def _internal_partitions(source: MirrorSource) -> list[TopicPartition]:
-    return [(topic, partition) for topic in INTERNAL_TOPICS
+    return [(topic, partition) for topic in MIRRORED_TOPICS
             for partition in range(source.partitions_of(topic) or 0)]
 
 

@@ -60,6 +60,8 @@ INT8 = _Fixed(struct.Struct(">b"))
 INT16 = _Fixed(struct.Struct(">h"))
 INT32 = _Fixed(struct.Struct(">i"))
 INT64 = _Fixed(struct.Struct(">q"))
+#: Kafka's ``uuid``: 16 bytes, most significant first (kept as bytes)
+UUID = _Fixed(struct.Struct(">16s"))
 
 
 @dataclass(frozen=True)

@@ -253,6 +253,10 @@ class TransactionalIdAuthorizationFailedError(KafkaError, code=53,
     """Transactional id authorization failed."""
 
 
+class SecurityDisabledError(KafkaError, code=54, name="SECURITY_DISABLED"):
+    """No authorizer is configured (authorizer.class.name), so there are no ACLs to manage."""
+
+
 class OperationNotAttemptedError(KafkaError, code=55, name="OPERATION_NOT_ATTEMPTED"):
     """The broker did not attempt this operation because another part of the request failed."""
 

@@ -27,6 +27,7 @@ import inspect
 import logging
 import threading
 import time
+import uuid
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,7 +41,10 @@ from app.engine.group_commit import GroupCommit
 from app.engine.maintenance import Maintenance, MaintenanceCancelledError
 from app.engine.views import GroupView, PartitionOffsets
 from app.engine.worker import Worker
-from coordinator import offsets_log, transaction_log
+from app.security.acl import AclBinding, AclBindingFilter, AclOperation, ResourceType
+from app.security.authorizer import StandardAuthorizer
+from app.security.principal import KafkaPrincipal
+from coordinator import acl_log, offsets_log, transaction_log
 from coordinator.group_coordinator import FetchedOffset, GroupCoordinator, JoinResult
 from coordinator.group_metadata import CommittedOffset
 from coordinator.internal_topics import INTERNAL_TOPICS
@@ -60,6 +64,7 @@ from storage.errors import (
     LogOfflineError,
     PolicyViolationError,
     RequestTimedOutError,
+    SecurityDisabledError,
     TopicAlreadyExistsError,
 )
 from storage.isolation_level import IsolationLevel
@@ -67,7 +72,15 @@ from storage.log_cleaner import CleaningAbortedError
 from storage.log_manager import LogManager, TopicInfo
 from storage.partition_log import AppendResult, PartitionLog, ReadResult
 from storage.producer_state import ProducerStateEntry, next_sequence
-from storage.record_batch import MAX_PRODUCER_EPOCH, BatchHeader, Record, decode_batch, read_header
+from storage.record_batch import (
+    MAX_PRODUCER_EPOCH,
+    BatchHeader,
+    Record,
+    SimpleRecord,
+    decode_batch,
+    encode_batch,
+    read_header,
+)
 
 #: the partitions one CreateTopics request may create, or one CreatePartitions add
 #: (Kafka's MAX_PARTITIONS_PER_BATCH, ReplicationControlManager): more is POLICY_VIOLATION
@@ -135,6 +148,10 @@ class Engine:
         self._transaction_coordinator = TransactionCoordinator(Path(data_dir), config, io, self.clock,
                                                               self.counters, max_seen_coordinator_epoch)
         self._group_coordinator = GroupCoordinator(config, io, self.clock)
+        #: the ACLs and Kafka's rules over them; None: no authorizer (authorizer.class.name)
+        self._authorizer = config.authorizer()
+        #: one ACL change at a time, so a binding is never written twice
+        self._acl_changes = asyncio.Lock()
         self._load_coordinators()
         self._thread = threading.Thread(target=self._run_loop, name="exactly-engine", daemon=True)
         self._closed = False
@@ -165,6 +182,10 @@ class Engine:
             elif topic == offsets_log.TOPIC:
                 for _, batch in log_.batches():
                     self._group_coordinator.load_batch(partition, batch)
+            elif topic == acl_log.TOPIC and self._authorizer is not None:
+                for acl_id, record in acl_log.replay(
+                        (r.key, r.value) for _, batch in log_.batches() for r in _data_records(batch)).items():
+                    self._authorizer.add_acl(acl_id, AclBinding.from_record(record))
 
     def _started(self) -> None:
         self._transaction_coordinator.resume()
@@ -176,14 +197,17 @@ class Engine:
             self._loop.call_later(GROUP_TICK_S, self._tick_groups)
 
     async def ensure_internal_topic(self, name: str) -> None:
-        """Create ``__transaction_state`` / ``__consumer_offsets`` on first use, compacted."""
+        """Create ``__transaction_state`` / ``__consumer_offsets`` / ``__cluster_metadata``
+        (one partition) on first use, compacted."""
         if name in self._logs.topics:
             return
         config = self.config
-        partitions, segment_bytes = (
-            (config.transaction_state_log_num_partitions, config.transaction_state_log_segment_bytes)
-            if name == transaction_log.TOPIC
-            else (config.offsets_topic_num_partitions, config.offsets_topic_segment_bytes))
+        partitions, segment_bytes = {
+            transaction_log.TOPIC: (config.transaction_state_log_num_partitions,
+                                    config.transaction_state_log_segment_bytes),
+            offsets_log.TOPIC: (config.offsets_topic_num_partitions, config.offsets_topic_segment_bytes),
+            acl_log.TOPIC: (1, config.log.segment_bytes),
+        }[name]
         try:
             await self._create_topic(name, partitions, {"cleanup.policy": "compact", "segment.bytes": segment_bytes},
                                      internal=True)
@@ -699,6 +723,90 @@ class Engine:
     def list_groups(self) -> list[GroupView]:
         """Every group the coordinator holds (Dead ones included), by group id."""
         return [GroupView.of(g) for _, g in sorted(self._group_coordinator.groups.items())]
+
+    # -- ACLs (app/security/; durable in __cluster_metadata, coordinator/acl_log.py) -------
+
+    @property
+    def authorizer_enabled(self) -> bool:
+        return self._authorizer is not None
+
+    def authorize(self, principal: KafkaPrincipal | str, host: str, operation: AclOperation,
+                  resource_type: ResourceType, name: str) -> bool:
+        """May ``principal`` from ``host`` do ``operation`` on the resource? Always yes
+        with no authorizer configured (``app/security/authorizer.py`` has the rules)."""
+        return self._authorizer is None or self._authorizer.authorize(principal, host, operation,
+                                                                      resource_type, name)
+
+    def _acls(self) -> StandardAuthorizer:
+        if self._authorizer is None:
+            raise SecurityDisabledError("no authorizer is configured (authorizer.class.name)")
+        return self._authorizer
+
+    def describe_acls(self, acl_filter: AclBindingFilter) -> list[AclBinding]:
+        """The ACLs ``acl_filter`` matches. :raise SecurityDisabledError: no authorizer.
+        :raise InvalidRequestError: an UNKNOWN value in the filter."""
+        acl_filter.validate()
+        return [binding for _, binding in self._acls().acls(acl_filter)]
+
+    async def create_acls(self, bindings: list[AclBinding]) -> list[KafkaError | None]:
+        """Make each binding durable, then effective; per binding its error or None. An
+        ACL that exists already succeeds without a new record (as in Kafka).
+        :raise SecurityDisabledError: no authorizer."""
+        authorizer = self._acls()
+        results: list[KafkaError | None] = []
+        new: dict[AclBinding, bytes] = {}
+        async with self._acl_changes:
+            for binding in bindings:
+                try:
+                    binding.validate()
+                except KafkaError as e:
+                    results.append(e)
+                    continue
+                results.append(None)
+                if authorizer.id_of(binding) is None and binding not in new:
+                    new[binding] = uuid.uuid4().bytes
+            try:
+                await self._write_acl_records([(acl_log.encode_key(acl_id), acl_log.encode_value(
+                    binding.to_record(acl_id))) for binding, acl_id in new.items()])
+            except KafkaError as e:
+                return [r if r is not None else e for r in results]
+            for binding, acl_id in new.items():
+                authorizer.add_acl(acl_id, binding)
+        return results
+
+    async def delete_acls(self, filters: list[AclBindingFilter]) -> list[list[AclBinding] | KafkaError]:
+        """Remove what each filter matches (durably first); per filter the ACLs it
+        removed (an ACL two filters match counts for the first) or its error.
+        :raise SecurityDisabledError: no authorizer."""
+        authorizer = self._acls()
+        results: list[list[AclBinding] | KafkaError] = []
+        doomed: dict[bytes, AclBinding] = {}
+        async with self._acl_changes:
+            for acl_filter in filters:
+                try:
+                    acl_filter.validate()
+                except KafkaError as e:
+                    results.append(e)
+                    continue
+                matched = [(i, b) for i, b in authorizer.acls(acl_filter) if i not in doomed]
+                doomed.update(matched)
+                results.append([b for _, b in matched])
+            try:
+                await self._write_acl_records([(acl_log.encode_key(acl_id), None) for acl_id in doomed])
+            except KafkaError as e:
+                return [e if isinstance(r, list) else r for r in results]
+            for acl_id in doomed:
+                authorizer.remove_acl(acl_id)
+        return results
+
+    async def _write_acl_records(self, records: list[tuple[bytes, bytes | None]]) -> None:
+        """Append ACL records to ``__cluster_metadata`` in one batch, durably."""
+        if not records:
+            return
+        await self.ensure_internal_topic(acl_log.TOPIC)
+        now = self.clock.now_ms()
+        batch = encode_batch([SimpleRecord(value, key=key, timestamp=now) for key, value in records])
+        await self.append_internal(acl_log.TOPIC, 0, batch)
 
     # -- periodic work (scheduled jobs call these) -----------------------------------------
     #

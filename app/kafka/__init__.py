@@ -12,7 +12,8 @@ Layout:
 * one module per API family: ``metadata`` (ApiVersions, Metadata, FindCoordinator,
   DescribeCluster), ``produce``, ``fetch``, ``offsets`` (ListOffsets,
   OffsetForLeaderEpoch, OffsetCommit, OffsetFetch), ``groups``, ``transactions``
-  (and the operator APIs), ``admin`` (CreateTopics, DeleteTopics, DescribeConfigs).
+  (and the operator APIs), ``admin`` (CreateTopics, DeleteTopics, DescribeConfigs),
+  ``acls`` (CreateAcls, DescribeAcls, DeleteAcls).
 
 Handlers call the engine and the coordinators directly (they run on the engine's
 loop); ``storage/`` and ``coordinator/`` know nothing of the wire.
@@ -26,7 +27,7 @@ from __future__ import annotations
 import socket
 from typing import TYPE_CHECKING
 
-from app.kafka import admin, fetch, groups, metadata, offsets, produce, transactions  # noqa: F401 (they register)
+from app.kafka import acls, admin, fetch, groups, metadata, offsets, produce, transactions  # noqa: F401 (they register)
 from app.kafka.api import APIS
 from app.kafka.server import KafkaListener
 

@@ -1,0 +1,129 @@
+"""ACL management: CreateAcls, DescribeAcls, DeleteAcls (Kafka's ``AclApis``).
+
+With no authorizer configured every request is answered SECURITY_DISABLED, as Kafka
+answers it; otherwise each creation and each filter gets its own error (INVALID_REQUEST
+for what Kafka refuses: ANY or MATCH in an ACL, UNKNOWN anywhere, an empty resource
+name, a principal that is not ``Type:name``). Managing ACLs needs ALTER (create,
+delete) or DESCRIBE (describe) on the cluster: :func:`check_cluster_access` is where
+that check goes once connections carry a principal.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from app.kafka.api import ApiKey, RequestContext, error_code, serves
+from app.security.acl import (
+    AccessControlEntry,
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    PatternType,
+    ResourcePattern,
+    ResourceType,
+)
+from storage.errors import InvalidRequestError, KafkaError, SecurityDisabledError
+
+
+def check_cluster_access(ctx: RequestContext, operation: AclOperation) -> None:
+    """The hook for the CLUSTER check of the ACL APIs (Kafka's ``authHelper.authorize
+    (CLUSTER, ...)``); connections carry no principal yet, so nothing is refused here.
+
+    :raise SecurityDisabledError: no authorizer is configured."""
+    if not ctx.engine.authorizer_enabled:
+        raise SecurityDisabledError("no authorizer is configured (authorizer.class.name)")
+
+
+def _code(enum_type: Any, value: int) -> Any:
+    """A wire code as its enum; :raise InvalidRequestError: a code Kafka does not define."""
+    try:
+        return enum_type(value)
+    except ValueError:
+        raise InvalidRequestError(f"{value} is not a {enum_type.__name__}") from None
+
+
+def _binding(creation: Any) -> AclBinding:
+    return AclBinding(
+        ResourcePattern(_code(ResourceType, creation.resource_type), creation.resource_name,
+                        _code(PatternType, creation.resource_pattern_type)),
+        AccessControlEntry(creation.principal, creation.host, _code(AclOperation, creation.operation),
+                           _code(AclPermissionType, creation.permission_type)))
+
+
+def _filter(f: Any) -> AclBindingFilter:
+    return AclBindingFilter(
+        _code(ResourceType, f.resource_type_filter), f.resource_name_filter,
+        _code(PatternType, f.pattern_type_filter),
+        f.principal_filter, f.host_filter, _code(AclOperation, f.operation),
+        _code(AclPermissionType, f.permission_type))
+
+
+def _error(e: KafkaError | None) -> dict:
+    return {"error_code": error_code(e), "error_message": None if e is None else str(e)}
+
+
+@serves(ApiKey.CREATE_ACLS, 1, 3)
+async def create_acls(ctx: RequestContext, request: Any) -> dict:
+    try:
+        check_cluster_access(ctx, AclOperation.ALTER)
+    except KafkaError as e:
+        return {"results": [_error(e) for _ in request.creations]}
+    bindings: list[AclBinding | KafkaError] = []
+    for creation in request.creations:
+        try:
+            bindings.append(_binding(creation))
+        except KafkaError as e:
+            bindings.append(e)
+    created = iter(await ctx.engine.create_acls([b for b in bindings if isinstance(b, AclBinding)]))
+    return {"results": [_error(b if isinstance(b, KafkaError) else next(created)) for b in bindings]}
+
+
+def _description(binding: AclBinding) -> dict:
+    e = binding.entry
+    return {"principal": e.principal, "host": e.host, "operation": int(e.operation),
+            "permission_type": int(e.permission_type)}
+
+
+@serves(ApiKey.DESCRIBE_ACLS, 1, 3)
+async def describe_acls(ctx: RequestContext, request: Any) -> dict:
+    try:
+        check_cluster_access(ctx, AclOperation.DESCRIBE)
+        found = ctx.engine.describe_acls(_filter(request))
+    except KafkaError as e:
+        return {**_error(e), "resources": []}
+    resources: dict[ResourcePattern, list[dict]] = {}
+    for binding in found:
+        resources.setdefault(binding.pattern, []).append(_description(binding))
+    return {**_error(None), "resources": [
+        {"resource_type": int(p.resource_type), "resource_name": p.name, "pattern_type": int(p.pattern_type),
+         "acls": acls} for p, acls in resources.items()]}
+
+
+def _matching(binding: AclBinding) -> dict:
+    p = binding.pattern
+    return {**_error(None), **_description(binding), "resource_type": int(p.resource_type),
+            "resource_name": p.name, "pattern_type": int(p.pattern_type)}
+
+
+@serves(ApiKey.DELETE_ACLS, 1, 3)
+async def delete_acls(ctx: RequestContext, request: Any) -> dict:
+    try:
+        check_cluster_access(ctx, AclOperation.ALTER)
+    except KafkaError as e:
+        return {"filter_results": [{**_error(e), "matching_acls": []} for _ in request.filters]}
+    filters: list[AclBindingFilter | KafkaError] = []
+    for f in request.filters:
+        try:
+            filters.append(_filter(f))
+        except KafkaError as e:
+            filters.append(e)
+    deleted = iter(await ctx.engine.delete_acls([f for f in filters if isinstance(f, AclBindingFilter)]))
+    results = []
+    for f in filters:
+        outcome = f if isinstance(f, KafkaError) else next(deleted)
+        if isinstance(outcome, KafkaError):
+            results.append({**_error(outcome), "matching_acls": []})
+        else:
+            results.append({**_error(None), "matching_acls": [_matching(b) for b in outcome]})
+    return {"filter_results": results}

@@ -1,0 +1,165 @@
+"""Kafka's StandardAuthorizer: may this principal, from this host, do this operation
+on this resource?
+
+The rules (Kafka's ``StandardAuthorizerData.authorize``), in order:
+
+1. a principal in ``super.users`` may do everything;
+2. the ACLs that apply to the resource are the LITERAL ones naming it, the LITERAL
+   ``*`` of its type, and the PREFIXED ones whose name starts it; of those, the ones
+   whose principal is the asker's or ``User:*`` and whose host is the asker's or ``*``
+   decide:
+3. a DENY of the operation (or of ALL) denies -- deny wins over any allow;
+4. an ALLOW of the operation (or of ALL) allows; an ALLOW of READ, WRITE, DELETE or
+   ALTER also allows DESCRIBE, one of ALTER_CONFIGS also DESCRIBE_CONFIGS (a DENY
+   implies nothing);
+5. when no ACL at all applies to the resource (whoever it names),
+   ``allow.everyone.if.no.acl.found`` decides (false by default); otherwise the
+   answer is no.
+
+ACLs are held by id (Kafka's ``addAcl(Uuid, StandardAcl)`` / ``removeAcl(Uuid)``):
+the id is what ``coordinator/acl_log.py`` keys the durable record by. Not thread-safe:
+the engine's loop owns it.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Iterable, Iterator
+
+from app.security.acl import (
+    WILDCARD_HOST,
+    WILDCARD_RESOURCE,
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    PatternType,
+    ResourceType,
+)
+from app.security.principal import WILDCARD, KafkaPrincipal
+
+#: what ``authorizer.class.name`` accepts to switch the authorizer on (KRaft's and
+#: ZooKeeper-mode Kafka's class names: both mean these rules here)
+AUTHORIZER_CLASS_NAMES = frozenset({
+    "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+    "kafka.security.authorizer.AclAuthorizer",
+})
+
+#: the ALLOWed operations that also allow DESCRIBE / DESCRIBE_CONFIGS
+IMPLIES_DESCRIBE = frozenset({AclOperation.DESCRIBE, AclOperation.READ, AclOperation.WRITE,
+                              AclOperation.DELETE, AclOperation.ALTER})
+IMPLIES_DESCRIBE_CONFIGS = frozenset({AclOperation.DESCRIBE_CONFIGS, AclOperation.ALTER_CONFIGS})
+
+O = AclOperation
+#: the operations that mean something on each resource type (Kafka's ``AclEntry.supportedOperations``):
+#: what an "authorized operations" answer (Metadata, DescribeGroups, DescribeCluster) is made of
+SUPPORTED_OPERATIONS: dict[ResourceType, frozenset[AclOperation]] = {
+    ResourceType.TOPIC: frozenset({O.READ, O.WRITE, O.CREATE, O.DESCRIBE, O.DELETE, O.ALTER,
+                                   O.DESCRIBE_CONFIGS, O.ALTER_CONFIGS}),
+    ResourceType.GROUP: frozenset({O.READ, O.DESCRIBE, O.DELETE}),
+    ResourceType.CLUSTER: frozenset({O.CREATE, O.CLUSTER_ACTION, O.DESCRIBE_CONFIGS, O.ALTER_CONFIGS,
+                                     O.IDEMPOTENT_WRITE, O.ALTER, O.DESCRIBE}),
+    ResourceType.TRANSACTIONAL_ID: frozenset({O.DESCRIBE, O.WRITE}),
+    ResourceType.DELEGATION_TOKEN: frozenset({O.DESCRIBE}),
+    ResourceType.USER: frozenset({O.CREATE_TOKENS, O.DESCRIBE_TOKENS}),
+}
+
+
+def parse_super_users(text: str) -> frozenset[str]:
+    """``super.users``: principals separated by ``;`` (``User:alice;User:bob``)."""
+    return frozenset(str(KafkaPrincipal.parse(p.strip())) for p in text.split(";") if p.strip())
+
+
+def _grants(acl: AclBinding, operation: AclOperation) -> bool:
+    """Whether ``acl`` speaks about ``operation`` (Kafka's ``findResult``): ALL always;
+    an ALLOW through the implied operations too; a DENY only of the operation itself."""
+    acl_operation = acl.entry.operation
+    if acl_operation is AclOperation.ALL or acl_operation is operation:
+        return True
+    if acl.entry.permission_type is not AclPermissionType.ALLOW:
+        return False
+    if operation is AclOperation.DESCRIBE:
+        return acl_operation in IMPLIES_DESCRIBE
+    return operation is AclOperation.DESCRIBE_CONFIGS and acl_operation in IMPLIES_DESCRIBE_CONFIGS
+
+
+class StandardAuthorizer:
+    """ACLs indexed by resource type, pattern type and name, and the rules above."""
+
+    def __init__(self, super_users: Iterable[str] = (), allow_everyone_if_no_acl_found: bool = False) -> None:
+        self.super_users = frozenset(super_users)
+        self.allow_everyone_if_no_acl_found = allow_everyone_if_no_acl_found
+        self._by_id: dict[bytes, AclBinding] = {}
+        self._ids: dict[AclBinding, bytes] = {}
+        #: (resource type, pattern type, name) -> the ACLs of that pattern
+        self._index: defaultdict[tuple[ResourceType, PatternType, str], set[AclBinding]] = defaultdict(set)
+
+    def __len__(self) -> int:
+        return len(self._by_id)
+
+    def add_acl(self, acl_id: bytes, binding: AclBinding) -> None:
+        self._by_id[acl_id] = binding
+        self._ids[binding] = acl_id
+        p = binding.pattern
+        self._index[p.resource_type, p.pattern_type, p.name].add(binding)
+
+    def remove_acl(self, acl_id: bytes) -> None:
+        binding = self._by_id.pop(acl_id, None)
+        if binding is None:
+            return
+        del self._ids[binding]
+        p = binding.pattern
+        key = (p.resource_type, p.pattern_type, p.name)
+        self._index[key].discard(binding)
+        if not self._index[key]:
+            del self._index[key]
+
+    def id_of(self, binding: AclBinding) -> bytes | None:
+        return self._ids.get(binding)
+
+    def acls(self, acl_filter: AclBindingFilter) -> list[tuple[bytes, AclBinding]]:
+        """``(id, binding)`` of every ACL the filter matches."""
+        return [(acl_id, b) for acl_id, b in self._by_id.items() if acl_filter.matches(b)]
+
+    def _applicable(self, resource_type: ResourceType, name: str) -> Iterator[AclBinding]:
+        """The ACLs whose pattern covers the resource, whoever they name."""
+        index = self._index
+        yield from index.get((resource_type, PatternType.LITERAL, name), ())
+        if name != WILDCARD_RESOURCE:
+            yield from index.get((resource_type, PatternType.LITERAL, WILDCARD_RESOURCE), ())
+        for end in range(1, len(name) + 1):
+            yield from index.get((resource_type, PatternType.PREFIXED, name[:end]), ())
+
+    def authorize(self, principal: KafkaPrincipal | str, host: str, operation: AclOperation,
+                  resource_type: ResourceType, name: str) -> bool:
+        """The rules of the module docstring."""
+        asker = str(principal)
+        if asker in self.super_users:
+            return True
+        found = allowed = False
+        for acl in self._applicable(resource_type, name):
+            found = True
+            entry = acl.entry
+            if entry.principal not in (asker, str(WILDCARD)) or entry.host not in (host, WILDCARD_HOST):
+                continue
+            if not _grants(acl, operation):
+                continue
+            if entry.permission_type is AclPermissionType.DENY:
+                return False
+            allowed = True
+        return allowed or (not found and self.allow_everyone_if_no_acl_found)
+
+    def authorized_operations(self, principal: KafkaPrincipal | str, host: str, resource_type: ResourceType,
+                              name: str) -> frozenset[AclOperation]:
+        """The operations of the resource's type the principal may do on it (Metadata's
+        and DescribeGroups' ``authorized_operations``; :func:`operations_bit_field`)."""
+        return frozenset(op for op in SUPPORTED_OPERATIONS.get(resource_type, ())
+                         if self.authorize(principal, host, op, resource_type, name))
+
+
+def operations_bit_field(operations: Iterable[AclOperation]) -> int:
+    """Kafka's ``Utils.to32BitField``: bit ``code`` set for each operation."""
+    field = 0
+    for op in operations:
+        field |= 1 << int(op)
+    return field
