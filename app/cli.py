@@ -11,6 +11,9 @@ exit non-zero with one clear line on stderr.
 ``exactly db upgrade`` creates or migrates the SQLite mirror ``<data-dir>/exactly.db``
 (a no-op when it is current); ``exactly db rebuild`` re-derives it from the logs of a
 data directory no broker is serving.
+
+``exactly acls`` is kafka-acls.sh, with its flags, against a running broker
+(``app/acl_command.py``).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import threading
 from pathlib import Path
 from typing import Callable, Sequence
 
+from app import acl_command
 from app.broker import Broker
 from app.http import HttpSettings, create_app
 from app.http.auth import LOOPBACK_HOSTS
@@ -57,6 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
     rebuild.add_argument("--data-dir", default="data", type=Path, help="data directory (default ./data)")
     rebuild.add_argument("--config", action="append", default=[], type=_config_pair, metavar="KEY=VALUE",
                          help="the Kafka configs the broker is served with (repeatable)")
+    acls = sub.add_parser("acls", help="add, list or remove ACLs (kafka-acls.sh's flags) on a running broker")
+    acl_command.add_arguments(acls)
     return parser
 
 
@@ -162,6 +168,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return serve(args)
     if args.command == "db":
         return db_upgrade(args) if args.db_command == "upgrade" else db_rebuild(args)
+    if args.command == "acls":
+        return acl_command.run(args)
     return 2
 
 
