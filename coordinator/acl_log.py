@@ -1,4 +1,4 @@
-"""Records of ``__cluster_metadata``: the ACLs, durable across restarts (docs/formats.md §15).
+"""Records of ``__cluster_metadata``: the ACLs, durable across restarts (docs/formats.md §14a).
 
 Kafka (KRaft) keeps ACLs as ``AccessControlEntryRecord``s in its metadata log
 ``__cluster_metadata``; this broker keeps the same record, in Kafka's metadata-record

@@ -3,6 +3,9 @@ filters as Kafka's tests pin them, and the ``__cluster_metadata`` record codec."
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -243,3 +246,13 @@ def test_a_record_this_version_cannot_read_is_refused(mangle) -> None:
         acl_log.decode_value(mangle(value))
     with pytest.raises(SchemaError):
         acl_log.decode_key(b"\x00\x01" + acl_log.encode_key(bytes(16))[2:])
+
+
+def test_the_documented_dump_is_what_the_code_writes() -> None:
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "formats.md").read_text()
+    section = doc[doc.index("### 14a."):doc.index("## 15.")]
+    key, value = re.search(r"key   ([0-9a-f ]+)\nvalue ([0-9a-f \n]+)```", section).groups()
+    record = acl_log.AclRecord(bytes.fromhex("5f3c9a0e1b2d4c6e8f90a1b2c3d4e5f6"), 2, "orders", 4, "User:alice", "*",
+                               4, 3)
+    assert acl_log.encode_key(record.id) == bytes.fromhex(key)
+    assert acl_log.encode_value(record) == bytes.fromhex(value)
