@@ -11,16 +11,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app.config import BrokerConfig
-from app.security.acl import (
-    AccessControlEntry,
-    AclBinding,
-    AclBindingFilter,
-    AclOperation,
-    AclPermissionType,
-    PatternType,
-    ResourcePattern,
-    ResourceType,
-)
+from app.security.acl import AccessControlEntry, AclBinding, AclBindingFilter, ResourcePattern
+from app.security.acl import AclOperation as O
+from app.security.acl import AclPermissionType as P
+from app.security.acl import PatternType as T
+from app.security.acl import ResourceType as R
 from app.security.authorizer import (
     SUPPORTED_OPERATIONS,
     StandardAuthorizer,
@@ -34,7 +29,6 @@ from storage.errors import InvalidConfigError, InvalidRequestError
 
 pytestmark = pytest.mark.timeout(120)
 
-O, P, R, T = AclOperation, AclPermissionType, ResourceType, PatternType
 NAMES = ("orders", "ord", "orders-eu", "o", "payments", "*")
 PRINCIPALS = ("User:alice", "User:bob", "User:*")
 HOSTS = ("*", "10.0.0.1", "10.0.0.2")
@@ -53,7 +47,7 @@ requests = st.tuples(askers, st.sampled_from(HOSTS[1:]), st.sampled_from(OPERATI
 
 
 def reference(acls: list[AclBinding], super_users: frozenset[str], allow_if_none: bool,
-              principal: str, host: str, op: AclOperation, rtype: ResourceType, name: str) -> bool:
+              principal: str, host: str, op: O, rtype: R, name: str) -> bool:
     """Kafka's rules, written as plainly as they read in its documentation."""
     if principal in super_users:
         return True
@@ -111,8 +105,8 @@ def test_removing_what_was_added_restores_the_answer(acls, request) -> None:
     assert len(authorizer) == len(acls) // 2
 
 
-def acl(op: AclOperation, perm: AclPermissionType = P.ALLOW, name: str = "orders", pattern: PatternType = T.LITERAL,
-        principal: str = "User:alice", host: str = "*", rtype: ResourceType = R.TOPIC) -> AclBinding:
+def acl(op: O, perm: P = P.ALLOW, name: str = "orders", pattern: T = T.LITERAL,
+        principal: str = "User:alice", host: str = "*", rtype: R = R.TOPIC) -> AclBinding:
     return AclBinding(ResourcePattern(rtype, name, pattern), AccessControlEntry(principal, host, op, perm))
 
 
@@ -121,7 +115,7 @@ def acl(op: AclOperation, perm: AclPermissionType = P.ALLOW, name: str = "orders
     (O.ALTER, O.DESCRIBE, True), (O.CREATE, O.DESCRIBE, False), (O.ALTER_CONFIGS, O.DESCRIBE_CONFIGS, True),
     (O.DESCRIBE, O.READ, False), (O.ALL, O.IDEMPOTENT_WRITE, True), (O.WRITE, O.READ, False),
 ])
-def test_implied_operations(granted: AclOperation, asked: AclOperation, allowed: bool) -> None:
+def test_implied_operations(granted: O, asked: O, allowed: bool) -> None:
     assert authorizer_of([acl(granted)]).authorize("User:alice", "10.0.0.1", asked, R.TOPIC, "orders") is allowed
 
 

@@ -757,14 +757,9 @@ class Engine:
         new: dict[AclBinding, bytes] = {}
         async with self._acl_changes:
             for binding in bindings:
-                try:
-                    binding.validate()
-                except KafkaError as e:
-                    results.append(e)
-                    continue
-                results.append(None)
-                if authorizer.id_of(binding) is None and binding not in new:
-                    new[binding] = uuid.uuid4().bytes
+                results.append(_refusal(binding))
+                if results[-1] is None and authorizer.id_of(binding) is None:
+                    new.setdefault(binding, uuid.uuid4().bytes)
             try:
                 await self._write_acl_records([(acl_log.encode_key(acl_id), acl_log.encode_value(
                     binding.to_record(acl_id))) for binding, acl_id in new.items()])
@@ -783,10 +778,9 @@ class Engine:
         doomed: dict[bytes, AclBinding] = {}
         async with self._acl_changes:
             for acl_filter in filters:
-                try:
-                    acl_filter.validate()
-                except KafkaError as e:
-                    results.append(e)
+                refused = _refusal(acl_filter)
+                if refused is not None:
+                    results.append(refused)
                     continue
                 matched = [(i, b) for i, b in authorizer.acls(acl_filter) if i not in doomed]
                 doomed.update(matched)
@@ -907,6 +901,15 @@ class Engine:
             self._closed_clean = self._logs.close(clean=clean)
             self._loop.close()
         return self._closed_clean
+
+
+def _refusal(acl: AclBinding | AclBindingFilter) -> KafkaError | None:
+    """Why an ACL or filter is refused (INVALID_REQUEST), None when it is not."""
+    try:
+        acl.validate()
+    except KafkaError as e:
+        return e
+    return None
 
 
 def _copied(info: TopicInfo) -> TopicInfo:

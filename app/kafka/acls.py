@@ -10,23 +10,16 @@ that check goes once connections carry a principal.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable, Iterable, TypeVar
 
 from app.kafka.api import ApiKey, RequestContext, error_code, serves
-from app.security.acl import (
-    AccessControlEntry,
-    AclBinding,
-    AclBindingFilter,
-    AclOperation,
-    AclPermissionType,
-    PatternType,
-    ResourcePattern,
-    ResourceType,
-)
+from app.security import acl
 from storage.errors import InvalidRequestError, KafkaError, SecurityDisabledError
 
+T = TypeVar("T")
 
-def check_cluster_access(ctx: RequestContext, operation: AclOperation) -> None:
+
+def check_cluster_access(ctx: RequestContext, operation: acl.AclOperation) -> None:
     """The hook for the CLUSTER check of the ACL APIs (Kafka's ``authHelper.authorize
     (CLUSTER, ...)``); connections carry no principal yet, so nothing is refused here.
 
@@ -43,20 +36,31 @@ def _code(enum_type: Any, value: int) -> Any:
         raise InvalidRequestError(f"{value} is not a {enum_type.__name__}") from None
 
 
-def _binding(creation: Any) -> AclBinding:
-    return AclBinding(
-        ResourcePattern(_code(ResourceType, creation.resource_type), creation.resource_name,
-                        _code(PatternType, creation.resource_pattern_type)),
-        AccessControlEntry(creation.principal, creation.host, _code(AclOperation, creation.operation),
-                           _code(AclPermissionType, creation.permission_type)))
+def _binding(creation: Any) -> acl.AclBinding:
+    return acl.AclBinding(
+        acl.ResourcePattern(_code(acl.ResourceType, creation.resource_type), creation.resource_name,
+                            _code(acl.PatternType, creation.resource_pattern_type)),
+        acl.AccessControlEntry(creation.principal, creation.host, _code(acl.AclOperation, creation.operation),
+                               _code(acl.AclPermissionType, creation.permission_type)))
 
 
-def _filter(f: Any) -> AclBindingFilter:
-    return AclBindingFilter(
-        _code(ResourceType, f.resource_type_filter), f.resource_name_filter,
-        _code(PatternType, f.pattern_type_filter),
-        f.principal_filter, f.host_filter, _code(AclOperation, f.operation),
-        _code(AclPermissionType, f.permission_type))
+def _filter(f: Any) -> acl.AclBindingFilter:
+    return acl.AclBindingFilter(
+        _code(acl.ResourceType, f.resource_type_filter), f.resource_name_filter,
+        _code(acl.PatternType, f.pattern_type_filter),
+        f.principal_filter, f.host_filter, _code(acl.AclOperation, f.operation),
+        _code(acl.AclPermissionType, f.permission_type))
+
+
+def _parse_each(items: Iterable[Any], parse: Callable[[Any], T]) -> list[T | KafkaError]:
+    """Each wire entry parsed, or why it could not be (answered for that entry alone)."""
+    parsed: list[T | KafkaError] = []
+    for item in items:
+        try:
+            parsed.append(parse(item))
+        except KafkaError as e:
+            parsed.append(e)
+    return parsed
 
 
 def _error(e: KafkaError | None) -> dict:
@@ -66,20 +70,15 @@ def _error(e: KafkaError | None) -> dict:
 @serves(ApiKey.CREATE_ACLS, 1, 3)
 async def create_acls(ctx: RequestContext, request: Any) -> dict:
     try:
-        check_cluster_access(ctx, AclOperation.ALTER)
+        check_cluster_access(ctx, acl.AclOperation.ALTER)
     except KafkaError as e:
         return {"results": [_error(e) for _ in request.creations]}
-    bindings: list[AclBinding | KafkaError] = []
-    for creation in request.creations:
-        try:
-            bindings.append(_binding(creation))
-        except KafkaError as e:
-            bindings.append(e)
-    created = iter(await ctx.engine.create_acls([b for b in bindings if isinstance(b, AclBinding)]))
+    bindings = _parse_each(request.creations, _binding)
+    created = iter(await ctx.engine.create_acls([b for b in bindings if isinstance(b, acl.AclBinding)]))
     return {"results": [_error(b if isinstance(b, KafkaError) else next(created)) for b in bindings]}
 
 
-def _description(binding: AclBinding) -> dict:
+def _description(binding: acl.AclBinding) -> dict:
     e = binding.entry
     return {"principal": e.principal, "host": e.host, "operation": int(e.operation),
             "permission_type": int(e.permission_type)}
@@ -88,11 +87,11 @@ def _description(binding: AclBinding) -> dict:
 @serves(ApiKey.DESCRIBE_ACLS, 1, 3)
 async def describe_acls(ctx: RequestContext, request: Any) -> dict:
     try:
-        check_cluster_access(ctx, AclOperation.DESCRIBE)
+        check_cluster_access(ctx, acl.AclOperation.DESCRIBE)
         found = ctx.engine.describe_acls(_filter(request))
     except KafkaError as e:
         return {**_error(e), "resources": []}
-    resources: dict[ResourcePattern, list[dict]] = {}
+    resources: dict[acl.ResourcePattern, list[dict]] = {}
     for binding in found:
         resources.setdefault(binding.pattern, []).append(_description(binding))
     return {**_error(None), "resources": [
@@ -100,7 +99,7 @@ async def describe_acls(ctx: RequestContext, request: Any) -> dict:
          "acls": acls} for p, acls in resources.items()]}
 
 
-def _matching(binding: AclBinding) -> dict:
+def _matching(binding: acl.AclBinding) -> dict:
     p = binding.pattern
     return {**_error(None), **_description(binding), "resource_type": int(p.resource_type),
             "resource_name": p.name, "pattern_type": int(p.pattern_type)}
@@ -109,16 +108,11 @@ def _matching(binding: AclBinding) -> dict:
 @serves(ApiKey.DELETE_ACLS, 1, 3)
 async def delete_acls(ctx: RequestContext, request: Any) -> dict:
     try:
-        check_cluster_access(ctx, AclOperation.ALTER)
+        check_cluster_access(ctx, acl.AclOperation.ALTER)
     except KafkaError as e:
         return {"filter_results": [{**_error(e), "matching_acls": []} for _ in request.filters]}
-    filters: list[AclBindingFilter | KafkaError] = []
-    for f in request.filters:
-        try:
-            filters.append(_filter(f))
-        except KafkaError as e:
-            filters.append(e)
-    deleted = iter(await ctx.engine.delete_acls([f for f in filters if isinstance(f, AclBindingFilter)]))
+    filters = _parse_each(request.filters, _filter)
+    deleted = iter(await ctx.engine.delete_acls([f for f in filters if isinstance(f, acl.AclBindingFilter)]))
     results = []
     for f in filters:
         outcome = f if isinstance(f, KafkaError) else next(deleted)
