@@ -23,7 +23,7 @@ the engine's loop owns it.
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from typing import Iterable, Iterator
 
 from app.security.acl import (
@@ -65,6 +65,9 @@ SUPPORTED_OPERATIONS: dict[ResourceType, frozenset[AclOperation]] = {
 }
 
 
+WILDCARD_PRINCIPAL = str(WILDCARD)
+
+
 def parse_super_users(text: str) -> frozenset[str]:
     """``super.users``: principals separated by ``;`` (``User:alice;User:bob``)."""
     return frozenset(str(KafkaPrincipal.parse(p.strip())) for p in text.split(";") if p.strip())
@@ -91,8 +94,11 @@ class StandardAuthorizer:
         self.allow_everyone_if_no_acl_found = allow_everyone_if_no_acl_found
         self._by_id: dict[bytes, AclBinding] = {}
         self._ids: dict[AclBinding, bytes] = {}
-        #: (resource type, pattern type, name) -> the ACLs of that pattern
-        self._index: defaultdict[tuple[ResourceType, PatternType, str], set[AclBinding]] = defaultdict(set)
+        #: resource type -> pattern type -> name -> the ACLs of that pattern (enums are
+        #: hashed once per lookup, names as plain strings)
+        self._index: dict[ResourceType, dict[PatternType, dict[str, set[AclBinding]]]] = {}
+        #: resource type -> the lengths of its PREFIXED names (the prefixes worth trying)
+        self._prefix_lengths: dict[ResourceType, Counter[int]] = defaultdict(Counter)
 
     def __len__(self) -> int:
         return len(self._by_id)
@@ -101,7 +107,10 @@ class StandardAuthorizer:
         self._by_id[acl_id] = binding
         self._ids[binding] = acl_id
         p = binding.pattern
-        self._index[p.resource_type, p.pattern_type, p.name].add(binding)
+        by_name = self._index.setdefault(p.resource_type, {}).setdefault(p.pattern_type, {})
+        by_name.setdefault(p.name, set()).add(binding)
+        if p.pattern_type is PatternType.PREFIXED:
+            self._prefix_lengths[p.resource_type][len(p.name)] += 1
 
     def remove_acl(self, acl_id: bytes) -> None:
         binding = self._by_id.pop(acl_id, None)
@@ -109,10 +118,15 @@ class StandardAuthorizer:
             return
         del self._ids[binding]
         p = binding.pattern
-        key = (p.resource_type, p.pattern_type, p.name)
-        self._index[key].discard(binding)
-        if not self._index[key]:
-            del self._index[key]
+        by_name = self._index[p.resource_type][p.pattern_type]
+        by_name[p.name].discard(binding)
+        if not by_name[p.name]:
+            del by_name[p.name]
+        if p.pattern_type is PatternType.PREFIXED:
+            lengths = self._prefix_lengths[p.resource_type]
+            lengths[len(p.name)] -= 1
+            if not lengths[len(p.name)]:
+                del lengths[len(p.name)]
 
     def id_of(self, binding: AclBinding) -> bytes | None:
         return self._ids.get(binding)
@@ -123,24 +137,29 @@ class StandardAuthorizer:
 
     def _applicable(self, resource_type: ResourceType, name: str) -> Iterator[AclBinding]:
         """The ACLs whose pattern covers the resource, whoever they name."""
-        index = self._index
-        yield from index.get((resource_type, PatternType.LITERAL, name), ())
+        by_pattern = self._index.get(resource_type)
+        if not by_pattern:
+            return
+        literal = by_pattern.get(PatternType.LITERAL, {})
+        yield from literal.get(name, ())
         if name != WILDCARD_RESOURCE:
-            yield from index.get((resource_type, PatternType.LITERAL, WILDCARD_RESOURCE), ())
-        for end in range(1, len(name) + 1):
-            yield from index.get((resource_type, PatternType.PREFIXED, name[:end]), ())
+            yield from literal.get(WILDCARD_RESOURCE, ())
+        prefixed = by_pattern.get(PatternType.PREFIXED, {})
+        for length in self._prefix_lengths[resource_type]:
+            if length <= len(name):
+                yield from prefixed.get(name[:length], ())
 
     def authorize(self, principal: KafkaPrincipal | str, host: str, operation: AclOperation,
                   resource_type: ResourceType, name: str) -> bool:
         """The rules of the module docstring."""
-        asker = str(principal)
+        asker = principal if isinstance(principal, str) else str(principal)
         if asker in self.super_users:
             return True
         found = allowed = False
         for acl in self._applicable(resource_type, name):
             found = True
             entry = acl.entry
-            if entry.principal not in (asker, str(WILDCARD)) or entry.host not in (host, WILDCARD_HOST):
+            if entry.principal not in (asker, WILDCARD_PRINCIPAL) or entry.host not in (host, WILDCARD_HOST):
                 continue
             if not _grants(acl, operation):
                 continue
