@@ -15,7 +15,9 @@ is not running.
 
 The internal topics ``__transaction_state`` and ``__consumer_offsets`` are created
 when first needed (as Kafka does), compacted, and read back into the coordinators
-when the engine starts; prepared transactions are then rolled forward.
+when the engine starts; prepared transactions are then rolled forward. With an
+authorizer configured, the ACLs of ``__cluster_metadata`` are read back into it the
+same way (``coordinator/acl_log.py``); ACL changes are durable before they apply.
 """
 
 from __future__ import annotations
