@@ -114,6 +114,8 @@ def test_without_an_authorizer_acl_apis_answer_security_disabled(tmp_path: Path)
         assert described.error_code == SecurityDisabledError.code
         assert deleted.filter_results[0].error_code == SecurityDisabledError.code
         assert kafka.engine.authorize("User:anyone", "h", acl.AclOperation.WRITE, acl.ResourceType.TOPIC, "t")
+        assert kafka.engine.authorized_operations("User:anyone", "h", acl.ResourceType.GROUP, "g") == {
+            acl.AclOperation.READ, acl.AclOperation.DESCRIBE, acl.AclOperation.DELETE}
         assert "__cluster_metadata" not in kafka.engine.topic_names()
 
 
@@ -128,6 +130,8 @@ def test_acls_survive_a_restart(tmp_path: Path) -> None:
     with KafkaBroker(data, **STANDARD) as kafka:
         assert describe(admin(kafka)) == {ALICE_WRITES_ORDERS}
         assert kafka.engine.authorize("User:alice", "h", acl.AclOperation.WRITE, acl.ResourceType.TOPIC, "orders1")
+        assert kafka.engine.authorized_operations("User:alice", "h", acl.ResourceType.TOPIC, "orders1") == {
+            acl.AclOperation.WRITE, acl.AclOperation.DESCRIBE}
     with KafkaBroker(data) as kafka:  # switched off: ACLs are kept, not applied
         assert kafka.engine.authorize("User:bob", "h", acl.AclOperation.WRITE, acl.ResourceType.TOPIC, "x")
     with KafkaBroker(data, **STANDARD) as kafka:

@@ -44,7 +44,7 @@ from app.engine.maintenance import Maintenance, MaintenanceCancelledError
 from app.engine.views import GroupView, PartitionOffsets
 from app.engine.worker import Worker
 from app.security.acl import AclBinding, AclBindingFilter, AclOperation, ResourceType
-from app.security.authorizer import StandardAuthorizer
+from app.security.authorizer import SUPPORTED_OPERATIONS, StandardAuthorizer
 from app.security.principal import KafkaPrincipal
 from coordinator import acl_log, offsets_log, transaction_log
 from coordinator.group_coordinator import FetchedOffset, GroupCoordinator, JoinResult
@@ -738,6 +738,15 @@ class Engine:
         with no authorizer configured (``app/security/authorizer.py`` has the rules)."""
         return self._authorizer is None or self._authorizer.authorize(principal, host, operation,
                                                                       resource_type, name)
+
+    def authorized_operations(self, principal: KafkaPrincipal | str, host: str, resource_type: ResourceType,
+                              name: str) -> frozenset[AclOperation]:
+        """What the principal may do on the resource, of what its type supports (for
+        Metadata's and DescribeGroups' ``authorized_operations``): everything it supports
+        with no authorizer configured, as Kafka's ``AuthHelper.authorizedOperations``."""
+        if self._authorizer is None:
+            return SUPPORTED_OPERATIONS.get(resource_type, frozenset())
+        return self._authorizer.authorized_operations(principal, host, resource_type, name)
 
     def _acls(self) -> StandardAuthorizer:
         if self._authorizer is None:
