@@ -107,9 +107,11 @@ class LogDeleteRecordsResult:
 
 @dataclass(frozen=True, slots=True)
 class ReplicaInfo:
+    """A partition as DescribeLogDirs shows it: how many bytes its segments hold
+    (its offset lag is 0 and it is no future replica: one node, one directory)."""
+
     topic: str
     partition: int
-    #: the bytes of its segments
     size_bytes: int
 
 
