@@ -8,10 +8,13 @@ idempotent and a transactional producer."""
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 from typing import Iterator
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from confluent_kafka import OFFSET_END, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
@@ -26,10 +29,13 @@ from storage.errors import (
     PolicyViolationError,
     UnknownTopicOrPartitionError,
 )
+from storage.background import run_inline
 from storage.isolation_level import IsolationLevel
+from storage.partition_log import HIGH_WATERMARK, PartitionLog
 from tests.conftest import FROZEN, SMALL_INTERNAL_TOPICS, data_batch, producer_id
 from tests.kafka_support import KafkaBroker, read_to_end
 from tests.raw_txn import RawTxn
+from tests.storage_log import DurableLogs
 
 pytestmark = pytest.mark.timeout(120)
 EARLIEST = -2
@@ -152,6 +158,75 @@ def test_producer_state_is_kept_as_in_kafka_since_kip_360(broker: Broker, clock:
     assert low_watermark(broker, "t", 0, -1) == 1
     assert broker.produce("t", 0, data_batch([b"a"], pid, 0, 0)) == 0, "a retry is still a duplicate"
     assert broker.produce("t", 0, data_batch([b"b"], pid, 0, 1)) == 1, "the next sequence is accepted"
+
+
+# -- the log's start offset as a state machine -------------------------------------------------
+
+TXN_PRODUCER = 7
+#: a script of the log's events: appends, a transaction's batches and its end, DeleteRecords at an
+#: offset relative to the high watermark, a retention pass, a clean restart
+steps = st.lists(st.one_of(
+    st.tuples(st.just("append"), st.integers(1, 3)),
+    st.tuples(st.just("txn"), st.integers(1, 2)),
+    st.tuples(st.just("end"), st.booleans()),
+    st.tuples(st.just("delete"), st.integers(-8, 2)),
+    st.tuples(st.just("minus_one"), st.none()),
+    st.tuples(st.just("retention"), st.none()),
+    st.tuples(st.just("restart"), st.none())), max_size=25)
+
+
+def check_offsets(log_: PartitionLog) -> None:
+    start, lso, hw = log_.log_start_offset, log_.last_stable_offset, log_.high_watermark
+    assert start <= lso <= hw, (start, lso, hw)
+    if start > 0:
+        with pytest.raises(OffsetOutOfRangeError):
+            log_.read(start - 1, 1 << 20)
+    log_.read(start, 1 << 20)  # the log start is always a fetch position
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(script=steps)
+def test_the_log_start_only_moves_up_to_the_high_watermark_and_stays_put(script: list) -> None:
+    config = {"segment.bytes": 300, "file.delete.delay.ms": 0}
+    with tempfile.TemporaryDirectory() as directory:
+        logs = DurableLogs(directory, **config)
+        logs.create_topic("t", 1)
+        sequence, in_txn = 0, False
+        try:
+            for step, arg in script:
+                log_ = logs.log("t")
+                before = log_.log_start_offset
+                if step == "append":
+                    logs.produce("t", 0, data_batch([b"x" * 20] * arg))
+                elif step == "txn":
+                    logs.produce("t", 0, data_batch([b"t"] * arg, TXN_PRODUCER, 0, sequence, transactional=True))
+                    sequence, in_txn = sequence + arg, True
+                elif step == "end" and in_txn:
+                    logs.write_txn_marker("t", 0, TXN_PRODUCER, 0, 0, commit=arg)
+                    in_txn = False
+                elif step in ("delete", "minus_one"):
+                    offset = HIGH_WATERMARK if step == "minus_one" else log_.high_watermark + arg
+                    target = log_.high_watermark if offset == HIGH_WATERMARK else offset
+                    if target < 0 or target > log_.high_watermark:
+                        with pytest.raises(OffsetOutOfRangeError):
+                            log_.delete_records(offset)
+                        assert log_.log_start_offset == before
+                    else:
+                        assert log_.delete_records(offset) == max(before, target)
+                elif step == "retention":
+                    run_inline(log_.delete_old_segments(log_.clock.now_ms()))
+                    assert len(log_.segments) == 1 or log_.segments[1].base_offset > log_.log_start_offset, \
+                        "no segment wholly below the log start is left"
+                    assert log_.log_start_offset == before
+                elif step == "restart":
+                    logs.close()
+                    logs = DurableLogs(directory, **config)
+                    assert logs.log("t").log_start_offset == before, "the checkpoint keeps it"
+                log_ = logs.log("t")
+                assert log_.log_start_offset >= before, "it never moves back"
+                check_offsets(log_)
+        finally:
+            logs.close()
 
 
 # -- real clients ----------------------------------------------------------------------------
