@@ -8,6 +8,8 @@ idempotent and a transactional producer."""
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 import tempfile
 from pathlib import Path
 from typing import Iterator
@@ -308,3 +310,24 @@ def test_delete_records_during_a_transaction_then_the_lso(kafka: KafkaBroker) ->
     assert (offsets.log_start_offset, offsets.last_stable_offset, offsets.high_watermark) == (2, 6, 6)
     committed = config(kafka, **{"group.id": "g", "isolation.level": "read_committed"})
     assert read_to_end(committed, "t", 1) == [b"t2", b"t3", b"t4"]
+
+
+KCAT = shutil.which("kcat") or "/usr/bin/kcat"
+
+
+@pytest.mark.skipif(not Path(KCAT).exists(), reason="kcat is not installed (make test installs it)")
+def test_kcat_reads_from_the_new_log_start_and_resets_below_it(kafka: KafkaBroker) -> None:
+    kafka.broker.create_topic("t", 1)
+    fill(kafka.broker, "t", 5)
+    assert admin_delete(kafka, TopicPartition("t", 0, 3)) == {("t", 0): 3}
+
+    def kcat(*args: str) -> list[str]:
+        done = subprocess.run([KCAT, "-b", kafka.bootstrap, "-X", "broker.address.family=v4", "-C", "-t", "t",
+                               "-p", "0", "-e", "-f", "%o %s\\n", *args], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.splitlines()
+
+    assert kcat("-o", "beginning") == ["3 v3", "4 v4"]
+    # offset 1 is below the log start: OFFSET_OUT_OF_RANGE, and the consumer resets to the earliest
+    assert kcat("-o", "1", "-X", "auto.offset.reset=earliest") == ["3 v3", "4 v4"]
+
