@@ -3,8 +3,8 @@
 watermark, -1 meaning the high watermark, reads below it OFFSET_OUT_OF_RANGE, the
 segments wholly below it deleted by the next retention pass, the move kept across a
 restart, the LSO never below it, producer state kept (KIP-360) -- through the
-engine, then through confluent-kafka's ``AdminClient.delete_records`` and an
-idempotent and a transactional producer."""
+engine, then through confluent-kafka's ``AdminClient.delete_records``, an
+idempotent and a transactional producer, and kcat."""
 
 from __future__ import annotations
 
@@ -129,6 +129,7 @@ def test_retention_deletes_the_segments_wholly_below_the_log_start(broker: Broke
     assert low_watermark(broker, "t", 0, new_start) == new_start
     assert broker.engine.call(broker.engine.apply_retention) == 3, "the three segments below it"
     assert log_.segments[0] is middle, "the segment holding the log start stays"
+    assert log_.snapshot_offsets() and min(log_.snapshot_offsets()) >= new_start, "no snapshot below it is kept"
     assert start_of(broker, "t") == new_start
     assert broker.list_offsets("t", 0, 0) >= new_start, "a timestamp lookup never answers below it"
     assert broker.engine.call(broker.engine.apply_retention) == 0
