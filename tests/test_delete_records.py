@@ -35,7 +35,8 @@ from storage.background import run_inline
 from storage.isolation_level import IsolationLevel
 from storage.partition_log import HIGH_WATERMARK, PartitionLog
 from tests.conftest import FROZEN, SMALL_INTERNAL_TOPICS, data_batch, producer_id
-from tests.kafka_support import KafkaBroker, read_to_end
+from app.kafka.api import ApiKey
+from tests.kafka_support import KafkaBroker, raw_connection, read_to_end
 from tests.raw_txn import RawTxn
 from tests.storage_log import DurableLogs
 
@@ -276,6 +277,22 @@ def test_admin_client_delete_records(kafka: KafkaBroker) -> None:
     assert answers == {("t", 0): KafkaError.OFFSET_OUT_OF_RANGE}
     values = read_to_end(config(kafka, **{"group.id": "g"}), "t", 1)
     assert values == [b"v4", b"v5"], "a consumer from the beginning starts at the log start"
+
+
+@pytest.mark.parametrize("version", [0, 1, 2])
+def test_every_served_version_answers_each_partition(kafka: KafkaBroker, version: int) -> None:
+    kafka.broker.create_topic("t", 1)
+    fill(kafka.broker, "t", 3)
+    client = raw_connection(kafka.port)
+    try:
+        response = client.request(ApiKey.DELETE_RECORDS, version, {"timeout": 30_000, "topics": [
+            {"name": "t", "partitions": [{"partition_index": 0, "offset": -1},
+                                         {"partition_index": 1, "offset": 0}]}]})
+    finally:
+        client.close()
+    ((topic,),) = (response.topics,)
+    answers = [(p.partition_index, p.low_watermark, p.error_code) for p in topic.partitions]
+    assert answers == [(0, 3, 0), (1, -1, UnknownTopicOrPartitionError.code)]
 
 
 def test_an_idempotent_producer_whose_state_is_gone_recovers_without_duplicate_or_loss(kafka: KafkaBroker) -> None:
