@@ -149,6 +149,11 @@ class LogConfig:
         return "compact" in self.cleanup_policy.split(",")
 
     @property
+    def delete(self) -> bool:
+        """Whether old records may be deleted (retention, DeleteRecords)."""
+        return "delete" in self.cleanup_policy.split(",")
+
+    @property
     def log_append_time(self) -> bool:
         return self.message_timestamp_type == "LogAppendTime"
 

@@ -12,7 +12,7 @@ produced batch, ``storage/log_loader.py`` opens the directory (recovery),
 Offsets, as Kafka names them:
 
 * log start offset -- the first offset still held (moves when retention deletes
-  whole segments);
+  whole segments, and when DeleteRecords moves it: :meth:`delete_records`);
 * log end offset -- the offset the next batch gets;
 * high watermark -- the end of the *durable* log. On a single node "replicated to
   the ISR" becomes "fsynced", so the high watermark is the fsynced end and no
@@ -61,7 +61,13 @@ from storage import filenames, log_cleaner, log_validator, producer_snapshot
 from storage.atomic_file import fsync_dir, write_atomically
 from storage.background import RunSteps, Steps, run_inline
 from storage.clock import Clock
-from storage.errors import LogDirFullError, LogOfflineError, OffsetOutOfRangeError, storage_error
+from storage.errors import (
+    LogDirFullError,
+    LogOfflineError,
+    OffsetOutOfRangeError,
+    PolicyViolationError,
+    storage_error,
+)
 from storage.log_config import LogConfig
 from storage.log_loader import LogLoader, segment_holding, snapshot_offsets_in
 from storage.producer_state import CompletedTxn, ProducerStateManager
@@ -76,6 +82,8 @@ log = logging.getLogger(__name__)
 
 #: Snapshots not at a segment boundary (periodic, shutdown) kept besides the per-segment ones.
 PERIODIC_SNAPSHOTS_TO_KEEP = 2
+#: DeleteRecords' offset meaning "up to the high watermark" (Kafka's DeleteRecordsRequest.HIGH_WATERMARK)
+HIGH_WATERMARK = -1
 _INT32_MAX = 2**31 - 1
 
 
@@ -212,10 +220,13 @@ class PartitionLog:
 
     @property
     def last_stable_offset(self) -> int:
+        """The first unstable offset -- never below the log start offset, which
+        DeleteRecords may move past an open transaction's first offset (Kafka's
+        ``maybeIncrementFirstUnstableOffset``) -- capped by the high watermark."""
         first_unstable = self.producer_state.first_unstable_offset()
         if first_unstable is None:
             return self.high_watermark
-        return min(first_unstable, self.high_watermark)
+        return min(max(first_unstable, self.log_start_offset), self.high_watermark)
 
     @property
     def size_bytes(self) -> int:
@@ -435,7 +446,7 @@ class PartitionLog:
         for segment in self.segments:
             if segment.max_timestamp < timestamp:
                 continue
-            found = segment.find_by_timestamp(timestamp)
+            found = segment.find_by_timestamp(timestamp, self.log_start_offset)
             if found is not None:
                 return found if found[0] < upper else None
         return None
@@ -530,23 +541,50 @@ class PartitionLog:
     # -- retention ----------------------------------------------------------------------
 
     def deletable_segments(self, now_ms: int) -> list[LogSegment]:
-        """Oldest segments past ``retention.ms`` or beyond ``retention.bytes``; never the
-        active segment, nor one that reaches the LSO (read_committed still needs it)."""
+        """Oldest segments wholly below the log start offset (DeleteRecords moved it:
+        Kafka's ``deleteLogStartOffsetBreachedSegments``), past ``retention.ms`` or
+        beyond ``retention.bytes``; never the active segment, nor one that reaches the
+        LSO (read_committed still needs it)."""
         doomed: list[LogSegment] = []
         remaining = self.size_bytes
         lso = self.last_stable_offset
         for segment, following in zip(self.segments, self.segments[1:]):
             if following.base_offset > lso:
                 break
+            below_start = following.base_offset <= self.log_start_offset
             too_old = (self.config.retention_ms >= 0
                        and now_ms - self._segment_time(segment) > self.config.retention_ms)
             too_big = (self.config.retention_bytes >= 0
                        and remaining - segment.size >= self.config.retention_bytes)
-            if not (too_old or too_big):
+            if not (below_start or too_old or too_big):
                 break
             doomed.append(segment)
             remaining -= segment.size
         return doomed
+
+    def delete_records(self, offset: int) -> int:
+        """DeleteRecords (Kafka's ``maybeIncrementLogStartOffset``, ClientRecordDeletion):
+        move the log start offset up to ``offset`` -- :data:`HIGH_WATERMARK` (-1) means
+        the high watermark -- and return it (the partition's low watermark). Reads
+        below it are OFFSET_OUT_OF_RANGE at once; the segments wholly below it go at
+        the next retention pass. OFFSET_OUT_OF_RANGE past the high watermark or below
+        -1; POLICY_VIOLATION on a topic whose cleanup.policy lacks delete. Producer
+        state stays as it is, as in Kafka since KIP-360: a producer whose batches are
+        all below the new start is forgotten only by producer-id expiry. The caller
+        persists the log start offset."""
+        self._check_online()
+        if not self.config.delete:
+            raise PolicyViolationError(f"records of {self.topic}-{self.partition} cannot be deleted: "
+                                       f"cleanup.policy is {self.config.cleanup_policy}")
+        new_start = self.high_watermark if offset == HIGH_WATERMARK else offset
+        if new_start < 0 or new_start > self.high_watermark:
+            raise OffsetOutOfRangeError(
+                f"cannot move the log start offset of {self.topic}-{self.partition} to {offset}: "
+                f"it must be within [0, {self.high_watermark}] (the high watermark)")
+        if new_start > self.log_start_offset:
+            self.log_start_offset = new_start
+            log.info("%s-%d: log start offset moved to %d (DeleteRecords)", self.topic, self.partition, new_start)
+        return self.log_start_offset
 
     @staticmethod
     def _segment_time(segment: LogSegment) -> int:

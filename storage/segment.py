@@ -180,17 +180,18 @@ class LogSegment:
                 return location
         return None
 
-    def find_by_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+    def find_by_timestamp(self, timestamp: int, starting_offset: int = 0) -> tuple[int, int] | None:
         """``(offset, timestamp)`` of the first record batch with max timestamp >= ``timestamp``,
-        found through the time index; None if every batch is older."""
+        found through the time index, at ``starting_offset`` (the log start) or after;
+        None if every batch is older."""
         _, from_offset = self.time_index.lookup(timestamp)
-        start = self.find(from_offset)
+        start = self.find(max(from_offset, starting_offset))
         if start is None:
             return None
         for location in self.headers_from(start.position):
             header = location.header
             if header.max_timestamp >= timestamp and not header.is_control:
-                return header.base_offset, header.max_timestamp
+                return max(header.base_offset, starting_offset), header.max_timestamp
         return None
 
     # -- durability and lifecycle -----------------------------------------------

@@ -175,6 +175,26 @@ def test_coordinator_dicts_stay_in_the_coordinators_and_the_engine() -> None:
     assert not wrong, "faces see frozen views, not the coordinators' state:\n" + "\n".join(wrong)
 
 
+#: where a log's start offset moves: the log itself (retention, DeleteRecords) and its loader;
+#: everything else moves it through ``Engine.delete_records``
+LOG_START_MOVERS = frozenset({"storage.partition_log", "storage.log_loader"})
+
+
+def _assigned_attributes(node: ast.AST) -> list[ast.Attribute]:
+    targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
+        node, (ast.AugAssign, ast.AnnAssign)) else []
+    return [t for target in targets for t in ast.walk(target) if isinstance(t, ast.Attribute)]
+
+
+def test_only_the_log_moves_its_start_offset() -> None:
+    wrong = [f"{m.where(node)} sets .log_start_offset"
+             for m in modules() if m.name not in LOG_START_MOVERS
+             for node in ast.walk(m.tree) for attribute in _assigned_attributes(node)
+             if attribute.attr == "log_start_offset"]
+    assert not wrong, "the log start offset moves in the log (PartitionLog.delete_records, retention):\n" + \
+        "\n".join(wrong)
+
+
 def test_the_rules_see_the_code() -> None:
     """A guard against a vacuous pass: the walk finds the packages and their imports."""
     names = {m.name for m in modules()}
@@ -185,3 +205,5 @@ def test_the_rules_see_the_code() -> None:
     assert all(names_the_engine(ast.parse(e, mode="eval").body)
                for e in ("engine", "ctx.engine", "self._engine", "current_engine()"))
     assert not names_the_engine(ast.parse("ctx.request", mode="eval").body)
+    log_module = next(m for m in modules() if m.name == "storage.partition_log")
+    assert any(a.attr == "log_start_offset" for node in ast.walk(log_module.tree) for a in _assigned_attributes(node))

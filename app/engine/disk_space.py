@@ -89,6 +89,21 @@ class DiskSpace:
         return (stat.f_bfree if os.geteuid() == 0 else stat.f_bavail) * stat.f_frsize
 
 
+@dataclass(frozen=True, slots=True)
+class VolumeUsage:
+    """The job reading the size of the volume ``path`` is on and the bytes this process
+    may still write there (Kafka's TotalBytes / UsableBytes); (-1, -1) if unknown."""
+
+    path: Path
+
+    def run(self) -> tuple[int, int]:
+        try:
+            stat = os.statvfs(self.path)
+        except OSError:
+            return -1, -1
+        return stat.f_blocks * stat.f_frsize, stat.f_bavail * stat.f_frsize
+
+
 def is_disk_full(error: BaseException | None) -> bool:
     """Whether ``error`` -- or what caused it, SQLAlchemy's wrapped driver error included
     (the SQLite mirror's) -- is a full disk."""

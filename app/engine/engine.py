@@ -38,7 +38,7 @@ from typing import Any, Awaitable, Callable, Collection, Iterable, Mapping, Type
 from app.config import BrokerConfig
 from app.engine.coordinator_io import EngineCoordinatorIO
 from app.engine.counters import EngineCounters
-from app.engine.disk_space import DiskSpace
+from app.engine.disk_space import DiskSpace, VolumeUsage
 from app.engine.group_commit import GroupCommit
 from app.engine.maintenance import Maintenance, MaintenanceCancelledError
 from app.engine.views import GroupView, PartitionOffsets
@@ -109,6 +109,36 @@ class HangingAbort:
     #: the producer's epoch now; older ones are fenced
     producer_epoch: int
     last_stable_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class LogDeleteRecordsResult:
+    """What :meth:`Engine.delete_records` did on one partition: its log start offset
+    now (Kafka's low watermark), or the error that refused the move."""
+
+    low_watermark: int = -1
+    error: KafkaError | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaInfo:
+    """A partition as DescribeLogDirs shows it: how many bytes its segments hold
+    (its offset lag is 0 and it is no future replica: one node, one directory)."""
+
+    topic: str
+    partition: int
+    size_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class LogDirInfo:
+    """The one log directory (DescribeLogDirs): its path, its volume, its partitions."""
+
+    path: str
+    #: the volume's size and what this process may still write there (-1: unknown)
+    total_bytes: int
+    usable_bytes: int
+    partitions: tuple[ReplicaInfo, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -812,6 +842,41 @@ class Engine:
         now = self.clock.now_ms()
         batch = encode_batch([SimpleRecord(value, key=key, timestamp=now) for key, value in records])
         await self.append_internal(acl_log.TOPIC, 0, batch)
+
+    # records and the log directory (DeleteRecords, DescribeLogDirs)
+
+    async def delete_records(self, offsets: Mapping[tuple[str, int], int]
+                             ) -> dict[tuple[str, int], LogDeleteRecordsResult]:
+        """Kafka's DeleteRecords: move each partition's log start offset up to its
+        offset (-1: the high watermark; ``PartitionLog.delete_records`` says what is
+        refused); returns once the log-start-offset checkpoint holding the moves is
+        written, so they survive a restart. The internal topics are
+        INVALID_TOPIC_EXCEPTION, as in Kafka; the segments below the new starts go at
+        the next retention pass."""
+        results: dict[tuple[str, int], LogDeleteRecordsResult] = {}
+        for (topic, partition), offset in offsets.items():
+            try:
+                if topic in INTERNAL_TOPICS:
+                    raise InvalidTopicError(f"cannot delete records of the internal topic {topic}")
+                log_ = self._logs.log(topic, partition)
+                results[topic, partition] = LogDeleteRecordsResult(log_.delete_records(offset))
+            except KafkaError as e:
+                results[topic, partition] = LogDeleteRecordsResult(error=e)
+        if any(r.error is None for r in results.values()):
+            await self.checkpoint()
+        return results
+
+    async def describe_log_dir(self, topics: Iterable[tuple[str, Iterable[int]]] | None = None) -> LogDirInfo:
+        """The data directory, its volume's total and usable bytes (read off the
+        loop) and the size of each partition -- of every one, or of those of
+        ``(topic, partitions)`` that exist."""
+        if topics is None:
+            logs = sorted(self._logs.logs.items())
+        else:
+            logs = [((t, p), self._logs.logs[t, p]) for t, ps in topics for p in ps if (t, p) in self._logs.logs]
+        sizes = tuple(ReplicaInfo(t, p, log_.size_bytes) for (t, p), log_ in logs)
+        total, usable = await self.maintenance.run(_one(VolumeUsage(self._logs.data_dir)))
+        return LogDirInfo(str(self._logs.data_dir.absolute()), total, usable, sizes)
 
     # -- periodic work (scheduled jobs call these) -----------------------------------------
     #

@@ -1,4 +1,4 @@
-"""Administration: CreateTopics, DeleteTopics, DescribeConfigs.
+"""Administration: CreateTopics, DeleteTopics, DescribeConfigs, DeleteRecords, DescribeLogDirs.
 
 One node holds one replica of everything: a replication factor other than 1 (or
 -1, the default) is INVALID_REPLICATION_FACTOR, and a manual assignment may name
@@ -11,7 +11,7 @@ a bad one is INVALID_CONFIG and creates nothing. A request creating more than
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app.engine import read_models
 from app.kafka.api import ApiKey, RequestContext, error_code, serves
@@ -22,6 +22,9 @@ from storage.errors import (
     KafkaError,
     PolicyViolationError,
 )
+
+if TYPE_CHECKING:
+    from app.engine.engine import LogDeleteRecordsResult
 
 TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4
 #: DescribeConfigs ConfigSource values
@@ -118,3 +121,38 @@ def _config(row: dict) -> dict:
     """DescribeConfigs' entry of a ``read_models.topic_configs`` / ``broker_configs`` row."""
     return {"name": row["name"], "value": row["value"], "read_only": True, "config_source": SOURCE[row["source"]],
             "is_sensitive": row["is_sensitive"], "synonyms": []}
+
+
+@serves(ApiKey.DELETE_RECORDS, 0, 2)
+async def delete_records(ctx: RequestContext, request: Any) -> dict:
+    """Move log start offsets (``Engine.delete_records``); the timeout has nothing to
+    wait for on one node (no follower has to catch up)."""
+    results = await ctx.engine.delete_records(
+        {(t.name, p.partition_index): p.offset for t in request.topics for p in t.partitions})
+    return {"topics": [
+        {"name": t.name, "partitions": [_delete_records_result(p.partition_index, results[t.name, p.partition_index])
+                                        for p in t.partitions]}
+        for t in request.topics]}
+
+
+def _delete_records_result(partition: int, result: LogDeleteRecordsResult) -> dict:
+    return {"partition_index": partition, "low_watermark": result.low_watermark,
+            "error_code": error_code(result.error)}
+
+
+@serves(ApiKey.DESCRIBE_LOG_DIRS, 1, 4)
+async def describe_log_dirs(ctx: RequestContext, request: Any) -> dict:
+    """The one log directory and the size of each partition asked for (null topics:
+    all), offset lag 0 (the log end is the high watermark's to reach, no replica's)
+    and no future log (no AlterReplicaLogDirs)."""
+    topics = None if request.topics is None else [(t.topic, t.partitions) for t in request.topics]
+    log_dir = await ctx.engine.describe_log_dir(topics)
+    by_topic: dict[str, list[dict]] = {}
+    for p in log_dir.partitions:
+        by_topic.setdefault(p.topic, []).append(
+            {"partition_index": p.partition, "partition_size": p.size_bytes, "offset_lag": 0,
+             "is_future_key": False})
+    return {"error_code": 0, "results": [{
+        "error_code": 0, "log_dir": log_dir.path, "total_bytes": log_dir.total_bytes,
+        "usable_bytes": log_dir.usable_bytes,
+        "topics": [{"name": name, "partitions": partitions} for name, partitions in by_topic.items()]}]}
