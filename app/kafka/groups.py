@@ -14,18 +14,24 @@ from typing import Any
 from app.kafka.api import ApiKey, RequestContext, error_code, serves
 from app.kafka.codec import millis
 from coordinator.group_metadata import GroupState
-from storage.errors import KafkaError
+from storage.errors import KafkaError, MemberIdRequiredError
 
 
 @serves(ApiKey.JOIN_GROUP, 0, 5)
 async def join_group(ctx: RequestContext, request: Any) -> dict:
+    """From v4 a dynamic member without a member id is answered MEMBER_ID_REQUIRED with
+    one to join with (KIP-394); a static member (v5's group_instance_id) never is."""
     session_timeout = millis(request.session_timeout)
     rebalance_timeout = millis(getattr(request, "rebalance_timeout", request.session_timeout))
+    group_instance_id = getattr(request, "group_instance_id", None)
     try:
         joined = await ctx.engine.join_group(
             request.group_id, request.member_id, request.protocol_type,
             [(p.name, p.metadata) for p in request.protocols], session_timeout, rebalance_timeout,
-            getattr(request, "group_instance_id", None), ctx.client_id or "", f"/{ctx.connection.host}")
+            group_instance_id, ctx.client_id or "", f"/{ctx.connection.host}",
+            require_known_member_id=ctx.version >= 4 and group_instance_id is None)
+    except MemberIdRequiredError as e:
+        return {"error_code": error_code(e), "generation_id": -1, "member_id": e.member_id}
     except KafkaError as e:
         return {"error_code": error_code(e), "generation_id": -1, "member_id": request.member_id}
     return {"error_code": 0, "generation_id": joined.generation, "protocol_name": joined.protocol or "",
@@ -52,10 +58,27 @@ async def heartbeat(ctx: RequestContext, request: Any) -> dict:
     return {"error_code": 0}
 
 
-@serves(ApiKey.LEAVE_GROUP, 0, 1)
+@serves(ApiKey.LEAVE_GROUP, 0, 5)
 async def leave_group(ctx: RequestContext, request: Any) -> dict:
-    await ctx.engine.leave_group(request.group_id, request.member_id)
-    return {"error_code": 0}
+    """Up to v2 one member, its error the answer's; from v3 (KIP-345) a batch of members,
+    each by member id or -- an admin removing static members -- by instance id alone,
+    each with its own error."""
+    if ctx.version < 3:
+        await ctx.engine.leave_group(request.group_id, request.member_id)
+        return {"error_code": 0}
+    return {"error_code": 0, "members": [
+        {"member_id": m.member_id, "group_instance_id": m.group_instance_id,
+         "error_code": await _leave(ctx, request.group_id, m.member_id, m.group_instance_id)}
+        for m in request.members]}
+
+
+async def _leave(ctx: RequestContext, group_id: str, member_id: str, group_instance_id: str | None) -> int:
+    """One member's LeaveGroup; its error code."""
+    try:
+        await ctx.engine.leave_group(group_id, member_id, group_instance_id)
+    except KafkaError as e:
+        return error_code(e)
+    return 0
 
 
 @serves(ApiKey.DESCRIBE_GROUPS, 0, 4)
