@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import pytest
 from confluent_kafka import Consumer
@@ -41,6 +41,7 @@ class StaticMember:
 
     def __init__(self, kafka: KafkaBroker, instance_id: str) -> None:
         self.assigned = self.revoked = 0
+        self.closed = False
         self.consumer = Consumer({
             "bootstrap.servers": kafka.bootstrap, "broker.address.family": "v4", "group.id": "g",
             "group.instance.id": instance_id, "client.id": instance_id,
@@ -60,6 +61,25 @@ class StaticMember:
     def counts(self) -> tuple[int, int]:
         return self.assigned, self.revoked
 
+    def close(self) -> None:
+        """Close once (a static member sends no LeaveGroup: the group waits for it)."""
+        if not self.closed:
+            self.closed = True
+            self.consumer.close()
+
+
+@pytest.fixture
+def static_member(kafka: KafkaBroker) -> Iterator[Callable[[str], StaticMember]]:
+    """Open static members of group ``g``; every one is closed when the test ends."""
+    opened: list[StaticMember] = []
+
+    def open_(instance_id: str) -> StaticMember:
+        opened.append(StaticMember(kafka, instance_id))
+        return opened[-1]
+    yield open_
+    for member in opened:
+        member.close()
+
 
 def poll_for(members: list[StaticMember], seconds: float) -> None:
     end = time.monotonic() + seconds
@@ -76,6 +96,14 @@ def group_generation(kafka: KafkaBroker, group_id: str = "g") -> tuple[str, int,
     return kafka.engine.call(read, timeout=10)
 
 
+def instance_owner(kafka: KafkaBroker, instance_id: str) -> str | None:
+    """The member id group ``g`` knows ``instance_id`` by."""
+    async def read() -> str | None:
+        group = kafka.engine._group_coordinator.describe("g")
+        return None if group is None else group.static_members.get(instance_id)
+    return kafka.engine.call(read, timeout=10)
+
+
 def settle(kafka: KafkaBroker, members: list[StaticMember]) -> list[set[int]]:
     """Poll until the group is Stable with these members and their assignments split
     the partitions among all of them."""
@@ -88,27 +116,29 @@ def settle(kafka: KafkaBroker, members: list[StaticMember]) -> list[set[int]]:
     return eventually(split, timeout=30, what="a settled assignment")
 
 
-def test_a_static_member_restarting_within_its_session_timeout_gets_its_partitions_back(kafka) -> None:
+def test_a_static_member_restarting_within_its_session_timeout_gets_its_partitions_back(
+        kafka, static_member) -> None:
     """Kafka's KIP-345 promise: the restarted member rejoins under a new member id and
     gets its old partitions; the group's generation stays and the other members are
     neither revoked nor assigned anything."""
-    members = [StaticMember(kafka, f"instance-{i}") for i in range(3)]
+    members = [static_member(f"instance-{i}") for i in range(3)]
     before = settle(kafka, members)
     poll_for(members, 1)  # heartbeats: the group stays as it is
     generation = group_generation(kafka)
     counts = [m.counts() for m in members]
+    old_member_id = instance_owner(kafka, "instance-1")
 
-    members[1].consumer.close()  # a static member sends no LeaveGroup: the group waits for it
-    restarted = StaticMember(kafka, "instance-1")
+    members[1].close()
+    restarted = static_member("instance-1")
     members[1] = restarted
     after = settle(kafka, members)
-    poll_for(members, 2 * SESSION_MS / 1000 / 5)
+    assert instance_owner(kafka, "instance-1") not in (None, old_member_id)
+    # past the old incarnation's session timeout: nothing of it is left to expire
+    poll_for(members, SESSION_MS / 1000 + 1)
     assert after == before and [m.partitions() for m in members] == before
     assert group_generation(kafka) == generation
     assert [members[0].counts(), members[2].counts()] == [counts[0], counts[2]]
     assert restarted.counts() == (1, 0)
-    for member in members:
-        member.consumer.close()
 
 
 def test_join_group_v4_asks_for_a_member_id_and_admits_the_member_that_comes_back_with_it(kafka) -> None:
