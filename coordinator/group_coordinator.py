@@ -76,6 +76,7 @@ offsets held back until their marker).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import logging
 import uuid
@@ -160,6 +161,8 @@ class JoinResult:
     member_id: str
     #: every member's (member id, group instance id, metadata) -- for the leader only
     members: list[tuple[str, str | None, bytes]]
+    #: the leader is a restarted static member of a Stable group: it must not assign (v9)
+    skip_assignment: bool = False
 
 
 @dataclass(frozen=True)
@@ -259,10 +262,13 @@ class GroupCoordinator:
                          protocols: list[tuple[str, bytes]], session_timeout_ms: int,
                          rebalance_timeout_ms: int = -1, group_instance_id: str | None = None,
                          client_id: str = "", client_host: str = "",
-                         require_known_member_id: bool = False) -> JoinResult:
+                         require_known_member_id: bool = False,
+                         support_skipping_assignment: bool = False) -> JoinResult:
         """JoinGroup (Kafka's handleJoinGroup). ``require_known_member_id`` (JoinGroup v4+
         without an instance id, KIP-394): a member without a member id is given one with
-        MEMBER_ID_REQUIRED and enters the group only when it joins again with it."""
+        MEMBER_ID_REQUIRED and enters the group only when it joins again with it.
+        ``support_skipping_assignment`` (v9): a restarted static leader may be told it
+        leads, with ``skip_assignment``."""
         group = self._group_to_join(group_id, protocol_type, protocols, session_timeout_ms)
         now = self.clock.now_ms()
         timeouts = (session_timeout_ms, rebalance_timeout_ms if rebalance_timeout_ms > 0 else session_timeout_ms)
@@ -274,7 +280,7 @@ class GroupCoordinator:
         if not member_id and group_instance_id is not None and group_instance_id in group.static_members:
             return await self._update_static_member_and_rebalance(
                 group, group_instance_id, _new_member_id(client_id, group_instance_id),
-                protocol_type, protocols, timeouts, now)
+                protocol_type, protocols, timeouts, now, support_skipping_assignment)
         if not member_id:
             member_id = _new_member_id(client_id, group_instance_id)
             if require_known_member_id and group_instance_id is None:
@@ -331,7 +337,8 @@ class GroupCoordinator:
 
     async def _update_static_member_and_rebalance(
             self, group: GroupMetadata, group_instance_id: str, new_member_id: str, protocol_type: str,
-            protocols: list[tuple[str, bytes]], timeouts: tuple[int, int], now: int) -> JoinResult:
+            protocols: list[tuple[str, bytes]], timeouts: tuple[int, int], now: int,
+            support_skipping_assignment: bool) -> JoinResult:
         """Kafka's updateStaticMemberAndRebalance (KIP-345): a known instance joining
         without a member id is the same member restarted. The old incarnation is fenced
         (FENCED_INSTANCE_ID, its waiting requests too) and the member goes on under a new
@@ -353,15 +360,19 @@ class GroupCoordinator:
                       member.rebalance_timeout_ms)
             self._update_member(group, member, protocol_type, protocols, timeouts)
             if group.select_protocol() == group.protocol:
-                return await self._keep_static_assignment(group, member, old_member_id, old_leader, before)
+                return await self._keep_static_assignment(group, member, old_member_id, old_leader, before,
+                                                          support_skipping_assignment)
         return await self._update_member_and_rebalance(group, member, protocol_type, protocols, timeouts, now)
 
     async def _keep_static_assignment(self, group: GroupMetadata, member: Member, old_member_id: str,
-                                      old_leader: str | None, before: tuple) -> JoinResult:
+                                      old_leader: str | None, before: tuple,
+                                      support_skipping_assignment: bool) -> JoinResult:
         """The Stable group is stored with the static member's new id, then the member
-        gets the current generation with the *old* leader id (Kafka, JoinGroup before
-        v9): a restarted leader does not see itself leader, so it assigns nothing and
-        its SyncGroup gets its assignment back. A failed store puts the old id back."""
+        gets the current generation. Before JoinGroup v9 it is told the *old* leader id:
+        a restarted leader does not see itself leader, so it assigns nothing and its
+        SyncGroup gets its assignment back. From v9 a restarted leader is told it leads
+        (it keeps watching metadata) and, with ``skip_assignment``, not to assign. A
+        failed store puts the old id back."""
         new_member_id = member.member_id
         waiter = member.join_waiter = asyncio.get_running_loop().create_future()
         try:
@@ -376,8 +387,10 @@ class GroupCoordinator:
             raise
         if member.join_waiter is waiter:  # no rebalance began meanwhile (it would answer the waiter)
             member.join_waiter = None
-            waiter.set_result(JoinResult(group.generation, group.protocol_type, group.protocol,
-                                         old_leader or "", new_member_id, []))
+            waiter.set_result(
+                dataclasses.replace(self._join_result(group, member), skip_assignment=group.leader == new_member_id)
+                if support_skipping_assignment else
+                JoinResult(group.generation, group.protocol_type, group.protocol, old_leader or "", new_member_id, []))
         return await waiter
 
     @staticmethod
@@ -545,11 +558,18 @@ class GroupCoordinator:
             group.leader = None
 
     async def sync_group(self, group_id: str, generation: int, member_id: str,
-                         assignments: dict[str, bytes] | None = None,
-                         group_instance_id: str | None = None) -> bytes:
+                         assignments: dict[str, bytes] | None = None, group_instance_id: str | None = None,
+                         protocol_type: str | None = None, protocol_name: str | None = None) -> bytes:
+        """SyncGroup. The protocol type and name (v5+, when given) must be the group's
+        generation's: INCONSISTENT_GROUP_PROTOCOL otherwise, as Kafka checks them."""
         group, member = self._current_member(group_id, member_id, group_instance_id)
         if generation != group.generation:
             raise IllegalGenerationError(f"generation {generation} is not group {group_id!r}'s {group.generation}")
+        if (protocol_type is not None and protocol_type != group.protocol_type) or (
+                protocol_name is not None and protocol_name != group.protocol):
+            raise InconsistentGroupProtocolError(
+                f"protocol {protocol_type}/{protocol_name} is not group {group_id!r}'s "
+                f"{group.protocol_type}/{group.protocol}")
         if group.state is G.PREPARING_REBALANCE:
             raise RebalanceInProgressError(f"group {group_id!r} is rebalancing")
         group.pending_sync.discard(member_id)

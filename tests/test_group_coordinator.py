@@ -118,9 +118,11 @@ def kafka_error(name: str, code: int) -> Iterator[pytest.ExceptionInfo]:
 
 def join(broker: Broker, group_id: str, member_id: str = "", *, protocol_type: str = "consumer",
          protocols=PROTOCOLS, session_ms: int = SESSION_MS, rebalance_ms: int = -1,
-         instance_id: str | None = None, client_id: str = "", require_known: bool = False) -> asyncio.Task:
+         instance_id: str | None = None, client_id: str = "", require_known: bool = False,
+         skipping: bool = False) -> asyncio.Task:
+    """JoinGroup; ``require_known``: as v4+ asks (KIP-394); ``skipping``: as v9 allows."""
     return spawn(broker, gc(broker).join_group, group_id, member_id, protocol_type, list(protocols),
-                 session_ms, rebalance_ms, instance_id, client_id, "", require_known)
+                 session_ms, rebalance_ms, instance_id, client_id, "", require_known, skipping)
 
 
 def finish_rebalance(broker: Broker, group_id: str, members: list[str], *waiting: asyncio.Task,
@@ -355,6 +357,17 @@ def test_a_follower_syncing_first_waits_for_the_leader(broker):
     assert call(broker, gc(broker).sync_group, "g", r_a.generation, r_a.member_id,
                 {r_a.member_id: b"A", r_new.member_id: b"N"}) == b"A"
     assert outcome(broker, follower) == b"N"
+
+
+def test_sync_naming_another_protocol_than_the_generations_is_inconsistent(broker):
+    """SyncGroup v5: Kafka checks the protocol type and name the member names."""
+    formed = form_group(broker, "g", 1)
+    (a,) = formed.members
+    for protocol_type, protocol_name in [("connect", None), (None, "roundrobin")]:
+        with kafka_error("INCONSISTENT_GROUP_PROTOCOL", 23):
+            call(broker, gc(broker).sync_group, "g", formed.generation, a, None, None, protocol_type, protocol_name)
+    assert call(broker, gc(broker).sync_group, "g", formed.generation, a, None, None,
+                "consumer", "range") == b"to:" + a.encode()
 
 
 def test_sync_with_the_wrong_generation_is_illegal(broker):
@@ -880,6 +893,23 @@ def test_a_restarted_static_member_gets_its_assignment_back_without_a_rebalance(
     heartbeat(broker, "g", formed.generation, new.member_id)
     with kafka_error("UNKNOWN_MEMBER_ID", 25):
         heartbeat(broker, "g", formed.generation, old)
+
+
+@pytest.mark.parametrize("restarted", [0, 1], ids=["leader", "follower"])
+def test_from_join_group_v9_a_restarted_static_leader_is_told_it_leads_and_to_skip_assigning(broker, restarted):
+    """Kafka's v9 answer: the current leader id, so a restarted leader knows it leads
+    (and keeps watching metadata), with every member's metadata and skip_assignment."""
+    instances = ["i-a", "i-b"]
+    formed = form_group(broker, "g", 2, instance_ids=instances)
+    new = outcome(broker, join(broker, "g", instance_id=instances[restarted], skipping=True))
+    other = formed.members[1 - restarted]
+    leads = formed.members[restarted] == formed.leader
+    assert (new.generation, new.leader, new.skip_assignment) == (
+        formed.generation, new.member_id if leads else formed.leader, leads)
+    assert {m for m, _, _ in new.members} == ({new.member_id, other} if leads else set())
+    assert group(broker, "g").state is G.STABLE
+    assert call(broker, gc(broker).sync_group, "g", new.generation, new.member_id, None,
+                instances[restarted]) == b"to:" + formed.members[restarted].encode()
 
 
 def test_a_restarted_static_members_new_id_is_durable(open_broker):

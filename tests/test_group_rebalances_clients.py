@@ -240,3 +240,31 @@ def test_leave_group_v3_by_instance_id_and_v5_batches(kafka) -> None:
     assert batch.error_code == 0
     assert [m.error_code for m in batch.members] == [UNKNOWN_MEMBER_ID, UNKNOWN_MEMBER_ID]
     assert group_state(kafka, "raw") == (GroupState.EMPTY, 0)
+
+
+def test_join_group_v9_tells_a_restarted_static_leader_to_skip_assigning(kafka) -> None:
+    """JoinGroup v9 / SyncGroup v5 (the versions Java clients send): the restarted
+    leader learns it leads, skips the assignment, and gets its old one at SyncGroup."""
+    raw = raw_connection(kafka.port, client_id="raw")
+    join = {"group_id": "raw", "session_timeout": STATIC_SESSION_MS, "rebalance_timeout": STATIC_SESSION_MS,
+            "member_id": "", "group_instance_id": "i-a", "protocol_type": "consumer",
+            "protocols": [{"name": "range", "metadata": b"m"}], "reason": "test"}
+    sync = {"group_id": "raw", "group_instance_id": "i-a", "protocol_type": "consumer", "protocol_name": "range"}
+    first = raw.request(ApiKey.JOIN_GROUP, 9, join)
+    assert (first.error_code, first.leader, first.protocol_type, first.skip_assignment) == (
+        0, first.member_id, "consumer", False)
+    synced = raw.request(ApiKey.SYNC_GROUP, 5, {**sync, "generation_id": first.generation_id,
+                                                "member_id": first.member_id,
+                                                "assignments": [{"member_id": first.member_id, "assignment": b"A"}]})
+    assert (synced.error_code, synced.assignment, synced.protocol_type, synced.protocol_name) == (
+        0, b"A", "consumer", "range")
+    restarted = raw.request(ApiKey.JOIN_GROUP, 9, join)
+    assert (restarted.error_code, restarted.generation_id, restarted.leader, restarted.skip_assignment) == (
+        0, first.generation_id, restarted.member_id, True)
+    assert [m.member_id for m in restarted.members] == [restarted.member_id]
+    again = raw.request(ApiKey.SYNC_GROUP, 5, {**sync, "generation_id": restarted.generation_id,
+                                               "member_id": restarted.member_id, "assignments": []})
+    assert (again.error_code, again.assignment) == (0, b"A")
+    beat = raw.request(ApiKey.HEARTBEAT, 4, {"group_id": "raw", "generation_id": restarted.generation_id,
+                                             "member_id": restarted.member_id, "group_instance_id": "i-a"})
+    assert beat.error_code == 0

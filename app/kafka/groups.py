@@ -17,10 +17,11 @@ from coordinator.group_metadata import GroupState
 from storage.errors import KafkaError, MemberIdRequiredError
 
 
-@serves(ApiKey.JOIN_GROUP, 0, 5)
+@serves(ApiKey.JOIN_GROUP, 0, 9)
 async def join_group(ctx: RequestContext, request: Any) -> dict:
     """From v4 a dynamic member without a member id is answered MEMBER_ID_REQUIRED with
-    one to join with (KIP-394); a static member (v5's group_instance_id) never is."""
+    one to join with (KIP-394); a static member (v5's group_instance_id) never is. From
+    v9 a restarted static leader of a Stable group is told to skip the assignment."""
     session_timeout = millis(request.session_timeout)
     rebalance_timeout = millis(getattr(request, "rebalance_timeout", request.session_timeout))
     group_instance_id = getattr(request, "group_instance_id", None)
@@ -29,29 +30,36 @@ async def join_group(ctx: RequestContext, request: Any) -> dict:
             request.group_id, request.member_id, request.protocol_type,
             [(p.name, p.metadata) for p in request.protocols], session_timeout, rebalance_timeout,
             group_instance_id, ctx.client_id or "", f"/{ctx.connection.host}",
-            require_known_member_id=ctx.version >= 4 and group_instance_id is None)
+            require_known_member_id=ctx.version >= 4 and group_instance_id is None,
+            support_skipping_assignment=ctx.version >= 9)
     except MemberIdRequiredError as e:
         return {"error_code": error_code(e), "generation_id": -1, "member_id": e.member_id}
     except KafkaError as e:
         return {"error_code": error_code(e), "generation_id": -1, "member_id": request.member_id}
-    return {"error_code": 0, "generation_id": joined.generation, "protocol_name": joined.protocol or "",
-            "leader": joined.leader, "member_id": joined.member_id,
+    return {"error_code": 0, "generation_id": joined.generation, "protocol_type": joined.protocol_type,
+            "protocol_name": joined.protocol or "", "leader": joined.leader,
+            "skip_assignment": joined.skip_assignment, "member_id": joined.member_id,
             "members": [{"member_id": member_id, "group_instance_id": instance_id, "metadata": metadata}
                         for member_id, instance_id, metadata in joined.members]}
 
 
-@serves(ApiKey.SYNC_GROUP, 0, 3)
+@serves(ApiKey.SYNC_GROUP, 0, 5)
 async def sync_group(ctx: RequestContext, request: Any) -> dict:
+    """From v5 the member names the generation's protocol type and name, checked, and
+    the answer names them too."""
     try:
         assignment = await ctx.engine.sync_group(
             request.group_id, request.generation_id, request.member_id,
-            {a.member_id: a.assignment for a in request.assignments}, getattr(request, "group_instance_id", None))
+            {a.member_id: a.assignment for a in request.assignments}, getattr(request, "group_instance_id", None),
+            getattr(request, "protocol_type", None), getattr(request, "protocol_name", None))
     except KafkaError as e:
         return {"error_code": error_code(e), "assignment": b""}
-    return {"error_code": 0, "assignment": assignment}
+    group = ctx.engine.describe_group(request.group_id)
+    return {"error_code": 0, "assignment": assignment, "protocol_type": group and group.protocol_type,
+            "protocol_name": group and group.protocol}
 
 
-@serves(ApiKey.HEARTBEAT, 0, 3)
+@serves(ApiKey.HEARTBEAT, 0, 4)
 async def heartbeat(ctx: RequestContext, request: Any) -> dict:
     await ctx.engine.heartbeat(request.group_id, request.generation_id, request.member_id,
                                                  getattr(request, "group_instance_id", None))
