@@ -912,6 +912,46 @@ def test_from_join_group_v9_a_restarted_static_leader_is_told_it_leads_and_to_sk
                 instances[restarted]) == b"to:" + formed.members[restarted].encode()
 
 
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(size=st.integers(1, 3), restarts=st.lists(st.tuples(st.integers(0, 2), st.booleans()), max_size=8))
+def test_static_members_restarting_in_any_order_keep_the_generation_and_their_assignments(broker, size, restarts):
+    """However often, in whatever order, and at whichever JoinGroup version static
+    members of a Stable group restart, the group stays Stable in its generation, each
+    instance gets back the assignment it had, and instance ids and member ids stay one
+    to one with the leader among them."""
+    group_id = f"g{next(_groups)}"
+    instances = [f"i-{i}" for i in range(size)]
+
+    async def scenario() -> None:
+        coordinator = gc(broker)
+        for i, instance in enumerate(instances):  # one at a time: the others rejoin
+            joins = [coordinator.join_group(group_id, "", "consumer", PROTOCOLS, SESSION_MS, -1, instance)]
+            joins += [coordinator.join_group(group_id, coordinator.groups[group_id].static_members[known],
+                                             "consumer", PROTOCOLS, SESSION_MS, -1, known)
+                      for known in instances[:i]]
+            results = await asyncio.gather(*joins)
+            leader = next(r for r in results if r.member_id == r.leader)
+            await asyncio.gather(*(coordinator.sync_group(
+                group_id, r.generation, r.member_id,
+                {m: str(instance_id).encode() for m, instance_id, _ in leader.members} if r is leader else None)
+                for r in results))
+        g = coordinator.groups[group_id]
+        generation = g.generation
+        for index, skipping in restarts:
+            instance = instances[index % size]
+            joined = await coordinator.join_group(group_id, "", "consumer", PROTOCOLS, SESSION_MS, -1, instance,
+                                                  support_skipping_assignment=skipping)
+            assert joined.generation == generation and joined.skip_assignment == (
+                skipping and joined.member_id == g.leader)
+            assert await coordinator.sync_group(group_id, generation, joined.member_id, None,
+                                                instance) == instance.encode()
+            assert g.state is G.STABLE and g.generation == generation
+            assert sorted(g.static_members) == instances and set(g.static_members.values()) == set(g.members)
+            assert g.leader in g.members
+
+    call(broker, scenario)
+
+
 def test_a_restarted_static_members_new_id_is_durable(open_broker):
     b = open_broker()
     formed = form_group(b, "g", 1, instance_ids=["i-a"])
