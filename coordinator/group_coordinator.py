@@ -6,17 +6,26 @@ Requests and their answers (Kafka's ``GroupCoordinator``, classic protocol):
   ``group.min/max.session.timeout.ms``: INVALID_SESSION_TIMEOUT; a protocol type or
   protocols no member shares: INCONSISTENT_GROUP_PROTOCOL; an unknown member id:
   UNKNOWN_MEMBER_ID; a static member whose instance id another member took over:
-  FENCED_INSTANCE_ID. A known member rejoining with unchanged protocols while the
-  generation syncs, or a follower doing so in a Stable group, gets the current
-  generation at once. Otherwise the member waits until every member has rejoined
-  (or the rebalance timeout drops the missing dynamic ones), then gets the new
-  generation, the chosen protocol and the leader (the leader also gets every
-  member's metadata).
+  FENCED_INSTANCE_ID. A dynamic member without a member id, when the request asks
+  for a known one (v4+, KIP-394), gets MEMBER_ID_REQUIRED and a member id that is
+  *pending* until it joins with it (or its session timeout passes). A static member
+  (KIP-345) without a member id whose instance id is known is that member
+  restarted: the old member id is fenced, and in a Stable group whose protocol stays
+  it gets the current generation and, at SyncGroup, its old assignment -- no
+  rebalance. A known member rejoining with unchanged protocols while the generation
+  syncs, or a follower doing so in a Stable group, gets the current generation at
+  once. Otherwise the member waits until every member -- and every pending member --
+  has joined (or the rebalance timeout drops the missing dynamic ones), then gets
+  the new generation, the chosen protocol and the leader (the leader also gets
+  every member's metadata).
 * SyncGroup -- wrong generation: ILLEGAL_GENERATION; a rebalance started again:
   REBALANCE_IN_PROGRESS. The leader's assignment is made durable, then handed out;
   a failed write fails every waiting member and rebalances the group.
 * Heartbeat -- unknown member: UNKNOWN_MEMBER_ID; wrong generation:
   ILLEGAL_GENERATION; a rebalance is on: REBALANCE_IN_PROGRESS (rejoin).
+* LeaveGroup -- per member: by member id (the instance id, if given, must be its),
+  or from v3 by instance id alone; a pending member id is forgotten. The group
+  rebalances.
 * OffsetCommit -- a standalone commit (generation -1, no member id) only while the
   group has no members; otherwise the member and generation must be current.
 * TxnOffsetCommit -- first, as Kafka verifies it (KIP-890), the group's
@@ -49,8 +58,9 @@ Timers, as Kafka counts them (``tick`` runs them):
 * Session -- restarted for every member when a join completes, when its SyncGroup
   is answered (or arrives in a Stable group), on Heartbeat and on OffsetCommit of
   the current generation; it does not run while a known member waits in JoinGroup
-  or SyncGroup. A member past it is removed and the group rebalances. A new
-  member's JoinGroup expires after ``NEW_MEMBER_JOIN_TIMEOUT_MS``.
+  or SyncGroup. A member past it -- a static one too -- is removed and the group
+  rebalances. A new member's JoinGroup expires after ``NEW_MEMBER_JOIN_TIMEOUT_MS``;
+  a pending member id after the session timeout its JoinGroup asked for.
 * Join phase -- ends at the rebalance timeout (the members' longest), or, for an
   Empty group, after ``group.initial.rebalance.delay.ms``, repeated while new
   members keep joining, within the rebalance timeout. If only static members are
@@ -66,6 +76,7 @@ offsets held back until their marker).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import logging
 import uuid
@@ -94,6 +105,7 @@ from storage.errors import (
     InvalidGroupIdError,
     InvalidSessionTimeoutError,
     KafkaError,
+    MemberIdRequiredError,
     NonEmptyGroupError,
     OffsetMetadataTooLargeError,
     RebalanceInProgressError,
@@ -149,6 +161,8 @@ class JoinResult:
     member_id: str
     #: every member's (member id, group instance id, metadata) -- for the leader only
     members: list[tuple[str, str | None, bytes]]
+    #: the leader is a restarted static member of a Stable group: it must not assign (v9)
+    skip_assignment: bool = False
 
 
 @dataclass(frozen=True)
@@ -247,7 +261,40 @@ class GroupCoordinator:
     async def join_group(self, group_id: str, member_id: str, protocol_type: str,
                          protocols: list[tuple[str, bytes]], session_timeout_ms: int,
                          rebalance_timeout_ms: int = -1, group_instance_id: str | None = None,
-                         client_id: str = "", client_host: str = "") -> JoinResult:
+                         client_id: str = "", client_host: str = "",
+                         require_known_member_id: bool = False,
+                         support_skipping_assignment: bool = False) -> JoinResult:
+        """JoinGroup (Kafka's handleJoinGroup). ``require_known_member_id`` (JoinGroup v4+
+        without an instance id, KIP-394): a member without a member id is given one with
+        MEMBER_ID_REQUIRED and enters the group only when it joins again with it.
+        ``support_skipping_assignment`` (v9): a restarted static leader may be told it
+        leads, with ``skip_assignment``."""
+        group = self._group_to_join(group_id, protocol_type, protocols, session_timeout_ms)
+        now = self.clock.now_ms()
+        timeouts = (session_timeout_ms, rebalance_timeout_ms if rebalance_timeout_ms > 0 else session_timeout_ms)
+        if member_id and not (group_instance_id is None and member_id in group.pending_members):
+            member = self._validate_member(group, member_id, group_instance_id)
+            if self._rejoins_unchanged(group, member, protocols):
+                return self._join_result(group, member)
+            return await self._update_member_and_rebalance(group, member, protocol_type, protocols, timeouts, now)
+        if not member_id and group_instance_id is not None and group_instance_id in group.static_members:
+            return await self._update_static_member_and_rebalance(
+                group, group_instance_id, _new_member_id(client_id, group_instance_id),
+                protocol_type, protocols, timeouts, now, support_skipping_assignment)
+        if not member_id:
+            member_id = _new_member_id(client_id, group_instance_id)
+            if require_known_member_id and group_instance_id is None:
+                # Kafka's doDynamicNewMemberJoinGroup: remembered for one session timeout
+                group.pending_members[member_id] = now + session_timeout_ms
+                raise MemberIdRequiredError(member_id, f"join group {group_id!r} again as {member_id}")
+        member = self._add_member(group, member_id, group_instance_id, client_id, client_host, now)
+        return await self._update_member_and_rebalance(group, member, protocol_type, protocols, timeouts, now,
+                                                       new_member=True)
+
+    def _group_to_join(self, group_id: str, protocol_type: str, protocols: list[tuple[str, bytes]],
+                       session_timeout_ms: int) -> GroupMetadata:
+        """The group a JoinGroup may enter: a valid group id and session timeout, a group
+        not being deleted, protocols its members share."""
         if not group_id:
             raise InvalidGroupIdError("the group id must not be empty")
         if not (self.config.group_min_session_timeout_ms <= session_timeout_ms
@@ -262,15 +309,13 @@ class GroupCoordinator:
             raise InconsistentGroupProtocolError(
                 f"protocol type {protocol_type!r} / protocols {[n for n, _ in protocols]} do not match "
                 f"group {group_id!r}")
-        now = self.clock.now_ms()
-        rebalance_timeout_ms = rebalance_timeout_ms if rebalance_timeout_ms > 0 else session_timeout_ms
-        member = self._member_for_join(group, member_id, group_instance_id, client_id, client_host, now)
-        if member_id and self._rejoins_unchanged(group, member, protocols):
-            return self._join_result(group, member)
-        member.session_timeout_ms, member.rebalance_timeout_ms = session_timeout_ms, rebalance_timeout_ms
-        member.protocol_type, member.protocols = protocol_type, list(protocols)
-        if group.protocol_type is None or len(group.members) == 1:
-            group.protocol_type = protocol_type
+        return group
+
+    async def _update_member_and_rebalance(self, group: GroupMetadata, member: Member, protocol_type: str,
+                                           protocols: list[tuple[str, bytes]], timeouts: tuple[int, int],
+                                           now: int, new_member: bool = False) -> JoinResult:
+        """The member waits in the join phase (started unless one is on) until it completes."""
+        self._update_member(group, member, protocol_type, protocols, timeouts)
         waiter = member.join_waiter = asyncio.get_running_loop().create_future()
         if group.state is not G.PREPARING_REBALANCE:
             self._prepare_rebalance(group, now)
@@ -278,8 +323,75 @@ class GroupCoordinator:
         try:
             return await waiter
         except asyncio.CancelledError:
-            self._abandon_join(group, member, waiter, new_member=not member_id)
+            self._abandon_join(group, member, waiter, new_member)
             raise
+
+    @staticmethod
+    def _update_member(group: GroupMetadata, member: Member, protocol_type: str,
+                       protocols: list[tuple[str, bytes]], timeouts: tuple[int, int]) -> None:
+        """What a JoinGroup says of its member: protocols, session and rebalance timeouts."""
+        member.session_timeout_ms, member.rebalance_timeout_ms = timeouts
+        member.protocol_type, member.protocols = protocol_type, list(protocols)
+        if group.protocol_type is None or len(group.members) == 1:
+            group.protocol_type = protocol_type
+
+    async def _update_static_member_and_rebalance(
+            self, group: GroupMetadata, group_instance_id: str, new_member_id: str, protocol_type: str,
+            protocols: list[tuple[str, bytes]], timeouts: tuple[int, int], now: int,
+            support_skipping_assignment: bool) -> JoinResult:
+        """Kafka's updateStaticMemberAndRebalance (KIP-345): a known instance joining
+        without a member id is the same member restarted. The old incarnation is fenced
+        (FENCED_INSTANCE_ID, its waiting requests too) and the member goes on under a new
+        id. In a Stable group whose protocol stays the same it keeps its assignment -- no
+        rebalance, the same generation; otherwise it joins the rebalance (one starts
+        unless one is preparing: in CompletingRebalance the leader may be assigning to
+        the old id)."""
+        old_member_id = group.static_members[group_instance_id]
+        old_leader = group.leader
+        member = group.members[old_member_id]
+        fenced = FencedInstanceIdError(f"instance {group_instance_id!r} rejoined as {new_member_id}")
+        _fail(member.join_waiter, fenced)
+        _fail(member.sync_waiter, fenced)
+        member.join_waiter = member.sync_waiter = None
+        group.replace_static_member(group_instance_id, old_member_id, new_member_id)
+        self._restart_session(member, now)
+        if group.state is G.STABLE:
+            before = (member.protocol_type, list(member.protocols), member.session_timeout_ms,
+                      member.rebalance_timeout_ms)
+            self._update_member(group, member, protocol_type, protocols, timeouts)
+            if group.select_protocol() == group.protocol:
+                return await self._keep_static_assignment(group, member, old_member_id, old_leader, before,
+                                                          support_skipping_assignment)
+        return await self._update_member_and_rebalance(group, member, protocol_type, protocols, timeouts, now)
+
+    async def _keep_static_assignment(self, group: GroupMetadata, member: Member, old_member_id: str,
+                                      old_leader: str | None, before: tuple,
+                                      support_skipping_assignment: bool) -> JoinResult:
+        """The Stable group is stored with the static member's new id, then the member
+        gets the current generation. Before JoinGroup v9 it is told the *old* leader id:
+        a restarted leader does not see itself leader, so it assigns nothing and its
+        SyncGroup gets its assignment back. From v9 a restarted leader is told it leads
+        (it keeps watching metadata) and, with ``skip_assignment``, not to assign. A
+        failed store puts the old id back."""
+        new_member_id = member.member_id
+        waiter = member.join_waiter = asyncio.get_running_loop().create_future()
+        try:
+            await self._store_group(group)
+        except BaseException as e:
+            if member.join_waiter is waiter:
+                member.join_waiter = None
+            if isinstance(e, KafkaError) and group.members.get(new_member_id) is member:
+                member.protocol_type, member.protocols, member.session_timeout_ms, member.rebalance_timeout_ms = before
+                group.replace_static_member(member.group_instance_id or "", new_member_id, old_member_id)
+                self._restart_session(member, self.clock.now_ms())
+            raise
+        if member.join_waiter is waiter:  # no rebalance began meanwhile (it would answer the waiter)
+            member.join_waiter = None
+            waiter.set_result(
+                dataclasses.replace(self._join_result(group, member), skip_assignment=group.leader == new_member_id)
+                if support_skipping_assignment else
+                JoinResult(group.generation, group.protocol_type, group.protocol, old_leader or "", new_member_id, []))
+        return await waiter
 
     @staticmethod
     def _rejoins_unchanged(group: GroupMetadata, member: Member, protocols: list[tuple[str, bytes]]) -> bool:
@@ -314,21 +426,19 @@ class GroupCoordinator:
             self._remove_member(group, member.member_id, UnknownMemberIdError("gave up joining"))
             self._after_removal(group, self.clock.now_ms())
 
-    def _member_for_join(self, group: GroupMetadata, member_id: str, group_instance_id: str | None,
-                         client_id: str, client_host: str, now: int) -> Member:
-        if member_id:
-            return self._validate_member(group, member_id, group_instance_id)
-        new_id = f"{client_id or 'member'}-{uuid.uuid4()}"
-        if group_instance_id is not None and group_instance_id in group.static_members:
-            self._remove_member(group, group.static_members[group_instance_id],
-                                FencedInstanceIdError(f"instance {group_instance_id!r} rejoined as {new_id}"))
-        member = Member(new_id, group_instance_id, client_id, client_host, 0, 0, "", [],
+    @staticmethod
+    def _add_member(group: GroupMetadata, member_id: str, group_instance_id: str | None,
+                    client_id: str, client_host: str, now: int) -> Member:
+        """Kafka's addMemberAndRebalance, up to the rebalance: a new member (a pending
+        one no longer), whose JoinGroup expires after ``NEW_MEMBER_JOIN_TIMEOUT_MS``."""
+        member = Member(member_id, group_instance_id, client_id, client_host, 0, 0, "", [],
                         session_deadline_ms=now + NEW_MEMBER_JOIN_TIMEOUT_MS, is_new=True)
         if group.state is G.PREPARING_REBALANCE and group.generation == 0:
             group.new_member_added = True  # the initial delay may hold out longer for more
-        group.members[new_id] = member
+        group.pending_members.pop(member_id, None)
+        group.members[member_id] = member
         if group_instance_id is not None:
-            group.static_members[group_instance_id] = new_id
+            group.static_members[group_instance_id] = member_id
         return member
 
     @staticmethod
@@ -367,7 +477,7 @@ class GroupCoordinator:
         """Complete the join phase as soon as every member has rejoined (Kafka's
         tryCompleteJoin) -- except during the initial delay, which always runs out."""
         if (group.state is G.PREPARING_REBALANCE and group.initial_delay is None
-                and all(m.join_waiter is not None for m in group.members.values())):
+                and group.has_all_members_joined()):
             self._complete_join(group, now)
 
     def _join_deadline_passed(self, group: GroupMetadata, now: int) -> None:
@@ -448,11 +558,18 @@ class GroupCoordinator:
             group.leader = None
 
     async def sync_group(self, group_id: str, generation: int, member_id: str,
-                         assignments: dict[str, bytes] | None = None,
-                         group_instance_id: str | None = None) -> bytes:
+                         assignments: dict[str, bytes] | None = None, group_instance_id: str | None = None,
+                         protocol_type: str | None = None, protocol_name: str | None = None) -> bytes:
+        """SyncGroup. The protocol type and name (v5+, when given) must be the group's
+        generation's: INCONSISTENT_GROUP_PROTOCOL otherwise, as Kafka checks them."""
         group, member = self._current_member(group_id, member_id, group_instance_id)
         if generation != group.generation:
             raise IllegalGenerationError(f"generation {generation} is not group {group_id!r}'s {group.generation}")
+        if (protocol_type is not None and protocol_type != group.protocol_type) or (
+                protocol_name is not None and protocol_name != group.protocol):
+            raise InconsistentGroupProtocolError(
+                f"protocol {protocol_type}/{protocol_name} is not group {group_id!r}'s "
+                f"{group.protocol_type}/{group.protocol}")
         if group.state is G.PREPARING_REBALANCE:
             raise RebalanceInProgressError(f"group {group_id!r} is rebalancing")
         group.pending_sync.discard(member_id)
@@ -495,9 +612,23 @@ class GroupCoordinator:
             raise RebalanceInProgressError(f"group {group_id!r} is rebalancing; rejoin")
 
     async def leave_group(self, group_id: str, member_id: str, group_instance_id: str | None = None) -> None:
+        """LeaveGroup of one member (Kafka's handleLeaveGroup does each member so): without
+        a member id (v3+: ``kafka-consumer-groups --delete ... --members``, an admin's
+        removal) the instance id names the member; a member id still pending (handed out
+        with MEMBER_ID_REQUIRED) is forgotten; otherwise the member must be current."""
+        group = self.groups.get(group_id)
+        if group is not None and group.state is G.DEAD:
+            raise CoordinatorNotAvailableError(f"group {group_id!r} is being deleted")
+        now = self.clock.now_ms()
+        if group is not None and member_id in group.pending_members:
+            del group.pending_members[member_id]
+            self._maybe_complete_join(group, now)
+            return
+        if group is not None and not member_id and group_instance_id is not None:
+            member_id = group.static_members.get(group_instance_id, "")
         group, _ = self._current_member(group_id, member_id, group_instance_id)
         self._remove_member(group, member_id, UnknownMemberIdError("left the group"))
-        self._after_removal(group, self.clock.now_ms())
+        self._after_removal(group, now)
 
     def _after_removal(self, group: GroupMetadata, now: int) -> None:
         """A member left or was removed (Kafka's removeMemberAndUpdateGroup): a settled
@@ -518,6 +649,7 @@ class GroupCoordinator:
         join phase's deadline, the sync deadline."""
         now = self.clock.now_ms()
         for group in list(self.groups.values()):
+            self._expire_pending_members(group, now)
             self._expire_sessions(group, now)
             if group.state is G.PREPARING_REBALANCE and now >= group.rebalance_deadline_ms:
                 self._join_deadline_passed(group, now)
@@ -531,6 +663,16 @@ class GroupCoordinator:
             self._remove_member(group, member_id, UnknownMemberIdError("session timed out"))
         if expired:
             self._after_removal(group, now)
+
+    def _expire_pending_members(self, group: GroupMetadata, now: int) -> None:
+        """Kafka's removePendingMemberAndUpdateGroup on expiry: a member id handed out with
+        MEMBER_ID_REQUIRED that did not come back within the session timeout is forgotten
+        -- a join phase waiting for it may complete."""
+        expired = [member_id for member_id, deadline in group.pending_members.items() if now > deadline]
+        for member_id in expired:
+            del group.pending_members[member_id]
+        if expired:
+            self._maybe_complete_join(group, now)
 
     def _expire_pending_sync(self, group: GroupMetadata, now: int) -> None:
         """Kafka's onExpirePendingSync: members that got the new generation but sent no
@@ -748,6 +890,11 @@ class GroupCoordinator:
 def _fail(waiter: asyncio.Future | None, error: KafkaError) -> None:
     if waiter is not None and not waiter.done():
         waiter.set_exception(error)
+
+
+def _new_member_id(client_id: str, group_instance_id: str | None) -> str:
+    """Kafka's generateMemberId: the instance id (else the client id), a dash, a UUID."""
+    return f"{group_instance_id or client_id or 'member'}-{uuid.uuid4()}"
 
 
 def _check_group_id(group_id: str) -> None:

@@ -119,6 +119,9 @@ class GroupMetadata:
     members: dict[str, Member] = field(default_factory=dict)
     #: group.instance.id -> member id (static membership)
     static_members: dict[str, str] = field(default_factory=dict)
+    #: member ids handed out with MEMBER_ID_REQUIRED (KIP-394) whose JoinGroup has not come
+    #: back yet -> when they are forgotten (the session timeout of the JoinGroup that asked)
+    pending_members: dict[str, int] = field(default_factory=dict)
     committed: dict[TopicPartition, CommittedOffset] = field(default_factory=dict)
     #: producer id -> offsets it committed inside its open transaction
     pending: dict[int, dict[TopicPartition, CommittedOffset]] = field(default_factory=dict)
@@ -142,6 +145,26 @@ class GroupMetadata:
                 f"group {self.group_id!r}: {self.state.value} -> {state.value} is not a valid transition")
         self.state = state
         self.state_timestamp_ms = now_ms
+
+    def has_all_members_joined(self) -> bool:
+        """Kafka's hasAllMembersJoined: every member waits in JoinGroup and no member id
+        handed out with MEMBER_ID_REQUIRED is still to come back."""
+        return not self.pending_members and all(m.join_waiter is not None for m in self.members.values())
+
+    def replace_static_member(self, group_instance_id: str, old_member_id: str, new_member_id: str) -> Member:
+        """Kafka's replaceStaticMember: the member of ``group_instance_id`` goes on under a
+        new member id -- its assignment, leadership and pending SyncGroup included. The
+        caller fences the old incarnation's waiting requests first."""
+        member = self.members.pop(old_member_id)
+        member.member_id = new_member_id
+        self.members[new_member_id] = member
+        if self.leader == old_member_id:
+            self.leader = new_member_id
+        if old_member_id in self.pending_sync:
+            self.pending_sync.discard(old_member_id)
+            self.pending_sync.add(new_member_id)
+        self.static_members[group_instance_id] = new_member_id
+        return member
 
     def rebalance_timeout_ms(self) -> int:
         """The longest rebalance timeout of its members: how long a join or sync phase waits."""

@@ -328,6 +328,11 @@ class OffsetNotAvailableError(KafkaError, code=78, name="OFFSET_NOT_AVAILABLE", 
 class MemberIdRequiredError(KafkaError, code=79, name="MEMBER_ID_REQUIRED"):
     """The group member needs to have a valid member id before actually entering a consumer group."""
 
+    def __init__(self, member_id: str, message: str = "") -> None:
+        super().__init__(message)
+        #: the id the coordinator gave the member: its next JoinGroup names it (KIP-394)
+        self.member_id = member_id
+
 
 class GroupMaxSizeReachedError(KafkaError, code=81, name="GROUP_MAX_SIZE_REACHED"):
     """The consumer group has reached its max size."""

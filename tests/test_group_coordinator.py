@@ -118,9 +118,11 @@ def kafka_error(name: str, code: int) -> Iterator[pytest.ExceptionInfo]:
 
 def join(broker: Broker, group_id: str, member_id: str = "", *, protocol_type: str = "consumer",
          protocols=PROTOCOLS, session_ms: int = SESSION_MS, rebalance_ms: int = -1,
-         instance_id: str | None = None, client_id: str = "") -> asyncio.Task:
+         instance_id: str | None = None, client_id: str = "", require_known: bool = False,
+         skipping: bool = False) -> asyncio.Task:
+    """JoinGroup; ``require_known``: as v4+ asks (KIP-394); ``skipping``: as v9 allows."""
     return spawn(broker, gc(broker).join_group, group_id, member_id, protocol_type, list(protocols),
-                 session_ms, rebalance_ms, instance_id, client_id)
+                 session_ms, rebalance_ms, instance_id, client_id, "", require_known, skipping)
 
 
 def finish_rebalance(broker: Broker, group_id: str, members: list[str], *waiting: asyncio.Task,
@@ -355,6 +357,17 @@ def test_a_follower_syncing_first_waits_for_the_leader(broker):
     assert call(broker, gc(broker).sync_group, "g", r_a.generation, r_a.member_id,
                 {r_a.member_id: b"A", r_new.member_id: b"N"}) == b"A"
     assert outcome(broker, follower) == b"N"
+
+
+def test_sync_naming_another_protocol_than_the_generations_is_inconsistent(broker):
+    """SyncGroup v5: Kafka checks the protocol type and name the member names."""
+    formed = form_group(broker, "g", 1)
+    (a,) = formed.members
+    for protocol_type, protocol_name in [("connect", None), (None, "roundrobin")]:
+        with kafka_error("INCONSISTENT_GROUP_PROTOCOL", 23):
+            call(broker, gc(broker).sync_group, "g", formed.generation, a, None, None, protocol_type, protocol_name)
+    assert call(broker, gc(broker).sync_group, "g", formed.generation, a, None, None,
+                "consumer", "range") == b"to:" + a.encode()
 
 
 def test_sync_with_the_wrong_generation_is_illegal(broker):
@@ -815,7 +828,7 @@ def test_a_rejoin_with_the_same_instance_id_fences_the_old_member_id(broker):
     formed = form_group(broker, "g", 1, instance_ids=["instance-1"])
     old = formed.members[0]
     new = outcome(broker, join(broker, "g", instance_id="instance-1"))
-    assert new.member_id != old
+    assert new.member_id != old and new.member_id.startswith("instance-1-")
     assert group(broker, "g").static_members == {"instance-1": new.member_id}
     with kafka_error("FENCED_INSTANCE_ID", 82):
         call(broker, gc(broker).heartbeat, "g", new.generation, old, "instance-1")
@@ -828,8 +841,9 @@ def test_a_rejoin_with_the_same_instance_id_fences_the_old_member_id(broker):
              old, "instance-1")
     with kafka_error("FENCED_INSTANCE_ID", 82):
         call(broker, gc(broker).leave_group, "g", old, "instance-1")
-    # the new incarnation is the member now
-    sync_everyone(broker, "g", [new])
+    # the new incarnation is the member now, with the old one's assignment
+    assert call(broker, gc(broker).sync_group, "g", new.generation, new.member_id, None,
+                "instance-1") == b"to:" + old.encode()
     assert call(broker, gc(broker).heartbeat, "g", new.generation, new.member_id, "instance-1") is None
 
 
@@ -856,6 +870,239 @@ def test_an_instance_id_the_group_does_not_know_is_an_unknown_member(broker):
     formed = form_group(broker, "g", 1, instance_ids=["i-a"])
     with kafka_error("UNKNOWN_MEMBER_ID", 25):
         call(broker, gc(broker).heartbeat, "g", formed.generation, formed.members[0], "i-other")
+
+
+@pytest.mark.parametrize("restarted", [0, 1], ids=["leader", "follower"])
+def test_a_restarted_static_member_gets_its_assignment_back_without_a_rebalance(broker, restarted):
+    """KIP-345: a known instance joining without a member id is the member restarted. In
+    a Stable group it gets the same generation -- the others see no rebalance -- and its
+    old assignment at SyncGroup. The answer names the old leader id, so a restarted
+    leader does not take itself for the leader and assigns nothing (JoinGroup < v9)."""
+    instances = ["i-a", "i-b"]
+    formed = form_group(broker, "g", 2, instance_ids=instances)
+    old, other = formed.members[restarted], formed.members[1 - restarted]
+    new = outcome(broker, join(broker, "g", instance_id=instances[restarted]))
+    assert (new.generation, new.leader, new.members) == (formed.generation, formed.leader, [])
+    assert new.member_id not in (old, new.leader)
+    g = group(broker, "g")
+    assert (g.state, g.generation, set(g.members)) == (G.STABLE, formed.generation, {other, new.member_id})
+    assert g.leader == (new.member_id if old == formed.leader else formed.leader)
+    assert call(broker, gc(broker).sync_group, "g", new.generation, new.member_id, None,
+                instances[restarted]) == b"to:" + old.encode()
+    heartbeat(broker, "g", formed.generation, other)  # not REBALANCE_IN_PROGRESS: nothing happened
+    heartbeat(broker, "g", formed.generation, new.member_id)
+    with kafka_error("UNKNOWN_MEMBER_ID", 25):
+        heartbeat(broker, "g", formed.generation, old)
+
+
+@pytest.mark.parametrize("restarted", [0, 1], ids=["leader", "follower"])
+def test_from_join_group_v9_a_restarted_static_leader_is_told_it_leads_and_to_skip_assigning(broker, restarted):
+    """Kafka's v9 answer: the current leader id, so a restarted leader knows it leads
+    (and keeps watching metadata), with every member's metadata and skip_assignment."""
+    instances = ["i-a", "i-b"]
+    formed = form_group(broker, "g", 2, instance_ids=instances)
+    new = outcome(broker, join(broker, "g", instance_id=instances[restarted], skipping=True))
+    other = formed.members[1 - restarted]
+    leads = formed.members[restarted] == formed.leader
+    assert (new.generation, new.leader, new.skip_assignment) == (
+        formed.generation, new.member_id if leads else formed.leader, leads)
+    assert {m for m, _, _ in new.members} == ({new.member_id, other} if leads else set())
+    assert group(broker, "g").state is G.STABLE
+    assert call(broker, gc(broker).sync_group, "g", new.generation, new.member_id, None,
+                instances[restarted]) == b"to:" + formed.members[restarted].encode()
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(size=st.integers(1, 3), restarts=st.lists(st.tuples(st.integers(0, 2), st.booleans()), max_size=8))
+def test_static_members_restarting_in_any_order_keep_the_generation_and_their_assignments(broker, size, restarts):
+    """However often, in whatever order, and at whichever JoinGroup version static
+    members of a Stable group restart, the group stays Stable in its generation, each
+    instance gets back the assignment it had, and instance ids and member ids stay one
+    to one with the leader among them."""
+    group_id = f"g{next(_groups)}"
+    instances = [f"i-{i}" for i in range(size)]
+
+    async def scenario() -> None:
+        coordinator = gc(broker)
+        for i, instance in enumerate(instances):  # one at a time: the others rejoin
+            joins = [coordinator.join_group(group_id, "", "consumer", PROTOCOLS, SESSION_MS, -1, instance)]
+            joins += [coordinator.join_group(group_id, coordinator.groups[group_id].static_members[known],
+                                             "consumer", PROTOCOLS, SESSION_MS, -1, known)
+                      for known in instances[:i]]
+            results = await asyncio.gather(*joins)
+            leader = next(r for r in results if r.member_id == r.leader)
+            await asyncio.gather(*(coordinator.sync_group(
+                group_id, r.generation, r.member_id,
+                {m: str(instance_id).encode() for m, instance_id, _ in leader.members} if r is leader else None)
+                for r in results))
+        g = coordinator.groups[group_id]
+        generation = g.generation
+        for index, skipping in restarts:
+            instance = instances[index % size]
+            joined = await coordinator.join_group(group_id, "", "consumer", PROTOCOLS, SESSION_MS, -1, instance,
+                                                  support_skipping_assignment=skipping)
+            assert joined.generation == generation and joined.skip_assignment == (
+                skipping and joined.member_id == g.leader)
+            assert await coordinator.sync_group(group_id, generation, joined.member_id, None,
+                                                instance) == instance.encode()
+            assert g.state is G.STABLE and g.generation == generation
+            assert sorted(g.static_members) == instances and set(g.static_members.values()) == set(g.members)
+            assert g.leader in g.members
+
+    call(broker, scenario)
+
+
+def test_a_restarted_static_members_new_id_is_durable(open_broker):
+    b = open_broker()
+    formed = form_group(b, "g", 1, instance_ids=["i-a"])
+    new = outcome(b, join(b, "g", instance_id="i-a"))
+    b.close()
+    b = open_broker()
+    g = group(b, "g")
+    assert g.static_members == {"i-a": new.member_id} and g.leader == new.member_id
+    assert g.members[new.member_id].assignment == b"to:" + formed.members[0].encode()
+
+
+def test_a_failed_store_of_a_static_members_new_id_keeps_the_old_one(broker, monkeypatch):
+    """Kafka reverts the replacement when the group cannot be stored: the old member id
+    stays the instance's, and the JoinGroup gets the error (the client joins again)."""
+    from storage.errors import KafkaStorageError
+    formed = form_group(broker, "g", 1, instance_ids=["i-a"])
+    (old,) = formed.members
+
+    async def failing_append(*args, **kwargs):
+        raise KafkaStorageError("disk gone")
+    monkeypatch.setattr(gc(broker).io, "append_offsets_log", failing_append)
+    with kafka_error("KAFKA_STORAGE_ERROR", 56):
+        outcome(broker, join(broker, "g", instance_id="i-a"))
+    g = group(broker, "g")
+    assert (g.state, list(g.members), g.static_members, g.leader) == (G.STABLE, [old], {"i-a": old}, old)
+    assert g.members[old].join_waiter is None
+    heartbeat(broker, "g", formed.generation, old)
+
+
+def test_a_static_member_restarting_with_a_protocol_the_group_would_switch_to_rebalances(broker):
+    """Kafka: the protocol the next generation would select changes, so the assignment
+    the member would get back no longer fits -- a rebalance."""
+    formed = form_group(broker, "g", 1, instance_ids=["i-a"])
+    new = outcome(broker, join(broker, "g", instance_id="i-a", protocols=[("roundrobin", b""), *PROTOCOLS]))
+    assert (new.generation, new.leader, group(broker, "g").protocol) == (formed.generation + 1, new.member_id,
+                                                                         "roundrobin")
+
+
+def test_a_static_member_restarting_while_the_generation_syncs_rebalances(broker):
+    """Kafka: the leader may be assigning to the old member id, so the group rebalances;
+    the old incarnation's waiting SyncGroup is fenced."""
+    formed = form_group(broker, "g", 2, instance_ids=["i-a", "i-b"])
+    a, b = formed.members
+    t_a, t_b = join(broker, "g", a, instance_id="i-a"), join(broker, "g", b, instance_id="i-b")
+    r_a, r_b = outcome(broker, t_a), outcome(broker, t_b)
+    waiting = spawn(broker, gc(broker).sync_group, "g", r_b.generation, b, None, "i-b")
+    assert group(broker, "g").state is G.COMPLETING_REBALANCE
+    restarted = join(broker, "g", instance_id="i-b")
+    with kafka_error("FENCED_INSTANCE_ID", 82):
+        outcome(broker, waiting)
+    assert group(broker, "g").state is G.PREPARING_REBALANCE and still_waiting(broker, restarted)
+    again = outcome(broker, join(broker, "g", a, instance_id="i-a"))
+    new_b = outcome(broker, restarted)
+    assert again.generation == new_b.generation == r_a.generation + 1
+    assert {m for m, _, _ in again.members} == {a, new_b.member_id}
+
+
+def test_a_static_member_silent_past_its_session_timeout_is_removed(broker, clock):
+    formed = form_group(broker, "g", 2, instance_ids=["i-a", "i-b"])
+    a, b = formed.members
+    clock.advance(SESSION_MS)
+    heartbeat(broker, "g", formed.generation, a)
+    tick(broker)
+    assert set(group(broker, "g").members) == {a, b}
+    clock.advance(1)
+    tick(broker)
+    g = group(broker, "g")
+    assert (list(g.members), g.static_members, g.state) == ([a], {"i-a": a}, G.PREPARING_REBALANCE)
+    with kafka_error("REBALANCE_IN_PROGRESS", 27):
+        heartbeat(broker, "g", formed.generation, a)
+    # the instance coming back now is a new member: it joins the rebalance
+    comeback = join(broker, "g", instance_id="i-b")
+    r_a, r_b = outcome(broker, join(broker, "g", a, instance_id="i-a")), outcome(broker, comeback)
+    assert r_a.generation == r_b.generation == formed.generation + 1
+
+
+def test_leave_by_instance_id_alone_removes_the_static_member(broker):
+    """LeaveGroup v3+ without a member id: an admin removing a static member (Kafka's
+    ``kafka-consumer-groups --delete ... --members`` path)."""
+    formed = form_group(broker, "g", 2, instance_ids=["i-a", "i-b"])
+    a, _ = formed.members
+    call(broker, gc(broker).leave_group, "g", "", "i-b")
+    g = group(broker, "g")
+    assert (list(g.members), g.static_members, g.state) == ([a], {"i-a": a}, G.PREPARING_REBALANCE)
+    with kafka_error("UNKNOWN_MEMBER_ID", 25):
+        call(broker, gc(broker).leave_group, "g", "", "i-b")
+    with kafka_error("UNKNOWN_MEMBER_ID", 25):
+        call(broker, gc(broker).leave_group, "no-such-group", "", "i-a")
+
+
+# -- MEMBER_ID_REQUIRED (KIP-394) -----------------------------------------------------------------
+
+
+def member_id_required(broker: Broker, group_id: str, **join_kwargs: Any) -> str:
+    """A JoinGroup v4+ without a member id: MEMBER_ID_REQUIRED, and the id it hands out."""
+    with kafka_error("MEMBER_ID_REQUIRED", 79) as info:
+        outcome(broker, join(broker, group_id, require_known=True, **join_kwargs))
+    return info.value.member_id
+
+
+def test_a_join_that_must_know_its_member_id_gets_one_then_joins_with_it(broker):
+    member_id = member_id_required(broker, "g", client_id="c")
+    g = group(broker, "g")
+    assert member_id.startswith("c-") and (g.state, g.members, list(g.pending_members)) == (G.EMPTY, {}, [member_id])
+    joined = outcome(broker, join(broker, "g", member_id, require_known=True))
+    assert (joined.member_id, joined.generation, joined.leader) == (member_id, 1, member_id)
+    assert not group(broker, "g").pending_members
+
+
+def test_a_static_member_is_never_asked_for_a_member_id(broker):
+    assert outcome(broker, join(broker, "g", instance_id="i-a", require_known=True)).generation == 1
+
+
+def test_the_join_phase_waits_for_a_pending_member(broker):
+    """Kafka's hasAllMembersJoined counts pending members: handing out a member id does
+    not rebalance, but a rebalance then waits for that member's JoinGroup."""
+    formed = form_group(broker, "g", 1)
+    (a,) = formed.members
+    pending = member_id_required(broker, "g")
+    assert group(broker, "g").state is G.STABLE
+    rejoin = join(broker, "g", a)  # the leader rejoining: a rebalance
+    assert still_waiting(broker, rejoin)
+    r_p = outcome(broker, join(broker, "g", pending, require_known=True))
+    r_a = outcome(broker, rejoin)
+    assert r_a.generation == r_p.generation == formed.generation + 1
+    assert {m for m, _, _ in r_a.members} == {a, pending}
+
+
+def test_a_pending_member_that_does_not_come_back_is_forgotten_after_its_session_timeout(broker, clock):
+    formed = form_group(broker, "g", 1, rebalance_ms=60_000)
+    (a,) = formed.members
+    pending = member_id_required(broker, "g", session_ms=SESSION_MS)
+    rejoin = join(broker, "g", a, rebalance_ms=60_000)
+    clock.advance(SESSION_MS)
+    tick(broker)
+    assert still_waiting(broker, rejoin)
+    clock.advance(1)
+    tick(broker)
+    r_a = outcome(broker, rejoin)
+    assert r_a.generation == formed.generation + 1 and [m for m, _, _ in r_a.members] == [a]
+    assert not group(broker, "g").pending_members
+    with kafka_error("UNKNOWN_MEMBER_ID", 25):
+        outcome(broker, join(broker, "g", pending, require_known=True))
+
+
+def test_a_pending_member_that_leaves_is_forgotten(broker):
+    pending = member_id_required(broker, "g")
+    call(broker, gc(broker).leave_group, "g", pending)
+    assert not group(broker, "g").pending_members
+    with kafka_error("UNKNOWN_MEMBER_ID", 25):
+        outcome(broker, join(broker, "g", pending, require_known=True))
 
 
 # -- OffsetCommit / OffsetFetch -------------------------------------------------------------------

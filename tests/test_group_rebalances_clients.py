@@ -8,21 +8,27 @@ starts every member's session afresh when the join completes; a coordinator that
 counted the wait against the newcomer expired it right after the rebalance, and
 a second rebalance followed. Every wait here is on a condition with a deadline;
 the incumbent's busy spell is the scenario itself, not a synchronisation.
+
+Static members (KIP-345): a confluent-kafka member with ``group.instance.id`` restarted
+within its session timeout gets its partitions back while the others see no revoke
+(counted by on_revoke / on_assign); and raw JoinGroup / LeaveGroup requests at the
+versions that carry MEMBER_ID_REQUIRED (KIP-394) and removal by instance id.
 """
 
 from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Callable, Iterator
 
 import pytest
 from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import ConsumerRebalanceListener, KafkaConsumer
 
-from coordinator.group_metadata import GroupState
-from tests.kafka_support import KafkaBroker
+from app.kafka.api import ApiKey
+from coordinator.group_metadata import GroupMetadata, GroupState
+from tests.kafka_support import KafkaBroker, raw_connection
 from tests.waiting import eventually
 
 pytestmark = pytest.mark.timeout(120)
@@ -44,18 +50,26 @@ def kafka(tmp_path: Path) -> Iterator[KafkaBroker]:
 
 class Member:
     """A confluent-kafka consumer of group ``g`` that counts the rebalances it takes part
-    in. librdkafka sends its first Heartbeat as soon as its SyncGroup is answered."""
+    in (assigned, revoked). librdkafka sends its first Heartbeat as soon as its SyncGroup
+    is answered. With an ``instance_id`` it is a static member, which sends no
+    LeaveGroup when it closes."""
 
-    def __init__(self, kafka: KafkaBroker, name: str, session_ms: int) -> None:
-        self.assigned = 0
-        self.consumer = Consumer({
+    def __init__(self, kafka: KafkaBroker, name: str, session_ms: int, instance_id: str | None = None) -> None:
+        self.assigned = self.revoked = 0
+        config = {
             "bootstrap.servers": kafka.bootstrap, "broker.address.family": "v4", "group.id": "g",
             "client.id": name, "session.timeout.ms": session_ms, "heartbeat.interval.ms": session_ms // 5,
-            "max.poll.interval.ms": 30_000, "auto.offset.reset": "earliest"})
-        self.consumer.subscribe(["t"], on_assign=self._on_assign)
+            "max.poll.interval.ms": 30_000, "auto.offset.reset": "earliest"}
+        if instance_id is not None:
+            config["group.instance.id"] = instance_id
+        self.consumer = Consumer(config)
+        self.consumer.subscribe(["t"], on_assign=self._on_assign, on_revoke=self._on_revoke)
 
     def _on_assign(self, consumer: Consumer, partitions: list) -> None:
         self.assigned += 1
+
+    def _on_revoke(self, consumer: Consumer, partitions: list) -> None:
+        self.revoked += 1
 
     def poll(self) -> None:
         self.consumer.poll(0.05)
@@ -113,10 +127,16 @@ def settle(members: list[Member]) -> list[set[int]]:
     return eventually(split, timeout=30, what="a settled assignment")
 
 
-def group_state(kafka: KafkaBroker) -> tuple[GroupState, int] | None:
-    async def read() -> tuple[GroupState, int] | None:
-        group = kafka.engine._group_coordinator.describe("g")
-        return None if group is None else (group.state, len(group.members))
+def group_state(kafka: KafkaBroker, group_id: str = "g") -> tuple[GroupState, int] | None:
+    """The group's state and number of members."""
+    return described(kafka, group_id, lambda group: (group.state, len(group.members)))
+
+
+def described(kafka: KafkaBroker, group_id: str, what: Callable[[GroupMetadata], Any]) -> Any:
+    """``what`` of the group as the coordinator has it (None for no group), read on its loop."""
+    async def read() -> Any:
+        group = kafka.engine._group_coordinator.describe(group_id)
+        return None if group is None else what(group)
     return kafka.engine.call(read, timeout=10)
 
 
@@ -145,3 +165,106 @@ def test_members_joining_while_the_incumbent_is_busy_rebalance_once_each(kafka: 
         poll_for([incumbent], NEWCOMER_SESSION_MS / 1000)
         assert incumbent.assigned == 2 * round_ + 3
     incumbent.close()
+
+
+# -- static members (KIP-345), MEMBER_ID_REQUIRED (KIP-394) ---------------------------------------
+
+#: long enough for a consumer to restart inside it, short for a fast test
+STATIC_SESSION_MS = 5_000
+MEMBER_ID_REQUIRED, FENCED_INSTANCE_ID, UNKNOWN_MEMBER_ID = 79, 82, 25
+
+
+def test_a_static_member_restarting_within_its_session_timeout_gets_its_partitions_back(kafka) -> None:
+    """Kafka's KIP-345 promise: the restarted member rejoins under a new member id and
+    gets its old partitions; the group's generation stays and the other members are
+    neither revoked nor assigned anything -- not even once the old incarnation's
+    session timeout has passed."""
+    members = [Member(kafka, f"m{i}", STATIC_SESSION_MS, f"instance-{i}") for i in range(3)]
+    try:
+        before = settle(members)
+        eventually(lambda: group_state(kafka) == (GroupState.STABLE, 3), timeout=30, what="a Stable group")
+        poll_for(members, 1)  # heartbeats: the group stays as it is
+        generation = described(kafka, "g", lambda group: group.generation)
+        counts = [(m.assigned, m.revoked) for m in members]
+        old_member_id = described(kafka, "g", lambda group: group.static_members["instance-1"])
+
+        members[1].close()  # a static member sends no LeaveGroup: the group waits for it
+        members[1] = restarted = Member(kafka, "m1-again", STATIC_SESSION_MS, "instance-1")
+        after = settle(members)
+        assert described(kafka, "g", lambda group: group.static_members["instance-1"]) != old_member_id
+        poll_for(members, STATIC_SESSION_MS / 1000 + 1)
+        assert after == before and [m.partitions() for m in members] == before
+        assert described(kafka, "g", lambda group: (group.state, group.generation)) == (GroupState.STABLE,
+                                                                                       generation)
+        assert [(m.assigned, m.revoked) for m in (members[0], members[2])] == [counts[0], counts[2]]
+        assert (restarted.assigned, restarted.revoked) == (1, 0)
+    finally:
+        for member in members:
+            member.close()
+
+
+def test_join_group_v4_asks_for_a_member_id_and_admits_the_member_that_comes_back_with_it(kafka) -> None:
+    raw = raw_connection(kafka.port, client_id="raw")
+    join = {"group_id": "raw", "session_timeout": STATIC_SESSION_MS, "rebalance_timeout": STATIC_SESSION_MS,
+            "member_id": "", "protocol_type": "consumer", "protocols": [{"name": "range", "metadata": b""}]}
+    first = raw.request(ApiKey.JOIN_GROUP, 4, join)
+    assert (first.error_code, first.generation_id) == (MEMBER_ID_REQUIRED, -1)
+    assert first.member_id.startswith("raw-")
+    joined = raw.request(ApiKey.JOIN_GROUP, 4, {**join, "member_id": first.member_id})
+    assert (joined.error_code, joined.member_id, joined.leader, joined.generation_id) == (
+        0, first.member_id, first.member_id, 1)
+    # JoinGroup v3 (before KIP-394) is admitted at once
+    older = raw.request(ApiKey.JOIN_GROUP, 3, {**join, "group_id": "raw-v3"})
+    assert (older.error_code, older.generation_id) == (0, 1)
+
+
+def test_leave_group_v3_by_instance_id_and_v5_batches(kafka) -> None:
+    raw = raw_connection(kafka.port, client_id="raw")
+    join = {"group_id": "raw", "session_timeout": STATIC_SESSION_MS, "rebalance_timeout": STATIC_SESSION_MS,
+            "member_id": "", "group_instance_id": "i-a", "protocol_type": "consumer",
+            "protocols": [{"name": "range", "metadata": b""}]}
+    a = raw.request(ApiKey.JOIN_GROUP, 5, join)
+    assert a.error_code == 0
+    # the same instance again: the old member id is fenced
+    again = raw.request(ApiKey.JOIN_GROUP, 5, join)
+    assert again.error_code == 0 and again.member_id != a.member_id
+    fenced = raw.request(ApiKey.HEARTBEAT, 3, {"group_id": "raw", "generation_id": a.generation_id,
+                                               "member_id": a.member_id, "group_instance_id": "i-a"})
+    assert fenced.error_code == FENCED_INSTANCE_ID
+    left = raw.request(ApiKey.LEAVE_GROUP, 3, {"group_id": "raw", "members": [
+        {"member_id": "", "group_instance_id": "i-a"}]})
+    assert left.error_code == 0 and [(m.group_instance_id, m.error_code) for m in left.members] == [("i-a", 0)]
+    batch = raw.request(ApiKey.LEAVE_GROUP, 5, {"group_id": "raw", "members": [
+        {"member_id": "", "group_instance_id": "i-a", "reason": "gone"},
+        {"member_id": again.member_id, "group_instance_id": None, "reason": "gone"}]})
+    assert batch.error_code == 0
+    assert [m.error_code for m in batch.members] == [UNKNOWN_MEMBER_ID, UNKNOWN_MEMBER_ID]
+    assert group_state(kafka, "raw") == (GroupState.EMPTY, 0)
+
+
+def test_join_group_v9_tells_a_restarted_static_leader_to_skip_assigning(kafka) -> None:
+    """JoinGroup v9 / SyncGroup v5 (the versions Java clients send): the restarted
+    leader learns it leads, skips the assignment, and gets its old one at SyncGroup."""
+    raw = raw_connection(kafka.port, client_id="raw")
+    join = {"group_id": "raw", "session_timeout": STATIC_SESSION_MS, "rebalance_timeout": STATIC_SESSION_MS,
+            "member_id": "", "group_instance_id": "i-a", "protocol_type": "consumer",
+            "protocols": [{"name": "range", "metadata": b"m"}], "reason": "test"}
+    sync = {"group_id": "raw", "group_instance_id": "i-a", "protocol_type": "consumer", "protocol_name": "range"}
+    first = raw.request(ApiKey.JOIN_GROUP, 9, join)
+    assert (first.error_code, first.leader, first.protocol_type, first.skip_assignment) == (
+        0, first.member_id, "consumer", False)
+    synced = raw.request(ApiKey.SYNC_GROUP, 5, {**sync, "generation_id": first.generation_id,
+                                                "member_id": first.member_id,
+                                                "assignments": [{"member_id": first.member_id, "assignment": b"A"}]})
+    assert (synced.error_code, synced.assignment, synced.protocol_type, synced.protocol_name) == (
+        0, b"A", "consumer", "range")
+    restarted = raw.request(ApiKey.JOIN_GROUP, 9, join)
+    assert (restarted.error_code, restarted.generation_id, restarted.leader, restarted.skip_assignment) == (
+        0, first.generation_id, restarted.member_id, True)
+    assert [m.member_id for m in restarted.members] == [restarted.member_id]
+    again = raw.request(ApiKey.SYNC_GROUP, 5, {**sync, "generation_id": restarted.generation_id,
+                                               "member_id": restarted.member_id, "assignments": []})
+    assert (again.error_code, again.assignment) == (0, b"A")
+    beat = raw.request(ApiKey.HEARTBEAT, 4, {"group_id": "raw", "generation_id": restarted.generation_id,
+                                             "member_id": restarted.member_id, "group_instance_id": "i-a"})
+    assert beat.error_code == 0

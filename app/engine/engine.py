@@ -713,16 +713,19 @@ class Engine:
     async def join_group(self, group_id: str, member_id: str, protocol_type: str,
                          protocols: list[tuple[str, bytes]], session_timeout_ms: int,
                          rebalance_timeout_ms: int = -1, group_instance_id: str | None = None,
-                         client_id: str = "", client_host: str = "") -> JoinResult:
+                         client_id: str = "", client_host: str = "",
+                         require_known_member_id: bool = False,
+                         support_skipping_assignment: bool = False) -> JoinResult:
         return await self._group_coordinator.join_group(group_id, member_id, protocol_type, protocols,
                                                         session_timeout_ms, rebalance_timeout_ms,
-                                                        group_instance_id, client_id, client_host)
+                                                        group_instance_id, client_id, client_host,
+                                                        require_known_member_id, support_skipping_assignment)
 
     async def sync_group(self, group_id: str, generation: int, member_id: str,
-                         assignments: dict[str, bytes] | None = None,
-                         group_instance_id: str | None = None) -> bytes:
+                         assignments: dict[str, bytes] | None = None, group_instance_id: str | None = None,
+                         protocol_type: str | None = None, protocol_name: str | None = None) -> bytes:
         return await self._group_coordinator.sync_group(group_id, generation, member_id, assignments,
-                                                        group_instance_id)
+                                                        group_instance_id, protocol_type, protocol_name)
 
     async def heartbeat(self, group_id: str, generation: int, member_id: str,
                         group_instance_id: str | None = None) -> None:

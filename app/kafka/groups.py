@@ -14,48 +14,79 @@ from typing import Any
 from app.kafka.api import ApiKey, RequestContext, error_code, serves
 from app.kafka.codec import millis
 from coordinator.group_metadata import GroupState
-from storage.errors import KafkaError
+from storage.errors import KafkaError, MemberIdRequiredError
 
 
-@serves(ApiKey.JOIN_GROUP, 0, 5)
+@serves(ApiKey.JOIN_GROUP, 0, 9)
 async def join_group(ctx: RequestContext, request: Any) -> dict:
+    """From v4 a dynamic member without a member id is answered MEMBER_ID_REQUIRED with
+    one to join with (KIP-394); a static member (v5's group_instance_id) never is. From
+    v9 a restarted static leader of a Stable group is told to skip the assignment."""
     session_timeout = millis(request.session_timeout)
     rebalance_timeout = millis(getattr(request, "rebalance_timeout", request.session_timeout))
+    group_instance_id = getattr(request, "group_instance_id", None)
     try:
         joined = await ctx.engine.join_group(
             request.group_id, request.member_id, request.protocol_type,
             [(p.name, p.metadata) for p in request.protocols], session_timeout, rebalance_timeout,
-            getattr(request, "group_instance_id", None), ctx.client_id or "", f"/{ctx.connection.host}")
+            group_instance_id, ctx.client_id or "", f"/{ctx.connection.host}",
+            require_known_member_id=ctx.version >= 4 and group_instance_id is None,
+            support_skipping_assignment=ctx.version >= 9)
+    except MemberIdRequiredError as e:
+        return {"error_code": error_code(e), "generation_id": -1, "member_id": e.member_id}
     except KafkaError as e:
         return {"error_code": error_code(e), "generation_id": -1, "member_id": request.member_id}
-    return {"error_code": 0, "generation_id": joined.generation, "protocol_name": joined.protocol or "",
-            "leader": joined.leader, "member_id": joined.member_id,
+    return {"error_code": 0, "generation_id": joined.generation, "protocol_type": joined.protocol_type,
+            "protocol_name": joined.protocol or "", "leader": joined.leader,
+            "skip_assignment": joined.skip_assignment, "member_id": joined.member_id,
             "members": [{"member_id": member_id, "group_instance_id": instance_id, "metadata": metadata}
                         for member_id, instance_id, metadata in joined.members]}
 
 
-@serves(ApiKey.SYNC_GROUP, 0, 3)
+@serves(ApiKey.SYNC_GROUP, 0, 5)
 async def sync_group(ctx: RequestContext, request: Any) -> dict:
+    """From v5 the member names the generation's protocol type and name, checked, and
+    the answer names them too."""
     try:
         assignment = await ctx.engine.sync_group(
             request.group_id, request.generation_id, request.member_id,
-            {a.member_id: a.assignment for a in request.assignments}, getattr(request, "group_instance_id", None))
+            {a.member_id: a.assignment for a in request.assignments}, getattr(request, "group_instance_id", None),
+            getattr(request, "protocol_type", None), getattr(request, "protocol_name", None))
     except KafkaError as e:
         return {"error_code": error_code(e), "assignment": b""}
-    return {"error_code": 0, "assignment": assignment}
+    group = ctx.engine.describe_group(request.group_id)
+    return {"error_code": 0, "assignment": assignment, "protocol_type": group and group.protocol_type,
+            "protocol_name": group and group.protocol}
 
 
-@serves(ApiKey.HEARTBEAT, 0, 3)
+@serves(ApiKey.HEARTBEAT, 0, 4)
 async def heartbeat(ctx: RequestContext, request: Any) -> dict:
     await ctx.engine.heartbeat(request.group_id, request.generation_id, request.member_id,
                                                  getattr(request, "group_instance_id", None))
     return {"error_code": 0}
 
 
-@serves(ApiKey.LEAVE_GROUP, 0, 1)
+@serves(ApiKey.LEAVE_GROUP, 0, 5)
 async def leave_group(ctx: RequestContext, request: Any) -> dict:
-    await ctx.engine.leave_group(request.group_id, request.member_id)
-    return {"error_code": 0}
+    """Up to v2 one member, its error the answer's; from v3 (KIP-345) a batch of members,
+    each by member id or -- an admin removing static members -- by instance id alone,
+    each with its own error."""
+    if ctx.version < 3:
+        await ctx.engine.leave_group(request.group_id, request.member_id)
+        return {"error_code": 0}
+    return {"error_code": 0, "members": [
+        {"member_id": m.member_id, "group_instance_id": m.group_instance_id,
+         "error_code": await _leave(ctx, request.group_id, m.member_id, m.group_instance_id)}
+        for m in request.members]}
+
+
+async def _leave(ctx: RequestContext, group_id: str, member_id: str, group_instance_id: str | None) -> int:
+    """One member's LeaveGroup; its error code."""
+    try:
+        await ctx.engine.leave_group(group_id, member_id, group_instance_id)
+    except KafkaError as e:
+        return error_code(e)
+    return 0
 
 
 @serves(ApiKey.DESCRIBE_GROUPS, 0, 4)
