@@ -94,6 +94,10 @@ class BrokerConfig(CoordinatorConfig, GroupConfig):
     #: holds at most; a topic creation or growth beyond it is POLICY_VIOLATION. Each
     #: partition keeps 3 files open, so 4,000 of them need 12,000 descriptors (bench/RESULTS.md)
     exactly_max_partitions: int = 4_000
+    #: Exactly's own: true accepts a replication factor above 1 (an application written for a
+    #: cluster asks for 3) and creates the topic with the one replica this node has, saying so
+    #: in the answer and the log; false refuses it with INVALID_REPLICATION_FACTOR, as Kafka does
+    exactly_replication_factor_ignore: bool = False
     log: LogConfig = field(default_factory=LogConfig)
 
     @classmethod

@@ -12,7 +12,8 @@ Layout:
 * one module per API family: ``metadata`` (ApiVersions, Metadata, FindCoordinator,
   DescribeCluster), ``produce``, ``fetch``, ``offsets`` (ListOffsets,
   OffsetForLeaderEpoch, OffsetCommit, OffsetFetch), ``groups``, ``transactions``
-  (and the operator APIs), ``admin`` (CreateTopics, DeleteTopics, DescribeConfigs).
+  (and the operator APIs), ``admin`` (CreateTopics, DeleteTopics, DescribeConfigs,
+  AlterConfigs, IncrementalAlterConfigs, CreatePartitions).
 
 Handlers call the engine and the coordinators directly (they run on the engine's
 loop); ``storage/`` and ``coordinator/`` know nothing of the wire.
