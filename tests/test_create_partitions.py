@@ -9,11 +9,11 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
-from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka import KafkaError, Producer
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
 from app.http import create_app
-from tests.kafka_support import KafkaBroker
+from tests.kafka_support import KafkaBroker, outcomes
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -34,12 +34,7 @@ def admin(kafka: KafkaBroker) -> AdminClient:
 def grow(kafka: KafkaBroker, *wanted: NewPartitions, validate_only: bool = False) -> dict[str, KafkaError | None]:
     """Each topic's outcome of one CreatePartitions request: None (grown) or its error."""
     client = admin(kafka)
-    futures = client.create_partitions(list(wanted), validate_only=validate_only, request_timeout=30)
-    result = {}
-    for name, future in futures.items():
-        error = future.exception(timeout=60)
-        result[name] = error.args[0] if isinstance(error, KafkaException) else error
-    return result
+    return outcomes(client.create_partitions(list(wanted), validate_only=validate_only, request_timeout=30))
 
 
 def partitions(kafka: KafkaBroker, name: str) -> int:

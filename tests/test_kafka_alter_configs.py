@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
-from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka import KafkaError, Producer
 from confluent_kafka.admin import (
     AdminClient,
     AlterConfigOpType,
@@ -22,7 +22,7 @@ from confluent_kafka.admin import (
 
 from app.http import create_app
 from app.kafka.api import ApiKey
-from tests.kafka_support import KafkaBroker, raw_connection
+from tests.kafka_support import KafkaBroker, outcomes, raw_connection
 
 pytestmark = [pytest.mark.timeout(120),  # AlterConfigs is deprecated, and still what some tools send
               pytest.mark.filterwarnings("ignore:alter_configs has been deprecated:DeprecationWarning")]
@@ -45,18 +45,9 @@ def admin(kafka: KafkaBroker) -> AdminClient:
     return AdminClient({"bootstrap.servers": kafka.bootstrap})
 
 
-def outcome(futures: dict) -> dict[str, KafkaError | None]:
-    """Each resource's outcome by name: None (done) or its error."""
-    result = {}
-    for resource, future in futures.items():
-        error = future.exception(timeout=60)
-        result[resource.name] = error.args[0] if isinstance(error, KafkaException) else error
-    return result
-
-
 def incremental(kafka: KafkaBroker, resources: list[ConfigResource], validate_only: bool = False) -> dict:
     client = admin(kafka)
-    return outcome(client.incremental_alter_configs(resources, validate_only=validate_only, request_timeout=30))
+    return outcomes(client.incremental_alter_configs(resources, validate_only=validate_only, request_timeout=30))
 
 
 def topic(name: str, **ops: tuple[AlterConfigOpType, str | None]) -> ConfigResource:
@@ -139,7 +130,7 @@ def test_validate_only_checks_and_changes_nothing(kafka: KafkaBroker) -> None:
     client = admin(kafka)
     legacy = client.alter_configs([ConfigResource(TOPIC, "t", set_config={"retention.ms": "1000"})],
                                   validate_only=True, request_timeout=30)
-    assert outcome(legacy) == {"t": None}
+    assert outcomes(legacy) == {"t": None}
     assert described(kafka, "t")["retention.ms"].source == ConfigSource.DEFAULT_CONFIG.value
 
 
@@ -148,7 +139,7 @@ def test_alter_configs_replaces_a_topics_overrides_as_a_whole(kafka: KafkaBroker
     client = admin(kafka)
     futures = client.alter_configs([ConfigResource(TOPIC, "t", set_config={"segment.ms": "60000"})],
                                    request_timeout=30)
-    assert outcome(futures) == {"t": None}
+    assert outcomes(futures) == {"t": None}
     configs = described(kafka, "t")
     assert configs["segment.ms"].value == "60000"
     assert configs["retention.ms"].source == ConfigSource.DEFAULT_CONFIG.value  # not given: reset
@@ -163,7 +154,7 @@ def test_this_brokers_settings_are_read_only(kafka: KafkaBroker) -> None:
     client = admin(kafka)
     legacy = client.alter_configs([ConfigResource(BROKER, node, set_config={"num.partitions": "3"})],
                                   request_timeout=30)
-    assert outcome(legacy)[node].code() == KafkaError.INVALID_REQUEST
+    assert outcomes(legacy)[node].code() == KafkaError.INVALID_REQUEST
     (future,) = client.describe_configs([ConfigResource(BROKER, node)], request_timeout=30).values()
     entry = future.result(timeout=60)["num.partitions"]
     assert (entry.value, entry.is_read_only) == ("1", True)

@@ -9,13 +9,13 @@ import logging
 from pathlib import Path
 
 import pytest
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import KafkaError
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka.admin import KafkaAdminClient
 
 from app.config import BrokerConfig
 from app.http import create_app
-from tests.kafka_support import KafkaBroker
+from tests.kafka_support import KafkaBroker, outcomes
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -23,12 +23,7 @@ pytestmark = pytest.mark.timeout(120)
 def create(kafka: KafkaBroker, *topics: NewTopic, validate_only: bool = False) -> dict[str, KafkaError | None]:
     """Each topic's outcome through confluent-kafka: None (created) or its error."""
     client = AdminClient({"bootstrap.servers": kafka.bootstrap})
-    futures = client.create_topics(list(topics), validate_only=validate_only, request_timeout=30)
-    result = {}
-    for name, future in futures.items():
-        error = future.exception(timeout=60)
-        result[name] = error.args[0] if isinstance(error, KafkaException) else error
-    return result
+    return outcomes(client.create_topics(list(topics), validate_only=validate_only, request_timeout=30))
 
 
 def create_raw(kafka: KafkaBroker, name: str, replication_factor: int) -> dict:
