@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from confluent_kafka import KafkaError, Producer
 from confluent_kafka.admin import (
     AdminClient,
@@ -20,6 +22,7 @@ from confluent_kafka.admin import (
     NewTopic,
 )
 
+from app.engine import read_models
 from app.http import create_app
 from app.kafka.api import ApiKey
 from tests.kafka_support import KafkaBroker, outcomes, raw_connection
@@ -186,3 +189,39 @@ def test_what_librdkafka_never_sends(kafka: KafkaBroker) -> None:
             {"resource_type": 2, "resource_name": "u", "configs": [{"name": "retention.ms", "value": "5"}]}]})
         assert [r.error_code for r in answer.responses] == [42, 0]
     assert described(kafka, "u")["retention.ms"].value == "5"
+
+
+POLICIES = st.lists(st.tuples(st.sampled_from([APPEND, SUBTRACT]),
+                              st.lists(st.sampled_from(["delete", "compact"]), min_size=1, max_size=2)), max_size=6)
+
+
+def test_append_and_subtract_keep_a_list_without_duplicates(tmp_path: Path) -> None:
+    """Against a model: APPEND adds the items not there yet, in order; SUBTRACT removes
+    them; a list left empty is INVALID_CONFIG and changes nothing."""
+    with KafkaBroker(tmp_path / "data") as kafka, closing(raw_connection(kafka.port)) as connection:
+        kafka.engine.call(kafka.engine.create_topic, "t", 1)
+
+        def alter(op: AlterConfigOpType, value: str | None) -> int:
+            answer = connection.request(ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, {"validate_only": False, "resources": [
+                {"resource_type": 2, "resource_name": "t",
+                 "configs": [{"name": "cleanup.policy", "config_operation": op.value, "value": value}]}]})
+            return answer.responses[0].error_code
+
+        @settings(max_examples=40, deadline=None)
+        @given(POLICIES)
+        def run(steps: list[tuple[AlterConfigOpType, list[str]]]) -> None:
+            assert alter(DELETE, None) == 0
+            model = ["delete"]
+            for op, items in steps:
+                wanted = model + [i for i in items if i not in model] if op is APPEND else \
+                    [i for i in model if i not in items]
+                code = alter(op, ",".join(items))
+                if wanted:
+                    assert code == 0
+                    model = list(dict.fromkeys(wanted))
+                else:
+                    assert code == 40  # INVALID_CONFIG
+            configs = kafka.engine.call(read_models.topic_configs, kafka.engine, "t")
+            assert next(c["value"] for c in configs if c["name"] == "cleanup.policy") == ",".join(model)
+
+        run()

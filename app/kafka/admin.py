@@ -242,11 +242,19 @@ def _incremental(configs: Any, current: dict[str, dict]) -> dict[str, str | None
         elif name not in LIST_CONFIGS:
             raise InvalidConfigError(f"Can't {op.name} to key {name} because its type is not LIST.")
         else:
-            old, given = current[name]["value"].split(","), value.split(",")
-            items = old + [v for v in given if v not in old] if op is AlterConfigOp.APPEND else \
-                [v for v in old if v not in given]
-            changes[name] = ",".join(items)
+            changes[name] = ",".join(_listed(current[name]["value"].split(","), op, value.split(",")))
     return changes
+
+
+def _listed(items: list[str], op: AlterConfigOp, given: list[str]) -> list[str]:
+    """A list config's items after APPEND (each given one not there yet, in order) or
+    SUBTRACT (every given one removed)."""
+    if op is AlterConfigOp.SUBTRACT:
+        return [v for v in items if v not in given]
+    for v in given:
+        if v not in items:
+            items.append(v)
+    return items
 
 
 @serves(ApiKey.CREATE_PARTITIONS, 0, 3)
