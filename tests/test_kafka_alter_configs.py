@@ -225,3 +225,23 @@ def test_append_and_subtract_keep_a_list_without_duplicates(tmp_path: Path) -> N
             assert next(c["value"] for c in configs if c["name"] == "cleanup.policy") == ",".join(model)
 
         run()
+
+
+def test_concurrent_changes_are_computed_one_after_the_other(kafka: KafkaBroker) -> None:
+    """SUBTRACT reads the current value and writes a new one. Two at once, on two
+    connections, from delete,compact: one of compact, one of delete -- the second,
+    computed after the first is applied, would leave the list empty (INVALID_CONFIG);
+    computed from the same old value, both would pass and one change be lost."""
+    def subtract(value: str) -> dict:
+        return {"validate_only": False, "resources": [{"resource_type": 2, "resource_name": "t", "configs": [
+            {"name": "cleanup.policy", "config_operation": SUBTRACT.value, "value": value}]}]}
+
+    with closing(raw_connection(kafka.port)) as one, closing(raw_connection(kafka.port)) as other:
+        for _ in range(5):
+            assert incremental(kafka, [topic("t", cleanup_policy=(SET, "delete,compact"))]) == {"t": None}
+            one.send(ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, subtract("compact"))
+            other.send(ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, subtract("delete"))
+            codes = sorted(connection.receive(ApiKey.INCREMENTAL_ALTER_CONFIGS, 1)[1].responses[0].error_code
+                           for connection in (one, other))
+            assert codes == [0, 40]  # NONE, INVALID_CONFIG
+            assert described(kafka, "t")["cleanup.policy"].value in ("delete", "compact")

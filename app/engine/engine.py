@@ -78,6 +78,8 @@ GROUP_TICK_S = 0.1
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+#: a topic's config changes computed from its current configs (``Engine.alter_topic_config``)
+TopicConfigChanges = Callable[[], Awaitable[Mapping[str, Any | None]]]
 
 READ_UNCOMMITTED = IsolationLevel.READ_UNCOMMITTED.label
 READ_COMMITTED = IsolationLevel.READ_COMMITTED.label
@@ -365,14 +367,18 @@ class Engine:
             raise PolicyViolationError(f"this broker holds {held} partitions: {new} more would exceed "
                                        f"exactly.max.partitions={limit}")
 
-    async def alter_topic_config(self, name: str, changes: Mapping[str, Any | None],
+    async def alter_topic_config(self, name: str, changes: Mapping[str, Any | None] | TopicConfigChanges,
                                  validate_only: bool = False) -> TopicInfo:
         """Set or (None) reset config overrides of a topic; returns once topics.json
         holds them, the logs obeying them from then on. ``validate_only``: raise what
-        altering would raise, change nothing."""
+        altering would raise, change nothing. ``changes`` computed from the topic's
+        current configs (IncrementalAlterConfigs' APPEND) come as a coroutine function,
+        awaited once no other topic change runs, so none slips in between and is lost."""
         if name in INTERNAL_TOPICS:
             raise InvalidTopicError(f"the configs of the internal topic {name} are the broker's")
         async with self._topic_changes:
+            if callable(changes):
+                changes = await changes()
             steps = self._logs.alter_topic_config(name, changes)  # validates, raising
             if validate_only:
                 steps.close()

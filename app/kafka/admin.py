@@ -3,11 +3,15 @@ IncrementalAlterConfigs, CreatePartitions.
 
 One node holds one replica of everything: a replication factor other than 1 (or
 -1, the default) is INVALID_REPLICATION_FACTOR unless exactly.replication.factor.ignore
-(``Engine.check_replication_factor``), and a manual assignment may name only this node. Configs are Kafka's topic configs (``storage/log_config.py``);
-a bad one is INVALID_CONFIG and creates nothing. A request creating more than
-10,000 partitions in all fails as a whole, every topic POLICY_VIOLATION, as in Kafka
-(``Engine.check_partitions_per_request``); a topic that would take the broker past
-``exactly.max.partitions`` is POLICY_VIOLATION alone.
+(``Engine.check_replication_factor``), and a manual assignment (of a new topic's
+partitions, or of those CreatePartitions adds) may name only this node. Configs are
+Kafka's topic configs (``storage/log_config.py``); a bad one is INVALID_CONFIG and
+changes nothing. This broker's own settings are read-only: they change with a restart.
+A request creating more than 10,000 partitions in all fails as a whole, every topic
+POLICY_VIOLATION, as in Kafka (``Engine.check_partitions_per_request``); a topic that
+would take the broker past ``exactly.max.partitions`` is POLICY_VIOLATION alone.
+Each face changes topics through the same engine operations: ``create_topic``,
+``create_partitions``, ``alter_topic_config`` (``tests/test_layering.py``).
 """
 
 from __future__ import annotations
@@ -198,8 +202,10 @@ async def _alter_resources(ctx: RequestContext, request: Any, changes: Changes) 
 async def _alter(ctx: RequestContext, resource: Any, changes: Changes, validate_only: bool) -> None:
     name = resource.resource_name
     if resource.resource_type == TOPIC_RESOURCE:
-        current = {c["name"]: c for c in await read_models.topic_configs(ctx.engine, name)}
-        await ctx.engine.alter_topic_config(name, changes(resource.configs, current), validate_only)
+        async def computed() -> dict[str, str | None]:  # from the configs as they are once it is this one's turn
+            return changes(resource.configs, {c["name"]: c for c in await read_models.topic_configs(ctx.engine, name)})
+
+        await ctx.engine.alter_topic_config(name, computed, validate_only)
     elif resource.resource_type == BROKER_RESOURCE:
         _check_broker(ctx, name)
         if resource.configs:  # this broker's settings are given at start-up (app/config.py)
