@@ -103,6 +103,10 @@ class BrokerConfig(CoordinatorConfig, GroupConfig):
     super_users: str = ""
     #: with the authorizer on, whether a resource no ACL names is open to everyone
     allow_everyone_if_no_acl_found: bool = False
+    #: Exactly's own: true accepts a replication factor above 1 (an application written for a
+    #: cluster asks for 3) and creates the topic with the one replica this node has, saying so
+    #: in the answer and the log; false refuses it with INVALID_REPLICATION_FACTOR, as Kafka does
+    exactly_replication_factor_ignore: bool = False
     log: LogConfig = field(default_factory=LogConfig)
 
     @classmethod

@@ -198,6 +198,10 @@ class InvalidReplicationFactorError(KafkaError, code=38, name="INVALID_REPLICATI
     """Replication factor is below 1 or larger than the number of available brokers."""
 
 
+class InvalidReplicaAssignmentError(KafkaError, code=39, name="INVALID_REPLICA_ASSIGNMENT"):
+    """Replica assignment is invalid."""
+
+
 class InvalidConfigError(KafkaError, code=40, name="INVALID_CONFIG"):
     """Configuration is invalid."""
 

@@ -9,6 +9,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from confluent_kafka import KafkaException
+
 from app import Broker
 from app.kafka import KafkaListener, attach
 from app.listeners import bind
@@ -53,6 +55,17 @@ class KafkaBroker:
 
 #: a v3+ ApiVersions body: KIP-511's software name and version, as Kafka validates them
 SOFTWARE = {"client_software_name": "raw-test", "client_software_version": "1.0"}
+
+
+def outcomes(futures: Mapping[Any, Any]) -> dict[str, Any]:
+    """Each name's outcome of a confluent-kafka AdminClient call (keyed by name or by
+    ConfigResource): None (done) or its KafkaError, never raised -- a traceback would
+    keep the client alive."""
+    result = {}
+    for key, future in futures.items():
+        error = future.exception(timeout=60)
+        result[getattr(key, "name", key)] = error.args[0] if isinstance(error, KafkaException) else error
+    return result
 
 
 def raw_connection(port: int, client_id: str | None = "raw-test", timeout: float = 10) -> KafkaConnection:

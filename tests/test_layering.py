@@ -5,7 +5,9 @@ the engine (``app/engine/``) knows nothing of the faces that serve it, nor of th
 embedded clients; the parts of the log (Kafka's split: validator, loader, segment
 swap, cleaner) never import the log; the Kafka handlers never import their listener;
 the faces reach the engine only through its named operations -- never its logs,
-coordinators or loop -- and no module imports or reaches another's private names.
+coordinators or loop --, a change every face offers (create a topic, grow it, alter
+its configs) goes through the same engine operation from each, and no module imports or
+reaches another's private names.
 ``docs/architecture.md`` says why. A new rule is one line in :data:`IMPORT_RULES` or
 :data:`ENGINE_INTERNALS`.
 """
@@ -165,6 +167,23 @@ def test_only_the_engine_touches_its_internals() -> None:
              if isinstance(node, ast.Attribute) and names_the_engine(node.value)
              and (node.attr in ENGINE_INTERNALS or node.attr.startswith("_"))]
     assert not wrong, "the faces call the engine's named operations (app/engine/engine.py):\n" + "\n".join(wrong)
+
+
+#: a change every face offers goes through one engine operation, never a face's own path
+SHARED_OPERATIONS = {
+    "create_topic": ("app.kafka.admin", "app.http.api", "app.http.ui_topics"),
+    "create_partitions": ("app.kafka.admin", "app.http.api"),
+    "alter_topic_config": ("app.kafka.admin", "app.http.configs"),
+}
+
+
+@pytest.mark.parametrize("operation, faces", SHARED_OPERATIONS.items(), ids=list(SHARED_OPERATIONS))
+def test_the_faces_change_topics_through_the_same_engine_operation(operation: str, faces: tuple[str, ...]) -> None:
+    by_name = {m.name: m for m in modules()}
+    missing = [face for face in faces
+               if not any(isinstance(node, ast.Attribute) and node.attr == operation and names_the_engine(node.value)
+                          for node in ast.walk(by_name[face].tree))]
+    assert not missing, f"these faces do not call Engine.{operation}: {missing}"
 
 
 def test_coordinator_dicts_stay_in_the_coordinators_and_the_engine() -> None:

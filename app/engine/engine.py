@@ -56,6 +56,7 @@ from storage.background import Job, Steps
 from storage.clock import Clock, SystemClock
 from storage.errors import (
     InvalidProducerEpochError,
+    InvalidReplicationFactorError,
     InvalidRequestError,
     InvalidRequiredAcksError,
     InvalidTopicError,
@@ -92,6 +93,8 @@ GROUP_TICK_S = 0.1
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+#: a topic's config changes computed from its current configs (``Engine.alter_topic_config``)
+TopicConfigChanges = Callable[[], Awaitable[Mapping[str, Any | None]]]
 
 READ_UNCOMMITTED = IsolationLevel.READ_UNCOMMITTED.label
 READ_COMMITTED = IsolationLevel.READ_COMMITTED.label
@@ -343,15 +346,37 @@ class Engine:
 
     async def create_topic(self, name: str, partitions: int | None = None,
                            config: Mapping[str, Any] | None = None,
-                           validate_only: bool = False) -> TopicInfo | None:
+                           validate_only: bool = False, replication_factor: int | None = None) -> TopicInfo | None:
         """Create a topic; returns once it is durable (its directories and topics.json
         are written off the loop). ``validate_only``: raise what creating it would
-        raise, create nothing, return None (CreateTopics' validate_only)."""
+        raise, create nothing, return None (CreateTopics' validate_only). The topic
+        has one replica, whatever ``replication_factor`` (None: the default) was
+        accepted by :meth:`check_replication_factor`."""
         if name in INTERNAL_TOPICS:
             raise InvalidTopicError(f"{name} is an internal topic; the broker creates it")
+        note = self.check_replication_factor(replication_factor)
         count = partitions if partitions is not None else self.config.num_partitions
         self.check_partitions_per_request(count)
-        return await self._create_topic(name, count, config, validate_only=validate_only)
+        created = await self._create_topic(name, count, config, validate_only=validate_only)
+        if note and created:
+            log.warning("topic %s: %s", name, note)
+        return created
+
+    def check_replication_factor(self, replication_factor: int | None) -> str | None:
+        """A requested replication factor on this one node: 1, or -1 / None (the default),
+        is the one replica there is. More is INVALID_REPLICATION_FACTOR, as in Kafka,
+        unless exactly.replication.factor.ignore is set: then the topic gets its one
+        replica and the returned note says so (for the answer and the log)."""
+        if replication_factor in (None, -1, 1):
+            return None
+        if replication_factor < 1:
+            raise InvalidReplicationFactorError("Replication factor must be larger than 0, or -1 to use the "
+                                                "default value.")
+        if not self.config.exactly_replication_factor_ignore:
+            raise InvalidReplicationFactorError(f"replication factor {replication_factor} is more than the 1 "
+                                                "broker there is (exactly.replication.factor.ignore=true accepts it)")
+        return (f"replication factor {replication_factor} requested: created with the 1 replica this broker has "
+                "(exactly.replication.factor.ignore=true)")
 
     async def _create_topic(self, name: str, partitions: int, config: Mapping[str, Any] | None,
                             internal: bool = False, validate_only: bool = False) -> TopicInfo | None:
@@ -398,14 +423,18 @@ class Engine:
             raise PolicyViolationError(f"this broker holds {held} partitions: {new} more would exceed "
                                        f"exactly.max.partitions={limit}")
 
-    async def alter_topic_config(self, name: str, changes: Mapping[str, Any | None],
+    async def alter_topic_config(self, name: str, changes: Mapping[str, Any | None] | TopicConfigChanges,
                                  validate_only: bool = False) -> TopicInfo:
         """Set or (None) reset config overrides of a topic; returns once topics.json
         holds them, the logs obeying them from then on. ``validate_only``: raise what
-        altering would raise, change nothing."""
+        altering would raise, change nothing. ``changes`` computed from the topic's
+        current configs (IncrementalAlterConfigs' APPEND) come as a coroutine function,
+        awaited once no other topic change runs, so none slips in between and is lost."""
         if name in INTERNAL_TOPICS:
             raise InvalidTopicError(f"the configs of the internal topic {name} are the broker's")
         async with self._topic_changes:
+            if callable(changes):
+                changes = await changes()
             steps = self._logs.alter_topic_config(name, changes)  # validates, raising
             if validate_only:
                 steps.close()

@@ -19,7 +19,7 @@ from app.engine import read_models
 from app.http import configs, current_engine, document, errors, groups, models, records, transactions
 from app.http.validation import body
 from app.http.resources import check_broker, cluster_id, crn, listing, related, resource
-from storage.errors import InvalidReplicationFactorError, UnknownTopicOrPartitionError
+from storage.errors import UnknownTopicOrPartitionError
 
 bp = Blueprint("api", __name__)
 for child in (records.bp, transactions.bp, groups.bp, configs.bp, document.bp):
@@ -158,13 +158,12 @@ def create_topic():
     """CreateTopics; with ``validate_only`` the answer is the topic as it would be,
     and nothing is created."""
     wanted = body(models.CreateTopic)
-    name, count, factor = wanted.topic_name, wanted.partitions_count, wanted.replication_factor
-    if factor not in (None, -1, 1):
-        raise InvalidReplicationFactorError(f"this broker is one node: replication_factor must be 1, got {factor}")
+    name, count = wanted.topic_name, wanted.partitions_count
     configs = {c.name: c.value for c in wanted.configs if c.value is not None}  # null: the default
     validate_only = bool(wanted.validate_only)
     engine = current_engine()
-    engine.call(engine.create_topic, name, count, configs, validate_only=validate_only)
+    engine.call(engine.create_topic, name, count, configs, validate_only=validate_only,
+                replication_factor=wanted.replication_factor)
     if validate_only:
         would_be = {"topic_name": name, "topic_id": None, "is_internal": False,
                     "partitions_count": count or engine.config.num_partitions}

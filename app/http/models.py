@@ -115,7 +115,9 @@ class CreateTopic(Request):
     partitions_count: Optional[Int(1, INT32_MAX)] = Field(None, description=(
         f"default: the broker's num.partitions; more than {MAX_PARTITIONS_PER_REQUEST} is POLICY_VIOLATION, "
         f"as is going past exactly.max.partitions"))
-    replication_factor: Optional[Int(-1, INT16_MAX)] = Field(None, description="one node: 1 (or -1, the default)")
+    replication_factor: Optional[Int(-1, INT16_MAX)] = Field(None, description=(
+        "one node: 1 (or -1, the default); more is accepted, with one replica, under "
+        "exactly.replication.factor.ignore=true"))
     configs: list[Config] = Field(default_factory=list, max_length=MAX_CONFIGS, description=(
         "topic configs by Kafka name, e.g. cleanup.policy, retention.ms, compression.type"))
     validate_only: Optional[bool] = Field(None, description="check only: nothing is created")

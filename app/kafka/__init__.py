@@ -12,8 +12,9 @@ Layout:
 * one module per API family: ``metadata`` (ApiVersions, Metadata, FindCoordinator,
   DescribeCluster), ``produce``, ``fetch``, ``offsets`` (ListOffsets,
   OffsetForLeaderEpoch, OffsetCommit, OffsetFetch), ``groups``, ``transactions``
-  (and the operator APIs), ``admin`` (CreateTopics, DeleteTopics, DescribeConfigs, DeleteRecords,
-  DescribeLogDirs), ``acls`` (CreateAcls, DescribeAcls, DeleteAcls).
+  (and the operator APIs), ``admin`` (CreateTopics, DeleteTopics, DescribeConfigs,
+  AlterConfigs, IncrementalAlterConfigs, CreatePartitions, DeleteRecords, DescribeLogDirs),
+  ``acls`` (CreateAcls, DescribeAcls, DeleteAcls).
 
 Handlers call the engine and the coordinators directly (they run on the engine's
 loop); ``storage/`` and ``coordinator/`` know nothing of the wire.

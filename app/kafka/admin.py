@@ -1,22 +1,30 @@
-"""Administration: CreateTopics, DeleteTopics, DescribeConfigs, DeleteRecords, DescribeLogDirs.
+"""Administration: CreateTopics, DeleteTopics, DescribeConfigs, AlterConfigs,
+IncrementalAlterConfigs, CreatePartitions, DeleteRecords, DescribeLogDirs.
 
 One node holds one replica of everything: a replication factor other than 1 (or
--1, the default) is INVALID_REPLICATION_FACTOR, and a manual assignment may name
-only this node. Configs are Kafka's topic configs (``storage/log_config.py``);
-a bad one is INVALID_CONFIG and creates nothing. A request creating more than
-10,000 partitions in all fails as a whole, every topic POLICY_VIOLATION, as in Kafka
-(``Engine.check_partitions_per_request``); a topic that would take the broker past
-``exactly.max.partitions`` is POLICY_VIOLATION alone.
+-1, the default) is INVALID_REPLICATION_FACTOR unless exactly.replication.factor.ignore
+(``Engine.check_replication_factor``), and a manual assignment (of a new topic's
+partitions, or of those CreatePartitions adds) may name only this node. Configs are
+Kafka's topic configs (``storage/log_config.py``); a bad one is INVALID_CONFIG and
+changes nothing. This broker's own settings are read-only: they change with a restart.
+A request creating more than 10,000 partitions in all fails as a whole, every topic
+POLICY_VIOLATION, as in Kafka (``Engine.check_partitions_per_request``); a topic that
+would take the broker past ``exactly.max.partitions`` is POLICY_VIOLATION alone.
+Each face changes topics through the same engine operations: ``create_topic``,
+``create_partitions``, ``alter_topic_config`` (``tests/test_layering.py``).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import enum
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from app.engine import read_models
 from app.kafka.api import ApiKey, RequestContext, error_code, serves
 from storage.errors import (
+    InvalidConfigError,
     InvalidPartitionsError,
+    InvalidReplicaAssignmentError,
     InvalidReplicationFactorError,
     InvalidRequestError,
     KafkaError,
@@ -35,21 +43,34 @@ SOURCE = {read_models.DYNAMIC_TOPIC_CONFIG: TOPIC_CONFIG, read_models.STATIC_BRO
 
 @serves(ApiKey.CREATE_TOPICS, 2, 4)
 async def create_topics(ctx: RequestContext, request: Any) -> dict:
-    try:  # as Kafka: a request over the limit in total fails as a whole, every topic POLICY_VIOLATION
-        ctx.engine.check_partitions_per_request(sum(max(_requested_partitions(ctx, t), 0) for t in request.topics))
+    partitions = sum(max(_requested_partitions(ctx, t), 0) for t in request.topics)
+    return {"topics": _over_the_request_limit(ctx, request.topics, partitions)
+            or await _each_topic(request.topics, lambda topic: _create(ctx, topic, request.validate_only))}
+
+
+def _over_the_request_limit(ctx: RequestContext, topics: Any, partitions: int) -> list[dict] | None:
+    """As Kafka: a request creating more than 10,000 partitions in all fails as a whole,
+    every topic POLICY_VIOLATION (``Engine.check_partitions_per_request``); else None."""
+    try:
+        ctx.engine.check_partitions_per_request(partitions)
     except PolicyViolationError as e:
-        return {"topics": [{"name": t.name, "error_code": e.code, "error_message": str(e)} for t in request.topics]}
-    names = [t.name for t in request.topics]
+        return [{"name": t.name, "error_code": e.code, "error_message": str(e)} for t in topics]
+    return None
+
+
+async def _each_topic(topics: Any, change: Callable[[Any], Awaitable[str | None]]) -> list[dict]:
+    """Each topic's result of ``change`` (its note, or its error), a topic named twice
+    in the request INVALID_REQUEST."""
+    names = [t.name for t in topics]
     results = []
-    for topic in request.topics:
+    for topic in topics:
         try:
             if names.count(topic.name) > 1:
                 raise InvalidRequestError(f"topic {topic.name!r} appears more than once in the request")
-            await _create(ctx, topic, request.validate_only)
-            results.append({"name": topic.name, "error_code": 0, "error_message": None})
+            results.append({"name": topic.name, "error_code": 0, "error_message": await change(topic)})
         except KafkaError as e:
             results.append({"name": topic.name, "error_code": error_code(e), "error_message": str(e)})
-    return {"topics": results}
+    return results
 
 
 def _requested_partitions(ctx: RequestContext, topic: Any) -> int:
@@ -60,7 +81,8 @@ def _requested_partitions(ctx: RequestContext, topic: Any) -> int:
     return ctx.engine.config.num_partitions if topic.num_partitions == -1 else topic.num_partitions
 
 
-async def _create(ctx: RequestContext, topic: Any, validate_only: bool) -> None:
+async def _create(ctx: RequestContext, topic: Any, validate_only: bool) -> str | None:
+    """Create one topic; returns the note of a replication factor accepted with one replica."""
     engine = ctx.engine
     node = ctx.node.node_id
     if topic.assignments:
@@ -70,11 +92,10 @@ async def _create(ctx: RequestContext, topic: Any, validate_only: bool) -> None:
             raise InvalidReplicationFactorError(f"every partition must be assigned to this node ({node}) alone")
         if sorted(a.partition_index for a in topic.assignments) != list(range(len(topic.assignments))):
             raise InvalidPartitionsError("assigned partitions must be 0 .. n-1")
-    elif topic.replication_factor not in (-1, 1):
-        raise InvalidReplicationFactorError(
-            f"replication factor {topic.replication_factor} is more than the 1 broker there is")
     configs = {c.name: c.value for c in topic.configs if c.value is not None}
-    await engine.create_topic(topic.name, _requested_partitions(ctx, topic), configs, validate_only=validate_only)
+    await engine.create_topic(topic.name, _requested_partitions(ctx, topic), configs, validate_only=validate_only,
+                              replication_factor=topic.replication_factor)
+    return engine.check_replication_factor(topic.replication_factor)
 
 
 @serves(ApiKey.DELETE_TOPICS, 1, 3)
@@ -111,16 +132,160 @@ async def _configs(ctx: RequestContext, resource_type: int, name: str) -> list[d
     if resource_type == TOPIC_RESOURCE:
         return [_config(c) for c in await read_models.topic_configs(ctx.engine, name)]
     if resource_type == BROKER_RESOURCE:
-        if name not in ("", str(ctx.node.node_id)):
-            raise InvalidRequestError(f"this is broker {ctx.node.node_id}, not {name!r}")
+        _check_broker(ctx, name)
         return [_config(c) for c in await read_models.broker_configs(ctx.engine)]
     raise InvalidRequestError(f"resource type {resource_type} is not a topic (2) or a broker (4)")
 
 
+def _check_broker(ctx: RequestContext, name: str) -> None:
+    """A broker resource names this broker, or ("") the cluster's default: the same here."""
+    if name not in ("", str(ctx.node.node_id)):
+        raise InvalidRequestError(f"Unexpected broker id, expected {ctx.node.node_id} or empty string, "
+                                  f"but received {name}")
+
+
 def _config(row: dict) -> dict:
     """DescribeConfigs' entry of a ``read_models.topic_configs`` / ``broker_configs`` row."""
-    return {"name": row["name"], "value": row["value"], "read_only": True, "config_source": SOURCE[row["source"]],
-            "is_sensitive": row["is_sensitive"], "synonyms": []}
+    return {"name": row["name"], "value": row["value"], "read_only": row["is_read_only"],
+            "config_source": SOURCE[row["source"]], "is_sensitive": row["is_sensitive"], "synonyms": []}
+
+
+# -- AlterConfigs, IncrementalAlterConfigs, CreatePartitions ----------------------------
+
+
+class AlterConfigOp(enum.IntEnum):
+    """IncrementalAlterConfigs' operations (Kafka's ``AlterConfigOp.OpType``)."""
+
+    SET = 0
+    DELETE = 1
+    APPEND = 2
+    SUBTRACT = 3
+
+
+#: Kafka's LIST-typed topic configs among this broker's: those APPEND and SUBTRACT apply to
+LIST_CONFIGS = frozenset({"cleanup.policy"})
+#: a topic's changes, from the request's configs and the topic's current ones by name
+Changes = Callable[[Any, dict[str, dict]], dict[str, str | None]]
+
+
+@serves(ApiKey.ALTER_CONFIGS, 0, 2)
+async def alter_configs(ctx: RequestContext, request: Any) -> dict:
+    """The legacy API: a topic's overrides become exactly those given, the others
+    back to their defaults."""
+    return {"responses": await _alter_resources(ctx, request, _replacing)}
+
+
+@serves(ApiKey.INCREMENTAL_ALTER_CONFIGS, 0, 1)
+async def incremental_alter_configs(ctx: RequestContext, request: Any) -> dict:
+    """KIP-339: SET, DELETE, APPEND or SUBTRACT each config named; the others stay."""
+    return {"responses": await _alter_resources(ctx, request, _incremental)}
+
+
+async def _alter_resources(ctx: RequestContext, request: Any, changes: Changes) -> list[dict]:
+    """Each resource's outcome: all its changes (``Engine.alter_topic_config``, as the
+    HTTP API's) or, with its error, none; ``validate_only`` checks and changes nothing."""
+    resources = [(r.resource_type, r.resource_name) for r in request.resources]
+    results = []
+    for resource in request.resources:
+        entry = {"resource_type": resource.resource_type, "resource_name": resource.resource_name,
+                 "error_code": 0, "error_message": None}
+        try:
+            names = [c.name for c in resource.configs]
+            if resources.count((resource.resource_type, resource.resource_name)) > 1:
+                raise InvalidRequestError("Duplicate resource in request")
+            if len(set(names)) < len(names):
+                raise InvalidRequestError("Error due to duplicate config keys")
+            await _alter(ctx, resource, changes, request.validate_only)
+        except KafkaError as e:
+            entry.update(error_code=error_code(e), error_message=str(e))
+        results.append(entry)
+    return results
+
+
+async def _alter(ctx: RequestContext, resource: Any, changes: Changes, validate_only: bool) -> None:
+    name = resource.resource_name
+    if resource.resource_type == TOPIC_RESOURCE:
+        async def computed() -> dict[str, str | None]:  # from the configs as they are once it is this one's turn
+            return changes(resource.configs, {c["name"]: c for c in await read_models.topic_configs(ctx.engine, name)})
+
+        await ctx.engine.alter_topic_config(name, computed, validate_only)
+    elif resource.resource_type == BROKER_RESOURCE:
+        _check_broker(ctx, name)
+        if resource.configs:  # this broker's settings are given at start-up (app/config.py)
+            raise InvalidRequestError("Cannot update these configs dynamically: "
+                                      f"{sorted({c.name for c in resource.configs})}: they change with a restart")
+    else:
+        raise InvalidRequestError(f"resource type {resource.resource_type} is not a topic (2) or a broker (4)")
+
+
+def _replacing(configs: Any, current: dict[str, dict]) -> dict[str, str | None]:
+    """AlterConfigs: the given values, and every other override reset."""
+    nulls = [c.name for c in configs if c.value is None]
+    if nulls:
+        raise InvalidRequestError(f"Null value not supported for topic configs: {','.join(nulls)}")
+    changes: dict[str, str | None] = {n: None for n, c in current.items()
+                                      if c["source"] == read_models.DYNAMIC_TOPIC_CONFIG}
+    changes.update({c.name: c.value for c in configs})
+    return changes
+
+
+def _incremental(configs: Any, current: dict[str, dict]) -> dict[str, str | None]:
+    """IncrementalAlterConfigs, as Kafka's controller applies it: APPEND adds to and
+    SUBTRACT removes from a list config's effective value the items not (yet) there."""
+    changes: dict[str, str | None] = {}
+    for config in configs:
+        name, value = config.name, config.value
+        try:
+            op = AlterConfigOp(config.config_operation)
+        except ValueError:
+            raise InvalidRequestError(f"unknown config operation {config.config_operation} for {name}") from None
+        if op is AlterConfigOp.DELETE:
+            changes[name] = None
+            continue
+        if value is None:
+            raise InvalidRequestError(f"Null value not supported for {op.name} of {name}")
+        if op is AlterConfigOp.SET:
+            changes[name] = value
+        elif name not in current:
+            raise InvalidConfigError(f"Unknown topic config name: {name}")
+        elif name not in LIST_CONFIGS:
+            raise InvalidConfigError(f"Can't {op.name} to key {name} because its type is not LIST.")
+        else:
+            changes[name] = ",".join(_listed(current[name]["value"].split(","), op, value.split(",")))
+    return changes
+
+
+def _listed(items: list[str], op: AlterConfigOp, given: list[str]) -> list[str]:
+    """A list config's items after APPEND (each given one not there yet, in order) or
+    SUBTRACT (every given one removed)."""
+    if op is AlterConfigOp.SUBTRACT:
+        return [v for v in items if v not in given]
+    for v in given:
+        if v not in items:
+            items.append(v)
+    return items
+
+
+@serves(ApiKey.CREATE_PARTITIONS, 0, 3)
+async def create_partitions(ctx: RequestContext, request: Any) -> dict:
+    """Grow each topic to its ``count`` partitions (``Engine.create_partitions``, as
+    the HTTP API's); new partitions may be assigned only to this node."""
+    held = ctx.engine.partition_counts([t.name for t in request.topics])
+    partitions = sum(max(t.count - held.get(t.name, t.count), 0) for t in request.topics)
+    return {"results": _over_the_request_limit(ctx, request.topics, partitions)
+            or await _each_topic(request.topics, lambda topic: _grow(ctx, topic, held, request.validate_only))}
+
+
+async def _grow(ctx: RequestContext, topic: Any, held: dict[str, int], validate_only: bool) -> None:
+    new = topic.count - held.get(topic.name, topic.count)
+    if topic.assignments is not None and new > 0:  # else: the engine's error (unknown topic, no growth)
+        node = ctx.node.node_id
+        if len(topic.assignments) != new:
+            raise InvalidReplicaAssignmentError(f"Increasing the number of partitions by {new} but "
+                                                f"{len(topic.assignments)} assignments provided.")
+        if any(list(a.broker_ids) != [node] for a in topic.assignments):
+            raise InvalidReplicaAssignmentError(f"every new partition must be assigned to this node ({node}) alone")
+    await ctx.engine.create_partitions(topic.name, topic.count, validate_only)
 
 
 @serves(ApiKey.DELETE_RECORDS, 0, 2)
