@@ -207,7 +207,8 @@ def _operation(op: Operation) -> dict[str, Any]:
     parameters += _parameters(op.query, "query") if op.query else []
     parameters += _parameters(m.IdempotencyHeader, "header") if op.idempotent else []
     responses: dict[str, Any] = {str(op.ok): {"description": "OK", **(_json(_ref(op.answer)) if op.answer else {})}}
-    codes = {400, 401, *op.errors, *((403,) if op.method != "get" else ()), *((413, 415) if op.body else ()),
+    # any request whose body passes MAX_CONTENT_LENGTH is refused 413 before it is read
+    codes = {400, 401, 413, *op.errors, *((403,) if op.method != "get" else ()), *((415,) if op.body else ()),
              *((422,) if op.idempotent else ())}
     for code in sorted(codes):
         responses[str(code)] = {"$ref": f"#/components/responses/{code}"}
