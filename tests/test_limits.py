@@ -158,6 +158,8 @@ def test_exactly_max_partitions_bounds_what_the_broker_holds(tmp_path: Path) -> 
         producer.init_transactions(30)
         del producer  # its handle ends now, before the broker does
         assert len(kafka.engine._logs.logs) == 5 + SMALL_INTERNAL_TOPICS["transaction.state.log.num.partitions"]
+        kafka.broker.delete_topic("b")
+        assert create(kafka, NewTopic("b", 2, 1)) == {"b": None}  # nor do they count against it
 
 
 # -- all or nothing ---------------------------------------------------------------------------

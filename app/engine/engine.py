@@ -416,8 +416,10 @@ class Engine:
 
     def _check_partitions_held(self, new: int) -> None:
         """POLICY_VIOLATION when ``new`` more partitions would take this broker past
-        exactly.max.partitions (each partition holds open files and a directory)."""
-        held, limit = len(self._logs.logs), self.config.exactly_max_partitions
+        exactly.max.partitions (each partition holds open files and a directory); the
+        internal topics' partitions do not count, as they are not refused."""
+        held = sum(1 for topic, _ in self._logs.logs if topic not in INTERNAL_TOPICS)
+        limit = self.config.exactly_max_partitions
         if held + new > limit:
             self.counters.limit_refused("exactly.max.partitions")
             raise PolicyViolationError(f"this broker holds {held} partitions: {new} more would exceed "
