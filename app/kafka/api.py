@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping, Protocol
 
 from kio.index import api_key_map
 
+from app.security.principal import KafkaPrincipal
 from storage.errors import (
     InvalidProducerEpochError,
     KafkaError,
@@ -104,6 +105,8 @@ class ClientConnection(Protocol):
     #: KIP-511: what the client says it is, in its ApiVersions request (v3+)
     software_name: str
     software_version: str
+    #: who the client is: ``User:ANONYMOUS`` until a SASL exchange names someone
+    principal: KafkaPrincipal
 
 
 @dataclass(frozen=True)
@@ -113,6 +116,11 @@ class RequestContext:
     connection: ClientConnection
     version: int
     client_id: str | None
+
+    @property
+    def principal(self) -> KafkaPrincipal:
+        """The principal the request is authorized as (its connection's)."""
+        return self.connection.principal
 
 
 Handler = Callable[[RequestContext, Any], Awaitable[Mapping[str, Any] | None]]

@@ -42,6 +42,7 @@ from app.kafka.codec import (
     has_error_code,
     read_head,
 )
+from app.security.principal import ANONYMOUS
 from storage.errors import KafkaError, UnsupportedVersionError
 
 if TYPE_CHECKING:
@@ -151,6 +152,8 @@ class Connection:
         self.client_id: str | None = None
         #: KIP-511: what the client says it is, in its ApiVersions request (v3+)
         self.software_name = self.software_version = ""
+        #: who the client is; a SASL exchange replaces it (Kafka's ``KafkaPrincipal``)
+        self.principal = ANONYMOUS
         self.since_ms = self.engine.clock.now_ms()
         self.requests = 0
         self._responses: asyncio.Queue[Awaitable[Any] | None] = asyncio.Queue(MAX_IN_FLIGHT)
