@@ -24,11 +24,11 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Under pytest-xdist (``make test``: ``--dist loadgroup``), one worker runs a whole
-    test file, so a module-scoped fixture is built once; and one worker runs every Spark
-    test, so the run starts one SparkSession (tests/spark/conftest.py)."""
+    test file, so a module-scoped fixture is built once. Spark files are spread like the
+    rest: a worker that meets one starts its own SparkSession (tests/spark/conftest.py),
+    which costs less than queueing every Spark test behind one worker."""
     for item in items:
-        path = item.nodeid.split("::")[0]
-        item.add_marker(pytest.mark.xdist_group("spark" if path.startswith("tests/spark/") else path))
+        item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
 
 
 def jobs_config(request: pytest.FixtureRequest) -> dict[str, bool]:

@@ -1,12 +1,20 @@
-"""One SparkSession for the whole test run: starting one costs 5-8 s and its first
-Python-worker action 3-6 s more, so every Spark test shares it (under pytest-xdist
-every Spark test runs on one worker, tests/conftest.py, so that is still one session)."""
+"""One SparkSession per test process: starting one costs 5-8 s and its first
+Python-worker action 3-6 s more, so every Spark test of a process shares it (under
+pytest-xdist, each worker that runs a Spark file starts one, tests/conftest.py).
+
+Every JVM the tests start (these sessions and the jobs run as subprocesses) runs with
+the client compiler only and the serial collector (``JAVA_TOOL_OPTIONS``): a test's
+JVM lives seconds, and those start faster and spend less CPU on a 2-core machine than
+Spark's server defaults; nothing the tests check depends on the JIT or the collector."""
 
 from __future__ import annotations
 
+import os
 from typing import Iterator
 
 import pytest
+
+os.environ.setdefault("JAVA_TOOL_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
 
 
 @pytest.fixture(scope="session")
