@@ -147,7 +147,9 @@ def run(broker: Broker, progress: Progress, rng: random.Random, jobs_every: int 
     while True:
         polled = consumer.poll(timeout_ms=100)
         if not polled:
-            if all(consumer.position(tp) >= ends[tp] for tp in partitions):
+            # a restarted static member may poll before its rejoin has its assignment
+            if set(consumer.assignment()) == set(partitions) and all(
+                    consumer.position(tp) >= ends[tp] for tp in partitions):
                 return
             continue
         records = take_some(polled, rng)

@@ -640,3 +640,25 @@ def test_a_member_that_lost_its_membership_resumes_from_the_committed_offsets(br
     got = poll_until(c, 8)
     assert got[0].offset == 2
     assert c.group_metadata().member_id != old.member_id
+
+
+def test_a_closed_static_member_keeps_its_place_and_a_restart_takes_it_back(broker, consumer):
+    """KIP-345: a static member's close sends no LeaveGroup, so the group does not
+    rebalance; the same instance id rejoining gets the same partitions in the same
+    generation."""
+    broker.create_topic("t", 2)
+    config = dict(group_id="g", group_instance_id="app-0", auto_offset_reset="earliest", **FAST)
+    first = consumer(**config)
+    first.subscribe(["t"])
+    eventually(lambda: first.poll(timeout_ms=20) is not None and len(first.assignment()) == 2,
+               DEADLINE_S, "the static member's assignment")
+    generation = first.group_metadata().generation_id
+    first.close()
+    group = broker.engine.call(broker.engine.describe_group, "g")
+    assert [m.group_instance_id for m in group.members] == ["app-0"]
+    again = consumer(**config)
+    again.subscribe(["t"])
+    eventually(lambda: again.poll(timeout_ms=20) is not None and len(again.assignment()) == 2,
+               DEADLINE_S, "the restarted member's assignment")
+    assert sorted(again.assignment()) == [("t", 0), ("t", 1)]
+    assert broker.engine.call(broker.engine.describe_group, "g").generation == generation

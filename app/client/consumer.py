@@ -375,7 +375,10 @@ class Consumer:
                 log.warning("heartbeat of group %s failed: %s", self.group_id, e)
 
     def _leave(self) -> None:
-        if self._member_id and self.group_id is not None:
+        """Leave the group -- a dynamic member only: a static member (KIP-345) keeps its
+        place for ``session.timeout.ms``, so an instance restarting within it gets its
+        partitions back without a rebalance (Kafka's consumer does the same)."""
+        if self._member_id and self.group_id is not None and self.group_instance_id is None:
             try:
                 self.engine.call(self.engine.leave_group, self.group_id, self._member_id,
                                  self.group_instance_id)
@@ -384,7 +387,8 @@ class Consumer:
         self._member_id, self._generation = "", -1
 
     def close(self) -> None:
-        """Auto-commit the positions (a failure is logged), then leave the group."""
+        """Auto-commit the positions (a failure is logged), then leave the group (a
+        dynamic member: a static one stays until its session times out)."""
         if self._closed.is_set():
             return
         try:
