@@ -11,14 +11,20 @@ transaction.
 from __future__ import annotations
 
 import itertools
+import socket
 from pathlib import Path
 from typing import Iterator
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
+from sqlalchemy import text
 
+from app import cli
 from app.engine.audit import AuditView, ViolationKind
-from tests.kafka_support import KafkaBroker
+from app.http import create_app
+from app.http.server import HttpServer
+from coordinator.mirror_db import reader_engine
+from tests.kafka_support import KafkaBroker, free_port
 from tests.waiting import eventually
 
 pytestmark = pytest.mark.timeout(60)
@@ -31,6 +37,19 @@ _names = itertools.count()
 def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
     with KafkaBroker(Path(tmp_path_factory.mktemp("audit")) / "data") as served:
         yield served
+
+
+@pytest.fixture(scope="module")
+def http(kafka: KafkaBroker) -> Iterator[str]:
+    """The broker's HTTP API (with its SQLite mirror), served by waitress."""
+    web = create_app(kafka.engine, test_config={"TESTING": True}, mirror=kafka.broker.mirror)
+    sock = socket.create_server(("127.0.0.1", 0))
+    server = HttpServer(web, sock, threads=2).start()
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        server.close()
+        sock.close()
 
 
 class App:
@@ -83,6 +102,7 @@ class App:
         if commit:
             producer.commit_transaction(10)
         else:
+            assert producer.flush(10) == 0  # written, then aborted (abort_transaction drops what is unsent)
             producer.abort_transaction(10)
 
     def audit(self, records_per_input: int | None = None) -> AuditView:
@@ -202,3 +222,56 @@ def test_output_written_without_a_transaction_is_caught(app: App) -> None:
     (violation,) = app.audit().violations
     assert (violation.kind, violation.topic, violation.start_offset, violation.end_offset) == \
         (ViolationKind.OUTPUT_OUTSIDE_TRANSACTION, app.output, RECORDS + 1, RECORDS + 2)
+
+
+# -- the surfaces: HTTP, the CLI, the mirror's table ------------------------------------------
+
+
+def test_the_cli_prints_the_chain_and_exits_0_when_it_held_and_the_mirror_keeps_the_rows(
+        app: App, http: str, capsys: pytest.CaptureFixture[str]) -> None:
+    consumer, producer = app.consumer(), app.producer("t")
+    messages = app.consume(consumer, RECORDS)
+    app.transform(producer, consumer, messages[:2], 2, commit=False)
+    app.transform(producer, consumer, messages, RECORDS)
+
+    status = cli.main(["audit", app.group, "--input", app.input, "--output", app.output, "--http", http,
+                       "--records-per-input", "1"])
+
+    out = capsys.readouterr().out
+    assert status == 0, out
+    assert f"[0, {RECORDS}) COMMIT {app.group}-t" in out
+    assert "aborted: ABORT " in out and "cause client" in out
+    assert out.rstrip().endswith("exactly once: held")
+    db = reader_engine(app.kafka.broker.mirror.path)
+    try:
+        with db.connect() as connection:
+            rows = connection.execute(text(
+                "SELECT outcome, from_offset, to_offset, output_records, abort_cause, audit_ok "
+                "FROM audit_transactions WHERE group_id = :g ORDER BY offsets_marker_offset"), {"g": app.group}).all()
+    finally:
+        db.dispose()
+    assert [tuple(r) for r in rows] == [("ABORT", 0, 2, 2, "client", 1), ("COMMIT", 0, RECORDS, RECORDS, None, 1)]
+
+
+def test_the_cli_exits_1_with_the_offsets_when_it_was_violated(app: App, http: str,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    consumer = app.consumer()
+    app.consume(consumer, RECORDS)
+    consumer.commit(offsets=[TopicPartition(app.input, 0, 3)], asynchronous=False)
+
+    status = cli.main(["audit", app.group, "--input", app.input, "--output", app.output, "--http", http])
+
+    out = capsys.readouterr().out
+    assert status == 1
+    assert f"VIOLATION OFFSETS_OUTSIDE_TRANSACTION {app.input}-0 [3, 3)" in out
+    assert "exactly once: VIOLATED (1)" in out
+
+
+def test_the_cli_exits_2_when_it_cannot_ask(http: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["audit", "g", "--input", "in", "--output", "out", "--http",
+                     f"http://127.0.0.1:{free_port()}"]) == 2
+    assert cli.main(["audit", "g", "--input", "no-such-topic", "--output", "out", "--http", http]) == 2
+    assert "no-such-topic" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as usage:
+        cli.main(["audit", "g"])
+    assert usage.value.code == 2

@@ -144,6 +144,19 @@ class AuditView:
     aborted: tuple[AuditedTransaction, ...]
     violations: tuple[Violation, ...]
 
+    def mirror_rows(self) -> list[dict[str, object]]:
+        """The SQLite mirror's ``audit_transactions`` rows of this audit (without
+        ``audited_ms``): one per input partition of each transaction that committed
+        offsets, or tried to."""
+        return [{"group_id": self.group_id, "input_topic": self.input_topic, "output_topic": self.output_topic,
+                 "input_partition": r.partition, "offsets_marker_offset": t.offsets_marker_offset,
+                 "transactional_id": t.transactional_id, "producer_id": t.producer_id,
+                 "producer_epoch": t.producer_epoch, "outcome": t.outcome, "from_offset": r.from_offset,
+                 "to_offset": r.to_offset, "output_batches": len(t.outputs), "output_records": t.output_records,
+                 "abort_cause": t.abort_cause, "audit_ok": int(self.ok)}
+                for t in (*self.transactions, *self.aborted) if t.offsets_marker_offset is not None
+                for r in t.inputs]
+
 
 @dataclass(frozen=True, slots=True)
 class _Views:
