@@ -241,5 +241,5 @@ class AuditTransaction(Base):
     output_records: Mapped[int] = mapped_column(BigInteger)
     abort_cause: Mapped[str | None] = mapped_column(Text, nullable=True)
     #: the audit's verdict (1: exactly once held) and when it ran
-    audit_ok: Mapped[int] = mapped_column(Integer)
+    audit_ok: Mapped[int] = mapped_column(BigInteger)
     audited_ms: Mapped[int] = mapped_column(BigInteger)

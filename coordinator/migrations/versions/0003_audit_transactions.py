@@ -43,7 +43,7 @@ def upgrade() -> None:
         sa.Column("output_batches", sa.BigInteger(), nullable=False),
         sa.Column("output_records", sa.BigInteger(), nullable=False),
         sa.Column("abort_cause", sa.Text(), nullable=True),
-        sa.Column("audit_ok", sa.Integer(), nullable=False),
+        sa.Column("audit_ok", sa.BigInteger(), nullable=False),
         sa.Column("audited_ms", sa.BigInteger(), nullable=False),
         sa.CheckConstraint(one_of("outcome", OUTCOMES), name=op.f("ck_audit_transactions_outcome")),
         sa.CheckConstraint(one_of("abort_cause", ABORT_CAUSES), name=op.f("ck_audit_transactions_abort_cause")),
