@@ -275,3 +275,21 @@ def test_the_cli_exits_2_when_it_cannot_ask(http: str, capsys: pytest.CaptureFix
     with pytest.raises(SystemExit) as usage:
         cli.main(["audit", "g"])
     assert usage.value.code == 2
+
+
+def test_the_console_audits_from_the_group_page(app: App) -> None:
+    consumer, producer = app.consumer(), app.producer("t")
+    app.transform(producer, consumer, app.consume(consumer, RECORDS)[:RECORDS - 1], RECORDS - 1)
+    client = create_app(app.kafka.engine, test_config={"TESTING": True}).test_client()
+
+    group_page = client.get(f"/groups/{app.group}").get_data(as_text=True)
+    assert f'href="/audit?group={app.group}"' in group_page
+    page = client.get(f"/audit?group={app.group}&input={app.input}&output={app.output}&ratio=1")
+
+    html = page.get_data(as_text=True)
+    assert page.status_code == 200
+    assert "exactly once" in html and 'id="violations"' not in html
+    assert f"[0, {RECORDS - 1})" in html
+    assert f"<option selected>{app.input}</option>" in html
+    unknown = client.get(f"/audit?group={app.group}&input=no-such-topic&output={app.output}")
+    assert 'id="audit-error"' in unknown.get_data(as_text=True)
