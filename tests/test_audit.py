@@ -145,6 +145,29 @@ def test_a_correct_loop_passes_and_lists_its_aborted_attempt_with_its_cause(app:
     assert view.partitions[0].committed_offset == RECORDS
 
 
+def test_a_fenced_instance_is_an_aborted_attempt_and_its_successor_passes(app: App) -> None:
+    """The same transactional id started again: the new instance's init_transactions
+    bumps the epoch and aborts the old one's open transaction (its marker at the new
+    epoch); the chain continues with the new epoch."""
+    consumer, old = app.consumer(), app.producer("t")
+    messages = app.consume(consumer, RECORDS)
+    app.transform(old, consumer, messages[:2], 2)
+    old.begin_transaction()
+    old.produce(app.output, value=b"half done", partition=0)
+    assert old.flush(10) == 0
+    new = app.producer("t")  # fences the old instance
+    app.transform(new, consumer, messages[2:], RECORDS)
+
+    view = app.audit(records_per_input=1)
+
+    assert view.ok, view.violations
+    (aborted,) = view.aborted
+    assert (aborted.abort_cause, aborted.output_records, aborted.inputs) == ("fenced", 1, ())
+    first, second = view.transactions
+    assert first.producer_id == aborted.producer_id == second.producer_id
+    assert first.producer_epoch < aborted.producer_epoch < second.producer_epoch  # bumped by the fence, then by init
+
+
 def test_a_gap_is_caught_when_a_transaction_commits_past_what_it_consumed(app: App) -> None:
     consumer, producer = app.consumer(), app.producer("t")
     messages = app.consume(consumer, 3)
