@@ -218,7 +218,7 @@ def test_offsets_committed_outside_the_transaction_are_caught(app: App) -> None:
     assert sorted(kinds(view), key=lambda k: k.value) == [ViolationKind.OFFSETS_OUTSIDE_TRANSACTION,
                                                           ViolationKind.OUTPUT_WITHOUT_OFFSETS]
     plain = next(v for v in view.violations if v.kind is ViolationKind.OFFSETS_OUTSIDE_TRANSACTION)
-    assert (plain.topic, plain.partition, plain.start_offset) == (app.input, 0, RECORDS)
+    assert (plain.topic, plain.partition, plain.start_offset, plain.end_offset) == (app.input, 0, 0, RECORDS)
 
 
 def test_output_without_offsets_in_its_transaction_is_caught(app: App) -> None:
@@ -286,7 +286,7 @@ def test_the_cli_exits_1_with_the_offsets_when_it_was_violated(app: App, http: s
 
     out = capsys.readouterr().out
     assert status == 1
-    assert f"VIOLATION OFFSETS_OUTSIDE_TRANSACTION {app.input}-0 [3, 3)" in out
+    assert f"VIOLATION OFFSETS_OUTSIDE_TRANSACTION {app.input}-0 [0, 3)" in out
     assert "exactly once: VIOLATED (1)" in out
 
 

@@ -254,7 +254,7 @@ class _Audit:
         links = offsets_chain.chain(self.commits, starts)
         committed = self._committed(links)
         aborted = self._aborted(links)
-        self._check_plain_commits()
+        self._check_plain_commits(links)
         self._check_outputs(committed)
         self._check_undecided()
         partitions = tuple(InputPartition(p, v.log_start_offset, v.high_watermark,
@@ -362,10 +362,13 @@ class _Audit:
                     seen[id(decided) if decided else id(span)] = self._audited(span, decided, (), outputs)
         return tuple(seen.values())
 
-    def _check_plain_commits(self) -> None:
+    def _check_plain_commits(self, links: dict[int, list[Link]]) -> None:
+        """Each plain commit, with the input range it claims: from the offset committed before it."""
         for commit in self.commits.plain:
+            start = self.inputs[commit.partition].log_start_offset if commit.partition in self.inputs else 0
+            before = _committed_before(links.get(commit.partition, []), commit.log_offset, start)
             self._violation(ViolationKind.OFFSETS_OUTSIDE_TRANSACTION, self.input_topic, commit.partition,
-                            commit.offset, commit.offset, None,
+                            min(before, commit.offset), max(before, commit.offset), None,
                             f"offset {commit.offset} committed outside any transaction (a plain OffsetCommit, "
                             f"at {offsets_log.TOPIC}-{self.offsets_partition} offset {commit.log_offset})")
 
@@ -411,7 +414,8 @@ def _output_batches(partition: int, span: TransactionSpan) -> tuple[OutputBatch,
 
 
 def _committed_before(links: list[Link], marker_offset: int, log_start_offset: int) -> int:
-    """The committed offset of a partition just before the marker at ``marker_offset``."""
+    """The committed offset of a partition just before ``__consumer_offsets`` offset
+    ``marker_offset`` (a marker's, or a plain commit's)."""
     before = [link.to_offset for link in links
               if link.transaction.span.marker and link.transaction.span.marker.offset < marker_offset]
     return before[-1] if before else log_start_offset
