@@ -14,6 +14,10 @@ data directory no broker is serving.
 
 ``exactly acls`` is kafka-acls.sh, with its flags, against a running broker
 (``app/acl_command.py``).
+
+``exactly audit GROUP --input T --output U`` asks a running broker's HTTP API whether
+the group processed T into U exactly once (``app/audit_command.py``); its exit status
+is the verdict.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ import threading
 from pathlib import Path
 from typing import Callable, Sequence
 
-from app import acl_command
+from app import acl_command, audit_command
 from app.broker import Broker
 from app.http import HttpSettings, create_app
 from app.http.auth import LOOPBACK_HOSTS
@@ -63,6 +67,8 @@ def build_parser() -> argparse.ArgumentParser:
                          help="the Kafka configs the broker is served with (repeatable)")
     acls = sub.add_parser("acls", help="add, list or remove ACLs (kafka-acls.sh's flags) on a running broker")
     acl_command.add_arguments(acls)
+    audit = sub.add_parser("audit", help="was it exactly once? (a running broker's audit of a group)")
+    audit_command.add_arguments(audit)
     return parser
 
 
@@ -170,6 +176,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return db_upgrade(args) if args.db_command == "upgrade" else db_rebuild(args)
     if args.command == "acls":
         return acl_command.run(args)
+    if args.command == "audit":
+        return audit_command.run(args)
     return 2
 
 

@@ -49,6 +49,7 @@ from sqlalchemy.dialects.sqlite import insert
 from coordinator import offsets_log, transaction_log
 from coordinator.mirror_db import reader_engine, upgrade, writer_engine
 from coordinator.mirror_models import (
+    AuditTransaction,
     FinishedTransaction,
     Group,
     GroupOffset,
@@ -376,6 +377,17 @@ class Mirror:
                 db.execute(delete(table))
                 if rows:
                     db.execute(insert(table), [{**row, "updated_ms": now} for row in rows])
+
+    def record_audit(self, group_id: str, input_topic: str, output_topic: str, rows: list[Row]) -> None:
+        """Replace the ``audit_transactions`` rows of one audited (group, input, output)
+        with ``rows`` (their columns but ``audited_ms``, stamped here)."""
+        table = AuditTransaction.__table__
+        now = self.clock.now_ms()
+        with self._lock, self._engine.begin() as db:
+            db.execute(delete(table).where(table.c.group_id == group_id, table.c.input_topic == input_topic,
+                                           table.c.output_topic == output_topic))
+            if rows:
+                db.execute(insert(table), [{**row, "audited_ms": now} for row in rows])
 
     def _mirror_new(self) -> int:
         partitions = _internal_partitions(self.source)

@@ -206,3 +206,40 @@ class MirrorProgress(Base):
     topic: Mapped[str] = mapped_column(Text, primary_key=True)
     partition: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
     next_offset: Mapped[int] = mapped_column(BigInteger)
+
+
+#: the ``outcome`` values of an audited transaction
+AUDIT_OUTCOMES = (ControlType.COMMIT.name, ControlType.ABORT.name)
+
+
+class AuditTransaction(Base):
+    """The last exactly-once audit of each (group, input topic, output topic): one row
+    per input partition of each committed or aborted transaction of the group, with its
+    input range and what it wrote to the output topic (``app/engine/audit.py``).
+    Written when an audit runs (the HTTP API's, the CLI's, the console's), all rows of
+    the audited triple replaced at once; not derived from the logs, so a rebuild keeps it."""
+
+    __tablename__ = "audit_transactions"
+    __table_args__ = (CheckConstraint(one_of("outcome", AUDIT_OUTCOMES), name="outcome"),
+                      CheckConstraint(one_of("abort_cause", ABORT_CAUSES), name="abort_cause"))
+
+    group_id: Mapped[str] = mapped_column(Text, primary_key=True)
+    input_topic: Mapped[str] = mapped_column(Text, primary_key=True)
+    output_topic: Mapped[str] = mapped_column(Text, primary_key=True)
+    input_partition: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    #: the transaction's marker on the group's ``__consumer_offsets`` partition
+    offsets_marker_offset: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    transactional_id: Mapped[str | None] = mapped_column(Text, nullable=True)
+    producer_id: Mapped[int] = mapped_column(BigInteger)
+    producer_epoch: Mapped[int] = mapped_column(BigInteger)
+    outcome: Mapped[str] = mapped_column(Text)
+    #: the input range ``[from_offset, to_offset)`` the transaction committed (or tried to)
+    from_offset: Mapped[int] = mapped_column(BigInteger)
+    to_offset: Mapped[int] = mapped_column(BigInteger)
+    #: what the whole transaction wrote to the output topic
+    output_batches: Mapped[int] = mapped_column(BigInteger)
+    output_records: Mapped[int] = mapped_column(BigInteger)
+    abort_cause: Mapped[str | None] = mapped_column(Text, nullable=True)
+    #: the audit's verdict (1: exactly once held) and when it ran
+    audit_ok: Mapped[int] = mapped_column(BigInteger)
+    audited_ms: Mapped[int] = mapped_column(BigInteger)

@@ -56,6 +56,7 @@ IMPORT_RULES = (
     Forbid("storage.log_validator", LOG, "the validator checks a batch, whatever log it goes to"),
     Forbid("storage.segment_swap", LOG, "the swap moves files; the log installs the result"),
     Forbid("storage.aborted_transactions", LOG, "one tracker for fetch, cleaner, lag and console"),
+    Forbid("app.engine.audit", LOG, "the audit reads the logs off the loop, through views (storage.log_scan)"),
     Forbid("app.kafka", "app.kafka.server", "a handler takes what it needs from api.py, not the listener",
            exempt=("app.kafka", "app.kafka.server")),
     Forbid("app", "app.http.ui", "the console views share helpers through ui_blueprint; only the "

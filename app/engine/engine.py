@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any, Awaitable, Callable, Collection, Iterable, Mapping, TypeVar
 
 from app.config import BrokerConfig
+from app.engine import audit as exactly_once
 from app.engine.coordinator_io import EngineCoordinatorIO
 from app.engine.counters import EngineCounters
 from app.engine.disk_space import DiskSpace, VolumeUsage
@@ -281,6 +282,12 @@ class Engine:
         for waiter in self._data_waiters.pop(key, []) + self._data_waiters.pop(None, []):
             if not waiter.done():
                 waiter.set_result(None)
+
+    def audit(self, group_id: str, input_topic: str, output_topic: str,
+              records_per_input: int | None = None) -> exactly_once.AuditView:
+        """The exactly-once audit of a consume-transform-produce group (``app/engine/audit.py``).
+        Call it from any thread but the loop's: it reads the logs' files on the caller's thread."""
+        return exactly_once.audit(self, group_id, input_topic, output_topic, records_per_input)
 
     # -- submitting work from other threads --------------------------------------------
 

@@ -5,7 +5,7 @@ This module holds the ``api`` blueprint with clusters, brokers, topics, partitio
 replicas and producers; the other resources are nested blueprints named after what
 they serve: ``records`` (produce, read, list offsets, producer ids), ``configs``
 (topic and broker configs), ``transactions``, ``groups`` (consumer groups, consumers,
-lags) and ``openapi`` (``document.py``: derived from the shapes in ``models.py``). Every path below
+lags), ``audit`` (the exactly-once audit of a group) and ``openapi`` (``document.py``: derived from the shapes in ``models.py``). Every path below
 ``/v3/clusters/<cluster_id>`` checks the cluster id (another one is 404, as in the
 REST proxy), and every read goes through the shared read models of
 ``app/engine/read_models.py`` on the engine's loop.
@@ -16,13 +16,13 @@ from __future__ import annotations
 from flask import Blueprint, abort, g, jsonify, request
 
 from app.engine import read_models
-from app.http import configs, current_engine, document, errors, groups, models, records, transactions
+from app.http import audit, configs, current_engine, document, errors, groups, models, records, transactions
 from app.http.validation import body
 from app.http.resources import check_broker, cluster_id, crn, listing, related, resource
 from storage.errors import UnknownTopicOrPartitionError
 
 bp = Blueprint("api", __name__)
-for child in (records.bp, transactions.bp, groups.bp, configs.bp, document.bp):
+for child in (records.bp, transactions.bp, groups.bp, audit.bp, configs.bp, document.bp):
     bp.register_blueprint(child)
 
 @bp.record_once

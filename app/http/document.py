@@ -140,6 +140,12 @@ OPERATIONS = (
               200, m.ConsumerLag),
     Operation("get", G + "/lag-summary", "Get consumer group lag summary", "Consumer Groups", 200,
               m.ConsumerGroupLagSummary),
+    Operation("get", G + "/audit", "Audit exactly-once", "Consumer Groups", 200, m.ExactlyOnceAudit,
+              query=m.AuditQuery,
+              description="Exactly's audit of a consume-transform-produce group, from the durable logs: the "
+                          "chain of committed transactions per input partition with their input ranges and "
+                          "output batches, aborted attempts with their cause, and every violation with its "
+                          "exact offsets (ok: none)."),
     Operation("get", C + "/transactions", "List transactions", "Transactions", 200, m.listing(m.Transaction),
               query=m.TransactionsQuery),
     Operation("get", X, "Get transaction", "Transactions", 200, m.TransactionDetail, query=m.TransactionQuery),

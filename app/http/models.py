@@ -20,6 +20,7 @@ from typing import Annotated, Any, Literal, Optional, Union
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, create_model, field_validator
 
 from app.engine import READ_COMMITTED, READ_UNCOMMITTED
+from app.engine.audit import ViolationKind
 from app.engine.engine import MAX_PARTITIONS_PER_REQUEST
 from app.http.codec import MAX_TIME_MS
 from coordinator.group_metadata import GroupState
@@ -269,6 +270,14 @@ class TransactionsQuery(Query):
 
 class TransactionQuery(Query):
     history_limit: QueryInt(0, MAX_HISTORY) = Field(20, description="finished transactions to show")
+
+
+class AuditQuery(Query):
+    input: TopicName = Field(description="the topic the group consumes")
+    output: TopicName = Field(description="the topic its transactions write")
+    records_per_input: Optional[QueryInt(1, INT32_MAX)] = Field(None, description=(
+        "output records a transaction writes per input record (1 for a 1:1 transform): then a transaction that "
+        "wrote fewer records than its input range holds is a GAP, more a DUPLICATE"))
 
 
 class PathParameters(Query):
@@ -728,3 +737,66 @@ class AbortedHanging(TopicPartition):
         "marker was written on this partition"))
     producer_epoch: Int(description="the producer's epoch now: older ones are fenced")
     last_stable_offset: Int()
+
+
+# -- the exactly-once audit (app/engine/audit.py) ------------------------------------------
+
+VIOLATION_KINDS = tuple(kind.value for kind in ViolationKind)
+
+
+class AuditInputRange(BaseModel):
+    partition_id: PartitionId
+    from_offset: Int(-1, description="the committed offset before the transaction")
+    to_offset: Int(-1, description="the offset the transaction committed")
+
+
+class AuditOutputBatch(BaseModel):
+    partition_id: PartitionId
+    base_offset: Int()
+    last_offset: Int()
+    record_count: Int()
+
+
+class AuditTransaction(BaseModel):
+    transactional_id: Optional[str] = Field(description="null: the transaction log no longer names it")
+    producer_id: Int(-1)
+    producer_epoch: Int(-1, INT16_MAX)
+    outcome: Literal["COMMIT", "ABORT", "OPEN"]
+    offsets_marker_offset: Optional[Int()] = Field(description=(
+        "where its marker is on the group's __consumer_offsets partition; null: it committed no offsets"))
+    inputs: list[AuditInputRange]
+    outputs: list[AuditOutputBatch]
+    output_records: Int()
+    abort_cause: Optional[Literal[ABORT_CAUSES]]  # type: ignore[valid-type]
+    abort_actor: Optional[str]
+
+
+class AuditPartition(BaseModel):
+    partition_id: PartitionId
+    log_start_offset: Int()
+    high_watermark: Int()
+    committed_offset: Optional[Int()] = Field(description="where the chain ends; null: nothing committed yet")
+
+
+class AuditViolation(BaseModel):
+    kind: Literal[VIOLATION_KINDS]  # type: ignore[valid-type]
+    topic_name: str
+    partition_id: PartitionId
+    start_offset: Int(description="first offset that broke it")
+    end_offset: Int(description="the offset after the last one")
+    producer_id: Optional[Int()]
+    detail: str
+
+
+class ExactlyOnceAudit(Resource):
+    kind: Literal["ExactlyOnceAudit"]
+    cluster_id: str
+    consumer_group_id: str
+    input_topic_name: str
+    output_topic_name: str
+    ok: bool = Field(description="true: every input offset was covered by exactly one committed transaction")
+    offsets_partition_id: PartitionId
+    partitions: list[AuditPartition]
+    transactions: list[AuditTransaction] = Field(description="the committed chain, in commit order")
+    aborted: list[AuditTransaction]
+    violations: list[AuditViolation]

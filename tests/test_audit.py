@@ -1,0 +1,318 @@
+"""The exactly-once audit (``app/engine/audit.py``) against real confluent-kafka clients.
+
+One broker for the module (each test has its own topics, group and transactional
+ids). A correct consume-transform-produce loop passes, also after an aborted attempt
+(listed with its cause); each kind of violation the audit claims to catch is built
+on purpose: a gap, a duplicate (a zombie with another producer id on the same group),
+offsets committed outside a transaction, output without offsets, output outside any
+transaction.
+"""
+
+from __future__ import annotations
+
+import itertools
+import socket
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from sqlalchemy import text
+
+from app import cli
+from app.engine.audit import AuditView, ViolationKind
+from app.http import create_app
+from app.http.server import HttpServer
+from coordinator.mirror_db import reader_engine
+from tests.kafka_support import KafkaBroker, free_port
+from tests.waiting import eventually
+
+pytestmark = pytest.mark.timeout(60)
+
+RECORDS = 6
+_names = itertools.count()
+
+
+@pytest.fixture(scope="module")
+def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
+    with KafkaBroker(Path(tmp_path_factory.mktemp("audit")) / "data") as served:
+        yield served
+
+
+@pytest.fixture(scope="module")
+def http(kafka: KafkaBroker) -> Iterator[str]:
+    """The broker's HTTP API (with its SQLite mirror), served by waitress."""
+    web = create_app(kafka.engine, test_config={"TESTING": True}, mirror=kafka.broker.mirror)
+    sock = socket.create_server(("127.0.0.1", 0))
+    server = HttpServer(web, sock, threads=2).start()
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        server.close()
+        sock.close()
+
+
+class App:
+    """One test's topics, group and clients: ``in-N`` (filled with :data:`RECORDS`
+    records) -> ``out-N``, group ``g-N``."""
+
+    def __init__(self, kafka: KafkaBroker) -> None:
+        n = next(_names)
+        self.kafka, self.input, self.output, self.group = kafka, f"in-{n}", f"out-{n}", f"g-{n}"
+        kafka.broker.create_topic(self.input, 1)
+        kafka.broker.create_topic(self.output, 1)
+        self.clients: list = []
+        plain = Producer({"bootstrap.servers": kafka.bootstrap})
+        for i in range(RECORDS):
+            plain.produce(self.input, value=f"v{i}".encode(), partition=0)
+        assert plain.flush(10) == 0
+
+    def consumer(self) -> Consumer:
+        consumer = Consumer({"bootstrap.servers": self.kafka.bootstrap, "group.id": self.group,
+                             "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                             "isolation.level": "read_committed"})
+        consumer.assign([TopicPartition(self.input, 0)])
+        self.clients.append(consumer)
+        return consumer
+
+    def producer(self, transactional_id: str | None = None) -> Producer:
+        config = {"bootstrap.servers": self.kafka.bootstrap, "linger.ms": 0}
+        if transactional_id:
+            config["transactional.id"] = f"{self.group}-{transactional_id}"
+        producer = Producer(config)
+        if transactional_id:
+            producer.init_transactions(10)
+        return producer
+
+    def consume(self, consumer: Consumer, count: int) -> list:
+        got: list = []
+        eventually(lambda: got.extend(m for m in consumer.consume(count - len(got), 0.2) if not m.error())
+                   or len(got) >= count, 20, f"{count} input records")
+        return got
+
+    def transform(self, producer: Producer, consumer: Consumer, messages: list, commit_offset: int | None,
+                  commit: bool = True) -> None:
+        """One transaction: each input's value to the output, the offsets with it (unless None)."""
+        producer.begin_transaction()
+        for message in messages:
+            producer.produce(self.output, value=message.value(), partition=0)
+        if commit_offset is not None:
+            producer.send_offsets_to_transaction([TopicPartition(self.input, 0, commit_offset)],
+                                                 consumer.consumer_group_metadata(), 10)
+        if commit:
+            producer.commit_transaction(10)
+        else:
+            assert producer.flush(10) == 0  # written, then aborted (abort_transaction drops what is unsent)
+            producer.abort_transaction(10)
+
+    def audit(self, records_per_input: int | None = None) -> AuditView:
+        return self.kafka.engine.audit(self.group, self.input, self.output, records_per_input)
+
+    def close(self) -> None:
+        for consumer in self.clients:
+            consumer.close()
+
+
+@pytest.fixture
+def app(kafka: KafkaBroker) -> Iterator[App]:
+    made = App(kafka)
+    yield made
+    made.close()
+
+
+def kinds(view: AuditView) -> list[ViolationKind]:
+    return [v.kind for v in view.violations]
+
+
+def test_a_correct_loop_passes_and_lists_its_aborted_attempt_with_its_cause(app: App) -> None:
+    consumer, producer = app.consumer(), app.producer("t")
+    first = app.consume(consumer, 3)
+    app.transform(producer, consumer, first, 3, commit=False)  # an attempt, aborted by the application
+    consumer.seek(TopicPartition(app.input, 0, 0))  # back to the committed offset (none: the log start)
+    messages = app.consume(consumer, RECORDS)
+    app.transform(producer, consumer, messages[:4], 4)
+    app.transform(producer, consumer, messages[4:], RECORDS)
+
+    view = app.audit(records_per_input=1)
+
+    assert view.ok, view.violations
+    assert [(t.outcome, [(r.from_offset, r.to_offset) for r in t.inputs], t.output_records)
+            for t in view.transactions] == [("COMMIT", [(0, 4)], 4), ("COMMIT", [(4, RECORDS)], 2)]
+    assert all(t.transactional_id == f"{app.group}-t" for t in view.transactions)
+    (aborted,) = view.aborted
+    assert (aborted.outcome, aborted.abort_cause, aborted.output_records) == ("ABORT", "client", 3)
+    assert [(r.from_offset, r.to_offset) for r in aborted.inputs] == [(0, 3)]
+    assert view.partitions[0].committed_offset == RECORDS
+
+
+def test_a_fenced_instance_is_an_aborted_attempt_and_its_successor_passes(app: App) -> None:
+    """The same transactional id started again: the new instance's init_transactions
+    bumps the epoch and aborts the old one's open transaction (its marker at the new
+    epoch); the chain continues with the new epoch."""
+    consumer, old = app.consumer(), app.producer("t")
+    messages = app.consume(consumer, RECORDS)
+    app.transform(old, consumer, messages[:2], 2)
+    old.begin_transaction()
+    old.produce(app.output, value=b"half done", partition=0)
+    assert old.flush(10) == 0
+    new = app.producer("t")  # fences the old instance
+    app.transform(new, consumer, messages[2:], RECORDS)
+
+    view = app.audit(records_per_input=1)
+
+    assert view.ok, view.violations
+    (aborted,) = view.aborted
+    assert (aborted.abort_cause, aborted.output_records, aborted.inputs) == ("fenced", 1, ())
+    first, second = view.transactions
+    assert first.producer_id == aborted.producer_id == second.producer_id
+    assert first.producer_epoch < aborted.producer_epoch < second.producer_epoch  # bumped by the fence, then by init
+
+
+def test_a_gap_is_caught_when_a_transaction_commits_past_what_it_consumed(app: App) -> None:
+    consumer, producer = app.consumer(), app.producer("t")
+    messages = app.consume(consumer, 3)
+    app.transform(producer, consumer, messages, 5)  # consumed [0, 3), committed 5: offsets 3 and 4 skipped
+
+    view = app.audit(records_per_input=1)
+
+    assert not view.ok
+    (gap,) = view.violations
+    assert (gap.kind, gap.topic, gap.partition, gap.start_offset, gap.end_offset) == \
+        (ViolationKind.GAP, app.input, 0, 0, 5)
+    assert "(5 records) but wrote 3" in gap.detail
+
+
+def test_a_commit_past_the_high_watermark_is_a_gap_without_a_ratio(app: App) -> None:
+    consumer, producer = app.consumer(), app.producer("t")
+    app.transform(producer, consumer, app.consume(consumer, RECORDS), RECORDS + 2)
+
+    (gap,) = app.audit().violations
+    assert (gap.kind, gap.start_offset, gap.end_offset) == (ViolationKind.GAP, RECORDS, RECORDS + 2)
+
+
+def test_a_zombie_with_another_producer_id_duplicates_and_is_caught(app: App) -> None:
+    """Two instances with different transactional ids (so no fencing) on the same group
+    and partition both process [0, 6): the second's commit advances nothing."""
+    first, zombie = (app.consumer(), app.producer("a")), (app.consumer(), app.producer("b"))
+    inputs = [app.consume(consumer, RECORDS) for consumer, _ in (first, zombie)]
+    app.transform(first[1], first[0], inputs[0], RECORDS)
+    app.transform(zombie[1], zombie[0], inputs[1], RECORDS)
+
+    view = app.audit()
+
+    (duplicate,) = view.violations
+    assert (duplicate.kind, duplicate.topic, duplicate.partition) == (ViolationKind.DUPLICATE, app.input, 0)
+    assert duplicate.producer_id == view.transactions[1].producer_id != view.transactions[0].producer_id
+    assert [(r.from_offset, r.to_offset) for t in view.transactions for r in t.inputs] == \
+        [(0, RECORDS), (RECORDS, RECORDS)]
+
+
+def test_offsets_committed_outside_the_transaction_are_caught(app: App) -> None:
+    """The broken variant: output in a transaction, offsets with a plain commit."""
+    consumer, producer = app.consumer(), app.producer("t")
+    app.transform(producer, consumer, app.consume(consumer, RECORDS), None)
+    consumer.commit(offsets=[TopicPartition(app.input, 0, RECORDS)], asynchronous=False)
+
+    view = app.audit()
+
+    assert sorted(kinds(view), key=lambda k: k.value) == [ViolationKind.OFFSETS_OUTSIDE_TRANSACTION,
+                                                          ViolationKind.OUTPUT_WITHOUT_OFFSETS]
+    plain = next(v for v in view.violations if v.kind is ViolationKind.OFFSETS_OUTSIDE_TRANSACTION)
+    assert (plain.topic, plain.partition, plain.start_offset, plain.end_offset) == (app.input, 0, 0, RECORDS)
+
+
+def test_output_without_offsets_in_its_transaction_is_caught(app: App) -> None:
+    consumer, producer = app.consumer(), app.producer("t")
+    messages = app.consume(consumer, RECORDS)
+    app.transform(producer, consumer, messages[:2], 2)
+    app.transform(producer, consumer, messages[2:], None)  # committed output, no offsets
+
+    view = app.audit()
+
+    (violation,) = view.violations
+    assert (violation.kind, violation.topic, violation.partition) == \
+        (ViolationKind.OUTPUT_WITHOUT_OFFSETS, app.output, 0)
+    assert (violation.start_offset, violation.end_offset) == (3, 3 + RECORDS - 2)  # after [0,1] and its marker at 2
+
+
+def test_output_written_without_a_transaction_is_caught(app: App) -> None:
+    consumer, producer = app.consumer(), app.producer("t")
+    app.transform(producer, consumer, app.consume(consumer, RECORDS), RECORDS)
+    plain = app.producer()
+    plain.produce(app.output, value=b"stray", partition=0)
+    assert plain.flush(10) == 0
+
+    (violation,) = app.audit().violations
+    assert (violation.kind, violation.topic, violation.start_offset, violation.end_offset) == \
+        (ViolationKind.OUTPUT_OUTSIDE_TRANSACTION, app.output, RECORDS + 1, RECORDS + 2)
+
+
+# -- the surfaces: HTTP, the CLI, the mirror's table ------------------------------------------
+
+
+def test_the_cli_prints_the_chain_and_exits_0_when_it_held_and_the_mirror_keeps_the_rows(
+        app: App, http: str, capsys: pytest.CaptureFixture[str]) -> None:
+    consumer, producer = app.consumer(), app.producer("t")
+    messages = app.consume(consumer, RECORDS)
+    app.transform(producer, consumer, messages[:2], 2, commit=False)
+    app.transform(producer, consumer, messages, RECORDS)
+
+    status = cli.main(["audit", app.group, "--input", app.input, "--output", app.output, "--http", http,
+                       "--records-per-input", "1"])
+
+    out = capsys.readouterr().out
+    assert status == 0, out
+    assert f"[0, {RECORDS}) COMMIT {app.group}-t" in out
+    assert "aborted: ABORT " in out and "cause client" in out
+    assert out.rstrip().endswith("exactly once: held")
+    db = reader_engine(app.kafka.broker.mirror.path)
+    try:
+        with db.connect() as connection:
+            rows = connection.execute(text(
+                "SELECT outcome, from_offset, to_offset, output_records, abort_cause, audit_ok "
+                "FROM audit_transactions WHERE group_id = :g ORDER BY offsets_marker_offset"), {"g": app.group}).all()
+    finally:
+        db.dispose()
+    assert [tuple(r) for r in rows] == [("ABORT", 0, 2, 2, "client", 1), ("COMMIT", 0, RECORDS, RECORDS, None, 1)]
+
+
+def test_the_cli_exits_1_with_the_offsets_when_it_was_violated(app: App, http: str,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    consumer = app.consumer()
+    app.consume(consumer, RECORDS)
+    consumer.commit(offsets=[TopicPartition(app.input, 0, 3)], asynchronous=False)
+
+    status = cli.main(["audit", app.group, "--input", app.input, "--output", app.output, "--http", http])
+
+    out = capsys.readouterr().out
+    assert status == 1
+    assert f"VIOLATION OFFSETS_OUTSIDE_TRANSACTION {app.input}-0 [0, 3)" in out
+    assert "exactly once: VIOLATED (1)" in out
+
+
+def test_the_cli_exits_2_when_it_cannot_ask(http: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["audit", "g", "--input", "in", "--output", "out", "--http",
+                     f"http://127.0.0.1:{free_port()}"]) == 2
+    assert cli.main(["audit", "g", "--input", "no-such-topic", "--output", "out", "--http", http]) == 2
+    assert "no-such-topic" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as usage:
+        cli.main(["audit", "g"])
+    assert usage.value.code == 2
+
+
+def test_the_console_audits_from_the_group_page(app: App) -> None:
+    consumer, producer = app.consumer(), app.producer("t")
+    app.transform(producer, consumer, app.consume(consumer, RECORDS)[:RECORDS - 1], RECORDS - 1)
+    client = create_app(app.kafka.engine, test_config={"TESTING": True}).test_client()
+
+    group_page = client.get(f"/groups/{app.group}").get_data(as_text=True)
+    assert f'href="/audit?group={app.group}"' in group_page
+    page = client.get(f"/audit?group={app.group}&input={app.input}&output={app.output}&ratio=1")
+
+    html = page.get_data(as_text=True)
+    assert page.status_code == 200
+    assert "exactly once" in html and 'id="violations"' not in html
+    assert f"[0, {RECORDS - 1})" in html
+    assert f"<option selected>{app.input}</option>" in html
+    unknown = client.get(f"/audit?group={app.group}&input=no-such-topic&output={app.output}")
+    assert 'id="audit-error"' in unknown.get_data(as_text=True)
