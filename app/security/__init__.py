@@ -2,6 +2,6 @@
 model with Kafka's wire codes; ``authorizer``, Kafka's StandardAuthorizer rules).
 
 Nothing here knows the engine or the faces: the engine keeps the authorizer (its ACLs
-are durable in ``__cluster_metadata``, ``coordinator/acl_log.py``) and the faces ask
+are durable in ``__cluster_metadata``, ``coordinator/cluster_metadata.py``) and the faces ask
 it, through the engine, before any side effect.
 """
