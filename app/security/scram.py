@@ -123,6 +123,7 @@ class ScramExchange:
                 return self._server.get_server_first().encode()
             if self.user is not None:
                 raise scramp.ScramException("the exchange is already complete")
+            self._accept_doubled_client_nonce(message)
             self._server.set_client_final(message)
             answer = self._server.get_server_final().encode()
         except (scramp.ScramException, UnicodeDecodeError, ValueError, TypeError, IndexError, KeyError) as e:
@@ -131,6 +132,18 @@ class ScramExchange:
                 f"{self.mechanism.mechanism_name}") from e
         self.user = self._claimed
         return answer
+
+    def _accept_doubled_client_nonce(self, client_final: str) -> None:
+        """librdkafka before 2.6.1 (kcat in Debian 12 and Ubuntu 24.04 among them) sends
+        the client nonce twice in client-final (``r=<client nonce><client nonce><server
+        nonce>``; librdkafka#4895). Kafka 3.8.1 to 3.9 accept it, and so does this broker:
+        the server's nonce is still in it, so a replayed message fails all the same, and
+        the proof covers the message as sent. Nothing else differs from RFC 5802."""
+        nonce = str(self._server.nonce)
+        sent = next((part[2:] for part in client_final.split(",") if part.startswith("r=")), "")
+        doubled = sent[:-len(nonce)] if sent.endswith(nonce) else ""
+        if doubled and nonce.startswith(doubled):
+            self._server.nonce = scramp.core.Nonce(sent)
 
     @property
     def complete(self) -> bool:
