@@ -224,9 +224,10 @@ def _result(user: str, error: KafkaError | None) -> dict:
 
 @serves(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, 0, 0)
 async def describe_user_scram_credentials(ctx: RequestContext, request: Any) -> dict:
-    if not _cluster_allowed(ctx, AclOperation.DESCRIBE):
+    if not _cluster_allowed(ctx, AclOperation.DESCRIBE):  # also per user, as Kafka's getErrorResponse
         e = ClusterAuthorizationFailedError("Cluster authorization failed (DESCRIBE on the cluster)")
-        return {"error_code": e.code, "error_message": str(e), "results": []}
+        return {"error_code": e.code, "error_message": str(e),
+                "results": [{**_result(u.name, e), "credential_infos": []} for u in request.users or ()]}
     credentials = ctx.engine.scram_credentials
     names = [u.name for u in request.users or ()] or credentials.users()
     results = []
