@@ -16,7 +16,6 @@ written for it).
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Iterable
 
 from app import admin_connection
@@ -32,7 +31,8 @@ from app.security.acl import (
     ResourcePattern,
     ResourceType,
 )
-from storage.errors import KafkaError, raise_for_code
+from app.spark.kafka_client import KafkaConnection
+from storage.errors import raise_for_code
 
 DESCRIBE_ACLS, CREATE_ACLS, DELETE_ACLS = 29, 30, 31
 #: the version each ACL API is sent at (Exactly and Kafka 4.x both serve it)
@@ -116,11 +116,8 @@ def _filter_body(f: AclBindingFilter) -> dict:
 class AclAdmin:
     """CreateAcls, DescribeAcls and DeleteAcls over one connection."""
 
-    def __init__(self, args: argparse.Namespace) -> None:
-        self.connection = admin_connection.connect(args, "exactly-acls")
-
-    def close(self) -> None:
-        self.connection.close()
+    def __init__(self, connection: KafkaConnection) -> None:
+        self.connection = connection
 
     def create(self, bindings: Iterable[AclBinding]) -> None:
         creations = [{"resource_type": int(b.pattern.resource_type), "resource_name": b.pattern.name,
@@ -192,16 +189,5 @@ def _remove(admin: AclAdmin, args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """The ``exactly acls`` command; 1 with one line on stderr when the broker refuses."""
-    try:
-        admin = AclAdmin(args)
-    except (OSError, ValueError, KafkaError) as e:
-        print(f"exactly acls: cannot reach {args.bootstrap_server}: {e}", file=sys.stderr)
-        return 1
-    try:
-        (_add if args.add else _remove if args.remove else _list)(admin, args)
-    except KafkaError as e:
-        print(f"exactly acls: {e.name}: {e}", file=sys.stderr)
-        return 1
-    finally:
-        admin.close()
-    return 0
+    action = _add if args.add else _remove if args.remove else _list
+    return admin_connection.run_command(args, "acls", lambda connection: action(AclAdmin(connection), args))

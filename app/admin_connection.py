@@ -19,14 +19,16 @@ from __future__ import annotations
 import argparse
 import re
 import ssl
+import sys
 from pathlib import Path
+from typing import Callable
 
 import scramp
 
 from app.listeners import SecurityProtocol
 from app.security.sasl_plain import PLAIN
 from app.spark.kafka_client import KafkaConnection
-from storage.errors import raise_for_code
+from storage.errors import KafkaError, raise_for_code
 
 SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
 _JAAS = re.compile(r'(username|password)\s*=\s*"([^"]*)"')
@@ -69,6 +71,24 @@ def connect(args: argparse.Namespace, client_id: str) -> KafkaConnection:
         connection.close()
         raise
     return connection
+
+
+def run_command(args: argparse.Namespace, command: str, work: Callable[[KafkaConnection], None]) -> int:
+    """Connect as :func:`connect` does, do ``work`` on the connection, close it: 0, or 1
+    with one line on stderr (``exactly <command>: ...``) when unreachable or refused."""
+    try:
+        connection = connect(args, f"exactly-{command}")
+    except (OSError, ValueError, KafkaError) as e:
+        print(f"exactly {command}: cannot reach {args.bootstrap_server}: {e}", file=sys.stderr)
+        return 1
+    try:
+        work(connection)
+    except KafkaError as e:
+        print(f"exactly {command}: {e.name}: {e}", file=sys.stderr)
+        return 1
+    finally:
+        connection.close()
+    return 0
 
 
 def _credentials(properties: dict[str, str]) -> tuple[str, str]:

@@ -25,7 +25,8 @@ from typing import Any
 
 from app import admin_connection
 from app.security.scram import MIN_ITERATIONS, ScramMechanism
-from storage.errors import KafkaError, raise_for_code
+from app.spark.kafka_client import KafkaConnection
+from storage.errors import raise_for_code
 
 DESCRIBE_USER_SCRAM_CREDENTIALS, ALTER_USER_SCRAM_CREDENTIALS = 50, 51
 MECHANISMS = [m.mechanism_name for m in ScramMechanism if m is not ScramMechanism.UNKNOWN]
@@ -61,13 +62,13 @@ def _upsertion(name: str, mechanism: ScramMechanism, password: str, iterations: 
             "salted_password": salted}
 
 
-def _alter(connection: Any, deletions: list[dict], upsertions: list[dict]) -> None:
+def _alter(connection: KafkaConnection, deletions: list[dict], upsertions: list[dict]) -> None:
     response = connection.request(ALTER_USER_SCRAM_CREDENTIALS, 0, {"deletions": deletions, "upsertions": upsertions})
     for result in response.results:
         raise_for_code(result.error_code, f"{result.user}: {result.error_message or ''}")
 
 
-def _list(connection: Any, names: list[str]) -> None:
+def _list(connection: KafkaConnection, names: list[str]) -> None:
     response = connection.request(DESCRIBE_USER_SCRAM_CREDENTIALS, 0,
                                   {"users": [{"name": n} for n in names] or None})
     raise_for_code(response.error_code, response.error_message or "")
@@ -84,12 +85,8 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit(f"exactly users: {args.action} takes one user name")
     mechanism = ScramMechanism.of(args.mechanism)
     password = _password(args) if args.action == "add" else ""
-    try:
-        connection = admin_connection.connect(args, "exactly-users")
-    except (OSError, ValueError, KafkaError) as e:
-        print(f"exactly users: cannot reach {args.bootstrap_server}: {e}", file=sys.stderr)
-        return 1
-    try:
+
+    def work(connection: KafkaConnection) -> None:
         if args.action == "add":
             _alter(connection, [], [_upsertion(args.names[0], mechanism, password, args.iterations)])
             print(f"exactly users: {args.names[0]} has a {mechanism.mechanism_name} credential")
@@ -98,9 +95,5 @@ def run(args: argparse.Namespace) -> int:
             print(f"exactly users: removed {args.names[0]}'s {mechanism.mechanism_name} credential")
         else:
             _list(connection, args.names)
-    except KafkaError as e:
-        print(f"exactly users: {e.name}: {e}", file=sys.stderr)
-        return 1
-    finally:
-        connection.close()
-    return 0
+
+    return admin_connection.run_command(args, "users", work)
