@@ -26,8 +26,10 @@ from confluent_kafka.admin import AdminClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kafka import KafkaConsumer, KafkaProducer
+from prometheus_client.parser import text_string_to_metric_families
 
 from app.admin_connection import authenticate
+from app.http import create_app
 from app.kafka.api import ApiKey
 from app.security.principal import ANONYMOUS, KafkaPrincipal
 from app.spark.kafka_client import KafkaConnection
@@ -50,8 +52,12 @@ def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ListenersBroker]
         yield k
 
 
-def failures(kafka: ListenersBroker) -> dict[str, int]:
-    return kafka.engine.call(lambda: dict(kafka.engine.counters.authentication_failures))
+def failures(kafka: ListenersBroker) -> dict[str, float]:
+    """``exactly_authentication_failures_total`` by mechanism, scraped from ``/metrics``."""
+    client = create_app(kafka.engine, test_config={"TESTING": True}).test_client()
+    text = client.get("/metrics").get_data(True)
+    return {s.labels["mechanism"]: s.value for family in text_string_to_metric_families(text)
+            for s in family.samples if s.name == "exactly_authentication_failures_total"}
 
 
 def principals(kafka: ListenersBroker, client_id: str) -> set[KafkaPrincipal]:
