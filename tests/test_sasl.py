@@ -249,3 +249,20 @@ def test_v0_handshake_then_raw_tokens_authenticates(kafka: ListenersBroker) -> N
     assert connection.read_frame() == b""
     assert connection.request(ApiKey.API_VERSIONS, 3, SOFTWARE).error_code == 0
     assert principals(kafka, "raw-v0") == {KafkaPrincipal("User", "alice")}
+
+
+def test_re_authentication_keeps_the_principal_and_the_mechanism(kafka: ListenersBroker) -> None:
+    kafka.add_user("mallory", "mallory-secret")
+    connection = raw_connection(kafka.port("SASL_PLAINTEXT"), client_id="reauth-raw")
+    authenticate(connection, "PLAIN", "alice", "alice-secret")
+    authenticate(connection, "PLAIN", "alice", "alice-secret")  # KIP-368: again, on the same connection
+    assert principals(kafka, "reauth-raw") == {KafkaPrincipal("User", "alice")}
+    with pytest.raises(SaslAuthenticationFailedError, match="Cannot change principals"):
+        authenticate(connection, "PLAIN", "mallory", "mallory-secret")
+    assert connection.closed_by_peer()
+
+    other = raw_connection(kafka.port("SASL_PLAINTEXT"))
+    authenticate(other, "PLAIN", "alice", "alice-secret")
+    with pytest.raises(IllegalSaslStateError):
+        authenticate(other, "SCRAM-SHA-256", "alice", "alice-secret")
+    assert other.closed_by_peer()

@@ -119,8 +119,9 @@ class SaslSession:
         if mechanism not in self.mechanisms:
             raise UnsupportedSaslMechanismError(
                 f"Unsupported SASL mechanism {mechanism}; enabled: {', '.join(self.mechanisms)}")
-        if raw_tokens and self.state is SaslState.AUTHENTICATED:
-            raise IllegalSaslStateError("re-authentication needs SaslHandshake v1")
+        if self.state is SaslState.AUTHENTICATED and (raw_tokens or mechanism != self.mechanism):
+            raise IllegalSaslStateError(f"re-authentication needs SaslHandshake v1 and the same mechanism "
+                                        f"({self.mechanism})")
         self.transition(SaslState.RAW_TOKENS if raw_tokens else SaslState.AUTHENTICATING)
         self.mechanism = mechanism
         self._scram = None if mechanism == PLAIN else ScramExchange(
