@@ -52,10 +52,15 @@ def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ListenersBroker]
         yield k
 
 
-def failures(kafka: ListenersBroker) -> dict[str, float]:
+@pytest.fixture(scope="module")
+def metrics(kafka: ListenersBroker) -> Any:
+    """The HTTP face's test client (one per module: building the app takes seconds)."""
+    return create_app(kafka.engine, test_config={"TESTING": True}).test_client()
+
+
+def failures(metrics: Any) -> dict[str, float]:
     """``exactly_authentication_failures_total`` by mechanism, scraped from ``/metrics``."""
-    client = create_app(kafka.engine, test_config={"TESTING": True}).test_client()
-    text = client.get("/metrics").get_data(True)
+    text = metrics.get("/metrics").get_data(True)
     return {s.labels["mechanism"]: s.value for family in text_string_to_metric_families(text)
             for s in family.samples if s.name == "exactly_authentication_failures_total"}
 
@@ -146,15 +151,15 @@ def test_kcat_over_sasl_ssl(kafka: ListenersBroker) -> None:
     assert metadata["brokers"][0]["name"] == f"127.0.0.1:{kafka.port('SASL_SSL')}"
 
 
-def test_wrong_password_is_refused_late_counted_and_closed(kafka: ListenersBroker) -> None:
-    before = failures(kafka).get("PLAIN", 0)
+def test_wrong_password_is_refused_late_counted_and_closed(kafka: ListenersBroker, metrics: Any) -> None:
+    before = failures(metrics).get("PLAIN", 0)
     connection = raw_connection(kafka.port("SASL_PLAINTEXT"))
     started = time.monotonic()
     with pytest.raises(SaslAuthenticationFailedError, match="Invalid username or password"):
         authenticate(connection, "PLAIN", "alice", "not-her-password")
     assert time.monotonic() - started >= DELAY_MS / 1000
     assert connection.closed_by_peer()
-    assert failures(kafka)["PLAIN"] == before + 1
+    assert failures(metrics)["PLAIN"] == before + 1
 
     errors: list[Any] = []
     producer = Producer(kafka.confluent("SASL_SSL", "SCRAM-SHA-256", password="wrong",
@@ -167,7 +172,7 @@ def test_wrong_password_is_refused_late_counted_and_closed(kafka: ListenersBroke
 
     eventually(reported, what="confluent-kafka to report the authentication failure")
     producer.purge()
-    assert failures(kafka).get("SCRAM-SHA-256", 0) >= 1
+    assert failures(metrics).get("SCRAM-SHA-256", 0) >= 1
 
 
 def test_unknown_mechanism_lists_the_enabled_ones(kafka: ListenersBroker) -> None:
