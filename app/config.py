@@ -16,7 +16,14 @@ import ipaddress
 from dataclasses import dataclass, field, fields
 from typing import Any, Mapping
 
-from app.listeners import DEFAULT_PROTOCOL_MAP, ListenerSpec, SecurityProtocol, parse_endpoint, parse_listeners
+from app.listeners import (
+    DEFAULT_PROTOCOL_MAP,
+    ListenerSpec,
+    SecurityProtocol,
+    parse_endpoint,
+    parse_listeners,
+    parse_protocol_map,
+)
 from app.security.authorizer import AUTHORIZER_CLASS_NAMES, StandardAuthorizer, parse_super_users
 from app.security.sasl_plain import PLAIN
 from app.security.scram import ScramMechanism
@@ -199,9 +206,10 @@ class BrokerConfig(CoordinatorConfig, GroupConfig):
         """The Kafka listeners: ``listeners``, or one PLAINTEXT listener on ``host:port``
         (``exactly serve --host --kafka-port``) when it is empty.
         :raise InvalidConfigError: a malformed entry or an unmapped name."""
-        if not self.listeners.strip():
-            return [ListenerSpec("PLAINTEXT", SecurityProtocol.PLAINTEXT, host, port)]
         try:
+            parse_protocol_map(self.listener_security_protocol_map)
+            if not self.listeners.strip():
+                return [ListenerSpec("PLAINTEXT", SecurityProtocol.PLAINTEXT, host, port)]
             return parse_listeners(self.listeners, self.listener_security_protocol_map)
         except ValueError as e:
             raise InvalidConfigError(f"listeners: {e}") from None

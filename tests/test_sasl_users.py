@@ -28,8 +28,10 @@ from hypothesis import strategies as st
 
 from app.admin_connection import authenticate
 from app.cli import main
+from app.config import BrokerConfig
 from app.kafka.api import ApiKey
 from app.kafka.sasl import ALLOWED_PREVIOUS, SaslSession, SaslState
+from app.listeners import ListenerSpec, SecurityProtocol
 from app.security.principal import KafkaPrincipal
 from app.security.sasl_plain import parse_plain
 from app.security.scram import ScramMechanism, new_credential, password_matches
@@ -37,6 +39,7 @@ from coordinator import cluster_metadata
 from storage.errors import (
     ClusterAuthorizationFailedError,
     IllegalSaslStateError,
+    InvalidConfigError,
     SaslAuthenticationFailedError,
     UnacceptableCredentialError,
 )
@@ -245,3 +248,31 @@ def test_the_session_state_machine_allows_only_its_table(states: list[SaslState]
                 session.transition(state)
             assert session.state is before
 
+
+
+@pytest.mark.parametrize("config,message", [
+    ({"listeners": "PLAINTEXT://127.0.0.1:9092,PLAINTEXT://127.0.0.1:9093"}, "different name"),
+    ({"listeners": "INTERNAL://127.0.0.1:9092"}, "no security protocol defined for listener INTERNAL"),
+    ({"listeners": "PLAINTEXT:/127.0.0.1:9092"}, "NAME://host:port"),
+    ({"listener.security.protocol.map": "INTERNAL:KERBEROS"}, "NAME:PROTOCOL"),
+    ({"sasl.enabled.mechanisms": "GSSAPI,PLAIN"}, "GSSAPI not supported"),
+    ({"ssl.keystore.type": "JKS"}, "PEM"),
+    ({"connections.max.reauth.ms": -1}, ">= 0"),
+])
+def test_listener_and_sasl_configs_are_checked_at_start(config: dict, message: str) -> None:
+    with pytest.raises(InvalidConfigError, match=message):
+        BrokerConfig.from_kafka(config)
+
+
+def test_listener_names_map_to_protocols_and_advertise_by_name() -> None:
+    config = BrokerConfig.from_kafka({
+        "listeners": "CLIENTS://:9093,PLAINTEXT://127.0.0.1:9092",
+        "listener.security.protocol.map": "CLIENTS:SASL_SSL,PLAINTEXT:PLAINTEXT",
+        "advertised.listeners": "CLIENTS://kafka.example:19093"})
+    assert [(s.name, s.protocol, s.host, s.port) for s in config.listener_specs("ignored", 1)] == [
+        ("CLIENTS", SecurityProtocol.SASL_SSL, "0.0.0.0", 9093),
+        ("PLAINTEXT", SecurityProtocol.PLAINTEXT, "127.0.0.1", 9092)]
+    assert config.advertised_listener("CLIENTS") == ("kafka.example", 19093)
+    assert config.advertised_listener("PLAINTEXT") is None
+    assert BrokerConfig.from_kafka({}).listener_specs("10.0.0.1", 9092) == [
+        ListenerSpec("PLAINTEXT", SecurityProtocol.PLAINTEXT, "10.0.0.1", 9092)]
