@@ -7,7 +7,8 @@ The flags are kafka-acls.sh's: ``--add`` / ``--remove`` / ``--list``; resources
 (repeatable), ``--allow-host`` / ``--deny-host`` (default ``*``), ``--operation``
 (repeatable; default All) or the ``--producer`` / ``--consumer`` shortcuts;
 ``--principal`` narrows ``--list``. As kafka-acls.sh, it talks to a running broker
-(``--bootstrap-server``): CreateAcls, DescribeAcls, DeleteAcls. Unlike it,
+(``--bootstrap-server``, ``--command-config`` for a SASL or TLS listener:
+``app/admin_connection.py``): CreateAcls, DescribeAcls, DeleteAcls. Unlike it,
 ``--remove`` never asks for confirmation (``--force`` is accepted for scripts
 written for it).
 """
@@ -15,9 +16,9 @@ written for it).
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Iterable
 
+from app import admin_connection
 from app.security.acl import (
     CLUSTER_NAME,
     WILDCARD_HOST,
@@ -31,7 +32,7 @@ from app.security.acl import (
     ResourceType,
 )
 from app.spark.kafka_client import KafkaConnection
-from storage.errors import KafkaError, raise_for_code
+from storage.errors import raise_for_code
 
 DESCRIBE_ACLS, CREATE_ACLS, DELETE_ACLS = 29, 30, 31
 #: the version each ACL API is sent at (Exactly and Kafka 4.x both serve it)
@@ -52,7 +53,7 @@ def _operation(text: str) -> AclOperation:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--bootstrap-server", required=True, help="host:port of the broker's Kafka port")
+    admin_connection.add_arguments(parser)
     action = parser.add_mutually_exclusive_group(required=True)
     for flag in ("--add", "--remove", "--list"):
         action.add_argument(flag, action="store_true")
@@ -115,12 +116,8 @@ def _filter_body(f: AclBindingFilter) -> dict:
 class AclAdmin:
     """CreateAcls, DescribeAcls and DeleteAcls over one connection."""
 
-    def __init__(self, bootstrap: str) -> None:
-        host, _, port = bootstrap.split(",")[0].strip().rpartition(":")
-        self.connection = KafkaConnection(host.strip("[]"), int(port), "exactly-acls", 30.0)
-
-    def close(self) -> None:
-        self.connection.close()
+    def __init__(self, connection: KafkaConnection) -> None:
+        self.connection = connection
 
     def create(self, bindings: Iterable[AclBinding]) -> None:
         creations = [{"resource_type": int(b.pattern.resource_type), "resource_name": b.pattern.name,
@@ -192,16 +189,5 @@ def _remove(admin: AclAdmin, args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """The ``exactly acls`` command; 1 with one line on stderr when the broker refuses."""
-    try:
-        admin = AclAdmin(args.bootstrap_server)
-    except (OSError, ValueError) as e:
-        print(f"exactly acls: cannot reach {args.bootstrap_server}: {e}", file=sys.stderr)
-        return 1
-    try:
-        (_add if args.add else _remove if args.remove else _list)(admin, args)
-    except KafkaError as e:
-        print(f"exactly acls: {e.name}: {e}", file=sys.stderr)
-        return 1
-    finally:
-        admin.close()
-    return 0
+    action = _add if args.add else _remove if args.remove else _list
+    return admin_connection.run_command(args, "acls", lambda connection: action(AclAdmin(connection), args))

@@ -13,11 +13,16 @@ exit non-zero with one clear line on stderr.
 data directory no broker is serving.
 
 ``exactly acls`` is kafka-acls.sh, with its flags, against a running broker
-(``app/acl_command.py``).
+(``app/acl_command.py``); ``exactly users`` adds, lists and removes SASL/SCRAM users
+on one (``app/users_command.py``).
 
 ``exactly audit GROUP --input T --output U`` asks a running broker's HTTP API whether
 the group processed T into U exactly once (``app/audit_command.py``); its exit status
 is the verdict.
+
+Kafka listeners: ``--host``/``--kafka-port`` is one PLAINTEXT listener; the config
+``listeners`` (``PLAINTEXT://127.0.0.1:9092,SASL_SSL://127.0.0.1:9094``) replaces it
+with several. ``--generate-certificate`` gives SSL listeners a local CA's certificate.
 """
 
 from __future__ import annotations
@@ -32,13 +37,15 @@ import threading
 from pathlib import Path
 from typing import Callable, Sequence
 
-from app import acl_command, audit_command
+from app import acl_command, audit_command, users_command
 from app.broker import Broker
+from app.config import BrokerConfig
 from app.http import HttpSettings, create_app
 from app.http.auth import LOOPBACK_HOSTS
 from app.http.server import HttpServer
 from app.kafka import KafkaListener, attach as attach_kafka
-from app.listeners import PortInUseError, bind
+from app.listeners import ListenerSpec, PortInUseError, bind
+from app.security.tls import generate_certificate, server_context
 from coordinator.mirror_db import UPGRADE_ERRORS, db_path, upgrade
 from storage.errors import KafkaError
 
@@ -69,16 +76,22 @@ def build_parser() -> argparse.ArgumentParser:
     acl_command.add_arguments(acls)
     audit = sub.add_parser("audit", help="was it exactly once? (a running broker's audit of a group)")
     audit_command.add_arguments(audit)
+    users = sub.add_parser("users", help="add, list or remove SASL/SCRAM users on a running broker")
+    users_command.add_arguments(users)
     return parser
 
 
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data-dir", default="data", type=Path, help="data directory (default ./data)")
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    parser.add_argument("--kafka-port", default=9092, type=int, help="Kafka protocol port (default 9092)")
+    parser.add_argument("--kafka-port", default=9092, type=int,
+                        help="the PLAINTEXT Kafka port (default 9092) when the config listeners is not set")
     parser.add_argument("--http-port", default=8080, type=int, help="HTTP API and web UI port (default 8080)")
     parser.add_argument("--config", action="append", default=[], type=_config_pair, metavar="KEY=VALUE",
                         help="a Kafka config, e.g. --config log.segment.bytes=1048576 (repeatable)")
+    parser.add_argument("--generate-certificate", action="store_true",
+                        help="SSL listeners without a certificate get one from a local CA created under "
+                             "<data-dir>/tls (exactly.ssl.generate=true); the CA's path is printed")
 
 
 def serve(args: argparse.Namespace) -> int:
@@ -86,28 +99,34 @@ def serve(args: argparse.Namespace) -> int:
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
+    config = {**dict(args.config), **({"exactly.ssl.generate": "true"} if args.generate_certificate else {})}
     sockets: list[socket.socket] = []
     try:
-        for port, what in ((args.kafka_port, "Kafka"), (args.http_port, "HTTP")):
-            sockets.append(bind(args.host, port, what))
-    except PortInUseError as e:
-        print(f"exactly: {e}", file=sys.stderr)
+        specs = BrokerConfig.from_kafka(config).listener_specs(args.host, args.kafka_port)
+        for spec in specs:
+            sockets.append(bind(spec.host, spec.port, "Kafka" if len(specs) == 1 else f"Kafka {spec.name}"))
+        sockets.append(bind(args.host, args.http_port, "HTTP"))
+        broker = Broker(args.data_dir, **config)
+    except (PortInUseError, KafkaError) as e:
+        print(f"exactly: {e.name}: {e}" if isinstance(e, KafkaError) else f"exactly: {e}", file=sys.stderr)
         _close(sockets)
         return 1
-    kafka_socket, http_socket = sockets
     try:
-        broker = Broker(args.data_dir, **dict(args.config))
-    except KafkaError as e:
+        stoppers, kafka = attach_listeners(broker, args, sockets[-1], list(zip(specs, sockets)))
+    except KafkaError as e:  # the TLS certificate
         print(f"exactly: {e.name}: {e}", file=sys.stderr)
+        broker.close()
         _close(sockets)
         return 1
-    stoppers, kafka = attach_listeners(broker, args, http_socket, kafka_socket)
     topics = len(broker.engine.topic_names())
     print(f"exactly: data directory {args.data_dir.resolve()} recovered ({topics} topics), "
           f"cluster id {broker.cluster_id}", flush=True)
+    listening = ", ".join(f"{k.spec} (advertised as {k.node.host}:{k.node.port})" for k in kafka)
     print(f"exactly: console and HTTP API on http://{args.host}:{args.http_port}/ ; Kafka on "
-          f"{args.host}:{args.kafka_port} (advertised as {kafka.node.host}:{kafka.node.port}); "
-          f"Ctrl-C to stop", flush=True)
+          f"{listening}; Ctrl-C to stop", flush=True)
+    if broker.config.exactly_ssl_generate and any(k.ssl_context is not None for k in kafka):
+        print(f"exactly: TLS certificate from a local CA; clients set ssl.ca.location="
+              f"{generate_certificate(args.data_dir).ca.resolve()}", flush=True)
     stop.wait()
     print("exactly: shutting down", flush=True)
     for stop_listener in reversed(stoppers):
@@ -120,17 +139,21 @@ def serve(args: argparse.Namespace) -> int:
 
 
 def attach_listeners(broker: Broker, args: argparse.Namespace, http_socket: socket.socket,
-                     kafka_socket: socket.socket) -> tuple[list[Callable[[], None]], KafkaListener]:
+                     kafka_sockets: list[tuple[ListenerSpec, socket.socket]]
+                     ) -> tuple[list[Callable[[], None]], list[KafkaListener]]:
     """Start the listeners of ``exactly serve`` on the broker's engine, on sockets bound
     before the broker opened; returns what stops each (called in reverse order before
-    the broker closes) and the Kafka listener."""
+    the broker closes) and the Kafka listeners.
+    :raise InvalidConfigError: an SSL listener without a usable certificate."""
+    tls = (server_context(broker.config, broker.data_dir)
+           if any(spec.protocol.uses_tls for spec, _ in kafka_sockets) else None)
     loopback = ipaddress.ip_address(socket.gethostbyname(args.host)).is_loopback
     settings = HttpSettings(token=broker.config.http_auth_token,
                             allowed_hosts=LOOPBACK_HOSTS | {args.host} if loopback else None)
     web = create_app(broker.engine, settings, mirror=broker.mirror)
     http = HttpServer(web, http_socket).start()
-    kafka = attach_kafka(broker.engine, kafka_socket)
-    return [web.extensions["exactly.history"].stop, http.close, kafka.close], kafka
+    kafka = [attach_kafka(broker.engine, sock, spec, tls) for spec, sock in kafka_sockets]
+    return [web.extensions["exactly.history"].stop, http.close, *(k.close for k in kafka)], kafka
 
 
 def db_upgrade(args: argparse.Namespace) -> int:
@@ -178,6 +201,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return acl_command.run(args)
     if args.command == "audit":
         return audit_command.run(args)
+    if args.command == "users":
+        return users_command.run(args)
     return 2
 
 

@@ -16,7 +16,17 @@ import ipaddress
 from dataclasses import dataclass, field, fields
 from typing import Any, Mapping
 
+from app.listeners import (
+    DEFAULT_PROTOCOL_MAP,
+    ListenerSpec,
+    SecurityProtocol,
+    parse_endpoint,
+    parse_listeners,
+    parse_protocol_map,
+)
 from app.security.authorizer import AUTHORIZER_CLASS_NAMES, StandardAuthorizer, parse_super_users
+from app.security.sasl_plain import PLAIN
+from app.security.scram import ScramMechanism
 from coordinator.group_coordinator import GroupConfig
 from coordinator.transaction_coordinator import CoordinatorConfig
 from storage.errors import InvalidConfigError, InvalidRequestError
@@ -42,6 +52,8 @@ _HOURS = {"log.retention.hours": "retention.ms", "log.roll.hours": "segment.ms"}
 _PERIODS = ("_interval_ms", "_backoff_ms")
 #: Kafka's Int.MAX default of the connection limits: no limit
 INT32_MAX = 2**31 - 1
+#: the SASL mechanisms this broker implements (Kafka's default GSSAPI is not one of them)
+SASL_MECHANISMS = (PLAIN, *(m.mechanism_name for m in ScramMechanism if m is not ScramMechanism.UNKNOWN))
 
 
 @dataclass(frozen=True)
@@ -77,9 +89,37 @@ class BrokerConfig(CoordinatorConfig, GroupConfig):
     exactly_jobs_enable: bool = True
     #: how often the SQLite mirror (<data-dir>/exactly.db) catches up with the logs
     exactly_mirror_interval_ms: int = 1_000
-    #: the Kafka address clients are told to connect to (Metadata, FindCoordinator), e.g.
-    #: ``PLAINTEXT://broker.example:9092``; empty: the address the Kafka port is bound to
+    #: the Kafka address clients are told to connect to (Metadata, FindCoordinator), per
+    #: listener name, e.g. ``PLAINTEXT://broker.example:9092``; a listener not named here
+    #: advertises the address it is bound to
     advertised_listeners: str = ""
+    #: the Kafka listeners, ``NAME://host:port,...`` (``PLAINTEXT://127.0.0.1:9092,
+    #: SASL_SSL://127.0.0.1:9094``); empty: one PLAINTEXT listener on ``--host``/``--kafka-port``
+    listeners: str = ""
+    #: each listener name's security protocol (Kafka's default: every protocol's own name)
+    listener_security_protocol_map: str = DEFAULT_PROTOCOL_MAP
+    #: the SASL mechanisms SASL listeners offer. Kafka's default, GSSAPI (Kerberos), means
+    #: nothing here: the default is every mechanism this broker implements
+    sasl_enabled_mechanisms: str = ",".join(SASL_MECHANISMS)
+    #: KIP-368: a SASL session's lifetime; a client re-authenticates before it ends, and a
+    #: connection past it that has not is closed at its next request. 0: sessions never end
+    connections_max_reauth_ms: int = 0
+    #: how long a failed SASL login waits before its answer (and the connection's close),
+    #: which slows password guessing
+    connection_failed_authentication_delay_ms: int = 100
+    #: the TLS certificate of SSL and SASL_SSL listeners: PEM only (Kafka's other keystore
+    #: types are Java's)
+    ssl_keystore_type: str = "PEM"
+    #: a PEM file holding the certificate chain and the private key
+    ssl_keystore_location: str = ""
+    #: instead of a file: the certificate chain and the key as PEM text
+    ssl_keystore_certificate_chain: str = ""
+    ssl_keystore_key: str = ""
+    #: the password of an encrypted private key
+    ssl_key_password: str = ""
+    #: Exactly's own: with no certificate given, create a local CA and a certificate for
+    #: 127.0.0.1 and localhost under <data-dir>/tls (reused on restart); clients trust the CA
+    exactly_ssl_generate: bool = False
     #: the largest Kafka request frame accepted; a bigger one closes the connection
     socket_request_max_bytes: int = 104_857_600
     #: a Kafka connection with no traffic for this long is closed (one that stopped
@@ -133,25 +173,55 @@ class BrokerConfig(CoordinatorConfig, GroupConfig):
                      *(f.name for f in fields(cls) if f.name.endswith(_PERIODS))):
             if getattr(config, name) < 1:
                 raise InvalidConfigError(f"{name.replace('_', '.')} must be >= 1")
-        for name in ("max_connections", "max_connections_per_ip", "exactly_max_partitions"):
+        for name in ("max_connections", "max_connections_per_ip", "exactly_max_partitions",
+                     "connections_max_reauth_ms", "connection_failed_authentication_delay_ms"):
             if getattr(config, name) < 0:
                 raise InvalidConfigError(f"{name.replace('_', '.')} must be >= 0")
         config.advertised_listener()  # a malformed address is an error now, not at the first client
+        config.listener_specs("127.0.0.1", 0)
+        config.enabled_mechanisms()
+        if config.ssl_keystore_type.upper() != "PEM":
+            raise InvalidConfigError(f"ssl.keystore.type must be PEM, got {config.ssl_keystore_type!r}")
         config.connection_overrides()
         config.authorizer()
         return config
 
-    def advertised_listener(self) -> tuple[str, int] | None:
-        """``(host, port)`` of the first entry of ``advertised.listeners``, None when unset."""
-        if not self.advertised_listeners:
-            return None
-        first = self.advertised_listeners.split(",")[0].strip()
-        _, sep, address = first.rpartition("://")
-        host, _, port = address.rpartition(":")
-        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise InvalidConfigError(
-                f"advertised.listeners must look like PLAINTEXT://host:port, got {self.advertised_listeners!r}")
-        return host.strip("[]"), int(port)
+    def advertised_listener(self, name: str | None = None) -> tuple[str, int] | None:
+        """``(host, port)`` the listener called ``name`` (None: the first one) advertises;
+        None when ``advertised.listeners`` does not name it. :raise InvalidConfigError: malformed."""
+        found = None
+        for entry in filter(None, (e.strip() for e in self.advertised_listeners.split(","))):
+            try:
+                listener, host, port = parse_endpoint(entry)
+            except ValueError:
+                listener, port = "", 0
+            if not 0 < port:
+                raise InvalidConfigError(
+                    f"advertised.listeners must look like PLAINTEXT://host:port, got {self.advertised_listeners!r}")
+            if (name is None or listener == name.upper()) and found is None:
+                found = host, port
+        return found
+
+    def listener_specs(self, host: str, port: int) -> list[ListenerSpec]:
+        """The Kafka listeners: ``listeners``, or one PLAINTEXT listener on ``host:port``
+        (``exactly serve --host --kafka-port``) when it is empty.
+        :raise InvalidConfigError: a malformed entry or an unmapped name."""
+        try:
+            parse_protocol_map(self.listener_security_protocol_map)
+            if not self.listeners.strip():
+                return [ListenerSpec("PLAINTEXT", SecurityProtocol.PLAINTEXT, host, port)]
+            return parse_listeners(self.listeners, self.listener_security_protocol_map)
+        except ValueError as e:
+            raise InvalidConfigError(f"listeners: {e}") from None
+
+    def enabled_mechanisms(self) -> tuple[str, ...]:
+        """``sasl.enabled.mechanisms`` in order. :raise InvalidConfigError: one this broker lacks."""
+        names = tuple(dict.fromkeys(filter(None, (m.strip().upper() for m in self.sasl_enabled_mechanisms.split(",")))))
+        unknown = [m for m in names if m not in SASL_MECHANISMS]
+        if unknown:
+            raise InvalidConfigError(f"sasl.enabled.mechanisms: {', '.join(unknown)} not supported "
+                                     f"(supported: {', '.join(SASL_MECHANISMS)})")
+        return names
 
     def authorizer(self) -> StandardAuthorizer | None:
         """A new, empty authorizer of these settings; None when ``authorizer.class.name``

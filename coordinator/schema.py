@@ -153,18 +153,25 @@ NULLABLE_STRING = _String(nullable=True)
 
 @dataclass(frozen=True)
 class _Bytes(Type):
+    """Bytes after their length: int32 (-1: null), or -- ``compact``, in a flexible
+    version -- an unsigned varint of the length + 1 (0: null)."""
+
+    compact: bool = False
+
     def encode(self, value: bytes | None, out: bytearray) -> None:
         if value is None:
-            out += INT32.fmt.pack(-1)
+            _encode_length(-1, self.compact, out, INT32)
         else:
-            out += INT32.fmt.pack(len(value)) + value
+            _encode_length(len(value), self.compact, out, INT32)
+            out += value
 
     def decode(self, data: memoryview, pos: int) -> tuple[bytes | None, int]:
-        length, pos = INT32.decode(data, pos)
+        start = pos
+        length, pos = _decode_length(data, pos, self.compact, INT32)
         if length == -1:
             return None, pos
         if length < 0 or pos + length > len(data):
-            raise SchemaError(f"bytes of length {length} at {pos - 4}")
+            raise SchemaError(f"bytes of length {length} at {start}")
         return bytes(data[pos:pos + length]), pos + length
 
 
@@ -294,8 +301,8 @@ def _flexible_type(kind: Type) -> Type:
         return Array(_flexible_type(kind.element), compact=True)
     if isinstance(kind, Schema):
         return flexible(kind)
-    if kind is NULLABLE_BYTES:
-        raise SchemaError("compact bytes are not declared (no flexible record needs them yet)")
+    if isinstance(kind, _Bytes):
+        return _Bytes(compact=True)
     return kind
 
 

@@ -182,6 +182,14 @@ class InvalidTimestampError(KafkaError, code=32, name="INVALID_TIMESTAMP"):
     """The timestamp of the message is out of acceptable range."""
 
 
+class UnsupportedSaslMechanismError(KafkaError, code=33, name="UNSUPPORTED_SASL_MECHANISM"):
+    """The broker does not support the requested SASL mechanism."""
+
+
+class IllegalSaslStateError(KafkaError, code=34, name="ILLEGAL_SASL_STATE"):
+    """Request is not valid given the current SASL state."""
+
+
 class UnsupportedVersionError(KafkaError, code=35, name="UNSUPPORTED_VERSION"):
     """The version of API is not supported."""
 
@@ -296,6 +304,10 @@ def storage_error(error: OSError, what: str) -> KafkaStorageError:
     return cls(f"{what}: {error.strerror or error}")
 
 
+class SaslAuthenticationFailedError(KafkaError, code=58, name="SASL_AUTHENTICATION_FAILED"):
+    """SASL Authentication failed."""
+
+
 class UnknownProducerIdError(KafkaError, code=59, name="UNKNOWN_PRODUCER_ID"):
     """The broker has no state for this producer id and the batch does not start a sequence."""
 
@@ -361,6 +373,18 @@ class UnstableOffsetCommitError(KafkaError, code=88, name="UNSTABLE_OFFSET_COMMI
 
 class ProducerFencedError(KafkaError, code=90, name="PRODUCER_FENCED"):
     """A newer producer with the same transactional id has fenced this one."""
+
+
+class ResourceNotFoundError(KafkaError, code=91, name="RESOURCE_NOT_FOUND"):
+    """A request illegally referred to a resource that does not exist."""
+
+
+class DuplicateResourceError(KafkaError, code=92, name="DUPLICATE_RESOURCE"):
+    """A request illegally referred to the same resource twice."""
+
+
+class UnacceptableCredentialError(KafkaError, code=93, name="UNACCEPTABLE_CREDENTIAL"):
+    """Requested credential would not meet criteria for acceptability."""
 
 
 class TransactionalIdNotFoundError(KafkaError, code=105, name="TRANSACTIONAL_ID_NOT_FOUND"):

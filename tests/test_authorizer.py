@@ -23,7 +23,7 @@ from app.security.authorizer import (
     parse_super_users,
 )
 from app.security.principal import ANONYMOUS, KafkaPrincipal
-from coordinator import acl_log
+from coordinator import cluster_metadata
 from coordinator.schema import SchemaError
 from storage.errors import InvalidConfigError, InvalidRequestError
 
@@ -210,22 +210,22 @@ def test_principals_and_super_users_parse_as_kafkas() -> None:
 
 # -- __cluster_metadata records ----------------------------------------------------------------
 
-records = st.builds(acl_log.AclRecord, st.binary(min_size=16, max_size=16), st.integers(0, 127), st.text(),
+records = st.builds(cluster_metadata.AclRecord, st.binary(min_size=16, max_size=16), st.integers(0, 127), st.text(),
                     st.integers(0, 127), st.text(), st.text(), st.integers(0, 127), st.integers(0, 127))
 
 
 @given(records)
-def test_acl_records_round_trip(record: acl_log.AclRecord) -> None:
-    key, value = acl_log.encode_key(record.id), acl_log.encode_value(record)
-    assert acl_log.decode_key(key) == record.id
-    assert acl_log.decode_value(value) == record
-    assert acl_log.replay([(key, value)]) == {record.id: record}
-    assert acl_log.replay([(key, value), (key, None)]) == {}
+def test_acl_records_round_trip(record: cluster_metadata.AclRecord) -> None:
+    key, value = cluster_metadata.encode_key(record.id), cluster_metadata.encode_value(record)
+    assert cluster_metadata.decode_key(key) == record.id
+    assert cluster_metadata.decode_value(value) == record
+    assert cluster_metadata.replay([(key, value)]).acls == {record.id: record}
+    assert cluster_metadata.replay([(key, value), (key, None)]).acls == {}
 
 
 def test_an_acl_record_is_kafkas_access_control_entry_record() -> None:
-    record = acl_log.AclRecord(bytes(range(16)), 2, "orders", 4, "User:alice", "*", 4, 3)
-    value = acl_log.encode_value(record)
+    record = cluster_metadata.AclRecord(bytes(range(16)), 2, "orders", 4, "User:alice", "*", 4, 3)
+    value = cluster_metadata.encode_value(record)
     # frame version 0, api key 6, version 0; then the uuid; compact strings are length + 1
     assert value[:3] == bytes([0, 6, 0]) and value[3:19] == bytes(range(16))
     assert value[19:27] == b"\x02\x07orders" and value.endswith(b"\x04\x03\x00")
@@ -235,18 +235,18 @@ def test_an_acl_record_is_kafkas_access_control_entry_record() -> None:
     lambda v: v[:-1], lambda v: v + b"\x00", lambda v: b"\x01" + v[1:], lambda v: v[:1] + b"\x07" + v[2:],
 ])
 def test_a_record_this_version_cannot_read_is_refused(mangle) -> None:
-    value = acl_log.encode_value(acl_log.AclRecord(bytes(16), 2, "t", 3, "User:a", "*", 3, 3))
+    value = cluster_metadata.encode_value(cluster_metadata.AclRecord(bytes(16), 2, "t", 3, "User:a", "*", 3, 3))
     with pytest.raises(SchemaError):
-        acl_log.decode_value(mangle(value))
+        cluster_metadata.decode_value(mangle(value))
     with pytest.raises(SchemaError):
-        acl_log.decode_key(b"\x00\x01" + acl_log.encode_key(bytes(16))[2:])
+        cluster_metadata.decode_key(b"\x00\x01" + cluster_metadata.encode_key(bytes(16))[2:])
 
 
 def test_the_documented_dump_is_what_the_code_writes() -> None:
     doc = (Path(__file__).resolve().parents[1] / "docs" / "formats.md").read_text()
     section = doc[doc.index("### 14a."):doc.index("## 15.")]
     key, value = re.search(r"key   ([0-9a-f ]+)\nvalue ([0-9a-f \n]+)```", section).groups()
-    record = acl_log.AclRecord(bytes.fromhex("5f3c9a0e1b2d4c6e8f90a1b2c3d4e5f6"), 2, "orders", 4, "User:alice", "*",
+    record = cluster_metadata.AclRecord(bytes.fromhex("5f3c9a0e1b2d4c6e8f90a1b2c3d4e5f6"), 2, "orders", 4, "User:alice", "*",
                                4, 3)
-    assert acl_log.encode_key(record.id) == bytes.fromhex(key)
-    assert acl_log.encode_value(record) == bytes.fromhex(value)
+    assert cluster_metadata.encode_key(record.id) == bytes.fromhex(key)
+    assert cluster_metadata.encode_value(record) == bytes.fromhex(value)

@@ -11,7 +11,8 @@ face asked for it (the HTTP API, the embedded client, the Kafka listener):
 * the transaction coordinator, through :class:`TransactionObserver`'s methods
   (EndTxn to durable markers, fenced producers, timed-out and admin-aborted
   transactions);
-* the Kafka listener: every Kafka request by API, and the connections it refused;
+* the Kafka listener: every Kafka request by API, the connections it refused, and
+  failed SASL logins by mechanism;
 * every limit, by name, each time it refused something (:data:`LIMITS`).
 
 One writer, so no lock; a scrape reads them on the loop too.
@@ -75,9 +76,14 @@ class EngineCounters:
     kafka_requests: dict[str, LatencyHistogram] = field(default_factory=dict)
     #: limit name (:data:`LIMITS`) -> what it refused: requests, or connections
     limit_refusals: dict[str, int] = field(default_factory=lambda: dict.fromkeys(LIMITS, 0))
+    #: SASL mechanism -> logins that failed with it (wrong password, unknown user, bad exchange)
+    authentication_failures: dict[str, int] = field(default_factory=dict)
 
     def limit_refused(self, limit: str) -> None:
         self.limit_refusals[limit] += 1
+
+    def authentication_failed(self, mechanism: str) -> None:
+        self.authentication_failures[mechanism] = self.authentication_failures.get(mechanism, 0) + 1
 
     def observe_kafka_request(self, api: str, seconds: float) -> None:
         histogram = self.kafka_requests.get(api)

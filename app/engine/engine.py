@@ -17,7 +17,7 @@ The internal topics ``__transaction_state`` and ``__consumer_offsets`` are creat
 when first needed (as Kafka does), compacted, and read back into the coordinators
 when the engine starts; prepared transactions are then rolled forward. With an
 authorizer configured, the ACLs of ``__cluster_metadata`` are read back into it the
-same way (``coordinator/acl_log.py``); ACL changes are durable before they apply.
+same way (``coordinator/cluster_metadata.py``); ACL changes are durable before they apply.
 """
 
 from __future__ import annotations
@@ -46,8 +46,10 @@ from app.engine.views import GroupView, PartitionOffsets
 from app.engine.worker import Worker
 from app.security.acl import AclBinding, AclBindingFilter, AclOperation, ResourceType
 from app.security.authorizer import SUPPORTED_OPERATIONS, StandardAuthorizer
-from app.security.principal import KafkaPrincipal
-from coordinator import acl_log, offsets_log, transaction_log
+from app.security.credentials import ScramCredentials
+from app.security.principal import USER_TYPE, KafkaPrincipal
+from app.security.scram import ScramMechanism, password_matches
+from coordinator import cluster_metadata, offsets_log, transaction_log
 from coordinator.group_coordinator import FetchedOffset, GroupCoordinator, JoinResult
 from coordinator.group_metadata import CommittedOffset
 from coordinator.internal_topics import INTERNAL_TOPICS
@@ -188,6 +190,8 @@ class Engine:
         self._authorizer = config.authorizer()
         #: one ACL change at a time, so a binding is never written twice
         self._acl_changes = asyncio.Lock()
+        #: the users' SCRAM credentials (SASL logins, HTTP Basic), whether or not ACLs are on
+        self.scram_credentials = ScramCredentials()
         self._load_coordinators()
         self._thread = threading.Thread(target=self._run_loop, name="exactly-engine", daemon=True)
         self._closed = False
@@ -218,9 +222,12 @@ class Engine:
             elif topic == offsets_log.TOPIC:
                 for _, batch in log_.batches():
                     self._group_coordinator.load_batch(partition, batch)
-            elif topic == acl_log.TOPIC and self._authorizer is not None:
-                for acl_id, record in acl_log.replay(
-                        (r.key, r.value) for _, batch in log_.batches() for r in _data_records(batch)).items():
+            elif topic == cluster_metadata.TOPIC:
+                image = cluster_metadata.replay(
+                    (r.key, r.value) for _, batch in log_.batches() for r in _data_records(batch))
+                for record in image.scram_credentials.values():
+                    self.scram_credentials.put(record)
+                for acl_id, record in image.acls.items() if self._authorizer is not None else ():
                     self._authorizer.add_acl(acl_id, AclBinding.from_record(record))
 
     def _started(self) -> None:
@@ -242,7 +249,7 @@ class Engine:
             transaction_log.TOPIC: (config.transaction_state_log_num_partitions,
                                     config.transaction_state_log_segment_bytes),
             offsets_log.TOPIC: (config.offsets_topic_num_partitions, config.offsets_topic_segment_bytes),
-            acl_log.TOPIC: (1, config.log.segment_bytes),
+            cluster_metadata.TOPIC: (1, config.log.segment_bytes),
         }[name]
         try:
             await self._create_topic(name, partitions, {"cleanup.policy": "compact", "segment.bytes": segment_bytes},
@@ -797,7 +804,7 @@ class Engine:
         """Every group the coordinator holds (Dead ones included), by group id."""
         return [GroupView.of(g) for _, g in sorted(self._group_coordinator.groups.items())]
 
-    # -- ACLs (app/security/; durable in __cluster_metadata, coordinator/acl_log.py) -------
+    # -- ACLs (app/security/; durable in __cluster_metadata, coordinator/cluster_metadata.py) -------
 
     @property
     def authorizer_enabled(self) -> bool:
@@ -843,7 +850,7 @@ class Engine:
                 if results[-1] is None and authorizer.id_of(binding) is None:
                     new.setdefault(binding, uuid.uuid4().bytes)
             try:
-                await self._write_acl_records([(acl_log.encode_key(acl_id), acl_log.encode_value(
+                await self._write_cluster_metadata([(cluster_metadata.encode_key(acl_id), cluster_metadata.encode_value(
                     binding.to_record(acl_id))) for binding, acl_id in new.items()])
             except KafkaError as e:
                 return [r if r is not None else e for r in results]
@@ -868,21 +875,48 @@ class Engine:
                 doomed.update(matched)
                 results.append([b for _, b in matched])
             try:
-                await self._write_acl_records([(acl_log.encode_key(acl_id), None) for acl_id in doomed])
+                await self._write_cluster_metadata([(cluster_metadata.encode_key(acl_id), None) for acl_id in doomed])
             except KafkaError as e:
                 return [e if isinstance(r, list) else r for r in results]
             for acl_id in doomed:
                 authorizer.remove_acl(acl_id)
         return results
 
-    async def _write_acl_records(self, records: list[tuple[bytes, bytes | None]]) -> None:
-        """Append ACL records to ``__cluster_metadata`` in one batch, durably."""
+    async def _write_cluster_metadata(self, records: list[tuple[bytes, bytes | None]]) -> None:
+        """Append ACL or credential records to ``__cluster_metadata`` in one batch, durably."""
         if not records:
             return
-        await self.ensure_internal_topic(acl_log.TOPIC)
+        await self.ensure_internal_topic(cluster_metadata.TOPIC)
         now = self.clock.now_ms()
         batch = encode_batch([SimpleRecord(value, key=key, timestamp=now) for key, value in records])
-        await self.append_internal(acl_log.TOPIC, 0, batch)
+        await self.append_internal(cluster_metadata.TOPIC, 0, batch)
+
+    # -- users: SCRAM credentials (app/security/scram.py; durable in __cluster_metadata) --------
+
+    async def alter_scram_credentials(self, deletions: list[tuple[str, ScramMechanism]],
+                                      upsertions: list[cluster_metadata.ScramCredentialRecord]) -> None:
+        """Remove and set credentials, durably first, then for logins (one batch; the
+        caller has checked each). :raise KafkaError: the write failed; nothing changed."""
+        await self._write_cluster_metadata(
+            [(cluster_metadata.encode_scram_key(user, mechanism), None) for user, mechanism in deletions]
+            + [(cluster_metadata.encode_scram_key(r.name, r.mechanism), cluster_metadata.encode_scram_value(r))
+               for r in upsertions])
+        for user, mechanism in deletions:
+            self.scram_credentials.remove(user, mechanism)
+        for record in upsertions:
+            self.scram_credentials.put(record)
+
+    async def check_password(self, user: str, password: str) -> KafkaPrincipal | None:
+        """``User:<user>`` when ``password`` is the user's (against any of its SCRAM
+        credentials), else None. PBKDF2 runs on a worker thread, not the loop."""
+        for credential in self.scram_credentials.of_user(user):
+            if await asyncio.to_thread(password_matches, credential, password):
+                return KafkaPrincipal(USER_TYPE, user)
+        return None
+
+    def authenticate_password(self, user: str, password: str) -> KafkaPrincipal | None:
+        """:meth:`check_password` for a thread other than the loop's (HTTP Basic); blocks."""
+        return self.call(self.check_password, user, password)
 
     # records and the log directory (DeleteRecords, DescribeLogDirs)
 

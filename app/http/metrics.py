@@ -43,6 +43,9 @@ thing where Kafka has one -- the README's "Metrics and logs" repeats this list:
   CreatePartitions requests over Kafka's 10,000 partitions per request
   (``max.partitions.per.request``) or past ``exactly.max.partitions``, Kafka
   connections over ``max.connections`` or ``max.connections.per.ip``.
+* ``authentication_failures_total{mechanism}`` -- failed SASL logins on the Kafka
+  listeners (wrong password, unknown user, a refused SCRAM exchange), by mechanism;
+  Kafka's ``failed-authentication-total``.
 * ``active_transactional_ids{state}`` -- transactional ids with a transaction open
   now (Ongoing, PrepareCommit, PrepareAbort, PrepareEpochFence); completed ones are
   not active.
@@ -109,6 +112,7 @@ async def _snapshot(engine: "Engine") -> dict[str, Any]:
         "kafka_requests": {api: _histogram(h) for api, h in counters.kafka_requests.items()},
         "kafka_connections": len(engine.kafka_connections),
         "limit_refusals": dict(counters.limit_refusals),
+        "authentication_failures": dict(counters.authentication_failures),
     }
 
 
@@ -209,6 +213,11 @@ class BrokerCollector(Collector):
         for limit, count in snap["limit_refusals"].items():
             refusals.add_metric([limit], count)
         yield refusals
+        failures = CounterMetricFamily("exactly_authentication_failures", "Failed SASL logins by mechanism",
+                                       labels=["mechanism"])
+        for mechanism, count in sorted(snap["authentication_failures"].items()):
+            failures.add_metric([mechanism], count)
+        yield failures
 
 
 @bp.record_once

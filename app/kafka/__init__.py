@@ -14,7 +14,8 @@ Layout:
   OffsetForLeaderEpoch, OffsetCommit, OffsetFetch), ``groups``, ``transactions``
   (and the operator APIs), ``admin`` (CreateTopics, DeleteTopics, DescribeConfigs,
   AlterConfigs, IncrementalAlterConfigs, CreatePartitions, DeleteRecords, DescribeLogDirs),
-  ``acls`` (CreateAcls, DescribeAcls, DeleteAcls).
+  ``acls`` (CreateAcls, DescribeAcls, DeleteAcls), ``sasl`` (SaslHandshake,
+  SaslAuthenticate, DescribeUserScramCredentials, AlterUserScramCredentials).
 
 Handlers call the engine and the coordinators directly (they run on the engine's
 loop); ``storage/`` and ``coordinator/`` know nothing of the wire.
@@ -26,19 +27,24 @@ before the engine.
 from __future__ import annotations
 
 import socket
+import ssl
 from typing import TYPE_CHECKING
 
-from app.kafka import acls, admin, fetch, groups, metadata, offsets, produce, transactions  # noqa: F401 (they register)
+from app.kafka import acls, admin, fetch, groups, metadata, offsets, produce, sasl, transactions  # noqa: F401 (they register)
 from app.kafka.api import APIS
 from app.kafka.server import KafkaListener
+from app.listeners import ListenerSpec
 
 if TYPE_CHECKING:
     from app.engine import Engine
 
 
-def attach(engine: "Engine", sock: socket.socket) -> KafkaListener:
-    """Serve the Kafka protocol on ``sock`` (bound and listening) from ``engine``'s loop."""
-    listener = KafkaListener(engine, sock, engine.config)
+def attach(engine: "Engine", sock: socket.socket, spec: ListenerSpec | None = None,
+           ssl_context: ssl.SSLContext | None = None) -> KafkaListener:
+    """Serve the Kafka protocol on ``sock`` (bound and listening) from ``engine``'s loop,
+    as the listener ``spec`` (None: PLAINTEXT), with TLS from ``ssl_context`` when its
+    protocol needs it."""
+    listener = KafkaListener(engine, sock, engine.config, spec, ssl_context)
     engine.call(listener.start)
     return listener
 

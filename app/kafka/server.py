@@ -20,6 +20,13 @@ undecodable request, an unknown API key or an unsupported version (except for
 ApiVersions, which answers UNSUPPORTED_VERSION in the v0 format so the client can
 retry at a version this broker knows). Responses to the requests before the bad
 one are still written. Nothing about one connection touches another.
+
+Each listener of ``listeners`` is one :class:`KafkaListener` with its own address,
+security protocol and advertised node (Metadata tells a client the listener it came
+on). On SSL and SASL_SSL listeners the socket speaks TLS; on SASL_PLAINTEXT and
+SASL_SSL ones each connection holds a :class:`~app.kafka.sasl.SaslSession`, which
+decides what is served before authentication, and a SASL request is answered before
+the next frame is read (its outcome decides how that frame is read).
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ import collections
 import ipaddress
 import logging
 import socket
+import ssl
 import time
 from typing import TYPE_CHECKING, Any, Awaitable
 
@@ -42,6 +50,8 @@ from app.kafka.codec import (
     has_error_code,
     read_head,
 )
+from app.kafka.sasl import SASL_APIS, SaslSession, SaslState, raw_token
+from app.listeners import ListenerSpec, SecurityProtocol
 from app.security.principal import ANONYMOUS
 from storage.errors import KafkaError, UnsupportedVersionError
 
@@ -62,13 +72,21 @@ READ_BUFFER_BYTES = 1 << 20
 class KafkaListener:
     """Serves the Kafka protocol on a bound socket, on the engine's loop."""
 
-    def __init__(self, engine: "Engine", sock: socket.socket, config: "BrokerConfig") -> None:
+    def __init__(self, engine: "Engine", sock: socket.socket, config: "BrokerConfig",
+                 spec: ListenerSpec | None = None, ssl_context: ssl.SSLContext | None = None) -> None:
         self.engine = engine
         self._sock = sock
         host, port = sock.getsockname()[:2]
         if host in ("0.0.0.0", "::"):
             host = socket.getfqdn()
-        advertised = config.advertised_listener()
+        #: the entry of ``listeners`` this is (none given: the PLAINTEXT listener of --kafka-port)
+        self.spec = spec or ListenerSpec("PLAINTEXT", SecurityProtocol.PLAINTEXT, host, port)
+        if self.spec.protocol.uses_tls and ssl_context is None:
+            raise ValueError(f"listener {self.spec.name} ({self.spec.protocol.value}) needs a TLS context")
+        self.ssl_context = ssl_context if self.spec.protocol.uses_tls else None
+        #: the SASL mechanisms offered (None: not a SASL listener)
+        self.sasl_mechanisms = config.enabled_mechanisms() if self.spec.protocol.uses_sasl else None
+        advertised = config.advertised_listener(self.spec.name) if config.listeners else config.advertised_listener()
         self.node = Node(engine.node_id, *(advertised or (host, port)))
         self.max_request_bytes = config.socket_request_max_bytes
         self.idle_s = config.connections_max_idle_ms / 1000
@@ -82,7 +100,8 @@ class KafkaListener:
         self._idle_check: asyncio.TimerHandle | None = None
 
     async def start(self) -> None:
-        self._server = await asyncio.start_server(self._accept, sock=self._sock, limit=READ_BUFFER_BYTES)
+        self._server = await asyncio.start_server(self._accept, sock=self._sock, limit=READ_BUFFER_BYTES,
+                                                  ssl=self.ssl_context)
         self._schedule_idle_check()
 
     def close(self) -> None:
@@ -154,6 +173,8 @@ class Connection:
         self.software_name = self.software_version = ""
         #: who the client is; a SASL exchange replaces it (Kafka's ``KafkaPrincipal``)
         self.principal = ANONYMOUS
+        #: the SASL authentication on a SASL listener, else None
+        self.sasl = None if listener.sasl_mechanisms is None else SaslSession(self.engine, listener.sasl_mechanisms)
         self.since_ms = self.engine.clock.now_ms()
         self.requests = 0
         self._responses: asyncio.Queue[Awaitable[Any] | None] = asyncio.Queue(MAX_IN_FLIGHT)
@@ -227,8 +248,13 @@ class Connection:
                 self._bad(f"disconnected in the middle of a request ({len(e.partial)} of {size} bytes)")
                 return False
             self._last_active = time.monotonic()
+            if self.sasl is not None and self.sasl.state is SaslState.RAW_TOKENS:
+                if not await self._raw_token(frame):
+                    return True
+                continue
             try:
-                response = self._dispatch(frame)
+                head = read_head(frame)
+                response = self._dispatch(head, frame)
             except MalformedRequestError as e:
                 self._bad(str(e))
                 return True
@@ -238,10 +264,22 @@ class Connection:
             if self._responses.full():
                 self._note_stall()
             await self._responses.put(response)
+            if self.sasl is not None and head.api_key in SASL_APIS:
+                await asyncio.wait([response])  # type: ignore[list-item]
+                if self.sasl.state is SaslState.FAILED:
+                    return True  # its answer is written, then the connection closes
 
-    def _dispatch(self, frame: bytes) -> Awaitable[Any]:
+    async def _raw_token(self, token: bytes) -> bool:
+        """Answer a raw SASL token (after SaslHandshake v0) in the same framing, after
+        the responses before it; False when the login failed and the connection closes."""
+        answer = await raw_token(self.sasl, token, self)
+        if answer is None:
+            return False
+        await self._responses.put(_done(SIZE.pack(len(answer)) + answer))
+        return True
+
+    def _dispatch(self, head: RequestHead, frame: bytes) -> Awaitable[Any]:
         """Start handling one request; returns what the writer awaits for its response."""
-        head = read_head(frame)
         api = APIS.get(head.api_key)
         if api is None:
             raise MalformedRequestError(f"unknown API key {head.api_key} (correlation id {head.correlation_id})")
@@ -250,6 +288,9 @@ class Connection:
                 return _done(_api_versions_fallback(head))
             raise MalformedRequestError(
                 f"{api.name} v{head.api_version} is not supported (v{api.min_version}-v{api.max_version})")
+        refusal = None if self.sasl is None else self.sasl.refusal(head.api_key)
+        if refusal is not None:
+            raise MalformedRequestError(refusal)
         client_id, body = decode_request(frame, head)
         if client_id is not None:
             self.client_id = client_id

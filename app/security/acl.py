@@ -4,7 +4,7 @@ An :class:`AclBinding` binds a :class:`ResourcePattern` (resource type, name, an
 LITERAL or PREFIXED; a LITERAL ``*`` names every resource of its type) to an
 :class:`AccessControlEntry` (principal, host, operation, ALLOW or DENY). The enums
 carry Kafka's wire codes (``org.apache.kafka.common.acl``/``resource``), which is
-also how ``coordinator/acl_log.py`` stores them. A filter (DescribeAcls, DeleteAcls)
+also how ``coordinator/cluster_metadata.py`` stores them. A filter (DescribeAcls, DeleteAcls)
 matches as Kafka's ``AclBindingFilter.matches``: ANY matches every value, a null
 name or principal or host matches every one, and pattern type MATCH matches every
 pattern that would apply to the named resource (the literal name, ``*``, and every
@@ -17,7 +17,7 @@ import enum
 from dataclasses import dataclass
 
 from app.security.principal import KafkaPrincipal
-from coordinator.acl_log import AclRecord
+from coordinator.cluster_metadata import AclRecord
 from storage.errors import InvalidRequestError
 
 #: the literal resource name that matches every resource of its type

@@ -17,7 +17,7 @@ The rules (Kafka's ``StandardAuthorizerData.authorize``), in order:
    answer is no.
 
 ACLs are held by id (Kafka's ``addAcl(Uuid, StandardAcl)`` / ``removeAcl(Uuid)``):
-the id is what ``coordinator/acl_log.py`` keys the durable record by. Not thread-safe:
+the id is what ``coordinator/cluster_metadata.py`` keys the durable record by. Not thread-safe:
 the engine's loop owns it.
 """
 
