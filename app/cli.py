@@ -120,6 +120,7 @@ def attach_listeners(broker: Broker, args: argparse.Namespace, http_socket: sock
     the broker closes) and the Kafka listener."""
     loopback = ipaddress.ip_address(socket.gethostbyname(args.host)).is_loopback
     settings = HttpSettings(token=broker.config.http_auth_token,
+                            token_principal=broker.config.http_auth_token_principal,
                             allowed_hosts=LOOPBACK_HOSTS | {args.host} if loopback else None)
     web = create_app(broker.engine, settings, mirror=broker.mirror)
     http = HttpServer(web, http_socket).start()

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Mapping
 
 from app.security.authorizer import AUTHORIZER_CLASS_NAMES, StandardAuthorizer, parse_super_users
+from app.security.principal import KafkaPrincipal
 from coordinator.group_coordinator import GroupConfig
 from coordinator.transaction_coordinator import CoordinatorConfig
 from storage.errors import InvalidConfigError, InvalidRequestError
@@ -70,6 +71,9 @@ class BrokerConfig(CoordinatorConfig, GroupConfig):
     producer_snapshot_interval_ms: int = 60_000
     #: when set, the HTTP API needs "Authorization: Bearer <token>" and the console a login
     http_auth_token: str = ""
+    #: Exactly's own: the principal the HTTP token authenticates as (app/http/auth.py); with
+    #: an authorizer on, list it in super.users to let the token do everything
+    http_auth_token_principal: str = "User:admin"
     #: Exactly's own: one INFO line per HTTP request on the server log (app/http/access_log.py)
     exactly_http_access_log_enable: bool = True
     #: Exactly's own (Kafka has no such key): false runs no scheduled job and no mirror
@@ -139,6 +143,10 @@ class BrokerConfig(CoordinatorConfig, GroupConfig):
         config.advertised_listener()  # a malformed address is an error now, not at the first client
         config.connection_overrides()
         config.authorizer()
+        try:
+            KafkaPrincipal.parse(config.http_auth_token_principal)
+        except InvalidRequestError as e:
+            raise InvalidConfigError(f"http.auth.token.principal: {e}") from None
         return config
 
     def advertised_listener(self) -> tuple[str, int] | None:

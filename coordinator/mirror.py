@@ -25,6 +25,11 @@ What each record becomes:
   one (unless a later commit was written meanwhile) or its ABORT marker drops it
   -- Kafka's ``GroupMetadataManager`` loading rules. Group metadata records
   replace the group's row; tombstones delete.
+* an AccessControlEntryRecord of ``__cluster_metadata`` (``acl_log.py``) replaces its
+  ACL's ``acls`` row, with Kafka's names for the codes (the source names them: the
+  coordinator layer keeps codes); a tombstone deletes it. ``scram_credentials`` rows
+  are written by :meth:`_Database.scram_credential`, user, mechanism and iterations
+  only, for the SCRAM credential records of the same topic.
 
 Offsets may have gaps (the log cleaner removes superseded records): the mirror
 follows batches, not offsets. If ``mirror_progress`` points past a log's end, or at
@@ -40,15 +45,17 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import uuid
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Protocol, TypedDict
 
 from sqlalchemy import Connection, Engine, Table, delete, func, literal, select
 from sqlalchemy.dialects.sqlite import insert
 
-from coordinator import offsets_log, transaction_log
+from coordinator import acl_log, offsets_log, transaction_log
 from coordinator.mirror_db import reader_engine, upgrade, writer_engine
 from coordinator.mirror_models import (
+    Acl,
     FinishedTransaction,
     Group,
     GroupOffset,
@@ -57,6 +64,7 @@ from coordinator.mirror_models import (
     Partition,
     PartitionProducer,
     ProducerId,
+    ScramCredential,
     TransactionalId,
 )
 from coordinator.schema import SchemaError
@@ -77,8 +85,10 @@ _PRODUCERS: Table = ProducerId.__table__
 _OFFSETS: Table = GroupOffset.__table__
 _GROUPS: Table = Group.__table__
 _PROGRESS: Table = MirrorProgress.__table__
+_ACLS: Table = Acl.__table__
+_SCRAM: Table = ScramCredential.__table__
 #: tables derived from the logs (cleared by a rebuild), with the columns compared by tests
-DERIVED_TABLES: tuple[Table, ...] = (_TXN_IDS, _FINISHED, _PRODUCERS, _OFFSETS, _GROUPS, _PROGRESS)
+DERIVED_TABLES: tuple[Table, ...] = (_TXN_IDS, _FINISHED, _PRODUCERS, _OFFSETS, _GROUPS, _ACLS, _SCRAM, _PROGRESS)
 
 Row = dict[str, Any]
 TopicPartition = tuple[str, int]
@@ -122,6 +132,10 @@ class MirrorSource(Protocol):
     def partition_stats(self) -> list[PartitionStats]: ...
 
     def producer_stats(self) -> list[ProducerStats]: ...
+
+    def acl_names(self, record: acl_log.AclRecord) -> dict[str, str]:
+        """Kafka's names of an ACL's codes: ``resource_type``, ``pattern_type``,
+        ``operation``, ``permission_type``. :raise ValueError: a code Kafka does not define."""
 
 
 class StaleProgressError(Exception):
@@ -177,6 +191,11 @@ def offset_row(key: offsets_log.OffsetKey, value: offsets_log.OffsetValue, produ
             "log_partition": partition, "log_offset": offset}
 
 
+def acl_row(acl_id: bytes, record: acl_log.AclRecord, names: dict[str, str]) -> Row:
+    return {"id": str(uuid.UUID(bytes=acl_id)), "resource_name": record.resource_name,
+            "principal": record.principal, "host": record.host, **names}
+
+
 def group_row(group: str, value: offsets_log.GroupValue, partition: int, offset: int) -> Row:
     members = [{"member_id": m.member_id, "group_instance_id": m.group_instance_id,
                 "client_id": m.client_id, "client_host": m.client_host,
@@ -204,6 +223,8 @@ class _Target(Protocol):
 
     def end_txn(self, partition: int, producer_id: int, commit: bool) -> None: ...
 
+    def acl(self, acl_id: bytes, record: acl_log.AclRecord | None) -> None: ...
+
     def progress(self, topic: str, partition: int, next_offset: int) -> None: ...
 
 
@@ -216,6 +237,8 @@ def _apply_batch(target: _Target, topic: str, partition: int, batch: RecordBatch
                 if not header.is_control:
                     target.txn_record(partition, record.offset,
                                       transaction_log.decode(record.key, record.value, record.headers))
+            elif topic == acl_log.TOPIC:
+                target.acl(acl_log.decode_key(record.key), acl_log.decode_value(record.value))
             elif header.is_control:
                 control, _ = decode_control_record(record)
                 if control in (ControlType.COMMIT, ControlType.ABORT):
@@ -229,7 +252,7 @@ def _apply_batch(target: _Target, topic: str, partition: int, batch: RecordBatch
                     producer_id = header.producer_id if header.is_transactional else NO_PRODUCER_ID
                     target.offset_commit(partition, record.offset, key,
                                          offsets_log.decode_offset_value(record.value), producer_id)
-        except (SchemaError, InvalidRecordError) as e:
+        except (SchemaError, InvalidRecordError, ValueError) as e:  # ValueError: a code no enum has
             log.warning("mirror skips %s-%d offset %d: %s", topic, partition, record.offset, e)
     target.progress(topic, partition, header.next_offset)
 
@@ -246,8 +269,8 @@ def _batches(source: MirrorSource, topic: str, partition: int, offset: int,
         offset = result.next_offset
 
 
-#: the internal topics the mirror follows (``__cluster_metadata``'s ACLs are not mirrored)
-MIRRORED_TOPICS = (transaction_log.TOPIC, offsets_log.TOPIC)
+#: the internal topics the mirror follows
+MIRRORED_TOPICS = (transaction_log.TOPIC, offsets_log.TOPIC, acl_log.TOPIC)
 
 
 def _internal_partitions(source: MirrorSource) -> list[TopicPartition]:
@@ -258,8 +281,9 @@ def _internal_partitions(source: MirrorSource) -> list[TopicPartition]:
 class _Database:
     """Applies records with SQL on a connection inside the writer's transaction."""
 
-    def __init__(self, connection: Connection) -> None:
+    def __init__(self, connection: Connection, source: MirrorSource) -> None:
         self.db = connection
+        self.source = source
 
     def txn_record(self, partition: int, offset: int, record: transaction_log.TxnLogRecord) -> None:
         tid, transit = record.transactional_id, record.transit
@@ -309,6 +333,21 @@ class _Database:
                 set_={col.name: committed.excluded[col.name] for col in moved},
                 where=committed.excluded.log_offset > c.log_offset))
         self.db.execute(delete(_OFFSETS).where(*mine))
+
+    def acl(self, acl_id: bytes, record: acl_log.AclRecord | None) -> None:
+        if record is None:
+            self.db.execute(delete(_ACLS).where(_ACLS.c.id == str(uuid.UUID(bytes=acl_id))))
+        else:
+            self._upsert(_ACLS, acl_row(acl_id, record, self.source.acl_names(record)))
+
+    def scram_credential(self, user_name: str, mechanism: str, iterations: int | None) -> None:
+        """A user's SCRAM credential for ``mechanism`` (a UserScramCredentialRecord, Kafka's
+        metadata record 11): its iterations, never its salt or keys; None: removed."""
+        c = _SCRAM.c
+        if iterations is None:
+            self.db.execute(delete(_SCRAM).where(c.user_name == user_name, c.mechanism == mechanism))
+        else:
+            self._upsert(_SCRAM, {"user_name": user_name, "mechanism": mechanism, "iterations": iterations})
 
     def progress(self, topic: str, partition: int, next_offset: int) -> None:
         self._upsert(_PROGRESS, {"topic": topic, "partition": partition, "next_offset": next_offset})
@@ -387,7 +426,7 @@ class Mirror:
             gone = set(progress) - set(partitions)
             if gone:
                 raise StaleProgressError(f"partitions {sorted(gone)} no longer exist")
-            target = _Database(db)
+            target = _Database(db, self.source)
             for topic, partition in partitions:
                 start = progress.get((topic, partition))
                 if start is None:
@@ -444,7 +483,9 @@ def read_state(path: Path | str) -> dict[str, list[Row]]:
 class _Memory:
     """The tables as dictionaries: the same rules as :class:`_Database`, no SQL."""
 
-    def __init__(self) -> None:
+    def __init__(self, source: MirrorSource) -> None:
+        self.source = source
+        self.acls: dict[bytes, Row] = {}
         self.txn_ids: dict[str, Row] = {}
         self.finished: list[Row] = []
         self.producers: dict[int, Row] = {}
@@ -494,6 +535,12 @@ class _Memory:
                 self.offsets[committed_index] = {**row, "producer_id": NO_PRODUCER_ID,
                                                  "status": OffsetStatus.COMMITTED.value}
 
+    def acl(self, acl_id: bytes, record: acl_log.AclRecord | None) -> None:
+        if record is None:
+            self.acls.pop(acl_id, None)
+        else:
+            self.acls[acl_id] = acl_row(acl_id, record, self.source.acl_names(record))
+
     def progress(self, topic: str, partition: int, next_offset: int) -> None:
         self.next_offsets[(topic, partition)] = next_offset
 
@@ -502,7 +549,8 @@ class _Memory:
                     for (t, p), n in self.next_offsets.items()]
         rows = {_TXN_IDS: list(self.txn_ids.values()), _FINISHED: self.finished,
                 _PRODUCERS: list(self.producers.values()), _OFFSETS: list(self.offsets.values()),
-                _GROUPS: list(self.groups.values()), _PROGRESS: progress}
+                _GROUPS: list(self.groups.values()), _ACLS: list(self.acls.values()), _SCRAM: [],
+                _PROGRESS: progress}
         return {table.name: _sorted_rows(table, rows[table]) for table in DERIVED_TABLES}
 
 
@@ -511,7 +559,7 @@ def expected_state_from_logs(source: MirrorSource, upto: Mapping[TopicPartition,
     """What :func:`read_state` should return after mirroring the logs of ``source``
     from their start: every batch, or with ``upto`` only the batches below each
     partition's given next offset (partitions it does not name are not read)."""
-    memory = _Memory()
+    memory = _Memory(source)
     for topic, partition in _internal_partitions(source):
         end = None if upto is None else upto.get((topic, partition))
         if upto is not None and end is None:
