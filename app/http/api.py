@@ -73,7 +73,8 @@ def _cluster() -> dict:
     node = current_engine().node_id
     return resource("KafkaCluster", (), crn(), cluster_id=cluster_id(), controller=related("brokers", node),
                     brokers=related("brokers"), topics=related("topics"),
-                    consumer_groups=related("consumer-groups"), transactions=related("transactions"))
+                    consumer_groups=related("consumer-groups"), acls=related("acls"),
+                    transactions=related("transactions"))
 
 
 @bp.get("/v3/clusters")

@@ -391,6 +391,7 @@ class Cluster(Resource):
     brokers: Related
     topics: Related
     consumer_groups: Related
+    acls: Related
     transactions: Related
 
 
