@@ -56,6 +56,11 @@ BASE64 = r"^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
 BATCH_ID = r"^[0-9a-zA-Z_-]{1,80}$"
 OFFSET_TIMESTAMP = r"^(latest|earliest|[0-9]{1,19})$"
 IDEMPOTENCY_KEY = r"^[!-~]{1,255}$"
+#: the most ACLs one batch creates, and the longest principal and host: a batch at its
+#: limits stays below MAX_CONTENT_LENGTH, so a too-long batch is refused as one (400)
+MAX_ACL_BATCH = 100
+MAX_PRINCIPAL = 1000
+MAX_HOST = 255
 #: Kafka's ACL enums by name, as REST v3 spells them; a filter may say ANY (and MATCH for
 #: the pattern), an ACL may not (nor UNKNOWN)
 FILTER_ONLY = ("UNKNOWN", "ANY", "MATCH")
@@ -298,8 +303,9 @@ class AclFilter(Query):
     resource_type: AclEnum(ACL_RESOURCE_TYPES) = "ANY"
     resource_name: Optional[Text(0)] = Field(None, description="absent or empty: any")
     pattern_type: AclEnum(ACL_PATTERN_TYPES) = "ANY"
-    principal: Optional[Text(0)] = Field(None, description="Type:name, e.g. User:alice; absent or empty: any")
-    host: Optional[Text(0)] = Field(None, description="absent or empty: any")
+    principal: Optional[Text(0, MAX_PRINCIPAL)] = Field(None, description=(
+        "Type:name, e.g. User:alice; absent or empty: any"))
+    host: Optional[Text(0, MAX_HOST)] = Field(None, description="absent or empty: any")
     operation: AclEnum(ACL_OPERATIONS) = "ANY"
     permission: AclEnum(ACL_PERMISSIONS) = "ANY"
 
@@ -310,14 +316,14 @@ class CreateAcl(Request):
     resource_type: AclEnum(ACL_RESOURCE_TYPES, acl=True)
     resource_name: Text(description="a name, a prefix (PREFIXED), or * for every resource of the type")
     pattern_type: AclEnum(ACL_PATTERN_TYPES, acl=True)
-    principal: Text(description="Type:name, e.g. User:alice; User:* is everyone")
-    host: Text() = Field("*", description="the client's address; * (default) is every host")
+    principal: Text(max_length=MAX_PRINCIPAL, description="Type:name, e.g. User:alice; User:* is everyone")
+    host: Text(max_length=MAX_HOST) = Field("*", description="the client's address; * (default) is every host")
     operation: AclEnum(ACL_OPERATIONS, acl=True)
     permission: AclEnum(ACL_PERMISSIONS, acl=True)
 
 
 class CreateAcls(Request):
-    data: list[CreateAcl] = Field(min_length=1, max_length=MAX_ITEMS)
+    data: list[CreateAcl] = Field(min_length=1, max_length=MAX_ACL_BATCH)
 
 
 class PathParameters(Query):
