@@ -50,6 +50,8 @@ IMPORT_RULES = (
     Forbid("app.security", "app.engine", "the authorizer knows nothing of the engine that keeps it"),
     Forbid("app.security", "app.kafka", "the authorizer knows nothing of the faces that ask it"),
     Forbid("app.security", "app.http", "the authorizer knows nothing of the faces that ask it"),
+    Forbid("app.http", "app.security.authorizer",
+           "the HTTP face asks the engine (authorize, explain), as the Kafka port does: one decision path"),
     Forbid("storage.log_cleaner", LOG, "the cleaner sees the log through its CleanableLog protocol"),
     Forbid("storage.log_loader", LOG, "the loader opens what the log then holds"),
     Forbid("storage.log_loader", "storage.log_cleaner", "loading knows nothing of cleaning"),

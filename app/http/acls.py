@@ -73,7 +73,7 @@ def _ordered(bindings: list[AclBinding]) -> list[AclBinding]:
     return sorted(bindings, key=lambda b: tuple(_fields(b).values()))
 
 
-def _create(bindings: list[AclBinding]) -> None:
+def create(bindings: list[AclBinding]) -> None:
     """CreateAcls. :raise KafkaError: the first refusal (Kafka answers each binding on
     its own: the others are created)."""
     engine = current_engine()
@@ -92,7 +92,7 @@ def search_acls():
 @bp.post(ACLS)
 def create_acl():
     binding = acl_binding(body(models.CreateAcl))
-    _create([binding])
+    create([binding])
     response = Response(status=201)
     response.headers["Location"] = _search_url(binding)
     return response
@@ -109,5 +109,5 @@ def delete_acls():
 
 @bp.post(ACLS + ":batch")
 def create_acls_batch():
-    _create([acl_binding(item) for item in body(models.CreateAcls).data])
+    create([acl_binding(item) for item in body(models.CreateAcls).data])
     return "", 204

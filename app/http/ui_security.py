@@ -19,13 +19,12 @@ from flask import render_template, request, url_for
 
 from app.engine import mirror_reads
 from app.http import current_engine, mirror_db, models
-from app.http.acls import acl_binding, acl_filter
+from app.http.acls import acl_binding, acl_filter, create
 from app.http.auth import request_principal
 from app.http.errors import log_mirror_error
 from app.http.ui_blueprint import bp, done
 from app.http.validation import parse, query
 from app.security.acl import CLUSTER_NAME, AclBinding, AclBindingFilter, AclOperation, PatternType, ResourceType
-from app.security.authorizer import Decision
 from app.security.principal import KafkaPrincipal
 from storage import errors as e
 
@@ -82,10 +81,7 @@ def add_acl():
     target = url_for("ui.acls")
     try:
         binding = acl_binding(parse(models.CreateAcl, _form()))
-        engine = current_engine()
-        refused = [r for r in engine.call(engine.create_acls, [binding]) if r is not None]
-        if refused:
-            raise refused[0]
+        create([binding])
     except e.KafkaError as error:
         return done(f"Could not add the ACL: {error.name} — {error}", "error", target)
     return done(f"Added: {acl_text(binding)}.", "success", target)
@@ -147,12 +143,11 @@ def _names(engine, resource_type: ResourceType) -> set[str]:
 
 
 def who_may(engine, principal: str, host: str) -> list[dict[str, Any]]:
-    """On the loop: for each resource, each operation's :class:`Decision`."""
+    """On the loop: for each resource, each operation's ``Decision`` (``Engine.explain``)."""
     rows = []
     for resource_type, operations in OPERATIONS_SHOWN.items():
         for name in sorted(_names(engine, resource_type)):
-            decisions: list[tuple[AclOperation, Decision]] = [
-                (op, engine.explain(principal, host, op, resource_type, name)) for op in operations]
+            decisions = [(op, engine.explain(principal, host, op, resource_type, name)) for op in operations]
             rows.append({"resource_type": resource_type.name, "name": name, "decisions": decisions})
     return rows
 

@@ -198,20 +198,15 @@ class StandardAuthorizer:
         asker = str(principal)
         if asker in self.super_users:
             return Decision(True, Reason.SUPER_USER)
-        found, allows = False, []
-        for acl in self._applicable(resource_type, name):
-            found = True
-            entry = acl.entry
-            if entry.principal not in (asker, WILDCARD_PRINCIPAL) or entry.host not in (host, WILDCARD_HOST):
-                continue
-            if not _grants(acl, operation):
-                continue
-            if entry.permission_type is AclPermissionType.DENY:
-                return Decision(False, Reason.DENIED_BY_ACL, (acl,))
-            allows.append(acl)
-        if allows:
-            return Decision(True, Reason.ALLOWED_BY_ACL, tuple(allows))
-        if found:
+        applicable = list(self._applicable(resource_type, name))
+        deciding = [acl for acl in applicable if acl.entry.principal in (asker, WILDCARD_PRINCIPAL)
+                    and acl.entry.host in (host, WILDCARD_HOST) and _grants(acl, operation)]
+        denying = [acl for acl in deciding if acl.entry.permission_type is AclPermissionType.DENY]
+        if denying:
+            return Decision(False, Reason.DENIED_BY_ACL, (denying[0],))
+        if deciding:
+            return Decision(True, Reason.ALLOWED_BY_ACL, tuple(deciding))
+        if applicable:
             return Decision(False, Reason.NOT_ALLOWED)
         if self.allow_everyone_if_no_acl_found:
             return Decision(True, Reason.NO_ACL_ALLOWED)
