@@ -149,6 +149,7 @@ def attach_listeners(broker: Broker, args: argparse.Namespace, http_socket: sock
            if any(spec.protocol.uses_tls for spec, _ in kafka_sockets) else None)
     loopback = ipaddress.ip_address(socket.gethostbyname(args.host)).is_loopback
     settings = HttpSettings(token=broker.config.http_auth_token,
+                            token_principal=broker.config.http_auth_token_principal,
                             allowed_hosts=LOOPBACK_HOSTS | {args.host} if loopback else None)
     web = create_app(broker.engine, settings, mirror=broker.mirror)
     http = HttpServer(web, http_socket).start()

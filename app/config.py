@@ -25,6 +25,7 @@ from app.listeners import (
     parse_protocol_map,
 )
 from app.security.authorizer import AUTHORIZER_CLASS_NAMES, StandardAuthorizer, parse_super_users
+from app.security.principal import KafkaPrincipal
 from app.security.sasl_plain import PLAIN
 from app.security.scram import ScramMechanism
 from coordinator.group_coordinator import GroupConfig
@@ -82,6 +83,9 @@ class BrokerConfig(CoordinatorConfig, GroupConfig):
     producer_snapshot_interval_ms: int = 60_000
     #: when set, the HTTP API needs "Authorization: Bearer <token>" and the console a login
     http_auth_token: str = ""
+    #: Exactly's own: the principal the HTTP token authenticates as (app/http/auth.py); with
+    #: an authorizer on, list it in super.users to let the token do everything
+    http_auth_token_principal: str = "User:admin"
     #: Exactly's own: one INFO line per HTTP request on the server log (app/http/access_log.py)
     exactly_http_access_log_enable: bool = True
     #: Exactly's own (Kafka has no such key): false runs no scheduled job and no mirror
@@ -184,6 +188,10 @@ class BrokerConfig(CoordinatorConfig, GroupConfig):
             raise InvalidConfigError(f"ssl.keystore.type must be PEM, got {config.ssl_keystore_type!r}")
         config.connection_overrides()
         config.authorizer()
+        try:
+            KafkaPrincipal.parse(config.http_auth_token_principal)
+        except InvalidRequestError as e:
+            raise InvalidConfigError(f"http.auth.token.principal: {e}") from None
         return config
 
     def advertised_listener(self, name: str | None = None) -> tuple[str, int] | None:

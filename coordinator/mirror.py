@@ -25,6 +25,11 @@ What each record becomes:
   one (unless a later commit was written meanwhile) or its ABORT marker drops it
   -- Kafka's ``GroupMetadataManager`` loading rules. Group metadata records
   replace the group's row; tombstones delete.
+* an AccessControlEntryRecord of ``__cluster_metadata`` (``cluster_metadata.py``) replaces its
+  ACL's ``acls`` row, with Kafka's names for the codes (the source names them: the
+  coordinator layer keeps codes); a tombstone deletes it. A UserScramCredentialRecord
+  replaces its user's and mechanism's ``scram_credentials`` row -- the iterations
+  only, never the salt or keys; a tombstone deletes it.
 
 Offsets may have gaps (the log cleaner removes superseded records): the mirror
 follows batches, not offsets. If ``mirror_progress`` points past a log's end, or at
@@ -40,16 +45,18 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import uuid
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Protocol, TypedDict
 
 from sqlalchemy import Connection, Engine, Table, delete, func, literal, select
 from sqlalchemy.dialects.sqlite import insert
 
-from coordinator import offsets_log, transaction_log
+from coordinator import cluster_metadata, offsets_log, transaction_log
 from coordinator.mirror_db import reader_engine, upgrade, writer_engine
 from coordinator.mirror_models import (
     AuditTransaction,
+    Acl,
     FinishedTransaction,
     Group,
     GroupOffset,
@@ -58,6 +65,7 @@ from coordinator.mirror_models import (
     Partition,
     PartitionProducer,
     ProducerId,
+    ScramCredential,
     TransactionalId,
 )
 from coordinator.schema import SchemaError
@@ -78,8 +86,10 @@ _PRODUCERS: Table = ProducerId.__table__
 _OFFSETS: Table = GroupOffset.__table__
 _GROUPS: Table = Group.__table__
 _PROGRESS: Table = MirrorProgress.__table__
+_ACLS: Table = Acl.__table__
+_SCRAM: Table = ScramCredential.__table__
 #: tables derived from the logs (cleared by a rebuild), with the columns compared by tests
-DERIVED_TABLES: tuple[Table, ...] = (_TXN_IDS, _FINISHED, _PRODUCERS, _OFFSETS, _GROUPS, _PROGRESS)
+DERIVED_TABLES: tuple[Table, ...] = (_TXN_IDS, _FINISHED, _PRODUCERS, _OFFSETS, _GROUPS, _ACLS, _SCRAM, _PROGRESS)
 
 Row = dict[str, Any]
 TopicPartition = tuple[str, int]
@@ -123,6 +133,13 @@ class MirrorSource(Protocol):
     def partition_stats(self) -> list[PartitionStats]: ...
 
     def producer_stats(self) -> list[ProducerStats]: ...
+
+    def acl_names(self, record: cluster_metadata.AclRecord) -> dict[str, str]:
+        """Kafka's names of an ACL's codes: ``resource_type``, ``pattern_type``,
+        ``operation``, ``permission_type``. :raise ValueError: a code Kafka does not define."""
+
+    def scram_mechanism_name(self, mechanism: int) -> str:
+        """Kafka's name of a SCRAM mechanism code: ``SCRAM-SHA-256`` for 1."""
 
 
 class StaleProgressError(Exception):
@@ -178,6 +195,11 @@ def offset_row(key: offsets_log.OffsetKey, value: offsets_log.OffsetValue, produ
             "log_partition": partition, "log_offset": offset}
 
 
+def acl_row(acl_id: bytes, record: cluster_metadata.AclRecord, names: dict[str, str]) -> Row:
+    return {"id": str(uuid.UUID(bytes=acl_id)), "resource_name": record.resource_name,
+            "principal": record.principal, "host": record.host, **names}
+
+
 def group_row(group: str, value: offsets_log.GroupValue, partition: int, offset: int) -> Row:
     members = [{"member_id": m.member_id, "group_instance_id": m.group_instance_id,
                 "client_id": m.client_id, "client_host": m.client_host,
@@ -205,7 +227,21 @@ class _Target(Protocol):
 
     def end_txn(self, partition: int, producer_id: int, commit: bool) -> None: ...
 
+    def acl(self, acl_id: bytes, record: cluster_metadata.AclRecord | None) -> None: ...
+
+    def scram_credential(self, user_name: str, mechanism: int, iterations: int | None) -> None: ...
+
     def progress(self, topic: str, partition: int, next_offset: int) -> None: ...
+
+
+def _apply_cluster_metadata(target: _Target, key: bytes | None, value: bytes | None) -> None:
+    """An ACL record, or a SCRAM credential's (its iterations only) of ``__cluster_metadata``."""
+    if cluster_metadata.record_type(key) == cluster_metadata.ACCESS_CONTROL_ENTRY_RECORD:
+        target.acl(cluster_metadata.decode_key(key), cluster_metadata.decode_value(value))
+        return
+    user_name, mechanism = cluster_metadata.decode_scram_key(key)
+    credential = cluster_metadata.decode_scram_value(value)
+    target.scram_credential(user_name, mechanism, None if credential is None else credential.iterations)
 
 
 def _apply_batch(target: _Target, topic: str, partition: int, batch: RecordBatch) -> None:
@@ -217,6 +253,8 @@ def _apply_batch(target: _Target, topic: str, partition: int, batch: RecordBatch
                 if not header.is_control:
                     target.txn_record(partition, record.offset,
                                       transaction_log.decode(record.key, record.value, record.headers))
+            elif topic == cluster_metadata.TOPIC:
+                _apply_cluster_metadata(target, record.key, record.value)
             elif header.is_control:
                 control, _ = decode_control_record(record)
                 if control in (ControlType.COMMIT, ControlType.ABORT):
@@ -230,7 +268,7 @@ def _apply_batch(target: _Target, topic: str, partition: int, batch: RecordBatch
                     producer_id = header.producer_id if header.is_transactional else NO_PRODUCER_ID
                     target.offset_commit(partition, record.offset, key,
                                          offsets_log.decode_offset_value(record.value), producer_id)
-        except (SchemaError, InvalidRecordError) as e:
+        except (SchemaError, InvalidRecordError, ValueError) as e:  # ValueError: a code no enum has
             log.warning("mirror skips %s-%d offset %d: %s", topic, partition, record.offset, e)
     target.progress(topic, partition, header.next_offset)
 
@@ -247,8 +285,8 @@ def _batches(source: MirrorSource, topic: str, partition: int, offset: int,
         offset = result.next_offset
 
 
-#: the internal topics the mirror follows (``__cluster_metadata``'s ACLs are not mirrored)
-MIRRORED_TOPICS = (transaction_log.TOPIC, offsets_log.TOPIC)
+#: the internal topics the mirror follows
+MIRRORED_TOPICS = (transaction_log.TOPIC, offsets_log.TOPIC, cluster_metadata.TOPIC)
 
 
 def _internal_partitions(source: MirrorSource) -> list[TopicPartition]:
@@ -259,8 +297,9 @@ def _internal_partitions(source: MirrorSource) -> list[TopicPartition]:
 class _Database:
     """Applies records with SQL on a connection inside the writer's transaction."""
 
-    def __init__(self, connection: Connection) -> None:
+    def __init__(self, connection: Connection, source: MirrorSource) -> None:
         self.db = connection
+        self.source = source
 
     def txn_record(self, partition: int, offset: int, record: transaction_log.TxnLogRecord) -> None:
         tid, transit = record.transactional_id, record.transit
@@ -310,6 +349,21 @@ class _Database:
                 set_={col.name: committed.excluded[col.name] for col in moved},
                 where=committed.excluded.log_offset > c.log_offset))
         self.db.execute(delete(_OFFSETS).where(*mine))
+
+    def acl(self, acl_id: bytes, record: cluster_metadata.AclRecord | None) -> None:
+        if record is None:
+            self.db.execute(delete(_ACLS).where(_ACLS.c.id == str(uuid.UUID(bytes=acl_id))))
+        else:
+            self._upsert(_ACLS, acl_row(acl_id, record, self.source.acl_names(record)))
+
+    def scram_credential(self, user_name: str, mechanism: int, iterations: int | None) -> None:
+        """A user's SCRAM credential for ``mechanism`` (a UserScramCredentialRecord, Kafka's
+        metadata record 11): its iterations, never its salt or keys; None: removed."""
+        c, name = _SCRAM.c, self.source.scram_mechanism_name(mechanism)
+        if iterations is None:
+            self.db.execute(delete(_SCRAM).where(c.user_name == user_name, c.mechanism == name))
+        else:
+            self._upsert(_SCRAM, {"user_name": user_name, "mechanism": name, "iterations": iterations})
 
     def progress(self, topic: str, partition: int, next_offset: int) -> None:
         self._upsert(_PROGRESS, {"topic": topic, "partition": partition, "next_offset": next_offset})
@@ -399,7 +453,7 @@ class Mirror:
             gone = set(progress) - set(partitions)
             if gone:
                 raise StaleProgressError(f"partitions {sorted(gone)} no longer exist")
-            target = _Database(db)
+            target = _Database(db, self.source)
             for topic, partition in partitions:
                 start = progress.get((topic, partition))
                 if start is None:
@@ -456,7 +510,10 @@ def read_state(path: Path | str) -> dict[str, list[Row]]:
 class _Memory:
     """The tables as dictionaries: the same rules as :class:`_Database`, no SQL."""
 
-    def __init__(self) -> None:
+    def __init__(self, source: MirrorSource) -> None:
+        self.source = source
+        self.acls: dict[bytes, Row] = {}
+        self.scram: dict[tuple[str, str], Row] = {}
         self.txn_ids: dict[str, Row] = {}
         self.finished: list[Row] = []
         self.producers: dict[int, Row] = {}
@@ -506,6 +563,19 @@ class _Memory:
                 self.offsets[committed_index] = {**row, "producer_id": NO_PRODUCER_ID,
                                                  "status": OffsetStatus.COMMITTED.value}
 
+    def acl(self, acl_id: bytes, record: cluster_metadata.AclRecord | None) -> None:
+        if record is None:
+            self.acls.pop(acl_id, None)
+        else:
+            self.acls[acl_id] = acl_row(acl_id, record, self.source.acl_names(record))
+
+    def scram_credential(self, user_name: str, mechanism: int, iterations: int | None) -> None:
+        key = (user_name, self.source.scram_mechanism_name(mechanism))
+        if iterations is None:
+            self.scram.pop(key, None)
+        else:
+            self.scram[key] = {"user_name": key[0], "mechanism": key[1], "iterations": iterations}
+
     def progress(self, topic: str, partition: int, next_offset: int) -> None:
         self.next_offsets[(topic, partition)] = next_offset
 
@@ -514,7 +584,9 @@ class _Memory:
                     for (t, p), n in self.next_offsets.items()]
         rows = {_TXN_IDS: list(self.txn_ids.values()), _FINISHED: self.finished,
                 _PRODUCERS: list(self.producers.values()), _OFFSETS: list(self.offsets.values()),
-                _GROUPS: list(self.groups.values()), _PROGRESS: progress}
+                _GROUPS: list(self.groups.values()), _ACLS: list(self.acls.values()),
+                _SCRAM: list(self.scram.values()),
+                _PROGRESS: progress}
         return {table.name: _sorted_rows(table, rows[table]) for table in DERIVED_TABLES}
 
 
@@ -523,7 +595,7 @@ def expected_state_from_logs(source: MirrorSource, upto: Mapping[TopicPartition,
     """What :func:`read_state` should return after mirroring the logs of ``source``
     from their start: every batch, or with ``upto`` only the batches below each
     partition's given next offset (partitions it does not name are not read)."""
-    memory = _Memory()
+    memory = _Memory(source)
     for topic, partition in _internal_partitions(source):
         end = None if upto is None else upto.get((topic, partition))
         if upto is not None and end is None:

@@ -1,8 +1,8 @@
 """The SQLite mirror's tables: SQLAlchemy 2 declarative models, one public surface.
 
 The mirror (``coordinator/mirror.py``) derives every row from the logs of
-``__transaction_state`` and ``__consumer_offsets`` or from periodic snapshots of the
-partitions; nothing here is a source of truth, and a deleted database is rebuilt.
+``__transaction_state``, ``__consumer_offsets`` and ``__cluster_metadata`` or from
+periodic snapshots of the partitions; nothing here is a source of truth, and a deleted database is rebuilt.
 Spark reads these tables over JDBC, so (docs/formats.md §15):
 
 * every id, offset, epoch, sequence and time is ``BIGINT`` (an ``INTEGER`` column
@@ -195,6 +195,34 @@ class Group(Base):
     members: Mapped[str] = mapped_column(Text)
     log_partition: Mapped[int] = mapped_column(Integer)
     log_offset: Mapped[int] = mapped_column(BigInteger)
+
+
+class Acl(Base):
+    """Every ACL of ``__cluster_metadata`` (its AccessControlEntryRecords), with Kafka's
+    names for its codes (``TOPIC``, ``LITERAL``, ``READ``, ``ALLOW``)."""
+
+    __tablename__ = "acls"
+
+    #: the ACL's id (a UUID, as text), the key of its record
+    id: Mapped[str] = mapped_column(Text, primary_key=True)
+    resource_type: Mapped[str] = mapped_column(Text)
+    resource_name: Mapped[str] = mapped_column(Text)
+    pattern_type: Mapped[str] = mapped_column(Text)
+    principal: Mapped[str] = mapped_column(Text, index=True)
+    host: Mapped[str] = mapped_column(Text)
+    operation: Mapped[str] = mapped_column(Text)
+    permission_type: Mapped[str] = mapped_column(Text)
+
+
+class ScramCredential(Base):
+    """Which users have a SCRAM credential, for which mechanism (``SCRAM-SHA-256``,
+    ``SCRAM-SHA-512``), with how many iterations -- never the salt or the keys."""
+
+    __tablename__ = "scram_credentials"
+
+    user_name: Mapped[str] = mapped_column(Text, primary_key=True)
+    mechanism: Mapped[str] = mapped_column(Text, primary_key=True)
+    iterations: Mapped[int] = mapped_column(BigInteger)
 
 
 class MirrorProgress(Base):

@@ -18,6 +18,7 @@ from app.security.acl import PatternType as T
 from app.security.acl import ResourceType as R
 from app.security.authorizer import (
     SUPPORTED_OPERATIONS,
+    Reason,
     StandardAuthorizer,
     operations_bit_field,
     parse_super_users,
@@ -81,6 +82,22 @@ def authorizer_of(acls: list[AclBinding], super_users: frozenset[str] = frozense
 def test_the_authorizer_answers_as_the_reference_model(acls, super_users, allow_if_none, request) -> None:
     authorizer = authorizer_of(acls, super_users, allow_if_none)
     assert authorizer.authorize(*request) == reference(acls, super_users, allow_if_none, *request)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(bindings, max_size=12, unique=True), st.frozensets(askers, max_size=1), st.booleans(), requests)
+def test_explain_answers_as_authorize_and_names_what_decided(acls, super_users, allow_if_none, request) -> None:
+    """The console's "who may do what" (explain) never disagrees with authorize, and the
+    ACLs it names are ones that apply: the one DENY, or the ALLOWs."""
+    authorizer = authorizer_of(acls, super_users, allow_if_none)
+    decision = authorizer.explain(*request)
+    assert decision.allowed == authorizer.authorize(*request)
+    principal = request[0]
+    assert (decision.reason is Reason.SUPER_USER) == (principal in super_users)
+    expected_permission = P.ALLOW if decision.allowed else P.DENY
+    assert all(b in acls and b.entry.permission_type is expected_permission and
+               b.entry.principal in (principal, "User:*") for b in decision.acls)
+    assert bool(decision.acls) == (decision.reason in (Reason.ALLOWED_BY_ACL, Reason.DENIED_BY_ACL))
 
 
 @settings(max_examples=200, deadline=None)

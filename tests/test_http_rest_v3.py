@@ -36,10 +36,10 @@ from tests.test_http_api import Api, api, app, record, string, topics, txn_body 
 SHAPES = json.loads((Path(__file__).parent / "data" / "confluent_v3_shapes.json").read_text())
 
 #: required fields of the proxy's resources that Exactly does not offer (one node: no
-#: ACLs, no reassignments; no cluster-wide dynamic configs) -- README's compatibility
+#: reassignments; no cluster-wide dynamic configs) -- README's compatibility
 #: table lists them under "not offered"
 NOT_OFFERED = {
-    "KafkaCluster": {"acls", "broker_configs", "partition_reassignments"},
+    "KafkaCluster": {"broker_configs", "partition_reassignments"},
     "KafkaTopic": {"partition_reassignments"},
     "KafkaPartition": {"reassignment"},
 }
@@ -648,7 +648,7 @@ def test_the_readme_s_table_names_what_is_not_offered() -> None:
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     section = readme[readme.index("### Confluent REST v3 compatibility"):]
     not_offered = section[section.index("**Not offered**"):section.index("Security.")]
-    named = {"acls": "ACLs", "broker_configs": "cluster configs",
+    named = {"broker_configs": "cluster configs",
              "partition_reassignments": "partition reassignments", "reassignment": "partition reassignments"}
     for fields in NOT_OFFERED.values():
         for field in fields:

@@ -53,6 +53,8 @@ IMPORT_RULES = (
     Forbid("app.listeners", "app.kafka", "listener names and sockets know nothing of the protocol served"),
     Forbid("app.users_command", "app.engine", "exactly users reaches a running broker over the wire only"),
     Forbid("app.admin_connection", "app.engine", "the admin commands reach a running broker over the wire only"),
+    Forbid("app.http", "app.security.authorizer",
+           "the HTTP face asks the engine (authorize, explain), as the Kafka port does: one decision path"),
     Forbid("storage.log_cleaner", LOG, "the cleaner sees the log through its CleanableLog protocol"),
     Forbid("storage.log_loader", LOG, "the loader opens what the log then holds"),
     Forbid("storage.log_loader", "storage.log_cleaner", "loading knows nothing of cleaning"),

@@ -20,6 +20,7 @@ import pytest
 from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine, text
 from sqlalchemy.exc import IntegrityError, OperationalError
 
@@ -28,7 +29,7 @@ from app.cli import main as cli_main
 from app.engine.mirror_source import EngineMirrorSource
 from coordinator import mirror as mirror_module
 from coordinator import offsets_log, transaction_log
-from coordinator.mirror import Mirror, expected_state_from_logs, read_state
+from coordinator.mirror import MIRRORED_TOPICS, Mirror, expected_state_from_logs, read_state
 from coordinator.mirror_db import alembic_config, db_path, reader_engine, upgrade, writer_engine
 from coordinator.mirror_models import TXN_STATES, Base
 from coordinator.offsets_log import GroupValue, MemberRecord, OffsetValue
@@ -42,6 +43,8 @@ from tests.raw_txn import RawTxn
 from tests.waiting import eventually
 
 REPO = Path(__file__).resolve().parents[1]
+#: the newest migration: what a fresh or upgraded database is at
+HEAD = ScriptDirectory.from_config(alembic_config(":memory:")).get_current_head()
 S = TransactionState
 T0 = 1_700_000_000_000
 USER_TOPICS = {"orders": 3, "payments": 2}
@@ -419,7 +422,7 @@ class ListSource:
     with gaps in the offsets as a log cleaner leaves them."""
 
     def __init__(self) -> None:
-        self.logs: dict[tuple[str, int], list[bytes]] = {(transaction_log.TOPIC, 0): [], (offsets_log.TOPIC, 0): []}
+        self.logs: dict[tuple[str, int], list[bytes]] = {(topic, 0): [] for topic in MIRRORED_TOPICS}
 
     def append(self, topic: str, base_offset: int, records: list[SimpleRecord]) -> None:
         self.logs[(topic, 0)].append(encode_batch(records, base_offset=base_offset))
@@ -448,6 +451,9 @@ class ListSource:
 
     def producer_stats(self) -> list:
         return []
+
+    def acl_names(self, record) -> dict[str, str]:
+        raise AssertionError("no ACL records here")
 
 
 def test_gaps_left_by_compaction_are_skipped_and_a_lone_complete_record_still_counts(tmp_path: Path) -> None:
@@ -637,7 +643,7 @@ def test_a_killed_writer_leaves_rows_and_progress_consistent(tmp_path: Path) -> 
 
 def test_migrations_and_models_agree(tmp_path: Path) -> None:
     db = tmp_path / "exactly.db"
-    assert upgrade(db) == (None, "0003")
+    assert upgrade(db) == (None, HEAD)
     engine = writer_engine(db)
     try:
         with engine.connect() as conn:
@@ -706,7 +712,7 @@ def test_ids_offsets_epochs_and_times_are_bigint_for_spark(tmp_path: Path) -> No
     db = tmp_path / "exactly.db"
     upgrade(db)
     wide = re.compile(r"(^id$|_id$|_ms$|offset$|epoch$|watermark$|sequence$|^generation$)")
-    text_ids = {"transactional_id", "group_id"}
+    text_ids = {"transactional_id", "group_id", "acls.id"}  # an ACL's id is a UUID
     engine = reader_engine(db)
     checked = 0
     try:
@@ -716,7 +722,7 @@ def test_ids_offsets_epochs_and_times_are_bigint_for_spark(tmp_path: Path) -> No
                     assert declared in ("TEXT", "BIGINT", "INTEGER"), f"{table}.{name} is {declared}"
                     if declared == "INTEGER":  # Kafka's int32 partition numbers only
                         assert name.endswith("partition"), f"{table}.{name} is INTEGER"
-                    if wide.search(name) and name not in text_ids:
+                    if wide.search(name) and not {name, f"{table}.{name}"} & text_ids:
                         assert declared == "BIGINT", f"{table}.{name} is {declared}"
                         checked += 1
     finally:
@@ -736,7 +742,7 @@ def test_downgrade_to_nothing_then_upgrade_again(tmp_path: Path) -> None:
         assert check_constraints(engine) == {}
     finally:
         engine.dispose()
-    assert upgrade(db) == (None, "0003")
+    assert upgrade(db) == (None, HEAD)
 
 
 # -- the command line -------------------------------------------------------------------------------
@@ -747,7 +753,7 @@ def test_db_upgrade_creates_the_database_and_is_idempotent(tmp_path: Path) -> No
     command_line = [sys.executable, "-m", "app.cli", "db", "upgrade", "--data-dir", str(data)]
     first = subprocess.run(command_line, cwd=REPO, capture_output=True, text=True, timeout=60)
     assert first.returncode == 0, first.stderr
-    assert "revision 0003 (migrated from nothing)" in first.stdout
+    assert f"revision {HEAD} (migrated from nothing)" in first.stdout
     db = db_path(data)
     writer = writer_engine(db)
     try:
@@ -758,10 +764,10 @@ def test_db_upgrade_creates_the_database_and_is_idempotent(tmp_path: Path) -> No
 
     second = subprocess.run(command_line, cwd=REPO, capture_output=True, text=True, timeout=60)
     assert second.returncode == 0, second.stderr
-    assert "revision 0003 (already current)" in second.stdout
+    assert f"revision {HEAD} (already current)" in second.stdout
     assert rows(db, "SELECT next_offset FROM mirror_progress") == [{"next_offset": 42}]
     assert rows(db, "PRAGMA journal_mode") == [{"journal_mode": "wal"}]
-    assert rows(db, "SELECT version_num FROM alembic_version") == [{"version_num": "0003"}]
+    assert rows(db, "SELECT version_num FROM alembic_version") == [{"version_num": HEAD}]
 
 
 def test_db_upgrade_on_an_unusable_path_fails_with_one_line(tmp_path: Path, capsys) -> None:

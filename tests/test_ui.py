@@ -293,14 +293,16 @@ def test_with_a_token_the_console_needs_a_login(broker, scenario):
     assert "/login" in htmx.headers["HX-Redirect"]  # a whole-page redirect, not a login form in a fragment
     login_page = client.get("/login").get_data(as_text=True)
     assert 'type="password"' in login_page and "http.auth.token" in login_page
-    wrong = client.post("/login?next=/groups", data={"token": "guess"})
-    assert wrong.status_code == 200 and "That token is not the broker&#39;s." in wrong.get_data(as_text=True)
-    ok = client.post("/login?next=/groups", data={"token": "s3cret"})
+    wrong = client.post("/login?next=/groups", data={"user": "admin", "password": "guess"})
+    assert wrong.status_code == 200 and "That user and password do not sign in." in wrong.get_data(as_text=True)
+    other = client.post("/login?next=/groups", data={"user": "mallory", "password": "s3cret"})
+    assert other.status_code == 200  # the token is the password of http.auth.token.principal only
+    ok = client.post("/login?next=/groups", data={"user": "admin", "password": "s3cret"})
     assert ok.status_code == 302 and ok.headers["Location"].endswith("/groups")
     assert client.get("/").status_code == 200
     assert "Log out" in client.get("/").get_data(as_text=True)
     for offsite in ("//evil.example", "/\\evil.example", "https://evil.example"):
-        response = client.post("/login", query_string={"next": offsite}, data={"token": "s3cret"})
+        response = client.post("/login", query_string={"next": offsite}, data={"user": "admin", "password": "s3cret"})
         assert response.headers["Location"] == "/", offsite
     assert client.post("/logout").status_code == 403  # CSRF applies to logout too
     out = client.post("/logout", data={"csrf_token": _csrf(client)})

@@ -45,7 +45,7 @@ from app.engine.maintenance import Maintenance, MaintenanceCancelledError
 from app.engine.views import GroupView, PartitionOffsets
 from app.engine.worker import Worker
 from app.security.acl import AclBinding, AclBindingFilter, AclOperation, ResourceType
-from app.security.authorizer import SUPPORTED_OPERATIONS, StandardAuthorizer
+from app.security.authorizer import SUPPORTED_OPERATIONS, Decision, Reason, StandardAuthorizer
 from app.security.credentials import ScramCredentials
 from app.security.principal import USER_TYPE, KafkaPrincipal
 from app.security.scram import ScramMechanism, password_matches
@@ -825,6 +825,13 @@ class Engine:
         if self._authorizer is None:
             return SUPPORTED_OPERATIONS.get(resource_type, frozenset())
         return self._authorizer.authorized_operations(principal, host, resource_type, name)
+
+    def explain(self, principal: KafkaPrincipal | str, host: str, operation: AclOperation,
+                resource_type: ResourceType, name: str) -> Decision:
+        """:meth:`authorize`'s answer and what decided it (the console's "who may do what")."""
+        if self._authorizer is None:
+            return Decision(True, Reason.NO_AUTHORIZER)
+        return self._authorizer.explain(principal, host, operation, resource_type, name)
 
     def _acls(self) -> StandardAuthorizer:
         if self._authorizer is None:

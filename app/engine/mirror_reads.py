@@ -55,3 +55,17 @@ def finished_counts(db: "SqlEngine") -> dict[str, int]:
             select(T.outcome, func.count()).group_by(T.outcome))}
         connection.rollback()
     return counts
+
+
+def scram_credentials(db: "SqlEngine") -> list[dict[str, Any]]:
+    """Every user's SCRAM mechanisms and iterations (never a salt or key), by user
+    name, from the mirror's ``scram_credentials``; read on the caller's thread."""
+    from sqlalchemy import select
+
+    from coordinator.mirror_models import ScramCredential as S
+
+    with db.connect() as connection:
+        rows = connection.execute(select(S.user_name, S.mechanism, S.iterations)
+                                  .order_by(S.user_name, S.mechanism)).all()
+        connection.rollback()
+    return [{"user_name": r.user_name, "mechanism": r.mechanism, "iterations": r.iterations} for r in rows]

@@ -8,6 +8,9 @@ mirror's thread does its SQLite work without ever holding up the loop.
 from __future__ import annotations
 
 from app.engine import Engine
+from app.security.acl import AclBinding
+from app.security.scram import ScramMechanism
+from coordinator.cluster_metadata import AclRecord
 from coordinator.mirror import PartitionStats, ProducerStats
 from storage.partition_log import ReadResult
 
@@ -52,3 +55,13 @@ class EngineMirrorSource:
                                   txn_first_offset=entry.current_txn_first_offset)
                     for log in self.engine._logs for entry in log.producer_state]
         return self.engine.call(stats)
+
+    def scram_mechanism_name(self, mechanism: int) -> str:
+        return ScramMechanism(mechanism).mechanism_name
+
+    def acl_names(self, record: AclRecord) -> dict[str, str]:
+        binding = AclBinding.from_record(record)
+        return {"resource_type": binding.pattern.resource_type.name,
+                "pattern_type": binding.pattern.pattern_type.name,
+                "operation": binding.entry.operation.name,
+                "permission_type": binding.entry.permission_type.name}

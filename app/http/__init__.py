@@ -5,7 +5,7 @@ reached through ``current_engine()``; every broker call goes through it, onto th
 engine's loop. Blueprints: ``api`` (REST v3 under ``/v3``, ``/openapi.json``),
 ``ui`` (the console at ``/``), ``metrics`` (``/metrics``). Errors are translated to
 JSON at this edge only (``app/http/errors.py``); authentication and CSRF live in
-``app/http/auth.py``.
+``app/http/auth.py``, authorization (each request as its principal) in ``app/http/access.py``.
 """
 
 from __future__ import annotations
@@ -31,8 +31,11 @@ MAX_CONTENT_LENGTH = 4 * 1024 * 1024
 
 @dataclass(frozen=True)
 class HttpSettings:
-    #: when set, every API request needs ``Authorization: Bearer <token>`` and the UI a login
+    #: when set, every API request needs ``Authorization: Bearer <token>`` (or Basic) and the UI a login
     token: str = ""
+    #: the principal the token authenticates as (``http.auth.token.principal``): authorized
+    #: like any other, so with an authorizer on it belongs in ``super.users``
+    token_principal: str = "User:admin"
     #: secret for the UI session and CSRF tokens (random per process when empty)
     secret_key: str = ""
     #: Host names the server answers to; None answers any (see app/http/auth.py)
@@ -45,8 +48,8 @@ def create_app(engine: "Engine", settings: HttpSettings | None = None,
     data directory) it also shows finished transactions, read from its database."""
     import secrets
 
-    from app.http import access_log, api, auth, errors, history, metrics, ui_blueprint
-    from app.http import ui, ui_audit, ui_groups, ui_topics  # noqa: F401 -- their pages join ui_blueprint.bp
+    from app.http import access, access_log, api, auth, errors, history, metrics, ui_blueprint
+    from app.http import ui, ui_audit, ui_groups, ui_security, ui_topics  # noqa: F401 -- their pages join ui_blueprint.bp
 
     settings = settings or HttpSettings()
     app = Flask(__name__, template_folder=str(WEB / "templates"), static_folder=str(WEB / "static"),
@@ -63,6 +66,7 @@ def create_app(engine: "Engine", settings: HttpSettings | None = None,
     access_log.init_app(app)  # first: its clock starts before auth may answer
     errors.init_app(app)
     auth.init_app(app)
+    access.init_app(app)  # after authentication: it authorizes the principal found
     history.init_app(app)  # the console's LSO/high-watermark sampler (not under TESTING)
     app.register_blueprint(api.bp)
     app.register_blueprint(metrics.bp)

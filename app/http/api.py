@@ -16,13 +16,14 @@ from __future__ import annotations
 from flask import Blueprint, abort, g, jsonify, request
 
 from app.engine import read_models
-from app.http import audit, configs, current_engine, document, errors, groups, models, records, transactions
+from app.http import (access, acls, audit, configs, current_engine, document, errors, groups, models, records,
+                      transactions)
 from app.http.validation import body
 from app.http.resources import check_broker, cluster_id, crn, listing, related, resource
 from storage.errors import UnknownTopicOrPartitionError
 
 bp = Blueprint("api", __name__)
-for child in (records.bp, transactions.bp, groups.bp, audit.bp, configs.bp, document.bp):
+for child in (records.bp, transactions.bp, groups.bp, audit.bp, configs.bp, acls.bp, document.bp):
     bp.register_blueprint(child)
 
 @bp.record_once
@@ -73,7 +74,8 @@ def _cluster() -> dict:
     node = current_engine().node_id
     return resource("KafkaCluster", (), crn(), cluster_id=cluster_id(), controller=related("brokers", node),
                     brokers=related("brokers"), topics=related("topics"),
-                    consumer_groups=related("consumer-groups"), transactions=related("transactions"))
+                    consumer_groups=related("consumer-groups"), acls=related("acls"),
+                    transactions=related("transactions"))
 
 
 @bp.get("/v3/clusters")
@@ -121,8 +123,10 @@ def list_broker_replicas(broker_id: int):
     check_broker(broker_id)
     engine = current_engine()
     topics = engine.call(read_models.topics, engine, include_internal=True)
+    shown = access.visible(access.TOPIC, access.O.DESCRIBE, (t["topic_name"] for t in topics))
     return jsonify(listing("KafkaReplicaList", ("brokers", broker_id, "partition-replicas"),
-                           [_replica(t["topic_name"], p["partition_id"]) for t in topics for p in t["partitions"]]))
+                           [_replica(t["topic_name"], p["partition_id"]) for t in topics
+                            if t["topic_name"] in shown for p in t["partitions"]]))
 
 
 # -- topics ---------------------------------------------------------------------------
@@ -150,7 +154,9 @@ async def _topics_with_configs(engine, name: str | None = None) -> list[tuple[di
 def list_topics():
     engine = current_engine()
     topics = engine.call(_topics_with_configs, engine)
-    return jsonify(listing("KafkaTopicList", ("topics",), [topic_resource(t, c) for t, c in topics]))
+    shown = access.visible(access.TOPIC, access.O.DESCRIBE, (t["topic_name"] for t, _ in topics))
+    return jsonify(listing("KafkaTopicList", ("topics",),
+                           [topic_resource(t, c) for t, c in topics if t["topic_name"] in shown]))
 
 
 @bp.post("/v3/clusters/<cluster_id>/topics")
@@ -159,6 +165,8 @@ def create_topic():
     and nothing is created."""
     wanted = body(models.CreateTopic)
     name, count = wanted.topic_name, wanted.partitions_count
+    if not access.allows(access.CLUSTER, access.O.CREATE):  # CreateTopics: Create on the Cluster, or the topic
+        access.require(access.TOPIC, access.O.CREATE, (name,))
     configs = {c.name: c.value for c in wanted.configs if c.value is not None}  # null: the default
     validate_only = bool(wanted.validate_only)
     engine = current_engine()

@@ -26,7 +26,7 @@ from flask import Blueprint, abort, jsonify
 
 from app.config import BrokerConfig
 from app.engine import read_models
-from app.http import current_engine, models
+from app.http import access, current_engine, models
 from app.http.validation import body
 from app.http.resources import check_broker, cluster_id, crn, listing, resource
 from storage.errors import InvalidRequestError
@@ -75,8 +75,10 @@ def list_configs(topic_name: str):
 def list_all_topic_configs():
     """The proxy's ``-`` wildcard: every topic's configs in one list."""
     engine = current_engine()
+    found = engine.call(_all_configs, engine)
+    shown = access.visible(access.TOPIC, access.O.DESCRIBE_CONFIGS, (topic for topic, _ in found))
     return jsonify(listing("KafkaTopicConfigList", ("topics", "-", "configs"),
-                           [config_resource(topic, c) for topic, configs in engine.call(_all_configs, engine)
+                           [config_resource(topic, c) for topic, configs in found if topic in shown
                             for c in configs]))
 
 

@@ -26,8 +26,10 @@ REF = "#/components/schemas/{model}"
 
 ERROR_TEXT = {
     400: "invalid input (INVALID_REQUEST, TOPIC_ALREADY_EXISTS, INVALID_CONFIG and other Kafka client errors)",
-    401: "missing or wrong bearer token",
-    403: "a write sent by a browser from another site's page",
+    401: "missing or wrong bearer token (or Basic user and password)",
+    403: "not authorized: the principal may not do this (TOPIC_AUTHORIZATION_FAILED, "
+         "GROUP_AUTHORIZATION_FAILED, TRANSACTIONAL_ID_AUTHORIZATION_FAILED, CLUSTER_AUTHORIZATION_FAILED), "
+         "or a write sent by a browser from another site's page",
     404: "unknown cluster, topic, partition, transactional id or group",
     409: "refused by the broker's state: fenced producer, wrong epoch or sequence, transaction state",
     413: "request body or record too large",
@@ -63,6 +65,7 @@ X = C + "/transactions/{transactional_id}"
 B = C + "/brokers/{broker_id}"
 CF = T + "/configs"
 G = C + "/consumer-groups/{group_id}"
+A = C + "/acls"
 CO = G + "/consumers/{consumer_id}"
 CHANGES = (404, 503)
 TXN = (404, 409, 503)
@@ -163,6 +166,15 @@ OPERATIONS = (
               body=m.ProducerFields, idempotent=True),
     Operation("post", X + "/admin-abort", "Admin abort transaction", "Transactions", 200, m.Transaction, TXN,
               description="The coordinator aborts the open transaction and fences its producer."),
+    Operation("get", A, "Search ACLs", "ACL", 200, m.listing(m.Acl), (), query=m.AclFilter,
+              description="DescribeAcls: the ACLs the filter matches. Without an authorizer: SECURITY_DISABLED "
+                          "(400)."),
+    Operation("post", A, "Create ACL", "ACL", 201, None, CHANGES, body=m.CreateAcl,
+              description="CreateAcls: durable in __cluster_metadata before it applies; Location is the search "
+                          "that finds it."),
+    Operation("delete", A, "Delete ACLs", "ACL", 200, m.DeletedAcls, CHANGES, query=m.AclFilter,
+              description="DeleteAcls: removes every ACL the filter matches and answers them."),
+    Operation("post", A + ":batch", "Batch create ACLs", "ACL", 204, None, CHANGES, body=m.CreateAcls),
 )
 
 
@@ -214,7 +226,7 @@ def _operation(op: Operation) -> dict[str, Any]:
     parameters += _parameters(m.IdempotencyHeader, "header") if op.idempotent else []
     responses: dict[str, Any] = {str(op.ok): {"description": "OK", **(_json(_ref(op.answer)) if op.answer else {})}}
     # any request whose body passes MAX_CONTENT_LENGTH is refused 413 before it is read
-    codes = {400, 401, 413, *op.errors, *((403,) if op.method != "get" else ()), *((415,) if op.body else ()),
+    codes = {400, 401, 403, 413, *op.errors, *((415,) if op.body else ()),
              *((422,) if op.idempotent else ())}
     for code in sorted(codes):
         responses[str(code)] = {"$ref": f"#/components/responses/{code}"}
@@ -262,10 +274,14 @@ def document() -> dict[str, Any]:
                  "description": "Confluent REST Proxy v3 names and shapes where they exist, plus transactions "
                                 "over HTTP. Errors are the proxy's JSON {error_code, message}, with Kafka's "
                                 "error_name and kafka_error_code beside them."},
-        "security": [{}, {"bearerAuth": []}],
+        "security": [{}, {"bearerAuth": []}, {"basicAuth": []}],
         "paths": paths,
         "components": {"schemas": _schemas(), "responses": responses,
                        "securitySchemes": {"bearerAuth": {"type": "http", "scheme": "bearer",
                                                           "description": "needed when the broker has "
-                                                                         "http.auth.token set"}}},
+                                                                         "http.auth.token set"},
+                                           "basicAuth": {"type": "http", "scheme": "basic",
+                                                         "description": "a user and password; the token is "
+                                                                        "the password of "
+                                                                        "http.auth.token.principal"}}},
     }

@@ -10,7 +10,8 @@ with Kafka's own name and code of the error kept beside it::
 (:data:`CONFLUENT`, from its ``KafkaExceptionMapper``): UNKNOWN_TOPIC_OR_PARTITION is
 404 / 40403 (40402 when the topic exists but not the partition: the path's
 partition is checked before the request runs, as the proxy does); TOPIC_ALREADY_EXISTS, INVALID_CONFIG, INVALID_REQUEST and the other
-invalid-argument errors are 400 / 40002; authorization failures 403 / 40301. Kafka
+invalid-argument errors are 400 / 40002, and so is SECURITY_DISABLED (ACLs asked of a
+broker without an authorizer); authorization failures 403 / 40301. Kafka
 errors the proxy has no code for -- those of Exactly's own resources, such as a
 fenced transactional producer -- get the status of :data:`STATUS_BY_ERROR` and, as
 the proxy does for its errors without a code of their own, that status as
@@ -64,6 +65,7 @@ CONFLUENT: dict[type[e.KafkaError], tuple[int, int]] = {
     e.GroupAuthorizationFailedError: (403, NOT_AUTHORIZED),
     e.ClusterAuthorizationFailedError: (403, NOT_AUTHORIZED),
     e.TransactionalIdAuthorizationFailedError: (403, NOT_AUTHORIZED),
+    e.SecurityDisabledError: (400, BAD_REQUEST),  # the proxy's "thrown when ACLs are not enabled"
 }
 
 #: Kafka error -> HTTP status, for those :data:`CONFLUENT` has not (anything not

@@ -26,7 +26,7 @@ from typing import Any
 from flask import Blueprint, abort, jsonify
 
 from app.engine import read_models
-from app.http import current_engine
+from app.http import access, current_engine
 from app.http.resources import cluster_id, crn, listing, related, resource
 
 bp = Blueprint("groups", __name__)
@@ -66,8 +66,12 @@ def _describe(group_id: str) -> dict[str, Any]:
 @bp.get(BASE)
 def list_groups():
     engine = current_engine()
+    found = engine.call(read_models.groups, engine)
+    names = [g["group_id"] for g in found]  # ListGroups: all of them with Describe on the Cluster
+    shown = set(names) if access.allows(access.CLUSTER, access.O.DESCRIBE) else access.visible(
+        access.GROUP, access.O.DESCRIBE, names)
     return jsonify(listing("KafkaConsumerGroupList", ("consumer-groups",),
-                           [_group(g, members_count=g["members"]) for g in engine.call(read_models.groups, engine)]))
+                           [_group(g, members_count=g["members"]) for g in found if g["group_id"] in shown]))
 
 
 @bp.get(GROUP)

@@ -23,6 +23,7 @@ from app.engine import READ_COMMITTED, READ_UNCOMMITTED
 from app.engine.audit import ViolationKind
 from app.engine.engine import MAX_PARTITIONS_PER_REQUEST
 from app.http.codec import MAX_TIME_MS
+from app.security.acl import AclOperation, AclPermissionType, PatternType, ResourceType
 from coordinator.group_metadata import GroupState
 from coordinator.transaction_state import AbortCause, TransactionState
 from storage.log_config import LogConfig
@@ -56,6 +57,18 @@ BASE64 = r"^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
 BATCH_ID = r"^[0-9a-zA-Z_-]{1,80}$"
 OFFSET_TIMESTAMP = r"^(latest|earliest|[0-9]{1,19})$"
 IDEMPOTENCY_KEY = r"^[!-~]{1,255}$"
+#: the most ACLs one batch creates, and the longest principal and host: a batch at its
+#: limits stays below MAX_CONTENT_LENGTH, so a too-long batch is refused as one (400)
+MAX_ACL_BATCH = 100
+MAX_PRINCIPAL = 1000
+MAX_HOST = 255
+#: Kafka's ACL enums by name, as REST v3 spells them; a filter may say ANY (and MATCH for
+#: the pattern), an ACL may not (nor UNKNOWN)
+FILTER_ONLY = ("UNKNOWN", "ANY", "MATCH")
+ACL_RESOURCE_TYPES = tuple(t.name for t in ResourceType if t.name != "UNKNOWN")
+ACL_PATTERN_TYPES = tuple(t.name for t in PatternType if t.name != "UNKNOWN")
+ACL_OPERATIONS = tuple(t.name for t in AclOperation if t.name != "UNKNOWN")
+ACL_PERMISSIONS = tuple(t.name for t in AclPermissionType if t.name != "UNKNOWN")
 
 
 # -- field types --------------------------------------------------------------------------
@@ -78,6 +91,17 @@ def Int(minimum: int = 0, maximum: int = INT64_MAX, **extra: Any) -> Any:  # noq
 
 def QueryInt(minimum: int = 0, maximum: int = INT64_MAX) -> Any:  # noqa: N802 (a type)
     return Annotated[int, Field(ge=minimum, le=maximum), BeforeValidator(_digits)]
+
+
+def _upper(value: Any) -> Any:
+    """An enum name in any case (``topic`` for ``TOPIC``), as the proxy takes it."""
+    return value.upper() if isinstance(value, str) else value
+
+
+def AclEnum(names: tuple[str, ...], acl: bool = False) -> Any:  # noqa: N802 (a type)
+    """One of Kafka's names (any case); ``acl``: without the filter-only ones."""
+    allowed = tuple(n for n in names if not (acl and n in FILTER_ONLY))
+    return Annotated[Literal[allowed], BeforeValidator(_upper)]  # type: ignore[valid-type]
 
 
 #: checked for its length here; its characters are the engine's (INVALID_TOPIC_EXCEPTION)
@@ -278,6 +302,35 @@ class AuditQuery(Query):
     records_per_input: Optional[QueryInt(1, INT32_MAX)] = Field(None, description=(
         "output records a transaction writes per input record (1 for a 1:1 transform): then a transaction that "
         "wrote fewer records than its input range holds is a GAP, more a DUPLICATE"))
+class AclFilter(Query):
+    """Which ACLs a search lists or a delete removes (Kafka's AclBindingFilter): ANY or
+    an absent name, principal or host matches every one; pattern_type MATCH matches
+    every pattern that applies to resource_name (literal, ``*`` and prefixes)."""
+
+    resource_type: AclEnum(ACL_RESOURCE_TYPES) = "ANY"
+    resource_name: Optional[Text(0)] = Field(None, description="absent or empty: any")
+    pattern_type: AclEnum(ACL_PATTERN_TYPES) = "ANY"
+    principal: Optional[Text(0, MAX_PRINCIPAL)] = Field(None, description=(
+        "Type:name, e.g. User:alice; absent or empty: any"))
+    host: Optional[Text(0, MAX_HOST)] = Field(None, description="absent or empty: any")
+    operation: AclEnum(ACL_OPERATIONS) = "ANY"
+    permission: AclEnum(ACL_PERMISSIONS) = "ANY"
+
+
+class CreateAcl(Request):
+    """One ACL (Kafka's AclBinding)."""
+
+    resource_type: AclEnum(ACL_RESOURCE_TYPES, acl=True)
+    resource_name: Text(description="a name, a prefix (PREFIXED), or * for every resource of the type")
+    pattern_type: AclEnum(ACL_PATTERN_TYPES, acl=True)
+    principal: Text(max_length=MAX_PRINCIPAL, description="Type:name, e.g. User:alice; User:* is everyone")
+    host: Text(max_length=MAX_HOST) = Field("*", description="the client's address; * (default) is every host")
+    operation: AclEnum(ACL_OPERATIONS, acl=True)
+    permission: AclEnum(ACL_PERMISSIONS, acl=True)
+
+
+class CreateAcls(Request):
+    data: list[CreateAcl] = Field(min_length=1, max_length=MAX_ACL_BATCH)
 
 
 class PathParameters(Query):
@@ -351,6 +404,7 @@ class Cluster(Resource):
     brokers: Related
     topics: Related
     consumer_groups: Related
+    acls: Related
     transactions: Related
 
 
@@ -706,6 +760,22 @@ class FinishedTransaction(BaseModel):
 class TransactionDetail(Transaction):
     history: Optional[list[FinishedTransaction]] = Field(description=(
         "finished transactions, newest first, from the SQLite mirror; null when the broker runs without one"))
+
+
+class Acl(Resource):
+    kind: Literal["KafkaAcl"]
+    cluster_id: str
+    resource_type: Literal[ACL_RESOURCE_TYPES]  # type: ignore[valid-type]
+    resource_name: str
+    pattern_type: Literal[ACL_PATTERN_TYPES]  # type: ignore[valid-type]
+    principal: str
+    host: str
+    operation: Literal[ACL_OPERATIONS]  # type: ignore[valid-type]
+    permission: Literal[ACL_PERMISSIONS]  # type: ignore[valid-type]
+
+
+class DeletedAcls(BaseModel):
+    data: list[Acl]
 
 
 class ProducerIdentity(ProducerId):

@@ -31,7 +31,7 @@ from flask import Blueprint, Response, jsonify, stream_with_context
 
 from app.client.partitioner import partition_for_key
 from app.engine import READ_COMMITTED
-from app.http import codec, current_engine, errors, models
+from app.http import access, codec, current_engine, errors, models
 from app.http.idempotency import idempotent
 from app.http.resources import cluster_id, crn, resource
 from app.http.validation import body, json_values, parse, query
@@ -214,8 +214,12 @@ def _producer_fields(item: models.ProduceRequest, where: str = "") -> dict[str, 
 @bp.post("/v3/clusters/<cluster_id>/producer-ids")
 def init_producer_id():
     """InitProducerId without a transactional id: a fresh producer id (never reused)
-    at epoch 0, for idempotent produce."""
+    at epoch 0, for idempotent produce. Needs IdempotentWrite on the Cluster, or Write
+    on any topic (KIP-679), as Kafka's InitProducerId."""
     engine = current_engine()
+    if not (access.allows(access.CLUSTER, access.O.IDEMPOTENT_WRITE)
+            or access.visible(access.TOPIC, access.O.WRITE, engine.call(engine.topic_names))):
+        access.require(access.CLUSTER, access.O.IDEMPOTENT_WRITE)
     producer_id, epoch = engine.call(engine.init_producer_id, None, -1)
     return jsonify({"producer_id": producer_id, "producer_epoch": epoch})
 

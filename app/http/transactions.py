@@ -60,7 +60,7 @@ from flask.blueprints import BlueprintSetupState
 
 from app.engine import mirror_reads, read_models
 from app.engine import INTERNAL_TOPICS
-from app.http import current_engine, errors, idempotency, mirror_db, models
+from app.http import access, current_engine, errors, idempotency, mirror_db, models
 from app.http.idempotency import idempotent
 from app.http.records import choose_partition, parse_record
 from app.http.resources import cluster_id, crn, listing, resource
@@ -152,6 +152,7 @@ def produce(transactional_id: str):
         if any(name == KEY_HEADER for name, _ in record.headers):
             raise InvalidRequestError(f"records[{i}].headers: {KEY_HEADER} is the broker's own header")
         records.append((item.topic_name, partition, record))
+    access.require(access.TOPIC, access.O.WRITE, (topic for topic, _, _ in records))
     call = idempotency.current_call()
     if call is not None:
         records = _marked(records, *call)
@@ -257,6 +258,8 @@ def send_offsets(transactional_id: str):
     offsets = {}
     for item in sent.offsets:
         offsets[item.topic_name, item.partition_id] = CommittedOffset(item.offset, item.metadata or "", -1, now)
+    access.require(access.GROUP, access.O.READ, (sent.group_id,))  # TxnOffsetCommit
+    access.require(access.TOPIC, access.O.READ, (topic for topic, _ in offsets))
     engine.call(_offsets_in_txn, engine, transactional_id, producer_id, epoch, group, offsets)
     return jsonify({"transactional_id": transactional_id, "group_id": group["group_id"],
                     "offsets": [{"topic_name": t, "partition_id": p, "offset": o.offset, "metadata": o.metadata}
@@ -309,8 +312,10 @@ def list_transactions():
     """ListTransactions; ``?state=Ongoing&state=PrepareCommit`` filters (Kafka's state names)."""
     states = query(models.TransactionsQuery).state
     engine = current_engine()
+    found = engine.call(read_models.transactions, engine, states)
+    shown = access.visible(access.TXN, access.O.DESCRIBE, (t["transactional_id"] for t in found))
     return jsonify(listing("KafkaTransactionList", ("transactions",),
-                           [transaction_resource(t) for t in engine.call(read_models.transactions, engine, states)]))
+                           [transaction_resource(t) for t in found if t["transactional_id"] in shown]))
 
 
 @bp.get(TXN)

@@ -23,7 +23,6 @@ Errors on console routes are pages (404 for an unknown topic, transaction or gro
 
 from __future__ import annotations
 
-import hmac
 import logging
 import re
 import time
@@ -35,9 +34,11 @@ from werkzeug.exceptions import HTTPException, NotFound
 
 from app.engine import mirror_reads, read_models
 from app.http import current_engine, current_settings, mirror_db
+from app.http.auth import password_principal
 from app.http.errors import log_mirror_error, log_server_error, status_for
 from app.http.history import History, chart
 from app.http.ui_blueprint import FRAGMENTS, back, bp, call, done, is_local, page, render
+from app.security.principal import KafkaPrincipal
 from coordinator.transaction_state import AbortCause, TransactionState
 from storage import errors as e
 from storage.record_batch import ControlType
@@ -301,15 +302,18 @@ def abort_hanging(topic: str, partition: int, producer_id: int):
 @bp.route("/login", methods=["GET", "POST"])
 def login():
     error = None
-    token = current_settings().token
+    settings = current_settings()
     if request.method == "POST":
-        if token and hmac.compare_digest(request.form.get("token", "").encode(), token.encode()):
+        principal = password_principal(request.form.get("user", ""), request.form.get("password", ""))
+        if principal is not None:
             session.clear()
-            session["authenticated"] = True
+            session["principal"] = str(principal)
             target = request.args.get("next", "/")
             return redirect(target if is_local(target) else url_for("ui.overview"))
-        error = "That token is not the broker's." if token else "This broker has no token: the console is open."
-    return render_template("login.html", error=error, token_configured=bool(token))
+        error = ("That user and password do not sign in." if settings.token
+                 else "This broker has no token: the console is open.")
+    return render_template("login.html", error=error, token_configured=bool(settings.token),
+                           token_user=KafkaPrincipal.parse(settings.token_principal).name)
 
 
 @bp.post("/logout")

@@ -23,7 +23,9 @@ the engine's loop owns it.
 
 from __future__ import annotations
 
+import enum
 from collections import Counter, defaultdict
+from dataclasses import dataclass
 from typing import Iterable, Iterator
 
 from app.security.acl import (
@@ -84,6 +86,27 @@ def _grants(acl: AclBinding, operation: AclOperation) -> bool:
     if operation is AclOperation.DESCRIBE:
         return acl_operation in IMPLIES_DESCRIBE
     return operation is AclOperation.DESCRIBE_CONFIGS and acl_operation in IMPLIES_DESCRIBE_CONFIGS
+
+
+class Reason(enum.Enum):
+    """Why a :class:`Decision` went the way it did (the rules of the module docstring)."""
+
+    NO_AUTHORIZER = "no authorizer is configured: everything is allowed"
+    SUPER_USER = "a super user (super.users)"
+    DENIED_BY_ACL = "an ACL denies it"
+    ALLOWED_BY_ACL = "an ACL allows it"
+    NO_ACL_ALLOWED = "no ACL names the resource, and allow.everyone.if.no.acl.found=true"
+    NO_ACL_DENIED = "no ACL names the resource (allow.everyone.if.no.acl.found=false)"
+    NOT_ALLOWED = "ACLs name the resource, but none allows this principal this operation"
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """An authorization answer and what decided it: the one DENY, or every ALLOW that applies."""
+
+    allowed: bool
+    reason: Reason
+    acls: tuple[AclBinding, ...] = ()
 
 
 class StandardAuthorizer:
@@ -167,6 +190,27 @@ class StandardAuthorizer:
                 return False
             allowed = True
         return allowed or (not found and self.allow_everyone_if_no_acl_found)
+
+    def explain(self, principal: KafkaPrincipal | str, host: str, operation: AclOperation,
+                resource_type: ResourceType, name: str) -> Decision:
+        """:meth:`authorize`'s answer with what decided it (the console's "who may do
+        what"); the same rules, kept off authorize's hot path."""
+        asker = str(principal)
+        if asker in self.super_users:
+            return Decision(True, Reason.SUPER_USER)
+        applicable = list(self._applicable(resource_type, name))
+        deciding = [acl for acl in applicable if acl.entry.principal in (asker, WILDCARD_PRINCIPAL)
+                    and acl.entry.host in (host, WILDCARD_HOST) and _grants(acl, operation)]
+        denying = [acl for acl in deciding if acl.entry.permission_type is AclPermissionType.DENY]
+        if denying:
+            return Decision(False, Reason.DENIED_BY_ACL, (denying[0],))
+        if deciding:
+            return Decision(True, Reason.ALLOWED_BY_ACL, tuple(deciding))
+        if applicable:
+            return Decision(False, Reason.NOT_ALLOWED)
+        if self.allow_everyone_if_no_acl_found:
+            return Decision(True, Reason.NO_ACL_ALLOWED)
+        return Decision(False, Reason.NO_ACL_DENIED)
 
     def authorized_operations(self, principal: KafkaPrincipal | str, host: str, resource_type: ResourceType,
                               name: str) -> frozenset[AclOperation]:
