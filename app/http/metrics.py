@@ -42,7 +42,10 @@ thing where Kafka has one -- the README's "Metrics and logs" repeats this list:
 * ``limit_refusals_total{limit}`` -- what a limit refused: CreateTopics /
   CreatePartitions requests over Kafka's 10,000 partitions per request
   (``max.partitions.per.request``) or past ``exactly.max.partitions``, Kafka
-  connections over ``max.connections`` or ``max.connections.per.ip``.
+  connections over ``max.connections`` or ``max.connections.per.ip``, producer ids
+  and open transactions past the per-principal limits.
+* ``authorization_denials_total{resource_type,operation}`` -- requests the authorizer
+  denied, from the Kafka listener or the HTTP API (each logged once a minute at most).
 * ``active_transactional_ids{state}`` -- transactional ids with a transaction open
   now (Ongoing, PrepareCommit, PrepareAbort, PrepareEpochFence); completed ones are
   not active.
@@ -109,6 +112,7 @@ async def _snapshot(engine: "Engine") -> dict[str, Any]:
         "kafka_requests": {api: _histogram(h) for api, h in counters.kafka_requests.items()},
         "kafka_connections": len(engine.kafka_connections),
         "limit_refusals": dict(counters.limit_refusals),
+        "authorization_denials": dict(counters.authorization_denials),
     }
 
 
@@ -209,6 +213,11 @@ class BrokerCollector(Collector):
         for limit, count in snap["limit_refusals"].items():
             refusals.add_metric([limit], count)
         yield refusals
+        denials = CounterMetricFamily("exactly_authorization_denials", "Requests the authorizer denied",
+                                      labels=["resource_type", "operation"])
+        for (resource_type, operation), count in sorted(snap["authorization_denials"].items()):
+            denials.add_metric([resource_type, operation], count)
+        yield denials
 
 
 @bp.record_once
