@@ -92,6 +92,12 @@ def requested_offsets(ctx: RequestContext, api: ApiKey, topics: Any) -> tuple[di
     return offsets, unknown
 
 
+def refused_offsets(topics: Any, error: KafkaError) -> list[dict]:
+    """An offset commit's answer when the whole request is refused: ``error`` for every partition."""
+    return [{"name": t.name, "partitions": [{"partition_index": p.partition_index, "error_code": error.code}
+                                            for p in t.partitions]} for t in topics]
+
+
 def commit_results(offsets: dict, errors: dict | BaseException, unknown: list[tuple[str, dict]],
                    code: Callable[[BaseException | None], int] = error_code) -> list[dict]:
     """The per-partition answer to an offset commit: ``errors`` per partition, or one
@@ -108,9 +114,7 @@ async def offset_commit(ctx: RequestContext, request: Any) -> dict:
     """Read on the group (else GROUP_AUTHORIZATION_FAILED for every partition) and on
     each topic (else TOPIC_AUTHORIZATION_FAILED for its partitions)."""
     if not authorization.allowed(ctx, ApiKey.OFFSET_COMMIT, G, request.group_id):
-        code = authorization.denial(G, request.group_id).code
-        return {"topics": [{"name": t.name, "partitions": [{"partition_index": p.partition_index, "error_code": code}
-                                                           for p in t.partitions]} for t in request.topics]}
+        return {"topics": refused_offsets(request.topics, authorization.denial(G, request.group_id))}
     offsets, unknown = requested_offsets(ctx, ApiKey.OFFSET_COMMIT, request.topics)
     try:
         errors: dict | BaseException = await ctx.engine.commit_offsets(

@@ -24,7 +24,7 @@ from app.kafka import authorization
 from app.kafka.api import ApiKey, RequestContext, error_code, fenced_code, serves
 from app.kafka.authorization import C, G, T, X
 from app.kafka.codec import millis
-from app.kafka.offsets import by_topic, commit_results, requested_offsets
+from app.kafka.offsets import by_topic, commit_results, refused_offsets, requested_offsets
 from app.security.acl import CLUSTER_NAME, AclOperation
 from coordinator.transaction_state import TransactionState
 from storage.errors import (
@@ -137,10 +137,13 @@ async def txn_offset_commit(ctx: RequestContext, request: Any) -> dict:
     and member so a zombie from an older generation is fenced (KIP-447). Write on the
     transactional id and Read on the group, else that error for every partition; Read
     on each topic, else TOPIC_AUTHORIZATION_FAILED for its partitions."""
-    offsets, unknown = requested_offsets(ctx, ApiKey.TXN_OFFSET_COMMIT, request.topics)
     try:
         authorization.check(ctx, ApiKey.TXN_OFFSET_COMMIT, X, request.transactional_id)
         authorization.check(ctx, ApiKey.TXN_OFFSET_COMMIT, G, request.group_id)
+    except KafkaError as e:
+        return {"topics": refused_offsets(request.topics, e)}
+    offsets, unknown = requested_offsets(ctx, ApiKey.TXN_OFFSET_COMMIT, request.topics)
+    try:
         errors: dict | BaseException = await ctx.engine.txn_offset_commit(
             request.transactional_id, request.group_id, request.producer_id, request.producer_epoch, offsets,
             getattr(request, "generation_id", -1), getattr(request, "member_id", ""),
