@@ -8,7 +8,6 @@ The connections are ``User:ANONYMOUS`` (PLAINTEXT), with the authorizer on and n
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 from typing import Any, Iterator
 
 import pytest

@@ -86,8 +86,7 @@ async def _create(ctx: RequestContext, topic: Any, validate_only: bool) -> str |
     """Create one topic (Create on the cluster or on the topic); returns the note of a
     replication factor accepted with one replica."""
     engine = ctx.engine
-    if not (authorization.allowed(ctx, ApiKey.CREATE_TOPICS, C, CLUSTER_NAME, audit=False)
-            or authorization.allowed(ctx, ApiKey.CREATE_TOPICS, T, topic.name)):
+    if not authorization.allowed_to_create(ctx, ApiKey.CREATE_TOPICS, topic.name):
         raise authorization.denial(T, topic.name)
     node = ctx.node.node_id
     if topic.assignments:

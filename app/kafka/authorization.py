@@ -136,6 +136,27 @@ def allowed(ctx: RequestContext, api: int, resource_type: ResourceType, name: st
     return engine.authorize(principal, host, r.operation, resource_type, name, audit=audit)
 
 
+def allowed_to_create(ctx: RequestContext, api: int, topic: str) -> bool:
+    """Create on the cluster, or on the topic (CreateTopics, Metadata's auto-creation)."""
+    return (allowed(ctx, api, C, CLUSTER_NAME, AclOperation.CREATE, audit=False)
+            or allowed(ctx, api, T, topic, AclOperation.CREATE))
+
+
+def allowed_on_any(ctx: RequestContext, api: int, resource_type: ResourceType, operation: AclOperation) -> bool:
+    """May the principal do ``operation`` on at least one resource of the type (an
+    idempotent producer's "Write on any topic")? Not audited: :func:`refused` is."""
+    rule(api, resource_type, operation)
+    return ctx.engine.authorize_any(ctx.principal, ctx.connection.host, operation, resource_type)
+
+
+def refused(ctx: RequestContext, api: int, resource_type: ResourceType, name: str,
+            operation: AclOperation | None = None) -> KafkaError:
+    """A denial decided from unaudited checks, counted and logged now; its error."""
+    r = rule(api, resource_type, operation)
+    ctx.engine.authorization_denied(ctx.principal, ctx.connection.host, r.operation, resource_type, name)
+    return denial(resource_type, name)
+
+
 def denial(resource_type: ResourceType, name: str) -> KafkaError:
     """The error of a denied request on the resource."""
     return DENIED[resource_type](f"not authorized: {resource_type.name} {name!r}")

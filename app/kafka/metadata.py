@@ -11,7 +11,7 @@ from typing import Any
 from app.kafka import authorization
 from app.kafka.api import APIS, LEADER_EPOCH, ApiKey, RequestContext, error_code, serves
 from app.kafka.authorization import C, G, T, X
-from app.security.acl import CLUSTER_NAME, AclOperation
+from app.security.acl import CLUSTER_NAME
 from storage.errors import (
     InvalidRequestError,
     KafkaError,
@@ -83,8 +83,7 @@ async def _topic_metadata(ctx: RequestContext, name: str, allow_create: bool, as
             validate_topic_name(name)
             if not allow_create:
                 raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
-            if not (authorization.allowed(ctx, ApiKey.METADATA, C, CLUSTER_NAME, audit=False)
-                    or authorization.allowed(ctx, ApiKey.METADATA, T, name, AclOperation.CREATE)):
+            if not authorization.allowed_to_create(ctx, ApiKey.METADATA, name):
                 raise authorization.denial(T, name)
             info = await engine.create_topic(name)
         except TopicAlreadyExistsError:

@@ -73,13 +73,9 @@ def _authorize_init(ctx: RequestContext, transactional_id: str | None) -> None:
     the cluster or Write on any topic (Kafka 3's rule, KIP-679), else CLUSTER_AUTHORIZATION_FAILED."""
     if transactional_id is not None:
         authorization.check(ctx, ApiKey.INIT_PRODUCER_ID, X, transactional_id)
-        return
-    authorization.rule(ApiKey.INIT_PRODUCER_ID, T, AclOperation.WRITE)
-    if not (authorization.allowed(ctx, ApiKey.INIT_PRODUCER_ID, C, CLUSTER_NAME, audit=False)
-            or ctx.engine.authorize_any(ctx.principal, ctx.connection.host, AclOperation.WRITE, T)):
-        ctx.engine.authorization_denied(ctx.principal, ctx.connection.host, AclOperation.IDEMPOTENT_WRITE, C,
-                                        CLUSTER_NAME)
-        raise authorization.denial(C, CLUSTER_NAME)
+    elif not (authorization.allowed(ctx, ApiKey.INIT_PRODUCER_ID, C, CLUSTER_NAME, audit=False)
+              or authorization.allowed_on_any(ctx, ApiKey.INIT_PRODUCER_ID, T, AclOperation.WRITE)):
+        raise authorization.refused(ctx, ApiKey.INIT_PRODUCER_ID, C, CLUSTER_NAME)
 
 
 @serves(ApiKey.ADD_PARTITIONS_TO_TXN, 0, 3)
