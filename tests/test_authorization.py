@@ -18,17 +18,8 @@ from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 
 from app.kafka.api import ApiKey
-from app.security.acl import (
-    CLUSTER_NAME,
-    AccessControlEntry,
-    AclBinding,
-    AclBindingFilter,
-    AclOperation,
-    AclPermissionType,
-    PatternType,
-    ResourcePattern,
-    ResourceType,
-)
+from app.security import acl as model
+from app.security.acl import CLUSTER_NAME, AclBindingFilter, AclOperation, AclPermissionType, PatternType, ResourceType
 from app.security.authorizer import operations_bit_field
 from app.security.principal import KafkaPrincipal
 from coordinator import acl_log
@@ -51,9 +42,9 @@ O, R = AclOperation, ResourceType
 
 
 def acl(resource_type: ResourceType, name: str, operation: AclOperation, permission: AclPermissionType = ALLOW,
-        pattern: PatternType = PatternType.LITERAL, principal: str = ANONYMOUS) -> AclBinding:
-    return AclBinding(ResourcePattern(resource_type, name, pattern),
-                      AccessControlEntry(principal, "*", operation, permission))
+        pattern: PatternType = PatternType.LITERAL, principal: str = ANONYMOUS) -> model.AclBinding:
+    return model.AclBinding(model.ResourcePattern(resource_type, name, pattern),
+                            model.AccessControlEntry(principal, "*", operation, permission))
 
 
 @pytest.fixture(scope="module")
@@ -71,7 +62,7 @@ def kafka(broker: KafkaBroker) -> Iterator[KafkaBroker]:
     broker.engine.call(broker.engine.delete_acls, [AclBindingFilter()])
 
 
-def grant(kafka: KafkaBroker, *bindings: AclBinding) -> None:
+def grant(kafka: KafkaBroker, *bindings: model.AclBinding) -> None:
     assert kafka.engine.call(kafka.engine.create_acls, list(bindings)) == [None] * len(bindings)
 
 

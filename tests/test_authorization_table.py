@@ -15,20 +15,16 @@ import pytest
 from app.kafka.api import APIS, ApiKey
 from app.kafka.authorization import TABLE
 from coordinator.group_metadata import CommittedOffset
-from storage.errors import (
-    ClusterAuthorizationFailedError,
-    GroupAuthorizationFailedError,
-    TopicAuthorizationFailedError,
-    TransactionalIdAuthorizationFailedError,
-)
+from storage import errors
 from tests.conftest import data_batch
 from tests.kafka_support import KafkaBroker, raw_connection
 
 pytestmark = pytest.mark.timeout(60)
 
 STANDARD = {"authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer"}
-TOPIC_DENIED, GROUP_DENIED = TopicAuthorizationFailedError.code, GroupAuthorizationFailedError.code
-CLUSTER_DENIED, TXN_DENIED = ClusterAuthorizationFailedError.code, TransactionalIdAuthorizationFailedError.code
+TOPIC_DENIED, GROUP_DENIED = errors.TopicAuthorizationFailedError.code, errors.GroupAuthorizationFailedError.code
+CLUSTER_DENIED = errors.ClusterAuthorizationFailedError.code
+TXN_DENIED = errors.TransactionalIdAuthorizationFailedError.code
 #: a listing answered to a principal that may see none of it (checked by :func:`listed`)
 FILTERED = "filtered"
 
