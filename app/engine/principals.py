@@ -3,7 +3,8 @@ without flooding, whose producer id is whose, and the abuse limits of a shared b
 
 * :class:`DenialLog` -- each denial is counted; it is logged once per (principal,
   operation, resource) per :data:`DENIAL_LOG_INTERVAL_S`, so a client retrying in a
-  loop cannot flood the log.
+  loop cannot flood the log, and at most :data:`DENIAL_LINES_PER_INTERVAL` lines in all
+  per interval, so neither can one probing many names (the rest are summed up in one line).
 * :class:`ProducerOwners` -- the principal each producer id was handed to by
   InitProducerId (issue 15, item 5: the seeds leave PID hijacking as future work). In
   memory only: after a restart an id is unbound until a principal uses it, and the
@@ -32,6 +33,11 @@ log = logging.getLogger(__name__)
 DENIAL_LOG_INTERVAL_S = 60.0
 #: the denials remembered for rate-limiting the log; past it the memory starts over
 DENIALS_REMEMBERED = 10_000
+#: denial lines logged per interval at most
+DENIAL_LINES_PER_INTERVAL = 100
+#: producer ids whose owner is remembered; past it the oldest binding is forgotten
+#: (and that id is then unbound, see the module docstring)
+OWNERS_REMEMBERED = 100_000
 
 
 class DenialLog:
@@ -40,6 +46,8 @@ class DenialLog:
     def __init__(self, now: Callable[[], float] = time.monotonic) -> None:
         self._now = now
         self._logged: dict[tuple[str, ...], float] = {}
+        self._window_start = now()
+        self._lines = self._suppressed = 0
 
     def denied(self, surface: str, principal: str, host: str, operation: str, resource_type: str,
                name: str) -> None:
@@ -48,11 +56,26 @@ class DenialLog:
         last = self._logged.get(key)
         if last is not None and now - last < DENIAL_LOG_INTERVAL_S:
             return
+        if not self._line_allowed(now):
+            return
         if len(self._logged) >= DENIALS_REMEMBERED:
             self._logged.clear()
         self._logged[key] = now
         log.warning("authorization: %s denied %s from %s: %s on %s %r (logged once a minute at most)",
                     surface, principal, host, operation, resource_type, name)
+
+
+    def _line_allowed(self, now: float) -> bool:
+        """Within this interval's lines; a new interval first says what the last one left out."""
+        if now - self._window_start >= DENIAL_LOG_INTERVAL_S:
+            if self._suppressed:
+                log.warning("authorization: %d more denials were not logged in the last minute", self._suppressed)
+            self._window_start, self._lines, self._suppressed = now, 0, 0
+        if self._lines >= DENIAL_LINES_PER_INTERVAL:
+            self._suppressed += 1
+            return False
+        self._lines += 1
+        return True
 
 
 class ProducerOwners:
@@ -62,7 +85,10 @@ class ProducerOwners:
         self._owners: dict[int, str] = {}
 
     def bind(self, producer_id: int, principal: str) -> None:
-        self._owners[producer_id] = principal
+        self._owners.pop(producer_id, None)
+        self._owners[producer_id] = principal  # the newest last: the oldest goes first
+        if len(self._owners) > OWNERS_REMEMBERED:
+            del self._owners[next(iter(self._owners))]
 
     def claim(self, producer_id: int, principal: str) -> bool:
         """Whether ``principal`` may use the producer id: it owns it, or nobody does
