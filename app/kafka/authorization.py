@@ -16,7 +16,9 @@ Kafka's rules kept here:
   ClusterAction on the cluster, and then as an internal topic; nobody produces to it
   (the engine refuses every internal topic, as control batches).
 
-With no authorizer configured every check passes (``Engine.authorize``).
+With no authorizer configured every check passes (``Engine.authorize``) but that last
+one: without an authorizer nobody has ClusterAction to show, and the topic stays hidden
+(it holds SCRAM credentials once SASL stores them there).
 """
 
 from __future__ import annotations
@@ -49,6 +51,8 @@ O = AclOperation
 #: type, the first is the usual one and the handler names the operation of the other.
 #: Keyed by code so that APIs served elsewhere (SASL, branch ``sasl``) are declared too.
 TABLE: dict[int, tuple[Rule, ...]] = {
+    # transactional batches also Write on the transactional id; idempotent ones nothing more
+    # than the topic's Write since Kafka 2.8 (KAFKA-10619: IdempotentWrite moved to InitProducerId)
     ApiKey.PRODUCE: (Rule(T, O.WRITE), Rule(X, O.WRITE)),
     ApiKey.FETCH: (Rule(T, O.READ),),
     ApiKey.LIST_OFFSETS: (Rule(T, O.DESCRIBE),),
@@ -130,8 +134,8 @@ def allowed(ctx: RequestContext, api: int, resource_type: ResourceType, name: st
     false for a check that only filters a listing (not logged, not counted)."""
     r = rule(api, resource_type, operation)
     engine, principal, host = ctx.engine, ctx.principal, ctx.connection.host
-    if resource_type is T and name in HIDDEN_TOPICS and not engine.authorize(
-            principal, host, O.CLUSTER_ACTION, C, CLUSTER_NAME, audit=audit):
+    if resource_type is T and name in HIDDEN_TOPICS and not (engine.authorizer_enabled and engine.authorize(
+            principal, host, O.CLUSTER_ACTION, C, CLUSTER_NAME, audit=audit)):
         return False
     return engine.authorize(principal, host, r.operation, resource_type, name, audit=audit)
 
