@@ -243,3 +243,29 @@ def test_abuse_limits(tmp_path: Path) -> None:
         refusals = kafka.engine.counters.limit_refusals
         assert refusals["exactly.producer.id.rate.per.principal"] == 1
         assert refusals["exactly.max.open.transactions.per.principal"] == 1
+
+
+def test_clients_hear_the_denial_of_their_topic(kafka: KafkaBroker) -> None:
+    """confluent-kafka without Write on the topic: the delivery fails with
+    TOPIC_AUTHORIZATION_FAILED; without Read, the consumer gets it as an error."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    grant(kafka, acl(R.TOPIC, "vis-", O.DESCRIBE, pattern=PatternType.PREFIXED), acl(R.GROUP, "no-read", O.READ))
+    producer = Producer({"bootstrap.servers": kafka.bootstrap, "enable.idempotence": False, "retries": 0})
+    failed: list = []
+    producer.produce("vis-1", b"v", on_delivery=lambda error, _: failed.append(error))
+    assert producer.flush(30) == 0
+    assert [e.code() for e in failed] == [TopicAuthorizationFailedError.code]
+    consumer = Consumer({"bootstrap.servers": kafka.bootstrap, "group.id": "no-read", "enable.auto.commit": False})
+    try:
+        consumer.assign([TopicPartition("vis-1", 0, 0)])
+        errors = []
+        for _ in range(20):
+            message = consumer.poll(1.0)
+            if message is not None and message.error() is not None:
+                errors.append(message.error().code())
+                break
+        assert errors == [TopicAuthorizationFailedError.code]
+    finally:
+        consumer.close()
+    assert kafka.engine.partition_offsets("vis-1", 0).high_watermark == 0
