@@ -142,8 +142,8 @@ def allowed(ctx: RequestContext, api: int, resource_type: ResourceType, name: st
 
 def allowed_to_create(ctx: RequestContext, api: int, topic: str) -> bool:
     """Create on the cluster, or on the topic (CreateTopics, Metadata's auto-creation)."""
-    return (allowed(ctx, api, C, CLUSTER_NAME, AclOperation.CREATE, audit=False)
-            or allowed(ctx, api, T, topic, AclOperation.CREATE))
+    return (allowed(ctx, api, C, CLUSTER_NAME, O.CREATE, audit=False)
+            or allowed(ctx, api, T, topic, O.CREATE))
 
 
 def allowed_on_any(ctx: RequestContext, api: int, resource_type: ResourceType, operation: AclOperation) -> bool:
