@@ -147,6 +147,12 @@ class BrokerConfig(CoordinatorConfig, GroupConfig):
     super_users: str = ""
     #: with the authorizer on, whether a resource no ACL names is open to everyone
     allow_everyone_if_no_acl_found: bool = False
+    #: Exactly's own, KIP-936's idea: the producer ids (InitProducerId) one principal may
+    #: get per second; more is THROTTLING_QUOTA_EXCEEDED (89). 0: no limit
+    exactly_producer_id_rate_per_principal: int = 0
+    #: Exactly's own: the transactions one principal may have open at once; another is
+    #: THROTTLING_QUOTA_EXCEEDED (89) until one ends. 0: no limit
+    exactly_max_open_transactions_per_principal: int = 0
     #: Exactly's own: true accepts a replication factor above 1 (an application written for a
     #: cluster asks for 3) and creates the topic with the one replica this node has, saying so
     #: in the answer and the log; false refuses it with INVALID_REPLICATION_FACTOR, as Kafka does
@@ -178,7 +184,8 @@ class BrokerConfig(CoordinatorConfig, GroupConfig):
             if getattr(config, name) < 1:
                 raise InvalidConfigError(f"{name.replace('_', '.')} must be >= 1")
         for name in ("max_connections", "max_connections_per_ip", "exactly_max_partitions",
-                     "connections_max_reauth_ms", "connection_failed_authentication_delay_ms"):
+                     "connections_max_reauth_ms", "connection_failed_authentication_delay_ms",
+                     "exactly_producer_id_rate_per_principal", "exactly_max_open_transactions_per_principal"):
             if getattr(config, name) < 0:
                 raise InvalidConfigError(f"{name.replace('_', '.')} must be >= 0")
         config.advertised_listener()  # a malformed address is an error now, not at the first client

@@ -40,8 +40,15 @@ PRINCIPALS = 250  # x 4 ACLs = 1,000
 
 
 def build(principals: int = PRINCIPALS) -> StandardAuthorizer:
-    """4 ACLs a principal (the last one replaced by a ``*`` topic DENY)."""
+    """An authorizer holding :func:`bindings`."""
     authorizer = StandardAuthorizer()
+    for i, binding in enumerate(bindings(principals)):
+        authorizer.add_acl(i.to_bytes(16, "big"), binding)
+    return authorizer
+
+
+def bindings(principals: int = PRINCIPALS) -> list[AclBinding]:
+    """4 ACLs a principal (the last one replaced by a ``*`` topic DENY)."""
     allow = AclPermissionType.ALLOW
     specs = []
     for n in range(principals):
@@ -52,10 +59,14 @@ def build(principals: int = PRINCIPALS) -> StandardAuthorizer:
                   (ResourceType.TRANSACTIONAL_ID, f"tx-{n}", PatternType.LITERAL, user, AclOperation.WRITE, allow)]
     specs[-1] = (ResourceType.TOPIC, "*", PatternType.LITERAL, "User:service-0", AclOperation.WRITE,
                  AclPermissionType.DENY)
-    for i, (rtype, name, pattern, user, op, perm) in enumerate(specs):
-        authorizer.add_acl(i.to_bytes(16, "big"), AclBinding(ResourcePattern(rtype, name, pattern),
-                                                             AccessControlEntry(user, "*", op, perm)))
-    return authorizer
+    return [binding(*spec) for spec in specs]
+
+
+def binding(resource_type: ResourceType, name: str, pattern: PatternType, principal: str, operation: AclOperation,
+            permission: AclPermissionType = AclPermissionType.ALLOW) -> AclBinding:
+    """An ACL of ``principal`` from any host."""
+    return AclBinding(ResourcePattern(resource_type, name, pattern),
+                      AccessControlEntry(principal, "*", operation, permission))
 
 
 CASES = {

@@ -371,6 +371,15 @@ class UnstableOffsetCommitError(KafkaError, code=88, name="UNSTABLE_OFFSET_COMMI
     """There are unstable (pending transactional) offsets for this partition."""
 
 
+class ThrottlingQuotaExceededError(KafkaError, code=89, name="THROTTLING_QUOTA_EXCEEDED", retriable=True):
+    """A per-principal quota refused the request; ``throttle_time_ms`` says when to
+    try again (KIP-599's error, KIP-936's producer-id rate)."""
+
+    def __init__(self, message: str = "", throttle_time_ms: int = 0) -> None:
+        super().__init__(message)
+        self.throttle_time_ms = throttle_time_ms
+
+
 class ProducerFencedError(KafkaError, code=90, name="PRODUCER_FENCED"):
     """A newer producer with the same transactional id has fenced this one."""
 

@@ -19,7 +19,10 @@ from tests.kafka_support import KafkaBroker
 
 pytestmark = pytest.mark.timeout(120)
 REPO = Path(__file__).resolve().parents[1]
-STANDARD = {"authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer"}
+#: the test's connections are User:ANONYMOUS (no SASL): a super user, as an operator's
+#: admin must be to manage ACLs (ALTER / DESCRIBE on the cluster)
+STANDARD = {"authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+            "super.users": "User:ANONYMOUS"}
 
 
 @pytest.fixture

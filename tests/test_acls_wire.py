@@ -26,7 +26,10 @@ from tests.kafka_support import KafkaBroker, raw_connection
 
 pytestmark = pytest.mark.timeout(120)
 
-STANDARD = {"authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer"}
+#: the test's connections are User:ANONYMOUS (no SASL): a super user, as an operator's
+#: admin must be to manage ACLs (ALTER / DESCRIBE on the cluster)
+STANDARD = {"authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+            "super.users": "User:ANONYMOUS"}
 EVERYTHING = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, None, None, AclOperation.ANY,
                               AclPermissionType.ANY)
 ALICE_WRITES_ORDERS = AclBinding(ResourceType.TOPIC, "orders", ResourcePatternType.PREFIXED, "User:alice", "*",

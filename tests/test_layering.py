@@ -55,6 +55,7 @@ IMPORT_RULES = (
     Forbid("app.admin_connection", "app.engine", "the admin commands reach a running broker over the wire only"),
     Forbid("app.http", "app.security.authorizer",
            "the HTTP face asks the engine (authorize, explain), as the Kafka port does: one decision path"),
+    Forbid("app.engine.principals", "app.engine.engine", "the per-principal state knows nothing of the engine"),
     Forbid("storage.log_cleaner", LOG, "the cleaner sees the log through its CleanableLog protocol"),
     Forbid("storage.log_loader", LOG, "the loader opens what the log then holds"),
     Forbid("storage.log_loader", "storage.log_cleaner", "loading knows nothing of cleaning"),
@@ -232,3 +233,18 @@ def test_the_rules_see_the_code() -> None:
     assert not names_the_engine(ast.parse("ctx.request", mode="eval").body)
     log_module = next(m for m in modules() if m.name == "storage.partition_log")
     assert any(a.attr == "log_start_offset" for node in ast.walk(log_module.tree) for a in _assigned_attributes(node))
+
+
+#: the engine's authorizer operations; in the Kafka face only its table's module calls them
+AUTHORIZER_OPERATIONS = frozenset({"authorize", "authorize_any", "authorization_denied", "authorized_operations"})
+
+
+def test_kafka_handlers_authorize_only_through_the_table() -> None:
+    """Every Kafka check goes through ``app/kafka/authorization.py``, whose TABLE says what
+    each API needs (tests/test_authorization_table.py), never straight to the engine."""
+    wrong = [f"{m.where(node)} calls engine.{node.attr}"
+             for m in modules() if m.under("app.kafka") and m.name != "app.kafka.authorization"
+             for node in ast.walk(m.tree)
+             if isinstance(node, ast.Attribute) and node.attr in AUTHORIZER_OPERATIONS
+             and names_the_engine(node.value)]
+    assert not wrong, "authorize through app.kafka.authorization:\n" + "\n".join(wrong)

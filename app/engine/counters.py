@@ -13,7 +13,8 @@ face asked for it (the HTTP API, the embedded client, the Kafka listener):
   transactions);
 * the Kafka listener: every Kafka request by API, the connections it refused, and
   failed SASL logins by mechanism;
-* every limit, by name, each time it refused something (:data:`LIMITS`).
+* every limit, by name, each time it refused something (:data:`LIMITS`);
+* ``Engine.authorize``: every denial, by resource type and operation.
 
 One writer, so no lock; a scrape reads them on the loop too.
 """
@@ -29,7 +30,8 @@ LATENCY_BUCKETS_S = (0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.
 
 #: the limits whose refusals are counted: Kafka's per-request partition limit (its
 #: MAX_PARTITIONS_PER_BATCH), and the configs of the others
-LIMITS = ("max.partitions.per.request", "exactly.max.partitions", "max.connections", "max.connections.per.ip")
+LIMITS = ("max.partitions.per.request", "exactly.max.partitions", "max.connections", "max.connections.per.ip",
+          "exactly.producer.id.rate.per.principal", "exactly.max.open.transactions.per.principal")
 
 
 @dataclass
@@ -78,12 +80,18 @@ class EngineCounters:
     limit_refusals: dict[str, int] = field(default_factory=lambda: dict.fromkeys(LIMITS, 0))
     #: SASL mechanism -> logins that failed with it (wrong password, unknown user, bad exchange)
     authentication_failures: dict[str, int] = field(default_factory=dict)
+    #: (resource type, operation) -> requests the authorizer denied, from any face
+    authorization_denials: dict[tuple[str, str], int] = field(default_factory=dict)
 
     def limit_refused(self, limit: str) -> None:
         self.limit_refusals[limit] += 1
 
     def authentication_failed(self, mechanism: str) -> None:
         self.authentication_failures[mechanism] = self.authentication_failures.get(mechanism, 0) + 1
+
+    def authorization_denied(self, resource_type: str, operation: str) -> None:
+        key = (resource_type, operation)
+        self.authorization_denials[key] = self.authorization_denials.get(key, 0) + 1
 
     def observe_kafka_request(self, api: str, seconds: float) -> None:
         histogram = self.kafka_requests.get(api)

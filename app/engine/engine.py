@@ -42,6 +42,7 @@ from app.engine.counters import EngineCounters
 from app.engine.disk_space import DiskSpace, VolumeUsage
 from app.engine.group_commit import GroupCommit
 from app.engine.maintenance import Maintenance, MaintenanceCancelledError
+from app.engine.principals import DenialLog, OpenTransactions, ProducerIdRate, ProducerOwners
 from app.engine.views import GroupView, PartitionOffsets
 from app.engine.worker import Worker
 from app.security.acl import AclBinding, AclBindingFilter, AclOperation, ResourceType
@@ -58,6 +59,7 @@ from coordinator.transaction_state import AbortCause, TxnTransitMetadata
 from storage.background import Job, Steps
 from storage.clock import Clock, SystemClock
 from storage.errors import (
+    ClusterAuthorizationFailedError,
     InvalidProducerEpochError,
     InvalidReplicationFactorError,
     InvalidRequestError,
@@ -71,7 +73,9 @@ from storage.errors import (
     PolicyViolationError,
     RequestTimedOutError,
     SecurityDisabledError,
+    ThrottlingQuotaExceededError,
     TopicAlreadyExistsError,
+    TransactionalIdAuthorizationFailedError,
 )
 from storage.isolation_level import IsolationLevel
 from storage.log_cleaner import CleaningAbortedError
@@ -192,6 +196,12 @@ class Engine:
         self._acl_changes = asyncio.Lock()
         #: the users' SCRAM credentials (SASL logins, HTTP Basic), whether or not ACLs are on
         self.scram_credentials = ScramCredentials()
+        #: per principal (app/engine/principals.py): denials, producer ids, abuse limits
+        self._denials = DenialLog()
+        self._producer_owners = ProducerOwners()
+        self._producer_id_rate = ProducerIdRate(config.exactly_producer_id_rate_per_principal)
+        self._open_transactions = OpenTransactions(config.exactly_max_open_transactions_per_principal,
+                                                   self._transaction_open)
         self._load_coordinators()
         self._thread = threading.Thread(target=self._run_loop, name="exactly-engine", daemon=True)
         self._closed = False
@@ -477,7 +487,7 @@ class Engine:
             await self._group_coordinator.delete_topic_offsets(name)
 
     def start_produce(self, topic: str, partition: int, batch: bytes, acks: int = -1,
-                      transactional_id: str | None = None) -> Future:
+                      transactional_id: str | None = None, principal: KafkaPrincipal | None = None) -> Future:
         """Append one producer batch (on the loop); the future resolves to its
         AppendResult -- with acks=-1 once it is fsynced. A transactional batch must
         belong to its producer's Ongoing transaction on this partition (KIP-890,
@@ -485,7 +495,8 @@ class Engine:
         Kafka Produce request carries, must then be that producer id's. An idempotent
         batch must carry a producer id this broker handed out, and not a transactional
         id's (``verify_idempotent``): every face -- Kafka's Produce, the HTTP records
-        endpoint, the embedded API -- comes through here."""
+        endpoint, the embedded API -- comes through here. With the authorizer on, the
+        batch's producer id must be ``principal``'s (:meth:`check_producer_owner`)."""
         started = time.perf_counter()
         self.counters.produce_requests += 1
         if acks not in (-1, 0, 1):
@@ -495,6 +506,8 @@ class Engine:
         log_ = self._logs.log(topic, partition)
         header = read_header(batch)
         self._verify_producer(header, topic, partition, transactional_id)
+        if principal is not None and header.producer_id >= 0:
+            self.check_producer_owner(header.producer_id, principal, header.is_transactional)
         commit = self._commit(log_)
         try:
             result = self._append(log_, len(batch), log_.append_data, batch)
@@ -711,21 +724,33 @@ class Engine:
 
     async def init_producer_id(self, transactional_id: str | None, transaction_timeout_ms: int,
                                producer_id: int = -1, producer_epoch: int = -1,
-                               enable_2pc: bool = False) -> tuple[int, int]:
-        return await self._transaction_coordinator.init_producer_id(
+                               enable_2pc: bool = False, principal: KafkaPrincipal | None = None
+                               ) -> tuple[int, int]:
+        """A producer id and epoch (the coordinator's); for a ``principal`` (a Kafka
+        client's) within its producer-id rate, and then its own (:meth:`check_producer_owner`)."""
+        if principal is not None:
+            self.check_producer_id_rate(principal)
+        handed_out = await self._transaction_coordinator.init_producer_id(
             transactional_id, transaction_timeout_ms, producer_id, producer_epoch, enable_2pc)
+        if principal is not None and self._authorizer is not None:
+            self._producer_owners.bind(handed_out[0], str(principal))
+        return handed_out
 
     async def keep_prepared_transaction(self, transactional_id: str) -> KeptTransaction | None:
         return await self._transaction_coordinator.keep_prepared_transaction(transactional_id)
 
     async def add_partitions_to_txn(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                                    partitions: Iterable[tuple[str, int]]
+                                    partitions: Iterable[tuple[str, int]], principal: KafkaPrincipal | None = None
                                     ) -> dict[tuple[str, int], KafkaError | None]:
+        if principal is not None:
+            self.check_open_transactions(principal, transactional_id)
         return await self._transaction_coordinator.add_partitions(transactional_id, producer_id,
                                                                   producer_epoch, partitions)
 
     async def add_offsets_to_txn(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                                 group_id: str) -> tuple[str, int]:
+                                 group_id: str, principal: KafkaPrincipal | None = None) -> tuple[str, int]:
+        if principal is not None:
+            self.check_open_transactions(principal, transactional_id)
         return await self._transaction_coordinator.add_offsets(transactional_id, producer_id,
                                                                producer_epoch, group_id)
 
@@ -734,8 +759,10 @@ class Engine:
 
     async def txn_offset_commit(self, transactional_id: str, group_id: str, producer_id: int,
                                 producer_epoch: int, offsets: dict[tuple[str, int], CommittedOffset],
-                                generation: int = -1, member_id: str = "", group_instance_id: str | None = None
-                                ) -> dict[tuple[str, int], KafkaError | None]:
+                                generation: int = -1, member_id: str = "", group_instance_id: str | None = None,
+                                principal: KafkaPrincipal | None = None) -> dict[tuple[str, int], KafkaError | None]:
+        if principal is not None:
+            self.check_producer_owner(producer_id, principal, transactional=True)
         return await self._group_coordinator.txn_commit_offsets(
             transactional_id, group_id, producer_id, producer_epoch, offsets, generation, member_id,
             group_instance_id)
@@ -811,11 +838,73 @@ class Engine:
         return self._authorizer is not None
 
     def authorize(self, principal: KafkaPrincipal | str, host: str, operation: AclOperation,
-                  resource_type: ResourceType, name: str) -> bool:
+                  resource_type: ResourceType, name: str, surface: str = "kafka", audit: bool = True) -> bool:
         """May ``principal`` from ``host`` do ``operation`` on the resource? Always yes
-        with no authorizer configured (``app/security/authorizer.py`` has the rules)."""
-        return self._authorizer is None or self._authorizer.authorize(principal, host, operation,
-                                                                      resource_type, name)
+        with no authorizer configured (``app/security/authorizer.py`` has the rules). A
+        denial is counted and logged (rate-limited) with the ``surface`` that asked
+        (``kafka``, ``http``), unless ``audit`` is false: a check that only filters what
+        is listed (Metadata of all topics, ListGroups), as Kafka's ``logIfDenied=false``."""
+        if self._authorizer is None or self._authorizer.authorize(principal, host, operation, resource_type, name):
+            return True
+        if audit:
+            self.authorization_denied(principal, host, operation, resource_type, name, surface)
+        return False
+
+    def authorize_any(self, principal: KafkaPrincipal | str, host: str, operation: AclOperation,
+                      resource_type: ResourceType) -> bool:
+        """May the principal do ``operation`` on at least one resource of the type (Kafka's
+        ``authorizeByResourceType``: an idempotent producer's Write on any topic)? Not audited."""
+        return self._authorizer is None or self._authorizer.authorize_by_resource_type(
+            principal, host, operation, resource_type)
+
+    def authorization_denied(self, principal: KafkaPrincipal | str, host: str, operation: AclOperation,
+                             resource_type: ResourceType, name: str, surface: str = "kafka") -> None:
+        """Count a denial (``exactly_authorization_denials_total``) and log it once."""
+        self.counters.authorization_denied(resource_type.name, operation.name)
+        self._denials.denied(surface, str(principal), host, operation.name, resource_type.name, name)
+
+    def check_producer_owner(self, producer_id: int, principal: KafkaPrincipal, transactional: bool) -> None:
+        """With the authorizer on, refuse a producer id that InitProducerId handed to
+        another principal (``app/engine/principals.py``: in memory; after a restart the
+        first principal to use an id owns it). The errors are the ones clients treat as
+        fatal authorization failures, never retried: TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        for a transactional producer's id (what it gets for a transactional id it may not
+        write), CLUSTER_AUTHORIZATION_FAILED for an idempotent one's (what Kafka answers
+        an idempotent producer without IdempotentWrite) -- not INVALID_PRODUCER_ID_MAPPING,
+        on which clients re-initialize and retry."""
+        if self._authorizer is None or self._producer_owners.claim(producer_id, str(principal)):
+            return
+        self.authorization_denied(principal, "*", AclOperation.WRITE, ResourceType.CLUSTER,
+                                  f"producer id {producer_id}")
+        if transactional:
+            raise TransactionalIdAuthorizationFailedError(f"producer id {producer_id} belongs to another principal")
+        raise ClusterAuthorizationFailedError(f"producer id {producer_id} belongs to another principal")
+
+    def check_producer_id_rate(self, principal: KafkaPrincipal) -> None:
+        """:raise ThrottlingQuotaExceededError: past ``exactly.producer.id.rate.per.principal``."""
+        throttle_ms = self._producer_id_rate.throttle_ms(str(principal))
+        if throttle_ms:
+            self.counters.limit_refused("exactly.producer.id.rate.per.principal")
+            raise ThrottlingQuotaExceededError(
+                f"{principal} is past exactly.producer.id.rate.per.principal "
+                f"({self._producer_id_rate.rate}/s); retry in {throttle_ms} ms", throttle_ms)
+
+    def check_open_transactions(self, principal: KafkaPrincipal, transactional_id: str) -> None:
+        """Refuse a transaction past ``exactly.max.open.transactions.per.principal`` with
+        THROTTLING_QUOTA_EXCEEDED: retriable, so a Java producer retries until one of the
+        principal's transactions ends (a timeout aborts it at the latest), librdkafka
+        makes it an abortable error; the cap is a quota on a principal, not a policy on
+        the request, hence not POLICY_VIOLATION."""
+        if self._open_transactions.admit(str(principal), transactional_id):
+            return
+        self.counters.limit_refused("exactly.max.open.transactions.per.principal")
+        raise ThrottlingQuotaExceededError(
+            f"{principal} has {self._open_transactions.cap} transactions open "
+            "(exactly.max.open.transactions.per.principal); end one first")
+
+    def _transaction_open(self, transactional_id: str) -> bool:
+        meta = self._transaction_coordinator.describe(transactional_id)
+        return meta is not None and meta.state.is_open
 
     def authorized_operations(self, principal: KafkaPrincipal | str, host: str, resource_type: ResourceType,
                               name: str) -> frozenset[AclOperation]:

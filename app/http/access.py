@@ -166,18 +166,21 @@ def needs_of(endpoint: str) -> tuple[Need, ...]:
 
 
 def _allowed(engine, principal: str, host: str, operation: AclOperation, resource_type: ResourceType,
-             names: list[str]) -> list[str]:
+             names: list[str], audit: bool) -> list[str]:
     """On the loop: the names ``principal`` may do ``operation`` on."""
-    return [name for name in names if engine.authorize(principal, host, operation, resource_type, name)]
+    return [name for name in names
+            if engine.authorize(principal, host, operation, resource_type, name, surface="http", audit=audit)]
 
 
-def visible(resource_type: ResourceType, operation: AclOperation, names: Iterable[str]) -> set[str]:
-    """Which of ``names`` this request's principal may ``operation`` (a list's filter)."""
+def visible(resource_type: ResourceType, operation: AclOperation, names: Iterable[str],
+            audit: bool = False) -> set[str]:
+    """Which of ``names`` this request's principal may ``operation``: a list's filter,
+    not logged or counted as a denial (as Kafka's filtered listings), unless ``audit``."""
     engine = current_engine()
     if not engine.authorizer_enabled:  # everything is allowed: no trip to the loop
         return set(names)
     return set(engine.call(_allowed, engine, str(request_principal()), request.remote_addr or "",
-                           operation, resource_type, list(names)))
+                           operation, resource_type, list(names), audit))
 
 
 def allows(resource_type: ResourceType, operation: AclOperation, name: str = CLUSTER_NAME) -> bool:
@@ -188,7 +191,7 @@ def require(resource_type: ResourceType, operation: AclOperation, names: Iterabl
     """:raise KafkaError: the resource type's authorization error, naming the first
     of ``names`` this request's principal may not ``operation``."""
     wanted = list(dict.fromkeys(names))
-    refused = [name for name in wanted if name not in visible(resource_type, operation, wanted)]
+    refused = [name for name in wanted if name not in visible(resource_type, operation, wanted, audit=True)]
     if refused:
         raise DENIED[resource_type](f"{request_principal()} may not {operation.name} "
                                     f"{resource_type.name} {refused[0]!r}")

@@ -42,10 +42,13 @@ thing where Kafka has one -- the README's "Metrics and logs" repeats this list:
 * ``limit_refusals_total{limit}`` -- what a limit refused: CreateTopics /
   CreatePartitions requests over Kafka's 10,000 partitions per request
   (``max.partitions.per.request``) or past ``exactly.max.partitions``, Kafka
-  connections over ``max.connections`` or ``max.connections.per.ip``.
+  connections over ``max.connections`` or ``max.connections.per.ip``, producer ids
+  and open transactions past the per-principal limits.
 * ``authentication_failures_total{mechanism}`` -- failed SASL logins on the Kafka
   listeners (wrong password, unknown user, a refused SCRAM exchange), by mechanism;
   Kafka's ``failed-authentication-total``.
+* ``authorization_denials_total{resource_type,operation}`` -- requests the authorizer
+  denied, from the Kafka listener or the HTTP API (each logged once a minute at most).
 * ``active_transactional_ids{state}`` -- transactional ids with a transaction open
   now (Ongoing, PrepareCommit, PrepareAbort, PrepareEpochFence); completed ones are
   not active.
@@ -113,6 +116,7 @@ async def _snapshot(engine: "Engine") -> dict[str, Any]:
         "kafka_connections": len(engine.kafka_connections),
         "limit_refusals": dict(counters.limit_refusals),
         "authentication_failures": dict(counters.authentication_failures),
+        "authorization_denials": dict(counters.authorization_denials),
     }
 
 
@@ -218,6 +222,11 @@ class BrokerCollector(Collector):
         for mechanism, count in sorted(snap["authentication_failures"].items()):
             failures.add_metric([mechanism], count)
         yield failures
+        denials = CounterMetricFamily("exactly_authorization_denials", "Requests the authorizer denied",
+                                      labels=["resource_type", "operation"])
+        for (resource_type, operation), count in sorted(snap["authorization_denials"].items()):
+            denials.add_metric([resource_type, operation], count)
+        yield denials
 
 
 @bp.record_once

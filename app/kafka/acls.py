@@ -4,14 +4,14 @@ With no authorizer configured every request is answered SECURITY_DISABLED, as Ka
 answers it; otherwise each creation and each filter gets its own error (INVALID_REQUEST
 for what Kafka refuses: ANY or MATCH in an ACL, UNKNOWN anywhere, an empty resource
 name, a principal that is not ``Type:name``). Managing ACLs needs ALTER (create,
-delete) or DESCRIBE (describe) on the cluster: :func:`check_cluster_access` is where
-that check goes once connections carry a principal.
+delete) or DESCRIBE (describe) on the cluster (:func:`check_cluster_access`).
 """
 
 from __future__ import annotations
 
 from typing import Any, Callable, Iterable, TypeVar
 
+from app.kafka import authorization
 from app.kafka.api import ApiKey, RequestContext, error_code, serves
 from app.security import acl
 from storage.errors import InvalidRequestError, KafkaError, SecurityDisabledError
@@ -19,13 +19,14 @@ from storage.errors import InvalidRequestError, KafkaError, SecurityDisabledErro
 T = TypeVar("T")
 
 
-def check_cluster_access(ctx: RequestContext, operation: acl.AclOperation) -> None:
-    """The hook for the CLUSTER check of the ACL APIs (Kafka's ``authHelper.authorize
-    (CLUSTER, ...)``); connections carry no principal yet, so nothing is refused here.
+def check_cluster_access(ctx: RequestContext, api: ApiKey) -> None:
+    """The CLUSTER check of the ACL APIs (Kafka's ``authHelper.authorize(CLUSTER, ...)``).
 
-    :raise SecurityDisabledError: no authorizer is configured."""
+    :raise SecurityDisabledError: no authorizer is configured.
+    :raise ClusterAuthorizationFailedError: the principal may not (``authorization.TABLE``)."""
     if not ctx.engine.authorizer_enabled:
         raise SecurityDisabledError("no authorizer is configured (authorizer.class.name)")
+    authorization.check_cluster(ctx, api)
 
 
 def _code(enum_type: Any, value: int) -> Any:
@@ -70,7 +71,7 @@ def _error(e: KafkaError | None) -> dict:
 @serves(ApiKey.CREATE_ACLS, 1, 3)
 async def create_acls(ctx: RequestContext, request: Any) -> dict:
     try:
-        check_cluster_access(ctx, acl.AclOperation.ALTER)
+        check_cluster_access(ctx, ApiKey.CREATE_ACLS)
     except KafkaError as e:
         return {"results": [_error(e) for _ in request.creations]}
     bindings = _parse_each(request.creations, _binding)
@@ -87,7 +88,7 @@ def _description(binding: acl.AclBinding) -> dict:
 @serves(ApiKey.DESCRIBE_ACLS, 1, 3)
 async def describe_acls(ctx: RequestContext, request: Any) -> dict:
     try:
-        check_cluster_access(ctx, acl.AclOperation.DESCRIBE)
+        check_cluster_access(ctx, ApiKey.DESCRIBE_ACLS)
         found = ctx.engine.describe_acls(_filter(request))
     except KafkaError as e:
         return {**_error(e), "resources": []}
@@ -108,7 +109,7 @@ def _matching(binding: acl.AclBinding) -> dict:
 @serves(ApiKey.DELETE_ACLS, 1, 3)
 async def delete_acls(ctx: RequestContext, request: Any) -> dict:
     try:
-        check_cluster_access(ctx, acl.AclOperation.ALTER)
+        check_cluster_access(ctx, ApiKey.DELETE_ACLS)
     except KafkaError as e:
         return {"filter_results": [{**_error(e), "matching_acls": []} for _ in request.filters]}
     filters = _parse_each(request.filters, _filter)

@@ -17,10 +17,14 @@ Each face changes topics through the same engine operations: ``create_topic``,
 from __future__ import annotations
 
 import enum
-from typing import TYPE_CHECKING, Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable
 
 from app.engine import read_models
+from app.engine.engine import LogDeleteRecordsResult
+from app.kafka import authorization
 from app.kafka.api import ApiKey, RequestContext, error_code, serves
+from app.kafka.authorization import C, T
+from app.security.acl import CLUSTER_NAME
 from storage.errors import (
     InvalidConfigError,
     InvalidPartitionsError,
@@ -30,9 +34,6 @@ from storage.errors import (
     KafkaError,
     PolicyViolationError,
 )
-
-if TYPE_CHECKING:
-    from app.engine.engine import LogDeleteRecordsResult
 
 TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4
 #: DescribeConfigs ConfigSource values
@@ -82,8 +83,11 @@ def _requested_partitions(ctx: RequestContext, topic: Any) -> int:
 
 
 async def _create(ctx: RequestContext, topic: Any, validate_only: bool) -> str | None:
-    """Create one topic; returns the note of a replication factor accepted with one replica."""
+    """Create one topic (Create on the cluster or on the topic); returns the note of a
+    replication factor accepted with one replica."""
     engine = ctx.engine
+    if not authorization.allowed_to_create(ctx, ApiKey.CREATE_TOPICS, topic.name):
+        raise authorization.denial(T, topic.name)
     node = ctx.node.node_id
     if topic.assignments:
         if topic.num_partitions != -1 or topic.replication_factor != -1:
@@ -103,6 +107,7 @@ async def delete_topics(ctx: RequestContext, request: Any) -> dict:
     results = []
     for name in request.topic_names:
         try:
+            authorization.check(ctx, ApiKey.DELETE_TOPICS, T, name)
             await ctx.engine.delete_topic(name)
             results.append({"name": name, "error_code": 0})
         except KafkaError as e:
@@ -117,6 +122,7 @@ async def describe_configs(ctx: RequestContext, request: Any) -> dict:
         entry = {"resource_type": resource.resource_type, "resource_name": resource.resource_name,
                  "error_code": 0, "error_message": None, "configs": []}
         try:
+            _authorize_resource(ctx, ApiKey.DESCRIBE_CONFIGS, resource.resource_type, resource.resource_name)
             configs = await _configs(ctx, resource.resource_type, resource.resource_name)
             keys = resource.configuration_keys  # null: every config; a list, even empty: those
             entry["configs"] = [c for c in configs if keys is None or c["name"] in keys]
@@ -135,6 +141,14 @@ async def _configs(ctx: RequestContext, resource_type: int, name: str) -> list[d
         _check_broker(ctx, name)
         return [_config(c) for c in await read_models.broker_configs(ctx.engine)]
     raise InvalidRequestError(f"resource type {resource_type} is not a topic (2) or a broker (4)")
+
+
+def _authorize_resource(ctx: RequestContext, api: ApiKey, resource_type: int, name: str) -> None:
+    """DescribeConfigs / AlterConfigs on the topic, or on the cluster for the broker."""
+    if resource_type == TOPIC_RESOURCE:
+        authorization.check(ctx, api, T, name)
+    elif resource_type == BROKER_RESOURCE:
+        authorization.check_cluster(ctx, api)
 
 
 def _check_broker(ctx: RequestContext, name: str) -> None:
@@ -172,16 +186,16 @@ Changes = Callable[[Any, dict[str, dict]], dict[str, str | None]]
 async def alter_configs(ctx: RequestContext, request: Any) -> dict:
     """The legacy API: a topic's overrides become exactly those given, the others
     back to their defaults."""
-    return {"responses": await _alter_resources(ctx, request, _replacing)}
+    return {"responses": await _alter_resources(ctx, ApiKey.ALTER_CONFIGS, request, _replacing)}
 
 
 @serves(ApiKey.INCREMENTAL_ALTER_CONFIGS, 0, 1)
 async def incremental_alter_configs(ctx: RequestContext, request: Any) -> dict:
     """KIP-339: SET, DELETE, APPEND or SUBTRACT each config named; the others stay."""
-    return {"responses": await _alter_resources(ctx, request, _incremental)}
+    return {"responses": await _alter_resources(ctx, ApiKey.INCREMENTAL_ALTER_CONFIGS, request, _incremental)}
 
 
-async def _alter_resources(ctx: RequestContext, request: Any, changes: Changes) -> list[dict]:
+async def _alter_resources(ctx: RequestContext, api: ApiKey, request: Any, changes: Changes) -> list[dict]:
     """Each resource's outcome: all its changes (``Engine.alter_topic_config``, as the
     HTTP API's) or, with its error, none; ``validate_only`` checks and changes nothing."""
     resources = [(r.resource_type, r.resource_name) for r in request.resources]
@@ -195,6 +209,7 @@ async def _alter_resources(ctx: RequestContext, request: Any, changes: Changes) 
                 raise InvalidRequestError("Duplicate resource in request")
             if len(set(names)) < len(names):
                 raise InvalidRequestError("Error due to duplicate config keys")
+            _authorize_resource(ctx, api, resource.resource_type, resource.resource_name)
             await _alter(ctx, resource, changes, request.validate_only)
         except KafkaError as e:
             entry.update(error_code=error_code(e), error_message=str(e))
@@ -277,6 +292,7 @@ async def create_partitions(ctx: RequestContext, request: Any) -> dict:
 
 
 async def _grow(ctx: RequestContext, topic: Any, held: dict[str, int], validate_only: bool) -> None:
+    authorization.check(ctx, ApiKey.CREATE_PARTITIONS, T, topic.name)
     new = topic.count - held.get(topic.name, topic.count)
     if topic.assignments is not None and new > 0:  # else: the engine's error (unknown topic, no growth)
         node = ctx.node.node_id
@@ -292,8 +308,11 @@ async def _grow(ctx: RequestContext, topic: Any, held: dict[str, int], validate_
 async def delete_records(ctx: RequestContext, request: Any) -> dict:
     """Move log start offsets (``Engine.delete_records``); the timeout has nothing to
     wait for on one node (no follower has to catch up)."""
+    deletable = {t.name: authorization.allowed(ctx, ApiKey.DELETE_RECORDS, T, t.name) for t in request.topics}
     results = await ctx.engine.delete_records(
-        {(t.name, p.partition_index): p.offset for t in request.topics for p in t.partitions})
+        {(t.name, p.partition_index): p.offset for t in request.topics for p in t.partitions if deletable[t.name]})
+    results.update({(t.name, p.partition_index): LogDeleteRecordsResult(error=authorization.denial(T, t.name))
+                    for t in request.topics for p in t.partitions if not deletable[t.name]})
     return {"topics": [
         {"name": t.name, "partitions": [_delete_records_result(p.partition_index, results[t.name, p.partition_index])
                                         for p in t.partitions]}
@@ -309,7 +328,10 @@ def _delete_records_result(partition: int, result: LogDeleteRecordsResult) -> di
 async def describe_log_dirs(ctx: RequestContext, request: Any) -> dict:
     """The one log directory and the size of each partition asked for (null topics:
     all), offset lag 0 (the log end is the high watermark's to reach, no replica's)
-    and no future log (no AlterReplicaLogDirs)."""
+    and no future log (no AlterReplicaLogDirs). Describe on the cluster, else
+    CLUSTER_AUTHORIZATION_FAILED (v3+; no log directory before)."""
+    if not authorization.allowed(ctx, ApiKey.DESCRIBE_LOG_DIRS, C, CLUSTER_NAME):
+        return {"error_code": authorization.denial(C, CLUSTER_NAME).code, "results": []}
     topics = None if request.topics is None else [(t.topic, t.partitions) for t in request.topics]
     log_dir = await ctx.engine.describe_log_dir(topics)
     by_topic: dict[str, list[dict]] = {}

@@ -25,7 +25,9 @@ import asyncio
 
 from typing import Any
 
+from app.kafka import authorization
 from app.kafka.api import ApiKey, RequestContext, check_leader_epoch, error_code, serves
+from app.kafka.authorization import T
 from app.kafka.codec import millis
 from storage.errors import FetchSessionIdNotFoundError, KafkaError
 from storage.isolation_level import IsolationLevel
@@ -69,6 +71,7 @@ async def _read_partition(ctx: RequestContext, topic: str, wanted: Any, limit: i
              "last_stable_offset": -1, "log_start_offset": -1, "preferred_read_replica": -1,
              "aborted_transactions": [] if committed else None, "records": b""}
     try:
+        authorization.check(ctx, ApiKey.FETCH, T, topic)
         check_leader_epoch(getattr(wanted, "current_leader_epoch", -1))
         log = ctx.engine.partition_offsets(topic, wanted.partition)
         entry.update(high_watermark=log.high_watermark, last_stable_offset=log.last_stable_offset,

@@ -11,8 +11,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from app.kafka import authorization
 from app.kafka.api import ApiKey, RequestContext, error_code, serves
+from app.kafka.authorization import C, G, T
 from app.kafka.codec import millis
+from app.security.acl import CLUSTER_NAME
 from coordinator.group_metadata import GroupState
 from storage.errors import KafkaError, MemberIdRequiredError
 
@@ -26,6 +29,7 @@ async def join_group(ctx: RequestContext, request: Any) -> dict:
     rebalance_timeout = millis(getattr(request, "rebalance_timeout", request.session_timeout))
     group_instance_id = getattr(request, "group_instance_id", None)
     try:
+        authorization.check(ctx, ApiKey.JOIN_GROUP, G, request.group_id)
         joined = await ctx.engine.join_group(
             request.group_id, request.member_id, request.protocol_type,
             [(p.name, p.metadata) for p in request.protocols], session_timeout, rebalance_timeout,
@@ -48,6 +52,7 @@ async def sync_group(ctx: RequestContext, request: Any) -> dict:
     """From v5 the member names the generation's protocol type and name, checked, and
     the answer names them too."""
     try:
+        authorization.check(ctx, ApiKey.SYNC_GROUP, G, request.group_id)
         assignment = await ctx.engine.sync_group(
             request.group_id, request.generation_id, request.member_id,
             {a.member_id: a.assignment for a in request.assignments}, getattr(request, "group_instance_id", None),
@@ -61,6 +66,7 @@ async def sync_group(ctx: RequestContext, request: Any) -> dict:
 
 @serves(ApiKey.HEARTBEAT, 0, 4)
 async def heartbeat(ctx: RequestContext, request: Any) -> dict:
+    authorization.check(ctx, ApiKey.HEARTBEAT, G, request.group_id)
     await ctx.engine.heartbeat(request.group_id, request.generation_id, request.member_id,
                                                  getattr(request, "group_instance_id", None))
     return {"error_code": 0}
@@ -71,6 +77,7 @@ async def leave_group(ctx: RequestContext, request: Any) -> dict:
     """Up to v2 one member, its error the answer's; from v3 (KIP-345) a batch of members,
     each by member id or -- an admin removing static members -- by instance id alone,
     each with its own error."""
+    authorization.check(ctx, ApiKey.LEAVE_GROUP, G, request.group_id)
     if ctx.version < 3:
         await ctx.engine.leave_group(request.group_id, request.member_id)
         return {"error_code": 0}
@@ -92,16 +99,25 @@ async def _leave(ctx: RequestContext, group_id: str, member_id: str, group_insta
 @serves(ApiKey.DESCRIBE_GROUPS, 0, 4)
 async def describe_groups(ctx: RequestContext, request: Any) -> dict:
     """Each group's state and members; an unknown group is described as Dead, as Kafka
-    does at these versions."""
+    does at these versions; one the principal may not Describe is GROUP_AUTHORIZATION_FAILED.
+    From v3 the principal's authorized operations on each group, when asked."""
     described = []
+    asked = getattr(request, "include_authorized_operations", False)
     for group_id in request.groups:
+        if not authorization.allowed(ctx, ApiKey.DESCRIBE_GROUPS, G, group_id):
+            described.append({"error_code": authorization.denial(G, group_id).code, "group_id": group_id,
+                              "authorized_operations": authorization.NOT_REQUESTED})
+            continue
+        operations = authorization.authorized_operations(ctx, G, group_id, asked)
         group = ctx.engine.describe_group(group_id)
         if group is None:
-            described.append({"error_code": 0, "group_id": group_id, "group_state": GroupState.DEAD.value})
+            described.append({"error_code": 0, "group_id": group_id, "group_state": GroupState.DEAD.value,
+                              "authorized_operations": operations})
             continue
         stable = group.state is GroupState.STABLE
         described.append({
             "error_code": 0, "group_id": group_id, "group_state": group.state.value,
+            "authorized_operations": operations,
             "protocol_type": group.protocol_type or "", "protocol_data": group.protocol or "",
             "members": [{"member_id": m.member_id, "group_instance_id": m.group_instance_id,
                          "client_id": m.client_id, "client_host": m.client_host,
@@ -113,9 +129,12 @@ async def describe_groups(ctx: RequestContext, request: Any) -> dict:
 
 @serves(ApiKey.LIST_GROUPS, 0, 2)
 async def list_groups(ctx: RequestContext, request: Any) -> dict:
-    return {"error_code": 0, "groups": [{"group_id": group.group_id, "protocol_type": group.protocol_type or ""}
-                                        for group in ctx.engine.list_groups()
-                                        if group.state is not GroupState.DEAD]}
+    """Every live group to a principal that may Describe the cluster, else those it may Describe."""
+    everything = authorization.allowed(ctx, ApiKey.LIST_GROUPS, C, CLUSTER_NAME, audit=False)
+    return {"error_code": 0, "groups": [
+        {"group_id": group.group_id, "protocol_type": group.protocol_type or ""}
+        for group in ctx.engine.list_groups() if group.state is not GroupState.DEAD
+        and (everything or authorization.allowed(ctx, ApiKey.LIST_GROUPS, G, group.group_id, audit=False))]}
 
 
 @serves(ApiKey.DELETE_GROUPS, 0, 2)
@@ -124,6 +143,7 @@ async def delete_groups(ctx: RequestContext, request: Any) -> dict:
     results = []
     for group_id in request.groups_names:
         try:
+            authorization.check(ctx, ApiKey.DELETE_GROUPS, G, group_id)
             await ctx.engine.delete_group(group_id)
         except KafkaError as e:
             results.append({"group_id": group_id, "error_code": error_code(e)})
@@ -134,13 +154,18 @@ async def delete_groups(ctx: RequestContext, request: Any) -> dict:
 
 @serves(ApiKey.OFFSET_DELETE, 0, 0)
 async def offset_delete(ctx: RequestContext, request: Any) -> dict:
-    """Delete a group's offsets of some partitions (GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP
-    for the whole request; GROUP_SUBSCRIBED_TO_TOPIC per partition)."""
-    asked = [(t.name, p.partition_index) for t in request.topics for p in t.partitions]
+    """Delete a group's offsets of some partitions (GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP,
+    GROUP_AUTHORIZATION_FAILED without Delete on the group for the whole request;
+    GROUP_SUBSCRIBED_TO_TOPIC, TOPIC_AUTHORIZATION_FAILED without Read on the topic per partition)."""
+    readable = {t.name: authorization.allowed(ctx, ApiKey.OFFSET_DELETE, T, t.name) for t in request.topics}
+    asked = [(t.name, p.partition_index) for t in request.topics for p in t.partitions if readable[t.name]]
     try:
-        errors = await ctx.engine.delete_offsets(request.group_id, asked)
+        authorization.check(ctx, ApiKey.OFFSET_DELETE, G, request.group_id)
+        errors: dict = await ctx.engine.delete_offsets(request.group_id, asked)
     except KafkaError as e:
         return {"error_code": error_code(e), "topics": []}
+    errors.update({(t.name, p.partition_index): authorization.denial(T, t.name)
+                   for t in request.topics for p in t.partitions if not readable[t.name]})
     return {"error_code": 0, "topics": [
         {"name": t.name, "partitions": [{"partition_index": p.partition_index,
                                          "error_code": error_code(errors[(t.name, p.partition_index)])}

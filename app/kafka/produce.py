@@ -17,7 +17,9 @@ import asyncio
 import logging
 from typing import Any
 
+from app.kafka import authorization
 from app.kafka.api import CLOSE, ApiKey, RequestContext, error_code, serves
+from app.kafka.authorization import T, X
 from app.kafka.codec import millis
 from storage.errors import (
     InvalidRecordError,
@@ -36,16 +38,20 @@ async def produce(ctx: RequestContext, request: Any) -> Any:
     engine = ctx.engine
     partitions = [(topic.name, data.index, data.records) for topic in request.topic_data
                   for data in topic.partition_data]
-    if request.transactional_id is None and any(_is_transactional(records) for _, _, records in partitions):
-        error = TransactionalIdAuthorizationFailedError("transactional batches need the request's transactional id")
-        return _response([(topic, partition, error) for topic, partition, _ in partitions], ctx)
+    refused = _refusal(ctx, request.transactional_id, partitions)
+    if refused is not None:
+        return _response([(topic, partition, refused) for topic, partition, _ in partitions], ctx)
+    writable = {topic: authorization.allowed(ctx, ApiKey.PRODUCE, T, topic) for topic, _, _ in partitions}
     started: list[tuple[str, int, Any]] = []
     for topic, partition, records in partitions:
         try:
+            if not writable[topic]:
+                raise authorization.denial(T, topic)
             if not records:
                 raise InvalidRecordError("a produce request must carry one record batch per partition")
             outcome: Any = asyncio.wrap_future(engine.start_produce(topic, partition, bytes(records),
-                                                                    request.acks, request.transactional_id))
+                                                                    request.acks, request.transactional_id,
+                                                                    ctx.principal))
         except KafkaError as e:
             outcome = e
         started.append((topic, partition, outcome))
@@ -59,6 +65,20 @@ async def produce(ctx: RequestContext, request: Any) -> Any:
             future.cancel()
     return _response([(topic, partition, _result(outcome, timeout_ms)) for topic, partition, outcome in started],
                      ctx)
+
+
+def _refusal(ctx: RequestContext, transactional_id: str | None, partitions: list) -> KafkaError | None:
+    """The error of the whole request, as Kafka's: transactional batches without a
+    transactional id, or one the principal may not Write (the seeds' "endless
+    transaction attack": a producer writing transactional data it could never end
+    would hold every read_committed consumer behind the LSO)."""
+    if transactional_id is None:
+        if any(_is_transactional(records) for _, _, records in partitions):
+            return TransactionalIdAuthorizationFailedError("transactional batches need the request's transactional id")
+        return None
+    if not authorization.allowed(ctx, ApiKey.PRODUCE, X, transactional_id):
+        return authorization.denial(X, transactional_id)
+    return None
 
 
 def _is_transactional(records: bytes | None) -> bool:

@@ -24,6 +24,7 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
+from app.kafka import authorization
 from app.kafka.api import ApiKey, RequestContext, error_code, serves
 from app.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from app.security.principal import USER_TYPE, KafkaPrincipal
@@ -215,17 +216,13 @@ async def raw_token(session: SaslSession, token: bytes, client: Any) -> bytes | 
 # -- users: DescribeUserScramCredentials, AlterUserScramCredentials ---------------------------
 
 
-def _cluster_allowed(ctx: RequestContext, operation: AclOperation) -> bool:
-    return ctx.engine.authorize(ctx.principal, ctx.connection.host, operation, ResourceType.CLUSTER, CLUSTER_NAME)
-
-
 def _result(user: str, error: KafkaError | None) -> dict:
     return {"user": user, "error_code": error_code(error), "error_message": None if error is None else str(error)}
 
 
 @serves(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, 0, 0)
 async def describe_user_scram_credentials(ctx: RequestContext, request: Any) -> dict:
-    if not _cluster_allowed(ctx, AclOperation.DESCRIBE):  # also per user, as Kafka's getErrorResponse
+    if not authorization.allowed(ctx, ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, ResourceType.CLUSTER, CLUSTER_NAME):  # also per user, as Kafka's getErrorResponse
         e = ClusterAuthorizationFailedError("Cluster authorization failed (DESCRIBE on the cluster)")
         return {"error_code": e.code, "error_message": str(e),
                 "results": [{**_result(u.name, e), "credential_infos": []} for u in request.users or ()]}
@@ -268,7 +265,7 @@ def _upsertion(u: Any) -> ScramCredentialRecord:
 @serves(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0, 0)
 async def alter_user_scram_credentials(ctx: RequestContext, request: Any) -> dict:
     users = list(dict.fromkeys([d.name for d in request.deletions] + [u.name for u in request.upsertions]))
-    if not _cluster_allowed(ctx, AclOperation.ALTER):
+    if not authorization.allowed(ctx, ApiKey.ALTER_USER_SCRAM_CREDENTIALS, ResourceType.CLUSTER, CLUSTER_NAME):
         e = ClusterAuthorizationFailedError("Cluster authorization failed (ALTER on the cluster)")
         return {"results": [_result(user, e) for user in users]}
     errors: dict[str, KafkaError] = {}

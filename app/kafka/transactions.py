@@ -20,15 +20,19 @@ import re
 from typing import Any
 
 from app.engine import read_models
+from app.kafka import authorization
 from app.kafka.api import ApiKey, RequestContext, error_code, fenced_code, serves
+from app.kafka.authorization import C, G, T, X
 from app.kafka.codec import millis
-from app.kafka.offsets import by_topic, commit_results, requested_offsets
+from app.kafka.offsets import by_topic, commit_results, refused_offsets, requested_offsets
+from app.security.acl import CLUSTER_NAME, AclOperation
 from coordinator.transaction_state import TransactionState
 from storage.errors import (
     ClusterAuthorizationFailedError,
     InvalidRegularExpressionError,
     InvalidRequestError,
     KafkaError,
+    OperationNotAttemptedError,
     TransactionalIdNotFoundError,
 )
 
@@ -43,6 +47,7 @@ async def init_producer_id(ctx: RequestContext, request: Any) -> dict:
     coordinator = ctx.engine
     enable_2pc = getattr(request, "enable2_pc", False)
     try:
+        _authorize_init(ctx, request.transactional_id)
         kept = None
         if getattr(request, "keep_prepared_txn", False):
             if not enable_2pc:
@@ -54,20 +59,42 @@ async def init_producer_id(ctx: RequestContext, request: Any) -> dict:
                     "ongoing_txn_producer_epoch": kept.ongoing_producer_epoch}
         producer_id, epoch = await coordinator.init_producer_id(
             request.transactional_id, millis(request.transaction_timeout),
-            getattr(request, "producer_id", -1), getattr(request, "producer_epoch", -1), enable_2pc)
+            getattr(request, "producer_id", -1), getattr(request, "producer_epoch", -1), enable_2pc,
+            ctx.principal)
     except KafkaError as e:
-        return {"error_code": fenced_code(e, ctx.version, 4), "producer_id": -1, "producer_epoch": -1}
+        return {"error_code": fenced_code(e, ctx.version, 4), "producer_id": -1, "producer_epoch": -1,
+                "throttle_time": getattr(e, "throttle_time_ms", 0)}
     return {"error_code": 0, "producer_id": producer_id, "producer_epoch": epoch,
             "ongoing_txn_producer_id": -1, "ongoing_txn_producer_epoch": -1}
 
 
+def _authorize_init(ctx: RequestContext, transactional_id: str | None) -> None:
+    """Write on the transactional id; an idempotent producer's (none): IdempotentWrite on
+    the cluster or Write on any topic (Kafka 3's rule, KIP-679), else CLUSTER_AUTHORIZATION_FAILED."""
+    if transactional_id is not None:
+        authorization.check(ctx, ApiKey.INIT_PRODUCER_ID, X, transactional_id)
+    elif not (authorization.allowed(ctx, ApiKey.INIT_PRODUCER_ID, C, CLUSTER_NAME, audit=False)
+              or authorization.allowed_on_any(ctx, ApiKey.INIT_PRODUCER_ID, T, AclOperation.WRITE)):
+        raise authorization.refused(ctx, ApiKey.INIT_PRODUCER_ID, C, CLUSTER_NAME)
+
+
 @serves(ApiKey.ADD_PARTITIONS_TO_TXN, 0, 3)
 async def add_partitions_to_txn(ctx: RequestContext, request: Any) -> dict:
+    """Write on the transactional id (else its error for every partition) and on each
+    topic: one denied is TOPIC_AUTHORIZATION_FAILED and the others OPERATION_NOT_ATTEMPTED,
+    nothing added, as in Kafka."""
+    txn_id = request.v3_and_below_transactional_id
     wanted = [(topic.name, p) for topic in request.v3_and_below_topics for p in topic.partitions]
     try:
-        errors: dict = await ctx.engine.add_partitions_to_txn(
-            request.v3_and_below_transactional_id, request.v3_and_below_producer_id,
-            request.v3_and_below_producer_epoch, wanted)
+        authorization.check(ctx, ApiKey.ADD_PARTITIONS_TO_TXN, X, txn_id)
+        writable = {t: authorization.allowed(ctx, ApiKey.ADD_PARTITIONS_TO_TXN, T, t) for t, _ in wanted}
+        if not all(writable.values()):
+            errors: dict = {(t, p): authorization.denial(T, t) if not writable[t] else OperationNotAttemptedError(
+                "another partition of the request was refused") for t, p in wanted}
+        else:
+            errors = await ctx.engine.add_partitions_to_txn(
+                txn_id, request.v3_and_below_producer_id, request.v3_and_below_producer_epoch, wanted,
+                ctx.principal)
     except KafkaError as e:
         errors = {tp: e for tp in wanted}
     entries = [(topic, {"partition_index": p, "partition_error_code": fenced_code(errors[(topic, p)], ctx.version, 2)})
@@ -78,8 +105,11 @@ async def add_partitions_to_txn(ctx: RequestContext, request: Any) -> dict:
 @serves(ApiKey.ADD_OFFSETS_TO_TXN, 0, 3)
 async def add_offsets_to_txn(ctx: RequestContext, request: Any) -> dict:
     try:
+        authorization.check(ctx, ApiKey.ADD_OFFSETS_TO_TXN, X, request.transactional_id)
+        authorization.check(ctx, ApiKey.ADD_OFFSETS_TO_TXN, G, request.group_id)
         await ctx.engine.add_offsets_to_txn(
-            request.transactional_id, request.producer_id, request.producer_epoch, request.group_id)
+            request.transactional_id, request.producer_id, request.producer_epoch, request.group_id,
+            ctx.principal)
     except KafkaError as e:
         return {"error_code": fenced_code(e, ctx.version, 2)}
     return {"error_code": 0}
@@ -89,6 +119,7 @@ async def add_offsets_to_txn(ctx: RequestContext, request: Any) -> dict:
 async def end_txn(ctx: RequestContext, request: Any) -> dict:
     """Returns once the markers are durable: read_committed consumers see the outcome."""
     try:
+        authorization.check(ctx, ApiKey.END_TXN, X, request.transactional_id)
         await ctx.engine.end_txn(
             request.transactional_id, request.producer_id, request.producer_epoch, request.committed)
     except KafkaError as e:
@@ -99,13 +130,20 @@ async def end_txn(ctx: RequestContext, request: Any) -> dict:
 @serves(ApiKey.TXN_OFFSET_COMMIT, 0, 3)
 async def txn_offset_commit(ctx: RequestContext, request: Any) -> dict:
     """Offsets pending until the transaction's marker; v3 carries the group generation
-    and member so a zombie from an older generation is fenced (KIP-447)."""
-    offsets, unknown = requested_offsets(ctx, request.topics)
+    and member so a zombie from an older generation is fenced (KIP-447). Write on the
+    transactional id and Read on the group, else that error for every partition; Read
+    on each topic, else TOPIC_AUTHORIZATION_FAILED for its partitions."""
+    try:
+        authorization.check(ctx, ApiKey.TXN_OFFSET_COMMIT, X, request.transactional_id)
+        authorization.check(ctx, ApiKey.TXN_OFFSET_COMMIT, G, request.group_id)
+    except KafkaError as e:
+        return {"topics": refused_offsets(request.topics, e)}
+    offsets, unknown = requested_offsets(ctx, ApiKey.TXN_OFFSET_COMMIT, request.topics)
     try:
         errors: dict | BaseException = await ctx.engine.txn_offset_commit(
             request.transactional_id, request.group_id, request.producer_id, request.producer_epoch, offsets,
             getattr(request, "generation_id", -1), getattr(request, "member_id", ""),
-            getattr(request, "group_instance_id", None)) if offsets else {}
+            getattr(request, "group_instance_id", None), ctx.principal) if offsets else {}
     except KafkaError as e:
         errors = e
     # TxnOffsetCommit never answers PRODUCER_FENCED at the versions served
@@ -114,6 +152,9 @@ async def txn_offset_commit(ctx: RequestContext, request: Any) -> dict:
 
 @serves(ApiKey.WRITE_TXN_MARKERS, 1, 1, advertised=False)
 async def write_txn_markers(ctx: RequestContext, request: Any) -> dict:
+    """Refused to every client: markers are the broker's own (a principal with
+    ClusterAction is audited as allowed, and refused all the same)."""
+    authorization.allowed(ctx, ApiKey.WRITE_TXN_MARKERS, C, CLUSTER_NAME)
     code = ClusterAuthorizationFailedError.code
     return {"markers": [{"producer_id": marker.producer_id, "topics": [
         {"name": topic.name, "partitions": [{"partition_index": p, "error_code": code}
@@ -140,7 +181,8 @@ async def list_transactions(ctx: RequestContext, request: Any) -> dict:
     now = ctx.engine.clock.now_ms()
     found = [{"transactional_id": txn_id, "producer_id": meta.producer_id, "transaction_state": meta.state.display}
              for txn_id, meta in coordinator.list_transactions(states)
-             if (not producer_ids or meta.producer_id in producer_ids)
+             if authorization.allowed(ctx, ApiKey.LIST_TRANSACTIONS, X, txn_id, audit=False)
+             and (not producer_ids or meta.producer_id in producer_ids)
              and (pattern is None or pattern.fullmatch(txn_id))
              and (min_duration < 0 or (meta.txn_start_timestamp >= 0
                                        and now - meta.txn_start_timestamp >= min_duration))]
@@ -155,6 +197,10 @@ async def describe_transactions(ctx: RequestContext, request: Any) -> dict:
     coordinator = ctx.engine
     described = []
     for txn_id in request.transactional_ids:
+        if not authorization.allowed(ctx, ApiKey.DESCRIBE_TRANSACTIONS, X, txn_id):
+            described.append({"error_code": authorization.denial(X, txn_id).code, "transactional_id": txn_id,
+                              "producer_id": -1, "producer_epoch": -1})
+            continue
         meta = coordinator.describe_transaction(txn_id)
         if meta is None:
             described.append({"error_code": TransactionalIdNotFoundError.code, "transactional_id": txn_id,
@@ -175,6 +221,7 @@ async def describe_producers(ctx: RequestContext, request: Any) -> dict:
     for topic in request.topics:
         for partition in topic.partition_indexes:
             try:
+                authorization.check(ctx, ApiKey.DESCRIBE_PRODUCERS, T, topic.name)
                 producers = await read_models.producers(ctx.engine, topic.name, partition)
             except KafkaError as e:
                 entries.append((topic.name, {"partition_index": partition, "error_code": error_code(e),

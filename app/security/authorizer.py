@@ -212,6 +212,33 @@ class StandardAuthorizer:
             return Decision(True, Reason.NO_ACL_ALLOWED)
         return Decision(False, Reason.NO_ACL_DENIED)
 
+    def authorize_by_resource_type(self, principal: KafkaPrincipal | str, host: str, operation: AclOperation,
+                                   resource_type: ResourceType) -> bool:
+        """May the principal do ``operation`` on at least one resource of the type? (Kafka's
+        ``Authorizer.authorizeByResourceType``: an idempotent producer's "Write on any
+        topic".) Yes when an ALLOW of the principal's names a literal or a prefix that no
+        DENY of the principal's covers (a DENY of ``*`` covers everything); with no ACL
+        of the type at all, ``allow.everyone.if.no.acl.found`` decides."""
+        asker = principal if isinstance(principal, str) else str(principal)
+        if asker in self.super_users:
+            return True
+        by_pattern = self._index.get(resource_type, {})
+        mine = [acl for names in by_pattern.values() for acls in names.values() for acl in acls
+                if acl.entry.principal in (asker, WILDCARD_PRINCIPAL) and acl.entry.host in (host, WILDCARD_HOST)
+                and _grants(acl, operation)]
+        if not any(by_pattern.values()):
+            return self.allow_everyone_if_no_acl_found
+        denied = [acl.pattern for acl in mine if acl.entry.permission_type is AclPermissionType.DENY]
+
+        def covered(name: str, pattern_type: PatternType) -> bool:
+            return any(d.name == WILDCARD_RESOURCE and d.pattern_type is PatternType.LITERAL
+                       or (d.pattern_type is PatternType.PREFIXED and name.startswith(d.name))
+                       or (d.pattern_type is pattern_type is PatternType.LITERAL and d.name == name)
+                       for d in denied)
+
+        return any(not covered(acl.pattern.name, acl.pattern.pattern_type) for acl in mine
+                   if acl.entry.permission_type is AclPermissionType.ALLOW)
+
     def authorized_operations(self, principal: KafkaPrincipal | str, host: str, resource_type: ResourceType,
                               name: str) -> frozenset[AclOperation]:
         """The operations of the resource's type the principal may do on it (Metadata's

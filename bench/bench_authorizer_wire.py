@@ -1,0 +1,122 @@
+#!/usr/bin/env python3
+"""Produce and fetch throughput on the Kafka port with the authorizer on and 1,000 ACLs,
+against the same broker without an authorizer (the Security issue's goal: within 5%).
+
+    .venv/bin/python bench/bench_authorizer_wire.py           # about a minute
+    .venv/bin/python bench/bench_authorizer_wire.py --quick   # for checking the script
+
+One broker per configuration, in this process (the listener on its own loop, as
+``exactly serve`` runs it), confluent-kafka as the client: an idempotent producer
+(acks=all, 1 KiB values, 4 partitions) and a read_uncommitted consumer reading it all
+back. With the authorizer on, the broker holds ``bench_authorizer.py``'s 1,000 ACLs plus
+the three the client needs (Write and Read on the ``bench-`` topic prefix, Read on the
+group), so every Produce partition, Fetch partition and Metadata topic is checked
+against them. The configurations alternate, each first in every other round; each
+figure is the median of its rounds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition  # noqa: E402
+
+from app import Broker  # noqa: E402
+from app.kafka import attach  # noqa: E402
+from app.listeners import bind  # noqa: E402
+from app.security.acl import AclBinding, AclOperation, PatternType, ResourceType  # noqa: E402
+from bench_authorizer import binding, bindings  # noqa: E402
+
+VALUE = os.urandom(1024)
+PARTITIONS = 4
+STANDARD = {"authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer"}
+
+
+def client_acls() -> list[AclBinding]:
+    """What the benchmark's client (User:ANONYMOUS) needs."""
+    client = "User:ANONYMOUS"
+    return [binding(ResourceType.TOPIC, "bench-", PatternType.PREFIXED, client, AclOperation.WRITE),
+            binding(ResourceType.TOPIC, "bench-", PatternType.PREFIXED, client, AclOperation.READ),
+            binding(ResourceType.GROUP, "bench", PatternType.LITERAL, client, AclOperation.READ)]
+
+
+def run_round(data_dir: Path, authorizer: bool, messages: int) -> tuple[float, float]:
+    """(produce MB/s, fetch MB/s) of one broker."""
+    broker = Broker(data_dir, **(STANDARD if authorizer else {}))
+    sock = bind("127.0.0.1", 0, "Kafka")
+    listener = attach(broker.engine, sock)
+    try:
+        engine = broker.engine
+        if authorizer:
+            acls = bindings() + client_acls()
+            assert engine.call(engine.create_acls, acls) == [None] * len(acls)
+        engine.call(engine.create_topic, "bench-topic", PARTITIONS)
+        bootstrap = f"127.0.0.1:{sock.getsockname()[1]}"
+        return produce(bootstrap, messages), consume(bootstrap, messages)
+    finally:
+        listener.close()
+        broker.close()
+        sock.close()
+
+
+def produce(bootstrap: str, messages: int) -> float:
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5})
+    failed: list = []
+    start = time.perf_counter()
+    for i in range(messages):
+        while True:
+            try:
+                producer.produce("bench-topic", VALUE, partition=i % PARTITIONS,
+                                 on_delivery=lambda e, _: e and failed.append(e))
+                break
+            except BufferError:
+                producer.poll(0.01)
+    assert producer.flush(120) == 0 and not failed, failed[:3]
+    return messages * len(VALUE) / (time.perf_counter() - start) / 1e6
+
+
+def consume(bootstrap: str, messages: int) -> float:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench", "enable.auto.commit": False,
+                         "fetch.max.bytes": 50 * 1024 * 1024})
+    consumer.assign([TopicPartition("bench-topic", p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
+    read, start = 0, time.perf_counter()
+    deadline = start + 120
+    while read < messages:
+        assert time.perf_counter() < deadline, f"read {read} of {messages}"
+        for message in consumer.consume(1000, 1.0):
+            assert message.error() is None, message.error()
+            read += 1
+    seconds = time.perf_counter() - start
+    consumer.close()
+    return messages * len(VALUE) / seconds / 1e6
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    messages, rounds = (2_000, 1) if args.quick else (30_000, 6)
+    figures: dict[bool, list[tuple[float, float]]] = {False: [], True: []}
+    with tempfile.TemporaryDirectory(dir=ROOT / "bench") as work:
+        for n in range(rounds):
+            for authorizer in ((False, True) if n % 2 == 0 else (True, False)):  # neither always first
+                figures[authorizer].append(run_round(Path(work) / f"{n}-{authorizer}", authorizer, messages))
+    print(f"{messages} x 1 KiB, {PARTITIONS} partitions, median of {rounds} rounds, MB/s: off / on (1,003 ACLs)")
+    for i, what in enumerate(("idempotent produce, acks=all", "fetch, read_uncommitted")):
+        off = statistics.median(f[i] for f in figures[False])
+        on = statistics.median(f[i] for f in figures[True])
+        print(f"  {what:32s} {off:7.1f} / {on:7.1f}  ({(on - off) / off:+.1%})")
+
+
+if __name__ == "__main__":
+    main()
