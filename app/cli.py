@@ -13,7 +13,8 @@ exit non-zero with one clear line on stderr.
 data directory no broker is serving.
 
 ``exactly acls`` is kafka-acls.sh, with its flags, against a running broker
-(``app/acl_command.py``).
+(``app/acl_command.py``); ``exactly faults`` installs and removes faults on one,
+through its HTTP API (``app/faults_command.py``).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import threading
 from pathlib import Path
 from typing import Callable, Sequence
 
-from app import acl_command
+from app import acl_command, faults_command
 from app.broker import Broker
 from app.http import HttpSettings, create_app
 from app.http.auth import LOOPBACK_HOSTS
@@ -63,6 +64,8 @@ def build_parser() -> argparse.ArgumentParser:
                          help="the Kafka configs the broker is served with (repeatable)")
     acls = sub.add_parser("acls", help="add, list or remove ACLs (kafka-acls.sh's flags) on a running broker")
     acl_command.add_arguments(acls)
+    faults = sub.add_parser("faults", help="add, list or remove faults on a running broker (its HTTP API)")
+    faults_command.add_arguments(faults)
     return parser
 
 
@@ -170,6 +173,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return db_upgrade(args) if args.db_command == "upgrade" else db_rebuild(args)
     if args.command == "acls":
         return acl_command.run(args)
+    if args.command == "faults":
+        return faults_command.run(args)
     return 2
 
 
