@@ -209,6 +209,7 @@ def test_a_fetch_error_on_one_partition_leaves_the_others_read(kafka: KafkaBroke
 @pytest.mark.parametrize("declared", [
     {"error": "NOT_ENOUGH_REPLICAS", "count": 2},
     {"action": "close-before", "count": 1},
+    {"action": "close-after", "count": 1},
     {"delay_ms": 200, "count": 1},
 ])
 def test_kafka_python_retries_through_the_fault(kafka: KafkaBroker, declared: dict[str, Any]) -> None:
@@ -227,7 +228,7 @@ def test_kafka_python_retries_through_the_fault(kafka: KafkaBroker, declared: di
         p.close(5)
     assert fault.fired == declared["count"]
     assert elapsed >= declared.get("delay_ms", 0) / 1000
-    assert stored(kafka, name) == [b"warm", b"through"]
+    assert stored(kafka, name) == [b"warm", b"through"]  # close-after: the idempotent retry deduplicated
 
 
 # -- events ---------------------------------------------------------------------------------------
