@@ -15,6 +15,8 @@ import time
 from typing import Any, Iterator
 
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from app.faults import Action, FaultError, Faults, declare
@@ -327,3 +329,34 @@ def test_shapes_are_derived_for_every_partitioned_api() -> None:
         request, response = found[name]
         assert response is not None and response.error is not None, name
 
+
+
+# -- splitting a request and merging the answers (property) ----------------------------------
+
+
+@given(st.dictionaries(st.sampled_from(["a", "b", "c"]), st.sets(st.integers(0, 5), min_size=1), min_size=1),
+       st.data())
+@settings(max_examples=60, deadline=None)
+def test_a_split_request_is_answered_once_per_partition(layout: dict[str, set[int]], data: st.DataObject) -> None:
+    """Whatever partitions a fault takes, the merged answer has every partition of the
+    request exactly once: the faulted ones with the fault's error, the rest as the
+    handler answered them."""
+    from kio.index import load_request_schema
+
+    from app.faults import shapes
+    from app.wire import build
+
+    request = build(load_request_schema(PRODUCE, 9), {"acks": -1, "timeout": 1000, "topic_data": [
+        {"name": t, "partition_data": [{"index": p, "records": b""} for p in sorted(ps)]} for t, ps in layout.items()]})
+    every = shapes.partitions_of(request)
+    assume(len(every) >= 2)  # a fault on some partitions, not all (all: no handler runs)
+    faulted = tuple(data.draw(st.lists(st.sampled_from(every), unique=True, min_size=1, max_size=len(every) - 1)))
+    rest = shapes.without(request, lambda t, p: (t, p) in faulted)
+    assert sorted(shapes.partitions_of(rest)) == sorted(set(every) - set(faulted))
+    real = {"responses": [{"name": t.name, "partition_responses": [{"index": p.index, "error_code": 0}
+                                                                   for p in t.partition_data]}
+                          for t in rest.topic_data]}
+    answer = shapes.merge(PRODUCE, 9, real, shapes.error_answer(PRODUCE, 9, 19, request, faulted))
+    answered = [(t["name"], p["index"], p["error_code"]) for t in answer["responses"]
+                for p in t["partition_responses"]]
+    assert sorted(answered) == sorted((t, p, 19 if (t, p) in faulted else 0) for t, p in every)
