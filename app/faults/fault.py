@@ -258,12 +258,12 @@ class Faults:
         """Install the faults of an event preset (``app/faults/events.py``): ``pause``,
         ``disk-full``, ``coordinator-not-available``, ``coordinator-load-in-progress``,
         ``not-coordinator`` (of the ``transaction`` or ``group`` coordinator)."""
-        from app.faults.events import Coordinator, Event, event_specs
+        from app.faults.events import Coordinator, Event, event_specs  # events.py builds on this module
 
         try:
             kind, which = Event(event), Coordinator(coordinator)
-        except ValueError as e:
-            raise FaultError(f"{e} (events: {', '.join(e.value for e in Event)}; coordinators: "
+        except ValueError as error:
+            raise FaultError(f"{error} (events: {', '.join(k.value for k in Event)}; coordinators: "
                              f"{', '.join(c.value for c in Coordinator)})") from None
         return [self.add(spec) for spec in event_specs(kind, duration_ms, which)]
 
