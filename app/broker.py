@@ -32,6 +32,7 @@ from app.engine import READ_UNCOMMITTED, Engine
 from app.engine.disk_space import is_disk_full
 from app.engine.mirror_source import EngineMirrorSource
 from app.engine.scheduler import mirror_round, start_scheduler
+from app.faults import Faults
 from coordinator.mirror import Mirror
 from coordinator.mirror_db import UPGRADE_ERRORS, db_path
 from storage.clock import Clock
@@ -89,6 +90,13 @@ class Broker:
         finally:
             clean = self.engine.close()
         return clean
+
+    @property
+    def faults(self) -> Faults:
+        """The faults installed on this broker (``app/faults/``): ``add(api=..., error=...)``
+        returns a handle with ``.fired`` and ``.remove()``; ``event("pause", 500)``;
+        ``list()``, ``remove(id)``, ``clear()``. Its Kafka listeners apply them."""
+        return self.engine.faults
 
     @property
     def cluster_id(self) -> str:

@@ -14,7 +14,8 @@ data directory no broker is serving.
 
 ``exactly acls`` is kafka-acls.sh, with its flags, against a running broker
 (``app/acl_command.py``); ``exactly users`` adds, lists and removes SASL/SCRAM users
-on one (``app/users_command.py``).
+on one (``app/users_command.py``); ``exactly faults`` installs and removes faults on one,
+through its HTTP API (``app/faults_command.py``).
 
 ``exactly audit GROUP --input T --output U`` asks a running broker's HTTP API whether
 the group processed T into U exactly once (``app/audit_command.py``); its exit status
@@ -37,7 +38,7 @@ import threading
 from pathlib import Path
 from typing import Callable, Sequence
 
-from app import acl_command, audit_command, users_command
+from app import acl_command, audit_command, faults_command, users_command
 from app.broker import Broker
 from app.config import BrokerConfig
 from app.http import HttpSettings, create_app
@@ -78,6 +79,8 @@ def build_parser() -> argparse.ArgumentParser:
     audit_command.add_arguments(audit)
     users = sub.add_parser("users", help="add, list or remove SASL/SCRAM users on a running broker")
     users_command.add_arguments(users)
+    faults = sub.add_parser("faults", help="add, list or remove faults on a running broker (its HTTP API)")
+    faults_command.add_arguments(faults)
     return parser
 
 
@@ -204,6 +207,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return audit_command.run(args)
     if args.command == "users":
         return users_command.run(args)
+    if args.command == "faults":
+        return faults_command.run(args)
     return 2
 
 

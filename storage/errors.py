@@ -69,6 +69,20 @@ def error_for_code(code: int) -> type[KafkaError]:
     return _BY_CODE.get(code, UnknownServerError)
 
 
+def error_for_name(name: str) -> type[KafkaError]:
+    """The exception class for a Kafka error name (``NOT_ENOUGH_REPLICAS``); KeyError if
+    no error has that name."""
+    for cls in _BY_CODE.values():
+        if cls.name == name:
+            return cls
+    raise KeyError(name)
+
+
+def error_names() -> list[str]:
+    """Every Kafka error name this broker knows, in code order."""
+    return [_BY_CODE[code].name for code in sorted(_BY_CODE)]
+
+
 def raise_for_code(code: int, message: str = "") -> None:
     """Raise the exception for ``code``; do nothing for NONE (0)."""
     if code != 0:
@@ -132,6 +146,15 @@ class InvalidTopicError(KafkaError, code=17, name="INVALID_TOPIC_EXCEPTION"):
 
 class RecordListTooLargeError(KafkaError, code=18, name="RECORD_LIST_TOO_LARGE"):
     """The request included message batch larger than the configured segment size."""
+
+
+class NotEnoughReplicasError(KafkaError, code=19, name="NOT_ENOUGH_REPLICAS", retriable=True):
+    """Fewer in-sync replicas than min.insync.replicas (never on one node; a fault answers it)."""
+
+
+class NotEnoughReplicasAfterAppendError(KafkaError, code=20, name="NOT_ENOUGH_REPLICAS_AFTER_APPEND",
+                                        retriable=True):
+    """Written, but fewer in-sync replicas than required acknowledged it (a fault answers it)."""
 
 
 class InvalidRequiredAcksError(KafkaError, code=21, name="INVALID_REQUIRED_ACKS"):

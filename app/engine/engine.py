@@ -45,6 +45,7 @@ from app.engine.maintenance import Maintenance, MaintenanceCancelledError
 from app.engine.principals import DenialLog, OpenTransactions, ProducerIdRate, ProducerOwners
 from app.engine.views import GroupView, PartitionOffsets
 from app.engine.worker import Worker
+from app.faults.fault import Faults
 from app.security.acl import AclBinding, AclBindingFilter, AclOperation, ResourceType
 from app.security.authorizer import SUPPORTED_OPERATIONS, Decision, Reason, StandardAuthorizer
 from app.security.credentials import ScramCredentials
@@ -184,6 +185,8 @@ class Engine:
         self.counters = EngineCounters()
         #: open Kafka connections (``app/kafka/`` adds and removes them; read models list them)
         self.kafka_connections: set[Any] = set()
+        #: the faults installed on purpose (``app/faults/``): the listener checks it, every face changes it
+        self.faults = Faults()
         io = EngineCoordinatorIO(self)
         max_seen_coordinator_epoch = max(
             (entry.coordinator_epoch for log_ in self._logs for entry in log_.producer_state), default=-1)

@@ -119,6 +119,9 @@ NEEDS: dict[str, tuple[Need, ...]] = {
     "api.groups.get_consumer": DESCRIBE_GROUP, "api.groups.list_assignments": DESCRIBE_GROUP,
     "api.groups.get_assignment": DESCRIBE_GROUP, "api.groups.list_lags": DESCRIBE_GROUP,
     "api.groups.get_lag": DESCRIBE_GROUP, "api.groups.lag_summary": DESCRIBE_GROUP,
+    "api.faults.list_faults": (cluster(O.DESCRIBE),), "api.faults.get_fault": (cluster(O.DESCRIBE),),
+    "api.faults.add_fault": (cluster(O.ALTER),), "api.faults.add_fault_event": (cluster(O.ALTER),),
+    "api.faults.remove_fault": (cluster(O.ALTER),), "api.faults.clear_faults": (cluster(O.ALTER),),
     "api.audit.audit": DESCRIBE_GROUP,  # the group's committed offsets, as OffsetFetch reads them
     "api.configs.list_configs": (path(TOPIC, O.DESCRIBE_CONFIGS, "topic_name"),),
     "api.configs.get_config": (path(TOPIC, O.DESCRIBE_CONFIGS, "topic_name"),),
@@ -145,6 +148,9 @@ NEEDS: dict[str, tuple[Need, ...]] = {
     "ui.record_tail": (path(TOPIC, O.READ, "topic"),),
     "ui.group": (path(GROUP, O.DESCRIBE, "group_id"),),
     "ui.audit": (cluster(O.DESCRIBE),),  # its pickers list every group and topic
+    # faults change what every client gets: Alter on the Cluster, as broker configs; seeing them, Describe
+    "ui.faults": (cluster(O.DESCRIBE),), "ui.add_fault": (cluster(O.ALTER),),
+    "ui.remove_fault": (cluster(O.ALTER),), "ui.clear_faults": (cluster(O.ALTER),),
     "ui.abort_transaction": (cluster(O.CLUSTER_ACTION),), "ui.abort_hanging": (cluster(O.CLUSTER_ACTION),),
     "ui.create_topic": (cluster(O.CREATE),),
     "ui.delete_topic": (path(TOPIC, O.DELETE, "topic"),),

@@ -67,6 +67,7 @@ CF = T + "/configs"
 G = C + "/consumer-groups/{group_id}"
 A = C + "/acls"
 CO = G + "/consumers/{consumer_id}"
+F = C + "/faults"
 CHANGES = (404, 503)
 TXN = (404, 409, 503)
 
@@ -175,6 +176,18 @@ OPERATIONS = (
     Operation("delete", A, "Delete ACLs", "ACL", 200, m.DeletedAcls, CHANGES, query=m.AclFilter,
               description="DeleteAcls: removes every ACL the filter matches and answers them."),
     Operation("post", A + ":batch", "Batch create ACLs", "ACL", 204, None, CHANGES, body=m.CreateAcls),
+    Operation("get", F, "List faults", "Faults", 200, m.listing(m.Fault),
+              description="The faults installed on purpose, in the order they are tried (the first that "
+                          "matches a request acts on it), with how often each fired."),
+    Operation("post", F, "Add fault", "Faults", 201, m.Fault, (400, 404), body=m.AddFault,
+              description="Install a fault after the others: matching Kafka requests get an error (per "
+                          "partition), a delay, a closed connection before or after the work, or no answer."),
+    Operation("delete", F, "Remove every fault", "Faults", 204, None),
+    Operation("post", F + ":event", "Add fault event", "Faults", 201, m.listing(m.Fault), (400, 404),
+              body=m.AddFaultEvent, description="Install an event preset's faults: a coordinator unavailable, "
+                                               "loading or moved; a pause of every answer; a full disk."),
+    Operation("get", F + "/{fault_id}", "Get fault", "Faults", 200, m.Fault),
+    Operation("delete", F + "/{fault_id}", "Remove fault", "Faults", 204, None),
 )
 
 

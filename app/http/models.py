@@ -22,12 +22,15 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, create_model
 from app.engine import READ_COMMITTED, READ_UNCOMMITTED
 from app.engine.audit import ViolationKind
 from app.engine.engine import MAX_PARTITIONS_PER_REQUEST
+from app.faults.events import Coordinator, Event
+from app.faults.fault import Action
 from app.http.codec import MAX_TIME_MS
 from app.security.acl import AclOperation, AclPermissionType, PatternType, ResourceType
 from coordinator.group_metadata import GroupState
 from coordinator.transaction_state import AbortCause, TransactionState
 from storage.log_config import LogConfig
 from storage.log_manager import LEGAL_TOPIC_NAME, MAX_TOPIC_NAME_LENGTH
+from storage.errors import error_names
 from storage.record_batch import MAX_SEQUENCE
 
 INT16_MAX = 2**15 - 1
@@ -346,6 +349,7 @@ class PathParameters(Query):
     broker_id: PartitionId
     name: Name
     consumer_id: Name
+    fault_id: Int(1)
 
 
 class IdempotencyHeader(Query):
@@ -356,6 +360,42 @@ class IdempotencyHeader(Query):
             "a retry with the same key and body returns the first answer and appends nothing; remembered for "
             "this broker process's lifetime (bounded), and for a transaction's records call also across a "
             "restart while the transaction is open"))
+
+
+FAULT_ACTIONS = tuple(action.value for action in Action)
+FAULT_EVENTS = tuple(event.value for event in Event)
+COORDINATORS = tuple(coordinator.value for coordinator in Coordinator)
+KAFKA_ERROR_NAMES = tuple(error_names())
+
+
+class AddFault(Request):
+    """A fault (``app/faults/fault.py``): every field given must match; the first
+    installed fault that matches a request acts on it."""
+
+    action: Optional[Literal[FAULT_ACTIONS]] = Field(None, description=(  # type: ignore[valid-type]
+        "default: error with an error, delay with a delay_ms"))
+    api: list[Text(max_length=64)] = Field(default_factory=list, max_length=100, description=(
+        "Kafka API names (Produce, EndTxn) or keys; empty: any"))
+    client_id: Optional[Text(0)] = None
+    principal: Optional[Text()] = Field(None, examples=["User:alice"])
+    topic: Optional[TopicName] = None
+    partition: Optional[PartitionId] = None
+    group: Optional[Text()] = Field(None, description="a group id, or * for any request naming a group")
+    transactional_id: Optional[Text()] = Field(None, description="an id, or * for any request naming one")
+    error: Optional[Literal[KAFKA_ERROR_NAMES]] = Field(None, examples=["NOT_ENOUGH_REPLICAS"])  # type: ignore
+    delay_ms: Int(0, INT32_MAX) = 0
+    count: Optional[Int(1, INT32_MAX)] = Field(None, description="the first N matching requests; null: every one")
+    probability: Annotated[float, Field(gt=0, le=1)] = Field(1.0, description="each matching request, drawn "
+                                                              "from a generator seeded with seed")
+    seed: Optional[Int(0)] = None
+    duration_ms: Optional[Int(1, INT32_MAX)] = Field(None, description="removed this long after installation")
+
+
+class AddFaultEvent(Request):
+    event: Literal[FAULT_EVENTS]  # type: ignore[valid-type]
+    duration_ms: Optional[Int(1, INT32_MAX)] = Field(None, description=(
+        "how long; null (pause and the coordinator events need one): until removed"))
+    coordinator: Literal[COORDINATORS] = "transaction"  # type: ignore[valid-type]
 
 
 # -- responses ----------------------------------------------------------------------------
@@ -870,3 +910,25 @@ class ExactlyOnceAudit(Resource):
     transactions: list[AuditTransaction] = Field(description="the committed chain, in commit order")
     aborted: list[AuditTransaction]
     violations: list[AuditViolation]
+class Fault(Resource):
+    kind: Literal["ExactlyFault"]
+    fault_id: int
+    action: Literal[FAULT_ACTIONS]  # type: ignore[valid-type]
+    event: Optional[str] = Field(description="the event preset that installed it")
+    api: list[str]
+    client_id: Optional[str]
+    principal: Optional[str]
+    topic: Optional[str]
+    partition: Optional[int]
+    group: Optional[str]
+    transactional_id: Optional[str]
+    error: Optional[str]
+    delay_ms: int
+    count: Optional[int]
+    probability: float
+    seed: Optional[int]
+    duration_ms: Optional[int]
+    remaining_ms: Optional[int] = Field(description="left of its window; null: none")
+    fired: int = Field(description="how often it acted on a request")
+    installed_ms: int
+    last_fired_ms: Optional[int]

@@ -4,7 +4,7 @@ a flash and a way back.
 
 The console's views live in ``ui.py`` (overview, transactions, groups, sign-in,
 error pages), ``ui_topics.py`` (topics, the record browser, produce) and
-``ui_groups.py`` (consumer-group writes); all join :data:`bp` through these helpers.
+``ui_groups.py`` (consumer-group writes), ``ui_faults.py`` (faults); all join :data:`bp` through these helpers.
 """
 
 from __future__ import annotations

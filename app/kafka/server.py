@@ -40,6 +40,7 @@ import ssl
 import time
 from typing import TYPE_CHECKING, Any, Awaitable
 
+from app.faults import inject
 from app.kafka.api import APIS, CLOSE, Api, ApiKey, Node, RequestContext, error_code
 from app.kafka.codec import (
     SIZE,
@@ -182,6 +183,7 @@ class Connection:
         self._last_active = time.monotonic()
         self._task: asyncio.Task[Any] | None = None
         self._told_stalled = False
+        self._faults = self.engine.faults
 
     def __str__(self) -> str:
         return f"client {self.client_id!r} at {self.address}" if self.client_id is not None else (
@@ -312,7 +314,10 @@ class Connection:
         ctx = RequestContext(self.engine, self.listener.node, self, head.api_version, client_id)
         started = time.perf_counter()
         try:
-            response = await api.handler(ctx, body)
+            if self._faults.installed:  # the one check a request pays while no fault is installed
+                response = await inject.handle(self._faults, head.api_key, api.handler, ctx, body)
+            else:
+                response = await api.handler(ctx, body)
         except asyncio.CancelledError:
             raise
         except Exception as e:
