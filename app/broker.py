@@ -90,6 +90,24 @@ class Broker:
             clean = self.engine.close()
         return clean
 
+    def kill(self) -> None:
+        """Stop as a SIGKILL would leave the data directory (:meth:`Engine.kill
+        <app.engine.engine.Engine.kill>`): no job starts again, the engine is killed
+        (a round running at that instant fails, as it would die), the mirror's
+        connections are dropped with nothing more written. For an unclean restart in
+        place (``app/server.py``)."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._scheduler is not None:
+            self._scheduler.pause()
+        try:
+            self.engine.kill()
+        finally:
+            if self._scheduler is not None:
+                self._scheduler.shutdown(wait=True)
+            self.mirror.close()
+
     @property
     def cluster_id(self) -> str:
         return self.engine.cluster_id

@@ -1,10 +1,11 @@
 """The ``exactly`` command (also ``python run.py``).
 
-``exactly serve`` binds the Kafka and HTTP ports, opens a :class:`~app.broker.Broker`
-on the data directory (recovering every partition, migrating the SQLite mirror,
-starting the scheduled jobs), attaches the listeners to it and stays up until SIGINT
-or SIGTERM, then shuts down cleanly: listeners first, then the broker (in-flight
-fsyncs finish, producer state is snapshotted, checkpoints are written). Bad flags,
+``exactly serve`` runs a :class:`~app.server.Server`: it binds the Kafka and HTTP
+ports, opens a :class:`~app.broker.Broker` on the data directory (recovering every
+partition, migrating the SQLite mirror, starting the scheduled jobs), attaches the
+listeners to it and stays up until SIGINT or SIGTERM, then shuts down cleanly:
+listeners first, then the broker (in-flight fsyncs finish, producer state is
+snapshotted, checkpoints are written). Bad flags,
 an unusable data directory, a directory another process holds and a port in use each
 exit non-zero with one clear line on stderr.
 
@@ -13,28 +14,25 @@ exit non-zero with one clear line on stderr.
 data directory no broker is serving.
 
 ``exactly acls`` is kafka-acls.sh, with its flags, against a running broker
-(``app/acl_command.py``).
+(``app/acl_command.py``). ``exactly events fence ID | timeout ID | restart [--unclean]``
+makes those events happen now on a running broker, through its HTTP API
+(``app/events_command.py``).
 """
 
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import logging
 import signal
-import socket
 import sys
 import threading
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Sequence
 
-from app import acl_command
+from app import acl_command, events_command
 from app.broker import Broker
-from app.http import HttpSettings, create_app
-from app.http.auth import LOOPBACK_HOSTS
-from app.http.server import HttpServer
-from app.kafka import KafkaListener, attach as attach_kafka
-from app.listeners import PortInUseError, bind
+from app.listeners import PortInUseError
+from app.server import Server
 from coordinator.mirror_db import UPGRADE_ERRORS, db_path, upgrade
 from storage.errors import KafkaError
 
@@ -63,6 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
                          help="the Kafka configs the broker is served with (repeatable)")
     acls = sub.add_parser("acls", help="add, list or remove ACLs (kafka-acls.sh's flags) on a running broker")
     acl_command.add_arguments(acls)
+    events_command.add_arguments(sub.add_parser("events", help="fence a producer, time a transaction out or "
+                                                               "restart the broker, now (through --http)"))
     return parser
 
 
@@ -80,51 +80,28 @@ def serve(args: argparse.Namespace) -> int:
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
-    sockets: list[socket.socket] = []
     try:
-        for port, what in ((args.kafka_port, "Kafka"), (args.http_port, "HTTP")):
-            sockets.append(bind(args.host, port, what))
+        server = Server(args.data_dir, host=args.host, kafka_port=args.kafka_port, http_port=args.http_port,
+                        **dict(args.config))
     except PortInUseError as e:
         print(f"exactly: {e}", file=sys.stderr)
-        _close(sockets)
         return 1
-    kafka_socket, http_socket = sockets
-    try:
-        broker = Broker(args.data_dir, **dict(args.config))
     except KafkaError as e:
         print(f"exactly: {e.name}: {e}", file=sys.stderr)
-        _close(sockets)
         return 1
-    stoppers, kafka = attach_listeners(broker, args, http_socket, kafka_socket)
-    topics = len(broker.engine.topic_names())
+    topics = len(server.engine.topic_names())
     print(f"exactly: data directory {args.data_dir.resolve()} recovered ({topics} topics), "
-          f"cluster id {broker.cluster_id}", flush=True)
-    print(f"exactly: console and HTTP API on http://{args.host}:{args.http_port}/ ; Kafka on "
-          f"{args.host}:{args.kafka_port} (advertised as {kafka.node.host}:{kafka.node.port}); "
+          f"cluster id {server.cluster_id}", flush=True)
+    node = server.kafka.node
+    print(f"exactly: console and HTTP API on {server.http_url}/ ; Kafka on "
+          f"{server.bootstrap} (advertised as {node.host}:{node.port}); "
           f"Ctrl-C to stop", flush=True)
     stop.wait()
     print("exactly: shutting down", flush=True)
-    for stop_listener in reversed(stoppers):
-        stop_listener()
-    clean = broker.close()
-    _close(sockets)
+    clean = server.close()
     print("exactly: stopped cleanly" if clean else
           "exactly: stopped, uncleanly (see the log): the next start recovers the logs", flush=True)
     return 0
-
-
-def attach_listeners(broker: Broker, args: argparse.Namespace, http_socket: socket.socket,
-                     kafka_socket: socket.socket) -> tuple[list[Callable[[], None]], KafkaListener]:
-    """Start the listeners of ``exactly serve`` on the broker's engine, on sockets bound
-    before the broker opened; returns what stops each (called in reverse order before
-    the broker closes) and the Kafka listener."""
-    loopback = ipaddress.ip_address(socket.gethostbyname(args.host)).is_loopback
-    settings = HttpSettings(token=broker.config.http_auth_token,
-                            allowed_hosts=LOOPBACK_HOSTS | {args.host} if loopback else None)
-    web = create_app(broker.engine, settings, mirror=broker.mirror)
-    http = HttpServer(web, http_socket).start()
-    kafka = attach_kafka(broker.engine, kafka_socket)
-    return [web.extensions["exactly.history"].stop, http.close, kafka.close], kafka
 
 
 def db_upgrade(args: argparse.Namespace) -> int:
@@ -157,11 +134,6 @@ def db_rebuild(args: argparse.Namespace) -> int:
     return 0
 
 
-def _close(sockets: list[socket.socket]) -> None:
-    for sock in sockets:
-        sock.close()
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "serve":
@@ -170,6 +142,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return db_upgrade(args) if args.db_command == "upgrade" else db_rebuild(args)
     if args.command == "acls":
         return acl_command.run(args)
+    if args.command == "events":
+        return events_command.run(args)
     return 2
 
 

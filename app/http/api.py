@@ -16,13 +16,13 @@ from __future__ import annotations
 from flask import Blueprint, abort, g, jsonify, request
 
 from app.engine import read_models
-from app.http import configs, current_engine, document, errors, groups, models, records, transactions
+from app.http import configs, current_engine, document, errors, events, groups, models, records, transactions
 from app.http.validation import body
 from app.http.resources import check_broker, cluster_id, crn, listing, related, resource
 from storage.errors import UnknownTopicOrPartitionError
 
 bp = Blueprint("api", __name__)
-for child in (records.bp, transactions.bp, groups.bp, configs.bp, document.bp):
+for child in (records.bp, transactions.bp, groups.bp, configs.bp, document.bp, events.bp):
     bp.register_blueprint(child)
 
 @bp.record_once

@@ -157,6 +157,18 @@ OPERATIONS = (
               body=m.ProducerFields, idempotent=True),
     Operation("post", X + "/admin-abort", "Admin abort transaction", "Transactions", 200, m.Transaction, TXN,
               description="The coordinator aborts the open transaction and fences its producer."),
+    Operation("post", X + ":fence", "Fence transactional producer", "Events", 200, m.Transaction, TXN,
+              description="Now, as a new instance's InitProducerId would: its open transaction is aborted and the "
+                          "epoch bumped; the producer's next request is PRODUCER_FENCED or INVALID_PRODUCER_EPOCH."),
+    Operation("post", X + ":timeout", "Time out transaction", "Events", 200, m.Transaction, TXN,
+              description="Now, as transaction.timeout.ms expiring would: the open transaction is aborted with "
+                          "the timeout's epoch bump (cause timeout)."),
+    Operation("get", C + "/server", "Get server", "Events", 200, m.Server,
+              description="The running server's ports and restarts; 404 for a broker not served by a Server."),
+    Operation("post", C + "/server:restart", "Restart server", "Events", 202, m.Server, (404,),
+              body=m.RestartServer, body_required=False,
+              description="Restarts the broker in place, on the same ports, after answering: cleanly, or as a "
+                          "SIGKILL would leave it. Poll Get server until restarts grows."),
 )
 
 

@@ -257,8 +257,8 @@ def group(group_id: str):
 # -- writes ---------------------------------------------------------------------------------
 
 
-def _actor() -> str:
-    """Who an Abort from the console is, for the abort's recorded reason."""
+def actor() -> str:
+    """Who an Abort (or an event) from the console is, for the abort's recorded reason."""
     return f"the console, from {request.remote_addr}"
 
 
@@ -268,7 +268,7 @@ def abort_transaction(txn_id: str):
     engine = current_engine()
     started = time.monotonic()
     try:
-        engine.call(engine.abort_transaction, txn_id, _actor())
+        engine.call(engine.abort_transaction, txn_id, actor())
     except e.KafkaError as error:
         return done(f"Could not abort {txn_id}: {error.name} — {error}", "error", target)
     took = (time.monotonic() - started) * 1000
@@ -285,7 +285,7 @@ def abort_hanging(topic: str, partition: int, producer_id: int):
     target = back(url_for("ui.partition", topic=topic, partition=partition))
     engine = current_engine()
     try:
-        result = engine.call(engine.abort_hanging_transaction, topic, partition, producer_id, _actor())
+        result = engine.call(engine.abort_hanging_transaction, topic, partition, producer_id, actor())
     except e.KafkaError as error:
         return done(f"Could not abort producer {producer_id} on {topic}-{partition}: "
                      f"{error.name} — {error}", "error", target)
