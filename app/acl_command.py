@@ -30,7 +30,6 @@ from app.security.acl import (
     ResourcePattern,
     ResourceType,
 )
-from app.spark.kafka_client import KafkaConnection
 from storage.errors import KafkaError, raise_for_code
 
 DESCRIBE_ACLS, CREATE_ACLS, DELETE_ACLS = 29, 30, 31
@@ -116,6 +115,8 @@ class AclAdmin:
     """CreateAcls, DescribeAcls and DeleteAcls over one connection."""
 
     def __init__(self, bootstrap: str) -> None:
+        from app.spark.kafka_client import KafkaConnection  # the wire codec: only when connecting
+
         host, _, port = bootstrap.split(",")[0].strip().rpartition(":")
         self.connection = KafkaConnection(host.strip("[]"), int(port), "exactly-acls", 30.0)
 

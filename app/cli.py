@@ -30,11 +30,10 @@ from pathlib import Path
 from typing import Sequence
 
 from app import acl_command, events_command
-from app.broker import Broker
-from app.listeners import PortInUseError
-from app.server import Server
-from coordinator.mirror_db import UPGRADE_ERRORS, db_path, upgrade
 from storage.errors import KafkaError
+
+# The broker's modules (the engine, SQLAlchemy, Alembic, Flask) are imported by the
+# commands that open one: a command that talks to a running broker starts fast.
 
 log = logging.getLogger("exactly")
 
@@ -76,6 +75,9 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def serve(args: argparse.Namespace) -> int:
+    from app.listeners import PortInUseError
+    from app.server import Server
+
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
@@ -105,6 +107,8 @@ def serve(args: argparse.Namespace) -> int:
 
 
 def db_upgrade(args: argparse.Namespace) -> int:
+    from coordinator.mirror_db import UPGRADE_ERRORS, db_path, upgrade
+
     path = db_path(args.data_dir)
     try:
         before, after = upgrade(path)
@@ -117,6 +121,9 @@ def db_upgrade(args: argparse.Namespace) -> int:
 
 
 def db_rebuild(args: argparse.Namespace) -> int:
+    from app.broker import Broker
+    from coordinator.mirror_db import db_path
+
     if not args.data_dir.is_dir():
         print(f"exactly: no data directory {args.data_dir}", file=sys.stderr)
         return 1
