@@ -11,6 +11,7 @@ Flask rule under ``/v3`` is a path here and every path here is a rule
 from __future__ import annotations
 
 import functools
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -214,7 +215,7 @@ def _parameters(model: type[BaseModel], where: str, names: Any = None) -> list[d
 
 
 def _operation(op: Operation) -> dict[str, Any]:
-    names = [segment[1:-1] for segment in op.path.split("/") if segment.startswith("{")]
+    names = re.findall(r"{([a-z_]+)}", op.path)  # "{transactional_id}:fence" names one too
     parameters = sorted(_parameters(m.PathParameters, "path", names), key=lambda p: names.index(p["name"]))
     parameters += _parameters(op.query, "query") if op.query else []
     parameters += _parameters(m.IdempotencyHeader, "header") if op.idempotent else []

@@ -11,12 +11,13 @@ exactly-once application wants to happen now.
 
 The restart answers 202 before it begins (it stops this HTTP server, which waits for
 the request in progress); the caller polls ``GET .../server`` until ``restarts`` grows.
-Only a broker served by :class:`app.server.Server` restarts; another is 404.
+Only a broker served by ``app.server.Server`` restarts (it puts itself in the app's
+``extensions``; this face never imports it); another is 404.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from flask import Blueprint, abort, current_app, jsonify
 
@@ -25,9 +26,6 @@ from app.http import current_engine, models
 from app.http.resources import cluster_id, crn, resource
 from app.http.transactions import TXN, api_actor, transaction_resource
 from app.http.validation import body
-
-if TYPE_CHECKING:
-    from app.server import Server
 
 bp = Blueprint("events", __name__)
 
@@ -54,14 +52,14 @@ def timeout(transactional_id: str):
     return jsonify(transaction_resource(txn))
 
 
-def _server() -> "Server":
+def _server() -> Any:
     server = current_app.extensions.get("exactly.server")
     if server is None:
         abort(404, "this broker is not served by a restartable server (app.server.Server)")
     return server
 
 
-def _server_resource(server: "Server") -> dict[str, Any]:
+def _server_resource(server: Any) -> dict[str, Any]:
     return resource("ExactlyServer", ("server",), crn(server="exactly"), cluster_id=cluster_id(),
                     restarts=server.restarts, kafka_port=server.kafka_port, http_port=server.http_port)
 

@@ -37,7 +37,7 @@ from app.engine import mirror_reads, read_models
 from app.http import current_engine, current_settings, mirror_db
 from app.http.errors import log_mirror_error, log_server_error, status_for
 from app.http.history import History, chart
-from app.http.ui_blueprint import FRAGMENTS, back, bp, call, done, is_local, page, render
+from app.http.ui_blueprint import FRAGMENTS, actor, back, bp, call, done, is_local, page, render
 from coordinator.transaction_state import AbortCause, TransactionState
 from storage import errors as e
 from storage.record_batch import ControlType
@@ -255,11 +255,6 @@ def group(group_id: str):
 
 
 # -- writes ---------------------------------------------------------------------------------
-
-
-def actor() -> str:
-    """Who an Abort (or an event) from the console is, for the abort's recorded reason."""
-    return f"the console, from {request.remote_addr}"
 
 
 @bp.post("/transactions/<path:txn_id>/abort")

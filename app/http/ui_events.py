@@ -10,8 +10,7 @@ from __future__ import annotations
 from flask import url_for
 
 from app.http import current_engine
-from app.http.ui import actor
-from app.http.ui_blueprint import back, bp, done
+from app.http.ui_blueprint import actor, back, bp, done
 from storage import errors as e
 
 
