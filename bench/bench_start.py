@@ -9,6 +9,8 @@ the first ApiVersions answer on its Kafka port and the first HTTP 200 on its API
            after its first): what the ``exactly_broker`` fixture costs a test;
 * cold  -- a new interpreter: imports (the engine, Flask, SQLAlchemy, the wire codec)
            included: what the first test of a run pays once;
+* restart -- ``restart(clean=...)`` in place, to the first ApiVersions answer after it (an
+           unclean restart in a child process would cost the cold start instead);
 * librdkafka's in-process mock cluster (``test.mock.num.brokers=1``, in confluent-kafka's
   wheel), measured here the same way: Producer made -> first metadata answer. It
   answers the Kafka protocol from memory and loses everything on close.
@@ -110,6 +112,21 @@ def cold_start() -> tuple[float, float]:
     return float(out[0]), float(out[1])
 
 
+def restart(clean: bool, trials: int) -> list[float]:
+    """Seconds of ``restart(clean)`` in place, each followed by the first ApiVersions answer."""
+    from app.testing import broker
+
+    took = []
+    with broker() as b:
+        b.broker.create_topic("t", 1)
+        for _ in range(trials):
+            started = time.perf_counter()
+            b.restart(clean=clean)
+            first_api_versions("127.0.0.1", b.kafka_port, started + 30)
+            took.append(time.perf_counter() - started)
+    return took
+
+
 def librdkafka_mock() -> float:
     """Seconds from making a producer on librdkafka's mock cluster to its first metadata."""
     from confluent_kafka import Producer
@@ -144,6 +161,9 @@ def main() -> None:
     print(f"| Exactly, cold (a new interpreter, imports included) | {_ms([k for k, _ in cold])} | "
           f"{_ms([w for _, w in cold])} |")
     print(f"| librdkafka mock cluster (first metadata answer) | {_ms(mock)} | -- |")
+    for clean in (True, False):
+        print(f"| Exactly, restart in place ({'clean' if clean else 'unclean'}), to the first answer | "
+              f"{_ms(restart(clean, warm_n))} | -- |")
     for what, figure in PUBLISHED:
         print(f"| {what}, published | {figure} | -- |")
 
