@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import http.client
+import os
 import platform
 import socket
 import statistics
@@ -90,26 +91,30 @@ def first_http_200(host: str, port: int) -> None:
         connection.close()
 
 
-def one_start() -> tuple[float, float]:
-    """Seconds from ``broker()`` entry to the first ApiVersions answer and to the first HTTP 200."""
+def one_start() -> tuple[float, float, float]:
+    """Seconds from ``broker()`` entry to the first ApiVersions answer and to the first
+    HTTP 200, and the CPU seconds the process spent meanwhile (all its threads): on a
+    loaded machine the wall clock measures the load, the CPU time the work."""
     from app.testing import broker
 
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     with broker() as b:
         first_api_versions("127.0.0.1", b.kafka_port, started + 30)
         kafka = time.perf_counter() - started
         first_http_200("127.0.0.1", b.http_port)
         web = time.perf_counter() - started
-    return kafka, web
+        cpu = time.process_time() - cpu
+    return kafka, web, cpu
 
 
-def cold_start() -> tuple[float, float]:
+def cold_start() -> tuple[float, float, float]:
     """:func:`one_start` in a new interpreter (its imports inside the measured time)."""
     code = ("import sys, time; t = time.perf_counter(); sys.path.insert(0, %r); import bench.bench_start as s; "
-            "k, w = s.one_start(); d = time.perf_counter() - t - w; print(k + d, w + d)") % str(ROOT)
+            "k, w, c = s.one_start(); d = time.perf_counter() - t - w; print(k + d, w + d, time.process_time())"
+            ) % str(ROOT)
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True,
                          timeout=120).stdout.split()
-    return float(out[0]), float(out[1])
+    return float(out[0]), float(out[1]), float(out[2])
 
 
 def restart(clean: bool, trials: int) -> list[float]:
@@ -154,18 +159,19 @@ def main() -> None:
     warm = [one_start() for _ in range(warm_n)]
     cold = [cold_start() for _ in range(cold_n)]
     mock = [librdkafka_mock() for _ in range(warm_n)]
-    print("| start | first ApiVersions answer | first HTTP 200 |")
-    print("| --- | --- | --- |")
-    print(f"| Exactly, warm (a suite's every test after its first) | {_ms([k for k, _ in warm])} | "
-          f"{_ms([w for _, w in warm])} |")
-    print(f"| Exactly, cold (a new interpreter, imports included) | {_ms([k for k, _ in cold])} | "
-          f"{_ms([w for _, w in cold])} |")
-    print(f"| librdkafka mock cluster (first metadata answer) | {_ms(mock)} | -- |")
+    print(f"# load average {' '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs")
+    print("| start | first ApiVersions answer | first HTTP 200 | CPU seconds of the process |")
+    print("| --- | --- | --- | --- |")
+    for what, trials in (("warm (a suite's every test after its first)", warm),
+                         ("cold (a new interpreter, imports included)", cold)):
+        print(f"| Exactly, {what} | {_ms([k for k, _, _ in trials])} | {_ms([w for _, w, _ in trials])} | "
+              f"{_ms([c for _, _, c in trials])} |")
+    print(f"| librdkafka mock cluster (first metadata answer) | {_ms(mock)} | -- | -- |")
     for clean in (True, False):
         print(f"| Exactly, restart in place ({'clean' if clean else 'unclean'}), to the first answer | "
-              f"{_ms(restart(clean, warm_n))} | -- |")
+              f"{_ms(restart(clean, warm_n))} | -- | -- |")
     for what, figure in PUBLISHED:
-        print(f"| {what}, published | {figure} | -- |")
+        print(f"| {what}, published | {figure} | -- | -- |")
 
 
 if __name__ == "__main__":
