@@ -140,9 +140,10 @@ def test_an_unclean_restart_recovers_what_was_written_since_the_last_flush(exact
     assert _read_all(exactly_broker, "acked", len(values)) == values
 
 
-def test_a_user_test_gets_the_fixture_from_the_entry_point(pytester: pytest.Pytester) -> None:
+def test_the_readme_example_gets_the_fixture_from_the_entry_point(pytester: pytest.Pytester) -> None:
     """As a project that installed the package sees it: no conftest.py, no -p; the
-    plugin comes from the ``pytest11`` entry point pyproject.toml declares."""
+    plugin comes from the ``pytest11`` entry point pyproject.toml declares. The test is
+    the README's example, as written."""
     entry_points = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["entry-points"]["pytest11"]
     dist = pytester.mkdir("exactly_user_site") / "exactly_plugin_check-0.dist-info"
     dist.mkdir()
@@ -150,13 +151,8 @@ def test_a_user_test_gets_the_fixture_from_the_entry_point(pytester: pytest.Pyte
     (dist / "entry_points.txt").write_text(
         "[pytest11]\n" + "".join(f"{name} = {module}\n" for name, module in entry_points.items()))
     pytester.syspathinsert(dist.parent)
-    pytester.makepyfile(test_user="""
-        from confluent_kafka.admin import AdminClient
-
-        def test_it(exactly_broker):
-            admin = AdminClient({"bootstrap.servers": exactly_broker.bootstrap, "broker.address.family": "v4"})
-            assert list(admin.list_topics(timeout=10).brokers) == [exactly_broker.engine.node_id]
-            assert exactly_broker.http_url.startswith("http://127.0.0.1:")
-    """)
+    readme = (REPO / "README.md").read_text()
+    section = readme[readme.index("## A broker per test"):]
+    pytester.makepyfile(test_user=section.split("```python\n", 1)[1].split("```", 1)[0])  # as written
     result = pytester.runpytest_inprocess("-p", "no:cacheprovider")
     result.assert_outcomes(passed=1)
