@@ -92,20 +92,18 @@ class Broker:
 
     def kill(self) -> None:
         """Stop as a SIGKILL would leave the data directory (:meth:`Engine.kill
-        <app.engine.engine.Engine.kill>`): no job starts again, the engine is killed
-        (a round running at that instant fails, as it would die), the mirror's
-        connections are dropped with nothing more written. For an unclean restart in
-        place (``app/server.py``)."""
+        <app.engine.engine.Engine.kill>`), for an unclean restart in place
+        (``app/server.py``): the jobs stop (the kill's instant comes after a round in
+        progress, so none fails half-way), the engine is killed, and the mirror's
+        connections are dropped with nothing more written -- no last round."""
         if self._closed:
             return
         self._closed = True
         if self._scheduler is not None:
-            self._scheduler.pause()
+            self._scheduler.shutdown(wait=True)
         try:
             self.engine.kill()
         finally:
-            if self._scheduler is not None:
-                self._scheduler.shutdown(wait=True)
             self.mirror.close()
 
     @property

@@ -1034,7 +1034,9 @@ class Engine:
         producer snapshot, no checkpoint, no clean-shutdown marker -- so the next open
         recovers each log from its recovery point and rolls prepared transactions
         forward. Afterwards the loop runs only to deliver the cancellations, and the
-        descriptors and the directory lock are released, as the kernel releases them."""
+        descriptors and the directory lock are released, as the kernel releases them
+        (an index entry still buffered is written out then, where a kill would lose it:
+        the indexes are sparse and derived, so that only shortens a later scan)."""
         if self._closed:
             return
         self._loop.call_soon_threadsafe(self._kill_now)
