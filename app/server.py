@@ -132,6 +132,8 @@ class Server:
         """Stop and start again on the same directory and ports: ``clean`` as ``exactly
         serve`` shuts down, else as a SIGKILL would leave it (see the module docstring)."""
         with self._lock:
+            if not self._sockets:  # closed meanwhile (a restart asked for over HTTP, then close)
+                return
             self._stop(clean)
             self._start()
             self.restarts += 1
