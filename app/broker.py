@@ -91,6 +91,22 @@ class Broker:
             clean = self.engine.close()
         return clean
 
+    def kill(self) -> None:
+        """Stop as a SIGKILL would leave the data directory (:meth:`Engine.kill
+        <app.engine.engine.Engine.kill>`), for an unclean restart in place
+        (``app/server.py``): the jobs stop (the kill's instant comes after a round in
+        progress, so none fails half-way), the engine is killed, and the mirror's
+        connections are dropped with nothing more written -- no last round."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._scheduler is not None:
+            self._scheduler.shutdown(wait=True)
+        try:
+            self.engine.kill()
+        finally:
+            self.mirror.close()
+
     @property
     def faults(self) -> Faults:
         """The faults installed on this broker (``app/faults/``): ``add(api=..., error=...)``

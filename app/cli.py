@@ -1,10 +1,11 @@
 """The ``exactly`` command (also ``python run.py``).
 
-``exactly serve`` binds the Kafka and HTTP ports, opens a :class:`~app.broker.Broker`
-on the data directory (recovering every partition, migrating the SQLite mirror,
-starting the scheduled jobs), attaches the listeners to it and stays up until SIGINT
-or SIGTERM, then shuts down cleanly: listeners first, then the broker (in-flight
-fsyncs finish, producer state is snapshotted, checkpoints are written). Bad flags,
+``exactly serve`` runs a :class:`~app.server.Server`: it binds the Kafka and HTTP
+ports, opens a :class:`~app.broker.Broker` on the data directory (recovering every
+partition, migrating the SQLite mirror, starting the scheduled jobs), attaches the
+listeners to it and stays up until SIGINT or SIGTERM, then shuts down cleanly:
+listeners first, then the broker (in-flight fsyncs finish, producer state is
+snapshotted, checkpoints are written). Bad flags,
 an unusable data directory, a directory another process holds and a port in use each
 exit non-zero with one clear line on stderr.
 
@@ -15,7 +16,9 @@ data directory no broker is serving.
 ``exactly acls`` is kafka-acls.sh, with its flags, against a running broker
 (``app/acl_command.py``); ``exactly users`` adds, lists and removes SASL/SCRAM users
 on one (``app/users_command.py``); ``exactly faults`` installs and removes faults on one,
-through its HTTP API (``app/faults_command.py``).
+through its HTTP API (``app/faults_command.py``). ``exactly events fence ID | timeout ID |
+restart [--unclean]`` makes those events happen now on a running broker, through its
+HTTP API (``app/events_command.py``).
 
 ``exactly audit GROUP --input T --output U`` asks a running broker's HTTP API whether
 the group processed T into U exactly once (``app/audit_command.py``); its exit status
@@ -29,26 +32,18 @@ with several. ``--generate-certificate`` gives SSL listeners a local CA's certif
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import logging
 import signal
-import socket
 import sys
 import threading
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Sequence
 
-from app import acl_command, audit_command, faults_command, users_command
-from app.broker import Broker
-from app.config import BrokerConfig
-from app.http import HttpSettings, create_app
-from app.http.auth import LOOPBACK_HOSTS
-from app.http.server import HttpServer
-from app.kafka import KafkaListener, attach as attach_kafka
-from app.listeners import ListenerSpec, PortInUseError, bind
-from app.security.tls import generate_certificate, server_context
-from coordinator.mirror_db import UPGRADE_ERRORS, db_path, upgrade
+from app import acl_command, audit_command, events_command, faults_command, users_command
 from storage.errors import KafkaError
+
+# The broker's modules (the engine, SQLAlchemy, Alembic, Flask) are imported by the
+# commands that open one: a command that talks to a running broker starts fast.
 
 log = logging.getLogger("exactly")
 
@@ -81,6 +76,8 @@ def build_parser() -> argparse.ArgumentParser:
     users_command.add_arguments(users)
     faults = sub.add_parser("faults", help="add, list or remove faults on a running broker (its HTTP API)")
     faults_command.add_arguments(faults)
+    events_command.add_arguments(sub.add_parser("events", help="fence a producer, time a transaction out or "
+                                                               "restart the broker, now (through --http)"))
     return parser
 
 
@@ -98,69 +95,45 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def serve(args: argparse.Namespace) -> int:
+    from app.listeners import PortInUseError
+    from app.server import Server
+
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
     config = {**dict(args.config), **({"exactly.ssl.generate": "true"} if args.generate_certificate else {})}
-    sockets: list[socket.socket] = []
     try:
-        specs = BrokerConfig.from_kafka(config).listener_specs(args.host, args.kafka_port)
-        for spec in specs:
-            sockets.append(bind(spec.host, spec.port, "Kafka" if len(specs) == 1 else f"Kafka {spec.name}"))
-        sockets.append(bind(args.host, args.http_port, "HTTP"))
-        broker = Broker(args.data_dir, **config)
-    except (PortInUseError, KafkaError) as e:
-        print(f"exactly: {e.name}: {e}" if isinstance(e, KafkaError) else f"exactly: {e}", file=sys.stderr)
-        _close(sockets)
+        server = Server(args.data_dir, host=args.host, kafka_port=args.kafka_port, http_port=args.http_port,
+                        **config)
+    except PortInUseError as e:
+        print(f"exactly: {e}", file=sys.stderr)
         return 1
-    try:
-        stoppers, kafka = attach_listeners(broker, args, sockets[-1], list(zip(specs, sockets)))
-    except KafkaError as e:  # the TLS certificate
+    except KafkaError as e:
         print(f"exactly: {e.name}: {e}", file=sys.stderr)
-        broker.close()
-        _close(sockets)
         return 1
-    topics = len(broker.engine.topic_names())
+    topics = len(server.engine.topic_names())
     print(f"exactly: data directory {args.data_dir.resolve()} recovered ({topics} topics), "
-          f"cluster id {broker.cluster_id}", flush=True)
-    listening = ", ".join(f"{k.spec} (advertised as {k.node.host}:{k.node.port})" for k in kafka)
-    print(f"exactly: console and HTTP API on http://{args.host}:{args.http_port}/ ; Kafka on "
-          f"{listening}; Ctrl-C to stop", flush=True)
-    if broker.config.exactly_ssl_generate and any(k.ssl_context is not None for k in kafka):
+          f"cluster id {server.cluster_id}", flush=True)
+    listening = ", ".join(f"{k.spec} (advertised as {k.node.host}:{k.node.port})" for k in server.kafka_listeners)
+    print(f"exactly: console and HTTP API on {server.http_url}/ ; Kafka on {listening}; Ctrl-C to stop",
+          flush=True)
+    if server.broker.config.exactly_ssl_generate and any(k.ssl_context is not None for k in server.kafka_listeners):
+        from app.security.tls import generate_certificate
+
         print(f"exactly: TLS certificate from a local CA; clients set ssl.ca.location="
               f"{generate_certificate(args.data_dir).ca.resolve()}", flush=True)
     stop.wait()
     print("exactly: shutting down", flush=True)
-    for stop_listener in reversed(stoppers):
-        stop_listener()
-    clean = broker.close()
-    _close(sockets)
+    clean = server.close()
     print("exactly: stopped cleanly" if clean else
           "exactly: stopped, uncleanly (see the log): the next start recovers the logs", flush=True)
     return 0
 
 
-def attach_listeners(broker: Broker, args: argparse.Namespace, http_socket: socket.socket,
-                     kafka_sockets: list[tuple[ListenerSpec, socket.socket]]
-                     ) -> tuple[list[Callable[[], None]], list[KafkaListener]]:
-    """Start the listeners of ``exactly serve`` on the broker's engine, on sockets bound
-    before the broker opened; returns what stops each (called in reverse order before
-    the broker closes) and the Kafka listeners.
-    :raise InvalidConfigError: an SSL listener without a usable certificate."""
-    tls = (server_context(broker.config, broker.data_dir)
-           if any(spec.protocol.uses_tls for spec, _ in kafka_sockets) else None)
-    loopback = ipaddress.ip_address(socket.gethostbyname(args.host)).is_loopback
-    settings = HttpSettings(token=broker.config.http_auth_token,
-                            token_principal=broker.config.http_auth_token_principal,
-                            allowed_hosts=LOOPBACK_HOSTS | {args.host} if loopback else None)
-    web = create_app(broker.engine, settings, mirror=broker.mirror)
-    http = HttpServer(web, http_socket).start()
-    kafka = [attach_kafka(broker.engine, sock, spec, tls) for spec, sock in kafka_sockets]
-    return [web.extensions["exactly.history"].stop, http.close, *(k.close for k in kafka)], kafka
-
-
 def db_upgrade(args: argparse.Namespace) -> int:
+    from coordinator.mirror_db import UPGRADE_ERRORS, db_path, upgrade
+
     path = db_path(args.data_dir)
     try:
         before, after = upgrade(path)
@@ -173,6 +146,9 @@ def db_upgrade(args: argparse.Namespace) -> int:
 
 
 def db_rebuild(args: argparse.Namespace) -> int:
+    from app.broker import Broker
+    from coordinator.mirror_db import db_path
+
     if not args.data_dir.is_dir():
         print(f"exactly: no data directory {args.data_dir}", file=sys.stderr)
         return 1
@@ -190,11 +166,6 @@ def db_rebuild(args: argparse.Namespace) -> int:
     return 0
 
 
-def _close(sockets: list[socket.socket]) -> None:
-    for sock in sockets:
-        sock.close()
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "serve":
@@ -209,6 +180,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return users_command.run(args)
     if args.command == "faults":
         return faults_command.run(args)
+    if args.command == "events":
+        return events_command.run(args)
     return 2
 
 

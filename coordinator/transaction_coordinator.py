@@ -419,8 +419,9 @@ class TransactionCoordinator:
     async def init_producer_id(self, transactional_id: str | None, transaction_timeout_ms: int,
                                producer_id: int = NO_PRODUCER_ID,
                                producer_epoch: int = NO_PRODUCER_EPOCH,
-                               enable_2pc: bool = False) -> tuple[int, int]:
-        """InitProducerId: ``(producer id, epoch)`` for this producer instance."""
+                               enable_2pc: bool = False, instance: str | None = None) -> tuple[int, int]:
+        """InitProducerId: ``(producer id, epoch)`` for this producer instance;
+        ``instance`` names who fences the previous one, for the abort's reason."""
         if transactional_id is None:
             if enable_2pc:
                 raise InvalidRequestError("two-phase commit needs a transactional id")
@@ -458,7 +459,7 @@ class TransactionCoordinator:
             if meta.state is S.ONGOING:
                 caller = f" (producer {producer_id} epoch {producer_epoch})" if kip360 else ""
                 await self._fence_and_abort(meta, AbortReason(
-                    AbortCause.FENCED, f"InitProducerId of a new instance{caller}"))
+                    AbortCause.FENCED, instance or f"InitProducerId of a new instance{caller}"))
                 continue
             if is_epoch_exhausted(meta.producer_epoch):
                 transit = meta.prepare_new_producer_id(self._take_producer_id(), transaction_timeout_ms,
@@ -794,10 +795,7 @@ class TransactionCoordinator:
         write ABORT markers, complete. One whose outcome is decided (Prepare*) is
         completed: markers a partition refuses are forced (see :meth:`_complete`), so
         no transactional id stays stuck."""
-        self._check_coordinator(transactional_id)
-        meta = self.txns.get(transactional_id)
-        if meta is None:
-            raise TransactionalIdNotFoundError(f"no transactional id {transactional_id!r}")
+        meta = self._known(transactional_id)
         if meta.pending_state is not None or meta.state.is_prepared:
             if self._refused.get(transactional_id):
                 self._force(meta, actor)
@@ -843,16 +841,48 @@ class TransactionCoordinator:
         the transaction does not have -- a batch written before verification, or the
         transaction already ended -- joins a transaction first, so the same markers
         end it. Returns the epoch that fences the producer now."""
-        self._check_coordinator(transactional_id)
-        meta = self.txns.get(transactional_id)
-        if meta is None:
-            raise TransactionalIdNotFoundError(f"no transactional id {transactional_id!r}")
+        meta = self._known(transactional_id)
         if meta.state is not S.ONGOING or topic_partition not in meta.partitions:
             await self._write(meta, meta.prepare_add_partitions({topic_partition}, self.clock.now_ms()))
         await self._fence_and_abort(meta, AbortReason(
             AbortCause.ADMIN_PARTITION, f"{actor}, on {topic_partition[0]}-{topic_partition[1]}"))
         self.observer.transaction_admin_aborted()
         return meta.producer_epoch
+
+    # -- events on demand (app/server.py, the HTTP API's :fence and :timeout) -------------
+
+    def _known(self, transactional_id: str) -> TransactionMetadata:
+        """The metadata of ``transactional_id`` (TRANSACTIONAL_ID_NOT_FOUND when there is none)."""
+        self._check_coordinator(transactional_id)
+        meta = self.txns.get(transactional_id)
+        if meta is None:
+            raise TransactionalIdNotFoundError(f"no transactional id {transactional_id!r}")
+        return meta
+
+    async def fence(self, transactional_id: str, actor: str = "an operator") -> tuple[int, int]:
+        """Fence the transactional id's producer now, exactly as a new instance's
+        InitProducerId does (its open transaction aborted with an epoch bump, then the
+        epoch bumped again for the "new instance"): the old producer's next request is
+        INVALID_PRODUCER_EPOCH or PRODUCER_FENCED. Returns the new producer id and epoch,
+        which nobody holds."""
+        meta = self._known(transactional_id)
+        return await self.init_producer_id(transactional_id, meta.txn_timeout_ms, enable_2pc=meta.two_phase_commit,
+                                           instance=f"{actor}: fenced on demand")
+
+    async def time_out(self, transactional_id: str, actor: str = "an operator") -> None:
+        """Time the open transaction out now, exactly as ``transaction.timeout.ms``
+        expiring does (:meth:`abort_timed_out_transactions`): aborted with the timeout's
+        epoch bump, cause ``timeout``."""
+        meta = self._known(transactional_id)
+        if meta.pending_state is not None or meta.state is not S.ONGOING:
+            raise InvalidTxnStateError(
+                f"transactional id {transactional_id!r} has no open transaction ({meta.state.display})")
+        open_ms = self.clock.now_ms() - meta.txn_start_timestamp
+        await self._abort_timed_out(meta, f"{actor}: timed out on demand, open {open_ms} ms")
+
+    async def _abort_timed_out(self, meta: TransactionMetadata, actor: str) -> None:
+        await self._fence_and_abort(meta, AbortReason(AbortCause.TIMEOUT, actor))
+        self.observer.transaction_timed_out()
 
     # -- scheduled work ----------------------------------------------------------------
 
@@ -868,10 +898,9 @@ class TransactionCoordinator:
                     and now > meta.txn_start_timestamp + meta.txn_timeout_ms):
                 aborted.append(meta.transactional_id)
                 try:
-                    await self._fence_and_abort(meta, AbortReason(
-                        AbortCause.TIMEOUT, f"the transaction coordinator: open {now - meta.txn_start_timestamp} ms, "
-                                            f"transaction.timeout.ms {meta.txn_timeout_ms}"))
-                    self.observer.transaction_timed_out()
+                    await self._abort_timed_out(meta, f"the transaction coordinator: open "
+                                                      f"{now - meta.txn_start_timestamp} ms, "
+                                                      f"transaction.timeout.ms {meta.txn_timeout_ms}")
                 except KafkaError as e:
                     log.warning("aborting timed-out %r failed: %s", meta.transactional_id, e)
             elif meta.state is S.PREPARE_EPOCH_FENCE:  # an earlier abort's PrepareAbort write failed

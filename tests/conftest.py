@@ -20,6 +20,10 @@ FROZEN = {"exactly.jobs.enable": False}
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "jobs: the test's broker fixture runs the scheduled jobs (not FROZEN)")
+    if not config.pluginmanager.has_plugin("exactly"):  # an install made before the pytest11 entry point
+        from app.testing import pytest_plugin
+
+        config.pluginmanager.register(pytest_plugin, "exactly")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

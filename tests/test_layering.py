@@ -70,6 +70,11 @@ IMPORT_RULES = (
            exempt=("app.kafka", "app.kafka.server")),
     Forbid("app", "app.http.ui", "the console views share helpers through ui_blueprint; only the "
            "app factory registers the views", exempt=("app.http",)),
+    Forbid("app.http", "app.server", "the HTTP face finds the server that runs it in app.extensions"),
+    Forbid("app.kafka", "app.server", "the Kafka face knows nothing of the server that attaches it"),
+    Forbid("app.engine", "app.server", "the engine knows nothing of the server that runs it"),
+    Forbid("app.broker", "app.server", "a Broker has no listeners; the Server adds them"),
+    Forbid("app.testing", "app.engine", "a test's broker is a Server: the engine is reached through it"),
 )
 
 #: attributes of the engine no module outside ``app/engine/`` may touch (besides any

@@ -209,6 +209,8 @@ class Engine:
         self._thread = threading.Thread(target=self._run_loop, name="exactly-engine", daemon=True)
         self._closed = False
         self._closed_clean = False
+        #: set by :meth:`kill`, at the instant the loop stops working
+        self._killed = False
         self._thread.start()
         self._loop.call_soon_threadsafe(self._started)
 
@@ -347,6 +349,9 @@ class Engine:
 
         def run() -> None:
             if not outer.set_running_or_notify_cancel():  # its caller gave up before it started
+                return
+            if self._killed:  # queued before the kill: a killed broker does no more work
+                outer.set_exception(KafkaStorageError("the broker was killed"))
                 return
             try:
                 result = fn(*args)
@@ -774,6 +779,14 @@ class Engine:
         """An operator's abort of a transactional id's transaction."""
         await self._transaction_coordinator.admin_abort(transactional_id, actor)
 
+    async def fence_producer(self, transactional_id: str, actor: str = "an operator") -> tuple[int, int]:
+        """Fence the transactional id's producer now, as a new instance would."""
+        return await self._transaction_coordinator.fence(transactional_id, actor)
+
+    async def time_out_transaction(self, transactional_id: str, actor: str = "an operator") -> None:
+        """Time the transactional id's open transaction out now, as its timeout would."""
+        await self._transaction_coordinator.time_out(transactional_id, actor)
+
     def describe_transaction(self, transactional_id: str) -> TxnTransitMetadata | None:
         return self._transaction_coordinator.describe(transactional_id)
 
@@ -1151,6 +1164,51 @@ class Engine:
             self._closed_clean = self._logs.close(clean=clean)
             self._loop.close()
         return self._closed_clean
+
+    def kill(self) -> None:
+        """Stop as SIGKILL would leave the data directory (an unclean restart in place,
+        ``app/server.py``). At one instant on the loop every Kafka connection is reset
+        and every task cancelled; from then on no task takes another step of work. None
+        of what :meth:`close` does is done: no transaction is completed, no final fsync
+        (what was written is in the page cache, which a kill does not empty either), no
+        producer snapshot, no checkpoint, no clean-shutdown marker -- so the next open
+        recovers each log from its recovery point and rolls prepared transactions
+        forward. Afterwards the loop runs only to deliver the cancellations, and the
+        descriptors and the directory lock are released, as the kernel releases them
+        (an index entry still buffered is written out then, where a kill would lose it:
+        the indexes are sparse and derived, so that only shortens a later scan)."""
+        if self._closed:
+            return
+        self._loop.call_soon_threadsafe(self._kill_now)
+        self._thread.join()
+        for _ in range(_KILL_DRAIN_ROUNDS):  # each round: cancel, then one pass of the loop
+            pending = [task for task in asyncio.all_tasks(self._loop) if not task.done()]
+            for task in pending:
+                task.cancel()
+            self._loop.call_soon(self._loop.stop)
+            self._loop.run_forever()
+            if not pending:
+                break
+        self.maintenance.stop()
+        self._fsync.stop()
+        self._logs.close(clean=False)
+        self._loop.close()
+
+    def _kill_now(self) -> None:
+        """On the loop: the instant of the kill (see :meth:`kill`)."""
+        self._closed = self._killed = True
+        for connection in list(self.kafka_connections):
+            connection.reset()
+        for commit in self._commits.values():
+            commit.close()
+        for task in asyncio.all_tasks(self._loop):
+            task.cancel()
+        self._loop.stop()
+
+
+#: passes of the killed loop that deliver cancellations (a cancelled task's cleanup may
+#: cancel another; a few passes settle them all)
+_KILL_DRAIN_ROUNDS = 20
 
 
 def _refusal(acl: AclBinding | AclBindingFilter) -> KafkaError | None:

@@ -122,6 +122,10 @@ NEEDS: dict[str, tuple[Need, ...]] = {
     "api.faults.list_faults": (cluster(O.DESCRIBE),), "api.faults.get_fault": (cluster(O.DESCRIBE),),
     "api.faults.add_fault": (cluster(O.ALTER),), "api.faults.add_fault_event": (cluster(O.ALTER),),
     "api.faults.remove_fault": (cluster(O.ALTER),), "api.faults.clear_faults": (cluster(O.ALTER),),
+    # events on demand: fencing is what a new instance's InitProducerId does (Write on the id);
+    # timing out and restarting are the broker's own acts, an operator's (as the admin abort)
+    "api.events.fence": WRITE_TXN, "api.events.timeout": (cluster(O.CLUSTER_ACTION),),
+    "api.events.get_server": (cluster(O.DESCRIBE),), "api.events.restart": (cluster(O.CLUSTER_ACTION),),
     "api.audit.audit": DESCRIBE_GROUP,  # the group's committed offsets, as OffsetFetch reads them
     "api.configs.list_configs": (path(TOPIC, O.DESCRIBE_CONFIGS, "topic_name"),),
     "api.configs.get_config": (path(TOPIC, O.DESCRIBE_CONFIGS, "topic_name"),),
@@ -147,6 +151,8 @@ NEEDS: dict[str, tuple[Need, ...]] = {
     "ui.records_browser": (path(TOPIC, O.READ, "topic"),), "ui.record_detail": (path(TOPIC, O.READ, "topic"),),
     "ui.record_tail": (path(TOPIC, O.READ, "topic"),),
     "ui.group": (path(GROUP, O.DESCRIBE, "group_id"),),
+    "ui.fence_transaction": (path(TXN, O.WRITE, "txn_id"),),
+    "ui.time_out_transaction": (cluster(O.CLUSTER_ACTION),),
     "ui.audit": (cluster(O.DESCRIBE),),  # its pickers list every group and topic
     # faults change what every client gets: Alter on the Cluster, as broker configs; seeing them, Describe
     "ui.faults": (cluster(O.DESCRIBE),), "ui.add_fault": (cluster(O.ALTER),),

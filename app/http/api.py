@@ -16,14 +16,15 @@ from __future__ import annotations
 from flask import Blueprint, abort, g, jsonify, request
 
 from app.engine import read_models
-from app.http import (access, acls, audit, configs, current_engine, document, errors, faults, groups, models,
-                      records, transactions)
+from app.http import (access, acls, audit, configs, current_engine, document, errors, events, faults, groups,
+                      models, records, transactions)
 from app.http.validation import body
 from app.http.resources import check_broker, cluster_id, crn, listing, related, resource
 from storage.errors import UnknownTopicOrPartitionError
 
 bp = Blueprint("api", __name__)
-for child in (records.bp, transactions.bp, groups.bp, audit.bp, configs.bp, acls.bp, faults.bp, document.bp):
+for child in (records.bp, transactions.bp, groups.bp, audit.bp, configs.bp, acls.bp, faults.bp, document.bp,
+              events.bp):
     bp.register_blueprint(child)
 
 @bp.record_once

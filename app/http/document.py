@@ -11,6 +11,7 @@ Flask rule under ``/v3`` is a path here and every path here is a rule
 from __future__ import annotations
 
 import functools
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -188,6 +189,18 @@ OPERATIONS = (
                                                "loading or moved; a pause of every answer; a full disk."),
     Operation("get", F + "/{fault_id}", "Get fault", "Faults", 200, m.Fault),
     Operation("delete", F + "/{fault_id}", "Remove fault", "Faults", 204, None),
+    Operation("post", X + ":fence", "Fence transactional producer", "Events", 200, m.Transaction, TXN,
+              description="Now, as a new instance's InitProducerId would: its open transaction is aborted and the "
+                          "epoch bumped; the producer's next request is PRODUCER_FENCED or INVALID_PRODUCER_EPOCH."),
+    Operation("post", X + ":timeout", "Time out transaction", "Events", 200, m.Transaction, TXN,
+              description="Now, as transaction.timeout.ms expiring would: the open transaction is aborted with "
+                          "the timeout's epoch bump (cause timeout)."),
+    Operation("get", C + "/server", "Get server", "Events", 200, m.Server,
+              description="The running server's ports and restarts; 404 for a broker not served by a Server."),
+    Operation("post", C + "/server:restart", "Restart server", "Events", 202, m.Server, (404,),
+              body=m.RestartServer, body_required=False,
+              description="Restarts the broker in place, on the same ports, after answering: cleanly, or as a "
+                          "SIGKILL would leave it. Poll Get server until restarts grows."),
 )
 
 
@@ -233,7 +246,7 @@ def _parameters(model: type[BaseModel], where: str, names: Any = None) -> list[d
 
 
 def _operation(op: Operation) -> dict[str, Any]:
-    names = [segment[1:-1] for segment in op.path.split("/") if segment.startswith("{")]
+    names = re.findall(r"{([a-z_]+)}", op.path)  # "{transactional_id}:fence" names one too
     parameters = sorted(_parameters(m.PathParameters, "path", names), key=lambda p: names.index(p["name"]))
     parameters += _parameters(op.query, "query") if op.query else []
     parameters += _parameters(m.IdempotencyHeader, "header") if op.idempotent else []

@@ -239,6 +239,11 @@ class InitTransaction(Request):
         "at most transaction.max.timeout.ms"))
 
 
+class RestartServer(Request):
+    clean: bool = Field(True, description=(
+        "true: as exactly serve shuts down and starts; false: as a SIGKILL would leave the data directory"))
+
+
 class ProducerFields(Request):
     producer_id: Int()
     producer_epoch: Epoch
@@ -764,6 +769,14 @@ class ConsumerGroupLagSummary(Resource):
     total_lag: Int()
     max_lag_consumer: Optional[Related]
     max_lag_partition: Optional[Related]
+
+
+class Server(Resource):
+    kind: Literal["ExactlyServer"]
+    cluster_id: str
+    restarts: Int(description="restarts in place completed since the server started")
+    kafka_port: Int(1, 65535)
+    http_port: Int(1, 65535)
 
 
 class TopicPartition(BaseModel):

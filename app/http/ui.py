@@ -37,7 +37,7 @@ from app.http import current_engine, current_settings, mirror_db
 from app.http.auth import password_principal
 from app.http.errors import log_mirror_error, log_server_error, status_for
 from app.http.history import History, chart
-from app.http.ui_blueprint import FRAGMENTS, back, bp, call, done, is_local, page, render
+from app.http.ui_blueprint import FRAGMENTS, actor, back, bp, call, done, is_local, page, render
 from app.security.principal import KafkaPrincipal
 from coordinator.transaction_state import AbortCause, TransactionState
 from storage import errors as e
@@ -258,18 +258,13 @@ def group(group_id: str):
 # -- writes ---------------------------------------------------------------------------------
 
 
-def _actor() -> str:
-    """Who an Abort from the console is, for the abort's recorded reason."""
-    return f"the console, from {request.remote_addr}"
-
-
 @bp.post("/transactions/<path:txn_id>/abort")
 def abort_transaction(txn_id: str):
     target = back(url_for("ui.transaction", txn_id=txn_id))
     engine = current_engine()
     started = time.monotonic()
     try:
-        engine.call(engine.abort_transaction, txn_id, _actor())
+        engine.call(engine.abort_transaction, txn_id, actor())
     except e.KafkaError as error:
         return done(f"Could not abort {txn_id}: {error.name} — {error}", "error", target)
     took = (time.monotonic() - started) * 1000
@@ -286,7 +281,7 @@ def abort_hanging(topic: str, partition: int, producer_id: int):
     target = back(url_for("ui.partition", topic=topic, partition=partition))
     engine = current_engine()
     try:
-        result = engine.call(engine.abort_hanging_transaction, topic, partition, producer_id, _actor())
+        result = engine.call(engine.abort_hanging_transaction, topic, partition, producer_id, actor())
     except e.KafkaError as error:
         return done(f"Could not abort producer {producer_id} on {topic}-{partition}: "
                      f"{error.name} — {error}", "error", target)

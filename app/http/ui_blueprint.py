@@ -78,6 +78,11 @@ def is_local(target: str) -> bool:
     return target.startswith("/") and target[1:2] not in ("/", "\\")
 
 
+def actor() -> str:
+    """Who a write from the console is (an Abort, an event), for the abort's recorded reason."""
+    return f"the console, from {request.remote_addr}"
+
+
 def back(default: str) -> str:
     """Where a form goes back to: its ``next`` field if that is a path on this server."""
     target = request.form.get("next", "")

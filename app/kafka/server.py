@@ -109,12 +109,16 @@ class KafkaListener:
         """:meth:`stop`, from a thread other than the loop's (before the engine closes)."""
         self.engine.call(self.stop)
 
-    async def stop(self) -> None:
-        """Stop accepting, close every connection (their in-flight requests are cancelled)."""
+    def stop_accepting(self) -> None:
+        """On the loop: close the listening socket (the listener's own: see app/server.py)."""
         if self._idle_check is not None:
             self._idle_check.cancel()
         if self._server is not None:
             self._server.close()
+
+    async def stop(self) -> None:
+        """Stop accepting, close every connection (their in-flight requests are cancelled)."""
+        self.stop_accepting()
         await asyncio.gather(*(c.abort() for c in list(self.connections)), return_exceptions=True)
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -212,6 +216,10 @@ class Connection:
         if self._task is not None and not self._task.done():
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
+
+    def reset(self) -> None:
+        """Drop the connection at once, unanswered (a killed broker's connections)."""
+        self._writer.transport.abort()
 
     def close_if_idle(self, idle_s: float) -> None:
         if self._handlers or time.monotonic() - self._last_active < idle_s:
