@@ -208,17 +208,19 @@ async def group(engine: "Engine", group_id: str) -> dict[str, Any]:
     tc = engine._transaction_coordinator
     now = engine.clock.now_ms()
     offsets = []
-    partitions = sorted(set(g.committed) | {tp for pending in g.pending.values() for tp in pending})
+    assigned = assigned_partitions(g)
+    partitions = sorted(set(g.committed) | assigned | {tp for pending in g.pending.values() for tp in pending})
     for tp in partitions:
         committed = g.committed.get(tp)
         log = engine._logs.logs.get(tp)
-        lag, exact = read_committed_lag(log, committed.offset) if committed and log else (None, True)
+        lag, exact = _lag(log, committed.offset if committed else None, tp in assigned)
         pending = [{"producer_id": pid, "transactional_id": tc.transactional_id_of(pid), "offset": offs[tp].offset}
                    for pid, offs in sorted(g.pending.items()) if tp in offs]
         offsets.append({
             "topic_name": tp[0], "partition_id": tp[1],
             "committed_offset": committed.offset if committed else None,
             "metadata": committed.metadata if committed else None,
+            "assigned": tp in assigned,
             "pending": pending,
             "high_watermark": log.high_watermark if log else None,
             "last_stable_offset": log.last_stable_offset if log else None,
@@ -232,6 +234,22 @@ async def group(engine: "Engine", group_id: str) -> dict[str, Any]:
                          "session_timeout_ms": m.session_timeout_ms,
                          "assignment": _assignment(g.protocol_type, m.assignment)} for m in g.members.values()],
             "offsets": offsets}
+
+
+def assigned_partitions(group: Any) -> set[tuple[str, int]]:
+    """The partitions the group's current assignment gives its members (decoded from
+    the consumer protocol; none for another protocol)."""
+    return {(a["topic_name"], a["partition_id"]) for m in group.members.values()
+            for a in _assignment(group.protocol_type, m.assignment) or ()}
+
+
+def _lag(log: PartitionLog | None, committed: int | None, assigned: bool) -> tuple[int | None, bool]:
+    """``read_committed_lag`` from the committed offset or -- for a partition assigned
+    but never committed, as ``kafka-consumer-groups.sh`` counts it -- from the log
+    start; None for a partition gone or neither committed nor assigned."""
+    if log is None or (committed is None and not assigned):
+        return None, True
+    return read_committed_lag(log, log.log_start_offset if committed is None else committed)
 
 
 def _assignment(protocol_type: str | None, data: bytes) -> list[dict[str, Any]] | None:
@@ -377,11 +395,17 @@ async def transaction_detail(engine: "Engine", txn_id: str) -> dict[str, Any]:
 
 
 def committed_lags(engine: "Engine", group_id: str) -> dict[tuple[str, int], tuple[int, bool]]:
-    """The lag and its exactness (``read_committed_lag``) of each partition, still
-    there, where the group has a committed offset: O(log n) each, no log read."""
+    """The lag and its exactness (:func:`_lag`) of each partition, still there, where
+    the group has a committed offset or is assigned it: O(log n) each, no log read."""
     g = engine._group_coordinator.describe(group_id)
-    return {tp: read_committed_lag(log, committed.offset)
-            for tp, committed in sorted(g.committed.items()) if (log := engine._logs.logs.get(tp)) is not None}
+    assigned = assigned_partitions(g)
+    lags = {}
+    for tp in sorted(set(g.committed) | assigned):
+        committed = g.committed.get(tp)
+        lag, exact = _lag(engine._logs.logs.get(tp), committed.offset if committed else None, tp in assigned)
+        if lag is not None:
+            lags[tp] = (lag, exact)
+    return lags
 
 
 async def groups_summary(engine: "Engine") -> list[dict[str, Any]]:
@@ -393,7 +417,8 @@ async def groups_summary(engine: "Engine") -> list[dict[str, Any]]:
         meta = engine._group_coordinator.describe(g["group_id"])
         lags = committed_lags(engine, g["group_id"])
         logs = [engine._logs.logs[tp] for tp in lags]
-        result.append({**g, "partitions": len(set(meta.committed).union(*meta.pending.values())),
+        result.append({**g, "partitions": len(set(meta.committed).union(assigned_partitions(meta),
+                                                                         *meta.pending.values())),
                        "lag": sum(lag for lag, _ in lags.values()) if lags else None,
                        "lag_exact": all(exact for _, exact in lags.values()),
                        "held_back": sum(data_records(log, log.last_stable_offset, log.high_watermark)[0]

@@ -144,13 +144,14 @@ def get_assignment(group_id: str, consumer_id: str, topic_name: str, partition_i
 
 
 def _lags(group: dict[str, Any]) -> list[dict[str, Any]]:
-    """KafkaConsumerLag of every partition the group has committed an offset for, with
-    the member assigned it (empty ids when none is)."""
+    """KafkaConsumerLag of every partition the group has committed an offset for or is
+    assigned (``current_offset`` null: counted from the log start, as Kafka's tools
+    do), with the member assigned it (empty ids when none is)."""
     group_id = group["group_id"]
     owner = {tp: m for m in group["members"] for tp in _assigned(m)}
     lags = []
     for o in group["offsets"]:
-        if o["committed_offset"] is None or o["lag"] is None:
+        if o["lag"] is None:
             continue  # only pending offsets, or a deleted topic's
         topic, partition = o["topic_name"], o["partition_id"]
         member = owner.get((topic, partition), {})
