@@ -6,15 +6,16 @@ client over one real broker for the module."""
 
 from __future__ import annotations
 
-from pathlib import Path
+import logging
 from typing import Iterator
 
 import pytest
 
 from app import Broker
-from app.engine import read_models
+from app.engine import read_models, scheduler
 from app.http import create_app
 from storage.clock import FakeClock
+from storage.errors import UnknownTopicOrPartitionError
 from tests.conftest import FROZEN, SMALL_INTERNAL_TOPICS
 
 
@@ -67,3 +68,29 @@ def test_assigned_partitions_never_committed_lag_from_the_log_start(broker, clie
     assert page.count("data-lag>") == 4 and "from log start" in page
     metrics = client.get("/metrics").get_data(as_text=True)
     assert sum(1 for line in metrics.splitlines() if "lagging" in line and not line.startswith("#")) == 4
+
+
+# -- quiet by default -----------------------------------------------------------------------
+
+
+def test_console_polling_writes_no_access_log_line_but_pages_errors_and_writes_do(
+        client, lagging, caplog: pytest.LogCaptureFixture):
+    with caplog.at_level(logging.INFO, logger="app.http.access_log"):
+        for _ in range(3):
+            assert client.get("/fragments/transactions").status_code == 200
+        client.get("/transactions")
+        client.get("/fragments/topics/nope")
+        client.post("/topics/nope/delete")
+    lines = [r.getMessage() for r in caplog.records if r.name == "app.http.access_log"]
+    assert [line.split('"')[1] for line in lines] == [
+        "GET /transactions", "GET /fragments/topics/nope", "POST /topics/nope/delete"], lines
+
+
+def test_an_expected_kafka_error_of_a_scheduled_job_is_one_warning_line(caplog: pytest.LogCaptureFixture):
+    def fails() -> None:
+        raise UnknownTopicOrPartitionError("topic 'gone' was deleted meanwhile")
+    with caplog.at_level(logging.WARNING, logger="app.engine.scheduler"):
+        scheduler.run_round(scheduler.ScheduledJob("log-cleaner", fails, 1000, None))
+    [record] = caplog.records
+    assert record.levelno == logging.WARNING and record.exc_info is None
+    assert "UNKNOWN_TOPIC_OR_PARTITION" in record.getMessage()
