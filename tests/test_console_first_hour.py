@@ -7,13 +7,16 @@ client over one real broker for the module."""
 from __future__ import annotations
 
 import logging
+import re
+from pathlib import Path
 from typing import Iterator
 
 import pytest
 
 from app import Broker
-from app.engine import read_models, scheduler
+from app.engine import mirror_reads, read_models, scheduler
 from app.http import create_app
+from coordinator.mirror_db import reader_engine
 from storage.clock import FakeClock
 from storage.errors import UnknownTopicOrPartitionError
 from tests.conftest import FROZEN, SMALL_INTERNAL_TOPICS
@@ -94,3 +97,67 @@ def test_an_expected_kafka_error_of_a_scheduled_job_is_one_warning_line(caplog: 
     [record] = caplog.records
     assert record.levelno == logging.WARNING and record.exc_info is None
     assert "UNKNOWN_TOPIC_OR_PARTITION" in record.getMessage()
+
+
+# -- topics ---------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def transactions(broker: Broker, lagging) -> dict:
+    """``billing``: two commits, one abort by its producer, and one left open on ``orders``
+    (2 partitions); the mirror has read the finished ones."""
+    broker.create_topic("orders", 2)
+    billing = broker.producer(transactional_id="billing", transaction_timeout_ms=60_000)
+    billing.init_transactions()
+    for outcome in ("commit", "commit", "abort", "open"):
+        billing.begin_transaction()
+        billing.send("orders", b"x", key=b"k", partition=0).get(timeout=10)
+        if outcome == "commit":
+            billing.commit_transaction()
+        elif outcome == "abort":
+            billing.abort_transaction()
+    broker.mirror.catch_up()
+    return {"billing": billing}
+
+
+@pytest.fixture(scope="module")
+def mirrored(broker: Broker, transactions):
+    return create_app(broker.engine, test_config={"TESTING": True}, mirror=broker.mirror).test_client()
+
+
+def _rows(html: str, attribute: str) -> list[str]:
+    return re.findall(rf'<tr {attribute}="([^"]+)"', html)
+
+
+def test_topics_page_searches_sorts_and_counts_read_committed_messages(client, transactions):
+    html = client.get("/topics").get_data(as_text=True)
+    assert _rows(html, "data-topic") == ["orders", "wide"]  # internal topics on request only
+    orders = html[html.index('data-topic="orders"'):html.index('data-topic="wide"')]
+    # 4 records, 2 committed, 1 aborted, 1 open; 3 markers: a read_committed consumer gets 2
+    assert re.search(r"data-messages>2<", orders) and "billing" in orders and "held back" in orders
+    assert _rows(client.get("/topics?sort=messages&order=desc").get_data(as_text=True), "data-topic") == [
+        "wide", "orders"]
+    assert _rows(client.get("/topics?sort=partitions").get_data(as_text=True), "data-topic") == ["orders", "wide"]
+    assert _rows(client.get("/topics?q=WID").get_data(as_text=True), "data-topic") == ["wide"]
+    assert "__transaction_state" in _rows(client.get("/topics?internal=1").get_data(as_text=True), "data-topic")
+    assert 'href="/topics">topics</a>' in client.get("/topics/orders").get_data(as_text=True)
+    assert client.get("/fragments/topics?sort=size").status_code == 200
+
+
+# -- history --------------------------------------------------------------------------------
+
+
+def test_history_filters_by_id_outcome_and_cause_and_pages(mirrored, client, broker):
+    html = mirrored.get("/history").get_data(as_text=True)
+    assert re.findall(r'data-outcome="(\w+)"', html) == ["ABORT", "COMMIT", "COMMIT"]
+    assert re.findall(r'data-outcome="(\w+)"', mirrored.get("/history?outcome=COMMIT").get_data(as_text=True)) == [
+        "COMMIT", "COMMIT"]
+    aborted = mirrored.get("/history?cause=client&txn=bill").get_data(as_text=True)
+    assert re.findall(r'data-abort-cause="([\w-]+)"', aborted) == ["client"]
+    assert "No finished transactions match" in mirrored.get("/history?txn=nobody").get_data(as_text=True)
+    db = reader_engine(broker.mirror.path)
+    rows, total = mirror_reads.finished_transactions(db, "billing", limit=2, offset=2)
+    assert ([r["outcome"] for r in rows], total) == (["COMMIT"], 3)
+    db.dispose()
+    assert 'href="/history?txn=billing"' in mirrored.get("/transactions/billing").get_data(as_text=True)
+    assert "History needs the SQLite mirror" in client.get("/history").get_data(as_text=True)

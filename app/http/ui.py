@@ -108,6 +108,14 @@ def clock_time(ms: int | None) -> str:
     return datetime.fromtimestamp(ms / 1000, timezone.utc).strftime("%H:%M:%S")
 
 
+@bp.app_template_filter("datetime")
+def date_time(ms: int | None) -> str:
+    """``2026-11-27 14:03:27 UTC`` of an epoch-ms time; ``—`` when unknown."""
+    if ms is None or ms < 0:
+        return "—"
+    return datetime.fromtimestamp(ms / 1000, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
 @bp.app_template_filter("iso")
 def iso_time(ms: int | None) -> str:
     if ms is None or ms < 0:
@@ -201,6 +209,32 @@ def transaction(txn_id: str):
             history_error = f"reference {log_server_error(error)} in the broker's log"
     return render("transaction", txn=detail, history=history, history_error=history_error,
                    mirror=db is not None, timeline=_timeline(detail["state"]))
+
+
+@page("/history")
+def history():
+    """Finished transactions from the SQLite mirror, newest first, a page at a time:
+    filtered by transactional id (a substring, ``?txn=``), ``?outcome=COMMIT|ABORT``
+    and abort ``?cause=`` (an ``AbortCause`` value)."""
+    txn = request.args.get("txn", "").strip()[:200]
+    outcome = request.args.get("outcome", "")
+    outcome = outcome if outcome in ("COMMIT", "ABORT") else ""
+    cause = request.args.get("cause", "")
+    cause = cause if cause in {c.value for c in AbortCause} else ""
+    number = max(1, request.args.get("page", 1, type=int))
+    rows, total, error = [], 0, None
+    db = mirror_db()
+    if db is not None:
+        try:
+            rows, total = mirror_reads.finished_transactions(db, txn, outcome, cause, HISTORY_LIMIT,
+                                                             (number - 1) * HISTORY_LIMIT)
+        except Exception as failure:  # the mirror is optional: say so on the page
+            error = f"reference {log_server_error(failure)} in the broker's log"
+    filters = {"txn": txn, "outcome": outcome, "cause": cause}
+    return render("history", rows=rows, total=total, error=error, mirror=db is not None, number=number,
+                   pages=max(1, -(-total // HISTORY_LIMIT)), causes=list(AbortCause), **filters,
+                   link=lambda **changes: url_for("ui.history", **{k: v for k, v in {**filters, **changes}.items()
+                                                                   if v not in ("", None, 1)}))
 
 
 def _timeline(state: str) -> list[dict[str, Any]]:
