@@ -161,3 +161,32 @@ def test_history_filters_by_id_outcome_and_cause_and_pages(mirrored, client, bro
     db.dispose()
     assert 'href="/history?txn=billing"' in mirrored.get("/transactions/billing").get_data(as_text=True)
     assert "History needs the SQLite mirror" in client.get("/history").get_data(as_text=True)
+
+
+# -- transactions ---------------------------------------------------------------------------
+
+
+def test_transactions_page_searches_counts_outcomes_and_says_the_state_now(mirrored, broker):
+    broker.engine.call(broker.engine.init_producer_id, "prepared-2pc", 60_000, enable_2pc=True)
+    html = mirrored.get("/transactions").get_data(as_text=True)
+    billing = html[html.index('data-txn="billing"'):html.index("</tr>", html.index('data-txn="billing"'))]
+    assert 'data-activity="open"' in billing and "Ongoing" in billing
+    assert re.search(r'data-counts><a href="/history\?txn=billing"><span class="green">2</span> · <span class="red">1<', billing)
+    two_phase = html[html.index('data-txn="prepared-2pc"'):]
+    assert "never times out (two-phase)" in two_phase[:two_phase.index("</tr>")]
+    assert _rows(mirrored.get("/transactions?q=BILL").get_data(as_text=True), "data-txn") == ["billing"]
+    assert "contains “nobody”" in mirrored.get("/transactions?q=nobody").get_data(as_text=True)
+    assert '<td><div class="tps">' in html and 'class="tps"><a' not in html.replace('<td><div class="tps"><a', "")
+
+
+def test_an_idle_id_says_idle_now_and_its_last_outcome_apart(broker, mirrored):
+    idle = broker.producer(transactional_id="idle-one")
+    idle.init_transactions()
+    idle.begin_transaction()
+    idle.send("orders", b"y", partition=1).get(timeout=10)
+    idle.abort_transaction()
+    row = mirrored.get("/transactions?q=idle-one").get_data(as_text=True)
+    assert 'data-activity="idle"' in row and ">Idle<" in row and "Kafka state CompleteAbort" in row
+    assert re.search(r"data-last-outcome><span class=\"pill pill-red\">ABORT<", row)
+    page = mirrored.get("/transactions/idle-one").get_data(as_text=True)
+    assert re.search(r'<time class="mono" datetime="\d{4}-\d\d-\d\dT[^"]+" title="UTC [^"]+">\d{4}-\d\d-\d\d ', page)

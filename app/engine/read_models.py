@@ -22,7 +22,7 @@ from app.config import BrokerConfig
 from coordinator import consumer_protocol
 from coordinator.internal_topics import INTERNAL_TOPICS
 from coordinator.schema import SchemaError
-from coordinator.transaction_state import TransactionState
+from coordinator.transaction_state import TWO_PHASE_COMMIT_TIMEOUT_MS, TransactionState
 from storage.aborted_transactions import AbortedTransactionTracker
 from storage.errors import GroupIdNotFoundError, OffsetOutOfRangeError, TransactionalIdNotFoundError
 from storage.log_config import LogConfig
@@ -187,8 +187,15 @@ async def producers(engine: "Engine", name: str, partition_id: int) -> list[dict
 
 
 def _transaction(txn_id: str, meta, now_ms: int) -> dict[str, Any]:
+    """A transactional id's state (Kafka's name), what that means now (``activity``:
+    ``open``, ``idle`` between transactions, ``dead``) and how its last transaction
+    ended when it is idle after one (``last_outcome``: COMMIT, ABORT or None)."""
     open_ = meta.state.is_open
-    return {"transactional_id": txn_id, "state": meta.state.display, "producer_id": meta.producer_id,
+    activity = "open" if open_ else "dead" if meta.state is TransactionState.DEAD else "idle"
+    return {"transactional_id": txn_id, "state": meta.state.display, "activity": activity,
+            "last_outcome": meta.state.outcome.name if meta.state.is_complete else None,
+            "two_phase_commit": meta.txn_timeout_ms == TWO_PHASE_COMMIT_TIMEOUT_MS,
+            "producer_id": meta.producer_id,
             "producer_epoch": meta.producer_epoch, "transaction_timeout_ms": meta.txn_timeout_ms,
             "transaction_start_ms": meta.txn_start_timestamp if open_ else None,
             "age_ms": now_ms - meta.txn_start_timestamp if open_ and meta.txn_start_timestamp >= 0 else None,

@@ -38,7 +38,7 @@ from app.http import current_engine, current_settings, mirror_db
 from app.http.errors import log_mirror_error, log_server_error, status_for
 from app.http.history import History, chart
 from app.http.ui_blueprint import FRAGMENTS, back, bp, call, done, is_local, page, render
-from coordinator.transaction_state import AbortCause, TransactionState
+from coordinator.transaction_state import TWO_PHASE_COMMIT_TIMEOUT_MS, AbortCause, TransactionState
 from storage import errors as e
 from storage.record_batch import ControlType
 
@@ -98,6 +98,13 @@ def duration(ms: int | None) -> str:
     if hours < 48:
         return f"{hours} h {minutes:02d} min"
     return f"{hours // 24} d {hours % 24} h"
+
+
+@bp.app_template_filter("timeout")
+def transaction_timeout(ms: int) -> str:
+    """A transaction timeout as a duration, or -- for a two-phase transaction (KIP-939's
+    enable2Pc, whose timeout is a sentinel) -- that it never times out."""
+    return "never times out (two-phase)" if ms == TWO_PHASE_COMMIT_TIMEOUT_MS else duration(ms)
 
 
 @bp.app_template_filter("clock")
@@ -182,7 +189,10 @@ def storage_banner():
 
 @page("/transactions")
 def transactions():
+    """Every transactional id, by state (``?state=``) and id substring (``?q=``), with
+    its commits and aborts counted from the mirror's history."""
     state = request.args.get("state", "")
+    q = request.args.get("q", "").strip()[:200]
     everything = call(read_models.transactions)
     counts = {s: sum(1 for t in everything if t["state"] == s) for s in STATES}
     if state == "open":
@@ -191,10 +201,23 @@ def transactions():
         shown = [t for t in everything if t["state"] == state]
     else:
         shown = everything
+    shown = [t for t in shown if q.lower() in t["transactional_id"].lower()]
     holding = {h["transactional_id"] for b in call(read_models.lso_blockers) for h in b["holders"]}
-    return render("transactions", transactions=shown, total=len(everything), state=state,
-                   counts=counts, open_count=sum(counts[s] for s in OPEN_STATES),
+    return render("transactions", transactions=shown, total=len(everything), state=state, q=q,
+                   counts=counts, open_count=sum(counts[s] for s in OPEN_STATES), outcomes=_outcome_counts(),
                    holding=holding, states=[s for s in STATES if counts[s] or s == state])
+
+
+def _outcome_counts() -> dict[str, dict[str, int]] | None:
+    """Commits and aborts per transactional id from the mirror (None without one)."""
+    db = mirror_db()
+    if db is None:
+        return None
+    try:
+        return mirror_reads.outcome_counts(db)
+    except Exception as error:  # the mirror is optional: the live states still show
+        log_mirror_error(log, error, "reading the SQLite mirror failed")
+        return None
 
 
 @page("/transactions/<path:txn_id>")
