@@ -15,7 +15,7 @@ import pytest
 
 from app import Broker
 from app.engine import mirror_reads, read_models, scheduler
-from app.http import create_app
+from app.http import create_app, ui_configs
 from coordinator.mirror_db import reader_engine
 from storage.clock import FakeClock
 from storage.errors import UnknownTopicOrPartitionError
@@ -190,3 +190,28 @@ def test_an_idle_id_says_idle_now_and_its_last_outcome_apart(broker, mirrored):
     assert re.search(r"data-last-outcome><span class=\"pill pill-red\">ABORT<", row)
     page = mirrored.get("/transactions/idle-one").get_data(as_text=True)
     assert re.search(r'<time class="mono" datetime="\d{4}-\d\d-\d\dT[^"]+" title="UTC [^"]+">\d{4}-\d\d-\d\d ', page)
+
+
+# -- configs and the record browser ---------------------------------------------------------
+
+
+def test_configs_show_units_and_sentinel_names_beside_the_raw_value(client, transactions):
+    html = client.get("/topics/orders").get_data(as_text=True)
+
+    def shown(key: str) -> str:
+        row = html[html.index(f'data-config="{key}"'):]
+        return row[:row.index("</tr>")]
+    assert "<span data-meaning>never</span>" in shown("max.compaction.lag.ms") and "9223372036854775807" in shown(
+        "max.compaction.lag.ms")
+    assert "<span data-meaning>unlimited</span>" in shown("retention.bytes") and ">-1<" in shown("retention.bytes")
+    assert "<span data-meaning>7 d 0 h</span>" in shown("retention.ms") and "604800000" in shown("retention.ms")
+    assert "<span data-meaning>1.0 GiB</span>" in shown("segment.bytes")
+    assert "data-meaning" not in shown("cleanup.policy")
+    assert ui_configs.UNITS["log.retention.ms"] == "ms" and "cleanup.policy" not in ui_configs.UNITS
+
+
+def test_the_record_browser_names_producers_by_transactional_id_and_dates_times(client, transactions):
+    html = client.get("/topics/orders/partitions/0/records").get_data(as_text=True)
+    assert 'data-producer-txn><a class="mono strong" href="/transactions/billing">billing</a>' in html
+    assert re.search(r'<time class="mono" datetime="\d{4}-\d\d-\d\dT[\d:.]+\+00:00" title="UTC [^"]+">'
+                     r'\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC</time>', html)

@@ -46,7 +46,7 @@ def create_app(engine: "Engine", settings: HttpSettings | None = None,
     import secrets
 
     from app.http import access_log, api, auth, errors, history, metrics, ui_blueprint
-    from app.http import ui, ui_groups, ui_topics  # noqa: F401 -- their pages join ui_blueprint.bp
+    from app.http import ui, ui_configs, ui_groups, ui_topics  # noqa: F401 -- their pages join ui_blueprint.bp
 
     settings = settings or HttpSettings()
     app = Flask(__name__, template_folder=str(WEB / "templates"), static_folder=str(WEB / "static"),
