@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
+from confluent_kafka import Producer
 
 from app import Broker
 from app.engine import mirror_reads, read_models, scheduler
@@ -20,6 +21,10 @@ from coordinator.mirror_db import reader_engine
 from storage.clock import FakeClock
 from storage.errors import UnknownTopicOrPartitionError
 from tests.conftest import FROZEN, SMALL_INTERNAL_TOPICS
+from tests.kafka_support import KafkaBroker
+from tests.waiting import eventually
+
+pytestmark = pytest.mark.timeout(120)
 
 
 @pytest.fixture(scope="module")
@@ -215,3 +220,34 @@ def test_the_record_browser_names_producers_by_transactional_id_and_dates_times(
     assert 'data-producer-txn><a class="mono strong" href="/transactions/billing">billing</a>' in html
     assert re.search(r'<time class="mono" datetime="\d{4}-\d\d-\d\dT[\d:.]+\+00:00" title="UTC [^"]+">'
                      r'\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC</time>', html)
+
+
+# -- live or dead, and clients per instance (a real librdkafka producer) --------------------
+
+
+@pytest.fixture(scope="module")
+def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
+    with KafkaBroker(tmp_path_factory.mktemp("live") / "data") as k:
+        yield k
+
+
+def test_a_transactional_producer_is_live_while_connected_and_one_client_instance(kafka: KafkaBroker):
+    console = create_app(kafka.engine, test_config={"TESTING": True}).test_client()
+    kafka.engine.call(kafka.engine.create_topic, "events", 1)
+    producer = Producer({"bootstrap.servers": kafka.bootstrap, "transactional.id": "live-tx",
+                         "client.id": "live-app"})
+    producer.init_transactions(10)
+    producer.begin_transaction()
+    producer.produce("events", b"v")
+    producer.flush(10)
+    row = console.get("/transactions?q=live-tx").get_data(as_text=True)
+    assert 'data-live="live"' in row
+    assert 'data-live="live"' in console.get("/topics/events").get_data(as_text=True)  # its producer id too
+    clients = console.get("/clients").get_data(as_text=True)
+    assert _rows(clients, "data-client") == ["live-app"], clients  # bootstrap + broker connection: one row
+    uses = clients[clients.index("data-uses>"):]
+    assert 'href="/transactions/live-tx"' in uses[:uses.index("</td>")]
+    producer.abort_transaction(10)
+    del producer  # librdkafka closes its connections
+    eventually(lambda: 'data-live="none"' in console.get("/transactions?q=live-tx").get_data(as_text=True),
+               what="the closed producer to show no connection")

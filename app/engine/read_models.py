@@ -177,7 +177,9 @@ async def producers(engine: "Engine", name: str, partition_id: int) -> list[dict
     """DescribeProducers: the producer state of one partition."""
     log = engine._logs.log(name, partition_id)
     tc = engine._transaction_coordinator
+    live = live_producers(engine)
     return [{"producer_id": e.producer_id, "producer_epoch": e.producer_epoch,
+             "connection": live.get(e.producer_id) or live.get(tc.transactional_id_of(e.producer_id) or -1),
              "last_sequence": e.last_seq, "last_timestamp": e.last_timestamp,
              "coordinator_epoch": e.coordinator_epoch,
              "current_transaction_start_offset": (e.current_txn_first_offset
@@ -204,9 +206,11 @@ def _transaction(txn_id: str, meta, now_ms: int) -> dict[str, Any]:
 
 
 async def transactions(engine: "Engine", states: list[str] | None = None) -> list[dict[str, Any]]:
-    """ListTransactions, with each one's age against its timeout."""
+    """ListTransactions, with each one's age against its timeout and the connection
+    that last used its transactional id, if one is open now (``connection``: None)."""
     now = engine.clock.now_ms()
-    return [_transaction(txn_id, meta, now)
+    live = live_producers(engine)
+    return [{**_transaction(txn_id, meta, now), "connection": live.get(txn_id)}
             for txn_id, meta in engine._transaction_coordinator.list_transactions(states or ())]
 
 
@@ -214,7 +218,7 @@ async def transaction(engine: "Engine", txn_id: str) -> dict[str, Any]:
     meta = engine._transaction_coordinator.describe(txn_id)
     if meta is None:
         raise TransactionalIdNotFoundError(f"no transactional id {txn_id!r}")
-    return _transaction(txn_id, meta, engine.clock.now_ms())
+    return {**_transaction(txn_id, meta, engine.clock.now_ms()), "connection": live_producers(engine).get(txn_id)}
 
 
 async def groups(engine: "Engine") -> list[dict[str, Any]]:
@@ -295,11 +299,63 @@ def _assignment(protocol_type: str | None, data: bytes) -> list[dict[str, Any]] 
 
 async def kafka_clients(engine: "Engine") -> list[dict[str, Any]]:
     """Connected Kafka clients, oldest first: who they say they are (client id; software
-    name and version from ApiVersions v3+), where from, since when, how many requests."""
+    name and version from ApiVersions v3+), where from, since when, how many requests,
+    when the last came, and the transactional id and producer id they last used."""
     return sorted(({"client_id": c.client_id, "client_software_name": c.software_name,
-                    "client_software_version": c.software_version, "address": c.address,
-                    "connected_since_ms": c.since_ms, "requests": c.requests}
+                    "client_software_version": c.software_version, "address": c.address, "host": c.host,
+                    "connected_since_ms": c.since_ms, "requests": c.requests,
+                    "last_request_ms": c.last_request_ms, "transactional_id": c.transactional_id,
+                    "producer_id": c.producer_id}
                    for c in engine.kafka_connections), key=lambda c: (c["connected_since_ms"], c["address"]))
+
+
+#: connections of one client instance open within this long of its first one: librdkafka
+#: opens a bootstrap connection, then one to the broker it found, milliseconds apart
+CLIENT_INSTANCE_WINDOW_MS = 5_000
+
+
+async def client_instances(engine: "Engine") -> list[dict[str, Any]]:
+    """Connected clients, one row per client instance, oldest first. The rule: the
+    connections with the same client id, host, software name and version, opened within
+    :data:`CLIENT_INSTANCE_WINDOW_MS` of the instance's first one, are one instance.
+    Each with the transactional ids and producer ids its connections used and the
+    consumer groups whose members have its client id and host."""
+    members: dict[tuple[str, str], set[str]] = {}
+    for g in engine._group_coordinator.groups.values():
+        for m in g.members.values():
+            members.setdefault((m.client_id, m.client_host), set()).add(g.group_id)
+    instances: list[dict[str, Any]] = []
+    for c in await kafka_clients(engine):
+        key = (c["client_id"], c["host"], c["client_software_name"], c["client_software_version"])
+        same = next((i for i in reversed(instances) if i["key"] == key
+                     and c["connected_since_ms"] - i["connected_since_ms"] <= CLIENT_INSTANCE_WINDOW_MS), None)
+        if same is None:
+            same = {"key": key, **{k: c[k] for k in ("client_id", "host", "client_software_name",
+                                                     "client_software_version", "connected_since_ms")},
+                    "connections": [], "requests": 0, "last_request_ms": c["last_request_ms"],
+                    "transactional_ids": set(), "producer_ids": set(),
+                    "groups": sorted(members.get((c["client_id"] or "", c["host"]), ()))}
+            instances.append(same)
+        same["connections"].append(c["address"])
+        same["requests"] += c["requests"]
+        same["last_request_ms"] = max(same["last_request_ms"], c["last_request_ms"])
+        same["transactional_ids"].update([c["transactional_id"]] if c["transactional_id"] else [])
+        same["producer_ids"].update([c["producer_id"]] if c["producer_id"] >= 0 else [])
+    return [{**{k: v for k, v in i.items() if k != "key"}, "transactional_ids": sorted(i["transactional_ids"]),
+             "producer_ids": sorted(i["producer_ids"])} for i in instances]
+
+
+def live_producers(engine: "Engine") -> dict[str | int, dict[str, Any]]:
+    """Who is connected now, by the transactional id and by the producer id a
+    connection last used: its address, client id and last request time (the latest,
+    when several connections used the same id)."""
+    live: dict[str | int, dict[str, Any]] = {}
+    for c in engine.kafka_connections:
+        seen = {"address": c.address, "client_id": c.client_id, "last_request_ms": c.last_request_ms}
+        for key in (c.transactional_id, c.producer_id if c.producer_id >= 0 else None):
+            if key is not None and (key not in live or live[key]["last_request_ms"] < c.last_request_ms):
+                live[key] = seen
+    return live
 
 
 async def overview(engine: "Engine") -> dict[str, Any]:

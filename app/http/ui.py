@@ -303,7 +303,8 @@ def groups():
 
 @page("/clients")
 def clients():
-    return render("clients", clients=call(read_models.kafka_clients), now_ms=current_engine().clock.now_ms())
+    return render("clients", clients=call(read_models.client_instances), now_ms=current_engine().clock.now_ms(),
+                   window_ms=read_models.CLIENT_INSTANCE_WINDOW_MS)
 
 
 @page("/groups/<path:group_id>")
