@@ -37,7 +37,7 @@ from app.engine import mirror_reads, read_models
 from app.http import current_engine, current_settings, mirror_db
 from app.http.errors import log_mirror_error, log_server_error, status_for
 from app.http.history import History, chart
-from app.http.ui_blueprint import FRAGMENTS, back, bp, call, done, is_local, page, render
+from app.http.ui_blueprint import FRAGMENTS, back, bp, call, done, duration, is_local, page, render
 from coordinator.transaction_state import TWO_PHASE_COMMIT_TIMEOUT_MS, AbortCause, TransactionState
 from storage import errors as e
 from storage.record_batch import ControlType
@@ -81,25 +81,6 @@ def auth_enabled() -> bool:
     return bool(current_settings().token)
 
 
-@bp.app_template_filter("duration")
-def duration(ms: int | None) -> str:
-    """``1 h 02 min``, ``3 min 05 s``, ``12.4 s``, ``350 ms``."""
-    if ms is None or ms < 0:
-        return "—"
-    if ms < 1000:
-        return f"{ms} ms"
-    s = ms / 1000
-    if s < 60:
-        return f"{s:.1f} s" if s < 10 else f"{s:.0f} s"
-    minutes, seconds = divmod(int(s), 60)
-    if minutes < 60:
-        return f"{minutes} min {seconds:02d} s"
-    hours, minutes = divmod(minutes, 60)
-    if hours < 48:
-        return f"{hours} h {minutes:02d} min"
-    return f"{hours // 24} d {hours % 24} h"
-
-
 @bp.app_template_filter("timeout")
 def transaction_timeout(ms: int) -> str:
     """A transaction timeout as a duration, or -- for a two-phase transaction (KIP-939's
@@ -134,17 +115,6 @@ def iso_time(ms: int | None) -> str:
 def number(n: int | None) -> str:
     """Offsets and counts with thin spaces between thousands: ``1 204 311``."""
     return "—" if n is None else f"{n:,}".replace(",", "\u2009")
-
-
-@bp.app_template_filter("size")
-def size(n: int | None) -> str:
-    if n is None:
-        return "—"
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return str(n)
 
 
 @bp.app_template_filter("abort_label")

@@ -14,8 +14,7 @@ from __future__ import annotations
 from dataclasses import fields
 
 from app.config import BrokerConfig
-from app.http.ui import duration, size
-from app.http.ui_blueprint import bp
+from app.http.ui_blueprint import bp, duration, size
 from storage.log_config import LONG_MAX, LogConfig
 
 INT_MAX = 2**31 - 1
