@@ -8,17 +8,14 @@ slow part). Screenshots go to ``test-artifacts/`` (``first-hour-<page>-<width>.p
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
 from confluent_kafka import Producer
 
 from app.http import create_app
-from app.http.server import HttpServer
-from app.listeners import bind
 from tests.kafka_support import KafkaBroker
-from tests.test_browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, PNG_MAGIC, _require_browser
+from tests.test_browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, PNG_MAGIC, _require_browser, served
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -57,13 +54,10 @@ def console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, str
     with KafkaBroker(tmp_path_factory.mktemp("first-hour") / "data") as kafka:
         keep = _scenario(kafka)
         app = create_app(kafka.engine, test_config={"TESTING": True}, mirror=kafka.broker.mirror)
-        sock = bind("127.0.0.1", 0, "HTTP")
-        host, port = sock.getsockname()[:2]
-        server = HttpServer(app, sock).start()
         try:
-            yield kafka, f"http://{host}:{port}"
+            with served(app) as base:
+                yield kafka, base
         finally:
-            server.close()
             keep[0].close()
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import re
-from pathlib import Path
 from typing import Iterator
 
 import pytest
