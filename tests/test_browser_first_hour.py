@@ -114,7 +114,7 @@ def test_the_first_pages_fit_and_keep_their_rows_whole(console, browser, width: 
     page.on("pageerror", lambda e: problems.append(str(e)))
     try:
         for name, (path, row) in PAGES.items():
-            page.goto(base + path)
+            page.goto(base + path, wait_until="domcontentloaded")
             expect(page.locator(row).first).to_be_visible()
             shot = ARTIFACTS / f"first-hour-{name}-{width}.png"
             page.screenshot(path=str(shot), full_page=True)

@@ -63,21 +63,22 @@ async def topics_summary(engine: "Engine") -> list[dict[str, Any]]:
     """One row per topic, internal ones too, for the console's Topics page: partitions,
     ``messages`` -- the data records a read_committed consumer from the log start
     receives (``data_records`` up to the LSO: markers, aborted and still-open records
-    not counted; ``messages_exact`` as there) -- size on disk, and the transactional
-    ids (or producer ids) with a transaction open on it. From the counts the logs
+    not counted; ``messages_exact`` as there) -- size on disk, and the producers
+    (with their transactional ids, when known) with a transaction open on it. From the counts the logs
     keep: no batch read, fast for thousands of topics."""
     tc = engine._transaction_coordinator
     rows = []
     for name, info in sorted(engine._logs.topics.items()):
         logs = [engine._logs.log(name, p) for p in range(info.partitions)]
         counts = [data_records(log, log.log_start_offset, log.last_stable_offset) for log in logs]
-        holders = {tc.transactional_id_of(pid) or f"producer {pid}"
+        holders = {pid: tc.transactional_id_of(pid)
                    for log in logs for pid, _ in log.producer_state.ongoing_transactions()}
         rows.append({"topic_name": name, "is_internal": info.internal, "partitions_count": info.partitions,
                      "messages": sum(n for n, _ in counts), "messages_exact": all(x for _, x in counts),
                      "size_bytes": sum(log.size_bytes for log in logs),
                      "held_back": sum(log.high_watermark - log.last_stable_offset for log in logs),
-                     "open_transactions": sorted(holders)})
+                     "open_transactions": [{"producer_id": pid, "transactional_id": txn_id}
+                                           for pid, txn_id in sorted(holders.items())]})
     return rows
 
 
