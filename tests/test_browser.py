@@ -12,10 +12,12 @@ package; without them this test fails and says so -- it never skips.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
 import pytest
+from flask import Flask
 
 from app import Broker
 from app.http import create_app
@@ -47,18 +49,27 @@ def _require_browser():
     return sync_playwright
 
 
+@contextmanager
+def served(app: Flask) -> Iterator[str]:
+    """``app`` served by waitress on 127.0.0.1 at a free port: its base URL."""
+    sock = bind("127.0.0.1", 0, "HTTP")
+    host, port = sock.getsockname()[:2]
+    server = HttpServer(app, sock).start()
+    try:
+        yield f"http://{host}:{port}"
+    finally:
+        server.close()
+
+
 @pytest.fixture
 def console(tmp_path: Path) -> Iterator[tuple[Broker, str]]:
     """A broker and the console served by waitress on 127.0.0.1 at a free port."""
     broker = Broker(tmp_path / "data", **SMALL_INTERNAL_TOPICS)
     app = create_app(broker.engine)  # not TESTING: the LSO sampler runs as in production
-    sock = bind("127.0.0.1", 0, "HTTP")
-    host, port = sock.getsockname()[:2]
-    server = HttpServer(app, sock).start()
     try:
-        yield broker, f"http://{host}:{port}"
+        with served(app) as base:
+            yield broker, base
     finally:
-        server.close()
         app.extensions["exactly.history"].stop()
         broker.close()
 

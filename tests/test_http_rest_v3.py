@@ -628,11 +628,16 @@ def test_lags_are_the_groups_read_committed_lag_against_the_lso(topics: Api, bro
     assert topics.error("GET", "/consumer-groups/readers/lags/payments/partitions/0", 404) == "NOT_FOUND"
 
 
-def test_a_group_without_committed_offsets_has_no_lag(topics: Api, broker: Broker) -> None:
+def test_a_group_without_committed_offsets_lags_from_the_log_start(topics: Api, broker: Broker) -> None:
+    """Issue 18: an assigned partition never committed counts from the log start, as
+    kafka-consumer-groups.sh does (current_offset -1, as OffsetFetch answers)."""
     stable_group(broker, "idle", [("orders", 0)])
+    log = broker.engine._logs.log("orders", 0)
     summary = topics.get("/consumer-groups/idle/lag-summary")
-    assert (summary["max_lag"], summary["total_lag"], summary["max_lag_partition"]) == (0, 0, None)
-    assert topics.get("/consumer-groups/idle/lags")["data"] == []
+    assert (summary["max_lag"], summary["total_lag"]) == (log.high_watermark - log.log_start_offset,) * 2
+    assert summary["max_lag_partition"]["related"].endswith("/topics/orders/partitions/0")
+    [lag] = topics.get("/consumer-groups/idle/lags")["data"]
+    assert (lag["partition_id"], lag["current_offset"], lag["lag"]) == (0, -1, summary["max_lag"])
 
 
 def test_group_states_are_spelled_as_the_proxy_does(topics: Api, broker: Broker) -> None:

@@ -31,10 +31,58 @@ def transaction_history(db: "SqlEngine", txn_id: str, limit: int = 20) -> list[d
     with db.connect() as connection:
         rows = connection.execute(query).all()
         connection.rollback()
-    return [{"producer_id": r.producer_id, "producer_epoch": r.producer_epoch, "outcome": r.outcome,
-             "partitions": [_topic_partition(tp) for tp in json.loads(r.partitions)],
-             "start_ms": r.start_ms, "end_ms": r.end_ms,
-             "abort_cause": r.abort_cause, "abort_actor": r.abort_actor} for r in rows]
+    return [_finished(r) for r in rows]
+
+
+def finished_transactions(db: "SqlEngine", txn_id: str = "", outcome: str = "", cause: str = "",
+                          limit: int = 50, offset: int = 0) -> tuple[list[dict[str, Any]], int]:
+    """A page of finished transactions, newest first, and how many match: every
+    transactional id, or those containing ``txn_id``; one ``outcome`` (COMMIT, ABORT)
+    and one abort ``cause`` (an ``AbortCause`` value) when given. Read on the caller's
+    thread, like :func:`transaction_history`."""
+    from sqlalchemy import func, select
+
+    from coordinator.mirror_models import FinishedTransaction as T
+
+    where = []
+    if txn_id:
+        where.append(T.transactional_id.contains(txn_id, autoescape=True))
+    if outcome:
+        where.append(T.outcome == outcome)
+    if cause:
+        where.append(T.abort_cause == cause)
+    query = (select(T.transactional_id, T.producer_id, T.producer_epoch, T.outcome, T.partitions, T.start_ms,
+                    T.end_ms, T.abort_cause, T.abort_actor)
+             .where(*where).order_by(T.end_ms.desc(), T.id.desc()).limit(limit).offset(offset))
+    with db.connect() as connection:
+        rows = connection.execute(query).all()
+        total = connection.execute(select(func.count()).select_from(T).where(*where)).scalar_one()
+        connection.rollback()
+    return [{"transactional_id": r.transactional_id, **_finished(r)} for r in rows], total
+
+
+def _finished(r: Any) -> dict[str, Any]:
+    """A finished transaction's row as the readers answer it."""
+    return {"producer_id": r.producer_id, "producer_epoch": r.producer_epoch, "outcome": r.outcome,
+            "partitions": [_topic_partition(tp) for tp in json.loads(r.partitions)],
+            "start_ms": r.start_ms, "end_ms": r.end_ms,
+            "abort_cause": r.abort_cause, "abort_actor": r.abort_actor}
+
+
+def outcome_counts(db: "SqlEngine") -> dict[str, dict[str, int]]:
+    """Per transactional id, how many of its finished transactions committed and
+    aborted: ``{"billing": {"COMMIT": 3, "ABORT": 1}}``."""
+    from sqlalchemy import func, select
+
+    from coordinator.mirror_models import FinishedTransaction as T
+
+    counts: dict[str, dict[str, int]] = {}
+    with db.connect() as connection:
+        for txn_id, outcome, n in connection.execute(
+                select(T.transactional_id, T.outcome, func.count()).group_by(T.transactional_id, T.outcome)):
+            counts.setdefault(txn_id, {})[outcome] = n
+        connection.rollback()
+    return counts
 
 
 def _topic_partition(name: str) -> dict[str, Any]:

@@ -22,7 +22,7 @@ from app.config import BrokerConfig
 from coordinator import consumer_protocol
 from coordinator.internal_topics import INTERNAL_TOPICS
 from coordinator.schema import SchemaError
-from coordinator.transaction_state import TransactionState
+from coordinator.transaction_state import TWO_PHASE_COMMIT_TIMEOUT_MS, TransactionState
 from storage.aborted_transactions import AbortedTransactionTracker
 from storage.errors import GroupIdNotFoundError, OffsetOutOfRangeError, TransactionalIdNotFoundError
 from storage.log_config import LogConfig
@@ -57,6 +57,29 @@ async def topics(engine: "Engine", include_internal: bool = False) -> list[dict[
                        "partitions_count": info.partitions, "configs": dict(info.overrides),
                        "partitions": partitions})
     return result
+
+
+async def topics_summary(engine: "Engine") -> list[dict[str, Any]]:
+    """One row per topic, internal ones too, for the console's Topics page: partitions,
+    ``messages`` -- the data records a read_committed consumer from the log start
+    receives (``data_records`` up to the LSO: markers, aborted and still-open records
+    not counted; ``messages_exact`` as there) -- size on disk, and the producers
+    (with their transactional ids, when known) with a transaction open on it. From the counts the logs
+    keep: no batch read, fast for thousands of topics."""
+    tc = engine._transaction_coordinator
+    rows = []
+    for name, info in sorted(engine._logs.topics.items()):
+        logs = [engine._logs.log(name, p) for p in range(info.partitions)]
+        counts = [data_records(log, log.log_start_offset, log.last_stable_offset) for log in logs]
+        holders = {pid: tc.transactional_id_of(pid)
+                   for log in logs for pid, _ in log.producer_state.ongoing_transactions()}
+        rows.append({"topic_name": name, "is_internal": info.internal, "partitions_count": info.partitions,
+                     "messages": sum(n for n, _ in counts), "messages_exact": all(x for _, x in counts),
+                     "size_bytes": sum(log.size_bytes for log in logs),
+                     "held_back": sum(log.high_watermark - log.last_stable_offset for log in logs),
+                     "open_transactions": [{"producer_id": pid, "transactional_id": txn_id}
+                                           for pid, txn_id in sorted(holders.items())]})
+    return rows
 
 
 async def topic(engine: "Engine", name: str) -> dict[str, Any]:
@@ -155,7 +178,9 @@ async def producers(engine: "Engine", name: str, partition_id: int) -> list[dict
     """DescribeProducers: the producer state of one partition."""
     log = engine._logs.log(name, partition_id)
     tc = engine._transaction_coordinator
+    live = live_producers(engine)
     return [{"producer_id": e.producer_id, "producer_epoch": e.producer_epoch,
+             "connection": live.get(e.producer_id) or live.get(tc.transactional_id_of(e.producer_id) or -1),
              "last_sequence": e.last_seq, "last_timestamp": e.last_timestamp,
              "coordinator_epoch": e.coordinator_epoch,
              "current_transaction_start_offset": (e.current_txn_first_offset
@@ -165,8 +190,15 @@ async def producers(engine: "Engine", name: str, partition_id: int) -> list[dict
 
 
 def _transaction(txn_id: str, meta, now_ms: int) -> dict[str, Any]:
+    """A transactional id's state (Kafka's name), what that means now (``activity``:
+    ``open``, ``idle`` between transactions, ``dead``) and how its last transaction
+    ended when it is idle after one (``last_outcome``: COMMIT, ABORT or None)."""
     open_ = meta.state.is_open
-    return {"transactional_id": txn_id, "state": meta.state.display, "producer_id": meta.producer_id,
+    activity = "open" if open_ else "dead" if meta.state is TransactionState.DEAD else "idle"
+    return {"transactional_id": txn_id, "state": meta.state.display, "activity": activity,
+            "last_outcome": meta.state.outcome.name if meta.state.is_complete else None,
+            "two_phase_commit": meta.txn_timeout_ms == TWO_PHASE_COMMIT_TIMEOUT_MS,
+            "producer_id": meta.producer_id,
             "producer_epoch": meta.producer_epoch, "transaction_timeout_ms": meta.txn_timeout_ms,
             "transaction_start_ms": meta.txn_start_timestamp if open_ else None,
             "age_ms": now_ms - meta.txn_start_timestamp if open_ and meta.txn_start_timestamp >= 0 else None,
@@ -175,9 +207,11 @@ def _transaction(txn_id: str, meta, now_ms: int) -> dict[str, Any]:
 
 
 async def transactions(engine: "Engine", states: list[str] | None = None) -> list[dict[str, Any]]:
-    """ListTransactions, with each one's age against its timeout."""
+    """ListTransactions, with each one's age against its timeout and the connection
+    that last used its transactional id, if one is open now (``connection``: None)."""
     now = engine.clock.now_ms()
-    return [_transaction(txn_id, meta, now)
+    live = live_producers(engine)
+    return [{**_transaction(txn_id, meta, now), "connection": live.get(txn_id)}
             for txn_id, meta in engine._transaction_coordinator.list_transactions(states or ())]
 
 
@@ -185,7 +219,7 @@ async def transaction(engine: "Engine", txn_id: str) -> dict[str, Any]:
     meta = engine._transaction_coordinator.describe(txn_id)
     if meta is None:
         raise TransactionalIdNotFoundError(f"no transactional id {txn_id!r}")
-    return _transaction(txn_id, meta, engine.clock.now_ms())
+    return {**_transaction(txn_id, meta, engine.clock.now_ms()), "connection": live_producers(engine).get(txn_id)}
 
 
 async def groups(engine: "Engine") -> list[dict[str, Any]]:
@@ -208,17 +242,19 @@ async def group(engine: "Engine", group_id: str) -> dict[str, Any]:
     tc = engine._transaction_coordinator
     now = engine.clock.now_ms()
     offsets = []
-    partitions = sorted(set(g.committed) | {tp for pending in g.pending.values() for tp in pending})
+    assigned = assigned_partitions(g)
+    partitions = sorted(set(g.committed) | assigned | {tp for pending in g.pending.values() for tp in pending})
     for tp in partitions:
         committed = g.committed.get(tp)
         log = engine._logs.logs.get(tp)
-        lag, exact = read_committed_lag(log, committed.offset) if committed and log else (None, True)
+        lag, exact = _lag(log, committed.offset if committed else None, tp in assigned)
         pending = [{"producer_id": pid, "transactional_id": tc.transactional_id_of(pid), "offset": offs[tp].offset}
                    for pid, offs in sorted(g.pending.items()) if tp in offs]
         offsets.append({
             "topic_name": tp[0], "partition_id": tp[1],
             "committed_offset": committed.offset if committed else None,
             "metadata": committed.metadata if committed else None,
+            "assigned": tp in assigned,
             "pending": pending,
             "high_watermark": log.high_watermark if log else None,
             "last_stable_offset": log.last_stable_offset if log else None,
@@ -232,6 +268,22 @@ async def group(engine: "Engine", group_id: str) -> dict[str, Any]:
                          "session_timeout_ms": m.session_timeout_ms,
                          "assignment": _assignment(g.protocol_type, m.assignment)} for m in g.members.values()],
             "offsets": offsets}
+
+
+def assigned_partitions(group: Any) -> set[tuple[str, int]]:
+    """The partitions the group's current assignment gives its members (decoded from
+    the consumer protocol; none for another protocol)."""
+    return {(a["topic_name"], a["partition_id"]) for m in group.members.values()
+            for a in _assignment(group.protocol_type, m.assignment) or ()}
+
+
+def _lag(log: PartitionLog | None, committed: int | None, assigned: bool) -> tuple[int | None, bool]:
+    """``read_committed_lag`` from the committed offset or -- for a partition assigned
+    but never committed, as ``kafka-consumer-groups.sh`` counts it -- from the log
+    start; None for a partition gone or neither committed nor assigned."""
+    if log is None or (committed is None and not assigned):
+        return None, True
+    return read_committed_lag(log, log.log_start_offset if committed is None else committed)
 
 
 def _assignment(protocol_type: str | None, data: bytes) -> list[dict[str, Any]] | None:
@@ -248,11 +300,63 @@ def _assignment(protocol_type: str | None, data: bytes) -> list[dict[str, Any]] 
 
 async def kafka_clients(engine: "Engine") -> list[dict[str, Any]]:
     """Connected Kafka clients, oldest first: who they say they are (client id; software
-    name and version from ApiVersions v3+), where from, since when, how many requests."""
+    name and version from ApiVersions v3+), where from, since when, how many requests,
+    when the last came, and the transactional id and producer id they last used."""
     return sorted(({"client_id": c.client_id, "client_software_name": c.software_name,
-                    "client_software_version": c.software_version, "address": c.address,
-                    "connected_since_ms": c.since_ms, "requests": c.requests}
+                    "client_software_version": c.software_version, "address": c.address, "host": c.host,
+                    "connected_since_ms": c.since_ms, "requests": c.requests,
+                    "last_request_ms": c.last_request_ms, "transactional_id": c.transactional_id,
+                    "producer_id": c.producer_id}
                    for c in engine.kafka_connections), key=lambda c: (c["connected_since_ms"], c["address"]))
+
+
+#: connections of one client instance open within this long of its first one: librdkafka
+#: opens a bootstrap connection, then one to the broker it found, milliseconds apart
+CLIENT_INSTANCE_WINDOW_MS = 5_000
+
+
+async def client_instances(engine: "Engine") -> list[dict[str, Any]]:
+    """Connected clients, one row per client instance, oldest first. The rule: the
+    connections with the same client id, host, software name and version, opened within
+    :data:`CLIENT_INSTANCE_WINDOW_MS` of the instance's first one, are one instance.
+    Each with the transactional ids and producer ids its connections used and the
+    consumer groups whose members have its client id and host."""
+    members: dict[tuple[str, str], set[str]] = {}
+    for g in engine._group_coordinator.groups.values():
+        for m in g.members.values():
+            members.setdefault((m.client_id, m.client_host), set()).add(g.group_id)
+    instances: list[dict[str, Any]] = []
+    for c in await kafka_clients(engine):
+        key = (c["client_id"], c["host"], c["client_software_name"], c["client_software_version"])
+        same = next((i for i in reversed(instances) if i["key"] == key
+                     and c["connected_since_ms"] - i["connected_since_ms"] <= CLIENT_INSTANCE_WINDOW_MS), None)
+        if same is None:
+            same = {"key": key, **{k: c[k] for k in ("client_id", "host", "client_software_name",
+                                                     "client_software_version", "connected_since_ms")},
+                    "connections": [], "requests": 0, "last_request_ms": c["last_request_ms"],
+                    "transactional_ids": set(), "producer_ids": set(),
+                    "groups": sorted(members.get((c["client_id"] or "", c["host"]), ()))}
+            instances.append(same)
+        same["connections"].append(c["address"])
+        same["requests"] += c["requests"]
+        same["last_request_ms"] = max(same["last_request_ms"], c["last_request_ms"])
+        same["transactional_ids"].update([c["transactional_id"]] if c["transactional_id"] else [])
+        same["producer_ids"].update([c["producer_id"]] if c["producer_id"] >= 0 else [])
+    return [{**{k: v for k, v in i.items() if k != "key"}, "transactional_ids": sorted(i["transactional_ids"]),
+             "producer_ids": sorted(i["producer_ids"])} for i in instances]
+
+
+def live_producers(engine: "Engine") -> dict[str | int, dict[str, Any]]:
+    """Who is connected now, by the transactional id and by the producer id a
+    connection last used: its address, client id and last request time (the latest,
+    when several connections used the same id)."""
+    live: dict[str | int, dict[str, Any]] = {}
+    for c in engine.kafka_connections:
+        seen = {"address": c.address, "client_id": c.client_id, "last_request_ms": c.last_request_ms}
+        for key in (c.transactional_id, c.producer_id if c.producer_id >= 0 else None):
+            if key is not None and (key not in live or live[key]["last_request_ms"] < c.last_request_ms):
+                live[key] = seen
+    return live
 
 
 async def overview(engine: "Engine") -> dict[str, Any]:
@@ -377,11 +481,17 @@ async def transaction_detail(engine: "Engine", txn_id: str) -> dict[str, Any]:
 
 
 def committed_lags(engine: "Engine", group_id: str) -> dict[tuple[str, int], tuple[int, bool]]:
-    """The lag and its exactness (``read_committed_lag``) of each partition, still
-    there, where the group has a committed offset: O(log n) each, no log read."""
+    """The lag and its exactness (:func:`_lag`) of each partition, still there, where
+    the group has a committed offset or is assigned it: O(log n) each, no log read."""
     g = engine._group_coordinator.describe(group_id)
-    return {tp: read_committed_lag(log, committed.offset)
-            for tp, committed in sorted(g.committed.items()) if (log := engine._logs.logs.get(tp)) is not None}
+    assigned = assigned_partitions(g)
+    lags = {}
+    for tp in sorted(set(g.committed) | assigned):
+        committed = g.committed.get(tp)
+        lag, exact = _lag(engine._logs.logs.get(tp), committed.offset if committed else None, tp in assigned)
+        if lag is not None:
+            lags[tp] = (lag, exact)
+    return lags
 
 
 async def groups_summary(engine: "Engine") -> list[dict[str, Any]]:
@@ -393,7 +503,8 @@ async def groups_summary(engine: "Engine") -> list[dict[str, Any]]:
         meta = engine._group_coordinator.describe(g["group_id"])
         lags = committed_lags(engine, g["group_id"])
         logs = [engine._logs.logs[tp] for tp in lags]
-        result.append({**g, "partitions": len(set(meta.committed).union(*meta.pending.values())),
+        result.append({**g, "partitions": len(set(meta.committed).union(assigned_partitions(meta),
+                                                                         *meta.pending.values())),
                        "lag": sum(lag for lag, _ in lags.values()) if lags else None,
                        "lag_exact": all(exact for _, exact in lags.values()),
                        "held_back": sum(data_records(log, log.last_stable_offset, log.high_watermark)[0]

@@ -80,11 +80,14 @@ def _matches(header: BatchHeader, record: Record, needle: bytes | None) -> bool:
                                          for data in (record.key, record.value))
 
 
-def _row(header: BatchHeader, record: Record, state: dict[str, Any]) -> dict[str, Any]:
-    """The records view's row (its read_committed state) with the whole record and its batch."""
+def _row(engine: "Engine", header: BatchHeader, record: Record, state: dict[str, Any]) -> dict[str, Any]:
+    """The records view's row (its read_committed state) with the whole record, its
+    batch and the transactional id of its producer (when the coordinator knows it)."""
     return {**state, "offset": record.offset, "timestamp": record.timestamp,
             "key": record.key, "value": record.value, "headers": list(record.headers),
-            "batch": _batch(header)}
+            "batch": _batch(header),
+            "transactional_id": (engine._transaction_coordinator.transactional_id_of(header.producer_id)
+                                 if header.has_producer_id else None)}
 
 
 async def _states(engine: "Engine", log: PartitionLog, first: int, last: int) -> dict[int, dict[str, Any]]:
@@ -137,7 +140,7 @@ async def page(engine: "Engine", topic: str, partition: int, start: int | None =
             "last_stable_offset": log.last_stable_offset, "text": text, "limit": limit,
             "read_committed": read_committed, "upper_offset": upper,
             "scanned_from": scanned_from, "scanned_to": scanned_to,
-            "records": [_row(h, r, states[r.offset]) for h, r in found]}
+            "records": [_row(engine, h, r, states[r.offset]) for h, r in found]}
 
 
 async def record(engine: "Engine", topic: str, partition: int, offset: int) -> dict[str, Any]:
@@ -152,9 +155,7 @@ async def record(engine: "Engine", topic: str, partition: int, offset: int) -> d
     header, found = next(_records(log, offset, offset + 1), (None, None))
     if header is None or found is None:  # compacted away
         raise OffsetOutOfRangeError(f"no record at offset {offset} of {topic}-{partition} (compacted away)")
-    row = _row(header, found, (await _states(engine, log, offset, offset))[offset])
-    row["transactional_id"] = (engine._transaction_coordinator.transactional_id_of(header.producer_id)
-                               if header.has_producer_id else None)
+    row = _row(engine, header, found, (await _states(engine, log, offset, offset))[offset])
     row["aborted_range"] = next(({"first_offset": t.first_offset, "last_offset": t.last_offset}
                                  for t in log.collect_aborted(offset, offset + 1)
                                  if t.producer_id == header.producer_id

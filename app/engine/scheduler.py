@@ -23,6 +23,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from app.engine import Engine
 from app.engine.disk_space import DiskSpace, is_disk_full
 from coordinator.mirror import Mirror
+from storage.errors import KafkaError
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +101,8 @@ def run_round(job: ScheduledJob, disk: DiskSpace | None = None) -> None:
         if disk is not None and is_disk_full(e):
             disk.refused(e)
             log.debug("scheduled job %s found the disk full: %s", job.name, e)
+        elif isinstance(e, KafkaError):  # expected (a partition gone meanwhile ...): one line
+            log.warning("scheduled job %s failed: %s: %s", job.name, e.name, e)
         else:
             log.exception("scheduled job %s failed", job.name)
         return

@@ -49,7 +49,8 @@ def create_app(engine: "Engine", settings: HttpSettings | None = None,
     import secrets
 
     from app.http import access, access_log, api, auth, errors, history, metrics, ui_blueprint
-    from app.http import ui, ui_audit, ui_events, ui_faults, ui_groups, ui_security, ui_topics  # noqa: F401 -- their pages join ui_blueprint.bp
+    from app.http import (ui, ui_audit, ui_configs, ui_events, ui_faults, ui_groups,  # noqa: F401 -- their pages
+                          ui_security, ui_topics)  # join ui_blueprint.bp
 
     settings = settings or HttpSettings()
     app = Flask(__name__, template_folder=str(WEB / "templates"), static_folder=str(WEB / "static"),

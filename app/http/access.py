@@ -153,6 +153,7 @@ NEEDS: dict[str, tuple[Need, ...]] = {
     "ui.group": (path(GROUP, O.DESCRIBE, "group_id"),),
     "ui.fence_transaction": (path(TXN, O.WRITE, "txn_id"),),
     "ui.time_out_transaction": (cluster(O.CLUSTER_ACTION),),
+    "ui.topics": (cluster(O.DESCRIBE),), "ui.history": (cluster(O.DESCRIBE),),  # broker-wide lists
     "ui.audit": (cluster(O.DESCRIBE),),  # its pickers list every group and topic
     # faults change what every client gets: Alter on the Cluster, as broker configs; seeing them, Describe
     "ui.faults": (cluster(O.DESCRIBE),), "ui.add_fault": (cluster(O.ALTER),),

@@ -4,7 +4,10 @@ the answer's status and how long it took::
 
     127.0.0.1 "POST /v3/clusters/x/topics/orders/records" 200 3.1 ms
 
-On by default; ``exactly.http.access.log.enable=false`` turns it off.
+On by default; ``exactly.http.access.log.enable=false`` turns it off. An open
+console tab polls its page's live part every few seconds: those answers (a
+successful ``GET /fragments/...``) are logged at DEBUG, so an idle tab writes no
+line; a poll that fails, and every write, still does.
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ import logging
 import time
 
 from flask import Flask, Response, g, request
+
+from app.http.ui_blueprint import FRAGMENTS
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +36,12 @@ def init_app(app: Flask) -> None:
         elapsed_ms = (time.perf_counter() - g.get("access_started", time.perf_counter())) * 1000
         path = request.full_path if request.query_string else request.path
         path = path.encode("unicode_escape").decode("ascii")  # a decoded %0A must not forge a log line
-        log.info('%s "%s %s" %d %.1f ms', request.remote_addr or "-", request.method, path,
-                 response.status_code, elapsed_ms)
+        log.log(_level(response), '%s "%s %s" %d %.1f ms', request.remote_addr or "-", request.method, path,
+                response.status_code, elapsed_ms)
         return response
+
+
+def _level(response: Response) -> int:
+    """DEBUG for a console poll that succeeded, INFO for everything else."""
+    polling = request.method in ("GET", "HEAD") and request.path.startswith(FRAGMENTS + "/")
+    return logging.DEBUG if polling and response.status_code < 400 else logging.INFO

@@ -148,13 +148,14 @@ def get_assignment(group_id: str, consumer_id: str, topic_name: str, partition_i
 
 
 def _lags(group: dict[str, Any]) -> list[dict[str, Any]]:
-    """KafkaConsumerLag of every partition the group has committed an offset for, with
-    the member assigned it (empty ids when none is)."""
+    """KafkaConsumerLag of every partition the group has committed an offset for or is
+    assigned (``current_offset`` -1, as OffsetFetch answers: counted from the log
+    start, as Kafka's tools do), with the member assigned it (empty ids when none is)."""
     group_id = group["group_id"]
     owner = {tp: m for m in group["members"] for tp in _assigned(m)}
     lags = []
     for o in group["offsets"]:
-        if o["committed_offset"] is None or o["lag"] is None:
+        if o["lag"] is None:
             continue  # only pending offsets, or a deleted topic's
         topic, partition = o["topic_name"], o["partition_id"]
         member = owner.get((topic, partition), {})
@@ -162,7 +163,7 @@ def _lags(group: dict[str, Any]) -> list[dict[str, Any]]:
             "KafkaConsumerLag", ("consumer-groups", group_id, "lags", topic, "partitions", partition),
             _group_crn(group_id, ("lag", topic), ("partition", partition)), cluster_id=cluster_id(),
             consumer_group_id=group_id, topic_name=topic, partition_id=partition,
-            current_offset=o["committed_offset"], log_end_offset=o["last_stable_offset"], lag=o["lag"],
+            current_offset=-1 if o["committed_offset"] is None else o["committed_offset"], log_end_offset=o["last_stable_offset"], lag=o["lag"],
             consumer_id=member.get("member_id", ""), instance_id=member.get("group_instance_id"),
             client_id=member.get("client_id", ""), high_watermark=o["high_watermark"], lag_exact=o["lag_exact"]))
     return lags

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from flask import Flask
 
-from storage.errors import KafkaStorageError, RequestTimedOutError
+from storage.errors import KafkaError, KafkaStorageError, RequestTimedOutError
 
 if TYPE_CHECKING:
     from app.engine import Engine
@@ -119,6 +119,8 @@ class History:
                 return  # the broker is closed (or its loop is): nothing more to sample
             except RequestTimedOutError:
                 pass  # a busy or stopping loop: try again next round
+            except KafkaError as error:  # expected (a topic deleted meanwhile ...): one line
+                log.warning("sampling LSO and high watermark failed: %s: %s", error.name, error)
             except Exception:  # the chart must never take the console down
                 log.exception("sampling LSO and high watermark failed")
             self._stopping.wait(self.interval_s)

@@ -745,7 +745,9 @@ class ConsumerLag(Resource):
     consumer_group_id: str
     topic_name: str
     partition_id: PartitionId
-    current_offset: Int(description="the committed offset")
+    current_offset: Int(-1, description=(
+        "the committed offset; -1 (as OffsetFetch answers) for a partition assigned but never committed, "
+        "whose lag counts from the log start, as kafka-consumer-groups.sh does"))
     log_end_offset: Int(description="the last stable offset: where a read_committed consumer ends")
     lag: Int(description="records a read_committed consumer would still receive (markers and aborted records "
                          "not counted)")

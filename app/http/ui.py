@@ -37,9 +37,9 @@ from app.http import current_engine, current_settings, mirror_db
 from app.http.auth import password_principal
 from app.http.errors import log_mirror_error, log_server_error, status_for
 from app.http.history import History, chart
-from app.http.ui_blueprint import FRAGMENTS, actor, back, bp, call, done, is_local, page, render
+from app.http.ui_blueprint import FRAGMENTS, actor, back, bp, call, done, duration, is_local, page, render
 from app.security.principal import KafkaPrincipal
-from coordinator.transaction_state import AbortCause, TransactionState
+from coordinator.transaction_state import TWO_PHASE_COMMIT_TIMEOUT_MS, AbortCause, TransactionState
 from storage import errors as e
 from storage.record_batch import ControlType
 
@@ -82,23 +82,11 @@ def auth_enabled() -> bool:
     return bool(current_settings().token)
 
 
-@bp.app_template_filter("duration")
-def duration(ms: int | None) -> str:
-    """``1 h 02 min``, ``3 min 05 s``, ``12.4 s``, ``350 ms``."""
-    if ms is None or ms < 0:
-        return "—"
-    if ms < 1000:
-        return f"{ms} ms"
-    s = ms / 1000
-    if s < 60:
-        return f"{s:.1f} s" if s < 10 else f"{s:.0f} s"
-    minutes, seconds = divmod(int(s), 60)
-    if minutes < 60:
-        return f"{minutes} min {seconds:02d} s"
-    hours, minutes = divmod(minutes, 60)
-    if hours < 48:
-        return f"{hours} h {minutes:02d} min"
-    return f"{hours // 24} d {hours % 24} h"
+@bp.app_template_filter("timeout")
+def transaction_timeout(ms: int) -> str:
+    """A transaction timeout as a duration, or -- for a two-phase transaction (KIP-939's
+    enable2Pc, whose timeout is a sentinel) -- that it never times out."""
+    return "never times out (two-phase)" if ms == TWO_PHASE_COMMIT_TIMEOUT_MS else duration(ms)
 
 
 @bp.app_template_filter("clock")
@@ -107,6 +95,14 @@ def clock_time(ms: int | None) -> str:
     if ms is None or ms < 0:
         return "—"
     return datetime.fromtimestamp(ms / 1000, timezone.utc).strftime("%H:%M:%S")
+
+
+@bp.app_template_filter("datetime")
+def date_time(ms: int | None) -> str:
+    """``2026-11-27 14:03:27 UTC`` of an epoch-ms time; ``—`` when unknown."""
+    if ms is None or ms < 0:
+        return "—"
+    return datetime.fromtimestamp(ms / 1000, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 @bp.app_template_filter("iso")
@@ -120,17 +116,6 @@ def iso_time(ms: int | None) -> str:
 def number(n: int | None) -> str:
     """Offsets and counts with thin spaces between thousands: ``1 204 311``."""
     return "—" if n is None else f"{n:,}".replace(",", "\u2009")
-
-
-@bp.app_template_filter("size")
-def size(n: int | None) -> str:
-    if n is None:
-        return "—"
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return str(n)
 
 
 @bp.app_template_filter("abort_label")
@@ -175,7 +160,10 @@ def storage_banner():
 
 @page("/transactions")
 def transactions():
+    """Every transactional id, by state (``?state=``) and id substring (``?q=``), with
+    its commits and aborts counted from the mirror's history."""
     state = request.args.get("state", "")
+    q = request.args.get("q", "").strip()[:200]
     everything = call(read_models.transactions)
     counts = {s: sum(1 for t in everything if t["state"] == s) for s in STATES}
     if state == "open":
@@ -184,10 +172,23 @@ def transactions():
         shown = [t for t in everything if t["state"] == state]
     else:
         shown = everything
+    shown = [t for t in shown if q.lower() in t["transactional_id"].lower()]
     holding = {h["transactional_id"] for b in call(read_models.lso_blockers) for h in b["holders"]}
-    return render("transactions", transactions=shown, total=len(everything), state=state,
-                   counts=counts, open_count=sum(counts[s] for s in OPEN_STATES),
+    return render("transactions", transactions=shown, total=len(everything), state=state, q=q,
+                   counts=counts, open_count=sum(counts[s] for s in OPEN_STATES), outcomes=_outcome_counts(),
                    holding=holding, states=[s for s in STATES if counts[s] or s == state])
+
+
+def _outcome_counts() -> dict[str, dict[str, int]] | None:
+    """Commits and aborts per transactional id from the mirror (None without one)."""
+    db = mirror_db()
+    if db is None:
+        return None
+    try:
+        return mirror_reads.outcome_counts(db)
+    except Exception as error:  # the mirror is optional: the live states still show
+        log_mirror_error(log, error, "reading the SQLite mirror failed")
+        return None
 
 
 @page("/transactions/<path:txn_id>")
@@ -202,6 +203,32 @@ def transaction(txn_id: str):
             history_error = f"reference {log_server_error(error)} in the broker's log"
     return render("transaction", txn=detail, history=history, history_error=history_error,
                    mirror=db is not None, timeline=_timeline(detail["state"]))
+
+
+@page("/history")
+def history():
+    """Finished transactions from the SQLite mirror, newest first, a page at a time:
+    filtered by transactional id (a substring, ``?txn=``), ``?outcome=COMMIT|ABORT``
+    and abort ``?cause=`` (an ``AbortCause`` value)."""
+    txn = request.args.get("txn", "").strip()[:200]
+    outcome = request.args.get("outcome", "")
+    outcome = outcome if outcome in ("COMMIT", "ABORT") else ""
+    cause = request.args.get("cause", "")
+    cause = cause if cause in {c.value for c in AbortCause} else ""
+    number = max(1, request.args.get("page", 1, type=int))
+    rows, total, error = [], 0, None
+    db = mirror_db()
+    if db is not None:
+        try:
+            rows, total = mirror_reads.finished_transactions(db, txn, outcome, cause, HISTORY_LIMIT,
+                                                             (number - 1) * HISTORY_LIMIT)
+        except Exception as failure:  # the mirror is optional: say so on the page
+            error = f"reference {log_server_error(failure)} in the broker's log"
+    filters = {"txn": txn, "outcome": outcome, "cause": cause}
+    return render("history", rows=rows, total=total, error=error, mirror=db is not None, number=number,
+                   pages=max(1, -(-total // HISTORY_LIMIT)), causes=list(AbortCause), **filters,
+                   link=lambda **changes: url_for("ui.history", **{k: v for k, v in {**filters, **changes}.items()
+                                                                   if v not in ("", None, 1)}))
 
 
 def _timeline(state: str) -> list[dict[str, Any]]:
@@ -247,7 +274,8 @@ def groups():
 
 @page("/clients")
 def clients():
-    return render("clients", clients=call(read_models.kafka_clients), now_ms=current_engine().clock.now_ms())
+    return render("clients", clients=call(read_models.client_instances), now_ms=current_engine().clock.now_ms(),
+                   window_ms=read_models.CLIENT_INSTANCE_WINDOW_MS)
 
 
 @page("/groups/<path:group_id>")

@@ -3,8 +3,9 @@ live fragment, rendering either, calling the engine, and answering a POST form w
 a flash and a way back.
 
 The console's views live in ``ui.py`` (overview, transactions, groups, sign-in,
-error pages), ``ui_topics.py`` (topics, the record browser, produce) and
-``ui_groups.py`` (consumer-group writes), ``ui_faults.py`` (faults); all join :data:`bp` through these helpers.
+error pages), ``ui_topics.py`` (topics, the record browser, produce),
+``ui_groups.py`` (consumer-group writes), ``ui_configs.py`` (what a config value
+means), ``ui_faults.py`` (faults); all join :data:`bp` through these helpers.
 """
 
 from __future__ import annotations
@@ -68,6 +69,39 @@ def render(name: str, **context: Any) -> str:
     if _is_fragment():
         return render_template(f"fragments/{name}.html", **context)
     return render_template(f"{name}.html", **context)
+
+
+# -- formatting (template filters the views share) ----------------------------------------------
+
+
+@bp.app_template_filter("duration")
+def duration(ms: int | None) -> str:
+    """``1 h 02 min``, ``3 min 05 s``, ``12.4 s``, ``350 ms``."""
+    if ms is None or ms < 0:
+        return "—"
+    if ms < 1000:
+        return f"{ms} ms"
+    s = ms / 1000
+    if s < 60:
+        return f"{s:.1f} s" if s < 10 else f"{s:.0f} s"
+    minutes, seconds = divmod(int(s), 60)
+    if minutes < 60:
+        return f"{minutes} min {seconds:02d} s"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 48:
+        return f"{hours} h {minutes:02d} min"
+    return f"{hours // 24} d {hours % 24} h"
+
+
+@bp.app_template_filter("size")
+def size(n: int | None) -> str:
+    if n is None:
+        return "—"
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
 
 
 # -- writes ---------------------------------------------------------------------------------

@@ -51,6 +51,31 @@ def kafka_message(error: e.KafkaError) -> str:
     return f"{error.name} ({error.code}): {error}"
 
 
+# -- the topics -----------------------------------------------------------------------------
+
+#: the Topics page's sort keys: ``?sort=`` value -> the row's field
+TOPIC_SORTS = {"name": "topic_name", "partitions": "partitions_count", "messages": "messages", "size": "size_bytes"}
+
+
+@page("/topics")
+def topics():
+    """Every topic (internal ones on ``?internal=1``), filtered by a name substring
+    (``?q=``) and sorted (``?sort=name|partitions|messages|size``, ``?order=desc``)."""
+    q = request.args.get("q", "").strip()[:200]
+    sort = request.args.get("sort", "name")
+    sort = sort if sort in TOPIC_SORTS else "name"
+    descending = request.args.get("order") == "desc"
+    internal = request.args.get("internal") == "1"
+    everything = call(read_models.topics_summary)
+    shown = [t for t in everything if (internal or not t["is_internal"]) and q.lower() in t["topic_name"].lower()]
+    shown.sort(key=lambda t: t[TOPIC_SORTS[sort]], reverse=descending)
+    return render("topics", topics=shown, total=sum(1 for t in everything if internal or not t["is_internal"]),
+                   q=q, sort=sort, descending=descending, internal=internal,
+                   sort_url=lambda key: url_for("ui.topics", **{k: v for k, v in {
+                       "q": q, "sort": key, "internal": "1" if internal else "",
+                       "order": "desc" if key == sort and not descending else ""}.items() if v}))
+
+
 # -- the topic ------------------------------------------------------------------------------
 
 

@@ -55,6 +55,7 @@ from app.kafka.sasl import SASL_APIS, SaslSession, SaslState, raw_token
 from app.listeners import ListenerSpec, SecurityProtocol
 from app.security.principal import ANONYMOUS
 from storage.errors import KafkaError, UnsupportedVersionError
+from storage.record_batch import HEADER, BatchHeader
 
 if TYPE_CHECKING:
     from app.config import BrokerConfig
@@ -182,6 +183,11 @@ class Connection:
         self.sasl = None if listener.sasl_mechanisms is None else SaslSession(self.engine, listener.sasl_mechanisms)
         self.since_ms = self.engine.clock.now_ms()
         self.requests = 0
+        #: when its last request came, and the transactional id and producer id it last
+        #: used (:meth:`_note_producer`): the console tells a live producer from a dead one
+        self.last_request_ms = self.since_ms
+        self.transactional_id: str | None = None
+        self.producer_id = -1
         self._responses: asyncio.Queue[Awaitable[Any] | None] = asyncio.Queue(MAX_IN_FLIGHT)
         self._handlers: set[asyncio.Task[Any]] = set()
         self._last_active = time.monotonic()
@@ -305,6 +311,7 @@ class Connection:
         if client_id is not None:
             self.client_id = client_id
         self.requests += 1
+        self.last_request_ms = self.engine.clock.now_ms()
         task = asyncio.get_running_loop().create_task(self._handle(api, head, client_id, body))
         self._handlers.add(task)
         task.add_done_callback(self._handlers.discard)
@@ -326,6 +333,7 @@ class Connection:
                 response = await inject.handle(self._faults, head.api_key, api.handler, ctx, body)
             else:
                 response = await api.handler(ctx, body)
+            self._note_producer(head.api_key, body, response)
         except asyncio.CancelledError:
             raise
         except Exception as e:
@@ -339,6 +347,28 @@ class Connection:
             return CLOSE
         finally:
             self.engine.counters.observe_kafka_request(api.name, time.perf_counter() - started)
+
+    def _note_producer(self, api_key: int, body: Any, response: Any) -> None:
+        """Remember the transactional id and producer id a request used: InitProducerId
+        (the id it was given), Produce (its transactional id, the producer id of its
+        first batch), and the transaction requests (v3 and below of AddPartitionsToTxn:
+        clients send those; v4+ is the brokers' batched verification)."""
+        if api_key == ApiKey.INIT_PRODUCER_ID:
+            txn_id, producer_id = body.transactional_id, response.get("producer_id", -1)
+        elif api_key == ApiKey.PRODUCE:
+            records = next((d.records for t in body.topic_data for d in t.partition_data if d.records), None)
+            txn_id = body.transactional_id
+            producer_id = BatchHeader(*HEADER.unpack_from(records)).producer_id if len(records or b"") >= HEADER.size else -1
+        elif api_key == ApiKey.ADD_PARTITIONS_TO_TXN:
+            txn_id, producer_id = body.v3_and_below_transactional_id, body.v3_and_below_producer_id
+        elif api_key in (ApiKey.ADD_OFFSETS_TO_TXN, ApiKey.END_TXN, ApiKey.TXN_OFFSET_COMMIT):
+            txn_id, producer_id = body.transactional_id, body.producer_id
+        else:
+            return
+        if txn_id:
+            self.transactional_id = txn_id
+        if producer_id is not None and producer_id >= 0:
+            self.producer_id = producer_id
 
     def _error_response(self, api: Api, head: RequestHead, error: Exception) -> Any:
         """A request that failed as a whole: its error code in the response's top-level

@@ -1,0 +1,127 @@
+"""The pages a new user opens first -- Topics, History, Transactions, Clients, a
+group and a transaction -- in a real browser (Debian Chromium driven by Playwright,
+as tests/test_browser.py), at 1440 and 390 px: no horizontal overflow of the page,
+every table row whole (each cell's box spans its row's), and the expected rows
+there. One broker, one server and one browser for the whole module (start-up is the
+slow part). Screenshots go to ``test-artifacts/`` (``first-hour-<page>-<width>.png``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+import pytest
+from confluent_kafka import Producer
+
+from app.http import create_app
+from tests.kafka_support import KafkaBroker
+from tests.test_browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, PNG_MAGIC, _require_browser, served
+
+pytestmark = pytest.mark.timeout(180)
+
+WIDTHS = (1440, 390)
+#: page name -> (path, a selector that must show a row there)
+PAGES = {
+    "topics": ("/topics", 'tr[data-topic="orders"]'),
+    "history": ("/history", 'tr[data-finished="billing"]'),
+    "transactions": ("/transactions", 'tr[data-txn="enricher"]'),
+    "clients": ("/clients", 'tr[data-client="first-hour-app"]'),
+    "group": ("/groups/svc", 'tr[data-offsets="orders-1"]'),
+    "transaction": ("/transactions/billing", ".history-item"),
+}
+
+#: every table row's cells, as boxes: a cell cut from its row (a display:flex cell) or
+#: a page wider than the viewport shows here
+LAYOUT = """() => ({
+  overflow: document.documentElement.scrollWidth - document.documentElement.clientWidth,
+  wide: [...document.querySelectorAll('body *')].filter(el => el.getBoundingClientRect().right
+    > document.documentElement.clientWidth + 1).slice(0, 4).map(el => el.outerHTML.slice(0, 80)),
+  cut: [...document.querySelectorAll('table.table tbody tr')].flatMap(row => {
+    const r = row.getBoundingClientRect();
+    return [...row.children].filter(cell => {
+      const c = cell.getBoundingClientRect();
+      return getComputedStyle(cell).display !== 'table-cell' || Math.abs(c.top - r.top) > 1
+        || Math.abs(c.bottom - r.bottom) > 1;
+    }).map(cell => row.outerHTML.slice(0, 80) + ' / ' + cell.outerHTML.slice(0, 60));
+  }),
+})"""
+
+
+@pytest.fixture(scope="module")
+def console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, str]]:
+    """A broker with its Kafka listener, its state (:func:`_scenario`), and the console
+    served by waitress on 127.0.0.1 at a free port."""
+    with KafkaBroker(tmp_path_factory.mktemp("first-hour") / "data") as kafka:
+        keep = _scenario(kafka)
+        app = create_app(kafka.engine, test_config={"TESTING": True}, mirror=kafka.broker.mirror)
+        try:
+            with served(app) as base:
+                yield kafka, base
+        finally:
+            keep[0].close()
+
+
+def _scenario(kafka: KafkaBroker) -> list[Any]:
+    """orders (2 partitions): ``billing`` commits, aborts; ``enricher`` stays open with
+    a long name of its partitions; group ``svc`` assigned both partitions, one committed;
+    a librdkafka producer connected."""
+    broker = kafka.broker
+    broker.create_topic("orders", 2)
+    for i in range(8):
+        broker.create_topic(f"payments.eu-west.v{i}", 4)
+    billing = broker.producer(transactional_id="billing")
+    billing.init_transactions()
+    for commit in (True, False, True):
+        billing.begin_transaction()
+        billing.send("orders", b"x", partition=0).get(timeout=10)
+        billing.commit_transaction() if commit else billing.abort_transaction()
+    enricher = broker.producer(transactional_id="enricher", transaction_timeout_ms=600_000)
+    enricher.init_transactions()
+    enricher.begin_transaction()
+    for i in range(8):
+        enricher.send(f"payments.eu-west.v{i}", b"y", partition=i % 4).get(timeout=10)
+    consumer = broker.consumer(group_id="svc", enable_auto_commit=False)
+    consumer.subscribe(["orders"])
+    consumer.poll(timeout_ms=3000, max_records=1)
+    consumer.commit({("orders", 0): 1})
+    rdkafka = Producer({"bootstrap.servers": kafka.bootstrap, "client.id": "first-hour-app",
+                        "transactional.id": "rdkafka-tx"})
+    rdkafka.init_transactions(10)
+    broker.mirror.catch_up()
+    return [consumer, enricher, rdkafka]  # kept open (and referenced) until the module ends
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    sync_playwright = _require_browser()
+    ARTIFACTS.mkdir(exist_ok=True)
+    with sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_the_first_pages_fit_and_keep_their_rows_whole(console, browser, width: int):
+    from playwright.sync_api import expect
+
+    _, base = console
+    page = browser.new_page(viewport={"width": width, "height": 900})
+    problems: list[str] = []
+    page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: problems.append(str(e)))
+    try:
+        for name, (path, row) in PAGES.items():
+            page.goto(base + path, wait_until="domcontentloaded")
+            expect(page.locator(row).first).to_be_visible()
+            shot = ARTIFACTS / f"first-hour-{name}-{width}.png"
+            page.screenshot(path=str(shot), full_page=True)
+            assert shot.read_bytes()[:8] == PNG_MAGIC
+            layout = page.evaluate(LAYOUT)
+            assert layout["overflow"] <= 0, f"{path} at {width} px is {layout['overflow']} px too wide: {layout['wide']}"
+            assert not layout["cut"], f"{path} at {width} px cuts rows: {layout['cut'][:3]}"
+        assert not problems, f"the browser reported errors: {problems}"
+    finally:
+        page.close()
