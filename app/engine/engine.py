@@ -177,6 +177,9 @@ class Engine:
         self.counters = EngineCounters()
         #: open Kafka connections (``app/kafka/`` adds and removes them; read models list them)
         self.kafka_connections: set[Any] = set()
+        #: ``(host, port)`` clients are told to connect to, once a Kafka listener serves
+        #: (``app/kafka/server.py``); None without one (an embedded Broker)
+        self.kafka_address: tuple[str, int] | None = None
         io = EngineCoordinatorIO(self)
         max_seen_coordinator_epoch = max(
             (entry.coordinator_epoch for log_ in self._logs for entry in log_.producer_state), default=-1)
