@@ -6,10 +6,6 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 #: one stamp per set of extras: `make run` installs the broker alone, `make pipeline`
 #: adds PySpark, `make test` everything (a change to pyproject.toml redoes each)
-#: The editable install puts the repository on sys.path (compat mode) rather than a
-#: finder of packages: Spark finds the `exactly` data source by scanning its Python
-#: workers' sys.path for `pyspark_*` modules (pyspark_exactly.py), which a finder hides.
-EDITABLE := --config-settings editable_mode=compat -e
 BROKER_STAMP := $(VENV)/.installed-broker
 SPARK_STAMP  := $(VENV)/.installed-spark
 TEST_STAMP   := $(VENV)/.installed-test
@@ -35,15 +31,15 @@ SUDO     := $(shell [ "$$(id -u)" = 0 ] || ! command -v sudo >/dev/null 2>&1 || 
 $(BROKER_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet $(EDITABLE) .
+	$(PY) -m pip install --quiet -e .
 	touch $(BROKER_STAMP)
 
 $(SPARK_STAMP): $(BROKER_STAMP)
-	$(PY) -m pip install --quiet $(EDITABLE) '.[spark]'
+	$(PY) -m pip install --quiet -e '.[spark]'
 	touch $(SPARK_STAMP)
 
 $(TEST_STAMP): $(BROKER_STAMP)
-	$(PY) -m pip install --quiet $(EDITABLE) '.[test,spark]'
+	$(PY) -m pip install --quiet -e '.[test,spark]'
 	touch $(SPARK_STAMP) $(TEST_STAMP)
 
 ## install: the environment with everything (the tests' tools and PySpark included)

@@ -72,6 +72,16 @@ STATIC = ("Refused (400 INVALID_REQUEST), as Kafka refuses a read-only config: t
 NO_REASSIGNMENT = "One node, one replica: no reassignment is ever in progress (an empty list)."
 TXN = (404, 409, 503)
 
+def _refused_changes(path: str, what: str) -> tuple[Operation, ...]:
+    """The proxy's PUT, DELETE and batch alter of configs this broker holds static."""
+    return (Operation("put", path + "/{name}", f"Update {what} config", "Configs", 204, None, CHANGES,
+                      body=m.UpdateConfig, description=STATIC),
+            Operation("delete", path + "/{name}", f"Reset {what} config", "Configs", 204, None, CHANGES,
+                      description=STATIC),
+            Operation("post", path + ":alter", f"Batch alter {what} configs", "Configs", 204, None, CHANGES,
+                      body=m.AlterConfigs, description=STATIC))
+
+
 OPERATIONS = (
     Operation("get", "/v3/clusters", "List clusters", "Cluster", 200, m.listing(m.Cluster), ()),
     Operation("get", C, "Get cluster", "Cluster", 200, m.Cluster),
@@ -82,23 +92,13 @@ OPERATIONS = (
     Operation("get", B + "/configs", "List broker configs", "Configs", 200, m.listing(m.BrokerConfig),
               description="This broker's settings; read-only (set at start-up)."),
     Operation("get", B + "/configs/{name}", "Get broker config", "Configs", 200, m.BrokerConfig),
-    Operation("put", B + "/configs/{name}", "Update broker config", "Configs", 204, None, CHANGES,
-              body=m.UpdateConfig, description=STATIC),
-    Operation("delete", B + "/configs/{name}", "Reset broker config", "Configs", 204, None, CHANGES,
-              description=STATIC),
-    Operation("post", B + "/configs:alter", "Batch alter broker configs", "Configs", 204, None, CHANGES,
-              body=m.AlterConfigs, description=STATIC),
+    *_refused_changes(B + "/configs", "broker"),
     Operation("get", C + "/broker-configs", "List cluster configs", "Configs", 200, m.listing(m.ClusterConfig),
               description="The dynamic cluster-wide broker configs: none (this broker's configs are static)."),
     Operation("get", C + "/broker-configs/{name}", "Get cluster config", "Configs", 200, m.ClusterConfig,
               description="404: no config is dynamic here (GET .../brokers/{broker_id}/configs/{name} has "
                           "the value)."),
-    Operation("put", C + "/broker-configs/{name}", "Update cluster config", "Configs", 204, None, CHANGES,
-              body=m.UpdateConfig, description=STATIC),
-    Operation("delete", C + "/broker-configs/{name}", "Reset cluster config", "Configs", 204, None, CHANGES,
-              description=STATIC),
-    Operation("post", C + "/broker-configs:alter", "Batch alter cluster configs", "Configs", 204, None, CHANGES,
-              body=m.AlterConfigs, description=STATIC),
+    *_refused_changes(C + "/broker-configs", "cluster"),
     Operation("get", B + "/partition-replicas", "List broker replicas", "Broker", 200, m.listing(m.Replica)),
     Operation("get", C + "/topics", "List topics", "Topic", 200, m.listing(m.Topic), query=m.TopicQuery),
     Operation("post", C + "/topics", "Create topic", "Topic", 201, m.Topic, CHANGES, body=m.CreateTopic,
