@@ -146,20 +146,23 @@ def broker_config_resource(broker_id: int, config: dict[str, Any]) -> dict[str, 
                     synonyms=_synonyms(config, default))
 
 
-@bp.put(BROKER_CONFIGS + "/<name>")
-@bp.delete(BROKER_CONFIGS + "/<name>")
-def change_broker_config(broker_id: int, name: str):
-    """Refused, as Kafka refuses a read-only config (``app.config.static_config_change``)."""
-    check_broker(broker_id)
+def _refuse_change(name: str | None = None):
+    """A change to broker configs (one ``name``, or a batch alter's body), refused as
+    Kafka refuses a read-only config (``app.config.static_config_change``); the body is
+    read first, so a malformed one is named as such."""
+    if name is None:
+        raise static_config_change(item.name for item in body(models.AlterConfigs).data)
     if request.method == "PUT":
         body(models.UpdateConfig)
     raise static_config_change([name])
 
 
+@bp.put(BROKER_CONFIGS + "/<name>")
+@bp.delete(BROKER_CONFIGS + "/<name>")
 @bp.post(BROKER_CONFIGS + ":alter")
-def alter_broker_configs(broker_id: int):
+def change_broker_configs(broker_id: int, name: str | None = None):
     check_broker(broker_id)
-    raise static_config_change(item.name for item in body(models.AlterConfigs).data)
+    _refuse_change(name)
 
 
 # -- cluster-wide broker configs --------------------------------------------------------
@@ -183,15 +186,9 @@ def get_cluster_config(name: str):
 
 @bp.put(CLUSTER_CONFIGS + "/<name>")
 @bp.delete(CLUSTER_CONFIGS + "/<name>")
-def change_cluster_config(name: str):
-    if request.method == "PUT":
-        body(models.UpdateConfig)
-    raise static_config_change([name])
-
-
 @bp.post(CLUSTER_CONFIGS + ":alter")
-def alter_cluster_configs():
-    raise static_config_change(item.name for item in body(models.AlterConfigs).data)
+def change_cluster_configs(name: str | None = None):
+    _refuse_change(name)
 
 
 @bp.get("/v3/clusters/<cluster_id>/brokers/-/configs")
