@@ -4,10 +4,17 @@
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
-STAMP  := $(VENV)/.installed-stamp
+#: one stamp per set of extras: `make run` installs the broker alone, `make pipeline`
+#: adds PySpark, `make test` everything (a change to pyproject.toml redoes each)
+BROKER_STAMP := $(VENV)/.installed-broker
+SPARK_STAMP  := $(VENV)/.installed-spark
+TEST_STAMP   := $(VENV)/.installed-test
 
+#: the data directory `make run` serves and `make pipeline` reports on
 DATA_DIR  ?= ./data
+#: flags for run.py, e.g. ARGS="--kafka-port 19092 --config log.segment.bytes=1048576"
 ARGS      ?=
+#: the Kafka address `make pipeline` connects to (the broker `make run` serves)
 BOOTSTRAP ?= 127.0.0.1:9092
 #: pytest-xdist workers for `make test`: two per core. Most tests wait -- on fsync,
 #: sockets, child processes and JVMs starting -- so one worker per core leaves about
@@ -22,23 +29,32 @@ SUDO     := $(shell [ "$$(id -u)" = 0 ] || ! command -v sudo >/dev/null 2>&1 || 
 
 .PHONY: run test bench install pipeline clean
 
-$(STAMP): pyproject.toml
+$(BROKER_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e .
+	touch $(BROKER_STAMP)
+
+$(SPARK_STAMP): $(BROKER_STAMP)
+	$(PY) -m pip install --quiet -e '.[spark]'
+	touch $(SPARK_STAMP)
+
+$(TEST_STAMP): $(BROKER_STAMP)
 	$(PY) -m pip install --quiet -e '.[test,spark]'
-	touch $(STAMP)
+	touch $(SPARK_STAMP) $(TEST_STAMP)
 
-install: $(STAMP)
+## install: the environment with everything (the tests' tools and PySpark included)
+install: $(TEST_STAMP)
 
-## run: create the environment, install, migrate the SQLite mirror, start the broker on ./data (127.0.0.1)
-run: $(STAMP)
+## run: create the environment, install the broker alone (no test tools, no PySpark), migrate the SQLite mirror, start the broker on ./data (127.0.0.1)
+run: $(BROKER_STAMP)
 	$(PY) -m app.cli db upgrade --data-dir $(DATA_DIR)
 	$(PY) run.py --data-dir $(DATA_DIR) $(ARGS)
 
 ## test: install everything the tests need (the environment with the Kafka clients and
 ## PySpark, Debian's chromium for the browser test, kcat for the Kafka tests, Java and
 ## the SQLite JDBC driver for Spark), then run the whole suite on parallel workers
-test: $(STAMP) $(CHROMIUM) $(KCAT) $(JAVA) $(JDBC_JAR)
+test: $(TEST_STAMP) $(CHROMIUM) $(KCAT) $(JAVA) $(JDBC_JAR)
 	$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup
 
 # The browser test (tests/test_browser.py) drives Debian's Chromium through the
@@ -66,14 +82,14 @@ $(JDBC_JAR):
 ## pipeline: the end-to-end Spark pipeline on the broker `make run` serves (start it first,
 ## in another terminal): install what Spark needs, copy the topic pipeline-in to
 ## pipeline-out exactly once (1000 seeded records), then report on the transactions
-pipeline: $(STAMP) $(JAVA) $(JDBC_JAR)
+pipeline: $(SPARK_STAMP) $(JAVA) $(JDBC_JAR)
 	@$(PY) -m app.spark.broker_check $(BOOTSTRAP)
 	$(PY) -m app.spark.copy_job --bootstrap $(BOOTSTRAP) --input pipeline-in --output pipeline-out \
 		--checkpoint $(DATA_DIR)/spark-checkpoints/copy --seed 1000 --available-now
 	$(PY) -m app.spark.report_job --data-dir $(DATA_DIR)
 
 ## bench: storage (append, fetch, restart), transaction, broker-lifecycle, embedded-producer, maintenance, group-lag, Kafka wire and Spark figures (see bench/RESULTS.md)
-bench: $(STAMP) $(JAVA) $(JDBC_JAR)
+bench: $(TEST_STAMP) $(JAVA) $(JDBC_JAR)
 	$(PY) bench/bench_storage.py
 	$(PY) bench/bench_transactions.py
 	$(PY) bench/bench_lifecycle.py

@@ -33,10 +33,13 @@ from coordinator.transaction_coordinator import CoordinatorConfig
 from storage.errors import InvalidConfigError, InvalidRequestError
 from storage.log_config import LogConfig
 
-#: broker-level name -> topic-level name (Kafka's "log." prefixed defaults)
-_TOPIC_DEFAULTS = {
+#: broker-level name -> topic-level name: the broker-wide default of each topic config
+#: that Kafka names at broker level (Kafka's ``ServerTopicConfigSynonyms``; the
+#: replication throttles have no broker-level name)
+TOPIC_DEFAULTS = {
     "log.segment.bytes": "segment.bytes",
     "log.roll.ms": "segment.ms",
+    "log.roll.jitter.ms": "segment.jitter.ms",
     "log.index.size.max.bytes": "segment.index.bytes",
     "log.index.interval.bytes": "index.interval.bytes",
     "log.retention.ms": "retention.ms",
@@ -45,8 +48,20 @@ _TOPIC_DEFAULTS = {
     "log.flush.interval.messages": "flush.messages",
     "log.flush.interval.ms": "flush.ms",
     "log.cleanup.policy": "cleanup.policy",
+    "log.cleaner.delete.retention.ms": "delete.retention.ms",
+    "log.cleaner.min.compaction.lag.ms": "min.compaction.lag.ms",
+    "log.cleaner.max.compaction.lag.ms": "max.compaction.lag.ms",
+    "log.cleaner.min.cleanable.ratio": "min.cleanable.dirty.ratio",
     "log.message.timestamp.type": "message.timestamp.type",
+    "log.message.timestamp.difference.max.ms": "message.timestamp.difference.max.ms",
+    "log.message.timestamp.before.max.ms": "message.timestamp.before.max.ms",
+    "log.message.timestamp.after.max.ms": "message.timestamp.after.max.ms",
+    "log.message.downconversion.enable": "message.downconversion.enable",
     "log.segment.delete.delay.ms": "file.delete.delay.ms",
+    "log.preallocate": "preallocate",
+    "compression.type": "compression.type",
+    "min.insync.replicas": "min.insync.replicas",
+    "unclean.leader.election.enable": "unclean.leader.election.enable",
 }
 _HOURS = {"log.retention.hours": "retention.ms", "log.roll.hours": "segment.ms"}
 #: the settings that are the period of a scheduled job (a period must be positive)
@@ -170,8 +185,8 @@ class BrokerConfig(CoordinatorConfig, GroupConfig):
             attr = key.replace(".", "_")
             if attr in broker_fields:
                 broker[attr] = _coerce(key, value, broker_fields[attr].type)
-            elif key in _TOPIC_DEFAULTS:
-                topic[_TOPIC_DEFAULTS[key]] = value
+            elif key in TOPIC_DEFAULTS:
+                topic[TOPIC_DEFAULTS[key]] = value
             elif key in _HOURS:
                 topic[_HOURS[key]] = _coerce(key, value, "int") * 3600 * 1000
             elif key in topic_names:
@@ -266,6 +281,13 @@ class BrokerConfig(CoordinatorConfig, GroupConfig):
                                          f"127.0.0.1:100, got {entry!r}")
             overrides[ip] = limit
         return overrides
+
+
+def static_config_change(names: Any) -> InvalidRequestError:
+    """The refusal of a change to broker configs: this broker's are static (set at
+    start-up, changed with a restart), as Kafka refuses a read-only config."""
+    return InvalidRequestError(f"Cannot update these configs dynamically: {sorted(set(names))}: they are "
+                               "set at start-up (--config name=value) and change with a restart")
 
 
 def _coerce(key: str, value: Any, kind: Any) -> Any:

@@ -3,7 +3,7 @@
 Layout (Kafka's names where Kafka has the file)::
 
     data/
-      .lock                               held (flock) by the one process that owns the directory
+      .lock                               held (flock) by the one process that owns the directory; holds its pid
       meta.properties                     cluster.id, node.id, version
       .kafka_cleanshutdown                present only between a clean shutdown and the next start
       recovery-point-offset-checkpoint    per partition: offsets below are known flushed
@@ -65,6 +65,39 @@ _LEGAL_TOPIC = re.compile(LEGAL_TOPIC_NAME)
 
 class DataDirectoryLockedError(KafkaStorageError):
     """Another process owns this data directory."""
+
+
+def _record_holder(fd: int) -> None:
+    """Write this process's pid into the lock file, so a process refused the lock can
+    say who holds it. Advisory: the flock is the lock, and a full disk must not stop a
+    start (the pid is then missing, not wrong: the file is truncated first)."""
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    except OSError as e:
+        log.warning("could not record the pid in %s: %s", filenames.LOCK_FILE, e.strerror)
+
+
+def _release(fd: int) -> None:
+    """Empty the lock file (its pid is no longer the holder) and drop the lock."""
+    try:
+        os.ftruncate(fd, 0)
+    except OSError:
+        pass  # the pid stays; only a holder's pid is ever read
+    os.close(fd)
+
+
+def _lock_holder(fd: int) -> str:
+    """`` (pid 123: python run.py --data-dir data)``: the holder the lock file names,
+    with its command line when ``/proc`` shows it; empty when the file names none."""
+    text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+    if not text.isdigit():
+        return ""
+    try:
+        argv = Path(f"/proc/{text}/cmdline").read_bytes().rstrip(b"\0").split(b"\0")
+    except OSError:
+        return f" (pid {text})"
+    return f" (pid {text}: {' '.join(a.decode(errors='replace') for a in argv)})"
 
 
 @dataclass(frozen=True)
@@ -193,7 +226,7 @@ class LogManager:
         except BaseException as e:
             for log_ in self.logs.values():
                 log_.close(clean=False)
-            os.close(self._lock_fd)  # a failed open must not keep the directory
+            _release(self._lock_fd)  # a failed open must not keep the directory
             if isinstance(e, OSError):  # a full disk, say: KAFKA_STORAGE_ERROR, one clear line
                 raise storage_error(e, f"cannot open data directory {self.data_dir}") from e
             raise
@@ -228,9 +261,13 @@ class LogManager:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
+            holder = _lock_holder(fd)
             os.close(fd)
             raise DataDirectoryLockedError(
-                f"data directory {self.data_dir} is in use by another process") from None
+                f"data directory {self.data_dir} is in use by another process{holder}: stop that process, "
+                "or open another data directory (a running broker is reached through its listeners, "
+                "not its files)") from None
+        _record_holder(fd)
         return fd
 
     def _meta_properties(self) -> tuple[str, int]:
@@ -429,7 +466,7 @@ class LogManager:
             log.error("closing %s: %s", self.data_dir, e)
             clean = False
         finally:
-            os.close(self._lock_fd)
+            _release(self._lock_fd)
         if requested and not clean:
             log.warning("closed %s uncleanly: the next start recovers its logs from their recovery points",
                         self.data_dir)

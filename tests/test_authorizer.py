@@ -16,8 +16,8 @@ from app.security.acl import AclOperation as O
 from app.security.acl import AclPermissionType as P
 from app.security.acl import PatternType as T
 from app.security.acl import ResourceType as R
+from app.security.acl import SUPPORTED_OPERATIONS
 from app.security.authorizer import (
-    SUPPORTED_OPERATIONS,
     Reason,
     StandardAuthorizer,
     operations_bit_field,

@@ -93,6 +93,8 @@ def test_second_process_on_same_data_dir_is_refused(tmp_path: Path) -> None:
         code, _, err = run_to_exit(serve(tmp_path / "d"))
         assert code == 1
         assert "in use by another process" in err
+        assert f"(pid {first.pid}: {sys.executable} {REPO / 'run.py'} --data-dir" in err  # who, and what to do:
+        assert "stop that process, or open another data directory" in err
     finally:
         first.send_signal(signal.SIGTERM)
         run_to_exit(first)

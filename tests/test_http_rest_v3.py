@@ -6,6 +6,7 @@ client over a real broker."""
 
 from __future__ import annotations
 
+import dataclasses
 import http.client
 import json
 import re
@@ -20,10 +21,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app import Broker
+from app.config import TOPIC_DEFAULTS, BrokerConfig
 from app.http import codec, create_app
 from app.http.codec import MAX_TIME_MS, iso_time
 from app.http.validation import json_values
 from app.http.server import HttpServer
+from app.kafka import attach as attach_kafka
 from coordinator import consumer_protocol
 from coordinator.group_metadata import CommittedOffset
 from coordinator.transaction_coordinator import TransactionCoordinator
@@ -35,13 +38,9 @@ from tests.test_http_api import Api, api, app, record, string, topics, txn_body 
 
 SHAPES = json.loads((Path(__file__).parent / "data" / "confluent_v3_shapes.json").read_text())
 
-#: required fields of the proxy's resources that Exactly does not offer (one node: no
-#: reassignments; no cluster-wide dynamic configs) -- README's compatibility
-#: table lists them under "not offered"
-NOT_OFFERED = {
-    "KafkaCluster": {"broker_configs", "partition_reassignments"},
-    "KafkaTopic": {"partition_reassignments"},
-    "KafkaPartition": {"reassignment"},
+#: required fields of the proxy's resources that Exactly does not offer -- README's
+#: compatibility table lists them under "not offered" (none left)
+NOT_OFFERED: dict[str, set[str]] = {
 }
 
 
@@ -482,8 +481,9 @@ def test_validate_only_checks_and_changes_nothing(topics: Api, broker: Broker) -
     assert config(topics, "orders", "retention.ms")["is_default"] is True
     check_error(topics.client.post(f"{topics.base}/topics/orders/configs:alter", json={
         "data": [{"name": "retention.ms", "value": "-5"}], "validate_only": True}), "INVALID_CONFIG")
+    # 200, not 201: the proxy's dry run (api/v3/openapi.yaml: "200 returned when dry-run mode is being used")
     would_be = topics.post("/topics", {"topic_name": "dry", "partitions_count": 3, "validate_only": True,
-                                       "configs": [{"name": "compression.type", "value": "lz4"}]}, status=201)
+                                       "configs": [{"name": "compression.type", "value": "lz4"}]}, status=200)
     assert (would_be["topic_name"], would_be["partitions_count"], would_be["topic_id"]) == ("dry", 3, None)
     assert "dry" not in broker.engine._logs.topics
     assert not any(p.name.startswith("dry-") for p in broker.engine._logs.data_dir.iterdir())
@@ -579,6 +579,77 @@ def test_broker_configs_are_the_settings_given_at_start_and_hide_secrets(tmp_pat
         assert api.error("GET", f"/brokers/{node + 1}/configs", 404) == "NOT_FOUND"
 
 
+def test_the_broker_names_the_kafka_address_clients_are_told(topics: Api, broker: Broker) -> None:
+    node = broker.engine._logs.node_id
+    assert (topics.get(f"/brokers/{node}")["host"], topics.get(f"/brokers/{node}")["port"]) == (None, None)
+    sock = socket.create_server(("127.0.0.1", 0))
+    listener = attach_kafka(broker.engine, sock)  # what `exactly serve` attaches
+    try:
+        (listed,) = topics.get("/brokers")["data"]
+        assert (listed["host"], listed["port"]) == ("127.0.0.1", sock.getsockname()[1])
+    finally:
+        listener.close()
+        sock.close()
+
+
+def test_broker_configs_are_every_config_kafka_lists_that_this_broker_knows(tmp_path: Path) -> None:
+    """Kafka lists the topic defaults under their broker-level names (log.segment.bytes),
+    beside the broker's own settings; all static here, so changing one is refused as
+    Kafka refuses a read-only config."""
+    with Broker(tmp_path / "data", **SMALL_INTERNAL_TOPICS, **{"log.segment.bytes": 1 << 20}) as broker:
+        api = Api(create_app(broker.engine, test_config={"TESTING": True}).test_client(), broker.cluster_id)
+        node = broker.engine._logs.node_id
+        listed = api.get(f"/brokers/{node}/configs")
+        check_list(listed, "KafkaBrokerConfigList")
+        configs = {c["name"]: c for c in listed["data"]}
+        settings = {f.name.replace("_", ".") for f in dataclasses.fields(BrokerConfig) if f.name != "log"}
+        assert set(configs) == settings | set(TOPIC_DEFAULTS)
+        segment = api.get(f"/brokers/{node}/configs/log.segment.bytes")
+        assert (segment["value"], segment["source"], segment["synonyms"][1]["value"]) == (
+            str(1 << 20), "STATIC_BROKER_CONFIG", "1073741824")
+        assert configs["log.cleaner.delete.retention.ms"]["value"] == "86400000"
+        assert configs["log.cleaner.delete.retention.ms"]["is_default"]
+        for method, path, body in (("PUT", f"/brokers/{node}/configs/log.segment.bytes", {"value": "1"}),
+                                   ("DELETE", f"/brokers/{node}/configs/num.partitions", None),
+                                   ("POST", f"/brokers/{node}/configs:alter", {"data": [{"name": "num.partitions",
+                                                                                       "value": "2"}]})):
+            assert api.error(method, path, 400, body) == "INVALID_REQUEST"
+        assert api.get(f"/brokers/{node}/configs/num.partitions")["value"] == "1"
+
+
+def test_cluster_wide_broker_configs_are_kafka_s_dynamic_defaults_none_here(topics: Api) -> None:
+    cluster = topics.get("")
+    listed = topics.client.get(cluster["broker_configs"]["related"]).json
+    assert (listed["kind"], listed["data"]) == ("KafkaClusterConfigList", [])
+    assert listed["metadata"]["self"].endswith("/broker-configs")
+    assert topics.error("GET", "/broker-configs/num.partitions", 404) == "NOT_FOUND"
+    assert topics.error("PUT", "/broker-configs/num.partitions", 400, {"value": "2"}) == "INVALID_REQUEST"
+    assert topics.error("DELETE", "/broker-configs/num.partitions", 400) == "INVALID_REQUEST"
+    assert topics.error("POST", "/broker-configs:alter", 400,
+                        {"data": [{"name": "num.partitions", "value": "2"}]}) == "INVALID_REQUEST"
+    assert topics.error("PUT", "/broker-configs/num.partitions", 400, {"value": 2}) == "INVALID_REQUEST"
+
+
+def test_topics_carry_authorized_operations_and_reassignment_links(topics: Api) -> None:
+    """``authorized_operations`` is empty unless asked for, as the proxy; asked, it is
+    every topic operation while no authorizer is configured (Kafka's answer)."""
+    assert topics.get("/topics/orders")["authorized_operations"] == []
+    asked = topics.get("/topics/orders", include_authorized_operations="true")
+    assert asked["authorized_operations"] == ["ALTER", "ALTER_CONFIGS", "CREATE", "DELETE", "DESCRIBE",
+                                              "DESCRIBE_CONFIGS", "READ", "WRITE"]
+    listed = topics.get("/topics", include_authorized_operations="true")["data"]
+    assert all(t["authorized_operations"] == asked["authorized_operations"] for t in listed)
+    none = topics.client.get(asked["partition_reassignments"]["related"]).json
+    assert (none["kind"], none["data"]) == ("KafkaReassignmentList", [])
+    everywhere = topics.client.get(topics.get("")["partition_reassignments"]["related"]).json
+    assert (everywhere["kind"], everywhere["data"]) == ("KafkaReassignmentList", [])
+    partition = topics.get("/topics/orders/partitions/1")
+    assert partition["reassignment"]["related"].endswith("/topics/orders/partitions/1/reassignment")
+    assert topics.client.get(partition["reassignment"]["related"]).status_code == 404
+    assert topics.error("GET", "/topics/nope/partitions/-/reassignment", 404) == "UNKNOWN_TOPIC_OR_PARTITION"
+    assert topics.error("GET", "/topics/orders/partitions/7/reassignment", 404) == "UNKNOWN_TOPIC_OR_PARTITION"
+
+
 # -- consumers and lags -------------------------------------------------------------------------
 
 
@@ -653,8 +724,7 @@ def test_the_readme_s_table_names_what_is_not_offered() -> None:
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     section = readme[readme.index("### Confluent REST v3 compatibility"):]
     not_offered = section[section.index("**Not offered**"):section.index("Security.")]
-    named = {"broker_configs": "cluster configs",
-             "partition_reassignments": "partition reassignments", "reassignment": "partition reassignments"}
+    named: dict[str, str] = {}
     for fields in NOT_OFFERED.values():
         for field in fields:
             assert named[field] in not_offered, field

@@ -39,7 +39,14 @@ class Forbid:
 
 
 LOG = "storage.partition_log"
+#: the Spark face: the only modules that may import the ``spark`` extra's packages
+SPARK_FACE = ("app.spark", *(f"app.spark.{p.stem}" for p in (REPO / "app" / "spark").glob("*.py")))
+#: what `make run` leaves out (pyproject's ``spark`` extra): the broker never imports it
+SPARK_EXTRA = ("pyspark", "confluent_kafka")
 IMPORT_RULES = (
+    *(Forbid(package, extra, "`make run` installs the broker alone (pip install -e .): only app/spark/ "
+             "imports the spark extra", exempt=SPARK_FACE)
+      for package in PACKAGES for extra in SPARK_EXTRA),
     Forbid("storage", "coordinator", "storage knows nothing of the coordinators"),
     Forbid("storage", "app", "storage knows nothing of the broker"),
     Forbid("coordinator", "app", "the coordinators know nothing of the broker"),

@@ -111,6 +111,7 @@ def test_wheel_holds_every_module_template_static_file_and_migration(installed: 
             "coordinator/migrations/env.py", "coordinator/migrations/script.py.mako",
             "coordinator/migrations/versions/0001_initial.py"} <= expected
     assert expected - names == set(), "files the wheel leaves out"
+    assert "pyspark_exactly.py" in names  # Spark's discovery of the data source
 
 
 def test_wheel_and_installed_files_have_no_tests(installed: Installed):

@@ -47,7 +47,8 @@ from app.engine.views import GroupView, PartitionOffsets
 from app.engine.worker import Worker
 from app.faults.fault import Faults
 from app.security.acl import AclBinding, AclBindingFilter, AclOperation, ResourceType
-from app.security.authorizer import SUPPORTED_OPERATIONS, Decision, Reason, StandardAuthorizer
+from app.security.acl import SUPPORTED_OPERATIONS
+from app.security.authorizer import Decision, Reason, StandardAuthorizer
 from app.security.credentials import ScramCredentials
 from app.security.principal import USER_TYPE, KafkaPrincipal
 from app.security.scram import ScramMechanism, password_matches
@@ -187,6 +188,9 @@ class Engine:
         self.kafka_connections: set[Any] = set()
         #: the faults installed on purpose (``app/faults/``): the listener checks it, every face changes it
         self.faults = Faults()
+        #: ``(host, port)`` clients are told to connect to, once a Kafka listener serves
+        #: (``app/kafka/server.py``); None without one (an embedded Broker)
+        self.kafka_address: tuple[str, int] | None = None
         io = EngineCoordinatorIO(self)
         max_seen_coordinator_epoch = max(
             (entry.coordinator_epoch for log_ in self._logs for entry in log_.producer_state), default=-1)

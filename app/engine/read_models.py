@@ -18,7 +18,7 @@ from collections import Counter
 from dataclasses import asdict, fields
 from typing import TYPE_CHECKING, Any, Iterator
 
-from app.config import BrokerConfig
+from app.config import TOPIC_DEFAULTS, BrokerConfig
 from coordinator import consumer_protocol
 from coordinator.internal_topics import INTERNAL_TOPICS
 from coordinator.schema import SchemaError
@@ -116,16 +116,17 @@ SENSITIVE_CONFIGS = frozenset({"http.auth.token"})
 
 
 async def broker_configs(engine: "Engine") -> list[dict[str, Any]]:
-    """This broker's settings (``app/config.py``), by name, in :func:`topic_configs`'
-    form: given at start-up (STATIC_BROKER_CONFIG) or Kafka's default, all read-only
-    (they change with a restart), a sensitive one's value null."""
-    defaults = BrokerConfig()
+    """This broker's settings (``app/config.py``) and the broker-wide defaults of the
+    topic configs under their broker-level names (``log.segment.bytes``), by name, in
+    :func:`topic_configs`' form: given at start-up (STATIC_BROKER_CONFIG) or Kafka's
+    default, all read-only (they change with a restart), a sensitive one's value null."""
+    defaults, topic_defaults, kafka = BrokerConfig(), engine._logs.defaults.to_kafka(), LogConfig().to_kafka()
+    settings = {f.name.replace("_", "."): (getattr(engine.config, f.name), getattr(defaults, f.name))
+                for f in fields(BrokerConfig) if f.name != "log"}  # "log": the topic defaults, below
+    settings.update({name: (topic_defaults[topic], kafka[topic]) for name, topic in TOPIC_DEFAULTS.items()})
     result = []
-    for f in sorted(fields(BrokerConfig), key=lambda f: f.name):
-        if f.name == "log":  # the topic defaults: each topic's configs show them
-            continue
-        name, value = f.name.replace("_", "."), getattr(engine.config, f.name)
-        source = STATIC_BROKER_CONFIG if value != getattr(defaults, f.name) else DEFAULT_CONFIG
+    for name, (value, default) in sorted(settings.items()):
+        source = STATIC_BROKER_CONFIG if value != default else DEFAULT_CONFIG
         sensitive = name in SENSITIVE_CONFIGS
         result.append({"name": name, "value": None if sensitive else LogConfig.kafka_text(value),
                        "is_default": source == DEFAULT_CONFIG, "source": source, "is_read_only": True,

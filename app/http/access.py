@@ -136,6 +136,14 @@ NEEDS: dict[str, tuple[Need, ...]] = {
     "api.configs.list_all_broker_configs": (cluster(O.DESCRIBE_CONFIGS),),
     "api.configs.list_broker_configs": (cluster(O.DESCRIBE_CONFIGS),),
     "api.configs.get_broker_config": (cluster(O.DESCRIBE_CONFIGS),),
+    "api.configs.change_broker_configs": (cluster(O.ALTER_CONFIGS),),  # refused: read-only here, after this
+    "api.configs.list_cluster_configs": (cluster(O.DESCRIBE_CONFIGS),),
+    "api.configs.get_cluster_config": (cluster(O.DESCRIBE_CONFIGS),),
+    "api.configs.change_cluster_configs": (cluster(O.ALTER_CONFIGS),),
+    # reassignments (always none on one node): what Describe on a topic shows
+    "api.list_all_reassignments": (listed(TOPIC, O.DESCRIBE),),
+    "api.list_topic_reassignments": (path(TOPIC, O.DESCRIBE, "topic_name"),),
+    "api.get_reassignment": (path(TOPIC, O.DESCRIBE, "topic_name"),),
     "api.acls.search_acls": (cluster(O.DESCRIBE),),
     "api.acls.create_acl": (cluster(O.ALTER),),
     "api.acls.delete_acls": (cluster(O.ALTER),),

@@ -18,7 +18,9 @@ from flask import Blueprint, abort, g, jsonify, request
 from app.engine import read_models
 from app.http import (access, acls, audit, configs, current_engine, document, errors, events, faults, groups,
                       models, records, transactions)
-from app.http.validation import body
+from app.http.validation import body, query
+from app.security.acl import ResourceType
+from app.security.principal import ANONYMOUS
 from app.http.resources import check_broker, cluster_id, crn, listing, related, resource
 from storage.errors import UnknownTopicOrPartitionError
 
@@ -74,7 +76,8 @@ def _missing_partition(engine, topic: str, partition: int) -> UnknownTopicOrPart
 def _cluster() -> dict:
     node = current_engine().node_id
     return resource("KafkaCluster", (), crn(), cluster_id=cluster_id(), controller=related("brokers", node),
-                    brokers=related("brokers"), topics=related("topics"),
+                    brokers=related("brokers"), broker_configs=related("broker-configs"),
+                    partition_reassignments=related(*ALL_REASSIGNMENTS), topics=related("topics"),
                     consumer_groups=related("consumer-groups"), acls=related("acls"),
                     transactions=related("transactions"))
 
@@ -96,12 +99,13 @@ def get_cluster():
 
 
 def _broker() -> dict:
-    """This node; ``host`` and ``port`` are its advertised Kafka address when
-    ``advertised.listeners`` names one (the HTTP face does not know the listener's
-    bound address otherwise: null, as the REST proxy allows)."""
+    """This node; ``host`` and ``port`` are the Kafka address clients are told to
+    connect to (``advertised.listeners``, else the Kafka listener's own address), as
+    the REST proxy answers them; null only when no Kafka listener serves (an embedded
+    ``Broker`` with the HTTP face alone)."""
     engine = current_engine()
     node = engine.node_id
-    host, port = engine.config.advertised_listener() or (None, None)
+    host, port = engine.kafka_address or engine.config.advertised_listener() or (None, None)
     return resource("KafkaBroker", ("brokers", node), crn(broker=node), cluster_id=cluster_id(),
                     broker_id=node, host=host, port=port, rack=None, configs=related("brokers", node, "configs"),
                     partition_replicas=related("brokers", node, "partition-replicas"))
@@ -142,7 +146,21 @@ def topic_resource(topic: dict, effective_configs: list[dict] | None) -> dict:
                     is_internal=topic["is_internal"], replication_factor=1,
                     partitions_count=topic["partitions_count"],
                     partitions=related("topics", name, "partitions"), configs=related("topics", name, "configs"),
+                    partition_reassignments=related("topics", name, "partitions", "-", "reassignment"),
+                    authorized_operations=_authorized_operations(name),
                     effective_configs=effective_configs)
+
+
+def _authorized_operations(topic: str) -> list[str]:
+    """The proxy's ``authorized_operations``: with ``include_authorized_operations=true``
+    what the caller may do on the topic (Kafka's answer to DescribeTopics with
+    ``include_topic_authorized_operations``), else empty."""
+    if query(models.TopicQuery).include_authorized_operations != "true":
+        return []
+    engine = current_engine()
+    allowed = engine.authorized_operations(g.get("principal", ANONYMOUS), request.remote_addr or "",
+                                           ResourceType.TOPIC, topic)
+    return sorted(op.name for op in allowed)
 
 
 async def _topics_with_configs(engine, name: str | None = None) -> list[tuple[dict, list[dict]]]:
@@ -162,8 +180,8 @@ def list_topics():
 
 @bp.post("/v3/clusters/<cluster_id>/topics")
 def create_topic():
-    """CreateTopics; with ``validate_only`` the answer is the topic as it would be,
-    and nothing is created."""
+    """CreateTopics: 201 and the topic; with ``validate_only`` 200 (as the proxy's
+    dry run) and the topic as it would be, nothing created."""
     wanted = body(models.CreateTopic)
     name, count = wanted.topic_name, wanted.partitions_count
     if not access.allows(access.CLUSTER, access.O.CREATE):  # CreateTopics: Create on the Cluster, or the topic
@@ -176,7 +194,7 @@ def create_topic():
     if validate_only:
         would_be = {"topic_name": name, "topic_id": None, "is_internal": False,
                     "partitions_count": count or engine.config.num_partitions}
-        return jsonify(topic_resource(would_be, None)), 201
+        return jsonify(topic_resource(would_be, None)), 200
     return jsonify(topic_resource(*engine.call(_topics_with_configs, engine, name)[0])), 201
 
 
@@ -213,7 +231,7 @@ def partition_resource(p: dict) -> dict:
     return resource("KafkaPartition", here, crn(topic=topic, partition=partition), cluster_id=cluster_id(),
                     topic_name=topic, partition_id=partition,
                     leader=related(*here, "replicas", current_engine().node_id),
-                    replicas=related(*here, "replicas"), **fields,
+                    replicas=related(*here, "replicas"), reassignment=related(*here, "reassignment"), **fields,
                     records=related(*here, "records"), producers=related(*here, "producers"))
 
 
@@ -255,6 +273,33 @@ def get_replica(topic_name: str, partition_id: int, broker_id: int):
     if broker_id != engine.node_id:
         raise UnknownTopicOrPartitionError(f"{topic_name}-{partition_id} has no replica on broker {broker_id}")
     return jsonify(_replica(topic_name, partition_id))
+
+
+# -- reassignments: none on one node ---------------------------------------------------------
+
+#: the proxy's path of every ongoing reassignment (the cluster links to it)
+ALL_REASSIGNMENTS = ("topics", "-", "partitions", "-", "reassignment")
+
+
+@bp.get("/v3/clusters/<cluster_id>/topics/-/partitions/-/reassignment")
+def list_all_reassignments():
+    """The proxy's ongoing replica reassignments: none, ever (one replica, one node)."""
+    return jsonify(listing("KafkaReassignmentList", ALL_REASSIGNMENTS, []))
+
+
+@bp.get("/v3/clusters/<cluster_id>/topics/<topic_name>/partitions/-/reassignment")
+def list_topic_reassignments(topic_name: str):
+    engine = current_engine()
+    engine.call(read_models.topic, engine, topic_name)  # UNKNOWN_TOPIC_OR_PARTITION
+    return jsonify(listing("KafkaReassignmentList", ("topics", topic_name, "partitions", "-", "reassignment"), []))
+
+
+@bp.get("/v3/clusters/<cluster_id>/topics/<topic_name>/partitions/<int:partition_id>/reassignment")
+def get_reassignment(topic_name: str, partition_id: int):
+    """404, as the proxy answers a partition with no reassignment in progress."""
+    engine = current_engine()
+    engine.call(read_models.partition, engine, topic_name, partition_id)
+    abort(404, f"{topic_name}-{partition_id} has no reassignment in progress (one node: there is never one)")
 
 
 def producer_resource(topic: str, partition: int, producer: dict) -> dict:

@@ -1,6 +1,7 @@
-"""Configs as REST Proxy v3 resources: ``.../topics/<topic>/configs`` and
-``.../brokers/<id>/configs`` (this broker's settings, read-only: they change with a
-restart).
+"""Configs as REST Proxy v3 resources: ``.../topics/<topic>/configs``,
+``.../brokers/<id>/configs`` (this broker's settings and the topic defaults under their
+broker-level names, read-only: they change with a restart) and ``.../broker-configs``
+(the cluster-wide dynamic ones: none, as no broker config is dynamic here).
 
 ``GET .../configs`` lists every config of the topic with its effective value and
 where it comes from (``app.engine.read_models.topic_configs``: set on the topic, a
@@ -22,9 +23,9 @@ from __future__ import annotations
 from dataclasses import fields
 from typing import Any
 
-from flask import Blueprint, abort, jsonify
+from flask import Blueprint, abort, jsonify, request
 
-from app.config import BrokerConfig
+from app.config import TOPIC_DEFAULTS, BrokerConfig, static_config_change
 from app.engine import read_models
 from app.http import access, current_engine, models
 from app.http.validation import body
@@ -38,8 +39,10 @@ CONFIGS = "/v3/clusters/<cluster_id>/topics/<topic_name>/configs"
 BROKER_CONFIGS = "/v3/clusters/<cluster_id>/brokers/<int:broker_id>/configs"
 #: Kafka's defaults, for the DEFAULT_CONFIG synonym of a config that is set
 KAFKA_DEFAULTS = {k: LogConfig.kafka_text(v) for k, v in LogConfig().to_kafka().items()}
-BROKER_DEFAULTS = {f.name.replace("_", "."): LogConfig.kafka_text(getattr(BrokerConfig(), f.name))
-                   for f in fields(BrokerConfig) if f.name != "log"}
+#: Kafka's defaults of the broker's configs: its settings and the topic defaults
+BROKER_DEFAULTS = {**{f.name.replace("_", "."): LogConfig.kafka_text(getattr(BrokerConfig(), f.name))
+                      for f in fields(BrokerConfig) if f.name != "log"},
+                   **{name: KAFKA_DEFAULTS[topic] for name, topic in TOPIC_DEFAULTS.items()}}
 
 
 def config_resource(topic: str, config: dict[str, Any]) -> dict[str, Any]:
@@ -143,6 +146,51 @@ def broker_config_resource(broker_id: int, config: dict[str, Any]) -> dict[str, 
     return resource("KafkaBrokerConfig", ("brokers", broker_id, "configs", name),
                     crn(broker=broker_id, config=name), cluster_id=cluster_id(), broker_id=broker_id, **config,
                     synonyms=_synonyms(config, default))
+
+
+def _refuse_change(name: str | None = None):
+    """A change to broker configs (one ``name``, or a batch alter's body), refused as
+    Kafka refuses a read-only config (``app.config.static_config_change``); the body is
+    read first, so a malformed one is named as such."""
+    if name is None:
+        raise static_config_change(item.name for item in body(models.AlterConfigs).data)
+    if request.method == "PUT":
+        body(models.UpdateConfig)
+    raise static_config_change([name])
+
+
+@bp.put(BROKER_CONFIGS + "/<name>")
+@bp.delete(BROKER_CONFIGS + "/<name>")
+@bp.post(BROKER_CONFIGS + ":alter")
+def change_broker_configs(broker_id: int, name: str | None = None):
+    check_broker(broker_id)
+    _refuse_change(name)
+
+
+# -- cluster-wide broker configs --------------------------------------------------------
+# Kafka's dynamic cluster-wide defaults (DYNAMIC_DEFAULT_BROKER_CONFIG): this broker's
+# configs are all static, so there are none to list or read, and setting one is
+# refused as Kafka refuses a read-only config.
+
+CLUSTER_CONFIGS = "/v3/clusters/<cluster_id>/broker-configs"
+
+
+@bp.get(CLUSTER_CONFIGS)
+def list_cluster_configs():
+    return jsonify(listing("KafkaClusterConfigList", ("broker-configs",), []))
+
+
+@bp.get(CLUSTER_CONFIGS + "/<name>")
+def get_cluster_config(name: str):
+    abort(404, f"no dynamic cluster-wide broker config {name!r}: this broker's configs are static "
+               f"(GET .../brokers/{current_engine().node_id}/configs/{name} shows its value)")
+
+
+@bp.put(CLUSTER_CONFIGS + "/<name>")
+@bp.delete(CLUSTER_CONFIGS + "/<name>")
+@bp.post(CLUSTER_CONFIGS + ":alter")
+def change_cluster_configs(name: str | None = None):
+    _refuse_change(name)
 
 
 @bp.get("/v3/clusters/<cluster_id>/brokers/-/configs")

@@ -57,6 +57,8 @@ class Operation:
     query: type[m.Query] | None = None
     idempotent: bool = False
     description: str = ""
+    #: another success status with the same answer (create topic's dry run: 200)
+    also_ok: int | None = None
 
 
 C = "/v3/clusters/{cluster_id}"
@@ -70,7 +72,20 @@ A = C + "/acls"
 CO = G + "/consumers/{consumer_id}"
 F = C + "/faults"
 CHANGES = (404, 503)
+STATIC = ("Refused (400 INVALID_REQUEST), as Kafka refuses a read-only config: this broker's configs are set at "
+          "start-up and change with a restart.")
+NO_REASSIGNMENT = "One node, one replica: no reassignment is ever in progress (an empty list)."
 TXN = (404, 409, 503)
+
+def _refused_changes(path: str, what: str) -> tuple[Operation, ...]:
+    """The proxy's PUT, DELETE and batch alter of configs this broker holds static."""
+    return (Operation("put", path + "/{name}", f"Update {what} config", "Configs", 204, None, CHANGES,
+                      body=m.UpdateConfig, description=STATIC),
+            Operation("delete", path + "/{name}", f"Reset {what} config", "Configs", 204, None, CHANGES,
+                      description=STATIC),
+            Operation("post", path + ":alter", f"Batch alter {what} configs", "Configs", 204, None, CHANGES,
+                      body=m.AlterConfigs, description=STATIC))
+
 
 OPERATIONS = (
     Operation("get", "/v3/clusters", "List clusters", "Cluster", 200, m.listing(m.Cluster), ()),
@@ -82,9 +97,17 @@ OPERATIONS = (
     Operation("get", B + "/configs", "List broker configs", "Configs", 200, m.listing(m.BrokerConfig),
               description="This broker's settings; read-only (set at start-up)."),
     Operation("get", B + "/configs/{name}", "Get broker config", "Configs", 200, m.BrokerConfig),
+    *_refused_changes(B + "/configs", "broker"),
+    Operation("get", C + "/broker-configs", "List cluster configs", "Configs", 200, m.listing(m.ClusterConfig),
+              description="The dynamic cluster-wide broker configs: none (this broker's configs are static)."),
+    Operation("get", C + "/broker-configs/{name}", "Get cluster config", "Configs", 200, m.ClusterConfig,
+              description="404: no config is dynamic here (GET .../brokers/{broker_id}/configs/{name} has "
+                          "the value)."),
+    *_refused_changes(C + "/broker-configs", "cluster"),
     Operation("get", B + "/partition-replicas", "List broker replicas", "Broker", 200, m.listing(m.Replica)),
-    Operation("get", C + "/topics", "List topics", "Topic", 200, m.listing(m.Topic)),
-    Operation("post", C + "/topics", "Create topic", "Topic", 201, m.Topic, CHANGES, body=m.CreateTopic),
+    Operation("get", C + "/topics", "List topics", "Topic", 200, m.listing(m.Topic), query=m.TopicQuery),
+    Operation("post", C + "/topics", "Create topic", "Topic", 201, m.Topic, CHANGES, body=m.CreateTopic,
+              also_ok=200, description="201: created; 200: validate_only, nothing created (the proxy's dry run)."),
     Operation("get", CF, "List topic configs", "Configs", 200, m.listing(m.TopicConfig)),
     Operation("get", CF + "/{name}", "Get topic config", "Configs", 200, m.TopicConfig),
     Operation("put", CF + "/{name}", "Update topic config", "Configs", 204, None, CHANGES, body=m.UpdateConfig),
@@ -93,7 +116,7 @@ OPERATIONS = (
               body=m.AlterConfigs,
               description="SET or DELETE several configs at once, all or nothing; validate_only checks and "
                           "changes nothing."),
-    Operation("get", T, "Get topic", "Topic", 200, m.Topic),
+    Operation("get", T, "Get topic", "Topic", 200, m.Topic, query=m.TopicQuery),
     Operation("patch", T, "Update partition count", "Topic", 200, m.Topic, CHANGES, body=m.UpdatePartitionCount,
               description="CreatePartitions: the count can only grow."),
     Operation("delete", T, "Delete topic", "Topic", 204, None, CHANGES),
@@ -101,6 +124,12 @@ OPERATIONS = (
     Operation("get", P, "Get partition", "Partition", 200, m.Partition,
               description="Offsets, and the open transactions holding the LSO back."),
     Operation("get", P + "/replicas", "List replicas", "Partition", 200, m.listing(m.Replica)),
+    Operation("get", C + "/topics/-/partitions/-/reassignment", "List all replica reassignments", "Partition", 200,
+              m.listing(m.Reassignment), (), description=NO_REASSIGNMENT),
+    Operation("get", T + "/partitions/-/reassignment", "Search replica reassignments by topic", "Partition", 200,
+              m.listing(m.Reassignment), description=NO_REASSIGNMENT),
+    Operation("get", P + "/reassignment", "Get replica reassignments", "Partition", 200, m.Reassignment,
+              description=NO_REASSIGNMENT + " A partition's is 404."),
     Operation("get", P + "/replicas/{broker_id}", "Get replica", "Partition", 200, m.Replica),
     Operation("get", P + "/offset", "Get partition offsets", "Records", 200, m.PartitionOffsets,
               query=m.PartitionOffsetsQuery),
@@ -250,7 +279,8 @@ def _operation(op: Operation) -> dict[str, Any]:
     parameters = sorted(_parameters(m.PathParameters, "path", names), key=lambda p: names.index(p["name"]))
     parameters += _parameters(op.query, "query") if op.query else []
     parameters += _parameters(m.IdempotencyHeader, "header") if op.idempotent else []
-    responses: dict[str, Any] = {str(op.ok): {"description": "OK", **(_json(_ref(op.answer)) if op.answer else {})}}
+    responses: dict[str, Any] = {str(ok): {"description": "OK", **(_json(_ref(op.answer)) if op.answer else {})}
+                                 for ok in sorted({op.ok, op.also_ok or op.ok})}
     # any request whose body passes MAX_CONTENT_LENGTH is refused 413 before it is read
     codes = {400, 401, 403, 413, *op.errors, *((415,) if op.body else ()),
              *((422,) if op.idempotent else ())}

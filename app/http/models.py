@@ -25,7 +25,7 @@ from app.engine.engine import MAX_PARTITIONS_PER_REQUEST
 from app.faults.events import Coordinator, Event
 from app.faults.fault import Action
 from app.http.codec import MAX_TIME_MS
-from app.security.acl import AclOperation, AclPermissionType, PatternType, ResourceType
+from app.security.acl import SUPPORTED_OPERATIONS, AclOperation, AclPermissionType, PatternType, ResourceType
 from coordinator.group_metadata import GroupState
 from coordinator.transaction_state import AbortCause, TransactionState
 from storage.log_config import LogConfig
@@ -55,6 +55,8 @@ OUTCOMES = tuple(sorted({state.outcome.name for state in TransactionState if sta
 ABORT_CAUSES = tuple(cause.value for cause in AbortCause)
 GROUP_STATES = tuple(state.name for state in GroupState)
 CONFIG_NAMES = tuple(sorted(LogConfig().to_kafka()))
+#: a topic's operations, as the proxy spells ``authorized_operations``
+TOPIC_OPERATIONS = tuple(sorted(op.name for op in SUPPORTED_OPERATIONS[ResourceType.TOPIC]))
 CONFIG_SOURCES = ("DYNAMIC_TOPIC_CONFIG", "STATIC_BROKER_CONFIG", "DEFAULT_CONFIG")
 BASE64 = r"^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
 BATCH_ID = r"^[0-9a-zA-Z_-]{1,80}$"
@@ -300,6 +302,11 @@ class TransactionsQuery(Query):
                                          description="only these states (repeatable)")
 
 
+class TopicQuery(Query):
+    include_authorized_operations: Literal["true", "false"] = Field("false", description=(
+        "true: each topic's authorized_operations lists what the caller may do on it (else empty, as the proxy)"))
+
+
 class TransactionQuery(Query):
     history_limit: QueryInt(0, MAX_HISTORY) = Field(20, description="finished transactions to show")
 
@@ -447,6 +454,8 @@ class Cluster(Resource):
     cluster_id: str
     controller: Related
     brokers: Related
+    broker_configs: Related
+    partition_reassignments: Related
     topics: Related
     consumer_groups: Related
     acls: Related
@@ -457,7 +466,7 @@ class Broker(Resource):
     kind: Literal["KafkaBroker"]
     cluster_id: str
     broker_id: PartitionId
-    host: Optional[str] = Field(description="the advertised Kafka host; null when advertised.listeners is not set")
+    host: Optional[str] = Field(description="the Kafka host clients are told to connect to (advertised.listeners, else the listener's address); null when no Kafka listener serves")
     port: Optional[Int(maximum=65535)]
     rack: Optional[str]
     configs: Related
@@ -494,6 +503,10 @@ class Topic(Resource):
     partitions_count: Int(1, INT32_MAX)
     partitions: Related
     configs: Related
+    partition_reassignments: Related
+    authorized_operations: list[Literal[TOPIC_OPERATIONS]] = Field(description=(  # type: ignore[valid-type]
+        "with include_authorized_operations=true, what the caller may do on the topic (every operation while "
+        "no authorizer is configured); else empty"))
     effective_configs: Optional[list[EffectiveConfig]] = Field(description=(
         "every config, its value and where it comes from (Exactly's); null in a validate_only answer"))
 
@@ -510,6 +523,31 @@ class TopicConfig(EffectiveConfig):
     cluster_id: str
     topic_name: str
     synonyms: list[ConfigSynonym]
+
+
+class ClusterConfig(Resource):
+    """A dynamic cluster-wide broker config (Kafka's DYNAMIC_DEFAULT_BROKER_CONFIG)."""
+
+    kind: Literal["KafkaClusterConfig"]
+    cluster_id: str
+    config_type: Literal["BROKER"]
+    name: str
+    value: Optional[str]
+    is_default: bool
+    source: Source
+    is_read_only: bool
+    is_sensitive: bool
+    synonyms: list[ConfigSynonym]
+
+
+class Reassignment(Resource):
+    kind: Literal["KafkaReassignment"]
+    cluster_id: str
+    topic_name: str
+    partition_id: PartitionId
+    adding_replicas: list[PartitionId]
+    removing_replicas: list[PartitionId]
+    replicas: Related
 
 
 class BrokerConfig(Resource):
@@ -546,6 +584,7 @@ class Partition(Resource):
     open_transactions: list[OpenTransaction] = Field(description="what holds the LSO back")
     leader: Related
     replicas: Related
+    reassignment: Related
     records: Related
     producers: Related
 

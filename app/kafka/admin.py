@@ -19,6 +19,7 @@ from __future__ import annotations
 import enum
 from typing import Any, Awaitable, Callable
 
+from app.config import static_config_change
 from app.engine import read_models
 from app.engine.engine import LogDeleteRecordsResult
 from app.kafka import authorization
@@ -227,8 +228,7 @@ async def _alter(ctx: RequestContext, resource: Any, changes: Changes, validate_
     elif resource.resource_type == BROKER_RESOURCE:
         _check_broker(ctx, name)
         if resource.configs:  # this broker's settings are given at start-up (app/config.py)
-            raise InvalidRequestError("Cannot update these configs dynamically: "
-                                      f"{sorted({c.name for c in resource.configs})}: they change with a restart")
+            raise static_config_change(c.name for c in resource.configs)
     else:
         raise InvalidRequestError(f"resource type {resource.resource_type} is not a topic (2) or a broker (4)")
 

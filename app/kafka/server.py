@@ -90,6 +90,7 @@ class KafkaListener:
         self.sasl_mechanisms = config.enabled_mechanisms() if self.spec.protocol.uses_sasl else None
         advertised = config.advertised_listener(self.spec.name) if config.listeners else config.advertised_listener()
         self.node = Node(engine.node_id, *(advertised or (host, port)))
+        engine.kafka_address = (self.node.host, self.node.port)
         self.max_request_bytes = config.socket_request_max_bytes
         self.idle_s = config.connections_max_idle_ms / 1000
         self.connections: set[Connection] = engine.kafka_connections

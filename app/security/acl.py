@@ -173,3 +173,18 @@ class AclBindingFilter:
                 and (self.host is None or self.host == entry.host)
                 and self.operation in (AclOperation.ANY, entry.operation)
                 and self.permission_type in (AclPermissionType.ANY, entry.permission_type))
+
+
+#: the operations that mean something on each resource type (Kafka's ``AclEntry.supportedOperations``):
+#: what an "authorized operations" answer (Metadata, DescribeGroups, DescribeCluster) is made of
+_O = AclOperation
+SUPPORTED_OPERATIONS: dict[ResourceType, frozenset[AclOperation]] = {
+    ResourceType.TOPIC: frozenset({_O.READ, _O.WRITE, _O.CREATE, _O.DESCRIBE, _O.DELETE, _O.ALTER,
+                                   _O.DESCRIBE_CONFIGS, _O.ALTER_CONFIGS}),
+    ResourceType.GROUP: frozenset({_O.READ, _O.DESCRIBE, _O.DELETE}),
+    ResourceType.CLUSTER: frozenset({_O.CREATE, _O.CLUSTER_ACTION, _O.DESCRIBE_CONFIGS, _O.ALTER_CONFIGS,
+                                     _O.IDEMPOTENT_WRITE, _O.ALTER, _O.DESCRIBE}),
+    ResourceType.TRANSACTIONAL_ID: frozenset({_O.DESCRIBE, _O.WRITE}),
+    ResourceType.DELEGATION_TOKEN: frozenset({_O.DESCRIBE}),
+    ResourceType.USER: frozenset({_O.CREATE_TOKENS, _O.DESCRIBE_TOKENS}),
+}

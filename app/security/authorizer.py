@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Iterable, Iterator
 
 from app.security.acl import (
+    SUPPORTED_OPERATIONS,
     WILDCARD_HOST,
     WILDCARD_RESOURCE,
     AclBinding,
@@ -53,20 +54,6 @@ IMPLIES_DESCRIBE = frozenset({AclOperation.DESCRIBE, AclOperation.READ, AclOpera
 IMPLIES_DESCRIBE_CONFIGS = frozenset({AclOperation.DESCRIBE_CONFIGS, AclOperation.ALTER_CONFIGS})
 
 O = AclOperation
-#: the operations that mean something on each resource type (Kafka's ``AclEntry.supportedOperations``):
-#: what an "authorized operations" answer (Metadata, DescribeGroups, DescribeCluster) is made of
-SUPPORTED_OPERATIONS: dict[ResourceType, frozenset[AclOperation]] = {
-    ResourceType.TOPIC: frozenset({O.READ, O.WRITE, O.CREATE, O.DESCRIBE, O.DELETE, O.ALTER,
-                                   O.DESCRIBE_CONFIGS, O.ALTER_CONFIGS}),
-    ResourceType.GROUP: frozenset({O.READ, O.DESCRIBE, O.DELETE}),
-    ResourceType.CLUSTER: frozenset({O.CREATE, O.CLUSTER_ACTION, O.DESCRIBE_CONFIGS, O.ALTER_CONFIGS,
-                                     O.IDEMPOTENT_WRITE, O.ALTER, O.DESCRIBE}),
-    ResourceType.TRANSACTIONAL_ID: frozenset({O.DESCRIBE, O.WRITE}),
-    ResourceType.DELEGATION_TOKEN: frozenset({O.DESCRIBE}),
-    ResourceType.USER: frozenset({O.CREATE_TOKENS, O.DESCRIBE_TOKENS}),
-}
-
-
 WILDCARD_PRINCIPAL = str(WILDCARD)
 
 

@@ -145,16 +145,24 @@ class KafkaClient:
 
     # -- metadata and coordinators ----------------------------------------------------------
 
-    def metadata(self, topics: Iterable[str]) -> dict[str, dict[int, int]]:
+    def metadata(self, topics: Iterable[str], create: bool = False) -> dict[str, dict[int, int]]:
         """``{topic: {partition: leader node}}`` of ``topics`` (raising a topic's error);
         learns the brokers' addresses on the way (Produce goes to a partition's leader
-        and ListTransactions to every broker, on this client's own connections)."""
+        and ListTransactions to every broker, on this client's own connections).
+        ``create``: ask as a producer does, so a broker with ``auto.create.topics.enable``
+        creates a missing topic (``num.partitions``); one without it answers
+        UNKNOWN_TOPIC_OR_PARTITION, raised with what to do."""
         names = list(topics)
         response = self.request(METADATA, {"topics": [{"name": name} for name in names],
-                                           "allow_auto_topic_creation": False})
+                                           "allow_auto_topic_creation": create})
         self._nodes.update({b.node_id: (b.host, b.port) for b in response.brokers})
         found = {}
         for topic in response.topics:
+            if create and int(topic.error_code) == UnknownTopicOrPartitionError.code:
+                raise UnknownTopicOrPartitionError(
+                    f"topic {topic.name!r} does not exist and the broker does not create topics on demand "
+                    f"(auto.create.topics.enable=false): create it first (POST /v3/clusters/<cluster id>/topics "
+                    f"or kafka-topics --create), or start the broker with --config auto.create.topics.enable=true")
             _check(int(topic.error_code), f"topic {topic.name!r}")
             found[topic.name] = {p.partition_index: p.leader_id for p in topic.partitions}
         return found
@@ -340,8 +348,10 @@ class TransactionalProducer:
         return self.producer_id, self.producer_epoch
 
     def _leaders_of(self, topic: str) -> dict[int, int]:
+        """A topic's leaders; a missing topic is created as Kafka's producers have it
+        created (Metadata allowing auto-creation: the broker's auto.create.topics.enable)."""
         if topic not in self._leaders:
-            self._leaders.update(self.client.metadata([topic]))
+            self._leaders.update(self.client.metadata([topic], create=True))
         return self._leaders[topic]
 
 

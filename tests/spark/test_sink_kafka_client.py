@@ -134,6 +134,29 @@ def test_errors_are_kafkas_exception_classes(served, client) -> None:
         client.end_txn("t", producer.producer_id + 1, producer.producer_epoch, commit=True)
 
 
+def test_the_sink_s_missing_topic_is_created_as_kafka_s_auto_creation_would(served, client) -> None:
+    """As a Kafka producer: Metadata allowing auto-creation, so the broker creates the
+    topic with num.partitions (its auto.create.topics.enable decides); the source and the
+    admin calls never create one."""
+    producer = TransactionalProducer(client, "t")
+    producer.begin()
+    producer.send("fresh", 0, SimpleRecord(b"x"))
+    assert producer.partitions("fresh") == served.engine.config.num_partitions == 1
+    assert served.engine.topic_info("fresh") is not None
+
+
+def test_a_broker_that_does_not_auto_create_refuses_the_sink_s_topic_with_what_to_do(tmp_path: Path) -> None:
+    with KafkaBroker(tmp_path / "data", **{"auto.create.topics.enable": False}) as served, \
+            KafkaClient(served.bootstrap, timeout=10) as client:
+        producer = TransactionalProducer(client, "t")
+        producer.begin()
+        with pytest.raises(UnknownTopicOrPartitionError) as refused:
+            producer.send("fresh", 0, SimpleRecord(b"x"))
+        assert "\n" not in str(refused.value)
+        assert "auto.create.topics.enable=false): create it first" in str(refused.value)
+        assert served.engine.topic_info("fresh") is None
+
+
 def test_two_phase_commit_refused_when_the_broker_disables_it(tmp_path: Path) -> None:
     with KafkaBroker(tmp_path / "data", **{"transaction.two.phase.commit.enable": False}) as served, \
             KafkaClient(served.bootstrap) as client:
