@@ -113,7 +113,7 @@ def test_close_finishes_and_stops_listening(tmp_path: Path) -> None:
         sock = socket.create_server(("127.0.0.1", 0))
         port = sock.getsockname()[1]
         http = HttpServer(create_app(broker.engine), sock, threads=2).start()
-        assert call(f"http://127.0.0.1:{port}/v3/clusters")[0] == 200
+        assert call(f"http://127.0.0.1:{port}/v3/clusters", token=None)[0] == 200
         http.close()
         with pytest.raises(OSError):
             socket.create_connection(("127.0.0.1", port), timeout=2).close()

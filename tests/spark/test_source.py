@@ -154,6 +154,6 @@ def test_the_readme_example_reads_the_committed_records(spark, kafka: KafkaBroke
     code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
     kafka.broker.create_topic("orders", partitions=3)
     workload = interleaved(kafka.bootstrap, "orders")
-    scope: dict[str, Any] = {}
-    exec(code.replace("127.0.0.1:9092", kafka.bootstrap), scope)  # spark_session() returns the shared session
+    scope: dict[str, Any] = {"spark": spark}  # as the pyspark shell the README starts has it
+    exec(code.replace("127.0.0.1:9092", kafka.bootstrap), scope)
     assert_rows_are(scope["df"].collect(), workload.visible())
