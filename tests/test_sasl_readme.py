@@ -114,3 +114,9 @@ def test_the_security_page_runs_as_written(tmp_path: Path) -> None:
         assert shell.run(http) == http_out
     finally:
         second.stop()
+
+
+def test_the_readme_sends_a_shared_broker_s_reader_to_the_page() -> None:
+    readme = (REPO / "README.md").read_text()
+    section = readme[readme.index("\n## Sharing a broker\n"):]
+    assert "(docs/security.md)" in section[:section.index("\n## ", 1)]
