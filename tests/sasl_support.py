@@ -19,23 +19,16 @@ LISTENERS = "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0,SASL_SSL://127
 SCRAM = (ScramMechanism.SCRAM_SHA_256, ScramMechanism.SCRAM_SHA_512)
 
 
-class ListenersBroker:
-    """A broker on ``data_dir`` with a listener per entry of ``listeners`` (free ports)."""
+class ClientSettings:
+    """A broker's users and each client's settings for its listeners: ``engine``,
+    ``port(name)`` and ``ca`` (the generated CA's path) come from the broker this is
+    mixed into."""
 
-    def __init__(self, data_dir: Path, listeners: str = LISTENERS, **config: Any) -> None:
-        self.broker = Broker(data_dir, **{**CONFIG, "listeners": listeners, "exactly.ssl.generate": True, **config})
-        self.engine = self.broker.engine
-        tls = server_context(self.broker.config, data_dir)
-        self.ca = str(generate_certificate(data_dir).ca)
-        self._sockets: list[socket.socket] = []
-        self.listeners: dict[str, KafkaListener] = {}
-        for spec in self.broker.config.listener_specs("127.0.0.1", 0):
-            sock = bind(spec.host, spec.port, spec.name)
-            self._sockets.append(sock)
-            self.listeners[spec.name] = attach(self.engine, sock, spec, tls)
+    ca: str
+    engine: Any
 
     def port(self, name: str) -> int:
-        return self.listeners[name].node.port
+        raise NotImplementedError
 
     def add_user(self, user: str, password: str, mechanisms: tuple[ScramMechanism, ...] = SCRAM) -> None:
         self.engine.call(self.engine.alter_scram_credentials, [],
@@ -60,6 +53,25 @@ class ListenersBroker:
         if protocol.endswith("SSL"):
             config["ssl_context"] = ssl.create_default_context(cafile=self.ca)
         return config
+
+
+class ListenersBroker(ClientSettings):
+    """A broker on ``data_dir`` with a listener per entry of ``listeners`` (free ports)."""
+
+    def __init__(self, data_dir: Path, listeners: str = LISTENERS, **config: Any) -> None:
+        self.broker = Broker(data_dir, **{**CONFIG, "listeners": listeners, "exactly.ssl.generate": True, **config})
+        self.engine = self.broker.engine
+        tls = server_context(self.broker.config, data_dir)
+        self.ca = str(generate_certificate(data_dir).ca)
+        self._sockets: list[socket.socket] = []
+        self.listeners: dict[str, KafkaListener] = {}
+        for spec in self.broker.config.listener_specs("127.0.0.1", 0):
+            sock = bind(spec.host, spec.port, spec.name)
+            self._sockets.append(sock)
+            self.listeners[spec.name] = attach(self.engine, sock, spec, tls)
+
+    def port(self, name: str) -> int:
+        return self.listeners[name].node.port
 
     def close(self) -> None:
         for listener in self.listeners.values():

@@ -1,85 +1,122 @@
-"""The README's "Users, listeners and TLS" runs as written (free ports in place of 9092
-and 9094, a temporary data directory): ``exactly serve --generate-certificate`` with a
-SASL_SSL listener prints its CA, ``exactly users`` adds and lists a user, and
-confluent-kafka with the README's settings produces and consumes over SASL_SSL."""
+"""docs/security.md runs as written: its shell blocks in bash (free ports in place of
+9092, 9094 and 8080, a temporary directory as the repository root, ``exactly`` this
+checkout's CLI), ``exactly serve`` as a real process started twice with the page's
+command lines (users first, then the authorizer), the page's ``exactly users`` and
+``exactly acls`` commands as subprocesses, and its confluent-kafka program over
+SASL_SSL -- each printing what the page shows."""
 
 from __future__ import annotations
 
-import ast
-import contextlib
-import io
+import os
 import re
-import shlex
 import signal
 import subprocess
 import sys
-import uuid
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Producer
 
-from app.cli import main
-from tests.kafka_support import free_port, read_to_end
+from tests.kafka_support import free_port
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = pytest.mark.timeout(150)
 REPO = Path(__file__).resolve().parents[1]
-README = REPO / "README.md"
+PAGE = REPO / "docs" / "security.md"
+#: the blocks of the page, in order: (language, text)
+BLOCKS = ["sh", "sh", "text", "sh", "sh", "python", "text", "sh", "text"]
 
 
-def section() -> list[str]:
-    """The fenced blocks of the README's "Users, listeners and TLS"."""
-    text = README.read_text()
-    start = text.index("### Users, listeners and TLS")
-    body = text[start:text.index("\n## ", start)]
-    return re.findall(r"```(?:python)?\n(.*?)```", body, re.S)
+def blocks() -> list[tuple[str, str]]:
+    """The page's fenced blocks as (language, text), checked against :data:`BLOCKS`."""
+    found = re.findall(r"```(\w+)\n(.*?)```", PAGE.read_text(), re.S)
+    assert [language for language, _ in found] == BLOCKS
+    return found
 
 
-def run_in_process(command: str) -> subprocess.CompletedProcess:
-    """``[echo 'text' |] exactly ARGS`` as ``app.cli.main(ARGS)`` in this process, the
-    echoed text on its stdin (a Python start per command costs seconds)."""
-    stdin = ""
-    if "|" in command:
-        echo, command = command.split("|", 1)
-        stdin = shlex.split(echo)[1] + "\n"
-    argv = shlex.split(command)
-    assert argv[0] == "exactly"
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), pytest.MonkeyPatch.context() as patch:
-        patch.setattr(sys, "stdin", io.StringIO(stdin))
-        code = main(argv[1:])
-    return subprocess.CompletedProcess(argv, code, out.getvalue(), err.getvalue())
+class Shell:
+    """The page's shell, run in ``root`` (the data directory is ``root/data``) with
+    ``exactly`` on the PATH meaning this checkout's CLI and the page's ports made free."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.ports = {port: str(free_port()) for port in ("9092", "9094", "8080")}
+        bin_dir = root / "bin"
+        bin_dir.mkdir()
+        (bin_dir / "exactly").write_text(f'#!/bin/sh\nexec {sys.executable} -m app.cli "$@"\n')
+        (bin_dir / "exactly").chmod(0o755)
+        self.env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "PYTHONPATH": str(REPO)}
+
+    def local(self, text: str) -> str:
+        """``text`` with the page's ports replaced by this run's; ``source`` lines dropped
+        (the virtualenv is the one running the tests)."""
+        text = re.sub(r"127\.0\.0\.1:(9092|9094|8080)", lambda m: f"127.0.0.1:{self.ports[m.group(1)]}", text)
+        return "\n".join(line for line in text.splitlines() if not line.startswith("source "))
+
+    def run(self, script: str) -> str:
+        """Run ``script`` in bash (``-e -o pipefail``); its stdout."""
+        done = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", self.local(script)], cwd=self.root,
+                              env=self.env, capture_output=True, text=True, timeout=90)
+        assert done.returncode == 0, (script, done.stdout, done.stderr)
+        return done.stdout
+
+    def python(self, code: str) -> str:
+        done = subprocess.run([sys.executable, "-c", self.local(code)], cwd=self.root, env=self.env,
+                              capture_output=True, text=True, timeout=90)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return done.stdout
+
+    def serve(self, script: str) -> "Served":
+        """``exactly serve`` as the page starts it; its log (stderr) in ``serve.log``."""
+        command = self.local(script).replace("\\\n", " ")
+        with open(self.root / "serve.log", "a") as log:
+            return Served(subprocess.Popen(["bash", "-c", f"exec {command} --http-port {self.ports['8080']}"],
+                                           cwd=self.root, env=self.env, stdout=subprocess.PIPE, stderr=log,
+                                           text=True), self.root / "serve.log")
 
 
-def test_the_users_listeners_and_tls_section_runs_as_written(tmp_path: Path) -> None:
-    serve_block, users_block, client_block = section()
-    ports = {"9092": str(free_port()), "9094": str(free_port())}
+class Served:
+    """A running ``exactly serve``: started when it prints its CA, stopped by SIGTERM."""
 
-    def local(text: str) -> str:
-        return re.sub(r"127\.0\.0\.1:(9092|9094)", lambda m: f"127.0.0.1:{ports[m.group(1)]}", text)
-
-    exactly = f"{sys.executable} -m app.cli"
-    serve = local(serve_block.replace("\\\n", " ")).replace("exactly", exactly, 1).split()
-    server = subprocess.Popen([*serve, "--data-dir", str(tmp_path / "data"), "--http-port", str(free_port())],
-                              cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        ca = None
-        for line in server.stdout:
+    def __init__(self, process: subprocess.Popen, log: Path) -> None:
+        self.process, self.log = process, log
+        self.ca = None
+        for line in process.stdout:  # the pytest timeout bounds a broker that never starts
             if "ssl.ca.location=" in line:
-                ca = line.strip().rsplit("ssl.ca.location=", 1)[1]
+                self.ca = Path(line.strip().rsplit("ssl.ca.location=", 1)[1])
                 break
-        assert ca is not None and Path(ca).is_file(), server.stderr.read() if server.poll() is not None else ca
-        for command in users_block.strip().splitlines()[:2]:  # add, list (remove would undo the add)
-            done = run_in_process(local(command))
-            assert done.returncode == 0, done.stderr
-        assert "user-principal 'alice' are SCRAM-SHA-512=iterations=4096" in done.stdout
-        config = ast.literal_eval(local(client_block).replace("data/tls/ca.pem", ca))
-        topic = f"readme-{uuid.uuid4().hex[:6]}"
-        producer = Producer(config)
-        producer.produce(topic, b"shared")
-        assert producer.flush(30) == 0
-        assert read_to_end({**config, "group.id": topic}, topic, 1) == [b"shared"]
+        if self.ca is None:
+            self.stop()
+            pytest.fail(f"exactly serve did not start: {log.read_text()[-3000:]}")
+
+    def stop(self) -> None:
+        self.process.send_signal(signal.SIGTERM)
+        out, _ = self.process.communicate(timeout=60)
+        assert self.process.returncode == 0 and "stopped cleanly" in out, self.log.read_text()[-3000:]
+
+
+def test_the_security_page_runs_as_written(tmp_path: Path) -> None:
+    shell = Shell(tmp_path)
+    (_, serve), (_, users), (_, users_out), (_, serve_authorized), (_, acls), (_, program), (_, program_out), \
+        (_, http), (_, http_out) = blocks()
+    first = shell.serve(serve)
+    try:
+        assert first.ca == (shell.root / "data" / "tls" / "ca.pem").resolve() and first.ca.is_file()
+        assert shell.run(users) == users_out
     finally:
-        server.send_signal(signal.SIGTERM)
-        server.communicate(timeout=60)
-    assert server.returncode == 0
+        first.stop()
+
+    second = shell.serve(serve_authorized)
+    try:
+        assert second.ca == first.ca  # the CA clients already trust
+        granted = shell.run(acls)
+        for line in ("name=orders", "name=billing", "name=invoices", "name=billing-1"):
+            assert line in granted
+        assert shell.python(program) == program_out
+        assert shell.run(http) == http_out
+    finally:
+        second.stop()
+
+
+def test_the_readme_sends_a_shared_broker_s_reader_to_the_page() -> None:
+    readme = (REPO / "README.md").read_text()
+    section = readme[readme.index("\n## Sharing a broker\n"):]
+    assert "(docs/security.md)" in section[:section.index("\n## ", 1)]
