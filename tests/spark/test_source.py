@@ -151,6 +151,6 @@ def test_the_readme_example_reads_the_committed_records(spark, kafka: KafkaBroke
     code = blocks(section("docs/spark.md", "Reading topics from Spark"), "python")[0]
     kafka.broker.create_topic("orders", partitions=3)
     workload = interleaved(kafka.bootstrap, "orders")
-    scope: dict[str, Any] = {}
-    exec(code.replace("127.0.0.1:9092", kafka.bootstrap), scope)  # spark_session() returns the shared session
+    scope: dict[str, Any] = {"spark": spark}  # as in the pyspark shell the page starts
+    exec(code.replace("127.0.0.1:9092", kafka.bootstrap), scope)
     assert_rows_are(scope["df"].collect(), workload.visible())
