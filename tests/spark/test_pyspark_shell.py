@@ -48,7 +48,7 @@ def readme_command() -> str:
 
 
 @pytest.mark.timeout(420)
-def test_the_readme_s_pyspark_shell_reads_writes_and_reads_jdbc(tmp_path: Path) -> None:
+def test_the_docs_pyspark_shell_reads_writes_and_reads_jdbc(tmp_path: Path) -> None:
     command = readme_command()
     with KafkaBroker(tmp_path / "data") as served:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("PYSPARK", "PYTHONPATH", "SPARK_"))}

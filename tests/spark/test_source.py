@@ -147,7 +147,7 @@ def test_an_empty_topic_reads_no_rows(spark, kafka: KafkaBroker) -> None:
     assert read(spark, kafka.bootstrap, subscribe="empty").collect() == []
 
 
-def test_the_readme_example_reads_the_committed_records(spark, kafka: KafkaBroker) -> None:
+def test_the_docs_example_reads_the_committed_records(spark, kafka: KafkaBroker) -> None:
     code = blocks(section("docs/spark.md", "Reading topics from Spark"), "python")[0]
     kafka.broker.create_topic("orders", partitions=3)
     workload = interleaved(kafka.bootstrap, "orders")
