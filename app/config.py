@@ -6,7 +6,7 @@ with underscores (``log_segment_bytes=...`` as a Python keyword), and topic-leve
 names (``segment.bytes``) as the default for every topic. Unknown names are an
 error, so a typo never silently does nothing. A few settings Kafka has no name for are
 Exactly's own (``http.auth.token``, ``producer.snapshot.interval.ms``, and the
-``exactly.`` ones such as ``exactly.jobs.enable``); README's config table lists every
+``exactly.`` ones such as ``exactly.jobs.enable``); docs/operations.md's config table lists every
 setting (tests/test_config.py keeps it complete).
 """
 

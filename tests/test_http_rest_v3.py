@@ -33,12 +33,13 @@ from coordinator.transaction_coordinator import TransactionCoordinator
 from storage.clock import FakeClock
 from storage.errors import CoordinatorLoadInProgressError
 from tests.conftest import SMALL_INTERNAL_TOPICS
+from tests.docs import section
 # the HTTP API tests' fixtures (app, api, topics), used here by name, not copied
 from tests.test_http_api import Api, api, app, record, string, topics, txn_body  # noqa: F401
 
 SHAPES = json.loads((Path(__file__).parent / "data" / "confluent_v3_shapes.json").read_text())
 
-#: required fields of the proxy's resources that Exactly does not offer -- README's
+#: required fields of the proxy's resources that Exactly does not offer -- docs/http-api.md's
 #: compatibility table lists them under "not offered" (none left)
 NOT_OFFERED: dict[str, set[str]] = {
 }
@@ -720,10 +721,9 @@ def test_group_states_are_spelled_as_the_proxy_does(topics: Api, broker: Broker)
     assert re.fullmatch(r"[A-Z_]+", topics.get("/consumer-groups/joining")["state"])
 
 
-def test_the_readme_s_table_names_what_is_not_offered() -> None:
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    section = readme[readme.index("### Confluent REST v3 compatibility"):]
-    not_offered = section[section.index("**Not offered**"):section.index("Security.")]
+def test_the_docs_table_names_what_is_not_offered() -> None:
+    table = section("docs/http-api.md", "Confluent REST v3 compatibility")
+    not_offered = table[table.index("**Not offered**"):]
     named: dict[str, str] = {}
     for fields in NOT_OFFERED.values():
         for field in fields:

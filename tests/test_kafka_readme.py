@@ -1,6 +1,6 @@
-"""The README's "Using Kafka clients" section is true: its confluent-kafka example runs
-as written against a served broker and prints what the README shows, and its table of
-APIs and versions is what the handlers declare."""
+"""The Kafka docs are true: the README's confluent-kafka example runs as written against a
+served broker and prints what the README shows, and docs/kafka-clients.md's table of APIs
+and versions is what the handlers declare."""
 
 from __future__ import annotations
 
@@ -13,30 +13,25 @@ from pathlib import Path
 import pytest
 
 from app.kafka import APIS
+from tests.docs import REPO, blocks, section
 from tests.kafka_support import KafkaBroker
 
-README = Path(__file__).resolve().parents[1] / "README.md"
 pytestmark = pytest.mark.timeout(180)
 
 
-def section() -> str:
-    text = README.read_text()
-    start = text.index("## Using Kafka clients")
-    return text[start:text.index("\n## ", start + 1)]
-
-
 def test_the_exactly_once_example_runs_as_written(tmp_path: Path) -> None:
-    blocks = re.findall(r"```(python|text)\n(.*?)```", section(), re.S)
-    (_, code), (_, expected) = blocks[:2]
+    example = section("README.md", "What it is for")
+    (code,), (expected,) = blocks(example, "python"), blocks(example, "text")
     with KafkaBroker(tmp_path / "data") as kafka:
         done = subprocess.run([sys.executable, "-c", code.replace("127.0.0.1:9092", kafka.bootstrap)],
                               capture_output=True, text=True, timeout=150,
-                              env={**os.environ, "PYTHONPATH": str(README.parent)})
+                              env={**os.environ, "PYTHONPATH": str(REPO)})
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout == expected
 
 
 def test_the_table_of_apis_is_what_the_handlers_declare() -> None:
-    rows = re.findall(r"^\| \w+ \((\d+)\) \| (\d+)(?:-(\d+))? \|", section(), re.M)
+    rows = re.findall(r"^\| \w+ \((\d+)\) \| (\d+)(?:-(\d+))? \|",
+                      section("docs/kafka-clients.md", "Settings, APIs and versions"), re.M)
     documented = {int(key): (int(low), int(high or low)) for key, low, high in rows}
     assert documented == {api.key: (api.min_version, api.max_version) for api in APIS.values() if api.advertised}

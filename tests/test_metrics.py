@@ -29,6 +29,7 @@ from storage.clock import FakeClock
 from storage.errors import ProducerFencedError
 from storage.producer_state import LATE_TRANSACTION_BUFFER_MS
 from tests.conftest import FROZEN, SMALL_INTERNAL_TOPICS
+from tests.docs import section
 from tests.waiting import eventually
 
 pytestmark = pytest.mark.timeout(60)
@@ -234,11 +235,10 @@ def test_a_histogram_bucket_counts_the_observations_at_or_below_its_bound(second
 
 
 def test_every_metric_the_readme_and_the_module_name_is_served(broker: Broker) -> None:
-    """The docs cannot drift from the code: each ``exactly_`` name in the README's
+    """The docs cannot drift from the code: each ``exactly_`` name in docs/operations.md's
     "Metrics and logs" table and in ``app/http/metrics.py``'s docstring is served."""
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    section = readme.split("## Metrics and logs", 1)[1].split("\n## ", 1)[0]
-    documented = {name for row in section.splitlines() if row.startswith("| `")
+    table = section("docs/operations.md", "Metrics and logs")
+    documented = {name for row in table.splitlines() if row.startswith("| `")
                   for name in re.findall(r"`([a-z_]+)(?:\{[^}]*\})?`", row.split("|")[1])}
     documented |= set(re.findall(r"``([a-z_]+)(?:\{[^}]*\})?``", metrics.__doc__ or ""))
     documented = {n for n in documented if not n.startswith(("exactly", "app")) and "_" in n}

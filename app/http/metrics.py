@@ -7,7 +7,7 @@ the engine where the work happens (``app/engine/counters.py``), whichever face a
 for it: the HTTP API, the embedded client or the Kafka listener.
 
 What to alert on (every name starts ``exactly_``), with Kafka's name for the same
-thing where Kafka has one -- the README's "Metrics and logs" repeats this list:
+thing where Kafka has one -- docs/operations.md's "Metrics and logs" repeats this list:
 
 * ``partition_last_stable_offset_lag{topic,partition}`` -- Kafka's
   ``kafka.cluster:type=Partition,name=LastStableOffsetLag``: high watermark - LSO,

@@ -1,7 +1,7 @@
 """A SparkSession set up for Exactly on this machine: the SQLite JDBC driver on the
 class path, Python workers that run this interpreter (so they import ``app.spark``),
 loopback networking, and the ``exactly`` data source registered. Any other session has
-it too, through Spark's discovery of ``pyspark_exactly`` (the README's ``pyspark``
+it too, through Spark's discovery of ``pyspark_exactly`` (docs/spark.md's ``pyspark``
 command line); registering here also covers a checkout the workers cannot discover it in.
 
 ``spark.jars`` is read only when the JVM starts: a session that already exists keeps

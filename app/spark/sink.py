@@ -6,7 +6,7 @@ required), ``key``, ``topic`` (the option ``topic`` wins over it), ``partition``
 (default: murmur2 of the key, round robin without one) and ``headers``
 (array<struct<key: string, value: binary>>).
 
-How a write commits (the README's "Exactly-once Spark sink" tells why):
+How a write commits (docs/spark.md's "Writing topics from Spark, exactly once" tells why):
 
 1. Each task writes its rows in one transaction under the transactional id
    ``exactly-spark-<sink>-<run>-<batch parity>-<task partition>`` -- sink: the

@@ -1,4 +1,4 @@
-"""The README's Spark section is true: ``make pipeline``'s broker check, and the pipeline
+"""docs/spark.md's pipeline section is true: ``make pipeline``'s broker check, and the pipeline
 commands run as written against a served broker."""
 
 from __future__ import annotations
@@ -17,9 +17,10 @@ import pytest
 from confluent_kafka.admin import AdminClient
 
 from app.spark import broker_check
+from tests.docs import REPO, blocks, page, section
 from tests.kafka_support import KafkaBroker, read_to_end
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+PAGE = "docs/spark.md"
 pytestmark = pytest.mark.timeout(300)
 
 
@@ -32,7 +33,7 @@ def test_the_broker_check_passes_on_a_kafka_broker_and_says_what_to_do_otherwise
     err = capsys.readouterr().err
     assert err == (f"no Kafka broker answers at 127.0.0.1:{port}: start one with `make run` "
                    "in another terminal, then run this again\n")
-    assert err.replace(str(port), "9092") in README.read_text()
+    assert err.replace(str(port), "9092") in page(PAGE)
 
 
 def test_the_broker_check_refuses_a_listener_that_is_not_kafka() -> None:
@@ -43,17 +44,11 @@ def test_the_broker_check_refuses_a_listener_that_is_not_kafka() -> None:
         assert not broker_check.kafka_answers(f"127.0.0.1:{port}", timeout=0.5)
 
 
-def spark_section() -> str:
-    text = README.read_text()
-    start = text.index("## Spark: the pipeline")
-    return text[start:text.index("\n## ", start + 1)]
-
-
 def run_as_a_user(argv: list[str], cwd: Path, timeout: float = 240) -> subprocess.CompletedProcess:
     """``argv`` in a process group of its own (the driver, its JVM and Python workers),
     all killed if it outlives ``timeout``."""
     process = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               start_new_session=True, env={**os.environ, "PYTHONPATH": str(README.parent)})
+                               start_new_session=True, env={**os.environ, "PYTHONPATH": str(REPO)})
     try:
         out, err = process.communicate(timeout=timeout)
     finally:
@@ -72,15 +67,15 @@ def read_committed(kafka: KafkaBroker, topic: str) -> list[bytes]:
 
 @pytest.mark.slow  # three Spark drivers: about two minutes
 def test_the_pipeline_commands_and_the_jdbc_example_run_as_written(tmp_path: Path) -> None:
-    """The README's two commands, in a directory whose ./data a served broker holds:
+    """The page's two commands, in a directory whose ./data a served broker holds:
     the copy job fills pipeline-out exactly once, then the report covers its transactions."""
-    (commands,) = re.findall(r"```sh\n(.*?)```", spark_section(), re.S)
-    (example,) = re.findall(r"```python\n(.*?)```", spark_section(), re.S)
+    pipeline = section(PAGE, "Spark: the pipeline, and the mirror over JDBC")
+    (commands,), (example,) = blocks(pipeline, "sh"), blocks(pipeline, "python")
     with KafkaBroker(tmp_path / "data") as kafka:
         runs = []
         for command in commands.strip().splitlines():
             argv = shlex.split(command.replace("127.0.0.1:9092", kafka.bootstrap))
-            assert argv[0] == "python"
+            assert argv[0] == ".venv/bin/python"  # runs from a shell where nothing is activated
             runs.append(run_as_a_user([sys.executable, *argv[1:]], tmp_path))
             assert runs[-1].returncode == 0, runs[-1].stderr[-3000:]
         seeded, copied = (read_committed(kafka, topic) for topic in ("pipeline-in", "pipeline-out"))

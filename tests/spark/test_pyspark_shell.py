@@ -1,4 +1,4 @@
-"""The README's one ``pyspark`` command line, run as written (a real ``pyspark``
+"""docs/spark.md's one ``pyspark`` command line, run as written (a real ``pyspark``
 process, from the repository root, nothing activated): ``format("exactly")`` is there
 with no registration call (Spark's discovery of ``pyspark_exactly``), the sink creates
 its missing output topic as Kafka's auto-creation would, and JDBC reads the SQLite
@@ -14,10 +14,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.docs import REPO, page
 from tests.kafka_support import KafkaBroker
 
-ROOT = Path(__file__).resolve().parents[2]
-README = ROOT / "README.md"
+
+PAGE = "docs/spark.md"
 
 SCRIPT = """
 import os
@@ -38,22 +39,21 @@ print("JDBC", mirror.count() >= 0)
 
 
 def readme_command() -> str:
-    """The command block under the README's ``pyspark-command`` marker, its venv paths
+    """The command block under docs/spark.md's ``pyspark-command`` marker, its venv paths
     pointed at the environment running this test."""
-    text = README.read_text()
-    block = re.search(r"<!-- pyspark-command[^>]*-->\n```sh\n(.*?)```", text, re.S)
-    assert block, "README.md lost its pyspark command line"
+    block = re.search(r"<!-- pyspark-command[^>]*-->\n```sh\n(.*?)```", page(PAGE), re.S)
+    assert block, f"{PAGE} lost its pyspark command line"
     venv_bin = f"{Path(sys.executable).parent}/"
     return re.sub(r"(\$PWD/)?\.venv/bin/", venv_bin, block.group(1))
 
 
 @pytest.mark.timeout(420)
-def test_the_readme_s_pyspark_shell_reads_writes_and_reads_jdbc(tmp_path: Path) -> None:
+def test_the_docs_pyspark_shell_reads_writes_and_reads_jdbc(tmp_path: Path) -> None:
     command = readme_command()
     with KafkaBroker(tmp_path / "data") as served:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("PYSPARK", "PYTHONPATH", "SPARK_"))}
         env.update(EXACTLY_BOOTSTRAP=served.bootstrap, EXACTLY_DB=str(tmp_path / "data" / "exactly.db"))
-        done = subprocess.run(["bash", "-c", command], input=SCRIPT, cwd=ROOT, env=env, capture_output=True,
+        done = subprocess.run(["bash", "-c", command], input=SCRIPT, cwd=REPO, env=env, capture_output=True,
                               text=True, timeout=400)
         assert done.returncode == 0, done.stderr[-3000:]
         assert "EXACTLY ['v0', 'v1', 'v2']" in done.stdout, (done.stdout, done.stderr[-3000:])

@@ -5,13 +5,12 @@ in Spark's Kafka-source columns."""
 from __future__ import annotations
 
 import json
-import re
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
 
+from tests.docs import blocks, section
 from tests.kafka_support import KafkaBroker
 from tests.spark.source_workload import PLAIN_TIMESTAMP_MS, Workload, Written, interleaved
 
@@ -148,12 +147,10 @@ def test_an_empty_topic_reads_no_rows(spark, kafka: KafkaBroker) -> None:
     assert read(spark, kafka.bootstrap, subscribe="empty").collect() == []
 
 
-def test_the_readme_example_reads_the_committed_records(spark, kafka: KafkaBroker) -> None:
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    section = readme[readme.index("## Reading topics from Spark"):]
-    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+def test_the_docs_example_reads_the_committed_records(spark, kafka: KafkaBroker) -> None:
+    code = blocks(section("docs/spark.md", "Reading topics from Spark"), "python")[0]
     kafka.broker.create_topic("orders", partitions=3)
     workload = interleaved(kafka.bootstrap, "orders")
-    scope: dict[str, Any] = {"spark": spark}  # as the pyspark shell the README starts has it
+    scope: dict[str, Any] = {"spark": spark}  # as in the pyspark shell the page starts
     exec(code.replace("127.0.0.1:9092", kafka.bootstrap), scope)
     assert_rows_are(scope["df"].collect(), workload.visible())
