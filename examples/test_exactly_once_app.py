@@ -102,14 +102,14 @@ def run(broker: Server, trouble: Callable[[Server], Any], broken: bool = False,
     broker.broker.create_topic(INPUT, 1)
     broker.broker.create_topic(OUTPUT, 1)
     with application(broker, broken) as running:
-        orders(broker, running, 0)
+        send_half(broker, running, 0)
         if not app_stopped:
             made = trouble(broker)
-            orders(broker, running, 1)
+            send_half(broker, running, 1)
     if app_stopped:
         made = trouble(broker)
         with application(broker, broken) as running:
-            orders(broker, running, 1)
+            send_half(broker, running, 1)
     return broker.audit(GROUP, INPUT, OUTPUT, records_per_input=1), made
 
 
@@ -126,7 +126,7 @@ def application(broker: Server, broken: bool) -> Iterator[Future]:
         running.result(timeout=60)
 
 
-def orders(broker: Server, running: Future, half: int) -> None:
+def send_half(broker: Server, running: Future, half: int) -> None:
     """Send one half of the orders and wait until the group has committed them."""
     send_orders(broker, range(half * ORDERS // 2, (half + 1) * ORDERS // 2))
     wait_until_committed(broker, (half + 1) * ORDERS // 2, running)
