@@ -6,6 +6,7 @@ way listeners are started (``exactly serve``, the pytest plugin, ``app.testing.b
     with Server(tmp_path / "data") as server:      # free ports on 127.0.0.1
         server.bootstrap, server.http_url           # "127.0.0.1:40811", "http://127.0.0.1:40812"
         server.restart(clean=False)                 # as a SIGKILL and a new start would
+        server.audit("billing", "orders", "payments").ok   # was it exactly once?
 
 The ports are bound once, when the server is made, and held until :meth:`close`: a
 restart in place stops the broker and its listeners and starts them again on the same
@@ -34,6 +35,7 @@ from typing import Any, Callable
 
 from app.broker import Broker
 from app.config import BrokerConfig
+from app.engine.audit import AuditView
 from app.listeners import ListenerSpec, bind
 
 log = logging.getLogger(__name__)
@@ -206,6 +208,12 @@ class Server:
     def timeout(self, transactional_id: str, actor: str = "a test") -> None:
         """Time ``transactional_id``'s open transaction out now, as its timeout would."""
         self.engine.call(self.engine.time_out_transaction, transactional_id, actor)
+
+    def audit(self, group_id: str, input_topic: str, output_topic: str,
+              records_per_input: int | None = None) -> AuditView:
+        """Did ``group_id`` turn ``input_topic`` into ``output_topic`` exactly once? (:meth:`Engine.audit
+        <app.engine.engine.Engine.audit>`: from the test's thread, never the loop's)."""
+        return self.engine.audit(group_id, input_topic, output_topic, records_per_input)
 
 
 def _url_host(host: str) -> str:

@@ -4,12 +4,15 @@ for the module, a fresh topic per test, every fault removed after each test.
 Each action shows the client's documented reaction: a retriable error retried and the
 data written once, a non-retriable one surfaced, a connection closed after the work
 met by an idempotent retry that is deduplicated, no answer met by the client's
-timeout while the broker serves others, a delay measured. Then the budget (first N,
-every, seeded probability), installation order, windows, and the event presets.
+timeout while the broker serves others, a delay measured -- for confluent-kafka; and
+kafka-python and aiokafka retrying through errors and closed connections. Then the
+budget (first N, every, seeded probability), installation order, windows, and the
+event presets.
 """
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import time
 from typing import Any, Iterator
@@ -231,6 +234,36 @@ def test_kafka_python_retries_through_the_fault(kafka: KafkaBroker, declared: di
     assert fault.fired == declared["count"]
     assert elapsed >= declared.get("delay_ms", 0) / 1000
     assert stored(kafka, name) == [b"warm", b"through"]  # close-after: the idempotent retry deduplicated
+
+
+# -- aiokafka -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("declared", [
+    {"error": "NOT_ENOUGH_REPLICAS", "count": 2},  # retriable: retried after retry_backoff_ms
+    {"action": "close-before", "count": 1},  # KafkaConnectionError: retriable, sent again
+    {"action": "close-after", "count": 1},  # a lost response: the idempotent retry is deduplicated
+])
+def test_aiokafka_retries_through_the_fault_and_writes_once(kafka: KafkaBroker, declared: dict[str, Any]) -> None:
+    from aiokafka import AIOKafkaProducer
+
+    name = topic(kafka)
+
+    async def scenario() -> Any:
+        p = AIOKafkaProducer(bootstrap_servers=kafka.bootstrap, enable_idempotence=True, retry_backoff_ms=20,
+                             request_timeout_ms=5000)
+        await p.start()
+        try:
+            await p.send_and_wait(name, b"warm", partition=0)  # connected, metadata known
+            fault = kafka.broker.faults.add(api="Produce", topic=name, **declared)
+            await p.send_and_wait(name, b"through", partition=0)
+            return fault
+        finally:
+            await p.stop()
+
+    fault = asyncio.run(asyncio.wait_for(scenario(), 30))
+    assert fault.fired == declared["count"]
+    assert stored(kafka, name) == [b"warm", b"through"]
 
 
 # -- events ---------------------------------------------------------------------------------------

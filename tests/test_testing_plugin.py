@@ -140,10 +140,10 @@ def test_an_unclean_restart_recovers_what_was_written_since_the_last_flush(exact
     assert _read_all(exactly_broker, "acked", len(values)) == values
 
 
-def test_the_readme_example_gets_the_fixture_from_the_entry_point(pytester: pytest.Pytester) -> None:
+def test_the_docs_example_gets_the_fixture_from_the_entry_point(pytester: pytest.Pytester) -> None:
     """As a project that installed the package sees it: no conftest.py, no -p; the
     plugin comes from the ``pytest11`` entry point pyproject.toml declares. The test is
-    the README's example, as written."""
+    docs/testing.md's example, as written."""
     entry_points = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["entry-points"]["pytest11"]
     dist = pytester.mkdir("exactly_user_site") / "exactly_plugin_check-0.dist-info"
     dist.mkdir()
@@ -151,8 +151,8 @@ def test_the_readme_example_gets_the_fixture_from_the_entry_point(pytester: pyte
     (dist / "entry_points.txt").write_text(
         "[pytest11]\n" + "".join(f"{name} = {module}\n" for name, module in entry_points.items()))
     pytester.syspathinsert(dist.parent)
-    readme = (REPO / "README.md").read_text()
-    section = readme[readme.index("## A broker per test"):]
+    docs = (REPO / "docs" / "testing.md").read_text()
+    section = docs[docs.index("## A broker per test"):]
     pytester.makepyfile(test_user=section.split("```python\n", 1)[1].split("```", 1)[0])  # as written
     result = pytester.runpytest_inprocess("-p", "no:cacheprovider")
     result.assert_outcomes(passed=1)

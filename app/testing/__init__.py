@@ -13,9 +13,9 @@ point) and, outside pytest, :func:`broker`::
         requests.get(b.http_url + "/v3/clusters")
 
 Each is an :class:`app.server.Server`: ``.bootstrap``, ``.http_url``, ``.broker``,
-``.engine``, ``.restart``, ``.fence``, ``.timeout``. Everything is released on the way
-out, whatever the test did: the listeners, the ports, the broker's threads and files,
-and the temporary directory.
+``.engine``, ``.restart``, ``.fence``, ``.timeout``, ``.faults``, ``.audit``. Everything
+is released on the way out, whatever the test did: the listeners, the ports, the
+broker's threads and files, and the temporary directory.
 """
 
 from __future__ import annotations

@@ -4,7 +4,8 @@ project with Exactly installed has it, without a conftest.py).
 ``exactly_broker``: a fresh broker for one test (function scope), on a directory under
 the test's ``tmp_path`` and free 127.0.0.1 ports, closed after the test whatever it
 did. It is an :class:`app.server.Server`: ``.bootstrap``, ``.http_url``, ``.broker``,
-``.engine``, ``.restart(clean=...)``, ``.fence(id)``, ``.timeout(id)``.
+``.engine``, ``.restart(clean=...)``, ``.fence(id)``, ``.timeout(id)``,
+``.faults``, ``.audit(group, input, output)``.
 ``exactly_broker_config``: the Kafka configs it starts with (override the fixture in a
 module or conftest.py to change them)."""
 
