@@ -31,7 +31,7 @@ def kafka(tmp_path: Path) -> Iterator[KafkaBroker]:
         yield k
 
 
-def drain(consumer: KafkaConsumer, expected: int, timeout: float = 30) -> list[bytes]:
+def drain(consumer: KafkaConsumer, expected: int, timeout: float = 60) -> list[bytes]:
     """Poll until ``expected`` values arrived (and a short quiet poll finds no more)."""
     values: list[bytes] = []
     deadline = time.monotonic() + timeout

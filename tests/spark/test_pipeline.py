@@ -21,7 +21,8 @@ from tests.docs import REPO, blocks, page, section
 from tests.kafka_support import KafkaBroker, read_to_end
 
 PAGE = "docs/spark.md"
-pytestmark = pytest.mark.timeout(300)
+#: two Spark jobs and a report, each a JVM of its own, beside other workers' tests
+pytestmark = pytest.mark.timeout(600)
 
 
 def test_the_broker_check_passes_on_a_kafka_broker_and_says_what_to_do_otherwise(
