@@ -31,22 +31,13 @@ from flask import Flask, request
 
 from app.http import current_engine
 from app.http.auth import request_principal
-from app.security.acl import CLUSTER_NAME, AclOperation, ResourceType
-from storage import errors as e
+from app.security.acl import CLUSTER_NAME, DENIED, AclOperation, ResourceType
 
 O = AclOperation
 TOPIC, GROUP, TXN, CLUSTER = (ResourceType.TOPIC, ResourceType.GROUP, ResourceType.TRANSACTIONAL_ID,
                               ResourceType.CLUSTER)
 
 #: the Kafka error a denial on each resource type is
-DENIED: dict[ResourceType, type[e.KafkaError]] = {
-    TOPIC: e.TopicAuthorizationFailedError,
-    GROUP: e.GroupAuthorizationFailedError,
-    TXN: e.TransactionalIdAuthorizationFailedError,
-    CLUSTER: e.ClusterAuthorizationFailedError,
-}
-
-
 class Where(enum.Enum):
     """Where a need's resource name comes from, and so who checks it."""
 

@@ -26,16 +26,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from app.kafka.api import ApiKey, RequestContext
-from app.security.acl import CLUSTER_NAME, AclOperation, ResourceType
+from app.security.acl import CLUSTER_NAME, DENIED, AclOperation, ResourceType
 from app.security.authorizer import operations_bit_field
 from coordinator import cluster_metadata
-from storage.errors import (
-    ClusterAuthorizationFailedError,
-    GroupAuthorizationFailedError,
-    KafkaError,
-    TopicAuthorizationFailedError,
-    TransactionalIdAuthorizationFailedError,
-)
+from storage.errors import KafkaError
 
 
 @dataclass(frozen=True)
@@ -102,13 +96,6 @@ TABLE: dict[int, tuple[Rule, ...]] = {
     ApiKey.LIST_TRANSACTIONS: (Rule(X, O.DESCRIBE),),
 }
 
-#: the error of a denial, by the resource type denied
-DENIED: dict[ResourceType, type[KafkaError]] = {
-    T: TopicAuthorizationFailedError,
-    G: GroupAuthorizationFailedError,
-    C: ClusterAuthorizationFailedError,
-    X: TransactionalIdAuthorizationFailedError,
-}
 
 #: topics only a principal with ClusterAction on the cluster sees
 HIDDEN_TOPICS = frozenset({cluster_metadata.TOPIC})

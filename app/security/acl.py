@@ -18,7 +18,14 @@ from dataclasses import dataclass
 
 from app.security.principal import KafkaPrincipal
 from coordinator.cluster_metadata import AclRecord
-from storage.errors import InvalidRequestError
+from storage.errors import (
+    ClusterAuthorizationFailedError,
+    GroupAuthorizationFailedError,
+    InvalidRequestError,
+    KafkaError,
+    TopicAuthorizationFailedError,
+    TransactionalIdAuthorizationFailedError,
+)
 
 #: the literal resource name that matches every resource of its type
 WILDCARD_RESOURCE = "*"
@@ -187,4 +194,13 @@ SUPPORTED_OPERATIONS: dict[ResourceType, frozenset[AclOperation]] = {
     ResourceType.TRANSACTIONAL_ID: frozenset({_O.DESCRIBE, _O.WRITE}),
     ResourceType.DELEGATION_TOKEN: frozenset({_O.DESCRIBE}),
     ResourceType.USER: frozenset({_O.CREATE_TOKENS, _O.DESCRIBE_TOKENS}),
+}
+
+#: the error a request gets when the authorizer denies it, by the resource type denied
+#: (Kafka's TOPIC/GROUP/CLUSTER/TRANSACTIONAL_ID_AUTHORIZATION_FAILED): every face's
+DENIED: dict[ResourceType, type[KafkaError]] = {
+    ResourceType.TOPIC: TopicAuthorizationFailedError,
+    ResourceType.GROUP: GroupAuthorizationFailedError,
+    ResourceType.CLUSTER: ClusterAuthorizationFailedError,
+    ResourceType.TRANSACTIONAL_ID: TransactionalIdAuthorizationFailedError,
 }
