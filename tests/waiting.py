@@ -17,19 +17,26 @@ T = TypeVar("T")
 
 
 def eventually(condition: Callable[[], T], timeout: float = 30.0, what: str = "condition", *,
-               interval: float = 0.01, child: subprocess.Popen | None = None) -> T:
+               interval: float = 0.01, child: subprocess.Popen | None = None,
+               progress: Callable[[], object] | None = None) -> T:
     """Poll ``condition`` every ``interval`` seconds until it returns something truthy,
     and return that; fail after ``timeout`` seconds. With ``child``, fail as soon as that
-    process exits (its stderr in the message), and wait on its exit between polls."""
+    process exits (its stderr in the message), and wait on its exit between polls. With
+    ``progress``, the deadline is for a stall: it starts again whenever ``progress()``
+    changes, so work whose length depends on the machine's load fails only when it stops."""
     deadline = time.monotonic() + timeout
+    seen = progress() if progress is not None else None
     while True:
         value = condition()
         if value:
             return value
         if child is not None and child.poll() is not None:
             pytest.fail(f"the child exited with status {child.returncode} before {what}:\n{_stderr(child)}")
+        if progress is not None and (now := progress()) != seen:
+            seen, deadline = now, time.monotonic() + timeout
         if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout} s waiting for {what}")
+            stalled = "with no progress " if progress is not None else ""
+            pytest.fail(f"timed out after {timeout} s {stalled}waiting for {what}")
         _pause(interval, child)
 
 
