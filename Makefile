@@ -25,6 +25,8 @@ CHROMIUM := /usr/bin/chromium
 KCAT     := /usr/bin/kcat
 JAVA     := /usr/bin/java
 JDBC_JAR := /usr/share/java/sqlite-jdbc.jar
+CURL     := /usr/bin/curl
+JQ       := /usr/bin/jq
 SUDO     := $(shell [ "$$(id -u)" = 0 ] || ! command -v sudo >/dev/null 2>&1 || echo sudo)
 
 .PHONY: run test bench install pipeline clean
@@ -53,8 +55,8 @@ run: $(BROKER_STAMP)
 
 ## test: install everything the tests need (the environment with the Kafka clients and
 ## PySpark, Debian's chromium for the browser test, kcat for the Kafka tests, Java and
-## the SQLite JDBC driver for Spark), then run the whole suite on parallel workers
-test: $(TEST_STAMP) $(CHROMIUM) $(KCAT) $(JAVA) $(JDBC_JAR)
+## the SQLite JDBC driver for Spark, curl and jq for the HTTP docs' examples), then run the whole suite on parallel workers
+test: $(TEST_STAMP) $(CHROMIUM) $(KCAT) $(JAVA) $(JDBC_JAR) $(CURL) $(JQ)
 	$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup
 
 # The browser test (tests/test_browser.py) drives Debian's Chromium through the
@@ -68,6 +70,15 @@ $(CHROMIUM):
 $(KCAT):
 	$(SUDO) apt-get update
 	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y kcat
+
+# curl and jq run docs/http-api.md's examples as written (tests/test_docs_http.py).
+$(CURL):
+	$(SUDO) apt-get update
+	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y curl
+
+$(JQ):
+	$(SUDO) apt-get update
+	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y jq
 
 # Spark runs on the JVM (Java 17+; Debian 12's default is 17) and reads the SQLite
 # mirror through Debian's JDBC driver (the jar plus its JNI library).
