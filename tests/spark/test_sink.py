@@ -122,3 +122,26 @@ def test_a_failing_task_attempt_retried_leaves_no_orphan_data_and_no_transaction
     assert written_offsets(served) > len(values) + 2  # the failed attempt's data was written, then aborted
     assert sorted(v[:4] for v in values) == [f"{i:04d}".encode() for i in range(2000)]
     assert open_transactions(served) == []
+
+
+def test_the_docs_example_writes_a_batch_and_a_stream(spark, served, tmp_path: Path) -> None:
+    """docs/spark.md's two lines, as written, on a batch and on a stream a reader has."""
+    from tests.docs import blocks, section
+    from tests.waiting import eventually
+
+    (code,) = blocks(section("docs/spark.md", "Writing topics from Spark, exactly once"), "python")
+    df = spark.range(20).selectExpr("CONCAT('batch-', id) AS value")
+    stream = (spark.readStream.format("rate").option("rowsPerSecond", 20).load()
+              .selectExpr("CONCAT('stream-', value) AS value"))
+    exec(code.replace("127.0.0.1:9092", served.bootstrap).replace("/tmp/ck", str(tmp_path / "ck")),
+         {"df": df, "stream": stream})
+    try:
+        eventually(lambda: any(v.startswith(b"stream-") for v in committed(served)), 120,
+                   "the stream's first committed micro-batch", interval=0.5)
+    finally:
+        for query in spark.streams.active:
+            query.stop()
+    values = committed(served)
+    assert sorted(v for v in values if v.startswith(b"batch-")) == sorted(b"batch-%d" % i for i in range(20))
+    streamed = [v for v in values if v.startswith(b"stream-")]
+    assert len(streamed) == len(set(streamed)), "a streamed row committed twice"
