@@ -19,6 +19,8 @@ from typing import Any
 SQLITE_JDBC_JAR = Path("/usr/share/java/sqlite-jdbc.jar")
 #: where Debian puts the driver's native library; the jar ships none
 SQLITE_JNI_DIR = Path("/usr/lib/x86_64-linux-gnu/jni")
+#: errors only, from the JVM's first line (Spark's default logs INFO and start-up warnings)
+LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")
 #: the project root: workers must import ``app.spark`` even when it is not installed
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
@@ -44,12 +46,13 @@ def spark_session(app_name: str = "exactly", master: str = "local[2]", **conf: A
             f"{SQLITE_JDBC_JAR} is missing: install Debian's libxerial-sqlite-jdbc-java "
             "(`make test` or `make pipeline` does)")
     jni = f"-Dorg.sqlite.lib.path={SQLITE_JNI_DIR} -Dorg.sqlite.lib.name=libsqlitejdbc.so"
+    driver = f"{jni} -Dlog4j2.configurationFile={LOG4J_CONFIG.as_uri()}"
     settings: dict[str, Any] = {
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.shuffle.partitions": "2",
         "spark.jars": str(SQLITE_JDBC_JAR),
-        "spark.driver.extraJavaOptions": jni,
+        "spark.driver.extraJavaOptions": driver,
         "spark.executor.extraJavaOptions": jni,
         **conf,
     }
