@@ -11,20 +11,15 @@ it was violated, 2 on a usage error or when the broker cannot be asked.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-import urllib.error
-import urllib.parse
-import urllib.request
 from typing import Any
 
+from app import http_api_client
+from app.http_api_client import HttpApi, HttpApiError, quote
+
 HELD, VIOLATED, CANNOT_ASK = 0, 1, 2
-DEFAULT_HTTP = "http://127.0.0.1:8080"
+#: an audit reads the group's logs: longer than a plain call
 TIMEOUT_S = 60
-
-
-class CannotAskError(Exception):
-    """The broker could not be reached, or refused the question."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -33,34 +28,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output", required=True, help="the topic its transactions write")
     parser.add_argument("--records-per-input", type=int, default=None,
                         help="output records per input record (1 for a 1:1 transform): then counts are checked too")
-    parser.add_argument("--http", default=DEFAULT_HTTP, help=f"the broker's HTTP API (default {DEFAULT_HTTP})")
-    parser.add_argument("--token", default="", help="bearer token, when the broker has http.auth.token set")
-
-
-def _get(base: str, path: str, token: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
-    query = "?" + urllib.parse.urlencode({k: v for k, v in (params or {}).items() if v is not None}) if params else ""
-    request = urllib.request.Request(base.rstrip("/") + path + query, headers={"Accept": "application/json"})
-    if token:
-        request.add_header("Authorization", f"Bearer {token}")
-    try:
-        with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:
-            return json.load(response)
-    except urllib.error.HTTPError as e:
-        try:
-            message = json.load(e).get("message", e.reason)
-        except ValueError:
-            message = e.reason
-        raise CannotAskError(f"{e.code}: {message}") from None
-    except (urllib.error.URLError, OSError, ValueError) as e:
-        raise CannotAskError(f"cannot reach {base}: {getattr(e, 'reason', e)}") from None
+    http_api_client.add_arguments(parser)
 
 
 def fetch_audit(args: argparse.Namespace) -> dict[str, Any]:
     """The audit resource, from the broker's one cluster."""
-    cluster = _get(args.http, "/v3/clusters", args.token)["data"][0]["cluster_id"]
-    group = urllib.parse.quote(args.group, safe="")
-    return _get(args.http, f"/v3/clusters/{cluster}/consumer-groups/{group}/audit", args.token,
-                {"input": args.input, "output": args.output, "records_per_input": args.records_per_input})
+    api = HttpApi(args.http, args.token)
+    return api.call("GET", f"{api.cluster()}/consumer-groups/{quote(args.group)}/audit",
+                    params={"input": args.input, "output": args.output,
+                            "records_per_input": args.records_per_input}, timeout=TIMEOUT_S)
 
 
 def _transaction(t: dict[str, Any]) -> str:
@@ -93,7 +69,7 @@ def render(audit: dict[str, Any]) -> str:
 def run(args: argparse.Namespace) -> int:
     try:
         audit = fetch_audit(args)
-    except CannotAskError as e:
+    except HttpApiError as e:
         print(f"exactly audit: {e}", file=sys.stderr)
         return CANNOT_ASK
     print(render(audit), flush=True)

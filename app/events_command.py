@@ -5,7 +5,7 @@ API (``app/http/events.py``)::
     exactly events timeout ID                 as transaction.timeout.ms expiring would
     exactly events restart [--unclean]        in place, same ports; waits until it is back
 
-``--http`` defaults to ``http://127.0.0.1:8080``; ``--token`` is the broker's
+``--http`` defaults to ``$EXACTLY_HTTP``, else ``http://127.0.0.1:8080``; ``--token`` is the broker's
 ``http.auth.token`` when it has one. Exit status 0 when the event happened; 1 with one
 line on stderr when the broker refused it or could not be reached.
 """
@@ -13,27 +13,19 @@ line on stderr when the broker refused it or could not be reached.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
-import urllib.error
-import urllib.request
-from typing import Any
-from urllib.parse import quote
 
-DEFAULT_HTTP = "http://127.0.0.1:8080"
+from app import http_api_client
+from app.http_api_client import HttpApi, HttpApiError, quote
+
 #: how often ``restart`` asks whether the broker is back
 POLL_S = 0.05
 
 
-class EventError(Exception):
-    """The broker refused the event, or could not be reached."""
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--http", default=DEFAULT_HTTP, help=f"the broker's HTTP API (default {DEFAULT_HTTP})")
-    common.add_argument("--token", default="", help="the broker's http.auth.token, when it has one")
+    http_api_client.add_arguments(common)
     sub = parser.add_subparsers(dest="event", required=True)
     for name, words in (("fence", "fence the transactional id's producer, as a new instance would"),
                         ("timeout", "time the transactional id's open transaction out, as its timeout would")):
@@ -41,33 +33,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     restart = sub.add_parser("restart", help="restart the broker in place (same ports)", parents=[common])
     restart.add_argument("--unclean", action="store_true", help="as a SIGKILL would leave it")
     restart.add_argument("--wait", type=float, default=60.0, help="seconds to wait for it to be back (default 60)")
-
-
-class HttpApi:
-    """JSON calls to a broker's HTTP API."""
-
-    def __init__(self, base: str, token: str = "") -> None:
-        self.base = base.rstrip("/")
-        self.headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {token}"} if token else {})}
-
-    def call(self, method: str, path: str, sent: dict[str, Any] | None = None, timeout: float = 30) -> Any:
-        data = json.dumps(sent).encode() if sent is not None else None
-        request = urllib.request.Request(self.base + path, data, self.headers, method=method)
-        try:
-            with urllib.request.urlopen(request, timeout=timeout) as response:
-                return json.load(response)
-        except urllib.error.HTTPError as e:
-            try:
-                error = json.load(e)
-                raise EventError(f"{error.get('error_name', e.code)}: {error.get('message', '')}") from None
-            except ValueError:
-                raise EventError(f"HTTP {e.code} from {self.base}{path}") from None
-        except (urllib.error.URLError, OSError) as e:
-            raise EventError(f"cannot reach {self.base}: {getattr(e, 'reason', e)}") from None
-
-    def cluster(self) -> str:
-        """``/v3/clusters/<the cluster id>``."""
-        return f"/v3/clusters/{quote(self.call('GET', '/v3/clusters')['data'][0]['cluster_id'], safe='')}"
 
 
 def _restart(api: HttpApi, clean: bool, wait_s: float) -> str:
@@ -80,10 +45,10 @@ def _restart(api: HttpApi, clean: bool, wait_s: float) -> str:
             if api.call("GET", server, timeout=5)["restarts"] > before:
                 how = "cleanly" if clean else "uncleanly"
                 return f"restarted {how} in {(time.monotonic() - started) * 1000:.0f} ms"
-        except EventError:
+        except HttpApiError:
             pass  # stopped for the restart: not answering yet
         time.sleep(POLL_S)
-    raise EventError(f"the broker did not come back within {wait_s:g} s")
+    raise HttpApiError(f"the broker did not come back within {wait_s:g} s")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -93,11 +58,11 @@ def run(args: argparse.Namespace) -> int:
         if args.event == "restart":
             said = _restart(api, not args.unclean, args.wait)
         else:
-            path = f"{api.cluster()}/transactions/{quote(args.transactional_id, safe='')}:{args.event}"
+            path = f"{api.cluster()}/transactions/{quote(args.transactional_id)}:{args.event}"
             txn = api.call("POST", path)
             said = (f"{args.transactional_id}: {txn['state']}, producer {txn['producer_id']} epoch "
                     f"{txn['producer_epoch']}")
-    except EventError as e:
+    except HttpApiError as e:
         print(f"exactly events {args.event}: {e}", file=sys.stderr)
         return 1
     print(f"exactly events {args.event}: {said}", flush=True)

@@ -17,21 +17,17 @@ exits 1 with the broker's message.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-import urllib.error
-import urllib.request
 from typing import Any
 
+from app import http_api_client
 from app.faults.events import Coordinator, Event
 from app.faults.fault import Action
-
-DEFAULT_HTTP = "http://127.0.0.1:8080"
+from app.http_api_client import HttpApi, HttpApiError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--http", default=DEFAULT_HTTP, help=f"the broker's HTTP API (default {DEFAULT_HTTP})")
-    parser.add_argument("--token", default="", help="bearer token, when the broker's API wants one")
+    http_api_client.add_arguments(parser)
     sub = parser.add_subparsers(dest="faults_command", required=True)
     add = sub.add_parser("add", help="install a fault (tried after those installed before it)")
     add.add_argument("--action", choices=[a.value for a in Action],
@@ -55,34 +51,34 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        return _run(args)
-    except urllib.error.HTTPError as e:
-        print(f"exactly faults: {_message(e)}", file=sys.stderr)
-        return 1
-    except urllib.error.URLError as e:
-        print(f"exactly faults: cannot reach {args.http}: {e.reason}", file=sys.stderr)
+        return _run(args, HttpApi(args.http, args.token))
+    except HttpApiError as e:
+        print(f"exactly faults: {e}", file=sys.stderr)
         return 1
 
 
-def _run(args: argparse.Namespace) -> int:
+def _run(args: argparse.Namespace, api: HttpApi) -> int:
+    def call(method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        return api.call(method, f"{api.cluster()}/{path}", body)
+
     command = args.faults_command
     if command == "add":
         fields = ("action", "client_id", "principal", "topic", "partition", "group", "transactional_id", "error",
                   "delay_ms", "count", "probability", "seed", "duration_ms")
         body = {name: getattr(args, name) for name in fields if getattr(args, name) is not None}
-        fault = _call(args, "POST", "faults", {**body, "api": args.api})
+        fault = call("POST", "faults", {**body, "api": args.api})
         print(fault["fault_id"])
     elif command == "event":
         body = {"event": args.event, "coordinator": args.coordinator, "duration_ms": args.duration_ms}
-        for fault in _call(args, "POST", "faults:event", body)["data"]:
+        for fault in call("POST", "faults:event", body)["data"]:
             print(fault["fault_id"])
     elif command == "list":
-        for fault in _call(args, "GET", "faults")["data"]:
+        for fault in call("GET", "faults")["data"]:
             print(describe(fault))
     elif command == "remove":
-        _call(args, "DELETE", f"faults/{args.fault_id}")
+        call("DELETE", f"faults/{args.fault_id}")
     else:
-        _call(args, "DELETE", "faults")
+        call("DELETE", "faults")
     return 0
 
 
@@ -97,26 +93,3 @@ def describe(fault: dict[str, Any]) -> str:
     window = "" if fault["remaining_ms"] is None else f", {fault['remaining_ms']} ms left"
     return (f"{fault['fault_id']}\t{does}\t{','.join(fault['api']) or 'any API'}\t{' '.join(matched) or '-'}\t"
             f"{budget}{window}\tfired {fault['fired']}" + (f"\t({fault['event']})" if fault["event"] else ""))
-
-
-def _call(args: argparse.Namespace, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
-    base = args.http.rstrip("/")
-    cluster = _request(args, "GET", f"{base}/v3/clusters")["data"][0]["cluster_id"]
-    return _request(args, method, f"{base}/v3/clusters/{cluster}/{path}", body)
-
-
-def _request(args: argparse.Namespace, method: str, url: str, body: dict[str, Any] | None = None) -> Any:
-    headers = {"Content-Type": "application/json"}
-    if args.token:
-        headers["Authorization"] = f"Bearer {args.token}"
-    data = None if body is None else json.dumps(body).encode()
-    with urllib.request.urlopen(urllib.request.Request(url, data, headers, method=method), timeout=30) as answer:
-        raw = answer.read()
-    return json.loads(raw) if raw else None
-
-
-def _message(error: urllib.error.HTTPError) -> str:
-    try:
-        return json.loads(error.read())["message"]
-    except (ValueError, KeyError):
-        return f"HTTP {error.code}"
