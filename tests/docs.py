@@ -4,7 +4,10 @@ here, never a slice of README.md by hand in each test."""
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import uuid
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -65,3 +68,77 @@ def anchors(text: str) -> set[str]:
         out.add(f"{slug}-{seen[slug]}" if slug in seen else slug)
         seen[slug] = seen.get(slug, 0) + 1
     return out
+
+
+# -- shell examples: commands and the output a page shows under them -----------------------
+#
+# A page's ```sh block is read as steps: a run of command lines, then the ``# ...`` lines
+# under it, which are the output. An output line continued on the next is indented one
+# space (``#  "next": ...``); ``...`` stands for what the page trimmed; three spaces end
+# the output and start a remark (``# [0]   <- not visible yet``). Values that differ from
+# run to run (the cluster id, times, producer ids in JSON) are compared by name only.
+
+#: JSON fields whose values depend on the run, not on what the example does
+VARYING = re.compile(r'"(cluster_id|timestamp|transaction_start_ms|producer_id)":("[^"]*"|-?\d+)')
+REMARK = re.compile(r"\s{3,}\S.*$")
+
+
+def shell_steps(text: str) -> list[tuple[str, str]]:
+    """(commands, output shown) of every step of ``text``'s ```sh blocks, in order."""
+    found: list[tuple[str, str]] = []
+    for block in FENCE.finditer(text):
+        opening, *body = block.group(0).splitlines()[:-1]
+        if opening != "```sh":
+            continue
+        commands: list[str] = []
+        output: list[str] = []
+        for line in [*body, ""]:
+            if line.startswith("#") and commands:
+                output.append(line)
+                continue
+            if output or (not line.strip() and commands):
+                found.append(("\n".join(commands), _shown(output)))
+                commands, output = [], []
+            if line.strip():
+                commands.append(line)
+    return found
+
+
+def _shown(lines: list[str]) -> str:
+    """The output ``# `` lines show: continuation lines joined, remarks cut."""
+    text = ""
+    for line in lines:
+        if line.startswith("#  ") and line[3:4] not in (" ", ""):
+            text += REMARK.sub("", line[3:])
+        else:
+            text += ("\n" if text else "") + REMARK.sub("", line[2:])
+    return text
+
+
+def shows(actual: str, shown: str) -> bool:
+    """Whether ``actual`` is the output the page shows, ``...`` matching anything."""
+    pattern = ".*".join(re.escape(part) for part in VARYING.sub(r'"\1":_', shown).split("..."))
+    return re.fullmatch(pattern, VARYING.sub(r'"\1":_', actual).strip(), re.S) is not None
+
+
+def run_shell_steps(found: list[tuple[str, str]], env: dict[str, str], replace: dict[str, str],
+                    cwd: Path = REPO) -> list[str]:
+    """Run the steps in one bash in ``cwd`` (the repository root, where ``.venv/bin/`` is), in
+    order, as a reader pastes them (``$?`` is still the last command's status at the next
+    step), each occurrence of a key of ``replace`` replaced by its value; the output of
+    each step."""
+    marker = f"--step-{uuid.uuid4().hex}--"
+    script = "set -u\n" + "".join(f"{commands}\n__status=$?; echo; echo {marker}; (exit $__status)\n"
+                                  for commands, _ in found)
+    for documented, actual in replace.items():
+        script = script.replace(documented, actual)
+    done = subprocess.run(["bash", "-c", script], cwd=cwd, capture_output=True, text=True, timeout=120,
+                          env={"PATH": os.defpath, "HOME": os.environ.get("HOME", "/"), **env})
+    assert done.returncode == 0, done.stderr
+    return [out.strip("\n") for out in done.stdout.split(marker + "\n")[:-1]]
+
+
+def wrong_outputs(found: list[tuple[str, str]], outputs: list[str]) -> list[str]:
+    """Each step whose output is not what the page shows, as a readable difference."""
+    return [f"$ {commands}\nshown:   {shown}\nprinted: {actual}"
+            for (commands, shown), actual in zip(found, outputs) if shown and not shows(actual, shown)]

@@ -8,14 +8,12 @@ import re
 
 import pytest
 
-from tests.docs import FENCE, REPO, page
+from tests.docs import FENCE, REPO, page, pages
 
 pytestmark = pytest.mark.timeout(30)
 
-#: the pages whose commands this checks (README's testing and security sections are
-#: moving to docs/testing.md and docs/security.md on sibling branches)
-PAGES = ["docs/kafka-clients.md", "docs/http-api.md", "docs/console.md", "docs/python.md",
-         "docs/spark.md", "docs/operations.md", "docs/architecture.md"]
+#: every page of the documentation
+PAGES = [str(p.relative_to(REPO)) for p in pages()]
 #: what a virtualenv puts on PATH when activated
 ENVIRONMENT_COMMANDS = {"python", "python3", "pip", "pip3", "exactly", "pytest", "pyspark", "spark-submit"}
 COMMAND_START = re.compile(r"(?:^|[|;&]|\$\()\s*(?:[A-Z_]+=\S*\s+)*([\w./$-]+)")

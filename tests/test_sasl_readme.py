@@ -34,22 +34,20 @@ def blocks() -> list[tuple[str, str]]:
 
 class Shell:
     """The page's shell, run in ``root`` (the data directory is ``root/data``) with
-    ``exactly`` on the PATH meaning this checkout's CLI and the page's ports made free."""
+    ``.venv/bin/exactly`` meaning this checkout's CLI and the page's ports made free."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
         self.ports = {port: str(free_port()) for port in ("9092", "9094", "8080")}
-        bin_dir = root / "bin"
-        bin_dir.mkdir()
+        bin_dir = root / ".venv" / "bin"
+        bin_dir.mkdir(parents=True)
         (bin_dir / "exactly").write_text(f'#!/bin/sh\nexec {sys.executable} -m app.cli "$@"\n')
         (bin_dir / "exactly").chmod(0o755)
-        self.env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "PYTHONPATH": str(REPO)}
+        self.env = {**os.environ, "PYTHONPATH": str(REPO)}
 
     def local(self, text: str) -> str:
-        """``text`` with the page's ports replaced by this run's; ``source`` lines dropped
-        (the virtualenv is the one running the tests)."""
-        text = re.sub(r"127\.0\.0\.1:(9092|9094|8080)", lambda m: f"127.0.0.1:{self.ports[m.group(1)]}", text)
-        return "\n".join(line for line in text.splitlines() if not line.startswith("source "))
+        """``text`` with the page's ports replaced by this run's."""
+        return re.sub(r"127\.0\.0\.1:(9092|9094|8080)", lambda m: f"127.0.0.1:{self.ports[m.group(1)]}", text)
 
     def run(self, script: str) -> str:
         """Run ``script`` in bash (``-e -o pipefail``); its stdout."""
@@ -66,7 +64,7 @@ class Shell:
 
     def serve(self, script: str) -> "Served":
         """``exactly serve`` as the page starts it; its log (stderr) in ``serve.log``."""
-        command = self.local(script).replace("\\\n", " ")
+        command = self.local(script).strip().replace("\\\n", " ")
         with open(self.root / "serve.log", "a") as log:
             return Served(subprocess.Popen(["bash", "-c", f"exec {command} --http-port {self.ports['8080']}"],
                                            cwd=self.root, env=self.env, stdout=subprocess.PIPE, stderr=log,
