@@ -59,36 +59,29 @@ run: $(BROKER_STAMP)
 test: $(TEST_STAMP) $(CHROMIUM) $(KCAT) $(JAVA) $(JDBC_JAR) $(CURL) $(JQ)
 	$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup
 
-# The browser test (tests/test_browser.py) drives Debian's Chromium through the
-# playwright package; `playwright install` is never run (it downloads a browser).
-# Installed only when missing; as root, or through sudo when not root.
+# System packages the tests need, from Debian, installed only when missing: as root, or
+# through sudo when not root. Debian's chromium drives the browser tests through the
+# playwright package (`playwright install` is never run: it downloads a browser); kcat the
+# Kafka tests; Spark runs on the JVM (Java 17+; Debian 12's default is 17) and reads the
+# SQLite mirror through Debian's JDBC driver (the jar plus its JNI library); curl and jq
+# run docs/http-api.md's examples as written (tests/test_docs_shell.py).
+define apt-install
+	$(SUDO) apt-get update
+	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y $(1)
+endef
+
 $(CHROMIUM):
-	$(SUDO) apt-get update
-	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y chromium
-
-# kcat for tests/test_kafka_kcat.py, from Debian, the same way.
+	$(call apt-install,chromium)
 $(KCAT):
-	$(SUDO) apt-get update
-	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y kcat
-
-# curl and jq run docs/http-api.md's examples as written (tests/test_docs_http.py).
-$(CURL):
-	$(SUDO) apt-get update
-	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y curl
-
-$(JQ):
-	$(SUDO) apt-get update
-	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y jq
-
-# Spark runs on the JVM (Java 17+; Debian 12's default is 17) and reads the SQLite
-# mirror through Debian's JDBC driver (the jar plus its JNI library).
+	$(call apt-install,kcat)
 $(JAVA):
-	$(SUDO) apt-get update
-	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y default-jre-headless
-
+	$(call apt-install,default-jre-headless)
 $(JDBC_JAR):
-	$(SUDO) apt-get update
-	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y libxerial-sqlite-jdbc-java
+	$(call apt-install,libxerial-sqlite-jdbc-java)
+$(CURL):
+	$(call apt-install,curl)
+$(JQ):
+	$(call apt-install,jq)
 
 ## pipeline: the end-to-end Spark pipeline on the broker `make run` serves (start it first,
 ## in another terminal): install what Spark needs, copy the topic pipeline-in to

@@ -42,7 +42,10 @@ BUILD_TIMEOUT_S = 300
 INSTALL_TIMEOUT_S = 400
 START_TIMEOUT_S = 60
 
-pytestmark = pytest.mark.timeout(BUILD_TIMEOUT_S + INSTALL_TIMEOUT_S + 3 * START_TIMEOUT_S)
+#: one worker builds the wheel and its environment once for every test here (each worker
+#: that ran one of them built its own: 36 s each)
+pytestmark = [pytest.mark.timeout(BUILD_TIMEOUT_S + INSTALL_TIMEOUT_S + 3 * START_TIMEOUT_S),
+              pytest.mark.xdist_group("packaging")]
 
 
 @dataclass(frozen=True)
