@@ -126,22 +126,35 @@ def open_transactions(served: KafkaBroker) -> list[str]:
         return [t.transactional_id for t in client.list_transactions("exactly-spark-.*", ["Ongoing"])]
 
 
-@pytest.mark.timeout(1500)
+def kill_at_the_sinks_crash_points(served: KafkaBroker, checkpoint: Path, jobs: list[Job]) -> None:
+    """Before the decision record, after it, and between two EndTxn: a run each."""
+    for crash_at in ("before-decision:1", "after-decision:2", "mid-completion:4"):
+        job = Job(served, checkpoint, crash_at, "--available-now")  # ends, should the crash not come
+        jobs.append(job)
+        assert job.wait() == -signal.SIGKILL, job.output()
+
+
+def kill_mid_batch(served: KafkaBroker, checkpoint: Path, jobs: list[Job]) -> None:
+    """Twice, at an arbitrary moment of the batch after a progress line."""
+    for _ in range(2):
+        job = Job(served, checkpoint)
+        jobs.append(job)
+        job.wait_for_batch()
+        time.sleep(random.uniform(0, 1.5))
+        job.kill()
+
+
+#: two chains of kills, each on a checkpoint of its own, run side by side on two workers
+#: (one chain of all five took six minutes of a loaded machine, longer than the rest of
+#: the suite's tests on a worker)
+@pytest.mark.timeout(1200)
+@pytest.mark.parametrize("kills", [kill_at_the_sinks_crash_points, kill_mid_batch], ids=lambda k: k.__name__)
 def test_killed_during_commits_and_batches_then_restarted_the_output_is_exactly_the_input(
-        served, tmp_path: Path) -> None:
+        served, tmp_path: Path, kills) -> None:
     checkpoint = tmp_path / "checkpoint"
-    jobs = []
+    jobs: list[Job] = []
     try:
-        for crash_at in ("before-decision:1", "after-decision:2", "mid-completion:4"):
-            job = Job(served, checkpoint, crash_at, "--available-now")  # ends, should the crash not come
-            jobs.append(job)
-            assert job.wait() == -signal.SIGKILL, job.output()
-        for _ in range(2):  # killed at an arbitrary moment of the batch after a progress line
-            job = Job(served, checkpoint)
-            jobs.append(job)
-            job.wait_for_batch()
-            time.sleep(random.uniform(0, 1.5))
-            job.kill()
+        kills(served, checkpoint, jobs)
         job = Job(served, checkpoint, None, "--available-now")
         jobs.append(job)
         assert job.wait() == 0, job.output()
