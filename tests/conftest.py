@@ -20,19 +20,23 @@ FROZEN = {"exactly.jobs.enable": False}
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "jobs: the test's broker fixture runs the scheduled jobs (not FROZEN)")
+    config.addinivalue_line("markers", "spread: under xdist, send the file's tests to workers one by one")
     if not config.pluginmanager.has_plugin("exactly"):  # an install made before the pytest11 entry point
         from app.testing import pytest_plugin
 
         config.pluginmanager.register(pytest_plugin, "exactly")
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own, which turns the groups into node ids
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Under pytest-xdist (``make test``: ``--dist loadgroup``), one worker runs a whole
-    test file, so a module-scoped fixture is built once. Spark files are spread like the
-    rest: a worker that meets one starts its own SparkSession (tests/spark/conftest.py),
-    which costs less than queueing every Spark test behind one worker."""
+    test file, so a module-scoped fixture is built once and a Spark file starts one
+    SparkSession (tests/spark/conftest.py); Spark files are spread over the workers like
+    the rest. A file marked ``spread`` (long tests that share nothing) is sent test by test,
+    and a test with an ``xdist_group`` of its own keeps it."""
     for item in items:
-        item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+        if not item.get_closest_marker("spread") and not item.get_closest_marker("xdist_group"):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
 
 
 def jobs_config(request: pytest.FixtureRequest) -> dict[str, bool]:

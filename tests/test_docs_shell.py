@@ -20,7 +20,7 @@ import app.testing
 from app.server import Server
 from tests.docs import REPO, blocks, page, run_shell_steps, section, shell_steps, wrong_outputs
 
-pytestmark = [pytest.mark.timeout(300), pytest.mark.xdist_group("docs-shell")]
+pytestmark = pytest.mark.timeout(300)
 
 
 @pytest.fixture(scope="module")

@@ -42,10 +42,7 @@ BUILD_TIMEOUT_S = 300
 INSTALL_TIMEOUT_S = 400
 START_TIMEOUT_S = 60
 
-#: one worker builds the wheel and its environment once for every test here (each worker
-#: that ran one of them built its own: 36 s each)
-pytestmark = [pytest.mark.timeout(BUILD_TIMEOUT_S + INSTALL_TIMEOUT_S + 3 * START_TIMEOUT_S),
-              pytest.mark.xdist_group("packaging")]
+pytestmark = pytest.mark.timeout(BUILD_TIMEOUT_S + INSTALL_TIMEOUT_S + 3 * START_TIMEOUT_S)
 
 
 @dataclass(frozen=True)
