@@ -33,10 +33,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     test file, so a module-scoped fixture is built once and a Spark file starts one
     SparkSession (tests/spark/conftest.py); Spark files are spread over the workers like
     the rest. A file marked ``spread`` (long tests that share nothing) is sent test by test,
-    and a test with an ``xdist_group`` of its own keeps it."""
+    and a test with an ``xdist_group`` of its own keeps it. Tests marked ``slow`` (and the
+    rest of their files) go first: the workers start on the longest work, instead of one
+    of them ending the run alone with a Spark job that started last."""
     for item in items:
         if not item.get_closest_marker("spread") and not item.get_closest_marker("xdist_group"):
             item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
 def jobs_config(request: pytest.FixtureRequest) -> dict[str, bool]:

@@ -264,6 +264,7 @@ def check_recovered(broker: Broker, rebuilt: Broker, acks: list[Ack], rng: rando
 # -- the tests ----------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_sigkilled_producer_loses_no_acknowledged_batch(tmp_path: Path) -> None:
     rng = random.Random(SEED)

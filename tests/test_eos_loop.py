@@ -55,7 +55,7 @@ from tests.waiting import eventually
 REPO = Path(__file__).resolve().parents[1]
 SEED = int(os.environ.get("EOS_SEED", "20240611"))
 #: each test takes half a minute or more and shares nothing: one worker each
-pytestmark = pytest.mark.spread
+pytestmark = [pytest.mark.spread, pytest.mark.slow]
 RECORDS_PER_PARTITION = 300
 KILLS = 8
 #: how long a child may go without a progress line (starting, or between two facts) before

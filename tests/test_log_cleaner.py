@@ -607,6 +607,7 @@ def leftovers(data: Path) -> list[str]:
             if p.name.endswith((filenames.CLEANED_SUFFIX, filenames.SWAP_SUFFIX))]
 
 
+@pytest.mark.slow
 def test_a_crash_at_any_step_of_the_swap_leaves_a_valid_log(tmp_path: Path, clock: FakeClock) -> None:
     """Kill (os._exit in a forked child) at each rename of a cleaning round; the next
     open finishes or discards the swap, and the log reads as before or as cleaned."""

@@ -42,7 +42,7 @@ BUILD_TIMEOUT_S = 300
 INSTALL_TIMEOUT_S = 400
 START_TIMEOUT_S = 60
 
-pytestmark = pytest.mark.timeout(BUILD_TIMEOUT_S + INSTALL_TIMEOUT_S + 3 * START_TIMEOUT_S)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(BUILD_TIMEOUT_S + INSTALL_TIMEOUT_S + 3 * START_TIMEOUT_S)]
 
 
 @dataclass(frozen=True)

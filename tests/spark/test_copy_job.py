@@ -28,7 +28,7 @@ from tests.kafka_support import KafkaBroker, read_to_end
 ROOT = Path(__file__).resolve().parents[2]
 SEED = 300
 #: each test takes half a minute or more and shares nothing: one worker each
-pytestmark = pytest.mark.spread
+pytestmark = [pytest.mark.spread, pytest.mark.slow]
 #: a driver's whole life, JVM start included, on a loaded 2-core machine
 RUN_TIMEOUT = 420
 

@@ -47,6 +47,7 @@ def readme_command() -> str:
     return re.sub(r"(\$PWD/)?\.venv/bin/", venv_bin, block.group(1))
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(420)
 def test_the_docs_pyspark_shell_reads_writes_and_reads_jdbc(tmp_path: Path) -> None:
     command = readme_command()

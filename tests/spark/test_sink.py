@@ -112,6 +112,7 @@ spark.stop()
 """
 
 
+@pytest.mark.slow
 def test_a_failing_task_attempt_retried_leaves_no_orphan_data_and_no_transaction_open(served) -> None:
     """Task retries need ``local[2,2]`` (spark.task.maxFailures is static): a driver of its own."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
