@@ -56,8 +56,10 @@ run: $(BROKER_STAMP)
 ## test: install everything the tests need (the environment with the Kafka clients and
 ## PySpark, Debian's chromium for the browser test, kcat for the Kafka tests, Java and
 ## the SQLite JDBC driver for Spark, curl and jq for the HTTP docs' examples), then run the whole suite on parallel workers
+## (a test file per worker, in collection order: tests marked slow first, tests/conftest.py;
+## xdist would otherwise send the files with the most tests first and the long Spark jobs last)
 test: $(TEST_STAMP) $(CHROMIUM) $(KCAT) $(JAVA) $(JDBC_JAR) $(CURL) $(JQ)
-	$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup
+	$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 
 # System packages the tests need, from Debian, installed only when missing: as root, or
 # through sudo when not root. Debian's chromium drives the browser tests through the

@@ -246,6 +246,22 @@ def test_abort_over_htmx_uses_the_header_and_redirects(client, broker, scenario)
     assert "Could not abort enricher" in client.get("/").get_data(as_text=True)
 
 
+def test_a_polled_fragment_of_a_deleted_topic_stops_polling_and_keeps_the_flash(client, broker):
+    """A topic's page polls its fragment; when the topic is deleted under it (from this very
+    page: the delete's redirect carries a flash), the poll gets one line and htmx's "stop
+    polling" status, not the whole 404 page -- whose layout would take the flash."""
+    broker.create_topic("doomed", 1)
+    fragment = "/fragments/topics/doomed"
+    assert client.get(fragment, headers={"HX-Request": "true"}).status_code == 200
+    token = _csrf(client, "/topics/doomed")
+    assert client.post("/topics/doomed/delete", data={"csrf_token": token}).status_code == 303
+    gone = client.get(fragment, headers={"HX-Request": "true"})
+    assert gone.status_code == 286
+    assert "<html" not in gone.get_data(as_text=True) and "doomed" in gone.get_data(as_text=True)
+    assert "Deleted topic doomed" in client.get("/").get_data(as_text=True)  # the flash survived the poll
+    assert client.get("/topics/doomed").status_code == 404  # a page is still a 404 page
+
+
 def test_a_hanging_transaction_is_aborted_on_its_partition(tmp_path, clock):
     data = tmp_path / "legacy"
     # a log written without verification: no coordinator knows its producer

@@ -364,8 +364,19 @@ def _htmx_login_redirect(response: Response) -> Response:
     return response
 
 
+#: htmx's "stop polling" status: what a polled fragment of something now gone answers
+STOP_POLLING = 286
+
+
 def _error_page(status: int, title: str, message: str) -> tuple[str, int]:
-    return render_template("error.html", status=status, title=title, message=message), status
+    """The error as a page, or as a line for a fragment htmx asked for: a whole page
+    swapped into a table would be wrong, and its layout would take the flash messages a
+    redirect in flight is carrying (a topic's page polling while the topic is deleted). A
+    polled fragment of something that no longer exists stops the polling."""
+    if not request.headers.get("HX-Request"):
+        return render_template("error.html", status=status, title=title, message=message), status
+    gone = status == 404 and request.method == "GET"
+    return render_template("fragments/error.html", title=title, message=message), STOP_POLLING if gone else status
 
 
 @bp.errorhandler(e.KafkaError)
