@@ -563,8 +563,8 @@ def test_poll_returns_within_its_timeout_while_the_group_waits_for_another_membe
     a = consumer(group_id="g", auto_offset_reset="earliest", **FAST)
     b = consumer(group_id="g", auto_offset_reset="earliest", **FAST)
     a.subscribe(["t"])
-    a.poll(timeout_ms=100)
-    assert a.assignment() == [("t", 0), ("t", 1)]
+    eventually(lambda: a.poll(timeout_ms=100) == [] and a.assignment() == [("t", 0), ("t", 1)], DEADLINE_S,
+               "a's first join (alone: both partitions)")
     b.subscribe(["t"])
     outcome: list[Any] = []
     poller = threading.Thread(target=lambda: outcome.append(b.poll(timeout_ms=200)), daemon=True)

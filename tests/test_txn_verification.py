@@ -497,9 +497,15 @@ STUCK = {"in its transaction": stuck_in_its_transaction, "hanging": stuck_hangin
 
 
 def abort_by_api(broker: Broker, producer_id: int) -> dict[str, Any]:
+    """The REST abort, retried as a client retries CONCURRENT_TRANSACTIONS (51): a broker
+    just opened may still be completing the producer's last transaction."""
     client = create_app(broker.engine, test_config={"TESTING": True}).test_client()
-    response = client.post(f"/v3/clusters/{broker.cluster_id}/topics/{T}/partitions/0/producers/"
-                           f"{producer_id}/abort")
+
+    def answer():
+        response = client.post(f"/v3/clusters/{broker.cluster_id}/topics/{T}/partitions/0/producers/"
+                               f"{producer_id}/abort")
+        return None if (response.json or {}).get("kafka_error_code") == 51 else response
+    response = eventually(answer, 30, "an answer other than CONCURRENT_TRANSACTIONS", interval=0.05)
     assert response.status_code == 200, response.get_data(as_text=True)
     return response.json
 
