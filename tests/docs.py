@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import sys
 import uuid
 from pathlib import Path
 
@@ -142,3 +143,13 @@ def wrong_outputs(found: list[tuple[str, str]], outputs: list[str]) -> list[str]
     """Each step whose output is not what the page shows, as a readable difference."""
     return [f"$ {commands}\nshown:   {shown}\nprinted: {actual}"
             for (commands, shown), actual in zip(found, outputs) if shown and not shows(actual, shown)]
+
+
+def run_readme_example(bootstrap: str) -> str:
+    """The README's confluent-kafka example, as its reader runs it, against ``bootstrap``;
+    what it prints."""
+    (code,) = blocks(section("README.md", "What it is for"), "python")
+    done = subprocess.run([sys.executable, "-c", code.replace("127.0.0.1:9092", bootstrap)],
+                          capture_output=True, text=True, timeout=150, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout

@@ -7,10 +7,7 @@ tests/docs.py."""
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 from typing import Iterator
 
@@ -18,7 +15,7 @@ import pytest
 
 import app.testing
 from app.server import Server
-from tests.docs import REPO, blocks, page, run_shell_steps, section, shell_steps, wrong_outputs
+from tests.docs import REPO, page, run_readme_example, run_shell_steps, section, shell_steps, wrong_outputs
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -28,11 +25,7 @@ def in_use(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """A served broker on which the README's confluent-kafka example has run, as a
     reader runs it first; the pages' examples then run on it in turn."""
     with app.testing.broker(tmp_path_factory.mktemp("docs") / "data") as server:
-        (code,) = blocks(section("README.md", "What it is for"), "python")
-        done = subprocess.run([sys.executable, "-c", code.replace("127.0.0.1:9092", server.bootstrap)],
-                              capture_output=True, text=True, timeout=150,
-                              env={**os.environ, "PYTHONPATH": str(REPO)})
-        assert done.returncode == 0, done.stderr[-3000:]
+        run_readme_example(server.bootstrap)
         yield server
 
 
