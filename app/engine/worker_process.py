@@ -4,7 +4,11 @@ that the event loop, the fsync thread and the clients' threads need.
 
 One child process, started on first use with the ``spawn`` method (never ``fork``:
 the broker runs an asyncio loop and threads), running
-:func:`storage.background.serve_calls` at a lower CPU priority. One thread at a time
+:func:`storage.background.serve_calls` at a lower CPU priority. It is started by a
+launcher thread of normal priority (made with the ``WorkerProcess``), never by the
+niced thread that makes the first call: a process inherits its starter's niceness, and
+the new interpreter's imports (the broker's whole ``__main__``) at that priority took
+15 s instead of 1.4 s on a machine whose two cores were busy. One thread at a time
 makes calls (the maintenance thread, which waits for each); the job it hands the
 process carries plain values only (paths, offsets, config numbers, the aborted
 transactions), and what comes back is as plain (which cleaned files it wrote).
@@ -22,7 +26,9 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import queue
 import threading
+from concurrent.futures import Future
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 from typing import Any
@@ -54,6 +60,8 @@ class WorkerProcess:
         self._running: ProcessCall | None = None
         self._calls = 0
         self._stopped = False
+        self._launches: queue.SimpleQueue[Future[tuple[Connection, BaseProcess]] | None] = queue.SimpleQueue()
+        threading.Thread(target=self._launcher, name=f"{name}-launcher", daemon=True).start()
 
     @property
     def pid(self) -> int | None:
@@ -93,14 +101,25 @@ class WorkerProcess:
 
     def _started(self) -> tuple[Connection, BaseProcess]:
         if self._process is None or self._connection is None:
-            ours, theirs = self._context.Pipe()
-            process = self._context.Process(
-                target=serve_calls, name=self._name, daemon=True,
-                args=(theirs, self._cancelled_call, os.getpid(), self._nice))
-            process.start()
-            theirs.close()
-            self._process, self._connection = process, ours
+            launched: Future[tuple[Connection, BaseProcess]] = Future()
+            self._launches.put(launched)
+            self._connection, self._process = launched.result()
         return self._connection, self._process
+
+    def _launcher(self) -> None:
+        """Start a worker process for each request, on this thread of normal priority."""
+        while (launched := self._launches.get()) is not None:
+            try:
+                ours, theirs = self._context.Pipe()
+                process = self._context.Process(
+                    target=serve_calls, name=self._name, daemon=True,
+                    args=(theirs, self._cancelled_call, os.getpid(), self._nice))
+                process.start()
+                theirs.close()
+            except BaseException as e:  # to the caller, who waits for it
+                launched.set_exception(e)
+            else:
+                launched.set_result((ours, process))
 
     def _exchange(self, connection: Connection, process: BaseProcess, call: ProcessCall) -> Reply:
         """Send the call and wait for its reply or the worker's death."""
@@ -128,6 +147,7 @@ class WorkerProcess:
         with self._lock:
             self._stopped = True
             process, connection = self._process, self._connection
+        self._launches.put(None)
         if process is None or connection is None:
             return
         try:
