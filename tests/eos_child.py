@@ -33,6 +33,7 @@ A next offset of -1 means the transaction had nothing from that partition.
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import os
 import random
 import signal
@@ -186,6 +187,7 @@ def main(argv: Sequence[str]) -> int:
     parser.add_argument("--stall-at", type=int, default=None,
                         help="stop inside the first transaction begun once this many records are committed")
     args = parser.parse_args(argv)
+    faulthandler.enable(all_threads=True)  # SIGABRT dumps every thread: the test's view of a stall
     reaper = threading.Timer(LIFETIME_S, os.kill, (os.getpid(), signal.SIGKILL))
     reaper.daemon = True
     reaper.start()

@@ -33,6 +33,7 @@ import sys
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
@@ -110,6 +111,31 @@ def start_child(data_dir: Path, progress: Path, seed: int, jobs_every: int,
 
 def stderr_of(child: subprocess.Popen) -> str:
     return child.stderr.read().decode(errors="replace") if child.stderr else ""
+
+
+def stall_report(child: subprocess.Popen, progress: ProgressFile) -> str:
+    """What a stuck child was doing: its last progress lines and every thread's stack."""
+    if child.poll() is None:
+        os.kill(child.pid, signal.SIGABRT)  # tests/eos_child.py dumps its threads and dies
+        try:
+            child.wait(timeout=STALL_DEADLINE_S)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait(timeout=STALL_DEADLINE_S)
+    return f"last progress lines: {progress.lines[-5:]}\n{stderr_of(child)}"
+
+
+def wait_on_child(condition: Callable[[], object], child: subprocess.Popen, progress: ProgressFile,
+                  what: str, interval: float, exit_fails: bool = True) -> None:
+    """``eventually(condition)`` with a deadline for a stall of the child's progress (and,
+    with ``exit_fails``, failing as soon as the child exits); a stuck child is reported
+    with what it was doing."""
+    try:
+        eventually(condition, STALL_DEADLINE_S, what, interval=interval, child=child if exit_fails else None,
+                   progress=progress.count)
+    except pytest.fail.Exception as failure:
+        failure.add_note(stall_report(child, progress))
+        raise
 
 
 def reap(child: subprocess.Popen) -> None:
@@ -214,8 +240,8 @@ def run_and_check(tmp_path: Path, seed: int, jobs_every: int) -> None:
                 return not inside or mine[-1] == "P"
 
             where = "inside a transaction" if inside else "between transactions"
-            eventually(kill_point, STALL_DEADLINE_S, f"{threshold} records processed in round {round_} ({where})",
-                       interval=0.005, child=child, progress=progress.count)
+            wait_on_child(kill_point, child, progress, f"{threshold} records processed in round {round_} ({where})",
+                          interval=0.005)
             os.kill(child.pid, signal.SIGKILL)
             assert child.wait(timeout=STALL_DEADLINE_S) == -signal.SIGKILL
         finally:
@@ -229,8 +255,8 @@ def run_and_check(tmp_path: Path, seed: int, jobs_every: int) -> None:
     before = len(progress.lines)
     child = start_child(data_dir, progress.path, seed + len(thresholds), jobs_every)
     try:
-        eventually(lambda: child.poll() is not None, STALL_DEADLINE_S, "the last child to finish the input",
-                   interval=0.05, progress=progress.count)
+        wait_on_child(lambda: child.poll() is not None, child, progress, "the last child to finish the input",
+                      interval=0.05, exit_fails=False)
         assert child.returncode == 0, f"the last child failed:\n{stderr_of(child)}"
     finally:
         reap(child)
