@@ -3,9 +3,9 @@ Python-worker action 3-6 s more, so every Spark test of a process shares it (und
 pytest-xdist, each worker that runs a Spark file starts one, tests/conftest.py).
 
 Every JVM the tests start (these sessions and the jobs run as subprocesses) runs with
-the client compiler only and the serial collector (``JAVA_TOOL_OPTIONS``): a test's
-JVM lives seconds, and those start faster and spend less CPU on a 2-core machine than
-Spark's server defaults; nothing the tests check depends on the JIT or the collector."""
+the options of tests/spark/class_archive.py (``JAVA_TOOL_OPTIONS``): the client
+compiler only, the serial collector, and the archive of Spark's classes that
+``make test`` builds."""
 
 from __future__ import annotations
 
@@ -14,7 +14,9 @@ from typing import Iterator
 
 import pytest
 
-os.environ.setdefault("JAVA_TOOL_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+from tests.spark.class_archive import java_options
+
+os.environ.setdefault("JAVA_TOOL_OPTIONS", java_options())
 
 
 @pytest.fixture(scope="session")
