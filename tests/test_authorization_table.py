@@ -166,6 +166,20 @@ def test_a_principal_without_acls_is_denied(kafka: KafkaBroker, api: int) -> Non
     assert not kafka.engine.topic_info("new"), "CreateTopics denied created nothing"
 
 
+def test_an_offset_fetch_v1_denied_answers_the_denial_per_partition(kafka: KafkaBroker) -> None:
+    """v1 has no top-level error code: the group's denial is each partition's, as Kafka
+    answers it, and the connection stays open."""
+    client = raw_connection(kafka.port)
+    try:
+        body = {"group_id": "g", "topics": [{"name": T, "partition_indexes": [0, 1]}]}
+        response = client.request(ApiKey.OFFSET_FETCH, 1, body)
+        assert [(p.partition_index, p.committed_offset, p.error_code) for t in response.topics
+                for p in t.partitions] == [(0, -1, GROUP_DENIED), (1, -1, GROUP_DENIED)]
+        assert client.request(ApiKey.OFFSET_FETCH, 1, body).topics  # the same connection answers again
+    finally:
+        client.close()
+
+
 def test_denials_are_counted_by_resource_type_and_operation(kafka: KafkaBroker) -> None:
     client = raw_connection(kafka.port)
     try:

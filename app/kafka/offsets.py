@@ -129,7 +129,20 @@ async def offset_commit(ctx: RequestContext, request: Any) -> dict:
 async def offset_fetch(ctx: RequestContext, request: Any) -> dict:
     """Describe on the group (else GROUP_AUTHORIZATION_FAILED) and on each topic: a topic
     asked for and not describable is TOPIC_AUTHORIZATION_FAILED, one of "all offsets"
-    left out."""
+    left out. v1 has no top-level error code: an error of the whole request is every
+    requested partition's, as Kafka's ``OffsetFetchRequest.getErrorResponse`` answers it
+    (rather than a closed connection)."""
+    try:
+        return await _offset_fetch(ctx, request)
+    except KafkaError as e:
+        if ctx.version >= 2:
+            raise
+        return {"topics": [{"name": t.name, "partitions": [
+            {"partition_index": p, "committed_offset": -1, "metadata": None, "error_code": e.code}
+            for p in t.partition_indexes]} for t in request.topics]}
+
+
+async def _offset_fetch(ctx: RequestContext, request: Any) -> dict:
     authorization.check(ctx, ApiKey.OFFSET_FETCH, G, request.group_id)
     wanted = None if request.topics is None else [
         (topic.name, p) for topic in request.topics for p in topic.partition_indexes]
