@@ -34,8 +34,8 @@ SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
 _JAAS = re.compile(r'(username|password)\s*=\s*"([^"]*)"')
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--bootstrap-server", required=True, help="host:port of one of the broker's Kafka listeners")
+def add_arguments(parser: argparse.ArgumentParser, required: bool = True) -> None:
+    parser.add_argument("--bootstrap-server", required=required, help="host:port of one of the broker's Kafka listeners")
     parser.add_argument("--command-config", type=Path,
                         help="a properties file of client security settings (security.protocol, sasl.mechanism, "
                              "sasl.username, sasl.password, ssl.ca.location)")

@@ -7,6 +7,12 @@ users`` sends)::
     exactly users list --bootstrap-server 127.0.0.1:9092
     exactly users remove alice --mechanism SCRAM-SHA-256 --bootstrap-server 127.0.0.1:9092
 
+With ``--data-dir`` instead, the command works on a stopped broker's directory (made
+if missing), as Kafka's ``kafka-storage.sh format --add-scram`` does: how the first
+super user gets a credential before the broker starts with the authorizer on::
+
+    exactly users add admin --mechanism SCRAM-SHA-512 --data-dir data < admin-password.txt
+
 The password is read from stdin (its first line) or ``--password-file``, never the
 command line. As in Kafka, the client salts it and runs PBKDF2; the broker gets the
 salt and the salted password and stores only the keys derived from them. On a SASL
@@ -24,9 +30,9 @@ from pathlib import Path
 from typing import Any
 
 from app import admin_connection
-from app.security.scram import MIN_ITERATIONS, ScramMechanism
+from app.security.scram import MIN_ITERATIONS, ScramMechanism, new_credential
 from app.spark.kafka_client import KafkaConnection
-from storage.errors import raise_for_code
+from storage.errors import KafkaError, ResourceNotFoundError, raise_for_code
 
 DESCRIBE_USER_SCRAM_CREDENTIALS, ALTER_USER_SCRAM_CREDENTIALS = 50, 51
 MECHANISMS = [m.mechanism_name for m in ScramMechanism if m is not ScramMechanism.UNKNOWN]
@@ -37,7 +43,10 @@ SALT_BYTES = 32
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("action", choices=["add", "list", "remove"])
     parser.add_argument("names", nargs="*", metavar="NAME", help="the user (add, remove) or users to list (all)")
-    admin_connection.add_arguments(parser)
+    admin_connection.add_arguments(parser, required=False)
+    parser.add_argument("--data-dir", type=Path,
+                        help="a stopped broker's data directory to write to instead of --bootstrap-server "
+                             "(as kafka-storage.sh format --add-scram: the first super user's credential)")
     parser.add_argument("--mechanism", choices=MECHANISMS, default="SCRAM-SHA-256",
                         help="the SCRAM mechanism of the credential (default SCRAM-SHA-256)")
     parser.add_argument("--iterations", type=int, default=MIN_ITERATIONS,
@@ -74,17 +83,25 @@ def _list(connection: KafkaConnection, names: list[str]) -> None:
     raise_for_code(response.error_code, response.error_message or "")
     for result in response.results:
         raise_for_code(result.error_code, result.error_message or "")
-        credentials = ",".join(f"{ScramMechanism(c.mechanism).mechanism_name}=iterations={c.iterations}"
-                               for c in result.credential_infos)
-        print(f"SCRAM credential configs for user-principal '{result.user}' are {credentials}")
+        print(_listing(result.user, [(c.mechanism, c.iterations) for c in result.credential_infos]))
+
+
+def _listing(user: str, credentials: list[tuple[int, int]]) -> str:
+    """A user's line, as kafka-configs.sh --describe prints it."""
+    configs = ",".join(f"{ScramMechanism(m).mechanism_name}=iterations={i}" for m, i in credentials)
+    return f"SCRAM credential configs for user-principal '{user}' are {configs}"
 
 
 def run(args: argparse.Namespace) -> int:
     """The ``exactly users`` command; 1 with one line on stderr when the broker refuses."""
     if args.action != "list" and len(args.names) != 1:
         raise SystemExit(f"exactly users: {args.action} takes one user name")
+    if (args.bootstrap_server is None) == (args.data_dir is None):
+        raise SystemExit("exactly users: give either --bootstrap-server (a running broker) or --data-dir (a stopped one)")
     mechanism = ScramMechanism.of(args.mechanism)
     password = _password(args) if args.action == "add" else ""
+    if args.data_dir is not None:
+        return _offline(args, mechanism, password)
 
     def work(connection: KafkaConnection) -> None:
         if args.action == "add":
@@ -97,3 +114,32 @@ def run(args: argparse.Namespace) -> int:
             _list(connection, args.names)
 
     return admin_connection.run_command(args, "users", work)
+
+
+def _offline(args: argparse.Namespace, mechanism: ScramMechanism, password: str) -> int:
+    """The command on a stopped broker's directory: the same credential records, written
+    by an engine opened on it (which refuses a directory a running broker holds)."""
+    from app import Broker  # the broker's whole engine: only for this form of the command
+
+    try:
+        with Broker(args.data_dir, **{"exactly.jobs.enable": False}) as broker:
+            engine = broker.engine
+            if args.action == "add":
+                record = new_credential(args.names[0], mechanism, password, args.iterations)
+                engine.call(engine.alter_scram_credentials, [], [record])
+                print(f"exactly users: {args.names[0]} has a {mechanism.mechanism_name} credential in {args.data_dir}")
+            elif args.action == "remove":
+                if engine.scram_credentials.get(args.names[0], mechanism) is None:
+                    raise ResourceNotFoundError("Attempt to delete a user credential that does not exist")
+                engine.call(engine.alter_scram_credentials, [(args.names[0], mechanism)], [])
+                print(f"exactly users: removed {args.names[0]}'s {mechanism.mechanism_name} credential")
+            else:
+                for user in args.names or engine.scram_credentials.users():
+                    credentials = engine.scram_credentials.of_user(user)
+                    if not credentials:
+                        raise ResourceNotFoundError(f"Attempt to describe a user credential that does not exist: {user}")
+                    print(_listing(user, [(c.mechanism, c.iterations) for c in credentials]))
+    except (KafkaError, OSError) as e:
+        print(f"exactly users: {getattr(e, 'name', type(e).__name__)}: {e}", file=sys.stderr)
+        return 1
+    return 0

@@ -186,6 +186,27 @@ def test_credentials_survive_a_restart_and_no_password_is_stored(tmp_path: Path)
         assert kafka.engine.authenticate_password("nobody", password) is None
 
 
+def test_the_first_super_user_is_added_to_a_stopped_broker_s_directory(tmp_path: Path) -> None:
+    """As kafka-storage.sh format --add-scram: a credential written before the broker
+    starts with the authorizer on, which then admits the super user and no one else."""
+    data = str(tmp_path / "data")
+    added = users("add", "admin", "--mechanism", "SCRAM-SHA-512", "--data-dir", data, stdin="admin-secret\n")
+    assert added.returncode == 0, added.stderr
+    assert users("list", "--data-dir", data).stdout == (
+        "SCRAM credential configs for user-principal 'admin' are SCRAM-SHA-512=iterations=4096\n")
+    missing = users("remove", "nobody", "--data-dir", data)
+    assert missing.returncode == 1 and "RESOURCE_NOT_FOUND" in missing.stderr
+    with ListenersBroker(tmp_path / "data", listeners="PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
+                         **{"authorizer.class.name": STANDARD, "super.users": "User:admin"}) as kafka:
+        admin = ["--bootstrap-server", f"127.0.0.1:{kafka.port('SASL_PLAINTEXT')}",
+                 "--command-config", command_config(tmp_path, "admin", "admin-secret")]
+        assert users("add", "app", *admin, stdin="app-secret\n").returncode == 0
+        held = users("add", "eve", "--data-dir", data, stdin="x\n")
+        assert held.returncode == 1 and "KAFKA_STORAGE_ERROR" in held.stderr, held.stderr  # the running broker's
+    both = users("list", "--data-dir", data, "--bootstrap-server", "127.0.0.1:9")
+    assert both.returncode == 1 and "either --bootstrap-server" in both.stderr
+
+
 # -- the pieces -----------------------------------------------------------------------------------
 
 records = st.builds(cluster_metadata.ScramCredentialRecord, st.text(min_size=1, max_size=50),
