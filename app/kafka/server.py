@@ -394,6 +394,8 @@ class Connection:
                     break
                 if frame is not None:
                     self._writer.write(frame)
+                    if self._responses.full():  # the reader may have checked before the buffer filled
+                        self._note_stall()
                     await self._writer.drain()
                     self._last_active = time.monotonic()
         except (ConnectionError, OSError):
