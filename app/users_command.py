@@ -71,25 +71,71 @@ def _upsertion(name: str, mechanism: ScramMechanism, password: str, iterations: 
             "salted_password": salted}
 
 
-def _alter(connection: KafkaConnection, deletions: list[dict], upsertions: list[dict]) -> None:
-    response = connection.request(ALTER_USER_SCRAM_CREDENTIALS, 0, {"deletions": deletions, "upsertions": upsertions})
-    for result in response.results:
-        raise_for_code(result.error_code, f"{result.user}: {result.error_message or ''}")
+class _WireUsers:
+    """The users of a running broker, over the Kafka protocol."""
+
+    def __init__(self, connection: KafkaConnection) -> None:
+        self.connection = connection
+
+    def add(self, name: str, mechanism: ScramMechanism, password: str, iterations: int) -> None:
+        self._alter([], [_upsertion(name, mechanism, password, iterations)])
+
+    def remove(self, name: str, mechanism: ScramMechanism) -> None:
+        self._alter([{"name": name, "mechanism": int(mechanism)}], [])
+
+    def listing(self, names: list[str]) -> list[tuple[str, list[tuple[int, int]]]]:
+        response = self.connection.request(DESCRIBE_USER_SCRAM_CREDENTIALS, 0,
+                                           {"users": [{"name": n} for n in names] or None})
+        raise_for_code(response.error_code, response.error_message or "")
+        for result in response.results:
+            raise_for_code(result.error_code, result.error_message or "")
+        return [(r.user, [(c.mechanism, c.iterations) for c in r.credential_infos]) for r in response.results]
+
+    def _alter(self, deletions: list[dict], upsertions: list[dict]) -> None:
+        response = self.connection.request(ALTER_USER_SCRAM_CREDENTIALS, 0,
+                                           {"deletions": deletions, "upsertions": upsertions})
+        for result in response.results:
+            raise_for_code(result.error_code, f"{result.user}: {result.error_message or ''}")
 
 
-def _list(connection: KafkaConnection, names: list[str]) -> None:
-    response = connection.request(DESCRIBE_USER_SCRAM_CREDENTIALS, 0,
-                                  {"users": [{"name": n} for n in names] or None})
-    raise_for_code(response.error_code, response.error_message or "")
-    for result in response.results:
-        raise_for_code(result.error_code, result.error_message or "")
-        print(_listing(result.user, [(c.mechanism, c.iterations) for c in result.credential_infos]))
+class _DirectoryUsers:
+    """The users of a stopped broker's directory, through an engine opened on it."""
+
+    def __init__(self, engine: Any) -> None:
+        self.engine = engine
+
+    def add(self, name: str, mechanism: ScramMechanism, password: str, iterations: int) -> None:
+        record = new_credential(name, mechanism, password, iterations)
+        self.engine.call(self.engine.alter_scram_credentials, [], [record])
+
+    def remove(self, name: str, mechanism: ScramMechanism) -> None:
+        if self.engine.scram_credentials.get(name, mechanism) is None:
+            raise ResourceNotFoundError("Attempt to delete a user credential that does not exist")
+        self.engine.call(self.engine.alter_scram_credentials, [(name, mechanism)], [])
+
+    def listing(self, names: list[str]) -> list[tuple[str, list[tuple[int, int]]]]:
+        found = []
+        for user in names or self.engine.scram_credentials.users():
+            credentials = self.engine.scram_credentials.of_user(user)
+            if not credentials:
+                raise ResourceNotFoundError(f"Attempt to describe a user credential that does not exist: {user}")
+            found.append((user, [(c.mechanism, c.iterations) for c in credentials]))
+        return found
 
 
-def _listing(user: str, credentials: list[tuple[int, int]]) -> str:
-    """A user's line, as kafka-configs.sh --describe prints it."""
-    configs = ",".join(f"{ScramMechanism(m).mechanism_name}=iterations={i}" for m, i in credentials)
-    return f"SCRAM credential configs for user-principal '{user}' are {configs}"
+def _act(args: argparse.Namespace, mechanism: ScramMechanism, password: str,
+         users: _WireUsers | _DirectoryUsers) -> None:
+    """What the command does, the same on either kind of broker."""
+    if args.action == "add":
+        users.add(args.names[0], mechanism, password, args.iterations)
+        print(f"exactly users: {args.names[0]} has a {mechanism.mechanism_name} credential")
+    elif args.action == "remove":
+        users.remove(args.names[0], mechanism)
+        print(f"exactly users: removed {args.names[0]}'s {mechanism.mechanism_name} credential")
+    else:
+        for user, credentials in users.listing(args.names):
+            configs = ",".join(f"{ScramMechanism(m).mechanism_name}=iterations={i}" for m, i in credentials)
+            print(f"SCRAM credential configs for user-principal '{user}' are {configs}")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -100,45 +146,14 @@ def run(args: argparse.Namespace) -> int:
         raise SystemExit("exactly users: give either --bootstrap-server (a running broker) or --data-dir (a stopped one)")
     mechanism = ScramMechanism.of(args.mechanism)
     password = _password(args) if args.action == "add" else ""
-    if args.data_dir is not None:
-        return _offline(args, mechanism, password)
+    if args.data_dir is None:
+        return admin_connection.run_command(
+            args, "users", lambda connection: _act(args, mechanism, password, _WireUsers(connection)))
+    from app import Broker  # the broker's whole engine: only for a stopped broker's directory
 
-    def work(connection: KafkaConnection) -> None:
-        if args.action == "add":
-            _alter(connection, [], [_upsertion(args.names[0], mechanism, password, args.iterations)])
-            print(f"exactly users: {args.names[0]} has a {mechanism.mechanism_name} credential")
-        elif args.action == "remove":
-            _alter(connection, [{"name": args.names[0], "mechanism": int(mechanism)}], [])
-            print(f"exactly users: removed {args.names[0]}'s {mechanism.mechanism_name} credential")
-        else:
-            _list(connection, args.names)
-
-    return admin_connection.run_command(args, "users", work)
-
-
-def _offline(args: argparse.Namespace, mechanism: ScramMechanism, password: str) -> int:
-    """The command on a stopped broker's directory: the same credential records, written
-    by an engine opened on it (which refuses a directory a running broker holds)."""
-    from app import Broker  # the broker's whole engine: only for this form of the command
-
-    try:
+    try:  # the engine refuses a directory a running broker holds
         with Broker(args.data_dir, **{"exactly.jobs.enable": False}) as broker:
-            engine = broker.engine
-            if args.action == "add":
-                record = new_credential(args.names[0], mechanism, password, args.iterations)
-                engine.call(engine.alter_scram_credentials, [], [record])
-                print(f"exactly users: {args.names[0]} has a {mechanism.mechanism_name} credential in {args.data_dir}")
-            elif args.action == "remove":
-                if engine.scram_credentials.get(args.names[0], mechanism) is None:
-                    raise ResourceNotFoundError("Attempt to delete a user credential that does not exist")
-                engine.call(engine.alter_scram_credentials, [(args.names[0], mechanism)], [])
-                print(f"exactly users: removed {args.names[0]}'s {mechanism.mechanism_name} credential")
-            else:
-                for user in args.names or engine.scram_credentials.users():
-                    credentials = engine.scram_credentials.of_user(user)
-                    if not credentials:
-                        raise ResourceNotFoundError(f"Attempt to describe a user credential that does not exist: {user}")
-                    print(_listing(user, [(c.mechanism, c.iterations) for c in credentials]))
+            _act(args, mechanism, password, _DirectoryUsers(broker.engine))
     except (KafkaError, OSError) as e:
         print(f"exactly users: {getattr(e, 'name', type(e).__name__)}: {e}", file=sys.stderr)
         return 1
