@@ -55,9 +55,19 @@ def _browser(p):
     return p.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
 
 
+# What htmx logs when the page navigates away while a 2 s poll is in flight: the browser
+# aborts the request (the test's own page.goto does it), not an error of the console.
+NAVIGATION_ABORT = ("htmx:afterRequest", "htmx:sendAbort")
+
+
 def _watch_errors(page) -> list[str]:
     problems: list[str] = []
-    page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
+
+    def console(message) -> None:
+        if message.type == "error" and not message.text.startswith(NAVIGATION_ABORT):
+            problems.append(message.text)
+
+    page.on("console", console)
     page.on("pageerror", lambda e: problems.append(str(e)))
     return problems
 
