@@ -1,15 +1,36 @@
 """The process: configuration, the engine that owns broker state, the ``Broker`` that
 runs it with its scheduled jobs and SQLite mirror, and the faces attached to it
-(the embedded client, HTTP; the Kafka listener when it arrives).
+(the embedded client, HTTP, the Kafka listener).
 
 ``Broker`` is imported on first use: a process that needs only a face that talks to a
 broker over the network (a Spark worker running ``app.spark``) does not load the
 engine, SQLAlchemy and Alembic.
 """
 
+import contextlib
+import sys
 from typing import Any
 
 __all__ = ["Broker"]
+
+
+def _import_kio_without_test_strategies() -> None:
+    """Import kio as if hypothesis were not installed. Where it is (a developer's
+    environment, the tests'), kio registers a hypothesis strategy for every protocol type
+    it defines (``kio/static/_phantom.py``): 0.6 s of the 1.7 s that a broker process
+    spends importing, for strategies nothing here uses. A process that imported
+    hypothesis first (a test run that uses it) keeps kio as it is."""
+    if "hypothesis" in sys.modules:
+        return
+    sys.modules["hypothesis"] = None  # type: ignore[assignment]  # makes `import hypothesis` fail
+    try:
+        with contextlib.suppress(ImportError):  # another kio layout: it just costs the time
+            import kio.static._phantom  # noqa: F401
+    finally:
+        del sys.modules["hypothesis"]
+
+
+_import_kio_without_test_strategies()
 
 
 def __getattr__(name: str) -> Any:
