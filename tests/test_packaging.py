@@ -84,11 +84,14 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
                          timeout=BUILD_TIMEOUT_S))
     (wheel,) = dist.glob("exactly-*.whl")
     venv = root / "venv"
-    check(subprocess.run([sys.executable, "-m", "venv", str(venv)], env=clean_env(),
+    # this environment's pip installs into the new one (--python): the same files as the
+    # new one's own pip would, without copying pip in and byte-compiling every dependency
+    # (25 s of CPU against 7 s); the modules compile as they are first imported
+    check(subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], env=clean_env(),
                          capture_output=True, text=True, timeout=120))
-    check(subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet",
-                          str(wheel)], cwd=root, env=clean_env(), capture_output=True, text=True,
-                         timeout=INSTALL_TIMEOUT_S))
+    check(subprocess.run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install",
+                          "--quiet", "--no-compile", str(wheel)], cwd=root, env=clean_env(),
+                         capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S))
     elsewhere = root / "elsewhere"
     elsewhere.mkdir()
     return Installed(wheel, venv, elsewhere)
