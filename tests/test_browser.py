@@ -1,64 +1,22 @@
-"""The console in a real browser: headless Debian Chromium driven by Playwright,
-against waitress serving the app over a real broker.
-
-A transaction is left open; the console shows it Ongoing and the LSO stuck below
-the high watermark; pressing Abort (and accepting the confirmation) fences it, and
-the LSO catches up. Screenshots are kept in ``test-artifacts/``: ``console.png``
-(after the abort) and ``console-blocked.png`` (before it).
-
-``make test`` installs Chromium (``apt-get install chromium``) and the Playwright
-package; without them this test fails and says so -- it never skips.
+"""The console in a real browser (tests/browser.py): a transaction is left open; the
+console shows it Ongoing and the LSO stuck below the high watermark; pressing Abort (and
+accepting the confirmation) fences it, and the LSO catches up. Screenshots are kept in
+``test-artifacts/``: ``console.png`` (after the abort) and ``console-blocked.png``
+(before it).
 """
 
 from __future__ import annotations
 
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
 import pytest
-from flask import Flask
 
 from app import Broker
 from app.http import create_app
-from app.http.server import HttpServer
-from app.listeners import bind
 from storage.errors import KafkaError
+from tests.browser import ARTIFACTS, PNG_MAGIC, SEE_MS, chromium, open_page, served  # noqa: F401 -- a fixture
 from tests.conftest import SMALL_INTERNAL_TOPICS
-
-CHROMIUM = Path("/usr/bin/chromium")
-#: Debian's Chromium as root, with nothing reaching out to the network (BROWSER-NOTES.md)
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run"]
-ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts"
-#: how long the console may take to show a change (it refreshes every 2 s)
-SEE_MS = 15_000
-PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-
-
-def _require_browser():
-    if not CHROMIUM.exists():
-        pytest.fail(f"{CHROMIUM} is missing: run `make test` (it installs Debian's chromium package), "
-                    f"or `sudo apt-get install chromium`", pytrace=False)
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        pytest.fail("the playwright package is missing: run `make test` "
-                    "(or `.venv/bin/pip install -e '.[test]'`); do not run `playwright install`",
-                    pytrace=False)
-    return sync_playwright
-
-
-@contextmanager
-def served(app: Flask) -> Iterator[str]:
-    """``app`` served by waitress on 127.0.0.1 at a free port: its base URL."""
-    sock = bind("127.0.0.1", 0, "HTTP")
-    host, port = sock.getsockname()[:2]
-    server = HttpServer(app, sock).start()
-    try:
-        yield f"http://{host}:{port}"
-    finally:
-        server.close()
 
 
 @pytest.fixture
@@ -74,8 +32,7 @@ def console(tmp_path: Path) -> Iterator[tuple[Broker, str]]:
         broker.close()
 
 
-def test_abort_a_transaction_that_holds_the_lso_from_the_browser(console):
-    sync_playwright = _require_browser()
+def test_abort_a_transaction_that_holds_the_lso_from_the_browser(console, chromium):  # noqa: F811
     from playwright.sync_api import expect
 
     broker, base = console
@@ -89,56 +46,46 @@ def test_abort_a_transaction_that_holds_the_lso_from_the_browser(console):
     log = broker.engine._logs.log("orders", 0)
     assert log.last_stable_offset == 1 < log.high_watermark == 4
 
-    ARTIFACTS.mkdir(exist_ok=True)
     screenshot = ARTIFACTS / "console.png"
     screenshot.unlink(missing_ok=True)
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
-        try:
-            page = browser.new_page(viewport={"width": 1360, "height": 900})
-            problems: list[str] = []
-            page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
-            page.on("pageerror", lambda e: problems.append(str(e)))
+    with open_page(chromium, 1360) as (page, problems):
+        # the transaction is Ongoing
+        page.goto(base + "/transactions")
+        row = page.locator('tr[data-txn="orders-tx"]')
+        expect(row).to_contain_text("Ongoing")
+        expect(row).to_contain_text("holds LSO")
 
-            # the transaction is Ongoing
-            page.goto(base + "/transactions")
-            row = page.locator('tr[data-txn="orders-tx"]')
-            expect(row).to_contain_text("Ongoing")
-            expect(row).to_contain_text("holds LSO")
+        # the overview: the LSO stuck below the high watermark, and who holds it
+        page.goto(base + "/")
+        expect(page.locator("#status-badge")).to_contain_text("1 partition blocked")
+        blocked = page.locator('#stuck tbody[data-partition="orders-0"]')
+        expect(blocked).to_contain_text("orders-tx")
+        expect(blocked).to_contain_text("3 held back")
+        expect(page.locator("#topic-orders [data-gap]")).to_have_text("3")
+        page.screenshot(path=str(ARTIFACTS / "console-blocked.png"), full_page=True)
 
-            # the overview: the LSO stuck below the high watermark, and who holds it
-            page.goto(base + "/")
-            expect(page.locator("#status-badge")).to_contain_text("1 partition blocked")
-            blocked = page.locator('#stuck tbody[data-partition="orders-0"]')
-            expect(blocked).to_contain_text("orders-tx")
-            expect(blocked).to_contain_text("3 held back")
-            expect(page.locator("#topic-orders [data-gap]")).to_have_text("3")
-            page.screenshot(path=str(ARTIFACTS / "console-blocked.png"), full_page=True)
+        # Abort, accepting the confirmation
+        dialogs: list[str] = []
 
-            # Abort, accepting the confirmation
-            dialogs: list[str] = []
+        def accept(dialog):
+            dialogs.append(dialog.message)
+            dialog.accept()
 
-            def accept(dialog):
-                dialogs.append(dialog.message)
-                dialog.accept()
+        page.once("dialog", accept)
+        blocked.locator('button[data-abort="orders-tx"]').click()
 
-            page.once("dialog", accept)
-            blocked.locator('button[data-abort="orders-tx"]').click()
+        # the LSO catches up: the gap is gone and the badge says so
+        expect(page.locator("#status-badge")).to_contain_text("All partitions stable", timeout=SEE_MS)
+        expect(page.locator("#topic-orders [data-gap]")).to_have_text("0", timeout=SEE_MS)
+        expect(page.locator("#stuck")).to_contain_text("Nothing is holding consumers back.")
+        expect(page.locator(".flash-success")).to_contain_text("Aborted orders-tx")
+        assert dialogs and "Abort transaction “orders-tx”" in dialogs[0]
+        assert log.last_stable_offset == log.high_watermark == 5  # the ABORT marker took offset 4
+        page.screenshot(path=str(screenshot), full_page=True)
 
-            # the LSO catches up: the gap is gone and the badge says so
-            expect(page.locator("#status-badge")).to_contain_text("All partitions stable", timeout=SEE_MS)
-            expect(page.locator("#topic-orders [data-gap]")).to_have_text("0", timeout=SEE_MS)
-            expect(page.locator("#stuck")).to_contain_text("Nothing is holding consumers back.")
-            expect(page.locator(".flash-success")).to_contain_text("Aborted orders-tx")
-            assert dialogs and "Abort transaction “orders-tx”" in dialogs[0]
-            assert log.last_stable_offset == log.high_watermark == 5  # the ABORT marker took offset 4
-            page.screenshot(path=str(screenshot), full_page=True)
-
-            page.goto(base + "/transactions/orders-tx")
-            expect(page.locator(".txn-state")).to_contain_text("CompleteAbort")
-            assert not problems, f"the browser reported errors: {problems}"
-        finally:
-            browser.close()
+        page.goto(base + "/transactions/orders-tx")
+        expect(page.locator(".txn-state")).to_contain_text("CompleteAbort")
+        assert not problems, f"the browser reported errors: {problems}"
 
     with pytest.raises(KafkaError):
         producer.commit_transaction()  # fenced by the abort's epoch bump

@@ -13,15 +13,8 @@ from datetime import datetime, timezone
 
 import pytest
 
-from tests.test_browser import (  # noqa: F401 -- console is a fixture
-    ARTIFACTS,
-    CHROMIUM,
-    CHROMIUM_ARGS,
-    PNG_MAGIC,
-    SEE_MS,
-    _require_browser,
-    console,
-)
+from tests.browser import ARTIFACTS, PNG_MAGIC, SEE_MS, chromium, open_page  # noqa: F401 -- a fixture
+from tests.test_browser import console  # noqa: F401 -- a fixture
 from storage.record_batch import SimpleRecord, encode_batch
 
 WIDTHS = (1440, 390)
@@ -29,24 +22,14 @@ T0 = 1_700_000_000_000
 
 
 @pytest.fixture
-def browser_page(request):
-    """A Chromium page of the parametrized width, and the errors the browser reports:
-    any left at the end fail the test (a test takes out those it expects)."""
-    sync_playwright = _require_browser()
+def browser_page(request, chromium):  # noqa: F811
+    """A Chromium page of the parametrized width that accepts every dialog, and the errors
+    the browser reports: any left at the end fail the test (a test takes out those it expects)."""
     width = request.param
-    ARTIFACTS.mkdir(exist_ok=True)
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
-        try:
-            page = browser.new_page(viewport={"width": width, "height": 900})
-            problems: list[str] = []
-            page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
-            page.on("pageerror", lambda e: problems.append(str(e)))
-            page.on("dialog", lambda dialog: dialog.accept())
-            yield page, width, problems
-            assert not problems, f"the browser reported errors: {problems}"
-        finally:
-            browser.close()
+    with open_page(chromium, width) as (page, problems):
+        page.on("dialog", lambda dialog: dialog.accept())
+        yield page, width, problems
+        assert not problems, f"the browser reported errors: {problems}"
 
 
 def _shot(page, name: str, width: int) -> None:

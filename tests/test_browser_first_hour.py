@@ -15,7 +15,7 @@ from confluent_kafka import Producer
 
 from app.http import create_app
 from tests.kafka_support import KafkaBroker
-from tests.test_browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, PNG_MAGIC, _require_browser, served
+from tests.browser import ARTIFACTS, PNG_MAGIC, chromium, open_page, served  # noqa: F401 -- a fixture
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -91,28 +91,12 @@ def _scenario(kafka: KafkaBroker) -> list[Any]:
     return [consumer, enricher, rdkafka]  # kept open (and referenced) until the module ends
 
 
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    sync_playwright = _require_browser()
-    ARTIFACTS.mkdir(exist_ok=True)
-    with sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
-        try:
-            yield chromium
-        finally:
-            chromium.close()
-
-
 @pytest.mark.parametrize("width", WIDTHS)
-def test_the_first_pages_fit_and_keep_their_rows_whole(console, browser, width: int):
+def test_the_first_pages_fit_and_keep_their_rows_whole(console, chromium, width: int):  # noqa: F811
     from playwright.sync_api import expect
 
     _, base = console
-    page = browser.new_page(viewport={"width": width, "height": 900})
-    problems: list[str] = []
-    page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
-    page.on("pageerror", lambda e: problems.append(str(e)))
-    try:
+    with open_page(chromium, width) as (page, problems):
         for name, (path, row) in PAGES.items():
             page.goto(base + path, wait_until="domcontentloaded")
             expect(page.locator(row).first).to_be_visible()
@@ -123,5 +107,3 @@ def test_the_first_pages_fit_and_keep_their_rows_whole(console, browser, width: 
             assert layout["overflow"] <= 0, f"{path} at {width} px is {layout['overflow']} px too wide: {layout['wide']}"
             assert not layout["cut"], f"{path} at {width} px cuts rows: {layout['cut'][:3]}"
         assert not problems, f"the browser reported errors: {problems}"
-    finally:
-        page.close()

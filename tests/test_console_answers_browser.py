@@ -17,7 +17,7 @@ from __future__ import annotations
 import pytest
 
 from app import Broker
-from tests.test_browser import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, PNG_MAGIC, SEE_MS, _require_browser
+from tests.browser import ARTIFACTS, PNG_MAGIC, SEE_MS, chromium, open_page  # noqa: F401 -- a fixture
 from tests.test_browser import console  # noqa: F401 -- the fixture
 
 #: (name, width, height): a desktop and a phone
@@ -51,79 +51,49 @@ def _on_first_screen(page, locator) -> None:
     assert 0 <= box["y"] and box["y"] + box["height"] <= viewport["height"], (box, viewport)
 
 
-def _browser(p):
-    return p.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
-
-
-# What htmx logs when the page navigates away while a 2 s poll is in flight: the browser
-# aborts the request (the test's own page.goto does it), not an error of the console.
-NAVIGATION_ABORT = ("htmx:afterRequest", "htmx:sendAbort")
-
-
-def _watch_errors(page) -> list[str]:
-    problems: list[str] = []
-
-    def console(message) -> None:
-        if message.type == "error" and not message.text.startswith(NAVIGATION_ABORT):
-            problems.append(message.text)
-
-    page.on("console", console)
-    page.on("pageerror", lambda e: problems.append(str(e)))
-    return problems
-
-
 @pytest.mark.parametrize("name, width, height", VIEWPORTS)
-def test_a_stuck_consumer_from_its_group_page_to_abort(console, name, width, height):  # noqa: F811
-    sync_playwright = _require_browser()
+def test_a_stuck_consumer_from_its_group_page_to_abort(console, chromium, name, width, height):  # noqa: F811
     from playwright.sync_api import expect
 
     broker, base = console
     _stuck_consumer(broker)
-    ARTIFACTS.mkdir(exist_ok=True)
-    with sync_playwright() as p:
-        browser = _browser(p)
-        try:
-            page = browser.new_page(viewport={"width": width, "height": height})
-            problems = _watch_errors(page)
-            page.goto(base + "/groups/billing")
-            lag = page.locator('tr[data-offsets="orders-0"] [data-lag]')
-            expect(lag).to_contain_text("0")
-            expect(lag).to_contain_text("+ 2 held back")
-            assert "amber" in (lag.get_attribute("class") or "")            # not green: not done
-            assert "stat-amber" in page.locator("[data-group-lag]").get_attribute("class")
-            held = page.locator('#held-back [data-held="orders-0"]')
-            expect(held).to_contain_text("2 records held back")
-            expect(held).to_contain_text("stuck-tx")
-            _on_first_screen(page, held.locator('button[data-abort="stuck-tx"]'))
-            page.screenshot(path=str(ARTIFACTS / f"answers-group-held-{name}.png"), full_page=True)
+    with open_page(chromium, width, height) as (page, problems):
+        page.goto(base + "/groups/billing")
+        lag = page.locator('tr[data-offsets="orders-0"] [data-lag]')
+        expect(lag).to_contain_text("0")
+        expect(lag).to_contain_text("+ 2 held back")
+        assert "amber" in (lag.get_attribute("class") or "")            # not green: not done
+        assert "stat-amber" in page.locator("[data-group-lag]").get_attribute("class")
+        held = page.locator('#held-back [data-held="orders-0"]')
+        expect(held).to_contain_text("2 records held back")
+        expect(held).to_contain_text("stuck-tx")
+        _on_first_screen(page, held.locator('button[data-abort="stuck-tx"]'))
+        page.screenshot(path=str(ARTIFACTS / f"answers-group-held-{name}.png"), full_page=True)
 
-            held.get_by_role("link", name="stuck-tx").click()
-            expect(page).to_have_url(base + "/transactions/stuck-tx")
-            abort = page.locator('.txn-action button[data-abort="stuck-tx"]')
-            _on_first_screen(page, abort)
-            page.screenshot(path=str(ARTIFACTS / f"answers-transaction-{name}.png"))
-            dialogs: list[str] = []
-            page.once("dialog", lambda d: (dialogs.append(d.message), d.accept()))
-            abort.click()
-            expect(page.locator(".txn-state")).to_contain_text("CompleteAbort", timeout=SEE_MS)
-            assert dialogs and "stuck-tx" in dialogs[0]
+        held.get_by_role("link", name="stuck-tx").click()
+        expect(page).to_have_url(base + "/transactions/stuck-tx")
+        abort = page.locator('.txn-action button[data-abort="stuck-tx"]')
+        _on_first_screen(page, abort)
+        page.screenshot(path=str(ARTIFACTS / f"answers-transaction-{name}.png"))
+        dialogs: list[str] = []
+        page.once("dialog", lambda d: (dialogs.append(d.message), d.accept()))
+        abort.click()
+        expect(page.locator(".txn-state")).to_contain_text("CompleteAbort", timeout=SEE_MS)
+        assert dialogs and "stuck-tx" in dialogs[0]
 
-            page.goto(base + "/groups/billing")
-            lag = page.locator('tr[data-offsets="orders-0"] [data-lag]')
-            expect(lag).to_have_text("1")     # "after" (2); the aborted 1 and the marker 3 are not lag
-            expect(page.locator("#held-back")).to_have_count(0)
-            page.screenshot(path=str(ARTIFACTS / f"answers-group-freed-{name}.png"), full_page=True)
-            assert not problems, f"the browser reported errors: {problems}"
-        finally:
-            browser.close()
+        page.goto(base + "/groups/billing")
+        lag = page.locator('tr[data-offsets="orders-0"] [data-lag]')
+        expect(lag).to_have_text("1")     # "after" (2); the aborted 1 and the marker 3 are not lag
+        expect(page.locator("#held-back")).to_have_count(0)
+        page.screenshot(path=str(ARTIFACTS / f"answers-group-freed-{name}.png"), full_page=True)
+        assert not problems, f"the browser reported errors: {problems}"
     log = broker.engine._logs.log("orders", 0)
     assert log.last_stable_offset == log.high_watermark == 4
     assert (ARTIFACTS / f"answers-group-held-{name}.png").read_bytes()[:8] == PNG_MAGIC
 
 
 @pytest.mark.parametrize("name, width, height", VIEWPORTS)
-def test_focus_scroll_and_selection_survive_refreshes(console, name, width, height):  # noqa: F811
-    sync_playwright = _require_browser()
+def test_focus_scroll_and_selection_survive_refreshes(console, chromium, name, width, height):  # noqa: F811
     from playwright.sync_api import expect
 
     broker, base = console
@@ -131,43 +101,37 @@ def test_focus_scroll_and_selection_survive_refreshes(console, name, width, heig
     plain = broker.producer()
     for i in range(30):
         plain.send("orders", b"a-long-value-that-makes-the-records-table-wide-%03d" % i, partition=0).get(timeout=10)
-    with sync_playwright() as p:
-        browser = _browser(p)
-        try:
-            page = browser.new_page(viewport={"width": width, "height": height})
-            problems = _watch_errors(page)
-            page.goto(base + "/topics/orders/partitions/0")
-            expect(page.locator("table.records")).to_be_visible()
-            page.evaluate(COUNT_REFRESHES)
-            # focus: the Abort button of the open transaction
-            page.locator('button[data-abort="stuck-tx"]').first.focus()
-            # scroll: the page down to the records, the records table sideways where it is wider
-            records = page.locator("table.records")
-            records.scroll_into_view_if_needed()
-            page.evaluate("() => window.scrollBy(0, 120)")
-            sideways = records.evaluate("t => { t.scrollLeft = 90; return t.scrollLeft; }")
-            page_y = page.evaluate("() => window.scrollY")
-            assert page_y > 0
-            # select: the transactional id in the producers table
-            selected = page.evaluate("""() => {
-                const link = [...document.querySelectorAll('.live a')].find(a => a.textContent === 'stuck-tx');
-                const range = document.createRange(); range.selectNodeContents(link);
-                const selection = window.getSelection(); selection.removeAllRanges(); selection.addRange(range);
-                return selection.toString(); }""")
-            assert selected == "stuck-tx"
+    with open_page(chromium, width, height) as (page, problems):
+        page.goto(base + "/topics/orders/partitions/0")
+        expect(page.locator("table.records")).to_be_visible()
+        page.evaluate(COUNT_REFRESHES)
+        # focus: the Abort button of the open transaction
+        page.locator('button[data-abort="stuck-tx"]').first.focus()
+        # scroll: the page down to the records, the records table sideways where it is wider
+        records = page.locator("table.records")
+        records.scroll_into_view_if_needed()
+        page.evaluate("() => window.scrollBy(0, 120)")
+        sideways = records.evaluate("t => { t.scrollLeft = 90; return t.scrollLeft; }")
+        page_y = page.evaluate("() => window.scrollY")
+        assert page_y > 0
+        # select: the transactional id in the producers table
+        selected = page.evaluate("""() => {
+            const link = [...document.querySelectorAll('.live a')].find(a => a.textContent === 'stuck-tx');
+            const range = document.createRange(); range.selectNodeContents(link);
+            const selection = window.getSelection(); selection.removeAllRanges(); selection.addRange(range);
+            return selection.toString(); }""")
+        assert selected == "stuck-tx"
 
-            page.wait_for_function("() => window.__refreshes >= 2", timeout=SEE_MS)
+        page.wait_for_function("() => window.__refreshes >= 2", timeout=SEE_MS)
 
-            assert page.evaluate("() => document.activeElement && document.activeElement.dataset.abort") == "stuck-tx"
-            assert page.evaluate("() => window.getSelection().toString()") == "stuck-tx"
-            assert page.evaluate("() => window.scrollY") == page_y
-            assert records.evaluate("t => t.scrollLeft") == sideways
-            if name == "phone":
-                assert sideways == 90  # the table really is wider than the screen there
-            page.screenshot(path=str(ARTIFACTS / f"answers-refresh-kept-{name}.png"))
-            assert not problems, f"the browser reported errors: {problems}"
-        finally:
-            browser.close()
+        assert page.evaluate("() => document.activeElement && document.activeElement.dataset.abort") == "stuck-tx"
+        assert page.evaluate("() => window.getSelection().toString()") == "stuck-tx"
+        assert page.evaluate("() => window.scrollY") == page_y
+        assert records.evaluate("t => t.scrollLeft") == sideways
+        if name == "phone":
+            assert sideways == 90  # the table really is wider than the screen there
+        page.screenshot(path=str(ARTIFACTS / f"answers-refresh-kept-{name}.png"))
+        assert not problems, f"the browser reported errors: {problems}"
 
 
 #: every page that shows the stuck transaction, and the button that aborts it there
@@ -177,51 +141,41 @@ ABORT_ON = [("/", 'button[data-abort="stuck-tx"]'), ("/transactions", 'button[da
             ("/groups/billing", 'button[data-abort="stuck-tx"]')]
 
 
-def test_at_390_px_the_abort_of_a_stuck_transaction_is_on_the_first_screen(console):  # noqa: F811
-    sync_playwright = _require_browser()
+def test_at_390_px_the_abort_of_a_stuck_transaction_is_on_the_first_screen(console, chromium):  # noqa: F811
     broker, base = console
     _stuck_consumer(broker)
-    with sync_playwright() as p:
-        browser = _browser(p)
-        try:
-            page = browser.new_page(viewport={"width": 390, "height": 844})
-            for path, button in ABORT_ON:
-                page.goto(base + path)
-                _on_first_screen(page, page.locator(button).first)
-                page.screenshot(path=str(ARTIFACTS / f"answers-first-screen{path.replace('/', '-')}.png"))
-        finally:
-            browser.close()
+    with open_page(chromium, 390, 844) as (page, problems):
+        for path, button in ABORT_ON:
+            page.goto(base + path)
+            _on_first_screen(page, page.locator(button).first)
+            page.screenshot(path=str(ARTIFACTS / f"answers-first-screen{path.replace('/', '-')}.png"))
+        assert not problems, f"the browser reported errors: {problems}"
 
 
-def test_at_390_px_the_timeline_reads_and_wide_tables_show_they_scroll(console):  # noqa: F811
-    sync_playwright = _require_browser()
+def test_at_390_px_the_timeline_reads_and_wide_tables_show_they_scroll(console, chromium):  # noqa: F811
     from playwright.sync_api import expect
 
     broker, base = console
     _stuck_consumer(broker)
-    with sync_playwright() as p:
-        browser = _browser(p)
-        try:
-            page = browser.new_page(viewport={"width": 390, "height": 844})
-            page.goto(base + "/transactions/stuck-tx")
-            labels = page.locator(".timeline .step-name")
-            expect(labels).to_have_count(4)
-            # where each label's text is drawn (its box may be wider than the text)
-            boxes = page.evaluate("""() => [...document.querySelectorAll('.timeline .step-name')].map(el => {
-                const range = document.createRange(); range.selectNodeContents(el);
-                const r = range.getBoundingClientRect(); return {x: r.x, width: r.width}; })""")
-            for left, right in zip(boxes, boxes[1:]):
-                assert left["x"] + left["width"] + 4 <= right["x"], f"timeline labels collide: {left} {right}"
-            assert all(b["x"] >= 0 and b["x"] + b["width"] <= 390 for b in boxes), boxes
-            page.screenshot(path=str(ARTIFACTS / "answers-timeline-phone.png"))
+    with open_page(chromium, 390, 844) as (page, problems):
+        page.goto(base + "/transactions/stuck-tx")
+        labels = page.locator(".timeline .step-name")
+        expect(labels).to_have_count(4)
+        # where each label's text is drawn (its box may be wider than the text)
+        boxes = page.evaluate("""() => [...document.querySelectorAll('.timeline .step-name')].map(el => {
+            const range = document.createRange(); range.selectNodeContents(el);
+            const r = range.getBoundingClientRect(); return {x: r.x, width: r.width}; })""")
+        for left, right in zip(boxes, boxes[1:]):
+            assert left["x"] + left["width"] + 4 <= right["x"], f"timeline labels collide: {left} {right}"
+        assert all(b["x"] >= 0 and b["x"] + b["width"] <= 390 for b in boxes), boxes
+        page.screenshot(path=str(ARTIFACTS / "answers-timeline-phone.png"))
 
-            page.goto(base + "/topics/orders/partitions/0")
-            table = page.locator("table.records")
-            wide = table.evaluate("t => ({scroll: t.scrollWidth, client: t.clientWidth, "
-                                  "overflow: getComputedStyle(t).overflowX, "
-                                  "hint: getComputedStyle(t).backgroundImage})")
-            assert wide["scroll"] > wide["client"] and wide["overflow"] == "auto", wide
-            assert wide["hint"].count("gradient") >= 2, wide   # the edge shadows that say "more this way"
-            page.screenshot(path=str(ARTIFACTS / "answers-wide-table-phone.png"), full_page=True)
-        finally:
-            browser.close()
+        page.goto(base + "/topics/orders/partitions/0")
+        table = page.locator("table.records")
+        wide = table.evaluate("t => ({scroll: t.scrollWidth, client: t.clientWidth, "
+                              "overflow: getComputedStyle(t).overflowX, "
+                              "hint: getComputedStyle(t).backgroundImage})")
+        assert wide["scroll"] > wide["client"] and wide["overflow"] == "auto", wide
+        assert wide["hint"].count("gradient") >= 2, wide   # the edge shadows that say "more this way"
+        page.screenshot(path=str(ARTIFACTS / "answers-wide-table-phone.png"), full_page=True)
+        assert not problems, f"the browser reported errors: {problems}"
