@@ -11,7 +11,8 @@ consistency, and the mirror re-derives what is missing from the logs.
 Alembic owns the schema; its environment is ``coordinator/migrations/`` (package
 data, found from an installed copy too) and :func:`upgrade` runs it without an ``alembic.ini``. Every broker open calls
 :func:`upgrade`, so it is quick when there is nothing to do: a database at the head
-revision is left alone after one query, and a new database is a copy of the one the
+revision is left alone after one query (and without importing Alembic: its head is read from the
+scripts), and a new database is a copy of the one the
 migrations built once in this process (Alembic's own run takes ~20 ms, mostly
 building DDL; the copy ~3 ms). To write the next migration, autogenerate against a
 migrated database::
@@ -23,26 +24,34 @@ migrated database::
 
 from __future__ import annotations
 
+import ast
 import functools
 import sqlite3
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from alembic import command
-from alembic.config import Config
-from alembic.script import ScriptDirectory
-from alembic.util import CommandError
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.pool import NullPool, QueuePool
 
 from storage.filenames import MIRROR_DB
 
+if TYPE_CHECKING:
+    from alembic.config import Config
+
 #: the Alembic environment, package data of ``coordinator`` (found from an installed copy too)
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 BUSY_TIMEOUT_MS = 5_000
+
+
+class MigrationError(Exception):
+    """Alembic refused to migrate the database (its ``CommandError``, e.g. a revision
+    this version does not know)."""
+
+
 #: what creating or migrating a database can raise: the file, SQLite, SQLAlchemy, Alembic
-UPGRADE_ERRORS = (OSError, sqlite3.Error, SQLAlchemyError, CommandError)
+UPGRADE_ERRORS = (OSError, sqlite3.Error, SQLAlchemyError, MigrationError)
 
 
 def db_path(data_dir: Path | str) -> Path:
@@ -89,6 +98,8 @@ def reader_engine(path: Path | str) -> Engine:
 
 def alembic_config(path: Path | str) -> Config:
     """Alembic's configuration for the database at ``path``, without an ini file."""
+    from alembic.config import Config
+
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS_DIR))
     config.set_main_option("sqlalchemy.url", f"sqlite:///{Path(path)}")
@@ -113,8 +124,32 @@ def upgrade(path: Path | str) -> tuple[str | None, str | None]:
 
 @functools.cache
 def head_revision() -> str | None:
-    """The newest revision in ``migrations/``."""
-    return ScriptDirectory.from_config(alembic_config(":memory:")).get_current_head()
+    """The newest revision in ``migrations/versions/``: the one no other follows. Read
+    from the scripts' ``revision`` and ``down_revision`` assignments, not by Alembic's
+    ``ScriptDirectory``: opening a current database then never imports Alembic (0.25 s
+    of a broker process's start). tests/test_mirror.py checks it against Alembic's."""
+    revisions: set[str] = set()
+    followed: set[str] = set()
+    for script in (MIGRATIONS_DIR / "versions").glob("*.py"):
+        for name, value in _assignments(script, ("revision", "down_revision")):
+            if name == "revision":
+                revisions.add(value)
+            elif value is not None:
+                followed.update((value,) if isinstance(value, str) else value)
+    heads = revisions - followed
+    if len(heads) > 1:
+        raise MigrationError(f"the migrations have several heads: {sorted(heads)}")
+    return next(iter(heads), None)
+
+
+def _assignments(script: Path, names: tuple[str, ...]) -> list[tuple[str, object]]:
+    """The module-level constant assignments to ``names`` in the Python file ``script``."""
+    found = []
+    for node in ast.parse(script.read_text(encoding="utf-8")).body:
+        target = node.targets[0] if isinstance(node, ast.Assign) else getattr(node, "target", None)
+        if isinstance(target, ast.Name) and target.id in names and node.value is not None:
+            found.append((target.id, ast.literal_eval(node.value)))
+    return found
 
 
 def _inspect(path: Path) -> tuple[bool, str | None]:
@@ -133,12 +168,17 @@ def _inspect(path: Path) -> tuple[bool, str | None]:
 
 def _migrate(path: Path) -> None:
     """Run every migration the database at ``path`` lacks, in one transaction."""
+    from alembic import command
+    from alembic.util import CommandError
+
     engine = writer_engine(path)
     try:
         config = alembic_config(path)
         with engine.begin() as connection:
             config.attributes["connection"] = connection
             command.upgrade(config, "head")
+    except CommandError as e:
+        raise MigrationError(str(e)) from e
     finally:
         engine.dispose()
 
