@@ -285,6 +285,16 @@ def rows(db: Path, sql: str, **params) -> list[dict]:
         engine.dispose()
 
 
+def execute(db: Path, sql: str, **params) -> None:
+    """One statement in a transaction of the mirror's writer."""
+    engine = writer_engine(db)
+    try:
+        with engine.begin() as conn:
+            conn.execute(text(sql), params)
+    finally:
+        engine.dispose()
+
+
 # -- the mirror equals the logs --------------------------------------------------------------------
 
 
@@ -415,13 +425,8 @@ def test_replaying_the_transaction_log_adds_no_finished_transaction_twice(
     mirror.catch_up()
     before = read_state(mirror.path)
     assert before["transactions"]
-    writer = writer_engine(mirror.path)
-    try:
-        with writer.begin() as conn:  # as if these batches had been applied without their progress
-            conn.execute(text("UPDATE mirror_progress SET next_offset = 0 WHERE topic = :topic"),
-                         {"topic": transaction_log.TOPIC})
-    finally:
-        writer.dispose()
+    # as if these batches had been applied without their progress
+    execute(mirror.path, "UPDATE mirror_progress SET next_offset = 0 WHERE topic = :topic", topic=transaction_log.TOPIC)
     assert mirror.catch_up() > 0
     assert read_state(mirror.path) == before
 
@@ -762,7 +767,8 @@ def test_a_current_database_opens_without_importing_alembic(tmp_path: Path) -> N
     """Every broker start opens its mirror; importing Alembic costs 0.25 s of it."""
     db = tmp_path / "exactly.db"
     upgrade(db)
-    probe = "import sys; from coordinator.mirror_db import upgrade; upgrade(sys.argv[1]); print('alembic' in sys.modules)"
+    probe = ("import sys; from coordinator.mirror_db import upgrade; "
+             "upgrade(sys.argv[1]); print('alembic' in sys.modules)")
     opened = subprocess.run([sys.executable, "-c", probe, str(db)], cwd=REPO, capture_output=True, text=True,
                             timeout=60)
     assert (opened.returncode, opened.stdout.strip()) == (0, "False"), opened.stderr
@@ -771,12 +777,7 @@ def test_a_current_database_opens_without_importing_alembic(tmp_path: Path) -> N
 def test_a_database_from_a_newer_version_is_refused_as_an_upgrade_error(tmp_path: Path) -> None:
     db = tmp_path / "exactly.db"
     upgrade(db)
-    writer = writer_engine(db)
-    try:
-        with writer.begin() as conn:
-            conn.execute(text("UPDATE alembic_version SET version_num = '9999'"))
-    finally:
-        writer.dispose()
+    execute(db, "UPDATE alembic_version SET version_num = '9999'")
     with pytest.raises(MigrationError, match="9999") as refused:
         upgrade(db)
     assert isinstance(refused.value, UPGRADE_ERRORS)
@@ -792,12 +793,7 @@ def test_db_upgrade_creates_the_database_and_is_idempotent(tmp_path: Path) -> No
     assert first.returncode == 0, first.stderr
     assert f"revision {HEAD} (migrated from nothing)" in first.stdout
     db = db_path(data)
-    writer = writer_engine(db)
-    try:
-        with writer.begin() as conn:
-            conn.execute(text("INSERT INTO mirror_progress VALUES ('__consumer_offsets', 0, 42)"))
-    finally:
-        writer.dispose()
+    execute(db, "INSERT INTO mirror_progress VALUES ('__consumer_offsets', 0, 42)")
 
     second = subprocess.run(command_line, cwd=REPO, capture_output=True, text=True, timeout=60)
     assert second.returncode == 0, second.stderr
@@ -820,12 +816,8 @@ def test_db_rebuild_rederives_the_database_from_the_logs(tmp_path: Path) -> None
     with open_broker(data) as broker:
         Workload(broker, seed=13).run(50)
     upgrade(db_path(data))
-    writer = writer_engine(db_path(data))
-    try:
-        with writer.begin() as conn:  # wrong rows, as if the mirror had gone astray
-            conn.execute(text("INSERT INTO groups VALUES ('ghost', 1, 'consumer', NULL, NULL, 0, '[]', 0, 0)"))
-    finally:
-        writer.dispose()
+    # wrong rows, as if the mirror had gone astray
+    execute(db_path(data), "INSERT INTO groups VALUES ('ghost', 1, 'consumer', NULL, NULL, 0, '[]', 0, 0)")
     configs = [arg for key, value in BROKER_CONFIG.items() for arg in ("--config", f"{key}={value}")]
     assert cli_main(["db", "rebuild", "--data-dir", str(data), *configs]) == 0
     with Broker(data, **BROKER_CONFIG) as broker:
