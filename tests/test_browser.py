@@ -17,6 +17,7 @@ from app.http import create_app
 from storage.errors import KafkaError
 from tests.browser import ARTIFACTS, PNG_MAGIC, SEE_MS, chromium, open_page, served  # noqa: F401 -- a fixture
 from tests.conftest import SMALL_INTERNAL_TOPICS
+from tests.waiting import eventually
 
 
 @pytest.fixture
@@ -90,3 +91,17 @@ def test_abort_a_transaction_that_holds_the_lso_from_the_browser(console, chromi
     with pytest.raises(KafkaError):
         producer.commit_transaction()  # fenced by the abort's epoch bump
     assert screenshot.exists() and screenshot.read_bytes()[:8] == PNG_MAGIC
+
+
+def test_a_browser_error_fails_a_test_and_a_navigation_abort_does_not(chromium):  # noqa: F811
+    """What tests/browser.py counts: htmx's log of a request the test's own navigation
+    aborted is skipped; any other console error and any uncaught exception is kept."""
+    with open_page(chromium, 800) as (page, problems):
+        page.set_content("<script>console.error('htmx:afterRequest, [object HTMLDivElement]');"
+                         "console.error('htmx:sendAbort, [object HTMLDivElement]');"
+                         "console.error('htmx:responseError, [object HTMLDivElement]');"
+                         "setTimeout(() => { throw new Error('boom'); });</script>")
+        # each call into Playwright lets it deliver the events it has received
+        eventually(lambda: page.evaluate("1") and len(problems) >= 2, what="the page's errors")
+        assert problems[0].startswith("htmx:responseError") and "boom" in problems[1]
+        assert len(problems) == 2

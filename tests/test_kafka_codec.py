@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import datetime
 import io
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -69,3 +72,13 @@ def test_a_response_frame_carries_its_size_and_correlation_id() -> None:
     frame = encode_response(ApiKey.API_VERSIONS, 3, 77, {"api_keys": []})
     assert int.from_bytes(frame[:4], "big") == len(frame) - 4
     assert int.from_bytes(frame[4:8], "big") == 77  # ApiVersions: header v0 even when flexible
+
+
+def test_the_codec_loads_without_hypothesis_strategies_for_kio_s_types() -> None:
+    """Where hypothesis is installed, kio registers a strategy for every protocol type as
+    it defines it: 0.6 s of a broker process's start, for strategies Exactly never uses
+    (app/__init__.py imports kio as if hypothesis were absent)."""
+    probe = "import sys, app.wire; print('hypothesis' in sys.modules)"
+    ran = subprocess.run([sys.executable, "-c", probe], cwd=Path(__file__).resolve().parents[1],
+                         capture_output=True, text=True, timeout=60)
+    assert (ran.returncode, ran.stdout.strip()) == (0, "False"), ran.stderr
