@@ -205,6 +205,28 @@ def test_a_producer_id_belongs_to_its_principal(kafka: KafkaBroker) -> None:
     assert engine.counters.authorization_denials[("CLUSTER", "WRITE")] >= 2
 
 
+def test_a_prepared_transaction_taken_over_belongs_to_the_principal_that_kept_it(kafka: KafkaBroker) -> None:
+    """KIP-939: another principal (allowed on the transactional id) keeps alice's prepared
+    transaction; the producer id it is given is then its own, and no longer alice's."""
+    engine = kafka.engine
+    alice, bob = KafkaPrincipal.parse("User:alice"), KafkaPrincipal.parse("User:bob")
+    pid, epoch = engine.call(engine.init_producer_id, "handover-tx", 60_000, enable_2pc=True, principal=alice)
+    engine.call(engine.add_partitions_to_txn, "handover-tx", pid, epoch, [("vis-1", 0)], alice)
+    engine.call(engine.start_produce, "vis-1", 0,
+                data_batch([b"v"], producer_id=pid, epoch=epoch, sequence=0, transactional=True), 1, None, alice)
+    kept = engine.call(engine.keep_prepared_transaction, "handover-tx", bob)
+    assert (kept.ongoing_producer_id, kept.ongoing_producer_epoch) == (pid, epoch)
+    engine.call(engine.end_txn, "handover-tx", kept.producer_id, kept.producer_epoch, True)
+    engine.call(engine.add_partitions_to_txn, "handover-tx", kept.producer_id, kept.producer_epoch,
+                [("vis-1", 0)], bob)  # bob's next transaction, under the producer id he was given
+    batch = data_batch([b"w"], producer_id=kept.producer_id, epoch=kept.producer_epoch, sequence=0,
+                       transactional=True)
+    with pytest.raises(TransactionalIdAuthorizationFailedError, match="another principal"):
+        engine.call(engine.start_produce, "vis-1", 0, batch, 1, None, alice)
+    engine.call(engine.start_produce, "vis-1", 0, batch, 1, None, bob)
+    engine.call(engine.end_txn, "handover-tx", kept.producer_id, kept.producer_epoch, False)
+
+
 def test_abuse_limits(tmp_path: Path) -> None:
     """Producer ids per principal per second, and open transactions per principal: each
     refused with THROTTLING_QUOTA_EXCEEDED and counted."""

@@ -748,8 +748,15 @@ class Engine:
             self._producer_owners.bind(handed_out[0], str(principal))
         return handed_out
 
-    async def keep_prepared_transaction(self, transactional_id: str) -> KeptTransaction | None:
-        return await self._transaction_coordinator.keep_prepared_transaction(transactional_id)
+    async def keep_prepared_transaction(self, transactional_id: str, principal: KafkaPrincipal | None = None
+                                        ) -> KeptTransaction | None:
+        """KIP-939 keepPreparedTxn; the producer id it hands out becomes ``principal``'s, as
+        after any InitProducerId: whoever takes over the prepared transaction completes it
+        and writes the next ones (:meth:`check_producer_owner`)."""
+        kept = await self._transaction_coordinator.keep_prepared_transaction(transactional_id)
+        if kept is not None and principal is not None and self._authorizer is not None:
+            self._producer_owners.bind(kept.producer_id, str(principal))
+        return kept
 
     async def add_partitions_to_txn(self, transactional_id: str, producer_id: int, producer_epoch: int,
                                     partitions: Iterable[tuple[str, int]], principal: KafkaPrincipal | None = None

@@ -52,7 +52,7 @@ async def init_producer_id(ctx: RequestContext, request: Any) -> dict:
         if getattr(request, "keep_prepared_txn", False):
             if not enable_2pc:
                 raise InvalidRequestError("keepPreparedTxn needs enable2Pc")
-            kept = await coordinator.keep_prepared_transaction(request.transactional_id)
+            kept = await coordinator.keep_prepared_transaction(request.transactional_id, ctx.principal)
         if kept is not None:
             return {"error_code": 0, "producer_id": kept.producer_id, "producer_epoch": kept.producer_epoch,
                     "ongoing_txn_producer_id": kept.ongoing_producer_id,
