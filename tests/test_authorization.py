@@ -10,6 +10,7 @@ gives a connection, so it is tested on the engine's operations with two principa
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Iterator
 
@@ -265,6 +266,25 @@ def test_abuse_limits(tmp_path: Path) -> None:
         refusals = kafka.engine.counters.limit_refusals
         assert refusals["exactly.producer.id.rate.per.principal"] == 1
         assert refusals["exactly.max.open.transactions.per.principal"] == 1
+
+
+def test_two_transactions_opened_at_once_cannot_both_pass_the_cap(tmp_path: Path) -> None:
+    """One principal's AddPartitionsToTxn on two transactional ids at the same moment,
+    under a cap of one open transaction: one opens, the other is refused."""
+    limits = {**STANDARD, "super.users": ANONYMOUS, "exactly.max.open.transactions.per.principal": 1}
+    with KafkaBroker(tmp_path / "data", **limits) as kafka:
+        engine = kafka.engine
+        engine.call(engine.create_topic, "t", 1)
+        alice = KafkaPrincipal.parse("User:alice")
+        producers = {txn_id: engine.call(engine.init_producer_id, txn_id, 60_000, principal=alice)
+                     for txn_id in ("tx-a", "tx-b")}
+
+        async def both() -> list:
+            return await asyncio.gather(*(engine.add_partitions_to_txn(txn_id, pid, epoch, [("t", 0)], alice)
+                                          for txn_id, (pid, epoch) in producers.items()), return_exceptions=True)
+
+        answers = engine.call(both)
+        assert sorted(type(a).__name__ for a in answers) == ["ThrottlingQuotaExceededError", "dict"], answers
 
 
 def test_clients_hear_the_denial_of_their_topic(kafka: KafkaBroker) -> None:

@@ -69,11 +69,27 @@ def test_open_transactions_are_capped_per_principal() -> None:
     cap = OpenTransactions(1, open_ids.__contains__)
     assert cap.admit("User:a", "tx-1")
     open_ids.add("tx-1")
+    cap.settle("tx-1")
     assert cap.admit("User:a", "tx-1"), "the open one again"
+    cap.settle("tx-1")
     assert not cap.admit("User:a", "tx-2")
     assert cap.admit("User:b", "tx-3")
     open_ids.discard("tx-1")
     assert cap.admit("User:a", "tx-2")
+
+
+def test_a_transaction_being_admitted_counts_against_the_cap_until_it_settles() -> None:
+    """Two requests at once: the first is admitted but not yet Ongoing when the second
+    asks, which is refused; once the first has settled without opening, the second may."""
+    open_ids: set[str] = set()
+    cap = OpenTransactions(1, open_ids.__contains__)
+    assert cap.admit("User:a", "tx-1")
+    assert not cap.admit("User:a", "tx-2"), "tx-1's request has not ended yet"
+    cap.settle("tx-1")  # it failed: tx-1 never opened
+    assert cap.admit("User:a", "tx-2")
+    open_ids.add("tx-2")
+    cap.settle("tx-2")
+    assert not cap.admit("User:a", "tx-1"), "tx-2 is open"
 
 
 def _acl(name: str, pattern: PatternType, permission: AclPermissionType, principal: str = "User:a") -> AclBinding:

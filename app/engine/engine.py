@@ -23,6 +23,7 @@ same way (``coordinator/cluster_metadata.py``); ACL changes are durable before t
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import functools
 import inspect
@@ -33,7 +34,7 @@ import uuid
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Awaitable, Callable, Collection, Iterable, Mapping, TypeVar
+from typing import Any, Awaitable, Callable, Collection, Iterable, Iterator, Mapping, TypeVar
 
 from app.config import BrokerConfig
 from app.engine import audit as exactly_once
@@ -761,17 +762,15 @@ class Engine:
     async def add_partitions_to_txn(self, transactional_id: str, producer_id: int, producer_epoch: int,
                                     partitions: Iterable[tuple[str, int]], principal: KafkaPrincipal | None = None
                                     ) -> dict[tuple[str, int], KafkaError | None]:
-        if principal is not None:
-            self.check_open_transactions(principal, transactional_id)
-        return await self._transaction_coordinator.add_partitions(transactional_id, producer_id,
-                                                                  producer_epoch, partitions)
+        with self._admitted(principal, transactional_id):
+            return await self._transaction_coordinator.add_partitions(transactional_id, producer_id,
+                                                                      producer_epoch, partitions)
 
     async def add_offsets_to_txn(self, transactional_id: str, producer_id: int, producer_epoch: int,
                                  group_id: str, principal: KafkaPrincipal | None = None) -> tuple[str, int]:
-        if principal is not None:
-            self.check_open_transactions(principal, transactional_id)
-        return await self._transaction_coordinator.add_offsets(transactional_id, producer_id,
-                                                               producer_epoch, group_id)
+        with self._admitted(principal, transactional_id):
+            return await self._transaction_coordinator.add_offsets(transactional_id, producer_id,
+                                                                   producer_epoch, group_id)
 
     async def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool) -> None:
         await self._transaction_coordinator.end_txn(transactional_id, producer_id, producer_epoch, commit)
@@ -928,6 +927,19 @@ class Engine:
         raise ThrottlingQuotaExceededError(
             f"{principal} has {self._open_transactions.cap} transactions open "
             "(exactly.max.open.transactions.per.principal); end one first")
+
+    @contextlib.contextmanager
+    def _admitted(self, principal: KafkaPrincipal | None, transactional_id: str) -> Iterator[None]:
+        """A Kafka client's request that opens a transaction, within its principal's cap
+        (:meth:`check_open_transactions`) and counted as open while it runs."""
+        if principal is None:
+            yield
+            return
+        self.check_open_transactions(principal, transactional_id)
+        try:
+            yield
+        finally:
+            self._open_transactions.settle(transactional_id)
 
     def _transaction_open(self, transactional_id: str) -> bool:
         meta = self._transaction_coordinator.describe(transactional_id)

@@ -119,22 +119,34 @@ class ProducerIdRate:
 
 
 class OpenTransactions:
-    """principal -> the transactional ids it may have open; ``is_open`` says which still are."""
+    """principal -> the transactional ids it may have open; ``is_open`` says which still
+    are. An admitted id counts as open until its request is settled, before the
+    coordinator has made it Ongoing: two requests at once cannot both pass the cap."""
 
     def __init__(self, cap: int, is_open: Callable[[str], bool]) -> None:
         self.cap = cap
         self._is_open = is_open
         self._by_principal: dict[str, set[str]] = collections.defaultdict(set)
+        self._admitting: collections.Counter[str] = collections.Counter()
 
     def admit(self, principal: str, transactional_id: str) -> bool:
         """Whether the principal may have a transaction open on ``transactional_id``
-        (counted as open from now): one already open always, a new one while the
-        principal has fewer than ``cap`` (0: no limit)."""
+        (counted as open from now; :meth:`settle` once the request has ended): one already
+        open always, a new one while the principal has fewer than ``cap`` (0: no limit)."""
         if self.cap <= 0:
             return True
         held = self._by_principal[principal]
-        held.intersection_update({t for t in held if self._is_open(t)})
+        held.intersection_update({t for t in held if self._admitting[t] or self._is_open(t)})
         if transactional_id not in held and len(held) >= self.cap:
             return False
         held.add(transactional_id)
+        self._admitting[transactional_id] += 1
         return True
+
+    def settle(self, transactional_id: str) -> None:
+        """An admitted request has ended: the coordinator's state says from now whether
+        its transaction is open."""
+        if self._admitting[transactional_id] > 1:
+            self._admitting[transactional_id] -= 1
+        else:
+            self._admitting.pop(transactional_id, None)
