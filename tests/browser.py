@@ -87,11 +87,11 @@ def open_page(browser: Any, width: int, height: int = 900) -> Iterator[tuple[Any
 
 
 @contextmanager
-def served(app: Flask) -> Iterator[str]:
-    """``app`` served by waitress on 127.0.0.1 at a free port: its base URL."""
+def served(app: Flask, threads: int = 8) -> Iterator[str]:
+    """``app`` served by waitress (``threads`` threads) on 127.0.0.1 at a free port: its base URL."""
     sock = bind("127.0.0.1", 0, "HTTP")
     host, port = sock.getsockname()[:2]
-    server = HttpServer(app, sock).start()
+    server = HttpServer(app, sock, threads=threads).start()
     try:
         yield f"http://{host}:{port}"
     finally:

@@ -15,8 +15,7 @@ from confluent_kafka import Producer
 
 from app.cli import main
 from app.http import create_app
-from app.http.server import HttpServer
-from app.listeners import bind
+from tests.browser import served
 from tests.kafka_support import KafkaBroker
 
 pytestmark = pytest.mark.timeout(60)
@@ -108,10 +107,7 @@ def faults_cli(url: str, *args: str) -> subprocess.CompletedProcess:
 
 
 def test_the_cli_round_trips_through_the_http_api(kafka: KafkaBroker, app) -> None:
-    sock = bind("127.0.0.1", 0, "HTTP")
-    server = HttpServer(app, sock, threads=2).start()
-    url = f"http://127.0.0.1:{sock.getsockname()[1]}"
-    try:
+    with served(app, threads=2) as url:
         added = faults_cli(url, "add", "--api", "Produce", "--topic", "orders", "--error", "NOT_ENOUGH_REPLICAS",
                            "--count", "3")
         assert added.returncode == 0, added.stderr
@@ -129,8 +125,6 @@ def test_the_cli_round_trips_through_the_http_api(kafka: KafkaBroker, app) -> No
         refused = faults_cli(url, "add", "--error", "NOT_AN_ERROR")
         assert refused.returncode == 1 and "NOT_AN_ERROR" in refused.stderr
         assert faults_cli(url, "clear").returncode == 0 and faults_cli(url, "list").stdout == ""
-    finally:
-        server.close()
     unreachable = faults_cli(url, "list")
     assert unreachable.returncode == 1 and "cannot reach" in unreachable.stderr
 
