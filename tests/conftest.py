@@ -30,15 +30,21 @@ def pytest_configure(config: pytest.Config) -> None:
 @pytest.hookimpl(tryfirst=True)  # before xdist's own, which turns the groups into node ids
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Under pytest-xdist (``make test``: ``--dist loadgroup``), one worker runs a whole
-    test file, so a module-scoped fixture is built once and a Spark file starts one
-    SparkSession (tests/spark/conftest.py); Spark files are spread over the workers like
-    the rest. A file marked ``spread`` (long tests that share nothing) is sent test by test,
-    and a test with an ``xdist_group`` of its own keeps it. Tests marked ``slow`` (and the
-    rest of their files) go first: the workers start on the longest work, instead of one
-    of them ending the run alone with a Spark job that started last."""
+    test file, so a module-scoped fixture is built once. The files whose tests share the
+    process's SparkSession (the ``spark`` fixture, tests/spark/conftest.py) all go to one
+    worker: each session costs a JVM and a Python daemon per kind of data-source call,
+    about 15 s of CPU, and the suite is CPU-bound. A file marked ``spread`` (long tests
+    that share nothing) is sent test by test, and a test with an ``xdist_group`` of its
+    own keeps it. Tests marked ``slow`` (and the rest of their files) go first: the
+    workers start on the longest work, instead of one of them ending the run alone with a
+    Spark job that started last."""
+    def file(item: pytest.Item) -> str:
+        return item.nodeid.split("::")[0]
+
+    spark_files = {file(item) for item in items if "spark" in getattr(item, "fixturenames", ())}
     for item in items:
         if not item.get_closest_marker("spread") and not item.get_closest_marker("xdist_group"):
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+            item.add_marker(pytest.mark.xdist_group("spark-session" if file(item) in spark_files else file(item)))
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
