@@ -915,27 +915,22 @@ class Engine:
                 f"{principal} is past exactly.producer.id.rate.per.principal "
                 f"({self._producer_id_rate.rate}/s); retry in {throttle_ms} ms", throttle_ms)
 
-    def check_open_transactions(self, principal: KafkaPrincipal, transactional_id: str) -> None:
-        """Refuse a transaction past ``exactly.max.open.transactions.per.principal`` with
-        THROTTLING_QUOTA_EXCEEDED: retriable, so a Java producer retries until one of the
-        principal's transactions ends (a timeout aborts it at the latest), librdkafka
-        makes it an abortable error; the cap is a quota on a principal, not a policy on
-        the request, hence not POLICY_VIOLATION."""
-        if self._open_transactions.admit(str(principal), transactional_id):
-            return
-        self.counters.limit_refused("exactly.max.open.transactions.per.principal")
-        raise ThrottlingQuotaExceededError(
-            f"{principal} has {self._open_transactions.cap} transactions open "
-            "(exactly.max.open.transactions.per.principal); end one first")
-
     @contextlib.contextmanager
     def _admitted(self, principal: KafkaPrincipal | None, transactional_id: str) -> Iterator[None]:
-        """A Kafka client's request that opens a transaction, within its principal's cap
-        (:meth:`check_open_transactions`) and counted as open while it runs."""
+        """A Kafka client's request that opens a transaction, counted as open while it runs
+        (:class:`OpenTransactions`). Past ``exactly.max.open.transactions.per.principal`` it
+        is refused with THROTTLING_QUOTA_EXCEEDED: retriable, so a Java producer retries
+        until one of the principal's transactions ends (a timeout aborts it at the latest),
+        librdkafka makes it an abortable error; the cap is a quota on a principal, not a
+        policy on the request, hence not POLICY_VIOLATION."""
         if principal is None:
             yield
             return
-        self.check_open_transactions(principal, transactional_id)
+        if not self._open_transactions.admit(str(principal), transactional_id):
+            self.counters.limit_refused("exactly.max.open.transactions.per.principal")
+            raise ThrottlingQuotaExceededError(
+                f"{principal} has {self._open_transactions.cap} transactions open "
+                "(exactly.max.open.transactions.per.principal); end one first")
         try:
             yield
         finally:
