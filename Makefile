@@ -53,7 +53,7 @@ install: $(TEST_STAMP)
 
 ## run: create the environment, install the broker alone (no test tools, no PySpark), migrate the SQLite mirror, start the broker on ./data (127.0.0.1)
 run: $(BROKER_STAMP)
-	$(PY) -m app.cli db upgrade --data-dir $(DATA_DIR)
+	$(PY) -m exactly db upgrade --data-dir $(DATA_DIR)
 	$(PY) run.py --data-dir $(DATA_DIR) $(ARGS)
 
 ## test: install everything the tests need (the environment with the Kafka clients and
@@ -100,10 +100,10 @@ $(JQ):
 ## in another terminal): install what Spark needs, copy the topic pipeline-in to
 ## pipeline-out exactly once (1000 seeded records), then report on the transactions
 pipeline: $(SPARK_STAMP) $(JAVA) $(JDBC_JAR)
-	@$(PY) -m app.spark.broker_check $(BOOTSTRAP)
-	$(PY) -m app.spark.copy_job --bootstrap $(BOOTSTRAP) --input pipeline-in --output pipeline-out \
+	@$(PY) -m exactly.app.spark.broker_check $(BOOTSTRAP)
+	$(PY) -m exactly.app.spark.copy_job --bootstrap $(BOOTSTRAP) --input pipeline-in --output pipeline-out \
 		--checkpoint $(DATA_DIR)/spark-checkpoints/copy --seed 1000 --available-now
-	$(PY) -m app.spark.report_job --data-dir $(DATA_DIR)
+	$(PY) -m exactly.app.spark.report_job --data-dir $(DATA_DIR)
 
 ## bench: storage (append, fetch, restart), transaction, broker-lifecycle, embedded-producer, maintenance, group-lag, Kafka wire and Spark figures (see bench/RESULTS.md)
 bench: $(TEST_STAMP) $(JAVA) $(JDBC_JAR)

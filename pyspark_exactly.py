@@ -7,6 +7,6 @@ top-level module whose name starts with ``pyspark_`` on its Python workers' path
 included -- with no ``spark.dataSource.register`` call.
 """
 
-from app.spark.datasource import ExactlyDataSource as DefaultSource
+from exactly.app.spark.datasource import ExactlyDataSource as DefaultSource
 
 __all__ = ["DefaultSource"]

@@ -3,7 +3,7 @@
 
 import sys
 
-from app.cli import main
+from exactly.app.cli.main import main
 
 if __name__ == "__main__":
     sys.exit(main(["serve", *sys.argv[1:]]))

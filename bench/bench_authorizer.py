@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from app.security.acl import (  # noqa: E402
+from exactly.app.security.acl import (  # noqa: E402
     AccessControlEntry,
     AclBinding,
     AclOperation,
@@ -34,7 +34,7 @@ from app.security.acl import (  # noqa: E402
     ResourcePattern,
     ResourceType,
 )
-from app.security.authorizer import StandardAuthorizer  # noqa: E402
+from exactly.app.security.authorizer import StandardAuthorizer  # noqa: E402
 
 PRINCIPALS = 250  # x 4 ACLs = 1,000
 

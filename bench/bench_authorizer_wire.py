@@ -31,10 +31,10 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition  # noqa: E402
 
-from app import Broker  # noqa: E402
-from app.kafka import attach  # noqa: E402
-from app.listeners import bind  # noqa: E402
-from app.security.acl import AclBinding, AclOperation, PatternType, ResourceType  # noqa: E402
+from exactly.app import Broker  # noqa: E402
+from exactly.app.kafka import attach  # noqa: E402
+from exactly.app.listeners import bind  # noqa: E402
+from exactly.app.security.acl import AclBinding, AclOperation, PatternType, ResourceType  # noqa: E402
 from bench_authorizer import binding, bindings  # noqa: E402
 
 VALUE = os.urandom(1024)

@@ -6,7 +6,7 @@ quiet one, measured in one run.
     .venv/bin/python bench/bench_cleaner_start.py --quick    # 1 trial, for checking the script
 
 A broker's first cleaning round starts the cleaner's worker process (a new interpreter
-that imports the broker, app/engine/worker_process.py) and then cleans at a lower CPU
+that imports the broker, exactly/app/engine/worker_process.py) and then cleans at a lower CPU
 priority (nice 10). Each trial opens a broker on a new directory with one compacted
 partition of a few thousand records and times ``compact_logs()``: quiet, and with one
 busy-looping process per core at normal priority beside it (what a test suite or a build
@@ -34,8 +34,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from app import Broker  # noqa: E402
-from storage.record_batch import SimpleRecord, encode_batch  # noqa: E402
+from exactly.app import Broker  # noqa: E402
+from exactly.storage.record_batch import SimpleRecord, encode_batch  # noqa: E402
 
 TOPIC = "compacted"
 CONFIG = {"transaction.state.log.num.partitions": 1, "offsets.topic.num.partitions": 1,

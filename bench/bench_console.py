@@ -5,7 +5,7 @@
     .venv/bin/python bench/bench_console.py --quick    # seconds, for checking the script
     .venv/bin/python bench/bench_console.py --part 2   # only the console open while producing
 
-The browser's read models run on the engine's loop (``app/engine/record_browser.py``),
+The browser's read models run on the engine's loop (``exactly/app/engine/record_browser.py``),
 so each page is time the loop does not serve produce or fetch. One partition of 20 000
 small JSON records in batches of 10 (one segment); each figure is the median of its
 trials, against the records view the partition page already showed (``read_models.records``,
@@ -47,11 +47,11 @@ from typing import Callable
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from app import Broker  # noqa: E402
-from app.engine import read_models, record_browser  # noqa: E402
-from app.http import create_app  # noqa: E402
-from app.http.server import HttpServer  # noqa: E402
-from storage.record_batch import SimpleRecord, encode_batch  # noqa: E402
+from exactly.app import Broker  # noqa: E402
+from exactly.app.engine import read_models, record_browser  # noqa: E402
+from exactly.app.http import create_app  # noqa: E402
+from exactly.app.http.server import HttpServer  # noqa: E402
+from exactly.storage.record_batch import SimpleRecord, encode_batch  # noqa: E402
 
 CONFIG = {"transaction.state.log.num.partitions": 3, "offsets.topic.num.partitions": 3,
           "exactly.jobs.enable": False}

@@ -32,8 +32,8 @@ sys.path.insert(0, str(ROOT))
 
 from kio.index import load_request_schema  # noqa: E402
 
-from app.faults.shapes import facts  # noqa: E402
-from app.wire import build  # noqa: E402
+from exactly.app.kafka.fault_shapes import facts  # noqa: E402
+from exactly.app.kafka.wire import build  # noqa: E402
 from tests.kafka_support import KafkaBroker, raw_connection  # noqa: E402
 
 METADATA, VERSION = 3, 8

@@ -48,9 +48,9 @@ from kio.schema.fetch.v11.response import FetchResponse  # noqa: E402
 from kio.schema.produce.v9.request import ProduceRequest  # noqa: E402
 from kio.serial import entity_reader, entity_writer  # noqa: E402
 
-from app.kafka.codec import build  # noqa: E402
+from exactly.app.kafka.codec import build  # noqa: E402
 from bench_storage import raw_write  # noqa: E402
-from storage.record_batch import SimpleRecord, encode_batch  # noqa: E402
+from exactly.storage.record_batch import SimpleRecord, encode_batch  # noqa: E402
 
 KiB = 1024
 MB = 1_000_000

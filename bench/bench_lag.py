@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Group lag benchmark: what counting a read_committed consumer's lag costs the
-engine's loop (``storage/visibility.py``, ``read_committed_lag``, from the counts each
-partition keeps: ``storage/visible_records.py``), against reading the same range the
+engine's loop (``exactly/storage/visibility.py``, ``read_committed_lag``, from the counts each
+partition keeps: ``exactly/storage/visible_records.py``), against reading the same range the
 way the consumer itself would (fetch read_committed, decode every record).
 
     .venv/bin/python bench/bench_lag.py            # 20,000 batches
@@ -27,10 +27,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from app import Broker  # noqa: E402
-from storage import visibility  # noqa: E402
-from storage.read_committed import read_records  # noqa: E402
-from storage.record_batch import SimpleRecord, encode_batch  # noqa: E402
+from exactly.app import Broker  # noqa: E402
+from exactly.storage import visibility  # noqa: E402
+from exactly.storage.read_committed import read_records  # noqa: E402
+from exactly.storage.record_batch import SimpleRecord, encode_batch  # noqa: E402
 
 WORK = Path(__file__).resolve().parent / ".work" / "lag"
 TRIALS = 7

@@ -33,8 +33,8 @@ from typing import Callable
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from app import Broker  # noqa: E402
-from coordinator import mirror_db  # noqa: E402
+from exactly.app import Broker  # noqa: E402
+from exactly.coordinator import mirror_db  # noqa: E402
 
 CONFIG = {"transaction.state.log.num.partitions": 3, "offsets.topic.num.partitions": 3}
 

@@ -29,9 +29,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from app import Broker  # noqa: E402
-from app.config import BrokerConfig  # noqa: E402
-from storage.errors import PolicyViolationError  # noqa: E402
+from exactly.app import Broker  # noqa: E402
+from exactly.app.config import BrokerConfig  # noqa: E402
+from exactly.storage.errors import PolicyViolationError  # noqa: E402
 
 CONFIG = {"transaction.state.log.num.partitions": 3, "offsets.topic.num.partitions": 3,
           "exactly.jobs.enable": False}

@@ -53,10 +53,10 @@ from typing import Callable, TypeVar
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from app import Broker  # noqa: E402
+from exactly.app import Broker  # noqa: E402
 from bench_storage import print_machine  # noqa: E402
-from storage import filenames  # noqa: E402
-from storage.record_batch import SimpleRecord, encode_batch  # noqa: E402
+from exactly.storage import filenames  # noqa: E402
+from exactly.storage.record_batch import SimpleRecord, encode_batch  # noqa: E402
 
 T = TypeVar("T")
 KiB = 1024

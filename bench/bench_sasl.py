@@ -9,7 +9,7 @@ An in-process broker serves a SASL_PLAINTEXT and a SASL_SSL listener (its genera
 certificate); one user has SCRAM-SHA-256 and SCRAM-SHA-512 credentials at Kafka's
 default 4096 iterations. Each login is a new TCP connection (plus the TLS handshake on
 SASL_SSL), ApiVersions, SaslHandshake v1 and SaslAuthenticate v2 -- one round trip for
-PLAIN, two for SCRAM -- from the project's own client (``app/admin_connection.py``),
+PLAIN, two for SCRAM -- from the project's own client (``exactly/app/cli/admin_connection.py``),
 timed from connect to the last answer; the figure is the median and the 90th percentile
 of the rounds. PLAIN costs the broker a PBKDF2 (the password checked against the stored
 SCRAM credential, on a worker thread); SCRAM costs the client one, the broker none.
@@ -27,8 +27,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from app.admin_connection import authenticate  # noqa: E402
-from app.spark.kafka_client import KafkaConnection  # noqa: E402
+from exactly.app.cli.admin_connection import authenticate  # noqa: E402
+from exactly.app.spark.kafka_client import KafkaConnection  # noqa: E402
 from tests.sasl_support import ListenersBroker  # noqa: E402
 
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")

@@ -159,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{' --quick' if args.quick else ''}\nsizes:   {sizes.records} records of {len(VALUE)} B in "
           f"{PARTITIONS} partitions, {sizes.trials} trial(s); {sizes.batches} micro-batches of "
           f"{sizes.batch_records} records\n", flush=True)
-    from app.spark.session import spark_session
+    from exactly.app.spark.session import spark_session
 
     spark = spark_session("bench-spark")
     served = Served(workdir / "data")

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Start-to-first-answer of a broker per test: from entering ``app.testing.broker()`` to
+"""Start-to-first-answer of a broker per test: from entering ``exactly.app.testing.broker()`` to
 the first ApiVersions answer on its Kafka port and the first HTTP 200 on its API.
 
     .venv/bin/python bench/bench_start.py            # 15 warm trials, 3 cold ones
@@ -95,7 +95,7 @@ def one_start() -> tuple[float, float, float]:
     """Seconds from ``broker()`` entry to the first ApiVersions answer and to the first
     HTTP 200, and the CPU seconds the process spent meanwhile (all its threads): on a
     loaded machine the wall clock measures the load, the CPU time the work."""
-    from app.testing import broker
+    from exactly.app.testing import broker
 
     started, cpu = time.perf_counter(), time.process_time()
     with broker() as b:
@@ -119,7 +119,7 @@ def cold_start() -> tuple[float, float, float]:
 
 def restart(clean: bool, trials: int) -> list[float]:
     """Seconds of ``restart(clean)`` in place, each followed by the first ApiVersions answer."""
-    from app.testing import broker
+    from exactly.app.testing import broker
 
     took = []
     with broker() as b:

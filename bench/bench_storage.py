@@ -42,11 +42,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from app import Broker
-from storage import filenames
-from storage.checkpoint import read_checkpoint, write_checkpoint
-from storage.read_committed import read_records
-from storage.record_batch import SimpleRecord, encode_batch
+from exactly.app import Broker
+from exactly.storage import filenames
+from exactly.storage.checkpoint import read_checkpoint, write_checkpoint
+from exactly.storage.read_committed import read_records
+from exactly.storage.record_batch import SimpleRecord, encode_batch
 
 KiB = 1024
 MiB = 1024 * 1024
@@ -175,7 +175,7 @@ def _git_revision() -> str:
                              capture_output=True, text=True, check=True).stdout.strip()
         dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--", "app", "storage"],
                                capture_output=True, text=True, check=True).stdout.strip()
-        return rev + (" (app/ or storage/ modified)" if dirty else "")
+        return rev + (" (exactly/app/ or exactly/storage/ modified)" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
         return "?"
 

@@ -31,7 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from app import Broker  # noqa: E402
+from exactly.app import Broker  # noqa: E402
 
 RECORD = b"x" * 1024
 THROUGHPUT_GOAL = 0.95

@@ -6,7 +6,7 @@ the request pre-scan costs.
     .venv/bin/python bench/fuzz_kafka.py --rounds 1      # one round
     .venv/bin/python bench/fuzz_kafka.py --seed 7        # another seed (a failure prints its seed)
 
-1. fuzz  -- ``python -m app.cli serve`` in a process of its own, on a temporary data
+1. fuzz  -- ``python -m exactly serve`` in a process of its own, on a temporary data
             directory. Each round sends, for every API and version the listener serves
             (``APIS``), a valid request (which must be answered) and every mutant of it
             (``tests/kafka_fuzz.py``: each length and count made huge, negative, null
@@ -16,7 +16,7 @@ the request pre-scan costs.
             work, and the broker is stopped (SIGKILL and SIGTERM in turn) and started
             again on the same directory, where every acknowledged value must be read
             back. Figures: frames per API/version and what came of them, peak RSS.
-2. prescan -- ``app/kafka/prescan.py`` against kio's own reader, in this process: a
+2. prescan -- ``exactly/app/kafka/prescan.py`` against kio's own reader, in this process: a
             Produce v9 of 1 MB of records and small requests (median of many runs).
 """
 
@@ -36,10 +36,10 @@ sys.path.insert(0, str(ROOT))
 from kio.index import load_request_schema  # noqa: E402
 from kio.serial import entity_reader  # noqa: E402
 
-from app.kafka.api import APIS, ApiKey  # noqa: E402
-from app.kafka.prescan import prescan  # noqa: E402
-from app.wire import encode_request  # noqa: E402
-from storage.record_batch import SimpleRecord, encode_batch  # noqa: E402
+from exactly.app.kafka.api import APIS, ApiKey  # noqa: E402
+from exactly.app.kafka.prescan import prescan  # noqa: E402
+from exactly.app.kafka.wire import encode_request  # noqa: E402
+from exactly.storage.record_batch import SimpleRecord, encode_batch  # noqa: E402
 from tests.kafka_fuzz import Campaign, ServedBroker  # noqa: E402
 
 

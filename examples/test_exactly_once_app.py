@@ -22,8 +22,8 @@ from typing import Any, Callable, Iterator
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
 
-from app.engine.audit import AuditView, ViolationKind
-from app.server import Server
+from exactly.app.engine.audit import AuditView, ViolationKind
+from exactly.app.server import Server
 
 INPUT, OUTPUT, GROUP, TRANSACTIONAL_ID = "orders", "payments", "billing", "billing-1"
 ORDERS = 20  # half before the trouble, half after

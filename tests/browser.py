@@ -18,8 +18,8 @@ from typing import Any, Iterator
 import pytest
 from flask import Flask
 
-from app.http.server import HttpServer
-from app.listeners import bind
+from exactly.app.http.server import HttpServer
+from exactly.app.listeners import bind
 
 CHROMIUM = Path("/usr/bin/chromium")
 #: Debian's Chromium as root, with nothing reaching out to the network (BROWSER-NOTES.md)

@@ -18,7 +18,7 @@ import threading
 from pathlib import Path
 from typing import Callable
 
-from storage.record_batch import SimpleRecord, encode_batch
+from exactly.storage.record_batch import SimpleRecord, encode_batch
 
 TOPIC = "big"
 #: 1 MiB segments: a round writes a cleaned segment for each, one after another
@@ -42,7 +42,7 @@ def fill(produce: Callable[[bytes, int], object], batches: int, per_batch: int,
 
 
 def main(data: str, pid_file: str, batches: str, per_batch: str, keys: str) -> None:
-    from app import Broker
+    from exactly.app import Broker
 
     broker = Broker(data, **{"exactly.jobs.enable": False})
     broker.create_topic(TOPIC, 1, COMPACTED)

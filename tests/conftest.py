@@ -7,9 +7,9 @@ from typing import Iterator, Sequence
 
 import pytest
 
-from app import Broker
-from storage.clock import FakeClock
-from storage.record_batch import SimpleRecord, encode_batch
+from exactly.app import Broker
+from exactly.storage.clock import FakeClock
+from exactly.storage.record_batch import SimpleRecord, encode_batch
 
 #: internal topics of 3 partitions instead of Kafka's 50: the same behaviour, far fewer files
 SMALL_INTERNAL_TOPICS = {"transaction.state.log.num.partitions": 3, "offsets.topic.num.partitions": 3}
@@ -22,7 +22,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "jobs: the test's broker fixture runs the scheduled jobs (not FROZEN)")
     config.addinivalue_line("markers", "spread: under xdist, send the file's tests to workers one by one")
     if not config.pluginmanager.has_plugin("exactly"):  # an install made before the pytest11 entry point
-        from app.testing import pytest_plugin
+        from exactly.app.testing import pytest_plugin
 
         config.pluginmanager.register(pytest_plugin, "exactly")
 

@@ -47,10 +47,10 @@ import time
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
 
-from storage.background import run_inline
-from storage.compression import Compression
-from storage.producer_state import next_sequence
-from storage.record_batch import (
+from exactly.storage.background import run_inline
+from exactly.storage.compression import Compression
+from exactly.storage.producer_state import next_sequence
+from exactly.storage.record_batch import (
     ControlType,
     SimpleRecord,
     decode_batch,

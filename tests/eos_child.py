@@ -42,8 +42,8 @@ import threading
 from pathlib import Path
 from typing import Sequence, TextIO
 
-from app import Broker
-from storage.record_batch import SimpleRecord, encode_batch
+from exactly.app import Broker
+from exactly.storage.record_batch import SimpleRecord, encode_batch
 
 TXN_ID = "eos-app"
 GROUP = "eos-group"
@@ -122,7 +122,7 @@ def take_some(polled: list, rng: random.Random) -> list:
 
 
 def run_jobs(broker: Broker) -> None:
-    """What the broker's scheduler does now and then (app/engine/scheduler.py)."""
+    """What the broker's scheduler does now and then (exactly/app/engine/scheduler.py)."""
     engine = broker.engine
     engine.call(engine.take_snapshots)
     engine.call(engine.compact_logs)

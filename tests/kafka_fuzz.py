@@ -9,7 +9,7 @@ and record batch sits. :func:`mutants` turns one such request into hostile ones:
 length or count replaced by huge, negative, null or overlong values; the frame cut
 short or given trailing bytes; unknown tagged fields (legal: Kafka skips them) and
 lying ones; record batches whose record counts, lengths, varints and attributes lie
-under a correct CRC. :class:`ServedBroker` runs ``python -m app.cli serve`` as a
+under a correct CRC. :class:`ServedBroker` runs ``python -m exactly serve`` as a
 separate process (its RSS read from ``/proc``); :class:`Fuzzer` sends the frames and
 tells what came back. Everything is drawn from one ``random.Random(seed)``.
 """
@@ -32,8 +32,8 @@ from kio.index import load_request_schema
 from kio.serial._introspect import EntityField, EntityTupleField, PrimitiveTupleField, classify_field, is_optional
 from kio.static.constants import EntityType
 
-from storage.record_batch import CRC_OFFSET, HEADER, HEADER_SIZE, SimpleRecord, compute_crc, encode_batch
-from storage.varint import encode_uvarint, encode_varint
+from exactly.storage.record_batch import CRC_OFFSET, HEADER, HEADER_SIZE, SimpleRecord, compute_crc, encode_batch
+from exactly.storage.varint import encode_uvarint, encode_varint
 from tests.kafka_support import free_port, read_to_end
 from tests.waiting import eventually
 
@@ -260,7 +260,7 @@ def broken_batches(batch: bytes, rng: random.Random) -> Iterator[tuple[str, byte
 
 
 class ServedBroker:
-    """``python -m app.cli serve`` on ``data_dir``, its output in ``data_dir``'s sibling log."""
+    """``python -m exactly serve`` on ``data_dir``, its output in ``data_dir``'s sibling log."""
 
     def __init__(self, data_dir: Path) -> None:
         self.data_dir = data_dir
@@ -271,7 +271,7 @@ class ServedBroker:
     def start(self, timeout: float = 60) -> None:
         """Start (or restart) the broker on a fresh port; returns once it serves."""
         self.port = free_port()
-        args = [sys.executable, "-m", "app.cli", "serve", "--data-dir", str(self.data_dir),
+        args = [sys.executable, "-m", "exactly", "serve", "--data-dir", str(self.data_dir),
                 "--kafka-port", str(self.port), "--http-port", str(free_port())]
         for key, value in CONFIG.items():
             args += ["--config", f"{key}={value}"]
@@ -403,7 +403,7 @@ class Fuzzer:
 
 def served() -> list[tuple[int, int]]:
     """Every (API key, version) the listener serves (its ``APIS`` registry)."""
-    from app.kafka import APIS
+    from exactly.app.kafka import APIS
 
     return [(api.key, version) for api in sorted(APIS.values(), key=lambda a: a.key)
             for version in range(api.min_version, api.max_version + 1)]

@@ -1,5 +1,5 @@
 """Test support for the Kafka listener: a served broker on 127.0.0.1, and a raw
-protocol connection to it (``app/spark/kafka_client.py``'s, for what real clients
+protocol connection to it (``exactly/app/spark/kafka_client.py``'s, for what real clients
 never send: exact versions, pipelining, bad frames)."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from typing import Any, Callable, Mapping
 
 from confluent_kafka import KafkaException
 
-from app import Broker
-from app.kafka import KafkaListener, attach
-from app.listeners import bind
-from app.spark.kafka_client import KafkaConnection
+from exactly.app import Broker
+from exactly.app.kafka import KafkaListener, attach
+from exactly.app.listeners import bind
+from exactly.app.spark.kafka_client import KafkaConnection
 
 #: internal topics of 3 partitions instead of 50, as tests/conftest.py does
 CONFIG = {"transaction.state.log.num.partitions": 3, "offsets.topic.num.partitions": 3}

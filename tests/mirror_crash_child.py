@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 
-from app import Broker
+from exactly.app import Broker
 
 #: two partitions per internal topic: enough to interleave, few enough to read fast;
 #: no scheduled jobs: the tests drive the mirror themselves and compare exact states

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from app import Broker
-from storage.record_batch import SimpleRecord, encode_batch
+from exactly.app import Broker
+from exactly.storage.record_batch import SimpleRecord, encode_batch
 
 TopicPartition = tuple[str, int]
 

@@ -8,11 +8,11 @@ import ssl
 from pathlib import Path
 from typing import Any
 
-from app import Broker
-from app.kafka import KafkaListener, attach
-from app.listeners import bind
-from app.security.scram import ScramMechanism, new_credential
-from app.security.tls import generate_certificate, server_context
+from exactly.app import Broker
+from exactly.app.kafka import KafkaListener, attach
+from exactly.app.listeners import bind
+from exactly.app.security.scram import ScramMechanism, new_credential
+from exactly.app.security.tls import generate_certificate, server_context
 from tests.kafka_support import CONFIG
 
 LISTENERS = "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0,SASL_SSL://127.0.0.1:0"

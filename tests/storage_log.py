@@ -18,12 +18,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping
 
-from app.config import BrokerConfig
-from app.engine import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, READ_UNCOMMITTED, isolation_is_committed
-from storage.background import run_inline
-from storage.clock import Clock, SystemClock
-from storage.log_manager import LogManager, TopicInfo
-from storage.partition_log import PartitionLog, ReadResult
+from exactly.app.config import BrokerConfig
+from exactly.app.engine import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, READ_UNCOMMITTED, isolation_is_committed
+from exactly.storage.background import run_inline
+from exactly.storage.clock import Clock, SystemClock
+from exactly.storage.log_manager import LogManager, TopicInfo
+from exactly.storage.partition_log import PartitionLog, ReadResult
 
 
 class DurableLogs:

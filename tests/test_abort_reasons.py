@@ -20,16 +20,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app import Broker
-from app.engine import mirror_reads, read_models
-from app.http import create_app
-from coordinator import transaction_log
-from coordinator.mirror_db import reader_engine
-from coordinator.schema import SchemaError
-from coordinator.transaction_state import AbortCause, AbortReason, TransactionState, TxnTransitMetadata
-from storage.clock import FakeClock
-from storage.errors import InvalidProducerEpochError, KafkaError, ProducerFencedError
-from storage.record_batch import ControlType
+from exactly.app import Broker
+from exactly.app.engine import mirror_reads, read_models
+from exactly.app.http import create_app
+from exactly.coordinator import transaction_log
+from exactly.coordinator.mirror_db import reader_engine
+from exactly.coordinator.schema import SchemaError
+from exactly.coordinator.transaction_state import AbortCause, AbortReason, TransactionState, TxnTransitMetadata
+from exactly.storage.clock import FakeClock
+from exactly.storage.errors import InvalidProducerEpochError, KafkaError, ProducerFencedError
+from exactly.storage.record_batch import ControlType
 from tests.conftest import FROZEN, SMALL_INTERNAL_TOPICS
 
 CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
@@ -200,8 +200,8 @@ def test_an_unknown_abort_cause_is_a_schema_error():
 def test_over_the_wire_a_produce_of_the_timed_out_epoch_says_why(tmp_path: Path):
     """Produce v8+ carries an error message per partition: the fenced producer reads
     there that its transaction timed out (EndTxn and AddPartitionsToTxn carry codes only)."""
-    from app.kafka.api import ApiKey
-    from storage.record_batch import SimpleRecord, encode_batch
+    from exactly.app.kafka.api import ApiKey
+    from exactly.storage.record_batch import SimpleRecord, encode_batch
     from tests.kafka_support import KafkaBroker, raw_connection
     from tests.waiting import eventually
 

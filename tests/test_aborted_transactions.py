@@ -16,13 +16,13 @@ from dataclasses import dataclass
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from storage import visibility
-from storage.aborted_transactions import AbortedTransactionTracker
-from storage.clock import FakeClock
-from storage.partition_log import PartitionLog
-from storage.read_committed import read_records
-from storage.record_batch import CONTROL_BIT, NO_PRODUCER_ID, TRANSACTIONAL_BIT, BatchHeader
-from storage.txn_index import AbortedTxn
+from exactly.storage import visibility
+from exactly.storage.aborted_transactions import AbortedTransactionTracker
+from exactly.storage.clock import FakeClock
+from exactly.storage.partition_log import PartitionLog
+from exactly.storage.read_committed import read_records
+from exactly.storage.record_batch import CONTROL_BIT, NO_PRODUCER_ID, TRANSACTIONAL_BIT, BatchHeader
+from exactly.storage.txn_index import AbortedTxn
 from tests.conftest import data_batch
 from tests.storage_log import DurableLogs
 

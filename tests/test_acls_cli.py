@@ -1,5 +1,5 @@
 """``exactly acls`` with kafka-acls.sh's flags, end to end against a served broker (the
-command runs in this process, as ``app.cli.main``, but for one run of the real
+command runs in this process, as ``exactly.app.cli.main.main``, but for one run of the real
 command line: starting Python with the app's imports takes seconds a run)."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from typing import Iterator
 
 import pytest
 
-from app.cli import main
-from app.security.acl import AclBindingFilter, AclOperation, AclPermissionType, PatternType, ResourceType
+from exactly.app.cli.main import main
+from exactly.app.security.acl import AclBindingFilter, AclOperation, AclPermissionType, PatternType, ResourceType
 from tests.kafka_support import KafkaBroker
 
 pytestmark = pytest.mark.timeout(120)
@@ -84,7 +84,7 @@ def test_add_list_and_remove_as_kafka_acls_sh(kafka: KafkaBroker) -> None:
 
 
 def test_the_command_line_runs_it(kafka: KafkaBroker) -> None:
-    done = subprocess.run([sys.executable, "-m", "app.cli", "acls", "--bootstrap-server", kafka.bootstrap, "--add",
+    done = subprocess.run([sys.executable, "-m", "exactly", "acls", "--bootstrap-server", kafka.bootstrap, "--add",
                            "--allow-principal", "User:alice", "--operation", "Read", "--topic", "t"],
                           cwd=REPO, capture_output=True, text=True, timeout=90)
     assert done.returncode == 0, done.stderr

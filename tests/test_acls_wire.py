@@ -19,9 +19,9 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from app.kafka.api import ApiKey
-from app.security import acl
-from storage.errors import InvalidRequestError, SecurityDisabledError
+from exactly.app.kafka.api import ApiKey
+from exactly.app.security import acl
+from exactly.storage.errors import InvalidRequestError, SecurityDisabledError
 from tests.kafka_support import KafkaBroker, raw_connection
 
 pytestmark = pytest.mark.timeout(120)

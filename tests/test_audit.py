@@ -1,4 +1,4 @@
-"""The exactly-once audit (``app/engine/audit.py``) against real confluent-kafka clients.
+"""The exactly-once audit (``exactly/app/engine/audit.py``) against real confluent-kafka clients.
 
 One broker for the module (each test has its own topics, group and transactional
 ids). A correct consume-transform-produce loop passes, also after an aborted attempt
@@ -19,11 +19,11 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from sqlalchemy import text
 
-from app import cli
-from app.engine.audit import AuditView, ViolationKind
-from app.http import create_app
-from app.http.server import HttpServer
-from coordinator.mirror_db import reader_engine
+from exactly.app.cli import main as cli
+from exactly.app.engine.audit import AuditView, ViolationKind
+from exactly.app.http import create_app
+from exactly.app.http.server import HttpServer
+from exactly.coordinator.mirror_db import reader_engine
 from tests.kafka_support import KafkaBroker, free_port
 from tests.waiting import eventually
 

@@ -1,14 +1,14 @@
 """How the audit ties a producer's spans on different partitions to one transaction
-(``coordinator.offsets_chain.match_spans``): by the producer id's sequence of decided
+(``exactly.coordinator.offsets_chain.match_spans``): by the producer id's sequence of decided
 transactions, from the newest, whatever epochs the spans carry."""
 
 from __future__ import annotations
 
 import pytest
 
-from coordinator.offsets_chain import DecidedTransaction, match_spans
-from storage.log_scan import Marker, TransactionSpan
-from storage.record_batch import ControlType
+from exactly.coordinator.offsets_chain import DecidedTransaction, match_spans
+from exactly.storage.log_scan import Marker, TransactionSpan
+from exactly.storage.record_batch import ControlType
 
 pytestmark = pytest.mark.timeout(10)
 

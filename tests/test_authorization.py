@@ -18,13 +18,13 @@ import pytest
 from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 
-from app.kafka.api import ApiKey
-from app.security import acl as model
-from app.security.acl import CLUSTER_NAME, AclBindingFilter, AclOperation, AclPermissionType, PatternType, ResourceType
-from app.security.authorizer import operations_bit_field
-from app.security.principal import KafkaPrincipal
-from coordinator import cluster_metadata
-from storage.errors import (
+from exactly.app.kafka.api import ApiKey
+from exactly.app.security import acl as model
+from exactly.app.security.acl import CLUSTER_NAME, AclBindingFilter, AclOperation, AclPermissionType, PatternType, ResourceType
+from exactly.app.security.authorizer import operations_bit_field
+from exactly.app.security.principal import KafkaPrincipal
+from exactly.coordinator import cluster_metadata
+from exactly.storage.errors import (
     ClusterAuthorizationFailedError,
     InvalidTopicError,
     ThrottlingQuotaExceededError,

@@ -1,4 +1,4 @@
-"""Every served Kafka API is authorized: each has a row in ``app/kafka/authorization.py``'s
+"""Every served Kafka API is authorized: each has a row in ``exactly/app/kafka/authorization.py``'s
 table, and each, sent by a principal no ACL allows anything, is answered with the
 denial Kafka gives (or, for a listing, lists nothing). A new handler without a row, or
 without a denied request here, fails this test -- so none can skip authorization.
@@ -12,10 +12,10 @@ from typing import Any, Iterator
 
 import pytest
 
-from app.kafka.api import APIS, ApiKey
-from app.kafka.authorization import TABLE
-from coordinator.group_metadata import CommittedOffset
-from storage import errors
+from exactly.app.kafka.api import APIS, ApiKey
+from exactly.app.kafka.authorization import TABLE
+from exactly.coordinator.group_metadata import CommittedOffset
+from exactly.storage import errors
 from tests.conftest import data_batch
 from tests.kafka_support import KafkaBroker, raw_connection
 
@@ -143,7 +143,7 @@ def listed(response: Any) -> tuple:
 
 def test_every_served_api_has_a_row() -> None:
     missing = sorted(ApiKey(key).name for key in APIS if key not in TABLE)
-    assert not missing, f"served APIs without a row in app/kafka/authorization.py's TABLE: {missing}"
+    assert not missing, f"served APIs without a row in exactly/app/kafka/authorization.py's TABLE: {missing}"
 
 
 def test_every_authorized_api_has_a_denied_request_here() -> None:
@@ -193,8 +193,8 @@ def test_denials_are_counted_by_resource_type_and_operation(kafka: KafkaBroker) 
 
 
 def test_the_table_refuses_a_check_it_does_not_declare() -> None:
-    from app.kafka.authorization import rule
-    from app.security.acl import AclOperation, ResourceType
+    from exactly.app.kafka.authorization import rule
+    from exactly.app.security.acl import AclOperation, ResourceType
 
     assert rule(ApiKey.FETCH, ResourceType.TOPIC).operation is AclOperation.READ
     with pytest.raises(LookupError):

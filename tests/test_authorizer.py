@@ -10,23 +10,23 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.config import BrokerConfig
-from app.security.acl import AccessControlEntry, AclBinding, AclBindingFilter, ResourcePattern
-from app.security.acl import AclOperation as O
-from app.security.acl import AclPermissionType as P
-from app.security.acl import PatternType as T
-from app.security.acl import ResourceType as R
-from app.security.acl import SUPPORTED_OPERATIONS
-from app.security.authorizer import (
+from exactly.app.config import BrokerConfig
+from exactly.app.security.acl import AccessControlEntry, AclBinding, AclBindingFilter, ResourcePattern
+from exactly.app.security.acl import AclOperation as O
+from exactly.app.security.acl import AclPermissionType as P
+from exactly.app.security.acl import PatternType as T
+from exactly.app.security.acl import ResourceType as R
+from exactly.app.security.acl import SUPPORTED_OPERATIONS
+from exactly.app.security.authorizer import (
     Reason,
     StandardAuthorizer,
     operations_bit_field,
     parse_super_users,
 )
-from app.security.principal import ANONYMOUS, KafkaPrincipal
-from coordinator import cluster_metadata
-from coordinator.schema import SchemaError
-from storage.errors import InvalidConfigError, InvalidRequestError
+from exactly.app.security.principal import ANONYMOUS, KafkaPrincipal
+from exactly.coordinator import cluster_metadata
+from exactly.coordinator.schema import SchemaError
+from exactly.storage.errors import InvalidConfigError, InvalidRequestError
 
 pytestmark = pytest.mark.timeout(120)
 

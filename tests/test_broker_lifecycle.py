@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from app import Broker
-from coordinator.mirror_db import db_path, head_revision
-from coordinator.transaction_state import TransactionState, TxnTransitMetadata
-from storage.errors import KafkaStorageError, ProducerFencedError
-from storage.read_committed import read_records
+from exactly.app import Broker
+from exactly.coordinator.mirror_db import db_path, head_revision
+from exactly.coordinator.transaction_state import TransactionState, TxnTransitMetadata
+from exactly.storage.errors import KafkaStorageError, ProducerFencedError
+from exactly.storage.read_committed import read_records
 from tests.conftest import SMALL_INTERNAL_TOPICS
 from tests.test_cli import free_port, run_to_exit, serve, wait_for_line
 from tests.waiting import eventually

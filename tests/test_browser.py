@@ -12,9 +12,9 @@ from typing import Iterator
 
 import pytest
 
-from app import Broker
-from app.http import create_app
-from storage.errors import KafkaError
+from exactly.app import Broker
+from exactly.app.http import create_app
+from exactly.storage.errors import KafkaError
 from tests.browser import ARTIFACTS, PNG_MAGIC, SEE_MS, chromium, open_page, served  # noqa: F401 -- a fixture
 from tests.conftest import SMALL_INTERNAL_TOPICS
 from tests.waiting import eventually

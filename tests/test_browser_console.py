@@ -15,7 +15,7 @@ import pytest
 
 from tests.browser import ARTIFACTS, PNG_MAGIC, SEE_MS, chromium, open_page  # noqa: F401 -- a fixture
 from tests.test_browser import console  # noqa: F401 -- a fixture
-from storage.record_batch import SimpleRecord, encode_batch
+from exactly.storage.record_batch import SimpleRecord, encode_batch
 
 WIDTHS = (1440, 390)
 T0 = 1_700_000_000_000

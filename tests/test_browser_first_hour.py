@@ -13,7 +13,7 @@ from typing import Any, Iterator
 import pytest
 from confluent_kafka import Producer
 
-from app.http import create_app
+from exactly.app.http import create_app
 from tests.kafka_support import KafkaBroker
 from tests.browser import ARTIFACTS, PNG_MAGIC, chromium, open_page, served  # noqa: F401 -- a fixture
 

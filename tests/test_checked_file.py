@@ -1,5 +1,5 @@
 """The version + CRC-32C framing of the whole files the broker owns
-(``storage/checked_file.py``), and what its owners do with a damaged file."""
+(``exactly/storage/checked_file.py``), and what its owners do with a damaged file."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app import Broker
-from storage.checked_file import HEADER, CorruptFileError, frame, read_fields, unframe, write_fields
-from storage.filenames import PRODUCER_ID_BLOCK
+from exactly.app import Broker
+from exactly.storage.checked_file import HEADER, CorruptFileError, frame, read_fields, unframe, write_fields
+from exactly.storage.filenames import PRODUCER_ID_BLOCK
 from tests.conftest import SMALL_INTERNAL_TOPICS
 
 versions = st.integers(-(2 ** 15), 2 ** 15 - 1)

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from storage.checkpoint import CorruptCheckpointError, read_checkpoint, write_checkpoint
-from storage.filenames import RECOVERY_POINT_CHECKPOINT
+from exactly.storage.checkpoint import CorruptCheckpointError, read_checkpoint, write_checkpoint
+from exactly.storage.filenames import RECOVERY_POINT_CHECKPOINT
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""The log cleaner's work runs in the engine's worker process (app/engine/worker_process.py),
+"""The log cleaner's work runs in the engine's worker process (exactly/app/engine/worker_process.py),
 outside the broker's interpreter: a round records the process that did it; a worker
 killed mid-round fails that round with a log line and leaves the log as it was; the next
 round starts a new worker; closing the broker stops the worker, even mid-round; and a
@@ -22,14 +22,14 @@ from pathlib import Path
 
 import pytest
 
-from app import Broker
-from app.engine.worker_process import WorkerProcessDiedError
-from storage import filenames
-from storage.background import run_inline
-from storage.clock import FakeClock
-from storage.log_cleaner import CleanerStats
-from storage.partition_log import PartitionLog
-from storage.read_committed import read_records
+from exactly.app import Broker
+from exactly.app.engine.worker_process import WorkerProcessDiedError
+from exactly.storage import filenames
+from exactly.storage.background import run_inline
+from exactly.storage.clock import FakeClock
+from exactly.storage.log_cleaner import CleanerStats
+from exactly.storage.partition_log import PartitionLog
+from exactly.storage.read_committed import read_records
 from tests.cleaner_child import COMPACTED, TOPIC, fill
 from tests.conftest import FROZEN, SMALL_INTERNAL_TOPICS
 from tests.test_log_cleaner import build_for_crash, open_broker, partition_dir, plog

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from app import Broker
-from storage import filenames
+from exactly.app import Broker
+from exactly.storage import filenames
 from tests.conftest import data_batch, producer_id
 
 REPO = Path(__file__).resolve().parents[1]
@@ -126,7 +126,7 @@ def test_signal_shuts_down_cleanly_with_snapshot_and_marker(tmp_path: Path, sign
 
 
 def test_console_script_help_lists_the_flags() -> None:
-    out = subprocess.run([sys.executable, "-m", "app.cli", "serve", "--help"], cwd=REPO,
+    out = subprocess.run([sys.executable, "-m", "exactly", "serve", "--help"], cwd=REPO,
                          capture_output=True, text=True, timeout=30).stdout
     for flag in ("--data-dir", "--host", "--kafka-port", "--http-port", "--config"):
         assert flag in out

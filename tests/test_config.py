@@ -7,10 +7,10 @@ from dataclasses import fields
 
 import pytest
 
-from app.config import BrokerConfig
-from coordinator.group_coordinator import GroupConfig
-from coordinator.transaction_coordinator import CoordinatorConfig
-from storage.errors import InvalidConfigError
+from exactly.app.config import BrokerConfig
+from exactly.coordinator.group_coordinator import GroupConfig
+from exactly.coordinator.transaction_coordinator import CoordinatorConfig
+from exactly.storage.errors import InvalidConfigError
 from tests.docs import all_text
 
 DOCS = all_text()

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import pytest
 
-from app import Broker
+from exactly.app import Broker
 from tests.browser import ARTIFACTS, PNG_MAGIC, SEE_MS, chromium, open_page  # noqa: F401 -- a fixture
 from tests.test_browser import console  # noqa: F401 -- the fixture
 

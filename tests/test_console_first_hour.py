@@ -13,12 +13,13 @@ from typing import Iterator
 import pytest
 from confluent_kafka import Producer
 
-from app import Broker
-from app.engine import mirror_reads, read_models, scheduler
-from app.http import create_app, ui_configs
-from coordinator.mirror_db import reader_engine
-from storage.clock import FakeClock
-from storage.errors import UnknownTopicOrPartitionError
+from exactly.app import Broker
+from exactly.app.engine import mirror_reads, read_models, scheduler
+from exactly.app.http import create_app
+from exactly.app.http.console import configs as ui_configs
+from exactly.coordinator.mirror_db import reader_engine
+from exactly.storage.clock import FakeClock
+from exactly.storage.errors import UnknownTopicOrPartitionError
 from tests.conftest import FROZEN, SMALL_INTERNAL_TOPICS
 from tests.kafka_support import KafkaBroker
 from tests.waiting import eventually
@@ -82,13 +83,13 @@ def test_assigned_partitions_never_committed_lag_from_the_log_start(broker, clie
 
 def test_console_polling_writes_no_access_log_line_but_pages_errors_and_writes_do(
         client, lagging, caplog: pytest.LogCaptureFixture):
-    with caplog.at_level(logging.INFO, logger="app.http.access_log"):
+    with caplog.at_level(logging.INFO, logger="exactly.app.http.access_log"):
         for _ in range(3):
             assert client.get("/fragments/transactions").status_code == 200
         client.get("/transactions")
         client.get("/fragments/topics/nope")
         client.post("/topics/nope/delete")
-    lines = [r.getMessage() for r in caplog.records if r.name == "app.http.access_log"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "exactly.app.http.access_log"]
     assert [line.split('"')[1] for line in lines] == [
         "GET /transactions", "GET /fragments/topics/nope", "POST /topics/nope/delete"], lines
 
@@ -96,7 +97,7 @@ def test_console_polling_writes_no_access_log_line_but_pages_errors_and_writes_d
 def test_an_expected_kafka_error_of_a_scheduled_job_is_one_warning_line(caplog: pytest.LogCaptureFixture):
     def fails() -> None:
         raise UnknownTopicOrPartitionError("topic 'gone' was deleted meanwhile")
-    with caplog.at_level(logging.WARNING, logger="app.engine.scheduler"):
+    with caplog.at_level(logging.WARNING, logger="exactly.app.engine.scheduler"):
         scheduler.run_round(scheduler.ScheduledJob("log-cleaner", fails, 1000, None))
     [record] = caplog.records
     assert record.levelno == logging.WARNING and record.exc_info is None

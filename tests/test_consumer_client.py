@@ -1,4 +1,4 @@
-"""The embedded consumer (app/client/consumer.py): Kafka's consumer API in-process.
+"""The embedded consumer (exactly/app/client/consumer.py): Kafka's consumer API in-process.
 
 Consumers that share a group run on their own threads (a JoinGroup waits for
 every member), and every wait in these tests is on a condition or a thread with a
@@ -14,10 +14,10 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
-from app import Broker
-from app.client.types import ConsumerRecord, IllegalStateError, OffsetAndMetadata
-from app.client.consumer import Consumer
-from storage.errors import OffsetOutOfRangeError
+from exactly.app import Broker
+from exactly.app.client.types import ConsumerRecord, IllegalStateError, OffsetAndMetadata
+from exactly.app.client.consumer import Consumer
+from exactly.storage.errors import OffsetOutOfRangeError
 from tests.waiting import eventually, returns_within
 
 DEADLINE_S = 10

@@ -15,8 +15,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from coordinator import consumer_protocol as cp
-from coordinator.schema import SchemaError
+from exactly.coordinator import consumer_protocol as cp
+from exactly.coordinator.schema import SchemaError
 
 
 def kstring(s: str) -> bytes:

@@ -10,10 +10,10 @@ from typing import Callable
 
 import pytest
 
-from app import Broker
-from storage import checked_file
-from storage.filenames import COORDINATOR_EPOCH
-from storage.read_committed import read_records
+from exactly.app import Broker
+from exactly.storage import checked_file
+from exactly.storage.filenames import COORDINATOR_EPOCH
+from exactly.storage.read_committed import read_records
 from tests.conftest import SMALL_INTERNAL_TOPICS
 
 TOPIC = "orders"

@@ -28,10 +28,10 @@ from typing import Any, Callable
 
 import pytest
 
-from app import Broker
-from storage import filenames
-from storage.read_committed import read_records
-from storage.record_batch import (
+from exactly.app import Broker
+from exactly.storage import filenames
+from exactly.storage.read_committed import read_records
+from exactly.storage.record_batch import (
     ControlType,
     RecordBatch,
     decode_batch,

@@ -12,7 +12,7 @@ import pytest
 from confluent_kafka import KafkaError, Producer
 from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
-from app.http import create_app
+from exactly.app.http import create_app
 from tests.kafka_support import KafkaBroker, outcomes
 
 pytestmark = pytest.mark.timeout(120)

@@ -20,22 +20,22 @@ from hypothesis import strategies as st
 from confluent_kafka import OFFSET_END, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from app import Broker
-from app.engine.engine import LogDeleteRecordsResult
-from storage import filenames
-from storage.checkpoint import read_checkpoint
-from storage.clock import FakeClock
-from storage.errors import (
+from exactly.app import Broker
+from exactly.app.engine.engine import LogDeleteRecordsResult
+from exactly.storage import filenames
+from exactly.storage.checkpoint import read_checkpoint
+from exactly.storage.clock import FakeClock
+from exactly.storage.errors import (
     InvalidTopicError,
     OffsetOutOfRangeError,
     PolicyViolationError,
     UnknownTopicOrPartitionError,
 )
-from storage.background import run_inline
-from storage.isolation_level import IsolationLevel
-from storage.partition_log import HIGH_WATERMARK, PartitionLog
+from exactly.storage.background import run_inline
+from exactly.storage.isolation_level import IsolationLevel
+from exactly.storage.partition_log import HIGH_WATERMARK, PartitionLog
 from tests.conftest import FROZEN, SMALL_INTERNAL_TOPICS, data_batch, producer_id
-from app.kafka.api import ApiKey
+from exactly.app.kafka.api import ApiKey
 from tests.kafka_support import KafkaBroker, raw_connection, read_to_end
 from tests.raw_txn import RawTxn
 from tests.storage_log import DurableLogs

@@ -12,7 +12,7 @@ from typing import Iterator
 import pytest
 from kafka.admin import KafkaAdminClient
 
-from app.kafka.api import ApiKey
+from exactly.app.kafka.api import ApiKey
 from tests.conftest import FROZEN, data_batch
 from tests.kafka_support import KafkaBroker, raw_connection
 

@@ -2,7 +2,7 @@
 
 A full disk is a real one: a small tmpfs mounted for the test (we run as root; the
 tests skip, saying why, where mounting is not permitted), filled with a filler file
-until the kernel answers ENOSPC; the broker is ``python -m app.cli serve`` in its own
+until the kernel answers ENOSPC; the broker is ``python -m exactly serve`` in its own
 process on a data directory there. Freeing space is deleting the filler. Clients are
 confluent-kafka, HTTP and the embedded producer.
 
@@ -27,12 +27,12 @@ from typing import Any, Iterator
 
 import pytest
 
-from app import Broker
-from app.http import create_app
-from storage import filenames
-from storage.errors import KafkaStorageError, LogDirFullError, LogOfflineError
-from storage.partition_log import PartitionLog
-from storage.record_batch import decode_batch
+from exactly.app import Broker
+from exactly.app.http import create_app
+from exactly.storage import filenames
+from exactly.storage.errors import KafkaStorageError, LogDirFullError, LogOfflineError
+from exactly.storage.partition_log import PartitionLog
+from exactly.storage.record_batch import decode_batch
 from tests.conftest import data_batch
 from tests.kafka_support import read_to_end
 from tests.waiting import eventually
@@ -130,14 +130,14 @@ def free_port() -> int:
 
 
 class Served:
-    """``python -m app.cli serve`` on ``data``; its stdout and log (stderr) in files
+    """``python -m exactly serve`` on ``data``; its stdout and log (stderr) in files
     outside the small disk."""
 
     def __init__(self, data: Path, logs: Path) -> None:
         self.data, self.kafka_port, self.http_port = data, free_port(), free_port()
         self.out, self.err = logs / "serve.out", logs / "serve.log"
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "app.cli", "serve", "--data-dir", str(data), "--kafka-port", str(self.kafka_port),
+            [sys.executable, "-m", "exactly", "serve", "--data-dir", str(data), "--kafka-port", str(self.kafka_port),
              "--http-port", str(self.http_port), "--config", "transaction.state.log.num.partitions=1",
              "--config", "offsets.topic.num.partitions=1"],
             cwd=REPO, stdout=self.out.open("w"), stderr=self.err.open("w"))
@@ -288,7 +288,7 @@ def test_starting_on_a_full_disk_is_one_clear_error_and_starts_once_space_is_fre
         broker.create_topic("orders", partitions=1)
         broker.produce("orders", 0, data_batch([value("acked", 0)]))
     filler = fill(small_disk)
-    started = subprocess.run([sys.executable, "-m", "app.cli", "serve", "--data-dir", str(data), "--kafka-port",
+    started = subprocess.run([sys.executable, "-m", "exactly", "serve", "--data-dir", str(data), "--kafka-port",
                               str(free_port()), "--http-port", str(free_port())],
                              cwd=REPO, capture_output=True, text=True, timeout=60)
     assert started.returncode == 1

@@ -13,8 +13,8 @@ from typing import Iterator
 
 import pytest
 
-import app.testing
-from app.server import Server
+from exactly.app import testing
+from exactly.app.server import Server
 from tests.docs import REPO, page, run_readme_example, run_shell_steps, section, shell_steps, wrong_outputs
 
 pytestmark = pytest.mark.timeout(300)
@@ -24,7 +24,7 @@ pytestmark = pytest.mark.timeout(300)
 def in_use(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """A served broker on which the README's confluent-kafka example has run, as a
     reader runs it first; the pages' examples then run on it in turn."""
-    with app.testing.broker(tmp_path_factory.mktemp("docs") / "data") as server:
+    with testing.broker(tmp_path_factory.mktemp("docs") / "data") as server:
         run_readme_example(server.bootstrap)
         yield server
 
@@ -55,7 +55,7 @@ def test_the_faults_and_audit_commands_print_what_the_page_shows(in_use: Server)
 
 def test_the_mirror_commands_run_as_written(tmp_path: Path) -> None:
     """docs/operations.md's `exactly db` commands, on a data directory a broker used and left."""
-    with app.testing.broker(tmp_path / "data") as server:
+    with testing.broker(tmp_path / "data") as server:
         server.broker.create_topic("carts", 1)
     found = shell_steps(section("docs/operations.md", "The SQLite mirror"))
     assert len(found) == 2 and all(commands.startswith(".venv/bin/exactly db") for commands, _ in found)

@@ -8,8 +8,8 @@ import threading
 
 import pytest
 
-from app import Broker
-from storage.errors import RequestTimedOutError
+from exactly.app import Broker
+from exactly.storage.errors import RequestTimedOutError
 
 WAIT_S = 10  # a deadline for what must happen promptly; the tests never wait it out when it does
 

@@ -37,8 +37,8 @@ from typing import Callable
 
 import pytest
 
-from app import Broker
-from storage.read_committed import read_records
+from exactly.app import Broker
+from exactly.storage.read_committed import read_records
 from tests.conftest import FROZEN, LineTail
 from tests.eos_child import (
     CONFIG,

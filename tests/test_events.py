@@ -16,9 +16,9 @@ import pytest
 import requests
 from confluent_kafka import KafkaError, KafkaException, Producer
 
-from app.server import Server
-from app.testing import broker
-from coordinator.transaction_state import AbortCause
+from exactly.app.server import Server
+from exactly.app.testing import broker
+from exactly.coordinator.transaction_state import AbortCause
 from tests.kafka_support import read_to_end
 from tests.waiting import eventually
 
@@ -129,7 +129,7 @@ def test_the_http_api_fences_and_times_out(server: Server) -> None:
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "app.cli", "events", *args], cwd=REPO, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "exactly", "events", *args], cwd=REPO, capture_output=True,
                           text=True, timeout=60)
 
 

@@ -1,4 +1,4 @@
-"""Faults on purpose (``app/faults/``), as real clients meet them: one in-process broker
+"""Faults on purpose (``exactly/app/faults/``), as real clients meet them: one in-process broker
 for the module, a fresh topic per test, every fault removed after each test.
 
 Each action shows the client's documented reaction: a retriable error retried and the
@@ -22,9 +22,9 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
-from app.faults import Action, FaultError, Faults, declare
-from app.faults.fault import RequestFacts
-from storage.read_committed import read_records
+from exactly.app.faults import Action, FaultError, Faults, declare
+from exactly.app.faults.fault import RequestFacts
+from exactly.storage.read_committed import read_records
 from tests.kafka_support import KafkaBroker, read_to_end
 from tests.waiting import eventually
 
@@ -350,8 +350,8 @@ def test_with_no_fault_installed_the_listener_has_nothing_to_check(kafka: KafkaB
 def test_shapes_are_derived_for_every_partitioned_api() -> None:
     from kio.index import load_request_schema, load_response_schema
 
-    from app.faults.shapes import partitioned
-    from app.kafka.api import APIS
+    from exactly.app.kafka.fault_shapes import partitioned
+    from exactly.app.kafka.api import APIS
 
     found = {}
     for key, api in APIS.items():
@@ -378,8 +378,8 @@ def test_a_split_request_is_answered_once_per_partition(layout: dict[str, set[in
     handler answered them."""
     from kio.index import load_request_schema
 
-    from app.faults import shapes
-    from app.wire import build
+    from exactly.app.kafka import fault_shapes as shapes
+    from exactly.app.kafka.wire import build
 
     request = build(load_request_schema(PRODUCE, 9), {"acks": -1, "timeout": 1000, "topic_data": [
         {"name": t, "partition_data": [{"index": p, "records": b""} for p in sorted(ps)]} for t, ps in layout.items()]})

@@ -13,8 +13,8 @@ from typing import Iterator
 import pytest
 from confluent_kafka import Producer
 
-from app.cli import main
-from app.http import create_app
+from exactly.app.cli.main import main
+from exactly.app.http import create_app
 from tests.browser import served
 from tests.kafka_support import KafkaBroker
 

@@ -24,19 +24,19 @@ from typing import Callable
 import crc32c
 import pytest
 
-from app import Broker
-from coordinator import offsets_log, transaction_log
-from coordinator.producer_id_manager import ProducerIdManager
-from coordinator.transaction_state import TransactionState, TxnTransitMetadata
-from storage import filenames
-from storage.background import run_inline
-from storage.clock import FakeClock
-from storage.filenames import COORDINATOR_EPOCH
-from storage.log_config import LogConfig
-from storage.log_manager import LogManager
-from storage.record_batch import (ControlType, decode_batch, decode_control_record,
+from exactly.app import Broker
+from exactly.coordinator import offsets_log, transaction_log
+from exactly.coordinator.producer_id_manager import ProducerIdManager
+from exactly.coordinator.transaction_state import TransactionState, TxnTransitMetadata
+from exactly.storage import filenames
+from exactly.storage.background import run_inline
+from exactly.storage.clock import FakeClock
+from exactly.storage.filenames import COORDINATOR_EPOCH
+from exactly.storage.log_config import LogConfig
+from exactly.storage.log_manager import LogManager
+from exactly.storage.record_batch import (ControlType, decode_batch, decode_control_record,
                                   encode_end_txn_marker)
-from storage.varint import decode_uvarint, decode_varint, encode_varint
+from exactly.storage.varint import decode_uvarint, decode_varint, encode_varint
 from tests.conftest import FROZEN
 
 REPO = Path(__file__).resolve().parents[1]

@@ -1,4 +1,4 @@
-"""Consumer-group administration (app/engine/group_admin.py, the group coordinator's
+"""Consumer-group administration (exactly/app/engine/group_admin.py, the group coordinator's
 reset, DeleteGroups and topic-deletion cleanup), over a real broker, each checked
 again after the broker is reopened: what the coordinator answered must be what
 ``__consumer_offsets`` says.
@@ -11,11 +11,11 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
-from app import Broker
-from app.engine import group_admin, read_models
-from coordinator.group_metadata import CommittedOffset
-from storage.clock import FakeClock
-from storage.errors import GroupIdNotFoundError, InvalidRequestError, NonEmptyGroupError
+from exactly.app import Broker
+from exactly.app.engine import group_admin, read_models
+from exactly.coordinator.group_metadata import CommittedOffset
+from exactly.storage.clock import FakeClock
+from exactly.storage.errors import GroupIdNotFoundError, InvalidRequestError, NonEmptyGroupError
 from tests.conftest import SMALL_INTERNAL_TOPICS, data_batch
 
 T0 = 1_700_000_000_000
@@ -226,7 +226,7 @@ def test_a_dry_run_plans_the_reset_and_commits_nothing(orders):
 def test_the_sqlite_mirror_follows_the_tombstones(orders):
     from sqlalchemy import text
 
-    from coordinator.mirror_db import reader_engine
+    from exactly.coordinator.mirror_db import reader_engine
 
     orders.create_topic("other", 1)
     _commit(orders, "old", {("orders", 0): 1})
@@ -246,8 +246,8 @@ def test_the_sqlite_mirror_follows_the_tombstones(orders):
 
 
 def test_offset_delete_over_the_wire_spares_topics_the_members_consume(tmp_path: Path):
-    from app.kafka.api import ApiKey
-    from app.spark.kafka_client import KafkaConnection
+    from exactly.app.kafka.api import ApiKey
+    from exactly.app.spark.kafka_client import KafkaConnection
     from tests.kafka_support import KafkaBroker, raw_connection
 
     def offset_delete(raw: KafkaConnection, group: str, topics: dict[str, list[int]]):

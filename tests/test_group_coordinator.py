@@ -1,4 +1,4 @@
-"""The group coordinator (coordinator/group_coordinator.py): every request branch and its error.
+"""The group coordinator (exactly/coordinator/group_coordinator.py): every request branch and its error.
 
 The coordinator's coroutines run on the engine's loop. Members that have to wait
 for each other (JoinGroup, SyncGroup) are started as tasks on the loop
@@ -20,17 +20,17 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app import Broker
-from coordinator.group_coordinator import JoinResult
-from coordinator.group_metadata import (
+from exactly.app import Broker
+from exactly.coordinator.group_coordinator import JoinResult
+from exactly.coordinator.group_metadata import (
     VALID_PREVIOUS,
     CommittedOffset,
     GroupMetadata,
     GroupState,
     IllegalGroupTransitionError,
 )
-from storage.clock import FakeClock
-from storage.errors import KafkaError
+from exactly.storage.clock import FakeClock
+from exactly.storage.errors import KafkaError
 from tests.conftest import SMALL_INTERNAL_TOPICS
 
 #: the longest any single blocking call may take before the test fails instead of hanging
@@ -408,7 +408,7 @@ def test_a_waiting_sync_fails_when_a_new_rebalance_starts(broker):
 
 
 def test_a_failed_store_of_the_assignment_fails_every_waiting_member(broker, monkeypatch):
-    from storage.errors import KafkaStorageError
+    from exactly.storage.errors import KafkaStorageError
     a = outcome(broker, join(broker, "g"))
     sync_everyone(broker, "g", [a])
     t_b = join(broker, "g")
@@ -966,7 +966,7 @@ def test_a_restarted_static_members_new_id_is_durable(open_broker):
 def test_a_failed_store_of_a_static_members_new_id_keeps_the_old_one(broker, monkeypatch):
     """Kafka reverts the replacement when the group cannot be stored: the old member id
     stays the instance's, and the JoinGroup gets the error (the client joins again)."""
-    from storage.errors import KafkaStorageError
+    from exactly.storage.errors import KafkaStorageError
     formed = form_group(broker, "g", 1, instance_ids=["i-a"])
     (old,) = formed.members
 
@@ -1264,7 +1264,7 @@ def test_a_restarted_group_whose_members_stay_silent_times_out(open_broker, cloc
 def test_a_cancelled_request_does_not_wedge_the_partition_it_appended_to(tmp_path, clock):
     """A coroutine awaiting a durable append (the leader's SyncGroup storing the
     group, a produce) is cancelled before the fsync completes; later appends to the
-    partition still complete and close is clean (once a bug in app/engine/group_commit.py)."""
+    partition still complete and close is clean (once a bug in exactly/app/engine/group_commit.py)."""
     from tests.conftest import data_batch
     b = Broker(tmp_path / "wedged", clock=clock, **SMALL_INTERNAL_TOPICS)
     try:

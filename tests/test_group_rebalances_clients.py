@@ -26,8 +26,8 @@ from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import ConsumerRebalanceListener, KafkaConsumer
 
-from app.kafka.api import ApiKey
-from coordinator.group_metadata import GroupMetadata, GroupState
+from exactly.app.kafka.api import ApiKey
+from exactly.coordinator.group_metadata import GroupMetadata, GroupState
 from tests.kafka_support import KafkaBroker, raw_connection
 from tests.waiting import eventually
 

@@ -21,14 +21,14 @@ from flask import Flask
 from flask.testing import FlaskClient
 from sqlalchemy import text
 
-from app import Broker
-from app.engine.mirror_source import EngineMirrorSource
-from app.http import HttpSettings, create_app
-from app.http.access import NEEDS, needs_of
-from app.security.acl import AclBindingFilter
-from app.security.scram import ScramMechanism, new_credential
-from coordinator.mirror import expected_state_from_logs, read_state
-from coordinator.mirror_db import reader_engine
+from exactly.app import Broker
+from exactly.app.engine.mirror_source import EngineMirrorSource
+from exactly.app.http import HttpSettings, create_app
+from exactly.app.http.access import NEEDS, needs_of
+from exactly.app.security.acl import AclBindingFilter
+from exactly.app.security.scram import ScramMechanism, new_credential
+from exactly.coordinator.mirror import expected_state_from_logs, read_state
+from exactly.coordinator.mirror_db import reader_engine
 from tests.conftest import FROZEN, SMALL_INTERNAL_TOPICS
 
 pytestmark = pytest.mark.timeout(60)
@@ -87,7 +87,7 @@ def test_every_endpoint_says_what_it_needs(admin: FlaskClient) -> None:
     """A new endpoint cannot skip authorization: the table must name it."""
     endpoints = {rule.endpoint for rule in admin.application.url_map.iter_rules()}
     missing = [endpoint for endpoint in endpoints if endpoint.removesuffix("_fragment") not in NEEDS]
-    assert not missing, f"add these endpoints to app/http/access.py NEEDS: {missing}"
+    assert not missing, f"add these endpoints to exactly/app/http/access.py NEEDS: {missing}"
     for endpoint in endpoints:
         for need in needs_of(endpoint):
             rule = next(r for r in admin.application.url_map.iter_rules() if r.endpoint == endpoint)

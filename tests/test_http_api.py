@@ -1,4 +1,4 @@
-"""The HTTP API (app/http/): every endpoint, its errors, transactions over HTTP, auth,
+"""The HTTP API (exactly/app/http/): every endpoint, its errors, transactions over HTTP, auth,
 metrics and the OpenAPI document, through Flask's test client over a real broker."""
 
 from __future__ import annotations
@@ -12,14 +12,15 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from app import Broker
-from app.http import HttpSettings, create_app, document, idempotency, transactions
-from app.http.codec import iso_time
-from app.client.partitioner import murmur2
-from coordinator.transaction_state import IllegalTransitionError, TransactionMetadata
-from storage.clock import FakeClock
-from storage.errors import UnknownServerError
-from storage.record_batch import SimpleRecord, encode_batch
+from exactly.app import Broker
+from exactly.app.http import HttpSettings, create_app
+from exactly.app.http.api import document, idempotency, transactions
+from exactly.app.http.api.codec import iso_time
+from exactly.app.client.partitioner import murmur2
+from exactly.coordinator.transaction_state import IllegalTransitionError, TransactionMetadata
+from exactly.storage.clock import FakeClock
+from exactly.storage.errors import UnknownServerError
+from exactly.storage.record_batch import SimpleRecord, encode_batch
 from tests.conftest import SMALL_INTERNAL_TOPICS
 from tests.storage_log import DurableLogs
 
@@ -159,7 +160,7 @@ def test_a_server_error_is_a_500_with_a_reference_and_never_the_exception_s_text
 
     monkeypatch.setattr(TransactionMetadata, "prepare_add_partitions", broken)
     body = txn_body(producer, records=[record("orders", 0, "x")])
-    with caplog.at_level("ERROR", logger="app.http.errors"):
+    with caplog.at_level("ERROR", logger="exactly.app.http.errors"):
         answer = topics.call("POST", "/transactions/bug-tx/records", 500, body).json
     assert answer["error_name"] == "UNKNOWN_SERVER_ERROR" and answer["kafka_error_code"] == -1
     assert answer["error_code"] == 500
@@ -904,8 +905,8 @@ SCHEMA_KEYWORDS = {"properties", "minimum", "maximum", "pattern", "enum", "items
 
 
 def test_http_shapes_are_declared_only_as_models() -> None:
-    """One declaration per shape: pydantic models live in app/http/models.py, and no
-    other module under app/http writes a JSON Schema by hand (the document derives them)."""
+    """One declaration per shape: pydantic models live in exactly/app/http/api/models.py, and no
+    other module under exactly/app/http writes a JSON Schema by hand (the document derives them)."""
     import ast
     http = Path(__file__).resolve().parents[1] / "app" / "http"
     for path in sorted(http.glob("*.py")):
@@ -922,7 +923,7 @@ def test_http_shapes_are_declared_only_as_models() -> None:
 
 def test_the_document_states_the_limits_the_validation_applies() -> None:
     """The limits are read from one place: the document shows the models' bounds."""
-    from app.http import models
+    from exactly.app.http.api import models
     schemas = document.document()["components"]["schemas"]
     batch = schemas["ProduceBatch"]["properties"]["entries"]
     assert batch["maxItems"] == models.MAX_BATCH_ENTRIES

@@ -34,10 +34,11 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from app import Broker
-from app.http import create_app, document, models
-from coordinator import consumer_protocol
-from coordinator.group_metadata import CommittedOffset
+from exactly.app import Broker
+from exactly.app.http import create_app
+from exactly.app.http.api import document, models
+from exactly.coordinator import consumer_protocol
+from exactly.coordinator.group_metadata import CommittedOffset
 from tests.conftest import SMALL_INTERNAL_TOPICS
 
 SEEDED = ("orders", "payments")

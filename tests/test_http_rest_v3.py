@@ -1,4 +1,4 @@
-"""Confluent REST Proxy v3 compatibility of the HTTP API (app/http/): every shared
+"""Confluent REST Proxy v3 compatibility of the HTTP API (exactly/app/http/): every shared
 resource checked against the proxy's documented shapes (tests/data/confluent_v3_shapes.json,
 written down from confluentinc/kafka-rest's api/v3/openapi.yaml), its error codes,
 streaming and batch produce, topic configs, consumers and lags -- through Flask's test
@@ -20,18 +20,19 @@ from flask import Flask
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app import Broker
-from app.config import TOPIC_DEFAULTS, BrokerConfig
-from app.http import codec, create_app
-from app.http.codec import MAX_TIME_MS, iso_time
-from app.http.validation import json_values
-from app.http.server import HttpServer
-from app.kafka import attach as attach_kafka
-from coordinator import consumer_protocol
-from coordinator.group_metadata import CommittedOffset
-from coordinator.transaction_coordinator import TransactionCoordinator
-from storage.clock import FakeClock
-from storage.errors import CoordinatorLoadInProgressError
+from exactly.app import Broker
+from exactly.app.config import TOPIC_DEFAULTS, BrokerConfig
+from exactly.app.http.api import codec
+from exactly.app.http import create_app
+from exactly.app.http.api.codec import MAX_TIME_MS, iso_time
+from exactly.app.http.api.validation import json_values
+from exactly.app.http.server import HttpServer
+from exactly.app.kafka import attach as attach_kafka
+from exactly.coordinator import consumer_protocol
+from exactly.coordinator.group_metadata import CommittedOffset
+from exactly.coordinator.transaction_coordinator import TransactionCoordinator
+from exactly.storage.clock import FakeClock
+from exactly.storage.errors import CoordinatorLoadInProgressError
 from tests.conftest import SMALL_INTERNAL_TOPICS
 from tests.docs import section
 # the HTTP API tests' fixtures (app, api, topics), used here by name, not copied
@@ -667,7 +668,7 @@ def test_consumers_show_their_assignments(topics: Api, broker: Broker) -> None:
 
 
 def test_lags_are_the_groups_read_committed_lag_against_the_lso(topics: Api, broker: Broker) -> None:
-    """The lag the proxy's resources show is the group's (app.engine.read_models.group):
+    """The lag the proxy's resources show is the group's (exactly.app.engine.read_models.group):
     records a read_committed consumer would still receive, the LSO as the end."""
     for i in range(4):
         topics.produce("orders", 0, f"plain-{i}")

@@ -1,6 +1,6 @@
 """A transaction's ``records`` call retried with its ``Idempotency-Key`` after the
 served process was SIGKILLed and restarted: nothing is appended again and the first
-answer comes back (app/http/transactions.py keeps the key with the records)."""
+answer comes back (exactly/app/http/api/transactions.py keeps the key with the records)."""
 
 from __future__ import annotations
 

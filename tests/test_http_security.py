@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from app import Broker
-from app.http import HttpSettings, create_app
-from app.http.auth import LOOPBACK_HOSTS
+from exactly.app import Broker
+from exactly.app.http import HttpSettings, create_app
+from exactly.app.http.auth import LOOPBACK_HOSTS
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""The HTTP API through the real WSGI path: waitress on 127.0.0.1 (app/http/server.py),
+"""The HTTP API through the real WSGI path: waitress on 127.0.0.1 (exactly/app/http/server.py),
 called with urllib -- a produce, a read, a whole transaction, errors and auth."""
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from typing import Any, Iterator
 
 import pytest
 
-from app import Broker
-from app.http import HttpSettings, create_app
-from app.http.server import HttpServer
+from exactly.app import Broker
+from exactly.app.http import HttpSettings, create_app
+from exactly.app.http.server import HttpServer
 from tests.conftest import SMALL_INTERNAL_TOPICS
 
 TOKEN = "server-test-token"

@@ -12,10 +12,10 @@ from typing import Callable, Iterator
 
 import pytest
 
-from app import Broker
+from exactly.app import Broker
 from tests.conftest import producer_id
-from storage.clock import FakeClock
-from storage.errors import (
+from exactly.storage.clock import FakeClock
+from exactly.storage.errors import (
     CorruptMessageError,
     InvalidProducerEpochError,
     InvalidRecordError,
@@ -27,7 +27,7 @@ from storage.errors import (
     UnknownProducerIdError,
     UnknownTopicOrPartitionError,
 )
-from storage.record_batch import (
+from exactly.storage.record_batch import (
     CONTROL_BIT,
     CRC_OFFSET,
     HEADER_SIZE,

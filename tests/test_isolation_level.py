@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from storage.errors import InvalidRequestError
-from storage.isolation_level import LABELS, IsolationLevel
+from exactly.storage.errors import InvalidRequestError
+from exactly.storage.isolation_level import LABELS, IsolationLevel
 
 pytestmark = pytest.mark.timeout(60)
 

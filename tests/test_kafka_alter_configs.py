@@ -22,9 +22,9 @@ from confluent_kafka.admin import (
     NewTopic,
 )
 
-from app.engine import read_models
-from app.http import create_app
-from app.kafka.api import ApiKey
+from exactly.app.engine import read_models
+from exactly.app.http import create_app
+from exactly.app.kafka.api import ApiKey
 from tests.kafka_support import KafkaBroker, outcomes, raw_connection
 
 pytestmark = [pytest.mark.timeout(120),  # AlterConfigs is deprecated, and still what some tools send

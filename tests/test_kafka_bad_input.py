@@ -18,17 +18,17 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app import Broker
-from app.kafka.api import ApiKey
-from app.spark.kafka_client import KafkaConnection
-from app.wire import encode_request
-from storage import filenames
-from storage.record_batch import SimpleRecord, encode_batch, validate_batch
+from exactly.app import Broker
+from exactly.app.kafka.api import ApiKey
+from exactly.app.spark.kafka_client import KafkaConnection
+from exactly.app.kafka.wire import encode_request
+from exactly.storage import filenames
+from exactly.storage.record_batch import SimpleRecord, encode_batch, validate_batch
 from tests.kafka_support import CONFIG, SOFTWARE, KafkaBroker, raw_connection
 from tests.waiting import eventually
 
 pytestmark = pytest.mark.timeout(300)
-SERVER_LOG = "app.kafka.server"
+SERVER_LOG = "exactly.app.kafka.server"
 
 
 @pytest.fixture

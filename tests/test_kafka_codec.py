@@ -1,4 +1,4 @@
-"""The mapping-to-kio layer (``app/kafka/codec.py``): every served API at every served
+"""The mapping-to-kio layer (``exactly/app/kafka/codec.py``): every served API at every served
 version can be built from a partial mapping, encoded and decoded back unchanged, and a
 frame's header and body come out as they went in."""
 
@@ -16,10 +16,10 @@ from hypothesis import strategies as st
 from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
 
-from app.kafka import APIS
-from app.kafka.api import ApiKey
-from app.kafka.codec import MalformedRequestError, build, decode_request, encode_response, read_head
-from app.wire import encode_request
+from exactly.app.kafka import APIS
+from exactly.app.kafka.api import ApiKey
+from exactly.app.kafka.codec import MalformedRequestError, build, decode_request, encode_response, read_head
+from exactly.app.kafka.wire import encode_request
 
 SERVED = [(api.key, version) for api in APIS.values() for version in range(api.min_version, api.max_version + 1)]
 
@@ -77,8 +77,8 @@ def test_a_response_frame_carries_its_size_and_correlation_id() -> None:
 def test_the_codec_loads_without_hypothesis_strategies_for_kio_s_types() -> None:
     """Where hypothesis is installed, kio registers a strategy for every protocol type as
     it defines it: 0.6 s of a broker process's start, for strategies Exactly never uses
-    (app/__init__.py imports kio as if hypothesis were absent)."""
-    probe = "import sys, app.wire; print('hypothesis' in sys.modules)"
+    (exactly/app/__init__.py imports kio as if hypothesis were absent)."""
+    probe = "import sys, exactly.app.kafka.wire; print('hypothesis' in sys.modules)"
     ran = subprocess.run([sys.executable, "-c", probe], cwd=Path(__file__).resolve().parents[1],
                          capture_output=True, text=True, timeout=60)
     assert (ran.returncode, ran.stdout.strip()) == (0, "False"), ran.stderr

@@ -20,13 +20,13 @@ from hypothesis import strategies as st
 from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader
 
-from app import wire
-from app.engine import read_models
-from app.kafka.api import ApiKey
-from app.kafka.codec import MalformedRequestError, decode_request, read_head
-from app.kafka.prescan import prescan
-from storage.errors import CorruptMessageError, InvalidRecordError, UnsupportedCompressionTypeError
-from storage.record_batch import (
+from exactly.app.kafka import wire
+from exactly.app.engine import read_models
+from exactly.app.kafka.api import ApiKey
+from exactly.app.kafka.codec import MalformedRequestError, decode_request, read_head
+from exactly.app.kafka.prescan import prescan
+from exactly.storage.errors import CorruptMessageError, InvalidRecordError, UnsupportedCompressionTypeError
+from exactly.storage.record_batch import (
     CRC_OFFSET,
     HEADER_SIZE,
     SimpleRecord,
@@ -35,13 +35,13 @@ from storage.record_batch import (
     encode_batch,
     scan_batch,
 )
-from storage.varint import encode_uvarint
+from exactly.storage.varint import encode_uvarint
 from tests.kafka_fuzz import HOSTILE, RequestWriter, ServedBroker, broken_batches, served
 from tests.kafka_support import SOFTWARE, KafkaBroker, raw_connection
 from tests.waiting import eventually
 
 pytestmark = pytest.mark.timeout(180)
-SERVER_LOG = "app.kafka.server"
+SERVER_LOG = "exactly.app.kafka.server"
 #: ``ff ff ff ff 0f``: a compact array of 2^32 - 2 elements (compact counts are n + 1)
 HUGE_COMPACT = encode_uvarint(2**32 - 1)
 

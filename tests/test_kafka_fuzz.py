@@ -1,5 +1,5 @@
 """The schema-derived fuzzer (``tests/kafka_fuzz.py``), a fast seeded subset, against a
-broker in a process of its own (``python -m app.cli serve``): every API and version
+broker in a process of its own (``python -m exactly serve``): every API and version
 the listener serves answers a valid request (every handler's response built strictly
 at every served version), and after rounds of hostile requests of all of them the
 broker still serves a real client, its memory stays bounded, and a restart -- after a
@@ -38,7 +38,7 @@ def broker(tmp_path: Path) -> Iterator[ServedBroker]:
 
 def test_every_served_api_and_version_answers_a_valid_request(broker: ServedBroker) -> None:
     """Drives every handler at every version it declares, so a response key that no
-    version has (``app/wire.py``'s strict build) or a handler crash shows here."""
+    version has (``exactly/app/kafka/wire.py``'s strict build) or a handler crash shows here."""
     rng = random.Random(SEED)
     writer, fuzzer = RequestWriter(rng), Fuzzer(broker.port)
     for api_key, version in served():

@@ -11,10 +11,10 @@ from typing import Iterator
 import pytest
 from confluent_kafka import KafkaException, Producer
 
-from app.engine import read_models
-from app.http import create_app
-from app.http.ui_blueprint import FRAGMENTS
-from app.kafka.api import ApiKey
+from exactly.app.engine import read_models
+from exactly.app.http import create_app
+from exactly.app.http.console.blueprint import FRAGMENTS
+from exactly.app.kafka.api import ApiKey
 from tests.kafka_support import KafkaBroker, raw_connection, read_to_end
 from tests.waiting import eventually
 

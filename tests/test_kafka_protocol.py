@@ -13,10 +13,10 @@ from typing import Iterator
 
 import pytest
 
-from app.kafka import APIS
-from app.kafka.api import ApiKey
-from app.spark.kafka_client import KafkaConnection
-from storage.record_batch import SimpleRecord, encode_batch
+from exactly.app.kafka import APIS
+from exactly.app.kafka.api import ApiKey
+from exactly.app.spark.kafka_client import KafkaConnection
+from exactly.storage.record_batch import SimpleRecord, encode_batch
 from tests.kafka_support import SOFTWARE, KafkaBroker, raw_connection
 from tests.waiting import eventually
 

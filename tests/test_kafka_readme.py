@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from app.kafka import APIS
+from exactly.app.kafka import APIS
 from tests.docs import blocks, run_readme_example, section
 from tests.kafka_support import KafkaBroker
 

@@ -17,13 +17,13 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
-from app import Broker
-from app.client.types import ConsumerGroupMetadata
-from app.client.consumer import Consumer
-from app.client.producer import Producer
-from coordinator.group_metadata import CommittedOffset
-from storage.clock import FakeClock
-from storage.errors import KafkaError, TransactionAbortableError
+from exactly.app import Broker
+from exactly.app.client.types import ConsumerGroupMetadata
+from exactly.app.client.consumer import Consumer
+from exactly.app.client.producer import Producer
+from exactly.coordinator.group_metadata import CommittedOffset
+from exactly.storage.clock import FakeClock
+from exactly.storage.errors import KafkaError, TransactionAbortableError
 from tests.conftest import FROZEN, SMALL_INTERNAL_TOPICS, jobs_config
 from tests.waiting import returns_within
 

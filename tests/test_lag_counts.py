@@ -1,10 +1,10 @@
-"""Group lag from the counts each partition keeps (``storage/visible_records.py``).
+"""Group lag from the counts each partition keeps (``exactly/storage/visible_records.py``).
 
 The lag of a read_committed consumer at ``position`` is the records it would still
 receive up to the LSO; ``visibility.data_records`` answers it from counts kept as
 batches and markers are appended. Here the answers are checked against the
 definition itself -- a consumer's read_committed read of the range, through
-``storage/read_committed.py`` -- across appends, commits, aborts, open transactions,
+``exactly/storage/read_committed.py`` -- across appends, commits, aborts, open transactions,
 rolls, retention, compaction and reopening; for logs longer than the old 1,000-batch
 bound; and without the log's files (no batch is read per query).
 """
@@ -18,14 +18,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app import Broker
-from app.engine import read_models
-from storage import visibility
-from storage.background import run_inline
-from storage.clock import FakeClock
-from storage.partition_log import PartitionLog
-from storage.read_committed import read_records
-from storage.record_batch import SimpleRecord, encode_batch
+from exactly.app import Broker
+from exactly.app.engine import read_models
+from exactly.storage import visibility
+from exactly.storage.background import run_inline
+from exactly.storage.clock import FakeClock
+from exactly.storage.partition_log import PartitionLog
+from exactly.storage.read_committed import read_records
+from exactly.storage.record_batch import SimpleRecord, encode_batch
 from tests.conftest import SMALL_INTERNAL_TOPICS, data_batch
 from tests.storage_log import DurableLogs
 from tests.waiting import eventually

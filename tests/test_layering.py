@@ -1,7 +1,7 @@
 """The layering, checked on the source (AST, nothing imported or run).
 
-``storage/`` knows nothing of ``coordinator/``, which knows nothing of ``app/``;
-the engine (``app/engine/``) knows nothing of the faces that serve it, nor of the
+``exactly/storage/`` knows nothing of ``exactly/coordinator/``, which knows nothing of ``exactly/app/``;
+the engine (``exactly/app/engine/``) knows nothing of the faces that serve it, nor of the
 embedded clients; the parts of the log (Kafka's split: validator, loader, segment
 swap, cleaner) never import the log; the Kafka handlers never import their listener;
 the faces reach the engine only through its named operations -- never its logs,
@@ -25,7 +25,7 @@ pytestmark = pytest.mark.timeout(60)
 
 REPO = Path(__file__).resolve().parent.parent
 #: the production packages the rules are about (tests and benches may use internals)
-PACKAGES = ("storage", "coordinator", "app")
+PACKAGES = ("exactly",)
 
 
 @dataclass(frozen=True)
@@ -38,57 +38,57 @@ class Forbid:
     exempt: tuple[str, ...] = ()
 
 
-LOG = "storage.partition_log"
+LOG = "exactly.storage.partition_log"
 #: the Spark face: the only modules that may import the ``spark`` extra's packages
-SPARK_FACE = ("app.spark", *(f"app.spark.{p.stem}" for p in (REPO / "app" / "spark").glob("*.py")))
+SPARK_FACE = ("exactly.app.spark", *(f"exactly.app.spark.{p.stem}" for p in (REPO / "exactly" / "app" / "spark").glob("*.py")))
 #: what `make run` leaves out (pyproject's ``spark`` extra): the broker never imports it
 SPARK_EXTRA = ("pyspark", "confluent_kafka")
 IMPORT_RULES = (
-    *(Forbid(package, extra, "`make run` installs the broker alone (pip install -e .): only app/spark/ "
+    *(Forbid(package, extra, "`make run` installs the broker alone (pip install -e .): only exactly/app/spark/ "
              "imports the spark extra", exempt=SPARK_FACE)
       for package in PACKAGES for extra in SPARK_EXTRA),
-    Forbid("storage", "coordinator", "storage knows nothing of the coordinators"),
-    Forbid("storage", "app", "storage knows nothing of the broker"),
-    Forbid("coordinator", "app", "the coordinators know nothing of the broker"),
-    Forbid("app.engine", "app.http", "the engine knows nothing of the HTTP face"),
-    Forbid("app.engine", "app.kafka", "the engine knows nothing of the Kafka face"),
-    Forbid("app.engine", "app.spark", "the engine knows nothing of the Spark face"),
-    Forbid("app.engine", "app.client", "the engine knows nothing of the embedded clients"),
-    Forbid("app.security", "app.engine", "the authorizer knows nothing of the engine that keeps it"),
-    Forbid("app.security", "app.kafka", "the authorizer knows nothing of the faces that ask it"),
-    Forbid("app.security", "app.http", "the authorizer knows nothing of the faces that ask it"),
-    Forbid("app.listeners", "app.kafka", "listener names and sockets know nothing of the protocol served"),
-    Forbid("app.users_command", "app.engine", "exactly users reaches a running broker over the wire only"),
-    Forbid("app.admin_connection", "app.engine", "the admin commands reach a running broker over the wire only"),
-    Forbid("app.http", "app.security.authorizer",
+    Forbid("exactly.storage", "exactly.coordinator", "storage knows nothing of the coordinators"),
+    Forbid("exactly.storage", "exactly.app", "storage knows nothing of the broker"),
+    Forbid("exactly.coordinator", "exactly.app", "the coordinators know nothing of the broker"),
+    Forbid("exactly.app.engine", "exactly.app.http", "the engine knows nothing of the HTTP face"),
+    Forbid("exactly.app.engine", "exactly.app.kafka", "the engine knows nothing of the Kafka face"),
+    Forbid("exactly.app.engine", "exactly.app.spark", "the engine knows nothing of the Spark face"),
+    Forbid("exactly.app.engine", "exactly.app.client", "the engine knows nothing of the embedded clients"),
+    Forbid("exactly.app.security", "exactly.app.engine", "the authorizer knows nothing of the engine that keeps it"),
+    Forbid("exactly.app.security", "exactly.app.kafka", "the authorizer knows nothing of the faces that ask it"),
+    Forbid("exactly.app.security", "exactly.app.http", "the authorizer knows nothing of the faces that ask it"),
+    Forbid("exactly.app.listeners", "exactly.app.kafka", "listener names and sockets know nothing of the protocol served"),
+    Forbid("exactly.app.cli.users", "exactly.app.engine", "exactly users reaches a running broker over the wire only"),
+    Forbid("exactly.app.cli.admin_connection", "exactly.app.engine", "the admin commands reach a running broker over the wire only"),
+    Forbid("exactly.app.http", "exactly.app.security.authorizer",
            "the HTTP face asks the engine (authorize, explain), as the Kafka port does: one decision path"),
-    Forbid("app.engine.principals", "app.engine.engine", "the per-principal state knows nothing of the engine"),
-    Forbid("app.faults.fault", "app.kafka", "the fault model and registry know nothing of the faces applying them"),
-    Forbid("app.faults.events", "app.kafka", "the event presets are faults, whatever face applies them"),
-    Forbid("app.engine", "app.faults.inject", "the engine keeps the faults; only the Kafka listener applies them"),
-    Forbid("storage.log_cleaner", LOG, "the cleaner sees the log through its CleanableLog protocol"),
-    Forbid("storage.log_loader", LOG, "the loader opens what the log then holds"),
-    Forbid("storage.log_loader", "storage.log_cleaner", "loading knows nothing of cleaning"),
-    Forbid("storage.log_validator", LOG, "the validator checks a batch, whatever log it goes to"),
-    Forbid("storage.segment_swap", LOG, "the swap moves files; the log installs the result"),
-    Forbid("storage.aborted_transactions", LOG, "one tracker for fetch, cleaner, lag and console"),
-    Forbid("app.engine.audit", LOG, "the audit reads the logs off the loop, through views (storage.log_scan)"),
-    Forbid("app.kafka", "app.kafka.server", "a handler takes what it needs from api.py, not the listener",
-           exempt=("app.kafka", "app.kafka.server")),
-    Forbid("app", "app.http.ui", "the console views share helpers through ui_blueprint; only the "
-           "app factory registers the views", exempt=("app.http",)),
-    Forbid("app.http", "app.server", "the HTTP face finds the server that runs it in app.extensions"),
-    Forbid("app.kafka", "app.server", "the Kafka face knows nothing of the server that attaches it"),
-    Forbid("app.engine", "app.server", "the engine knows nothing of the server that runs it"),
-    Forbid("app.broker", "app.server", "a Broker has no listeners; the Server adds them"),
-    Forbid("app.testing", "app.engine", "a test's broker is a Server: the engine is reached through it"),
+    Forbid("exactly.app.engine.principals", "exactly.app.engine.engine", "the per-principal state knows nothing of the engine"),
+    Forbid("exactly.app.faults.fault", "exactly.app.kafka", "the fault model and registry know nothing of the faces applying them"),
+    Forbid("exactly.app.faults.events", "exactly.app.kafka", "the event presets are faults, whatever face applies them"),
+    Forbid("exactly.app.engine", "exactly.app.kafka.fault_injection", "the engine keeps the faults; only the Kafka listener applies them"),
+    Forbid("exactly.storage.log_cleaner", LOG, "the cleaner sees the log through its CleanableLog protocol"),
+    Forbid("exactly.storage.log_loader", LOG, "the loader opens what the log then holds"),
+    Forbid("exactly.storage.log_loader", "exactly.storage.log_cleaner", "loading knows nothing of cleaning"),
+    Forbid("exactly.storage.log_validator", LOG, "the validator checks a batch, whatever log it goes to"),
+    Forbid("exactly.storage.segment_swap", LOG, "the swap moves files; the log installs the result"),
+    Forbid("exactly.storage.aborted_transactions", LOG, "one tracker for fetch, cleaner, lag and console"),
+    Forbid("exactly.app.engine.audit", LOG, "the audit reads the logs off the loop, through views (exactly.storage.log_scan)"),
+    Forbid("exactly.app.kafka", "exactly.app.kafka.server", "a handler takes what it needs from api.py, not the listener",
+           exempt=("exactly.app.kafka", "exactly.app.kafka.server")),
+    Forbid("exactly.app", "exactly.app.http.console.views", "the console views share helpers through ui_blueprint; only the "
+           "app factory registers the views", exempt=("exactly.app.http",)),
+    Forbid("exactly.app.http", "exactly.app.server", "the HTTP face finds the server that runs it in app.extensions"),
+    Forbid("exactly.app.kafka", "exactly.app.server", "the Kafka face knows nothing of the server that attaches it"),
+    Forbid("exactly.app.engine", "exactly.app.server", "the engine knows nothing of the server that runs it"),
+    Forbid("exactly.app.broker", "exactly.app.server", "a Broker has no listeners; the Server adds them"),
+    Forbid("exactly.app.testing", "exactly.app.engine", "a test's broker is a Server: the engine is reached through it"),
 )
 
-#: attributes of the engine no module outside ``app/engine/`` may touch (besides any
+#: attributes of the engine no module outside ``exactly/app/engine/`` may touch (besides any
 #: ``_name``): the faces call the engine's named operations instead
 ENGINE_INTERNALS = frozenset({"logs", "loop", "transaction_coordinator", "group_coordinator"})
 #: where the engine's internals may be touched
-ENGINE_PACKAGE = "app.engine"
+ENGINE_PACKAGE = "exactly.app.engine"
 #: coordinator state read as a whole, outside the coordinators and the engine
 COORDINATOR_DICTS = frozenset({"txns"})
 
@@ -161,7 +161,7 @@ def test_no_module_imports_another_modules_private_names() -> None:
 
 
 def test_no_module_reaches_another_modules_private_names() -> None:
-    """``from app.http import ui`` then ``ui._call``: a private name reached through the module."""
+    """``from exactly.app.http import ui`` then ``ui._call``: a private name reached through the module."""
     ours = {m.name for m in modules()}
     wrong = []
     for m in modules():
@@ -188,14 +188,14 @@ def test_only_the_engine_touches_its_internals() -> None:
              for node in ast.walk(m.tree)
              if isinstance(node, ast.Attribute) and names_the_engine(node.value)
              and (node.attr in ENGINE_INTERNALS or node.attr.startswith("_"))]
-    assert not wrong, "the faces call the engine's named operations (app/engine/engine.py):\n" + "\n".join(wrong)
+    assert not wrong, "the faces call the engine's named operations (exactly/app/engine/engine.py):\n" + "\n".join(wrong)
 
 
 #: a change every face offers goes through one engine operation, never a face's own path
 SHARED_OPERATIONS = {
-    "create_topic": ("app.kafka.admin", "app.http.api", "app.http.ui_topics"),
-    "create_partitions": ("app.kafka.admin", "app.http.api"),
-    "alter_topic_config": ("app.kafka.admin", "app.http.configs"),
+    "create_topic": ("exactly.app.kafka.admin", "exactly.app.http.api.clusters", "exactly.app.http.console.topics"),
+    "create_partitions": ("exactly.app.kafka.admin", "exactly.app.http.api.clusters"),
+    "alter_topic_config": ("exactly.app.kafka.admin", "exactly.app.http.api.configs"),
 }
 
 
@@ -210,7 +210,7 @@ def test_the_faces_change_topics_through_the_same_engine_operation(operation: st
 
 def test_coordinator_dicts_stay_in_the_coordinators_and_the_engine() -> None:
     wrong = [f"{m.where(node)} reads .{node.attr}"
-             for m in modules() if not (m.under("coordinator") or m.under(ENGINE_PACKAGE))
+             for m in modules() if not (m.under("exactly.coordinator") or m.under(ENGINE_PACKAGE))
              for node in ast.walk(m.tree)
              if isinstance(node, ast.Attribute) and node.attr in COORDINATOR_DICTS]
     assert not wrong, "faces see frozen views, not the coordinators' state:\n" + "\n".join(wrong)
@@ -218,7 +218,7 @@ def test_coordinator_dicts_stay_in_the_coordinators_and_the_engine() -> None:
 
 #: where a log's start offset moves: the log itself (retention, DeleteRecords) and its loader;
 #: everything else moves it through ``Engine.delete_records``
-LOG_START_MOVERS = frozenset({"storage.partition_log", "storage.log_loader"})
+LOG_START_MOVERS = frozenset({"exactly.storage.partition_log", "exactly.storage.log_loader"})
 
 
 def _assigned_attributes(node: ast.AST) -> list[ast.Attribute]:
@@ -239,14 +239,14 @@ def test_only_the_log_moves_its_start_offset() -> None:
 def test_the_rules_see_the_code() -> None:
     """A guard against a vacuous pass: the walk finds the packages and their imports."""
     names = {m.name for m in modules()}
-    assert {"storage.partition_log", "coordinator.transaction_coordinator", "app.engine.engine",
-            "app.kafka.produce", "app.http.api"} <= names
-    engine = next(m for m in modules() if m.name == "app.engine.engine")
-    assert any(name == "storage.log_manager" for _, name, _ in imports(engine))
+    assert {"exactly.storage.partition_log", "exactly.coordinator.transaction_coordinator", "exactly.app.engine.engine",
+            "exactly.app.kafka.produce", "exactly.app.http.api.clusters"} <= names
+    engine = next(m for m in modules() if m.name == "exactly.app.engine.engine")
+    assert any(name == "exactly.storage.log_manager" for _, name, _ in imports(engine))
     assert all(names_the_engine(ast.parse(e, mode="eval").body)
                for e in ("engine", "ctx.engine", "self._engine", "current_engine()"))
     assert not names_the_engine(ast.parse("ctx.request", mode="eval").body)
-    log_module = next(m for m in modules() if m.name == "storage.partition_log")
+    log_module = next(m for m in modules() if m.name == "exactly.storage.partition_log")
     assert any(a.attr == "log_start_offset" for node in ast.walk(log_module.tree) for a in _assigned_attributes(node))
 
 
@@ -255,11 +255,11 @@ AUTHORIZER_OPERATIONS = frozenset({"authorize", "authorize_any", "authorization_
 
 
 def test_kafka_handlers_authorize_only_through_the_table() -> None:
-    """Every Kafka check goes through ``app/kafka/authorization.py``, whose TABLE says what
+    """Every Kafka check goes through ``exactly/app/kafka/authorization.py``, whose TABLE says what
     each API needs (tests/test_authorization_table.py), never straight to the engine."""
     wrong = [f"{m.where(node)} calls engine.{node.attr}"
-             for m in modules() if m.under("app.kafka") and m.name != "app.kafka.authorization"
+             for m in modules() if m.under("exactly.app.kafka") and m.name != "exactly.app.kafka.authorization"
              for node in ast.walk(m.tree)
              if isinstance(node, ast.Attribute) and node.attr in AUTHORIZER_OPERATIONS
              and names_the_engine(node.value)]
-    assert not wrong, "authorize through app.kafka.authorization:\n" + "\n".join(wrong)
+    assert not wrong, "authorize through exactly.app.kafka.authorization:\n" + "\n".join(wrong)

@@ -29,12 +29,12 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kafka.admin import KafkaAdminClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from app import Broker
-from app.config import BrokerConfig
-from app.http import create_app
-from app.kafka.api import ApiKey
-from app.spark.kafka_client import KafkaConnection
-from storage.errors import InvalidConfigError, InvalidGroupIdError, InvalidRequestError, PolicyViolationError
+from exactly.app import Broker
+from exactly.app.config import BrokerConfig
+from exactly.app.http import create_app
+from exactly.app.kafka.api import ApiKey
+from exactly.app.spark.kafka_client import KafkaConnection
+from exactly.storage.errors import InvalidConfigError, InvalidGroupIdError, InvalidRequestError, PolicyViolationError
 from tests.conftest import FROZEN, SMALL_INTERNAL_TOPICS
 from tests.kafka_support import SOFTWARE, KafkaBroker, raw_connection
 from tests.waiting import eventually
@@ -207,8 +207,8 @@ def test_running_out_of_inodes_part_way_creates_nothing_and_the_broker_restarts(
 EMFILE_CHILD = """
 import json, os, resource, sys
 from pathlib import Path
-from app import Broker
-from storage.errors import KafkaStorageError
+from exactly import Broker
+from exactly.storage.errors import KafkaStorageError
 data = Path(sys.argv[1])
 with Broker(data, **json.loads(sys.argv[2])) as broker:
     broker.create_topic("small", 1)
@@ -262,7 +262,7 @@ def served(client: KafkaConnection) -> bool:
                                            ({"max.connections": 2}, "max.connections")])
 def test_a_connection_over_the_limit_is_closed_at_accept(tmp_path: Path, caplog, config: dict,
                                                          limit: str) -> None:
-    caplog.set_level(logging.INFO, "app.kafka.server")
+    caplog.set_level(logging.INFO, "exactly.app.kafka.server")
     with KafkaBroker(tmp_path / "data", **config) as kafka:
         first, second = connect(kafka), connect(kafka)
         assert served(first) and served(second)

@@ -1,4 +1,4 @@
-"""Log compaction (storage/log_cleaner.py), through the embedded Broker.
+"""Log compaction (exactly/storage/log_cleaner.py), through the embedded Broker.
 
 Each test writes a compacted topic, rolls the log so the data is cleanable, runs
 the cleaner and checks what a consumer, producer state and the files on disk see
@@ -21,18 +21,18 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app import Broker
-from app.config import BrokerConfig
-from storage import filenames, log_cleaner
-from storage.background import run_inline
-from storage.clock import FakeClock
-from storage.compression import Compression
-from storage.errors import InvalidRecordError
-from storage.log_cleaner import CleanerStats
-from storage.log_manager import LogManager
-from storage.partition_log import PartitionLog
-from storage.read_committed import read_records
-from storage.record_batch import (
+from exactly.app import Broker
+from exactly.app.config import BrokerConfig
+from exactly.storage import filenames, log_cleaner
+from exactly.storage.background import run_inline
+from exactly.storage.clock import FakeClock
+from exactly.storage.compression import Compression
+from exactly.storage.errors import InvalidRecordError
+from exactly.storage.log_cleaner import CleanerStats
+from exactly.storage.log_manager import LogManager
+from exactly.storage.partition_log import PartitionLog
+from exactly.storage.read_committed import read_records
+from exactly.storage.record_batch import (
     DELETE_HORIZON_BIT,
     BatchHeader,
     ControlType,
@@ -783,7 +783,7 @@ def test_a_round_that_fails_before_the_commit_point_leaves_the_log_as_it_was(
 
 
 def test_the_cleaner_runs_every_log_cleaner_backoff_ms(broker: Broker) -> None:
-    from app.engine.scheduler import start_scheduler
+    from exactly.app.engine.scheduler import start_scheduler
     assert BrokerConfig().log_cleaner_backoff_ms == 15_000
     scheduler = start_scheduler(broker.engine, broker.mirror)
     try:

@@ -16,11 +16,11 @@ from typing import Iterator
 
 import pytest
 
-from storage import filenames
-from storage.clock import FakeClock
-from storage.errors import InvalidProducerEpochError, TransactionCoordinatorFencedError
-from storage.read_committed import read_records
-from storage.txn_index import AbortedTxn, TransactionIndex
+from exactly.storage import filenames
+from exactly.storage.clock import FakeClock
+from exactly.storage.errors import InvalidProducerEpochError, TransactionCoordinatorFencedError
+from exactly.storage.read_committed import read_records
+from exactly.storage.txn_index import AbortedTxn, TransactionIndex
 from tests.conftest import data_batch
 from tests.storage_log import DurableLogs
 

@@ -1,4 +1,4 @@
-"""Maintenance never blocks the event loop on the disk (app/engine/maintenance.py).
+"""Maintenance never blocks the event loop on the disk (exactly/app/engine/maintenance.py).
 
 Each test holds a real piece of maintenance in progress on its worker thread -- a
 cleaning round, a retention pass, the snapshot a roll takes, a topic creation, a
@@ -27,20 +27,20 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
-from app import Broker
-from app.engine.worker import Worker
-from coordinator.producer_id_manager import BLOCK_SIZE, ProducerIdBlock
-from storage import filenames
-from storage.background import Cancellable, Job, run_inline
-from storage.checkpoint import read_checkpoint
-from storage.clock import FakeClock
-from storage.errors import OffsetOutOfRangeError, UnknownTopicOrPartitionError
-from storage.filenames import TOPICS_FILE
-from storage.log_manager import TopicCreation
-from storage.partition_log import PartitionLog, SnapshotWrite
-from storage.read_committed import read_records
-from storage.record_batch import SimpleRecord, encode_batch
-from storage.segment_swap import SegmentDeletion, SegmentSwap
+from exactly.app import Broker
+from exactly.app.engine.worker import Worker
+from exactly.coordinator.producer_id_manager import BLOCK_SIZE, ProducerIdBlock
+from exactly.storage import filenames
+from exactly.storage.background import Cancellable, Job, run_inline
+from exactly.storage.checkpoint import read_checkpoint
+from exactly.storage.clock import FakeClock
+from exactly.storage.errors import OffsetOutOfRangeError, UnknownTopicOrPartitionError
+from exactly.storage.filenames import TOPICS_FILE
+from exactly.storage.log_manager import TopicCreation
+from exactly.storage.partition_log import PartitionLog, SnapshotWrite
+from exactly.storage.read_committed import read_records
+from exactly.storage.record_batch import SimpleRecord, encode_batch
+from exactly.storage.segment_swap import SegmentDeletion, SegmentSwap
 from tests.conftest import SMALL_INTERNAL_TOPICS, data_batch
 
 DEADLINE_S = 30
@@ -440,9 +440,9 @@ def test_the_loop_thread_never_fsyncs(tmp_path: Path, clock: FakeClock, monkeypa
 
 CHILD = textwrap.dedent('''
     import sys, threading
-    from app import Broker
-    from storage.partition_log import SnapshotWrite
-    from storage.record_batch import SimpleRecord, encode_batch
+    from exactly import Broker
+    from exactly.storage.partition_log import SnapshotWrite
+    from exactly.storage.record_batch import SimpleRecord, encode_batch
 
     broker = Broker(sys.argv[1])
     broker.create_topic("t", 1, {"segment.bytes": 700})

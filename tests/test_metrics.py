@@ -19,15 +19,15 @@ from hypothesis import strategies as st
 from prometheus_client.core import HistogramMetricFamily
 from prometheus_client.parser import text_string_to_metric_families
 
-from app import Broker
-from app.client.producer import Producer
-from app.engine import read_models
-from app.engine.counters import LATENCY_BUCKETS_S, LatencyHistogram
-from app.engine.scheduler import mirror_round
-from app.http import create_app, metrics
-from storage.clock import FakeClock
-from storage.errors import ProducerFencedError
-from storage.producer_state import LATE_TRANSACTION_BUFFER_MS
+from exactly.app import Broker
+from exactly.app.client.producer import Producer
+from exactly.app.engine import read_models
+from exactly.app.engine.counters import LATENCY_BUCKETS_S, LatencyHistogram
+from exactly.app.engine.scheduler import mirror_round
+from exactly.app.http import create_app, metrics
+from exactly.storage.clock import FakeClock
+from exactly.storage.errors import ProducerFencedError
+from exactly.storage.producer_state import LATE_TRANSACTION_BUFFER_MS
 from tests.conftest import FROZEN, SMALL_INTERNAL_TOPICS
 from tests.docs import section
 from tests.waiting import eventually
@@ -236,7 +236,7 @@ def test_a_histogram_bucket_counts_the_observations_at_or_below_its_bound(second
 
 def test_every_metric_the_readme_and_the_module_name_is_served(broker: Broker) -> None:
     """The docs cannot drift from the code: each ``exactly_`` name in docs/operations.md's
-    "Metrics and logs" table and in ``app/http/metrics.py``'s docstring is served."""
+    "Metrics and logs" table and in ``exactly/app/http/metrics.py``'s docstring is served."""
     table = section("docs/operations.md", "Metrics and logs")
     documented = {name for row in table.splitlines() if row.startswith("| `")
                   for name in re.findall(r"`([a-z_]+)(?:\{[^}]*\})?`", row.split("|")[1])}

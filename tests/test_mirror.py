@@ -24,13 +24,13 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine, text
 from sqlalchemy.exc import IntegrityError, OperationalError
 
-from app import Broker
-from app.cli import main as cli_main
-from app.engine.mirror_source import EngineMirrorSource
-from coordinator import mirror as mirror_module
-from coordinator import offsets_log, transaction_log
-from coordinator.mirror import MIRRORED_TOPICS, Mirror, expected_state_from_logs, read_state
-from coordinator.mirror_db import (
+from exactly.app import Broker
+from exactly.app.cli.main import main as cli_main
+from exactly.app.engine.mirror_source import EngineMirrorSource
+from exactly.coordinator import mirror as mirror_module
+from exactly.coordinator import offsets_log, transaction_log
+from exactly.coordinator.mirror import MIRRORED_TOPICS, Mirror, expected_state_from_logs, read_state
+from exactly.coordinator.mirror_db import (
     UPGRADE_ERRORS,
     MigrationError,
     alembic_config,
@@ -40,13 +40,13 @@ from coordinator.mirror_db import (
     upgrade,
     writer_engine,
 )
-from coordinator.mirror_models import TXN_STATES, Base
-from coordinator.offsets_log import GroupValue, MemberRecord, OffsetValue
-from coordinator.transaction_state import TransactionMetadata, TransactionState, TxnTransitMetadata
-from storage.clock import FakeClock
-from storage.errors import OffsetOutOfRangeError
-from storage.partition_log import ReadResult
-from storage.record_batch import SimpleRecord, encode_batch, iter_headers
+from exactly.coordinator.mirror_models import TXN_STATES, Base
+from exactly.coordinator.offsets_log import GroupValue, MemberRecord, OffsetValue
+from exactly.coordinator.transaction_state import TransactionMetadata, TransactionState, TxnTransitMetadata
+from exactly.storage.clock import FakeClock
+from exactly.storage.errors import OffsetOutOfRangeError
+from exactly.storage.partition_log import ReadResult
+from exactly.storage.record_batch import SimpleRecord, encode_batch, iter_headers
 from tests.mirror_crash_child import BROKER_CONFIG
 from tests.raw_txn import RawTxn
 from tests.waiting import eventually
@@ -767,7 +767,7 @@ def test_a_current_database_opens_without_importing_alembic(tmp_path: Path) -> N
     """Every broker start opens its mirror; importing Alembic costs 0.25 s of it."""
     db = tmp_path / "exactly.db"
     upgrade(db)
-    probe = ("import sys; from coordinator.mirror_db import upgrade; "
+    probe = ("import sys; from exactly.coordinator.mirror_db import upgrade; "
              "upgrade(sys.argv[1]); print('alembic' in sys.modules)")
     opened = subprocess.run([sys.executable, "-c", probe, str(db)], cwd=REPO, capture_output=True, text=True,
                             timeout=60)
@@ -788,7 +788,7 @@ def test_a_database_from_a_newer_version_is_refused_as_an_upgrade_error(tmp_path
 
 def test_db_upgrade_creates_the_database_and_is_idempotent(tmp_path: Path) -> None:
     data = tmp_path / "fresh" / "data"
-    command_line = [sys.executable, "-m", "app.cli", "db", "upgrade", "--data-dir", str(data)]
+    command_line = [sys.executable, "-m", "exactly", "db", "upgrade", "--data-dir", str(data)]
     first = subprocess.run(command_line, cwd=REPO, capture_output=True, text=True, timeout=60)
     assert first.returncode == 0, first.stderr
     assert f"revision {HEAD} (migrated from nothing)" in first.stdout

@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from storage.filenames import INDEX_SUFFIX, segment_path
-from storage.index_file import INT32_MAX
-from storage.offset_index import CorruptIndexError, IndexInvariantError, OffsetIndex
+from exactly.storage.filenames import INDEX_SUFFIX, segment_path
+from exactly.storage.index_file import INT32_MAX
+from exactly.storage.offset_index import CorruptIndexError, IndexInvariantError, OffsetIndex
 
 BASE = 1000
 

@@ -1,6 +1,6 @@
 """One declaration per fact, and the producer split's layering, checked on the source:
 the producer constants live beside the record-batch layout, the internal topics in
-coordinator/internal_topics.py, the isolation levels in storage/isolation_level.py;
+exactly/coordinator/internal_topics.py, the isolation levels in exactly/storage/isolation_level.py;
 the partitioner and transaction manager never reach up into the sender or the
 Producer, and the sender never into the Producer."""
 
@@ -14,26 +14,26 @@ import pytest
 pytestmark = pytest.mark.timeout(60)
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("storage", "coordinator", "app")
+PACKAGES = ("exactly/storage", "exactly/coordinator", "exactly/app")
 #: each fact and the one module that may assign it
 DECLARED_IN = {
-    "NO_PRODUCER_ID": "storage/record_batch.py",
-    "NO_PRODUCER_EPOCH": "storage/record_batch.py",
-    "NO_SEQUENCE": "storage/record_batch.py",
-    "MAX_PRODUCER_EPOCH": "storage/record_batch.py",
-    "INTERNAL_TOPICS": "coordinator/internal_topics.py",
-    "READ_COMMITTED": "app/engine/engine.py",  # derived there from IsolationLevel, re-exported
-    "READ_UNCOMMITTED": "app/engine/engine.py",
+    "NO_PRODUCER_ID": "exactly/storage/record_batch.py",
+    "NO_PRODUCER_EPOCH": "exactly/storage/record_batch.py",
+    "NO_SEQUENCE": "exactly/storage/record_batch.py",
+    "MAX_PRODUCER_EPOCH": "exactly/storage/record_batch.py",
+    "INTERNAL_TOPICS": "exactly/coordinator/internal_topics.py",
+    "READ_COMMITTED": "exactly/app/engine/engine.py",  # derived there from IsolationLevel, re-exported
+    "READ_UNCOMMITTED": "exactly/app/engine/engine.py",
 }
 #: module -> modules (prefixes) it must not import
 FORBIDDEN_IMPORTS = {
-    "app/client/partitioner.py": ("app.client.producer", "app.client.sender", "app.client.transaction_manager",
-                                  "app.engine"),
-    "app/client/transaction_manager.py": ("app.client.producer", "app.client.sender", "app.engine"),
-    "app/client/sender.py": ("app.client.producer",),
-    "storage/isolation_level.py": ("coordinator", "app"),
-    "storage/record_batch.py": ("coordinator", "app"),
-    "coordinator/internal_topics.py": ("app",),
+    "exactly/app/client/partitioner.py": ("exactly.app.client.producer", "exactly.app.client.sender", "exactly.app.client.transaction_manager",
+                                  "exactly.app.engine"),
+    "exactly/app/client/transaction_manager.py": ("exactly.app.client.producer", "exactly.app.client.sender", "exactly.app.engine"),
+    "exactly/app/client/sender.py": ("exactly.app.client.producer",),
+    "exactly/storage/isolation_level.py": ("exactly.coordinator", "exactly.app"),
+    "exactly/storage/record_batch.py": ("exactly.coordinator", "exactly.app"),
+    "exactly/coordinator/internal_topics.py": ("exactly.app",),
 }
 
 

@@ -17,6 +17,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import textwrap
 import urllib.error
 import urllib.request
 import zipfile
@@ -26,14 +27,14 @@ from pathlib import Path
 import pytest
 from alembic.script import ScriptDirectory
 
-from coordinator.mirror_db import alembic_config
-from storage import filenames
+from exactly.coordinator.mirror_db import alembic_config
+from exactly.storage import filenames
 from tests.test_cli import free_port
 from tests.waiting import eventually
 
 REPO = Path(__file__).resolve().parents[1]
-#: the top-level packages the wheel installs
-PACKAGES = ("app", "storage", "coordinator")
+#: the one top-level package the wheel installs (beside the pyspark_exactly module)
+PACKAGES = ("exactly",)
 #: what a copy of the checkout leaves behind: environments, data, build outputs, caches
 NOT_SOURCE = shutil.ignore_patterns(".git", ".venv", "data", "build", "dist", "*.egg-info",
                                     "__pycache__", "*.pyc", ".pytest_cache", ".hypothesis",
@@ -110,9 +111,9 @@ def source_files() -> set[str]:
 def test_wheel_holds_every_module_template_static_file_and_migration(installed: Installed):
     names = set(zipfile.ZipFile(installed.wheel).namelist())
     expected = source_files()
-    assert {"app/http/web/templates/base.html", "app/http/web/static/htmx.min.js",
-            "coordinator/migrations/env.py", "coordinator/migrations/script.py.mako",
-            "coordinator/migrations/versions/0001_initial.py"} <= expected
+    assert {"exactly/web/templates/base.html", "exactly/web/static/htmx.min.js",
+            "exactly/migrations/env.py", "exactly/migrations/script.py.mako",
+            "exactly/migrations/versions/0001_initial.py"} <= expected
     assert expected - names == set(), "files the wheel leaves out"
     assert "pyspark_exactly.py" in names  # Spark's discovery of the data source
 
@@ -121,6 +122,7 @@ def test_wheel_and_installed_files_have_no_tests(installed: Installed):
     names = zipfile.ZipFile(installed.wheel).namelist()
     tops = {name.split("/", 1)[0] for name in names if "/" in name}
     assert tops == {*PACKAGES, next(t for t in tops if t.endswith(".dist-info"))}
+    assert {name for name in names if "/" not in name} == {"pyspark_exactly.py"}  # one import name
     listed = json.loads(check(installed.run(
         str(installed.python), "-c",
         "import importlib.metadata as m, json; print(json.dumps([str(f) for f in m.files('exactly')]))"
@@ -131,14 +133,79 @@ def test_wheel_and_installed_files_have_no_tests(installed: Installed):
 def test_imports_resolve_to_the_environment_not_the_checkout(installed: Installed):
     where = json.loads(check(installed.run(
         str(installed.python), "-c",
-        "import json, sysconfig, app, storage, coordinator; "
-        "print(json.dumps([sysconfig.get_paths()['purelib'], app.__file__, storage.__file__, "
-        "coordinator.__file__]))")).stdout)
+        "import json, sysconfig, importlib.util, exactly, exactly.app, exactly.storage, exactly.coordinator; "
+        "print(json.dumps([sysconfig.get_paths()['purelib'], exactly.__file__, exactly.app.__file__, "
+        "exactly.storage.__file__, exactly.coordinator.__file__, "
+        "importlib.util.find_spec('pyspark_exactly').origin]))")).stdout)  # its import needs the spark extra
     site_packages = Path(where[0]).resolve()
     assert site_packages.is_relative_to(installed.venv.resolve())
     for module_file in where[1:]:
         assert Path(module_file).resolve().is_relative_to(site_packages), module_file
         assert not Path(module_file).resolve().is_relative_to(REPO)
+
+
+#: a user's project as people write them: a Flask app in ``app/``, its own ``storage/`` and
+#: ``config.py`` -- the names Exactly's own rooms have inside ``exactly/``
+USER_PROJECT = {
+    "app/__init__.py": """
+        from flask import Flask
+
+        def create_app():
+            app = Flask("orders")
+            app.config["TOPIC"] = "orders"
+            return app
+    """,
+    "storage/__init__.py": """
+        BUCKET = "the user's storage"
+    """,
+    "config.py": """
+        TOPIC = "orders"
+    """,
+    "pyproject.toml": """
+        [tool.pytest.ini_options]
+        pythonpath = ["."]
+    """,
+    "tests/test_orders.py": """
+        import config
+        import storage
+        from app import create_app
+        from exactly import Broker  # the embedded broker, imported under Exactly's one name
+
+        def test_the_projects_own_modules():
+            assert create_app().config["TOPIC"] == config.TOPIC
+            assert storage.BUCKET == "the user's storage"
+            assert Broker.__module__ == "exactly.app.broker"
+
+        def test_the_fixture(exactly_broker):
+            broker = exactly_broker.broker
+            broker.create_topic(config.TOPIC, partitions=1)
+            producer = broker.producer(transactional_id="orders-1")
+            producer.init_transactions()
+            producer.begin_transaction()
+            producer.send(config.TOPIC, b"order-42")
+            producer.commit_transaction()
+            consumer = broker.consumer(isolation_level="read_committed", auto_offset_reset="earliest")
+            consumer.assign([(config.TOPIC, 0)])
+            assert [r.value for r in consumer.poll(timeout_ms=5_000)] == [b"order-42"]
+    """,
+}
+
+
+def test_a_project_with_its_own_app_storage_and_config_uses_the_fixture(installed: Installed):
+    """Issue 27: a Flask project with its own ``app/`` could not start pytest once Exactly
+    was installed (the plugin's ``app.testing`` was not found; ``from app import`` found
+    Exactly's). With one import name, both the project's modules and the fixture work."""
+    project = installed.elsewhere / "orders-service"
+    for name, text in USER_PROJECT.items():
+        (project / name).parent.mkdir(parents=True, exist_ok=True)
+        (project / name).write_text(textwrap.dedent(text).lstrip())
+    check(subprocess.run([sys.executable, "-m", "pip", "--python", str(installed.python), "install", "--quiet",
+                          "--no-compile", "pytest"], env=clean_env(), capture_output=True, text=True,
+                         timeout=INSTALL_TIMEOUT_S))
+    result = subprocess.run([str(installed.venv / "bin" / "pytest"), "-q", "-p", "no:cacheprovider"],
+                            cwd=project, env=clean_env(), capture_output=True, text=True, timeout=180)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "2 passed" in result.stdout
 
 
 def head_revision() -> str:
@@ -181,7 +248,7 @@ def test_installed_exactly_serve_runs_from_any_directory(installed: Installed):
         assert (status, kind.split(";")[0]) == (200, "text/html")
         assert b"Exactly</title>" in body                       # the console's template
         status, _, css = http_get(f"{base}/static/console.css")  # its static files
-        assert status == 200 and css == (REPO / "app/http/web/static/console.css").read_bytes()
+        assert status == 200 and css == (REPO / "exactly/web/static/console.css").read_bytes()
         status, kind, body = http_get(f"{base}/v3/clusters")
         assert (status, kind) == (200, "application/json")
         cluster_id = re.search(r"^cluster\.id=(\S+)$", (data / filenames.META_PROPERTIES).read_text(),

@@ -6,15 +6,15 @@ from pathlib import Path
 
 import pytest
 
-from app import Broker
-from storage import filenames
-from storage.background import run_inline
-from storage.checkpoint import read_checkpoint
-from storage.clock import FakeClock
-from storage.compression import Compression
-from storage.errors import MessageTooLargeError, OffsetOutOfRangeError, UnknownTopicOrPartitionError
-from storage.read_committed import read_records
-from storage.record_batch import SimpleRecord, decode_batch, encode_batch, iter_headers
+from exactly.app import Broker
+from exactly.storage import filenames
+from exactly.storage.background import run_inline
+from exactly.storage.checkpoint import read_checkpoint
+from exactly.storage.clock import FakeClock
+from exactly.storage.compression import Compression
+from exactly.storage.errors import MessageTooLargeError, OffsetOutOfRangeError, UnknownTopicOrPartitionError
+from exactly.storage.read_committed import read_records
+from exactly.storage.record_batch import SimpleRecord, decode_batch, encode_batch, iter_headers
 from tests.conftest import data_batch
 from tests.storage_log import DurableLogs
 

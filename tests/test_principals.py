@@ -1,4 +1,4 @@
-"""The per-principal state of ``app/engine/principals.py`` (a clock the test moves) and
+"""The per-principal state of ``exactly/app/engine/principals.py`` (a clock the test moves) and
 the authorizer's ``authorize_by_resource_type``: denials logged without flooding,
 producer-id owners, the producer-id rate and the open-transaction cap."""
 
@@ -8,11 +8,11 @@ import logging
 
 import pytest
 
-from app.engine import principals
-from app.engine.principals import DenialLog, OpenTransactions, ProducerIdRate, ProducerOwners
-from app.security.acl import AccessControlEntry, AclBinding, AclOperation, AclPermissionType, PatternType
-from app.security.acl import ResourcePattern, ResourceType
-from app.security.authorizer import StandardAuthorizer
+from exactly.app.engine import principals
+from exactly.app.engine.principals import DenialLog, OpenTransactions, ProducerIdRate, ProducerOwners
+from exactly.app.security.acl import AccessControlEntry, AclBinding, AclOperation, AclPermissionType, PatternType
+from exactly.app.security.acl import ResourcePattern, ResourceType
+from exactly.app.security.authorizer import StandardAuthorizer
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -28,7 +28,7 @@ class Clock:
 def test_a_denial_is_logged_once_a_minute_and_a_flood_is_summed_up(caplog: pytest.LogCaptureFixture) -> None:
     clock = Clock()
     denials = DenialLog(clock)
-    with caplog.at_level(logging.WARNING, logger="app.engine.principals"):
+    with caplog.at_level(logging.WARNING, logger="exactly.app.engine.principals"):
         for _ in range(5):
             denials.denied("kafka", "User:a", "h", "READ", "TOPIC", "t")
         assert len(caplog.records) == 1

@@ -27,18 +27,18 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from app import Broker
-from app.client.producer import Producer
-from app.client.types import IllegalStateError, TransactionAbortedError
-from storage.clock import FakeClock
-from storage.errors import (
+from exactly.app import Broker
+from exactly.app.client.producer import Producer
+from exactly.app.client.types import IllegalStateError, TransactionAbortedError
+from exactly.storage.clock import FakeClock
+from exactly.storage.errors import (
     KafkaStorageError,
     MessageTooLargeError,
     RequestTimedOutError,
     TransactionAbortableError,
 )
-from storage.read_committed import read_records
-from storage.record_batch import RecordBatch, decode_batch, iter_headers
+from exactly.storage.read_committed import read_records
+from exactly.storage.record_batch import RecordBatch, decode_batch, iter_headers
 from tests.conftest import SMALL_INTERNAL_TOPICS
 from tests.waiting import eventually
 

@@ -16,19 +16,19 @@ from typing import Iterator
 
 import pytest
 
-from app import Broker
-from app.client.partitioner import murmur2
-from app.client.types import IllegalStateError
-from coordinator.transaction_state import TransactionState, TxnTransitMetadata
-from storage.clock import FakeClock
-from storage.errors import (
+from exactly.app import Broker
+from exactly.app.client.partitioner import murmur2
+from exactly.app.client.types import IllegalStateError
+from exactly.coordinator.transaction_state import TransactionState, TxnTransitMetadata
+from exactly.storage.clock import FakeClock
+from exactly.storage.errors import (
     KafkaError,
     OutOfOrderSequenceNumberError,
     TransactionAbortableError,
     UnknownTopicOrPartitionError,
 )
-from storage.read_committed import read_records
-from storage.record_batch import MAX_PRODUCER_EPOCH
+from exactly.storage.read_committed import read_records
+from exactly.storage.record_batch import MAX_PRODUCER_EPOCH
 from tests.conftest import SMALL_INTERNAL_TOPICS, data_batch
 from tests.test_transaction_coordinator import append_txn_log
 

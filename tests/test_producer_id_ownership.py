@@ -16,13 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from app import Broker
-from app.http import create_app
-from app.kafka.api import ApiKey
-from storage.errors import InvalidProducerEpochError, InvalidProducerIdMappingError
-from storage.filenames import PRODUCER_ID_BLOCK
-from storage.record_batch import SimpleRecord
-from storage.read_committed import read_records
+from exactly.app import Broker
+from exactly.app.http import create_app
+from exactly.app.kafka.api import ApiKey
+from exactly.storage.errors import InvalidProducerEpochError, InvalidProducerIdMappingError
+from exactly.storage.filenames import PRODUCER_ID_BLOCK
+from exactly.storage.record_batch import SimpleRecord
+from exactly.storage.read_committed import read_records
 from tests.conftest import SMALL_INTERNAL_TOPICS, data_batch
 from tests.kafka_support import KafkaBroker, raw_connection
 from tests.waiting import eventually
@@ -128,7 +128,7 @@ def test_the_operators_abort_completes_a_transaction_whose_marker_a_partition_re
         client = create_app(engine, test_config={"TESTING": True}).test_client()
         page = client.get("/transactions/victim").get_data(True)
         assert "marker refused" in page and "INVALID_PRODUCER_EPOCH" in page and "Force completion" in page
-        with caplog.at_level(logging.WARNING, logger="coordinator.transaction_coordinator"):
+        with caplog.at_level(logging.WARNING, logger="exactly.coordinator.transaction_coordinator"):
             token = re.search(r'name="csrf_token" value="([^"]+)"', page).group(1)
             answer = client.post("/transactions/victim/abort", data={"csrf_token": token})
         assert answer.status_code in (204, 303)

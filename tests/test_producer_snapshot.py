@@ -17,10 +17,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from storage import atomic_file, producer_snapshot
-from storage.producer_snapshot import CorruptSnapshotError, decode, encode
-from storage.producer_state import BATCHES_TO_RETAIN, BatchMetadata, ProducerStateEntry
-from storage.record_batch import MAX_SEQUENCE
+from exactly.storage import atomic_file, producer_snapshot
+from exactly.storage.producer_snapshot import CorruptSnapshotError, decode, encode
+from exactly.storage.producer_state import BATCHES_TO_RETAIN, BatchMetadata, ProducerStateEntry
+from exactly.storage.record_batch import MAX_SEQUENCE
 
 INT64_MAX = 2**63 - 1
 INT32_MAX = 2**31 - 1

@@ -18,8 +18,8 @@ from hypothesis import event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from storage import producer_snapshot
-from storage.errors import (
+from exactly.storage import producer_snapshot
+from exactly.storage.errors import (
     InvalidProducerEpochError,
     InvalidTxnStateError,
     KafkaError,
@@ -27,7 +27,7 @@ from storage.errors import (
     TransactionCoordinatorFencedError,
     UnknownProducerIdError,
 )
-from storage.producer_state import (
+from exactly.storage.producer_state import (
     BATCHES_TO_RETAIN,
     LATE_TRANSACTION_BUFFER_MS,
     BatchMetadata,
@@ -35,7 +35,7 @@ from storage.producer_state import (
     ProducerStateEntry,
     ProducerStateManager,
 )
-from storage.record_batch import (
+from exactly.storage.record_batch import (
     MAX_SEQUENCE,
     BatchHeader,
     SimpleRecord,

@@ -18,11 +18,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from storage.compression import (XERIAL_CHUNK_LENGTH, XERIAL_HEADER, XERIAL_MAGIC,
+from exactly.storage.compression import (XERIAL_CHUNK_LENGTH, XERIAL_HEADER, XERIAL_MAGIC,
                                  Compression, compress, decompress)
-from storage.errors import (CorruptMessageError, InvalidRecordError,
+from exactly.storage.errors import (CorruptMessageError, InvalidRecordError,
                             UnsupportedCompressionTypeError)
-from storage.record_batch import (ATTRIBUTES_OFFSET, CONTROL_BIT, CONTROL_KEY,
+from exactly.storage.record_batch import (ATTRIBUTES_OFFSET, CONTROL_BIT, CONTROL_KEY,
                                   CRC_COVERAGE_START, CRC_OFFSET, END_TXN_MARKER_VALUE, HEADER,
                                   HEADER_SIZE, LOG_OVERHEAD, MAGIC_OFFSET, MAX_SEQUENCE,
                                   MAX_TIMESTAMP_OFFSET, PARTITION_LEADER_EPOCH_OFFSET,
@@ -31,7 +31,7 @@ from storage.record_batch import (ATTRIBUTES_OFFSET, CONTROL_BIT, CONTROL_KEY,
                                   encode_batch, encode_end_txn_marker, iter_headers, read_header,
                                   recompress, restamp, scan_batch, validate_batch, with_base_offset,
                                   with_partition_leader_epoch)
-from storage.varint import decode_uvarint, decode_varint, encode_uvarint, encode_varint
+from exactly.storage.varint import decode_uvarint, decode_varint, encode_uvarint, encode_varint
 
 PROPERTY = settings(max_examples=200, deadline=None)
 SLOW_PROPERTY = settings(max_examples=40, deadline=None)

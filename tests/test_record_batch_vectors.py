@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from storage.compression import Compression
-from storage.errors import CorruptMessageError
-from storage.record_batch import (ControlType, RecordBatch, SimpleRecord, decode_batch,
+from exactly.storage.compression import Compression
+from exactly.storage.errors import CorruptMessageError
+from exactly.storage.record_batch import (ControlType, RecordBatch, SimpleRecord, decode_batch,
                                   decode_control_record, encode_batch, encode_end_txn_marker,
                                   iter_headers, read_header, validate_batch)
 

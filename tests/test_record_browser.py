@@ -1,4 +1,4 @@
-"""The record browser's read models (app/engine/record_browser.py) over a real log:
+"""The record browser's read models (exactly/app/engine/record_browser.py) over a real log:
 pages forward and back, the text filter and how far it looked, each record whole with
 its batch, and its read_committed state as the records view decides it."""
 
@@ -10,11 +10,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app import Broker
-from app.engine import read_models, record_browser
-from storage.compression import Compression
-from storage.errors import OffsetOutOfRangeError
-from storage.record_batch import SimpleRecord, encode_batch
+from exactly.app import Broker
+from exactly.app.engine import read_models, record_browser
+from exactly.storage.compression import Compression
+from exactly.storage.errors import OffsetOutOfRangeError
+from exactly.storage.record_batch import SimpleRecord, encode_batch
 from tests.conftest import SMALL_INTERNAL_TOPICS
 
 T0 = 1_700_000_000_000

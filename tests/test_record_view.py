@@ -1,4 +1,4 @@
-"""How the console shows keys and values (app/http/record_view.py): what auto picks,
+"""How the console shows keys and values (exactly/app/http/console/record_view.py): what auto picks,
 what each asked-for format shows, and that hex never loses a byte."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.http.record_view import FORMATS, show
+from exactly.app.http.console.record_view import FORMATS, show
 
 
 @pytest.mark.parametrize("data, format_, text", [

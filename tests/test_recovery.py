@@ -1,4 +1,4 @@
-"""Recovery on open, in process and deterministic (storage/partition_log.py, segment.py).
+"""Recovery on open, in process and deterministic (exactly/storage/partition_log.py, segment.py).
 
 Each test builds a log on the storage layer (tests/storage_log.py: raw producer ids,
 transactional batches and markers, every append fsynced), closes it, damages the data
@@ -25,21 +25,21 @@ from typing import Any, Iterator
 
 import pytest
 
-from app import Broker
-from storage import filenames, producer_snapshot
-from storage.checkpoint import write_checkpoint
-from storage.clock import FakeClock
-from storage.compression import Compression
-from storage.errors import KafkaStorageError
-from storage.read_committed import read_records
-from storage.record_batch import (
+from exactly.app import Broker
+from exactly.storage import filenames, producer_snapshot
+from exactly.storage.checkpoint import write_checkpoint
+from exactly.storage.clock import FakeClock
+from exactly.storage.compression import Compression
+from exactly.storage.errors import KafkaStorageError
+from exactly.storage.read_committed import read_records
+from exactly.storage.record_batch import (
     HEADER_SIZE,
     SimpleRecord,
     decode_batch,
     encode_batch,
     iter_headers,
 )
-from storage.txn_index import AbortedTxn
+from exactly.storage.txn_index import AbortedTxn
 from tests.conftest import producer_id
 from tests.storage_log import DurableLogs
 
@@ -702,8 +702,8 @@ def test_a_corrupt_recovery_point_checkpoint_recovers_every_segment(built, clock
 
 _OPEN_IN_CHILD = """
 import sys
-from app import Broker
-from storage.errors import KafkaStorageError
+from exactly import Broker
+from exactly.storage.errors import KafkaStorageError
 try:
     Broker(sys.argv[1]).close()
 except KafkaStorageError as e:

@@ -13,8 +13,8 @@ from confluent_kafka import KafkaError
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka.admin import KafkaAdminClient
 
-from app.config import BrokerConfig
-from app.http import create_app
+from exactly.app.config import BrokerConfig
+from exactly.app.http import create_app
 from tests.kafka_support import KafkaBroker, outcomes
 
 pytestmark = pytest.mark.timeout(120)
@@ -61,7 +61,7 @@ def test_off_by_default_a_factor_above_one_is_refused(tmp_path: Path, caplog: py
 
 def test_on_a_factor_above_one_gets_the_one_replica_and_says_so(tmp_path: Path,
                                                                  caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.WARNING, logger="app.engine.engine")
+    caplog.set_level(logging.WARNING, logger="exactly.app.engine.engine")
     with KafkaBroker(tmp_path / "data", **{"exactly.replication.factor.ignore": "true"}) as kafka:
         assert create(kafka, NewTopic("checked", 1, 3), validate_only=True) == {"checked": None}
         assert "checked" not in kafka.engine.topic_names() and not notes(caplog)

@@ -17,11 +17,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app import Broker
-from app.engine import read_models
-from storage.clock import FakeClock
-from storage.read_committed import read_records
-from storage.record_batch import SimpleRecord, encode_batch
+from exactly.app import Broker
+from exactly.app.engine import read_models
+from exactly.storage.clock import FakeClock
+from exactly.storage.read_committed import read_records
+from exactly.storage.record_batch import SimpleRecord, encode_batch
 from tests.test_log_cleaner import CONFIG, T, clean, plog, roll
 
 

@@ -28,12 +28,12 @@ from hypothesis import strategies as st
 from kafka import KafkaConsumer, KafkaProducer
 from prometheus_client.parser import text_string_to_metric_families
 
-from app.admin_connection import authenticate
-from app.http import create_app
-from app.kafka.api import ApiKey
-from app.security.principal import ANONYMOUS, KafkaPrincipal
-from app.spark.kafka_client import KafkaConnection
-from storage.errors import IllegalSaslStateError, SaslAuthenticationFailedError, UnsupportedSaslMechanismError
+from exactly.app.cli.admin_connection import authenticate
+from exactly.app.http import create_app
+from exactly.app.kafka.api import ApiKey
+from exactly.app.security.principal import ANONYMOUS, KafkaPrincipal
+from exactly.app.spark.kafka_client import KafkaConnection
+from exactly.storage.errors import IllegalSaslStateError, SaslAuthenticationFailedError, UnsupportedSaslMechanismError
 from tests.kafka_support import SOFTWARE, raw_connection, read_to_end
 from tests.sasl_support import ListenersBroker
 from tests.waiting import eventually

@@ -41,7 +41,7 @@ class Shell:
         self.ports = {port: str(free_port()) for port in ("9092", "9094", "8080")}
         bin_dir = root / ".venv" / "bin"
         bin_dir.mkdir(parents=True)
-        (bin_dir / "exactly").write_text(f'#!/bin/sh\nexec {sys.executable} -m app.cli "$@"\n')
+        (bin_dir / "exactly").write_text(f'#!/bin/sh\nexec {sys.executable} -m exactly "$@"\n')
         (bin_dir / "exactly").chmod(0o755)
         self.env = {**os.environ, "PYTHONPATH": str(REPO)}
 

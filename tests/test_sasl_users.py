@@ -26,17 +26,17 @@ from confluent_kafka.admin import (
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.admin_connection import authenticate
-from app.cli import main
-from app.config import BrokerConfig
-from app.kafka.api import ApiKey
-from app.kafka.sasl import ALLOWED_PREVIOUS, SaslSession, SaslState
-from app.listeners import ListenerSpec, SecurityProtocol
-from app.security.principal import KafkaPrincipal
-from app.security.sasl_plain import parse_plain
-from app.security.scram import ScramMechanism, new_credential, password_matches
-from coordinator import cluster_metadata
-from storage.errors import (
+from exactly.app.cli.admin_connection import authenticate
+from exactly.app.cli.main import main
+from exactly.app.config import BrokerConfig
+from exactly.app.kafka.api import ApiKey
+from exactly.app.kafka.sasl import ALLOWED_PREVIOUS, SaslSession, SaslState
+from exactly.app.listeners import ListenerSpec, SecurityProtocol
+from exactly.app.security.principal import KafkaPrincipal
+from exactly.app.security.sasl_plain import parse_plain
+from exactly.app.security.scram import ScramMechanism, new_credential, password_matches
+from exactly.coordinator import cluster_metadata
+from exactly.storage.errors import (
     ClusterAuthorizationFailedError,
     IllegalSaslStateError,
     InvalidConfigError,

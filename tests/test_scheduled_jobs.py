@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from app import Broker
-from app.engine.scheduler import start_scheduler
-from storage.clock import FakeClock
-from storage.errors import UnknownProducerIdError
+from exactly.app import Broker
+from exactly.app.engine.scheduler import start_scheduler
+from exactly.storage.clock import FakeClock
+from exactly.storage.errors import UnknownProducerIdError
 from tests.conftest import SMALL_INTERNAL_TOPICS, data_batch, producer_id
 from tests.raw_txn import RawTxn
 

@@ -4,7 +4,7 @@ transaction attack and a cross-principal producer-id hijack over the wire; ACL c
 taking effect without a restart; and the console refusing writes without a login and a
 CSRF token.
 
-One served broker for the module (``app.server.Server``: both SASL listeners, TLS from
+One served broker for the module (``exactly.app.server.Server``: both SASL listeners, TLS from
 its generated CA, the HTTP face), ``User:admin`` its super user. ``alice`` is granted
 what each test needs; ``mallory`` is the principal refused. Each test names its own
 topics, so no test sees another's ACLs."""
@@ -33,13 +33,13 @@ from confluent_kafka.admin import ResourcePatternType, ResourceType as CfResourc
 from kafka import KafkaConsumer, KafkaProducer
 from kafka.errors import TopicAuthorizationFailedError as KpTopicAuthorizationFailed
 
-from app.admin_connection import authenticate
-from app.kafka.api import ApiKey
-from app.security import acl as model
-from app.security.acl import AclOperation, AclPermissionType, PatternType, ResourceType
-from app.server import Server
-from app.spark.kafka_client import KafkaConnection
-from storage.errors import (
+from exactly.app.cli.admin_connection import authenticate
+from exactly.app.kafka.api import ApiKey
+from exactly.app.security import acl as model
+from exactly.app.security.acl import AclOperation, AclPermissionType, PatternType, ResourceType
+from exactly.app.server import Server
+from exactly.app.spark.kafka_client import KafkaConnection
+from exactly.storage.errors import (
     ClusterAuthorizationFailedError,
     TopicAuthorizationFailedError,
     TransactionalIdAuthorizationFailedError,

@@ -1,16 +1,16 @@
 """Segment files are deleted as Kafka deletes them: renamed ``.deleted`` at once,
-removed ``file.delete.delay.ms`` later at a bounded rate (``storage/segment_deletion.py``)."""
+removed ``file.delete.delay.ms`` later at a bounded rate (``exactly/storage/segment_deletion.py``)."""
 
 from __future__ import annotations
 
 import time
 from pathlib import Path
 
-from app import Broker
-from storage import filenames
-from storage.clock import FakeClock
-from storage.partition_log import SegmentDeletion
-from storage.segment_deletion import FREE_STEP, FileDeletion, Throttle, deleted_path
+from exactly.app import Broker
+from exactly.storage import filenames
+from exactly.storage.clock import FakeClock
+from exactly.storage.partition_log import SegmentDeletion
+from exactly.storage.segment_deletion import FREE_STEP, FileDeletion, Throttle, deleted_path
 from tests.conftest import data_batch
 from tests.storage_log import DurableLogs
 

@@ -12,17 +12,17 @@ from pathlib import Path
 
 import pytest
 
-from app import Broker
-from app.engine.scheduler import ScheduledJob, run_round
-from app.http import HttpSettings, create_app
-from storage.clock import FakeClock
+from exactly.app import Broker
+from exactly.app.engine.scheduler import ScheduledJob, run_round
+from exactly.app.http import HttpSettings, create_app
+from exactly.storage.clock import FakeClock
 from tests.conftest import FROZEN, SMALL_INTERNAL_TOPICS
 from tests.waiting import eventually
 from tests.test_cli import free_port, run_to_exit, serve, wait_for_line
 
 pytestmark = pytest.mark.timeout(60)
-ACCESS = "app.http.access_log"
-SCHEDULER = "app.engine.scheduler"
+ACCESS = "exactly.app.http.access_log"
+SCHEDULER = "exactly.app.engine.scheduler"
 
 
 def access_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
@@ -106,7 +106,7 @@ def test_a_served_broker_logs_access_lines_and_no_scheduler_chatter(tmp_path: Pa
         if proc.poll() is None:
             proc.kill()
     assert code == 0, err
-    assert re.search(r'INFO app\.http\.access_log: 127\.0\.0\.1 "GET /v3/clusters" 200 \d+\.\d ms', err), err
+    assert re.search(r'INFO exactly\.app\.http\.access_log: 127\.0\.0\.1 "GET /v3/clusters" 200 \d+\.\d ms', err), err
     # its per-round INFO lines ("Running job \"_run ...") are gone, and a round skipped
     # because this busy machine ran the last one late is no warning either
     assert "apscheduler" not in err

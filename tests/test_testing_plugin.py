@@ -1,5 +1,5 @@
 """A broker per test: the ``exactly_broker`` fixture (the package's pytest plugin) and
-``app.testing.broker()`` -- a working broker for real clients, released completely
+``exactly.app.testing.broker()`` -- a working broker for real clients, released completely
 afterwards, independent of any other, and restartable in place (cleanly or as a SIGKILL
 leaves it) with acknowledged data and the same ports, while a confluent-kafka
 transactional producer and a read_committed consumer carry on across the restart."""
@@ -16,8 +16,8 @@ import pytest
 import requests
 from confluent_kafka import Consumer, Producer
 
-from app.server import Server
-from app.testing import broker
+from exactly.app.server import Server
+from exactly.app.testing import broker
 from tests.waiting import eventually
 
 pytestmark = pytest.mark.timeout(120)

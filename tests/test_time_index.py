@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from storage.filenames import TIME_INDEX_SUFFIX, segment_path
-from storage.index_file import INT32_MAX
-from storage.time_index import NO_TIMESTAMP, CorruptIndexError, IndexInvariantError, TimeIndex
+from exactly.storage.filenames import TIME_INDEX_SUFFIX, segment_path
+from exactly.storage.index_file import INT32_MAX
+from exactly.storage.time_index import NO_TIMESTAMP, CorruptIndexError, IndexInvariantError, TimeIndex
 
 BASE = 100
 T0 = 1_700_000_000_000

@@ -19,12 +19,12 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
-from app import Broker
-from coordinator import offsets_log, transaction_log
-from coordinator.producer_id_manager import BLOCK_SIZE
-from coordinator.transaction_state import TransactionState, TxnTransitMetadata
-from storage.clock import FakeClock
-from storage.errors import (
+from exactly.app import Broker
+from exactly.coordinator import offsets_log, transaction_log
+from exactly.coordinator.producer_id_manager import BLOCK_SIZE
+from exactly.coordinator.transaction_state import TransactionState, TxnTransitMetadata
+from exactly.storage.clock import FakeClock
+from exactly.storage.errors import (
     ConcurrentTransactionsError,
     InvalidProducerEpochError,
     InvalidProducerIdMappingError,
@@ -38,8 +38,8 @@ from storage.errors import (
     ProducerFencedError,
     UnknownTopicOrPartitionError,
 )
-from storage.read_committed import read_records
-from storage.record_batch import (
+from exactly.storage.read_committed import read_records
+from exactly.storage.record_batch import (
     MAX_PRODUCER_EPOCH,
     ControlType,
     SimpleRecord,

@@ -12,15 +12,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app import Broker
-from coordinator import transaction_log
-from coordinator.schema import SchemaError
-from coordinator.transaction_state import (
+from exactly.app import Broker
+from exactly.coordinator import transaction_log
+from exactly.coordinator.schema import SchemaError
+from exactly.coordinator.transaction_state import (
     TWO_PHASE_COMMIT_TIMEOUT_MS,
     TransactionState,
     TxnTransitMetadata,
 )
-from storage.record_batch import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, SimpleRecord, encode_batch
+from exactly.storage.record_batch import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, SimpleRecord, encode_batch
 from tests.conftest import SMALL_INTERNAL_TOPICS
 from tests.raw_txn import RawTxn, coordinator_call
 from tests.storage_log import DurableLogs

@@ -12,16 +12,16 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from app.client.transaction_manager import SENDING, VALID_PREVIOUS, State, TransactionManager
-from app.client.types import IllegalStateError
-from storage.errors import (
+from exactly.app.client.transaction_manager import SENDING, VALID_PREVIOUS, State, TransactionManager
+from exactly.app.client.types import IllegalStateError
+from exactly.storage.errors import (
     InvalidProducerEpochError,
     KafkaError,
     OutOfOrderSequenceNumberError,
     ProducerFencedError,
     RequestTimedOutError,
 )
-from storage.record_batch import MAX_PRODUCER_EPOCH
+from exactly.storage.record_batch import MAX_PRODUCER_EPOCH
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -5,7 +5,7 @@ the ``prepare_*`` that targets it and leaves the state alone until
 ``complete_transition``; a forbidden one is refused. ``complete_transition``
 re-checks its invariants and refuses without changing anything. A state machine
 drives random prepare/complete/abort sequences against an independent copy of
-the table, and the docs table in coordinator/transaction_coordinator.py is pinned
+the table, and the docs table in exactly/coordinator/transaction_coordinator.py is pinned
 to the code.
 """
 
@@ -19,16 +19,16 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-import coordinator.transaction_coordinator as transaction_coordinator
-from coordinator.transaction_state import (
+import exactly.coordinator.transaction_coordinator as transaction_coordinator
+from exactly.coordinator.transaction_state import (
     VALID_PREVIOUS,
     IllegalTransitionError,
     TransactionMetadata,
     TransactionState,
     TxnTransitMetadata,
 )
-from storage.errors import ConcurrentTransactionsError, InvariantViolation, KafkaError
-from storage.record_batch import MAX_PRODUCER_EPOCH, NO_PRODUCER_EPOCH, ControlType, is_epoch_exhausted
+from exactly.storage.errors import ConcurrentTransactionsError, InvariantViolation, KafkaError
+from exactly.storage.record_batch import MAX_PRODUCER_EPOCH, NO_PRODUCER_EPOCH, ControlType, is_epoch_exhausted
 
 S = TransactionState
 TP = ("orders", 0)

@@ -3,7 +3,7 @@ its transaction prepared (never timed out); a later InitProducerId with
 keepPreparedTxn finds it, data untouched, answers the producer id and epoch it was
 written with, and gives the caller the epoch bumped, fencing the writer that
 prepared it, so that an external coordinator completes it -- across a broker
-restart too. The Spark sink (app/spark/sink.py) commits this way."""
+restart too. The Spark sink (exactly/app/spark/sink.py) commits this way."""
 
 from __future__ import annotations
 
@@ -13,14 +13,14 @@ from typing import Iterator
 
 import pytest
 
-from app.engine import read_models
-from app.kafka.api import ApiKey
-from app.spark.kafka_client import KafkaConnection
-from coordinator import transaction_log
-from coordinator.transaction_state import TWO_PHASE_COMMIT_TIMEOUT_MS, TransactionState, TxnTransitMetadata
-from storage.clock import FakeClock
-from storage.record_batch import SimpleRecord, encode_batch
-from storage.read_committed import read_records
+from exactly.app.engine import read_models
+from exactly.app.kafka.api import ApiKey
+from exactly.app.spark.kafka_client import KafkaConnection
+from exactly.coordinator import transaction_log
+from exactly.coordinator.transaction_state import TWO_PHASE_COMMIT_TIMEOUT_MS, TransactionState, TxnTransitMetadata
+from exactly.storage.clock import FakeClock
+from exactly.storage.record_batch import SimpleRecord, encode_batch
+from exactly.storage.read_committed import read_records
 from tests.kafka_support import KafkaBroker, raw_connection
 from tests.storage_log import DurableLogs
 

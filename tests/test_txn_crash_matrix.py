@@ -40,13 +40,13 @@ from pathlib import Path
 
 import pytest
 
-from app import Broker
-from app.client.partitioner import murmur2
-from coordinator import offsets_log, transaction_log
-from coordinator.transaction_state import TransactionState, TxnTransitMetadata
-from storage.errors import InvalidTxnStateError, ProducerFencedError, UnstableOffsetCommitError
-from storage.read_committed import read_records
-from storage.record_batch import SimpleRecord, encode_batch
+from exactly.app import Broker
+from exactly.app.client.partitioner import murmur2
+from exactly.coordinator import offsets_log, transaction_log
+from exactly.coordinator.transaction_state import TransactionState, TxnTransitMetadata
+from exactly.storage.errors import InvalidTxnStateError, ProducerFencedError, UnstableOffsetCommitError
+from exactly.storage.read_committed import read_records
+from exactly.storage.record_batch import SimpleRecord, encode_batch
 from tests.txn_crash_child import (
     CONFIG,
     GROUP,

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from storage.filenames import TXN_INDEX_SUFFIX, segment_path
-from storage.txn_index import (
+from exactly.storage.filenames import TXN_INDEX_SUFFIX, segment_path
+from exactly.storage.txn_index import (
     AbortedTxn,
     CorruptIndexError,
     IndexInvariantError,

@@ -27,17 +27,17 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
-import coordinator.transaction_coordinator as tc_module
-from app import Broker
-from app.http import create_app
-from app.kafka.api import ApiKey
-from coordinator import offsets_log, transaction_log
-from coordinator.group_metadata import CommittedOffset
-from coordinator.transaction_state import TransactionState
-from storage import filenames
-from storage.background import run_inline
-from storage.clock import FakeClock
-from storage.errors import (
+import exactly.coordinator.transaction_coordinator as tc_module
+from exactly.app import Broker
+from exactly.app.http import create_app
+from exactly.app.kafka.api import ApiKey
+from exactly.coordinator import offsets_log, transaction_log
+from exactly.coordinator.group_metadata import CommittedOffset
+from exactly.coordinator.transaction_state import TransactionState
+from exactly.storage import filenames
+from exactly.storage.background import run_inline
+from exactly.storage.clock import FakeClock
+from exactly.storage.errors import (
     ConcurrentTransactionsError,
     InvalidProducerEpochError,
     InvalidProducerIdMappingError,
@@ -45,8 +45,8 @@ from storage.errors import (
     KafkaError,
     ProducerFencedError,
 )
-from storage.read_committed import read_records
-from storage.record_batch import (
+from exactly.storage.read_committed import read_records
+from exactly.storage.record_batch import (
     ControlType,
     SimpleRecord,
     decode_batch,

@@ -1,4 +1,4 @@
-"""The admin console (app/http/ui.py) through Flask's test client, over a real broker.
+"""The admin console (exactly/app/http/console/views.py) through Flask's test client, over a real broker.
 
 Every page and every fragment renders real broker state; the Abort buttons need the
 session's CSRF token; with a token configured the console needs a login; unknown
@@ -11,12 +11,12 @@ import re
 
 import pytest
 
-from app import Broker
-from app.engine import read_models
-from app.http import HttpSettings, create_app
-from app.http.history import History, chart, init_app
-from storage.clock import FakeClock
-from storage.errors import InvariantViolation, ProducerFencedError
+from exactly.app import Broker
+from exactly.app.engine import read_models
+from exactly.app.http import HttpSettings, create_app
+from exactly.app.http.console.history import History, chart, init_app
+from exactly.storage.clock import FakeClock
+from exactly.storage.errors import InvariantViolation, ProducerFencedError
 from tests.conftest import SMALL_INTERNAL_TOPICS, data_batch
 from tests.storage_log import DurableLogs
 
@@ -183,7 +183,7 @@ def test_every_live_part_morphs_in_place():
     selection and focus; every fragment, present and future, morphs instead."""
     from pathlib import Path
 
-    fragments = Path(__file__).resolve().parents[1] / "app/http/web/templates/fragments"
+    fragments = Path(__file__).resolve().parents[1] / "exactly/web/templates/fragments"
     polling = {f.name: f.read_text() for f in fragments.glob("*.html") if 'hx-trigger="every' in f.read_text()}
     assert len(polling) >= 7
     for name, text in polling.items():
@@ -369,7 +369,7 @@ def test_a_console_bug_is_a_500_page_with_a_reference_not_the_exception_s_text(
         raise InvariantViolation("/srv/secret internals")
 
     monkeypatch.setattr(read_models, "transaction_detail", broken)
-    with caplog.at_level("ERROR", logger="app.http.errors"):
+    with caplog.at_level("ERROR", logger="exactly.app.http.errors"):
         page = client.get("/transactions/billing")
     html = page.get_data(as_text=True)
     assert page.status_code == 500 and "Something broke" in html

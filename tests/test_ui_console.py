@@ -1,5 +1,5 @@
 """The console's topic, record-browser, produce and group-administration pages
-(app/http/ui_topics.py, app/http/ui_groups.py) through Flask's test client over a
+(exactly/app/http/console/topics.py, exactly/app/http/console/groups.py) through Flask's test client over a
 real broker; group members with their assignments from a real confluent-kafka
 consumer over the Kafka listener."""
 
@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from app import Broker
-from app.http import create_app
-from storage.errors import ProducerFencedError
-from storage.record_batch import SimpleRecord, encode_batch
+from exactly.app import Broker
+from exactly.app.http import create_app
+from exactly.storage.errors import ProducerFencedError
+from exactly.storage.record_batch import SimpleRecord, encode_batch
 from tests.kafka_support import KafkaBroker
 from tests.waiting import eventually
 

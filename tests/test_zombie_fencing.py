@@ -16,11 +16,11 @@ from typing import Callable, Iterator
 
 import pytest
 
-from app import Broker
-from app.client.producer import Producer
-from storage.clock import FakeClock
-from storage.errors import ProducerFencedError
-from storage.read_committed import read_records
+from exactly.app import Broker
+from exactly.app.client.producer import Producer
+from exactly.storage.clock import FakeClock
+from exactly.storage.errors import ProducerFencedError
+from exactly.storage.read_committed import read_records
 from tests.conftest import SMALL_INTERNAL_TOPICS, jobs_config
 
 T = "orders"

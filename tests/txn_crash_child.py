@@ -50,13 +50,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence, TextIO
 
-from app import Broker
-from app.client.consumer import Consumer
-from app.engine.coordinator_io import EngineCoordinatorIO
-from app.client.producer import Producer
-from coordinator import offsets_log, transaction_log
-from coordinator.transaction_state import TransactionState
-from storage.record_batch import SimpleRecord, encode_batch
+from exactly.app import Broker
+from exactly.app.client.consumer import Consumer
+from exactly.app.engine.coordinator_io import EngineCoordinatorIO
+from exactly.app.client.producer import Producer
+from exactly.coordinator import offsets_log, transaction_log
+from exactly.coordinator.transaction_state import TransactionState
+from exactly.storage.record_batch import SimpleRecord, encode_batch
 
 TXN_ID = "crash-app"
 GROUP = "crash-group"

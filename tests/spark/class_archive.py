@@ -29,7 +29,7 @@ ARCHIVE = Path(sys.prefix) / "spark-classes.jsa"
 #: and wait for its JVM, which writes the archive as it exits (after this interpreter's
 #: exit it would go on alone, and the build would not know when it is done)
 _WORKLOAD = """
-from app.spark.session import spark_session
+from exactly.app.spark.session import spark_session
 spark = spark_session("class-archive")
 spark.createDataFrame([(1, "a")], "x int, y string").selectExpr("x * 2", "upper(y)").collect()
 jvm = spark.sparkContext._gateway.proc

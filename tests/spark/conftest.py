@@ -21,7 +21,7 @@ os.environ.setdefault("JAVA_TOOL_OPTIONS", java_options())
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[object]:
-    from app.spark.session import spark_session
+    from exactly.app.spark.session import spark_session
 
     session = spark_session("exactly-tests")
     yield session

@@ -20,9 +20,9 @@ from typing import Iterator
 
 import pytest
 
-from app.spark.copy_job import expected_output
-from app.spark.kafka_client import KafkaClient
-from app.spark.sink import CRASH_AT_ENV
+from exactly.app.spark.copy_job import expected_output
+from exactly.app.spark.kafka_client import KafkaClient
+from exactly.app.spark.sink import CRASH_AT_ENV
 from tests.kafka_support import KafkaBroker, read_to_end
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -40,7 +40,7 @@ def served(tmp_path: Path) -> Iterator[KafkaBroker]:
 
 
 class Job:
-    """One run of ``python -m app.spark.copy_job`` in a process group of its own,
+    """One run of ``python -m exactly.app.spark.copy_job`` in a process group of its own,
     its output lines collected by a thread."""
 
     def __init__(self, served: KafkaBroker, checkpoint: Path, crash_at: str | None = None,
@@ -50,7 +50,7 @@ class Job:
         if crash_at:
             env[CRASH_AT_ENV] = crash_at
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "app.spark.copy_job", "--bootstrap", served.bootstrap, "--input", "in",
+            [sys.executable, "-m", "exactly.app.spark.copy_job", "--bootstrap", served.bootstrap, "--input", "in",
              "--output", "out", "--checkpoint", str(checkpoint), "--seed", str(SEED),
              "--max-offsets-per-trigger", "40", *extra],
             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from app.spark.copy_job import expected_output, parse_args, progress_line
+from exactly.app.spark.copy_job import expected_output, parse_args, progress_line
 
 
 def test_the_progress_line_names_the_batch_records_offsets_and_times() -> None:

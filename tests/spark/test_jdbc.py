@@ -1,4 +1,4 @@
-"""app/spark/jdbc.py: Spark's view of each mirror table, read over JDBC while a served
+"""exactly/app/spark/jdbc.py: Spark's view of each mirror table, read over JDBC while a served
 broker runs, equals SQLAlchemy's row for row, with 64-bit values intact.
 
 The producer-id block starts above 2**32 (the file is written before the broker opens
@@ -17,12 +17,12 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from sqlalchemy import select
 
-from app.engine.scheduler import mirror_round
-from app.spark import jdbc
-from coordinator.mirror_db import reader_engine
-from coordinator.producer_id_manager import BODY, VERSION
-from storage.checked_file import write_fields
-from storage.filenames import PRODUCER_ID_BLOCK
+from exactly.app.engine.scheduler import mirror_round
+from exactly.app.spark import jdbc
+from exactly.coordinator.mirror_db import reader_engine
+from exactly.coordinator.producer_id_manager import BODY, VERSION
+from exactly.storage.checked_file import write_fields
+from exactly.storage.filenames import PRODUCER_ID_BLOCK
 from tests.kafka_support import KafkaBroker
 from tests.waiting import eventually
 

@@ -12,8 +12,8 @@ from confluent_kafka import KafkaException, Producer
 from pyspark.sql.types import (
     BinaryType, IntegerType, LongType, StringType, StructField, StructType, TimestampType)
 
-from app.spark.partition_reader import OffsetRange, arrow_schema, consumer_config, read_range
-from storage.clock import FakeClock
+from exactly.app.spark.partition_reader import OffsetRange, arrow_schema, consumer_config, read_range
+from exactly.storage.clock import FakeClock
 from tests.kafka_support import KafkaBroker
 from tests.spark.source_workload import Workload
 

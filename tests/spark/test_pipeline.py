@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from app.spark import broker_check
+from exactly.app.spark import broker_check
 from tests.docs import REPO, blocks, page, section
 from tests.kafka_support import KafkaBroker, read_to_end
 

@@ -1,4 +1,4 @@
-"""app/spark/report_job.py on a known workload: transactions of known durations (a
+"""exactly/app/spark/report_job.py on a known workload: transactions of known durations (a
 fake clock moves between each one's first record and its end), so every figure of the
 report is asserted exactly."""
 
@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from app import Broker
-from app.engine.scheduler import mirror_round
-from app.spark import report_job
-from storage.clock import FakeClock
+from exactly.app import Broker
+from exactly.app.engine.scheduler import mirror_round
+from exactly.app.spark import report_job
+from exactly.storage.clock import FakeClock
 from tests.conftest import FROZEN, SMALL_INTERNAL_TOPICS
 
 pytestmark = pytest.mark.timeout(180)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from app import Broker
+from exactly.app import Broker
 
 
 def test_session_reads_the_mirror_over_jdbc_while_the_broker_runs(spark, tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ from typing import Iterator
 
 import pytest
 
-from app.spark.kafka_client import KafkaClient
+from exactly.app.spark.kafka_client import KafkaClient
 from tests.kafka_support import KafkaBroker, read_to_end
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -103,7 +103,7 @@ def test_a_failed_batch_write_leaves_nothing_visible_and_no_transaction_open(spa
 
 CHILD = """
 import sys
-from app.spark.session import spark_session
+from exactly.app.spark.session import spark_session
 from tests.spark.test_sink import failing_rows
 spark = spark_session("sink-retry", master="local[2,2]")
 failing_rows(spark, 2000, 1000, attempt=0).write.mode("append").format("exactly") \\

@@ -14,11 +14,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyspark.sql.types import StringType, StructField, StructType
 
-from app.spark import sink
-from app.spark.kafka_admin import admin_for
-from app.spark.kafka_client import KafkaClient, TransactionalProducer
-from app.spark.sink import PreparedTransactionLost, SinkLog, TaskCommit, TopicStreamWriter, TxnIds
-from storage.record_batch import SimpleRecord
+from exactly.app.spark import sink
+from exactly.app.spark.kafka_admin import admin_for
+from exactly.app.spark.kafka_client import KafkaClient, TransactionalProducer
+from exactly.app.spark.sink import PreparedTransactionLost, SinkLog, TaskCommit, TopicStreamWriter, TxnIds
+from exactly.storage.record_batch import SimpleRecord
 from tests.kafka_support import KafkaBroker, read_to_end
 
 QUERY = "3f1c0e52-0000-4000-8000-000000000001"

@@ -9,9 +9,9 @@ from typing import Iterator
 
 import pytest
 
-from app.spark.kafka_admin import KafkaAdmin
-from app.spark.kafka_client import KafkaClient, TransactionalProducer
-from storage.errors import (
+from exactly.app.spark.kafka_admin import KafkaAdmin
+from exactly.app.spark.kafka_client import KafkaClient, TransactionalProducer
+from exactly.storage.errors import (
     ConcurrentTransactionsError,
     InvalidProducerEpochError,
     InvalidProducerIdMappingError,
@@ -20,7 +20,7 @@ from storage.errors import (
     TransactionalIdAuthorizationFailedError,
     UnknownTopicOrPartitionError,
 )
-from storage.record_batch import SimpleRecord
+from exactly.storage.record_batch import SimpleRecord
 from tests.kafka_support import KafkaBroker, read_to_end
 
 INT32_MAX_MS = 2**31 - 1

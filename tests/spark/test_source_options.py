@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, strategies as st
 
-from app.spark.partition_reader import OffsetRange
-from app.spark.source import divide, from_json, input_partitions, rate_limit, to_json
-from app.spark.source_options import (
+from exactly.app.spark.partition_reader import OffsetRange
+from exactly.app.spark.source import divide, from_json, input_partitions, rate_limit, to_json
+from exactly.app.spark.source_options import (
     Earliest, Latest, SpecificOffsets, Subscription, Timestamps, parse_options)
 
 BOOT = {"kafka.bootstrap.servers": "127.0.0.1:9092"}

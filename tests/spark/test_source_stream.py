@@ -16,8 +16,8 @@ from confluent_kafka import IsolationLevel, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
-from app.spark.datasource import KAFKA_SOURCE_SCHEMA_NO_HEADERS
-from app.spark.source import TopicStreamReader
+from exactly.app.spark.datasource import KAFKA_SOURCE_SCHEMA_NO_HEADERS
+from exactly.app.spark.source import TopicStreamReader
 from tests.kafka_support import KafkaBroker
 from tests.waiting import eventually
 from tests.spark.source_workload import Workload, Written, interleaved

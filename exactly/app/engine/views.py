@@ -1,0 +1,48 @@
+"""Frozen views the engine hands to its faces: copies of coordinator and partition
+state taken on the loop, so a face can read them on any thread and can never
+change the state they were taken from (Tansu's ``Storage`` trait returns values the
+same way). Transactions are already seen as frozen ``TxnTransitMetadata``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from exactly.coordinator.group_metadata import GroupMetadata, GroupState
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionOffsets:
+    """Kafka's three offsets of one partition."""
+
+    log_start_offset: int
+    high_watermark: int
+    last_stable_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class MemberView:
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    #: the member's metadata for the group's chosen protocol (b"" if none)
+    metadata: bytes
+    assignment: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class GroupView:
+    group_id: str
+    state: GroupState
+    generation: int
+    protocol_type: str | None
+    protocol: str | None
+    members: tuple[MemberView, ...]
+
+    @classmethod
+    def of(cls, group: GroupMetadata) -> "GroupView":
+        """A copy of ``group`` as it is now (on the loop)."""
+        return cls(group.group_id, group.state, group.generation, group.protocol_type, group.protocol,
+                   tuple(MemberView(m.member_id, m.group_instance_id, m.client_id, m.client_host,
+                                    m.metadata_for(group.protocol or ""), m.assignment)
+                         for m in group.members.values()))

@@ -1,0 +1,329 @@
+"""The REST API under ``/v3``: Confluent REST Proxy v3 names and shapes where they exist,
+plus transactions over HTTP, which no REST proxy has. ``/openapi.json`` describes it.
+
+This module holds the ``api`` blueprint with clusters, brokers, topics, partitions,
+replicas and producers; the other resources are nested blueprints named after what
+they serve: ``records`` (produce, read, list offsets, producer ids), ``configs``
+(topic and broker configs), ``transactions``, ``groups`` (consumer groups, consumers,
+lags), ``audit`` (the exactly-once audit of a group) and ``openapi`` (``document.py``: derived from the shapes in ``models.py``). Every path below
+``/v3/clusters/<cluster_id>`` checks the cluster id (another one is 404, as in the
+REST proxy), and every read goes through the shared read models of
+``exactly/app/engine/read_models.py`` on the engine's loop.
+"""
+
+from __future__ import annotations
+
+from flask import Blueprint, abort, g, jsonify, request
+
+from exactly.app.engine import read_models
+from exactly.app.http import access, current_engine, errors
+from exactly.app.http.api import (acls, audit, configs, document, events, faults, groups, models, records, transactions)
+from exactly.app.http.api.validation import body, query
+from exactly.app.security.acl import ResourceType
+from exactly.app.security.principal import ANONYMOUS
+from exactly.app.http.api.resources import check_broker, cluster_id, crn, listing, related, resource
+from exactly.storage.errors import UnknownTopicOrPartitionError
+
+bp = Blueprint("api", __name__)
+for child in (records.bp, transactions.bp, groups.bp, audit.bp, configs.bp, acls.bp, faults.bp, document.bp,
+              events.bp):
+    bp.register_blueprint(child)
+
+@bp.record_once
+def _setup(state) -> None:
+    # "/v3//x" must be a 404 like any unknown path, not a redirect to "/v3/x"
+    state.app.url_map.merge_slashes = False
+
+
+@bp.url_value_preprocessor
+def _pop_cluster_id(endpoint, values) -> None:
+    if values and "cluster_id" in values:
+        g.cluster_id = values.pop("cluster_id")
+
+
+@bp.before_request
+def _check_cluster_id() -> None:
+    """After authentication (app-wide, earlier): an unknown cluster id is 404."""
+    wanted = g.get("cluster_id")
+    if wanted is not None and wanted != current_engine().cluster_id:
+        abort(404, f"cluster {wanted!r} not found; this broker is {current_engine().cluster_id!r}")
+
+
+@bp.before_request
+def _check_partition():
+    """A path naming a partition its topic does not have is the proxy's 404 / 40402
+    (an unknown topic is left to the handler: 40403)."""
+    args = request.view_args or {}
+    if "topic_name" in args and "partition_id" in args:
+        engine = current_engine()
+        missing = engine.call(_missing_partition, engine, args["topic_name"], args["partition_id"])
+        if missing is not None:
+            return errors.partition_not_found_response(missing)
+    return None
+
+
+def _missing_partition(engine, topic: str, partition: int) -> UnknownTopicOrPartitionError | None:
+    """On the loop: the error for a partition an existing topic does not have, else None."""
+    if engine.topic_info(topic) is None:
+        return None
+    try:
+        engine.partition_offsets(topic, partition)
+    except UnknownTopicOrPartitionError as error:
+        return error
+    return None
+
+
+def _cluster() -> dict:
+    node = current_engine().node_id
+    return resource("KafkaCluster", (), crn(), cluster_id=cluster_id(), controller=related("brokers", node),
+                    brokers=related("brokers"), broker_configs=related("broker-configs"),
+                    partition_reassignments=related(*ALL_REASSIGNMENTS), topics=related("topics"),
+                    consumer_groups=related("consumer-groups"), acls=related("acls"),
+                    transactions=related("transactions"))
+
+
+@bp.get("/v3/clusters")
+def list_clusters():
+    query = f"?{request.query_string.decode('latin-1')}" if request.query_string else ""
+    return jsonify({"kind": "KafkaClusterList",
+                    "metadata": {"self": f"{request.host_url}v3/clusters{query}", "next": None},
+                    "data": [_cluster()]})
+
+
+@bp.get("/v3/clusters/<cluster_id>")
+def get_cluster():
+    return jsonify(_cluster())
+
+
+# -- brokers: this one --------------------------------------------------------------------
+
+
+def _broker() -> dict:
+    """This node; ``host`` and ``port`` are the Kafka address clients are told to
+    connect to (``advertised.listeners``, else the Kafka listener's own address), as
+    the REST proxy answers them; null only when no Kafka listener serves (an embedded
+    ``Broker`` with the HTTP face alone)."""
+    engine = current_engine()
+    node = engine.node_id
+    host, port = engine.kafka_address or engine.config.advertised_listener() or (None, None)
+    return resource("KafkaBroker", ("brokers", node), crn(broker=node), cluster_id=cluster_id(),
+                    broker_id=node, host=host, port=port, rack=None, configs=related("brokers", node, "configs"),
+                    partition_replicas=related("brokers", node, "partition-replicas"))
+
+
+@bp.get("/v3/clusters/<cluster_id>/brokers")
+def list_brokers():
+    return jsonify(listing("KafkaBrokerList", ("brokers",), [_broker()]))
+
+
+@bp.get("/v3/clusters/<cluster_id>/brokers/<int:broker_id>")
+def get_broker(broker_id: int):
+    check_broker(broker_id)
+    return jsonify(_broker())
+
+
+@bp.get("/v3/clusters/<cluster_id>/brokers/<int:broker_id>/partition-replicas")
+def list_broker_replicas(broker_id: int):
+    """Every partition has its one replica here."""
+    check_broker(broker_id)
+    engine = current_engine()
+    topics = engine.call(read_models.topics, engine, include_internal=True)
+    shown = access.visible(access.TOPIC, access.O.DESCRIBE, (t["topic_name"] for t in topics))
+    return jsonify(listing("KafkaReplicaList", ("brokers", broker_id, "partition-replicas"),
+                           [_replica(t["topic_name"], p["partition_id"]) for t in topics
+                            if t["topic_name"] in shown for p in t["partitions"]]))
+
+
+# -- topics ---------------------------------------------------------------------------
+
+
+def topic_resource(topic: dict, effective_configs: list[dict] | None) -> dict:
+    """REST v3's KafkaTopic; Exactly adds ``topic_id`` and ``effective_configs`` (every
+    config with its value and source, as ``.../configs`` lists them)."""
+    name = topic["topic_name"]
+    return resource("KafkaTopic", ("topics", name), crn(topic=name),
+                    cluster_id=cluster_id(), topic_name=name, topic_id=topic["topic_id"],
+                    is_internal=topic["is_internal"], replication_factor=1,
+                    partitions_count=topic["partitions_count"],
+                    partitions=related("topics", name, "partitions"), configs=related("topics", name, "configs"),
+                    partition_reassignments=related("topics", name, "partitions", "-", "reassignment"),
+                    authorized_operations=_authorized_operations(name),
+                    effective_configs=effective_configs)
+
+
+def _authorized_operations(topic: str) -> list[str]:
+    """The proxy's ``authorized_operations``: with ``include_authorized_operations=true``
+    what the caller may do on the topic (Kafka's answer to DescribeTopics with
+    ``include_topic_authorized_operations``), else empty."""
+    if query(models.TopicQuery).include_authorized_operations != "true":
+        return []
+    engine = current_engine()
+    allowed = engine.authorized_operations(g.get("principal", ANONYMOUS), request.remote_addr or "",
+                                           ResourceType.TOPIC, topic)
+    return sorted(op.name for op in allowed)
+
+
+async def _topics_with_configs(engine, name: str | None = None) -> list[tuple[dict, list[dict]]]:
+    """On the loop: one topic (``name``) or all, each with its effective configs."""
+    listed = [await read_models.topic(engine, name)] if name else await read_models.topics(engine, include_internal=True)
+    return [(t, await read_models.topic_configs(engine, t["topic_name"])) for t in listed]
+
+
+@bp.get("/v3/clusters/<cluster_id>/topics")
+def list_topics():
+    engine = current_engine()
+    topics = engine.call(_topics_with_configs, engine)
+    shown = access.visible(access.TOPIC, access.O.DESCRIBE, (t["topic_name"] for t, _ in topics))
+    return jsonify(listing("KafkaTopicList", ("topics",),
+                           [topic_resource(t, c) for t, c in topics if t["topic_name"] in shown]))
+
+
+@bp.post("/v3/clusters/<cluster_id>/topics")
+def create_topic():
+    """CreateTopics: 201 and the topic; with ``validate_only`` 200 (as the proxy's
+    dry run) and the topic as it would be, nothing created."""
+    wanted = body(models.CreateTopic)
+    name, count = wanted.topic_name, wanted.partitions_count
+    if not access.allows(access.CLUSTER, access.O.CREATE):  # CreateTopics: Create on the Cluster, or the topic
+        access.require(access.TOPIC, access.O.CREATE, (name,))
+    configs = {c.name: c.value for c in wanted.configs if c.value is not None}  # null: the default
+    validate_only = bool(wanted.validate_only)
+    engine = current_engine()
+    engine.call(engine.create_topic, name, count, configs, validate_only=validate_only,
+                replication_factor=wanted.replication_factor)
+    if validate_only:
+        would_be = {"topic_name": name, "topic_id": None, "is_internal": False,
+                    "partitions_count": count or engine.config.num_partitions}
+        return jsonify(topic_resource(would_be, None)), 200
+    return jsonify(topic_resource(*engine.call(_topics_with_configs, engine, name)[0])), 201
+
+
+@bp.get("/v3/clusters/<cluster_id>/topics/<topic_name>")
+def get_topic(topic_name: str):
+    engine = current_engine()
+    return jsonify(topic_resource(*engine.call(_topics_with_configs, engine, topic_name)[0]))
+
+
+@bp.patch("/v3/clusters/<cluster_id>/topics/<topic_name>")
+def update_partition_count(topic_name: str):
+    """CreatePartitions, as the proxy takes it: ``{"partitions_count": n}`` grows the
+    topic to n partitions (keys then map to other partitions, as in Kafka)."""
+    count = body(models.UpdatePartitionCount).partitions_count
+    engine = current_engine()
+    engine.call(engine.create_partitions, topic_name, count)
+    return jsonify(topic_resource(*engine.call(_topics_with_configs, engine, topic_name)[0]))
+
+
+@bp.delete("/v3/clusters/<cluster_id>/topics/<topic_name>")
+def delete_topic(topic_name: str):
+    engine = current_engine()
+    engine.call(engine.delete_topic, topic_name)
+    return "", 204
+
+
+# -- partitions -----------------------------------------------------------------------
+
+
+def partition_resource(p: dict) -> dict:
+    topic, partition = p["topic_name"], p["partition_id"]
+    fields = {k: v for k, v in p.items() if k not in ("topic_name", "partition_id")}
+    here = ("topics", topic, "partitions", partition)
+    return resource("KafkaPartition", here, crn(topic=topic, partition=partition), cluster_id=cluster_id(),
+                    topic_name=topic, partition_id=partition,
+                    leader=related(*here, "replicas", current_engine().node_id),
+                    replicas=related(*here, "replicas"), reassignment=related(*here, "reassignment"), **fields,
+                    records=related(*here, "records"), producers=related(*here, "producers"))
+
+
+def _replica(topic: str, partition: int) -> dict:
+    """The one replica of a partition: on this node, the leader, in sync."""
+    node = current_engine().node_id
+    return resource("KafkaReplica", ("topics", topic, "partitions", partition, "replicas", node),
+                    crn(topic=topic, partition=partition, replica=node), cluster_id=cluster_id(),
+                    topic_name=topic, partition_id=partition, broker_id=node, is_leader=True, is_in_sync=True,
+                    broker=related("brokers", node))
+
+
+@bp.get("/v3/clusters/<cluster_id>/topics/<topic_name>/partitions")
+def list_partitions(topic_name: str):
+    engine = current_engine()
+    partitions = engine.call(read_models.topic_partitions, engine, topic_name)
+    return jsonify(listing("KafkaPartitionList", ("topics", topic_name, "partitions"),
+                           [partition_resource(p) for p in partitions]))
+
+
+@bp.get("/v3/clusters/<cluster_id>/topics/<topic_name>/partitions/<int:partition_id>")
+def get_partition(topic_name: str, partition_id: int):
+    engine = current_engine()
+    return jsonify(partition_resource(engine.call(read_models.partition, engine, topic_name, partition_id)))
+
+
+@bp.get("/v3/clusters/<cluster_id>/topics/<topic_name>/partitions/<int:partition_id>/replicas")
+def list_replicas(topic_name: str, partition_id: int):
+    engine = current_engine()
+    engine.call(read_models.partition, engine, topic_name, partition_id)  # UNKNOWN_TOPIC_OR_PARTITION
+    return jsonify(listing("KafkaReplicaList", ("topics", topic_name, "partitions", partition_id, "replicas"),
+                           [_replica(topic_name, partition_id)]))
+
+
+@bp.get("/v3/clusters/<cluster_id>/topics/<topic_name>/partitions/<int:partition_id>/replicas/<int:broker_id>")
+def get_replica(topic_name: str, partition_id: int, broker_id: int):
+    engine = current_engine()
+    engine.call(read_models.partition, engine, topic_name, partition_id)
+    if broker_id != engine.node_id:
+        raise UnknownTopicOrPartitionError(f"{topic_name}-{partition_id} has no replica on broker {broker_id}")
+    return jsonify(_replica(topic_name, partition_id))
+
+
+# -- reassignments: none on one node ---------------------------------------------------------
+
+#: the proxy's path of every ongoing reassignment (the cluster links to it)
+ALL_REASSIGNMENTS = ("topics", "-", "partitions", "-", "reassignment")
+
+
+@bp.get("/v3/clusters/<cluster_id>/topics/-/partitions/-/reassignment")
+def list_all_reassignments():
+    """The proxy's ongoing replica reassignments: none, ever (one replica, one node)."""
+    return jsonify(listing("KafkaReassignmentList", ALL_REASSIGNMENTS, []))
+
+
+@bp.get("/v3/clusters/<cluster_id>/topics/<topic_name>/partitions/-/reassignment")
+def list_topic_reassignments(topic_name: str):
+    engine = current_engine()
+    engine.call(read_models.topic, engine, topic_name)  # UNKNOWN_TOPIC_OR_PARTITION
+    return jsonify(listing("KafkaReassignmentList", ("topics", topic_name, "partitions", "-", "reassignment"), []))
+
+
+@bp.get("/v3/clusters/<cluster_id>/topics/<topic_name>/partitions/<int:partition_id>/reassignment")
+def get_reassignment(topic_name: str, partition_id: int):
+    """404, as the proxy answers a partition with no reassignment in progress."""
+    engine = current_engine()
+    engine.call(read_models.partition, engine, topic_name, partition_id)
+    abort(404, f"{topic_name}-{partition_id} has no reassignment in progress (one node: there is never one)")
+
+
+def producer_resource(topic: str, partition: int, producer: dict) -> dict:
+    """One producer of a partition (DescribeProducers), as a REST v3 resource."""
+    pid = producer["producer_id"]
+    return resource("KafkaProducer", ("topics", topic, "partitions", partition, "producers", pid),
+                    crn(topic=topic, partition=partition, producer=pid), cluster_id=cluster_id(),
+                    topic_name=topic, partition_id=partition, **producer)
+
+
+@bp.get("/v3/clusters/<cluster_id>/topics/<topic_name>/partitions/<int:partition_id>/producers")
+def list_producers(topic_name: str, partition_id: int):
+    """DescribeProducers: who wrote to the partition, and which of them hold it open."""
+    engine = current_engine()
+    producers = engine.call(read_models.producers, engine, topic_name, partition_id)
+    return jsonify(listing("KafkaProducerList", ("topics", topic_name, "partitions", partition_id, "producers"),
+                           [producer_resource(topic_name, partition_id, p) for p in producers]))
+
+
+@bp.get("/v3/clusters/<cluster_id>/topics/<topic_name>/partitions/<int:partition_id>/producers/<int:producer_id>")
+def get_producer(topic_name: str, partition_id: int, producer_id: int):
+    engine = current_engine()
+    producers = engine.call(read_models.producers, engine, topic_name, partition_id)
+    found = next((p for p in producers if p["producer_id"] == producer_id), None)
+    if found is None:
+        abort(404, f"{topic_name}-{partition_id} has no state for producer {producer_id}")
+    return jsonify(producer_resource(topic_name, partition_id, found))

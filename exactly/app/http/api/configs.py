@@ -1,0 +1,216 @@
+"""Configs as REST Proxy v3 resources: ``.../topics/<topic>/configs``,
+``.../brokers/<id>/configs`` (this broker's settings and the topic defaults under their
+broker-level names, read-only: they change with a restart) and ``.../broker-configs``
+(the cluster-wide dynamic ones: none, as no broker config is dynamic here).
+
+``GET .../configs`` lists every config of the topic with its effective value and
+where it comes from (``exactly.app.engine.read_models.topic_configs``: set on the topic, a
+broker default given at start-up, or Kafka's default); ``GET .../configs/<name>``
+is one of them. Changes, as the Confluent proxy takes them:
+
+* ``PUT .../configs/<name>`` with ``{"value": "..."}`` sets one override;
+* ``DELETE .../configs/<name>`` resets it to the default;
+* ``POST .../configs:alter`` with ``{"data": [{"name", "value", "operation": "SET" |
+  "DELETE"}], "validate_only": false}`` changes several at once, all or nothing.
+
+All answer 204 once ``topics.json`` holds the change (``Engine.alter_topic_config``);
+a bad value is INVALID_CONFIG (400 / 40002) and changes nothing; ``validate_only``
+checks and changes nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from typing import Any
+
+from flask import Blueprint, abort, jsonify, request
+
+from exactly.app.config import TOPIC_DEFAULTS, BrokerConfig, static_config_change
+from exactly.app.engine import read_models
+from exactly.app.http import access, current_engine
+from exactly.app.http.api import models
+from exactly.app.http.api.validation import body
+from exactly.app.http.api.resources import check_broker, cluster_id, crn, listing, resource
+from exactly.storage.errors import InvalidRequestError
+from exactly.storage.log_config import LogConfig
+
+bp = Blueprint("configs", __name__)
+
+CONFIGS = "/v3/clusters/<cluster_id>/topics/<topic_name>/configs"
+BROKER_CONFIGS = "/v3/clusters/<cluster_id>/brokers/<int:broker_id>/configs"
+#: Kafka's defaults, for the DEFAULT_CONFIG synonym of a config that is set
+KAFKA_DEFAULTS = {k: LogConfig.kafka_text(v) for k, v in LogConfig().to_kafka().items()}
+#: Kafka's defaults of the broker's configs: its settings and the topic defaults
+BROKER_DEFAULTS = {**{f.name.replace("_", "."): LogConfig.kafka_text(getattr(BrokerConfig(), f.name))
+                      for f in fields(BrokerConfig) if f.name != "log"},
+                   **{name: KAFKA_DEFAULTS[topic] for name, topic in TOPIC_DEFAULTS.items()}}
+
+
+def config_resource(topic: str, config: dict[str, Any]) -> dict[str, Any]:
+    """REST v3's KafkaTopicConfig of one ``read_models.topic_configs`` row; ``synonyms``
+    lists where the value comes from, then Kafka's default under it."""
+    name = config["name"]
+    return resource("KafkaTopicConfig", ("topics", topic, "configs", name),
+                    crn(topic=topic, config=name), cluster_id=cluster_id(), topic_name=topic, **config,
+                    synonyms=_synonyms(config, KAFKA_DEFAULTS[name]))
+
+
+def _synonyms(config: dict[str, Any], default: str | None) -> list[dict[str, Any]]:
+    """Where the value comes from, then Kafka's default under it (when it is not that)."""
+    name = config["name"]
+    synonyms = [{"name": name, "value": config["value"], "source": config["source"]}]
+    if not config["is_default"]:
+        synonyms.append({"name": name, "value": default, "source": read_models.DEFAULT_CONFIG})
+    return synonyms
+
+
+def _configs(topic: str) -> list[dict[str, Any]]:
+    engine = current_engine()
+    return engine.call(read_models.topic_configs, engine, topic)
+
+
+@bp.get(CONFIGS)
+def list_configs(topic_name: str):
+    return jsonify(listing("KafkaTopicConfigList", ("topics", topic_name, "configs"),
+                           [config_resource(topic_name, c) for c in _configs(topic_name)]))
+
+
+@bp.get("/v3/clusters/<cluster_id>/topics/-/configs")
+def list_all_topic_configs():
+    """The proxy's ``-`` wildcard: every topic's configs in one list."""
+    engine = current_engine()
+    found = engine.call(_all_configs, engine)
+    shown = access.visible(access.TOPIC, access.O.DESCRIBE_CONFIGS, (topic for topic, _ in found))
+    return jsonify(listing("KafkaTopicConfigList", ("topics", "-", "configs"),
+                           [config_resource(topic, c) for topic, configs in found if topic in shown
+                            for c in configs]))
+
+
+async def _all_configs(engine) -> list[tuple[str, list[dict[str, Any]]]]:
+    """On the loop: every topic (internal ones too) with its configs."""
+    return [(t["topic_name"], await read_models.topic_configs(engine, t["topic_name"]))
+            for t in await read_models.topics(engine, include_internal=True)]
+
+
+@bp.get(CONFIGS + "/<name>")
+def get_config(topic_name: str, name: str):
+    found = next((c for c in _configs(topic_name) if c["name"] == name), None)
+    if found is None:
+        abort(404, f"topic {topic_name!r} has no config {name!r}")
+    return jsonify(config_resource(topic_name, found))
+
+
+def _alter(topic: str, changes: dict[str, str | None], validate_only: bool = False):
+    engine = current_engine()
+    engine.call(engine.alter_topic_config, topic, changes, validate_only)
+    return "", 204
+
+
+@bp.put(CONFIGS + "/<name>")
+def update_config(topic_name: str, name: str):
+    return _alter(topic_name, {name: body(models.UpdateConfig).value})
+
+
+@bp.delete(CONFIGS + "/<name>")
+def reset_config(topic_name: str, name: str):
+    return _alter(topic_name, {name: None})
+
+
+@bp.post(CONFIGS + ":alter")
+def alter_configs(topic_name: str):
+    request = body(models.AlterConfigs)
+    changes: dict[str, str | None] = {}
+    for i, item in enumerate(request.data):
+        if item.name in changes:
+            raise InvalidRequestError(f"data[{i}].name: {item.name} appears more than once")
+        if item.operation == "DELETE":
+            changes[item.name] = None
+        elif item.value is None:
+            raise InvalidRequestError(f"data[{i}].value is required to SET {item.name}")
+        else:
+            changes[item.name] = item.value
+    return _alter(topic_name, changes, bool(request.validate_only))
+
+
+# -- this broker's settings -------------------------------------------------------------
+
+
+def _broker_configs(broker_id: int) -> list[dict[str, Any]]:
+    check_broker(broker_id)
+    engine = current_engine()
+    return engine.call(read_models.broker_configs, engine)
+
+
+def broker_config_resource(broker_id: int, config: dict[str, Any]) -> dict[str, Any]:
+    name = config["name"]
+    default = None if config["is_sensitive"] else BROKER_DEFAULTS[name]
+    return resource("KafkaBrokerConfig", ("brokers", broker_id, "configs", name),
+                    crn(broker=broker_id, config=name), cluster_id=cluster_id(), broker_id=broker_id, **config,
+                    synonyms=_synonyms(config, default))
+
+
+def _refuse_change(name: str | None = None):
+    """A change to broker configs (one ``name``, or a batch alter's body), refused as
+    Kafka refuses a read-only config (``exactly.app.config.static_config_change``); the body is
+    read first, so a malformed one is named as such."""
+    if name is None:
+        raise static_config_change(item.name for item in body(models.AlterConfigs).data)
+    if request.method == "PUT":
+        body(models.UpdateConfig)
+    raise static_config_change([name])
+
+
+@bp.put(BROKER_CONFIGS + "/<name>")
+@bp.delete(BROKER_CONFIGS + "/<name>")
+@bp.post(BROKER_CONFIGS + ":alter")
+def change_broker_configs(broker_id: int, name: str | None = None):
+    check_broker(broker_id)
+    _refuse_change(name)
+
+
+# -- cluster-wide broker configs --------------------------------------------------------
+# Kafka's dynamic cluster-wide defaults (DYNAMIC_DEFAULT_BROKER_CONFIG): this broker's
+# configs are all static, so there are none to list or read, and setting one is
+# refused as Kafka refuses a read-only config.
+
+CLUSTER_CONFIGS = "/v3/clusters/<cluster_id>/broker-configs"
+
+
+@bp.get(CLUSTER_CONFIGS)
+def list_cluster_configs():
+    return jsonify(listing("KafkaClusterConfigList", ("broker-configs",), []))
+
+
+@bp.get(CLUSTER_CONFIGS + "/<name>")
+def get_cluster_config(name: str):
+    abort(404, f"no dynamic cluster-wide broker config {name!r}: this broker's configs are static "
+               f"(GET .../brokers/{current_engine().node_id}/configs/{name} shows its value)")
+
+
+@bp.put(CLUSTER_CONFIGS + "/<name>")
+@bp.delete(CLUSTER_CONFIGS + "/<name>")
+@bp.post(CLUSTER_CONFIGS + ":alter")
+def change_cluster_configs(name: str | None = None):
+    _refuse_change(name)
+
+
+@bp.get("/v3/clusters/<cluster_id>/brokers/-/configs")
+def list_all_broker_configs():
+    """The proxy's ``-`` wildcard: every broker's configs -- this one's."""
+    node = current_engine().node_id
+    return jsonify(listing("KafkaBrokerConfigList", ("brokers", "-", "configs"),
+                           [broker_config_resource(node, c) for c in _broker_configs(node)]))
+
+
+@bp.get(BROKER_CONFIGS)
+def list_broker_configs(broker_id: int):
+    return jsonify(listing("KafkaBrokerConfigList", ("brokers", broker_id, "configs"),
+                           [broker_config_resource(broker_id, c) for c in _broker_configs(broker_id)]))
+
+
+@bp.get(BROKER_CONFIGS + "/<name>")
+def get_broker_config(broker_id: int, name: str):
+    found = next((c for c in _broker_configs(broker_id) if c["name"] == name), None)
+    if found is None:
+        abort(404, f"broker {broker_id} has no config {name!r}")
+    return jsonify(broker_config_resource(broker_id, found))

@@ -1,0 +1,372 @@
+"""Transactions over HTTP, and the operator's view of them.
+
+A client drives a transaction like a Kafka transactional producer, one call per
+step, each carrying the ``producer_id`` and ``producer_epoch`` that ``init`` gave it::
+
+    POST .../transactions/<id>/init      InitProducerId: fences older instances
+    POST .../transactions/<id>/records   AddPartitionsToTxn as needed, then one
+                                         transactional batch per record
+    POST .../transactions/<id>/offsets   AddOffsetsToTxn + TxnOffsetCommit (KIP-447:
+                                         the group's generation fences zombies)
+    POST .../transactions/<id>/commit    EndTxn(commit): returns once every marker
+    POST .../transactions/<id>/abort     EndTxn(abort)    is durable
+
+There is no ``begin``: the first ``records`` or ``offsets`` call opens the
+transaction, as the first send does in a Kafka client. A call with an older epoch
+than the current one is PRODUCER_FENCED (409), so an instance that was replaced
+(a newer ``init``) or timed out cannot write. The broker keeps the producer's
+sequence per partition itself: each record's sequence is computed on the engine's
+loop in the same step as its append, so concurrent calls never collide. Retrying a
+``records`` call would append the records again (new sequences); send an
+``Idempotency-Key`` to make retries safe (``exactly/app/http/api/idempotency.py``). Committing
+a transaction that has nothing in it is a no-op, as a Kafka client does it.
+
+A ``records`` call's key survives a crash because it is written with the records:
+each record the call appends carries the header :data:`KEY_HEADER`, whose value is
+``{"key", "fingerprint", "index", "count"}`` (the key, the request's fingerprint, the
+record's place in the request and the number of records in it), durable in the same
+fsync as the record itself. When the app is made, the records of every open
+transaction are read back (from the first offset the partition's producer state keeps
+for it) and each key's first answer is rebuilt into the ``Idempotency-Key`` cache, so
+a retry after a restart appends nothing and gets the first answer, and one with
+another body is still 422. A key whose records did not all reach the log (the broker
+died between two partitions' appends, before answering) answers
+TRANSACTION_ABORTABLE: abort and run the transaction again. Keys of finished
+transactions are not rebuilt -- the client already had its answer to commit. The
+header is visible to consumers, which may read it as "this record came from that
+HTTP request"; a client may not send it itself.
+
+Inspection: ``GET .../transactions`` (ListTransactions), ``GET .../transactions/<id>``
+(DescribeTransactions, plus finished transactions from the SQLite mirror when there
+is one), ``POST .../transactions/<id>/admin-abort`` (the coordinator aborts the open
+transaction and fences its producer), and
+``POST .../topics/<t>/partitions/<p>/producers/<producer_id>/abort`` for any
+producer holding a partition's LSO (Kafka's AbortTransaction, KIP-664): the
+coordinator aborts its transactional id's transaction, or -- for a producer no
+coordinator knows -- an ABORT marker one epoch up ends it on that partition;
+either way the producer is fenced (``Engine.abort_hanging_transaction``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+from flask import Blueprint, Flask, Response, jsonify, request
+from flask.blueprints import BlueprintSetupState
+
+from exactly.app.engine import mirror_reads, read_models
+from exactly.app.engine import INTERNAL_TOPICS
+from exactly.app.http import access, current_engine, errors, mirror_db
+from exactly.app.http.api import idempotency, models
+from exactly.app.http.api.idempotency import idempotent
+from exactly.app.http.api.records import choose_partition, parse_record
+from exactly.app.http.api.resources import cluster_id, crn, listing, resource
+from exactly.app.http.api.validation import body, query
+from exactly.coordinator.group_metadata import CommittedOffset
+from exactly.coordinator.transaction_state import TransactionState
+from exactly.storage.errors import (
+    InvalidRequestError,
+    InvalidTopicError,
+    InvalidTxnStateError,
+    KafkaError,
+    OperationNotAttemptedError,
+    TransactionAbortableError,
+    TransactionalIdNotFoundError,
+    UnknownTopicOrPartitionError,
+)
+from exactly.storage.record_batch import Record, SimpleRecord, encode_batch
+
+if TYPE_CHECKING:
+    from exactly.app.engine import Engine
+
+log = logging.getLogger(__name__)
+bp = Blueprint("transactions", __name__)
+
+BASE = "/v3/clusters/<cluster_id>/transactions"
+TXN = BASE + "/<transactional_id>"
+#: the record header in which a ``records`` call keeps its ``Idempotency-Key`` (see above)
+KEY_HEADER = "exactly.idempotency-key"
+
+
+def _scope(transactional_id: str) -> str:
+    return f"txn:{transactional_id}"
+
+
+def _raise_first(errors: dict[Any, KafkaError | None]) -> None:
+    """Raise the error that explains a per-partition answer (not OPERATION_NOT_ATTEMPTED)."""
+    found = [e for e in errors.values() if e is not None]
+    if found:
+        raise next((e for e in found if not isinstance(e, OperationNotAttemptedError)), found[0])
+
+
+# -- the transactional client --------------------------------------------------------
+
+
+@bp.post(TXN + "/init")
+@idempotent(_scope)
+def init(transactional_id: str):
+    timeout = body(models.InitTransaction, required=False).transaction_timeout_ms
+    engine = current_engine()
+    producer_id, epoch = engine.call(engine.init_producer_id, transactional_id, timeout)
+    return jsonify({"transactional_id": transactional_id, "producer_id": producer_id, "producer_epoch": epoch})
+
+
+def _start_append(engine: "Engine", topic: str, partition: int, record: SimpleRecord,
+                  producer_id: int, epoch: int):
+    """On the loop: the producer's next sequence and the append, with nothing between."""
+    sequence = engine.next_sequence(topic, partition, producer_id, epoch)
+    batch = encode_batch([record], producer_id=producer_id, producer_epoch=epoch, base_sequence=sequence,
+                         transactional=True)
+    return engine.start_produce(topic, partition, batch)
+
+
+async def _append_in_txn(engine: "Engine", txn_id: str, producer_id: int, epoch: int,
+                         records: list[tuple[str, int | None, SimpleRecord]]) -> list[tuple[str, int, int]]:
+    placed = []
+    for topic, partition, record in records:
+        if topic in INTERNAL_TOPICS:
+            raise InvalidTopicError(f"clients may not produce to the internal topic {topic}")
+        placed.append((topic, choose_partition(engine, topic, record.key) if partition is None else partition,
+                       record))
+    _raise_first(await engine.add_partitions_to_txn(
+        txn_id, producer_id, epoch, {(t, p) for t, p, _ in placed}))
+    # started in one go, in order: consecutive sequences per partition, one group commit
+    futures = [_start_append(engine, t, p, r, producer_id, epoch) for t, p, r in placed]
+    results = [await asyncio.wrap_future(f) for f in futures]
+    return [(t, p, result.base_offset) for (t, p, _), result in zip(placed, results)]
+
+
+@bp.post(TXN + "/records")
+@idempotent(_scope)
+def produce(transactional_id: str):
+    sent = body(models.TransactionRecords)
+    producer_id, epoch = sent.producer_id, sent.producer_epoch
+    engine = current_engine()
+    now = engine.clock.now_ms()
+    records = []
+    for i, item in enumerate(sent.records):
+        partition, record = parse_record(item, now, f"records[{i}].")
+        if any(name == KEY_HEADER for name, _ in record.headers):
+            raise InvalidRequestError(f"records[{i}].headers: {KEY_HEADER} is the broker's own header")
+        records.append((item.topic_name, partition, record))
+    access.require(access.TOPIC, access.O.WRITE, (topic for topic, _, _ in records))
+    call = idempotency.current_call()
+    if call is not None:
+        records = _marked(records, *call)
+    appended = engine.call(_append_in_txn, engine, transactional_id, producer_id, epoch, records)
+    return _records_answer(appended)
+
+
+def _records_answer(appended: list[tuple[str, int, int]]) -> Response:
+    return jsonify({"records": [{"topic_name": t, "partition_id": p, "offset": o} for t, p, o in appended]})
+
+
+# -- Idempotency-Key across restarts (see the module docstring) -------------------------
+
+
+def _marked(records: list[tuple[str, int | None, SimpleRecord]], key: str,
+            fingerprint: str) -> list[tuple[str, int | None, SimpleRecord]]:
+    """``records``, each with the :data:`KEY_HEADER` of this call."""
+    def mark(index: int) -> bytes:
+        return json.dumps({"key": key, "fingerprint": fingerprint, "index": index, "count": len(records)},
+                          separators=(",", ":")).encode()
+
+    return [(topic, partition, replace(record, headers=(*record.headers, (KEY_HEADER, mark(i)))))
+            for i, (topic, partition, record) in enumerate(records)]
+
+
+@dataclass
+class _KeyedCall:
+    """What the log holds of one keyed ``records`` call."""
+
+    fingerprint: str
+    count: int
+    #: request index -> (topic, partition, offset) of each record found
+    placed: dict[int, tuple[str, int, int]] = field(default_factory=dict)
+
+
+def _mark_of(record: Record) -> dict[str, Any] | None:
+    """The :data:`KEY_HEADER` of a record, or None (also when it is not ours: a Kafka
+    client may send any header, and start-up must not fail on it)."""
+    raw = next((value for name, value in reversed(record.headers) if name == KEY_HEADER), None)
+    try:
+        mark = json.loads(raw) if raw else None
+    except (ValueError, RecursionError):  # RecursionError: absurdly deep nesting
+        return None
+    shape = {"key": str, "fingerprint": str, "index": int, "count": int}
+    if not isinstance(mark, dict) or not all(isinstance(mark.get(k), t) for k, t in shape.items()):
+        return None
+    return mark if 0 <= mark["index"] < mark["count"] else None
+
+
+async def _keyed_calls(engine: "Engine") -> dict[tuple[str, str], _KeyedCall]:
+    """On the loop: the keyed ``records`` calls in the open transactions, by
+    (transactional id, key), read from each open transaction's first offset."""
+    calls: dict[tuple[str, str], _KeyedCall] = {}
+    for txn_id, topic, partition, record in read_models.open_transaction_records(engine):
+        mark = _mark_of(record)
+        if mark is not None:
+            call = calls.setdefault((txn_id, mark["key"]), _KeyedCall(mark["fingerprint"], mark["count"]))
+            call.placed[mark["index"]] = (topic, partition, record.offset)
+    return calls
+
+
+def _first_answer(call: _KeyedCall) -> Response:
+    if len(call.placed) == call.count:
+        return _records_answer([call.placed[i] for i in range(call.count)])
+    return errors.kafka_error_response(TransactionAbortableError(
+        f"only {len(call.placed)} of the {call.count} records of this call reached the log before the broker "
+        f"stopped; abort the transaction and run it again"))
+
+
+@bp.record_once
+def _remember_keyed_calls(state: BlueprintSetupState) -> None:
+    """When the app is made: the first answers of the keyed ``records`` calls of the
+    open transactions go back into the ``Idempotency-Key`` cache."""
+    app: Flask = state.app
+    engine: "Engine" = app.extensions["exactly.engine"]
+    cache = idempotency.cache(app)
+    with app.app_context():
+        for (txn_id, key), call in engine.call(_keyed_calls, engine).items():
+            cache.remember(_scope(txn_id), key, call.fingerprint, _first_answer(call))
+
+
+async def _offsets_in_txn(engine: "Engine", txn_id: str, producer_id: int, epoch: int, group: dict[str, Any],
+                          offsets: dict[tuple[str, int], CommittedOffset]) -> None:
+    for topic, partition in offsets:
+        if not engine.has_partition(topic, partition):
+            raise UnknownTopicOrPartitionError(f"{topic}-{partition} does not exist")
+    await engine.add_offsets_to_txn(txn_id, producer_id, epoch, group["group_id"])
+    _raise_first(await engine.txn_offset_commit(
+        txn_id, group["group_id"], producer_id, epoch, offsets, group["generation_id"], group["member_id"],
+        group["group_instance_id"]))
+
+
+@bp.post(TXN + "/offsets")
+@idempotent(_scope)
+def send_offsets(transactional_id: str):
+    sent = body(models.TransactionOffsets)
+    producer_id, epoch = sent.producer_id, sent.producer_epoch
+    group = {"group_id": sent.group_id,
+             "generation_id": -1 if sent.generation_id is None else sent.generation_id,
+             "member_id": sent.member_id or "", "group_instance_id": sent.group_instance_id}
+    engine = current_engine()
+    now = engine.clock.now_ms()
+    offsets = {}
+    for item in sent.offsets:
+        offsets[item.topic_name, item.partition_id] = CommittedOffset(item.offset, item.metadata or "", -1, now)
+    access.require(access.GROUP, access.O.READ, (sent.group_id,))  # TxnOffsetCommit
+    access.require(access.TOPIC, access.O.READ, (topic for topic, _ in offsets))
+    engine.call(_offsets_in_txn, engine, transactional_id, producer_id, epoch, group, offsets)
+    return jsonify({"transactional_id": transactional_id, "group_id": group["group_id"],
+                    "offsets": [{"topic_name": t, "partition_id": p, "offset": o.offset, "metadata": o.metadata}
+                                for (t, p), o in offsets.items()]})
+
+
+async def _end(engine: "Engine", txn_id: str, producer_id: int, epoch: int, commit: bool) -> dict[str, Any]:
+    try:
+        await engine.end_txn(txn_id, producer_id, epoch, commit)
+    except InvalidTxnStateError:
+        meta = engine.describe_transaction(txn_id)  # nothing was added: like a Kafka client, there is nothing to end
+        if not (meta and meta.state is TransactionState.EMPTY and
+                (meta.producer_id, meta.producer_epoch) == (producer_id, epoch)):
+            raise
+    return await read_models.transaction(engine, txn_id)
+
+
+def _end_view(transactional_id: str, commit: bool):
+    sent = body(models.ProducerFields)
+    producer_id, epoch = sent.producer_id, sent.producer_epoch
+    engine = current_engine()
+    return jsonify(transaction_resource(engine.call(_end, engine, transactional_id, producer_id, epoch, commit)))
+
+
+@bp.post(TXN + "/commit")
+@idempotent(_scope)
+def commit(transactional_id: str):
+    return _end_view(transactional_id, commit=True)
+
+
+@bp.post(TXN + "/abort")
+@idempotent(_scope)
+def abort(transactional_id: str):
+    return _end_view(transactional_id, commit=False)
+
+
+# -- inspection and the operator's abort ------------------------------------------------
+
+
+def transaction_resource(txn: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    """A transactional id's state (DescribeTransactions) with REST v3's ``kind`` and ``metadata``."""
+    txn_id = txn["transactional_id"]
+    return resource("KafkaTransaction", ("transactions", txn_id), crn(("transactional-id", txn_id)),
+                    cluster_id=cluster_id(), **txn, **extra)
+
+
+
+@bp.get(BASE)
+def list_transactions():
+    """ListTransactions; ``?state=Ongoing&state=PrepareCommit`` filters (Kafka's state names)."""
+    states = query(models.TransactionsQuery).state
+    engine = current_engine()
+    found = engine.call(read_models.transactions, engine, states)
+    shown = access.visible(access.TXN, access.O.DESCRIBE, (t["transactional_id"] for t in found))
+    return jsonify(listing("KafkaTransactionList", ("transactions",),
+                           [transaction_resource(t) for t in found if t["transactional_id"] in shown]))
+
+
+@bp.get(TXN)
+def describe(transactional_id: str):
+    """The transaction's state, and ``history``: its finished transactions, newest
+    first, from the SQLite mirror (null when the broker runs without one)."""
+    limit = query(models.TransactionQuery).history_limit
+    engine = current_engine()
+    txn = engine.call(read_models.transaction, engine, transactional_id)
+    return jsonify(transaction_resource(txn, history=_history(transactional_id, limit)))
+
+
+def _history(txn_id: str, limit: int) -> list[dict[str, Any]] | None:
+    db = mirror_db()
+    if db is None:
+        return None
+    try:
+        return mirror_reads.transaction_history(db, txn_id, limit)
+    except Exception as error:  # a broken mirror must not break the live answer
+        errors.log_mirror_error(log, error, f"reading the history of {txn_id!r} from the SQLite mirror failed")
+        return None
+
+
+async def _admin_abort(engine: "Engine", txn_id: str, actor: str) -> dict[str, Any]:
+    if engine.describe_transaction(txn_id) is None:
+        raise TransactionalIdNotFoundError(f"no transactional id {txn_id!r}")
+    await engine.abort_transaction(txn_id, actor)
+    return await read_models.transaction(engine, txn_id)
+
+
+def api_actor() -> str:
+    """Who an admin abort through the API is, for its recorded reason."""
+    return f"the HTTP API, from {request.remote_addr}"
+
+
+@bp.post(TXN + "/admin-abort")
+def admin_abort(transactional_id: str):
+    """Abort the open transaction of ``transactional_id`` and fence its producer (the
+    epoch is bumped), so a transaction holding the LSO back ends now."""
+    engine = current_engine()
+    return jsonify(transaction_resource(engine.call(_admin_abort, engine, transactional_id, api_actor())))
+
+
+@bp.post("/v3/clusters/<cluster_id>/topics/<topic_name>/partitions/<int:partition_id>"
+         "/producers/<int:producer_id>/abort")
+def abort_hanging(topic_name: str, partition_id: int, producer_id: int):
+    """End the open transaction of any producer on one partition and fence the
+    producer, so the partition's LSO moves."""
+    engine = current_engine()
+    result = engine.call(engine.abort_hanging_transaction, topic_name, partition_id, producer_id, api_actor())
+    return jsonify({"topic_name": topic_name, "partition_id": partition_id, "producer_id": producer_id,
+                    "transactional_id": result.transactional_id, "producer_epoch": result.producer_epoch,
+                    "last_stable_offset": result.last_stable_offset})

@@ -1,0 +1,38 @@
+"""The console's events on demand, on a transaction's page: Fence producer (as a new
+instance's InitProducerId would) and Time out now (as ``transaction.timeout.ms``
+expiring would) -- ``exactly/app/http/api/events.py``'s operations, as POST forms with the session's
+CSRF token, confirmed in the browser like the Abort button. The routes join the ``ui``
+blueprint.
+"""
+
+from __future__ import annotations
+
+from flask import url_for
+
+from exactly.app.http import current_engine
+from exactly.app.http.console.blueprint import actor, back, bp, done
+from exactly.storage import errors as e
+
+
+@bp.post("/transactions/<path:txn_id>/fence")
+def fence_transaction(txn_id: str):
+    target = back(url_for("ui.transaction", txn_id=txn_id))
+    engine = current_engine()
+    try:
+        producer_id, epoch = engine.call(engine.fence_producer, txn_id, actor())
+    except e.KafkaError as error:
+        return done(f"Could not fence {txn_id}: {error.name} — {error}", "error", target)
+    return done(f"Fenced {txn_id}: producer {producer_id} is at epoch {epoch} now; the running producer's next "
+                f"request is refused (PRODUCER_FENCED / INVALID_PRODUCER_EPOCH).", "success", target)
+
+
+@bp.post("/transactions/<path:txn_id>/timeout")
+def time_out_transaction(txn_id: str):
+    target = back(url_for("ui.transaction", txn_id=txn_id))
+    engine = current_engine()
+    try:
+        engine.call(engine.time_out_transaction, txn_id, actor())
+    except e.KafkaError as error:
+        return done(f"Could not time out {txn_id}: {error.name} — {error}", "error", target)
+    return done(f"Timed out {txn_id}: its transaction is aborted as transaction.timeout.ms would have, and its "
+                f"producer's epoch bumped.", "success", target)

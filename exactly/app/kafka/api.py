@@ -1,0 +1,180 @@
+"""The registry of served APIs, and what a handler gets to work with.
+
+Each handler declares beside itself the versions it serves (franz-go's kfake does
+the same)::
+
+    @serves(ApiKey.END_TXN, 0, 3)
+    async def end_txn(ctx: RequestContext, request) -> dict: ...
+
+and the ApiVersions answer is built from these declarations, so what is advertised
+cannot drift from what is implemented. A handler gets the decoded request (a kio
+entity of the requested version: fields a version lacks are read with
+``getattr(request, name, default)``) and returns the response as a mapping with
+kio's field names (``exactly/app/kafka/codec.py`` fits it to the version), or None for a
+request that gets no response (Produce with acks=0).
+
+Errors are Kafka's exception classes (``exactly/storage/errors.py``) everywhere below this
+package; :func:`error_code` turns one into the wire code, here at the edge.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping, Protocol
+
+from kio.index import api_key_map
+
+from exactly.app.security.principal import KafkaPrincipal
+from exactly.storage.errors import (
+    InvalidProducerEpochError,
+    KafkaError,
+    ProducerFencedError,
+    UnknownLeaderEpochError,
+    UnknownServerError,
+)
+
+if TYPE_CHECKING:
+    from exactly.app.engine import Engine
+
+
+class ApiKey(enum.IntEnum):
+    """The API keys this broker knows (Kafka's ``ApiKeys``)."""
+
+    PRODUCE = 0
+    FETCH = 1
+    LIST_OFFSETS = 2
+    METADATA = 3
+    OFFSET_COMMIT = 8
+    OFFSET_FETCH = 9
+    FIND_COORDINATOR = 10
+    JOIN_GROUP = 11
+    HEARTBEAT = 12
+    LEAVE_GROUP = 13
+    SYNC_GROUP = 14
+    DESCRIBE_GROUPS = 15
+    LIST_GROUPS = 16
+    SASL_HANDSHAKE = 17
+    API_VERSIONS = 18
+    CREATE_TOPICS = 19
+    DELETE_TOPICS = 20
+    DELETE_RECORDS = 21
+    INIT_PRODUCER_ID = 22
+    OFFSET_FOR_LEADER_EPOCH = 23
+    ADD_PARTITIONS_TO_TXN = 24
+    ADD_OFFSETS_TO_TXN = 25
+    END_TXN = 26
+    WRITE_TXN_MARKERS = 27
+    TXN_OFFSET_COMMIT = 28
+    DESCRIBE_ACLS = 29
+    CREATE_ACLS = 30
+    DELETE_ACLS = 31
+    DESCRIBE_CONFIGS = 32
+    ALTER_CONFIGS = 33
+    DESCRIBE_LOG_DIRS = 35
+    SASL_AUTHENTICATE = 36
+    CREATE_PARTITIONS = 37
+    DELETE_GROUPS = 42
+    INCREMENTAL_ALTER_CONFIGS = 44
+    OFFSET_DELETE = 47
+    DESCRIBE_USER_SCRAM_CREDENTIALS = 50
+    ALTER_USER_SCRAM_CREDENTIALS = 51
+    DESCRIBE_CLUSTER = 60
+    DESCRIBE_PRODUCERS = 61
+    DESCRIBE_TRANSACTIONS = 65
+    LIST_TRANSACTIONS = 66
+
+
+#: the leader epoch of every partition: one node, never a new leader
+LEADER_EPOCH = 0
+#: a handler's answer that closes the connection instead (Kafka's closeConnection)
+CLOSE = object()
+
+
+@dataclass(frozen=True)
+class Node:
+    """This broker as clients see it (Metadata, FindCoordinator, DescribeCluster)."""
+
+    node_id: int
+    host: str
+    port: int
+
+
+class ClientConnection(Protocol):
+    """What a handler sees of the connection a request came on (the listener's
+    ``Connection``), so handlers never depend on the listener."""
+
+    #: the client's address, without the port (a group member's client host)
+    host: str
+    #: KIP-511: what the client says it is, in its ApiVersions request (v3+)
+    software_name: str
+    software_version: str
+    #: who the client is: ``User:ANONYMOUS`` until a SASL exchange names someone
+    principal: KafkaPrincipal
+    #: the connection's SASL state on a SASL listener (``exactly/app/kafka/sasl.py``), else None
+    sasl: Any
+
+
+@dataclass(frozen=True)
+class RequestContext:
+    engine: "Engine"
+    node: Node
+    connection: ClientConnection
+    version: int
+    client_id: str | None
+
+    @property
+    def principal(self) -> KafkaPrincipal:
+        """The principal the request is authorized as (its connection's)."""
+        return self.connection.principal
+
+
+Handler = Callable[[RequestContext, Any], Awaitable[Mapping[str, Any] | None]]
+
+
+@dataclass(frozen=True)
+class Api:
+    key: int
+    name: str
+    min_version: int
+    max_version: int
+    handler: Handler
+    #: listed in ApiVersions (WriteTxnMarkers is served only to refuse it, unlisted)
+    advertised: bool = True
+
+
+APIS: dict[int, Api] = {}
+
+
+def serves(api_key: ApiKey, min_version: int, max_version: int,
+           advertised: bool = True) -> Callable[[Handler], Handler]:
+    """Register the decorated coroutine as the handler of ``api_key`` at these versions."""
+    def register(handler: Handler) -> Handler:
+        if api_key in APIS:
+            raise TypeError(f"API {api_key.name} registered twice")
+        APIS[api_key] = Api(int(api_key), api_key_map[api_key], min_version, max_version, handler, advertised)
+        return handler
+    return register
+
+
+def error_code(error: BaseException | None) -> int:
+    """The wire code of an error (NONE for None, UNKNOWN_SERVER_ERROR for a non-Kafka one)."""
+    if error is None:
+        return 0
+    return error.code if isinstance(error, KafkaError) else UnknownServerError.code
+
+
+def fenced_code(error: BaseException | None, version: int, fenced_since: int | None) -> int:
+    """:func:`error_code`, with PRODUCER_FENCED answered as INVALID_PRODUCER_EPOCH to
+    request versions older than ``fenced_since`` (None: every version), as Kafka does."""
+    code = error_code(error)
+    if code == ProducerFencedError.code and (fenced_since is None or version < fenced_since):
+        return InvalidProducerEpochError.code
+    return code
+
+
+def check_leader_epoch(current_leader_epoch: int) -> None:
+    """Fetch / ListOffsets / OffsetForLeaderEpoch carry the client's idea of the leader
+    epoch (-1: unknown, not checked). Ours is always 0, so none is ever older."""
+    if current_leader_epoch > LEADER_EPOCH:
+        raise UnknownLeaderEpochError(f"leader epoch {current_leader_epoch} is newer than {LEADER_EPOCH}")

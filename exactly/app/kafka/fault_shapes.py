@@ -1,0 +1,190 @@
+"""Where a request keeps what a fault matches, derived from kio's entity shapes.
+
+One rule per kind of field, read from the types kio gives every message field:
+
+* the **transactional id**: the top-level field typed ``TransactionalId``
+  (AddPartitionsToTxn v3's ``v3_and_below_transactional_id`` as well);
+* the **groups**: top-level fields typed ``GroupId`` (or a tuple of them, as
+  DescribeGroups has);
+* the **partitions**: the first top-level tuple of entities that have a
+  ``TopicName`` field and a tuple of partitions -- entities with an index field
+  (``index``, ``partition_index``, ``partition``), or bare int32s; the response's
+  partitions the same way, their error being the field typed ``ErrorCode``.
+
+FindCoordinator is the one API declared by hand: its key is a group or a
+transactional id as its ``key_type`` says (0 group, 1 transaction; v4 asks for
+several keys at once).
+
+:func:`without` rebuilds a request without some partitions (the rest is answered for
+real) and :func:`error_answer` writes the answer of the faulted part, which
+:func:`merge` puts back beside the real one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import typing
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from kio.index import load_response_schema
+from kio.schema.errors import ErrorCode
+from kio.schema.types import GroupId, TopicName, TransactionalId
+
+from exactly.app.faults.fault import RequestFacts
+
+FIND_COORDINATOR = 10
+#: FindCoordinator's key types
+GROUP_KEY, TRANSACTION_KEY = 0, 1
+#: the names an entity's partition index goes by, across APIs
+INDEX_NAMES = ("index", "partition_index", "partition")
+
+TopicPartition = tuple[str, int]
+
+
+@dataclass(frozen=True)
+class Partitioned:
+    """Where a message nests its partitions under its topics."""
+
+    #: the message's tuple of topic entities
+    topics: str
+    #: the topic entity's name field
+    name: str
+    #: the topic entity's tuple of partitions
+    partitions: str
+    #: the partition entity's index field; None: the partitions are bare int32s
+    index: str | None
+    #: (responses) the partition entity's error field
+    error: str | None
+
+
+def _element(hint: Any) -> Any:
+    """The element type of ``tuple[X, ...]`` (or ``tuple[X, ...] | None``); None otherwise."""
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    if typing.get_origin(hint) is tuple:
+        return args[0]
+    if len(args) == 1 and typing.get_origin(args[0]) is tuple:
+        return typing.get_args(args[0])[0]
+    return None
+
+
+def _strip_none(hint: Any) -> Any:
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    return args[0] if len(args) == 1 and type(None) in typing.get_args(hint) else hint
+
+
+@functools.cache
+def _hints(cls: type) -> dict[str, Any]:
+    return {name: _strip_none(hint) for name, hint in typing.get_type_hints(cls).items()}
+
+
+@functools.cache
+def partitioned(cls: type) -> Partitioned | None:
+    """Where ``cls`` (a kio request or response entity) keeps its partitions, if it has any."""
+    for topics, hint in _hints(cls).items():
+        topic_cls = _element(hint)
+        if not dataclasses.is_dataclass(topic_cls):
+            continue
+        topic_hints = _hints(topic_cls)
+        name = next((n for n, h in topic_hints.items() if h is TopicName), None)
+        partitions = next((n for n, h in topic_hints.items() if _element(h) is not None), None)
+        if name is None or partitions is None:
+            continue
+        partition_cls = _element(topic_hints[partitions])
+        if not dataclasses.is_dataclass(partition_cls):
+            return Partitioned(topics, name, partitions, None, None)
+        fields = _hints(partition_cls)
+        index = next((n for n in INDEX_NAMES if n in fields), None)
+        error = next((n for n, h in fields.items() if h is ErrorCode), None)
+        return Partitioned(topics, name, partitions, index, error) if index else None
+    return None
+
+
+@functools.cache
+def _named_fields(cls: type) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """``(group fields, transactional id fields)`` of a request entity."""
+    hints = _hints(cls)
+    groups = tuple(n for n, h in hints.items() if h is GroupId or _element(h) is GroupId)
+    txn_ids = tuple(n for n, h in hints.items() if h is TransactionalId)
+    return groups, txn_ids
+
+
+def partitions_of(body: Any) -> tuple[TopicPartition, ...]:
+    """Every (topic, partition) a request names."""
+    shape = partitioned(type(body))
+    if shape is None:
+        return ()
+    return tuple((getattr(topic, shape.name), _index(shape, p))
+                 for topic in getattr(body, shape.topics) or ()
+                 for p in getattr(topic, shape.partitions))
+
+
+def _index(shape: Partitioned, partition: Any) -> int:
+    return int(partition if shape.index is None else getattr(partition, shape.index))
+
+
+def facts(api_key: int, client_id: str | None, principal: str, body: Any) -> RequestFacts:
+    """What a fault can match in this request."""
+    if api_key == FIND_COORDINATOR:
+        keys = tuple(getattr(body, "coordinator_keys", None) or (body.key,))
+        is_txn = getattr(body, "key_type", GROUP_KEY) == TRANSACTION_KEY
+        return RequestFacts(api_key, client_id, principal, groups=() if is_txn else keys,
+                            transactional_id=keys[0] if is_txn else None)
+    group_fields, txn_fields = _named_fields(type(body))
+    groups: list[str] = []
+    for name in group_fields:
+        value = getattr(body, name)
+        groups.extend(value if isinstance(value, tuple) else () if value is None else (value,))
+    txn_id = next((getattr(body, n) for n in txn_fields if getattr(body, n)), None)
+    return RequestFacts(api_key, client_id, principal, partitions_of(body), tuple(groups), txn_id)
+
+
+def without(body: Any, dropped: Callable[[str, int], bool]) -> Any:
+    """The request without the partitions ``dropped`` says so of (topics left empty go too)."""
+    shape = partitioned(type(body))
+    assert shape is not None
+    topics = []
+    for topic in getattr(body, shape.topics):
+        name = getattr(topic, shape.name)
+        kept = tuple(p for p in getattr(topic, shape.partitions) if not dropped(name, _index(shape, p)))
+        if kept:
+            topics.append(dataclasses.replace(topic, **{shape.partitions: kept}))
+    return dataclasses.replace(body, **{shape.topics: tuple(topics)})
+
+
+def error_answer(api_key: int, version: int, code: int, body: Any,
+                 faulted: tuple[TopicPartition, ...]) -> dict[str, Any] | None:
+    """The answer of ``code`` for the faulted part of a request: per partition where
+    the response has partitions, per key for FindCoordinator v4, else the top-level
+    ``error_code``; None when the response has no place for an error."""
+    response_cls = load_response_schema(api_key, version)
+    shape = partitioned(response_cls)
+    if shape is not None and shape.error is not None and faulted:
+        return {shape.topics: _topics(shape, code, faulted)}
+    if api_key == FIND_COORDINATOR and version >= 4:
+        return {"coordinators": [{"key": key, "error_code": code, "node_id": -1, "host": "", "port": -1}
+                                 for key in body.coordinator_keys]}
+    if "error_code" in _hints(response_cls):
+        return {"error_code": code}
+    return None
+
+
+def _topics(shape: Partitioned, code: int, faulted: tuple[TopicPartition, ...]) -> list[dict[str, Any]]:
+    by_topic: dict[str, list[dict[str, Any]]] = {}
+    for topic, partition in faulted:
+        by_topic.setdefault(topic, []).append({shape.index: partition, shape.error: code})
+    return [{shape.name: topic, shape.partitions: entries} for topic, entries in by_topic.items()]
+
+
+def merge(api_key: int, version: int, real: Any, faulted: dict[str, Any]) -> Any:
+    """The real answer of the rest of a request with the faulted partitions' answer added."""
+    if real is None or not isinstance(real, dict):
+        return real  # acks=0 (no answer) or a CLOSE: the faulted part changes nothing
+    shape = partitioned(load_response_schema(api_key, version))
+    assert shape is not None
+    topics = {t[shape.name]: {**t, shape.partitions: list(t[shape.partitions])} for t in real.get(shape.topics, ())}
+    for topic in faulted[shape.topics]:
+        entry = topics.setdefault(topic[shape.name], {shape.name: topic[shape.name], shape.partitions: []})
+        entry[shape.partitions].extend(topic[shape.partitions])
+    return {**real, shape.topics: list(topics.values())}

@@ -1,0 +1,172 @@
+"""Consumer groups, the classic protocol: JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
+and DescribeGroups / ListGroups / DeleteGroups / OffsetDelete for tools.
+
+The group coordinator (``exactly/coordinator/group_coordinator.py``) does the work; a
+JoinGroup waits there until the rebalance completes. When its client disconnects
+meanwhile, the connection cancels the request and the coordinator stops waiting
+for that member.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from exactly.app.kafka import authorization
+from exactly.app.kafka.api import ApiKey, RequestContext, error_code, serves
+from exactly.app.kafka.authorization import C, G, T
+from exactly.app.kafka.codec import millis
+from exactly.app.security.acl import CLUSTER_NAME
+from exactly.coordinator.group_metadata import GroupState
+from exactly.storage.errors import KafkaError, MemberIdRequiredError
+
+
+@serves(ApiKey.JOIN_GROUP, 0, 9)
+async def join_group(ctx: RequestContext, request: Any) -> dict:
+    """From v4 a dynamic member without a member id is answered MEMBER_ID_REQUIRED with
+    one to join with (KIP-394); a static member (v5's group_instance_id) never is. From
+    v9 a restarted static leader of a Stable group is told to skip the assignment."""
+    session_timeout = millis(request.session_timeout)
+    rebalance_timeout = millis(getattr(request, "rebalance_timeout", request.session_timeout))
+    group_instance_id = getattr(request, "group_instance_id", None)
+    try:
+        authorization.check(ctx, ApiKey.JOIN_GROUP, G, request.group_id)
+        joined = await ctx.engine.join_group(
+            request.group_id, request.member_id, request.protocol_type,
+            [(p.name, p.metadata) for p in request.protocols], session_timeout, rebalance_timeout,
+            group_instance_id, ctx.client_id or "", f"/{ctx.connection.host}",
+            require_known_member_id=ctx.version >= 4 and group_instance_id is None,
+            support_skipping_assignment=ctx.version >= 9)
+    except MemberIdRequiredError as e:
+        return {"error_code": error_code(e), "generation_id": -1, "member_id": e.member_id}
+    except KafkaError as e:
+        return {"error_code": error_code(e), "generation_id": -1, "member_id": request.member_id}
+    return {"error_code": 0, "generation_id": joined.generation, "protocol_type": joined.protocol_type,
+            "protocol_name": joined.protocol or "", "leader": joined.leader,
+            "skip_assignment": joined.skip_assignment, "member_id": joined.member_id,
+            "members": [{"member_id": member_id, "group_instance_id": instance_id, "metadata": metadata}
+                        for member_id, instance_id, metadata in joined.members]}
+
+
+@serves(ApiKey.SYNC_GROUP, 0, 5)
+async def sync_group(ctx: RequestContext, request: Any) -> dict:
+    """From v5 the member names the generation's protocol type and name, checked, and
+    the answer names them too."""
+    try:
+        authorization.check(ctx, ApiKey.SYNC_GROUP, G, request.group_id)
+        assignment = await ctx.engine.sync_group(
+            request.group_id, request.generation_id, request.member_id,
+            {a.member_id: a.assignment for a in request.assignments}, getattr(request, "group_instance_id", None),
+            getattr(request, "protocol_type", None), getattr(request, "protocol_name", None))
+    except KafkaError as e:
+        return {"error_code": error_code(e), "assignment": b""}
+    group = ctx.engine.describe_group(request.group_id)
+    return {"error_code": 0, "assignment": assignment, "protocol_type": group and group.protocol_type,
+            "protocol_name": group and group.protocol}
+
+
+@serves(ApiKey.HEARTBEAT, 0, 4)
+async def heartbeat(ctx: RequestContext, request: Any) -> dict:
+    authorization.check(ctx, ApiKey.HEARTBEAT, G, request.group_id)
+    await ctx.engine.heartbeat(request.group_id, request.generation_id, request.member_id,
+                                                 getattr(request, "group_instance_id", None))
+    return {"error_code": 0}
+
+
+@serves(ApiKey.LEAVE_GROUP, 0, 5)
+async def leave_group(ctx: RequestContext, request: Any) -> dict:
+    """Up to v2 one member, its error the answer's; from v3 (KIP-345) a batch of members,
+    each by member id or -- an admin removing static members -- by instance id alone,
+    each with its own error."""
+    authorization.check(ctx, ApiKey.LEAVE_GROUP, G, request.group_id)
+    if ctx.version < 3:
+        await ctx.engine.leave_group(request.group_id, request.member_id)
+        return {"error_code": 0}
+    return {"error_code": 0, "members": [
+        {"member_id": m.member_id, "group_instance_id": m.group_instance_id,
+         "error_code": await _leave(ctx, request.group_id, m.member_id, m.group_instance_id)}
+        for m in request.members]}
+
+
+async def _leave(ctx: RequestContext, group_id: str, member_id: str, group_instance_id: str | None) -> int:
+    """One member's LeaveGroup; its error code."""
+    try:
+        await ctx.engine.leave_group(group_id, member_id, group_instance_id)
+    except KafkaError as e:
+        return error_code(e)
+    return 0
+
+
+@serves(ApiKey.DESCRIBE_GROUPS, 0, 4)
+async def describe_groups(ctx: RequestContext, request: Any) -> dict:
+    """Each group's state and members; an unknown group is described as Dead, as Kafka
+    does at these versions; one the principal may not Describe is GROUP_AUTHORIZATION_FAILED.
+    From v3 the principal's authorized operations on each group, when asked."""
+    described = []
+    asked = getattr(request, "include_authorized_operations", False)
+    for group_id in request.groups:
+        if not authorization.allowed(ctx, ApiKey.DESCRIBE_GROUPS, G, group_id):
+            described.append({"error_code": authorization.denial(G, group_id).code, "group_id": group_id,
+                              "authorized_operations": authorization.NOT_REQUESTED})
+            continue
+        operations = authorization.authorized_operations(ctx, G, group_id, asked)
+        group = ctx.engine.describe_group(group_id)
+        if group is None:
+            described.append({"error_code": 0, "group_id": group_id, "group_state": GroupState.DEAD.value,
+                              "authorized_operations": operations})
+            continue
+        stable = group.state is GroupState.STABLE
+        described.append({
+            "error_code": 0, "group_id": group_id, "group_state": group.state.value,
+            "authorized_operations": operations,
+            "protocol_type": group.protocol_type or "", "protocol_data": group.protocol or "",
+            "members": [{"member_id": m.member_id, "group_instance_id": m.group_instance_id,
+                         "client_id": m.client_id, "client_host": m.client_host,
+                         "member_metadata": m.metadata if stable else b"",
+                         "member_assignment": m.assignment if stable else b""}
+                        for m in group.members]})
+    return {"groups": described}
+
+
+@serves(ApiKey.LIST_GROUPS, 0, 2)
+async def list_groups(ctx: RequestContext, request: Any) -> dict:
+    """Every live group to a principal that may Describe the cluster, else those it may Describe."""
+    everything = authorization.allowed(ctx, ApiKey.LIST_GROUPS, C, CLUSTER_NAME, audit=False)
+    return {"error_code": 0, "groups": [
+        {"group_id": group.group_id, "protocol_type": group.protocol_type or ""}
+        for group in ctx.engine.list_groups() if group.state is not GroupState.DEAD
+        and (everything or authorization.allowed(ctx, ApiKey.LIST_GROUPS, G, group.group_id, audit=False))]}
+
+
+@serves(ApiKey.DELETE_GROUPS, 0, 2)
+async def delete_groups(ctx: RequestContext, request: Any) -> dict:
+    """Each group's deletion (GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP), one after another."""
+    results = []
+    for group_id in request.groups_names:
+        try:
+            authorization.check(ctx, ApiKey.DELETE_GROUPS, G, group_id)
+            await ctx.engine.delete_group(group_id)
+        except KafkaError as e:
+            results.append({"group_id": group_id, "error_code": error_code(e)})
+            continue
+        results.append({"group_id": group_id, "error_code": 0})
+    return {"results": results}
+
+
+@serves(ApiKey.OFFSET_DELETE, 0, 0)
+async def offset_delete(ctx: RequestContext, request: Any) -> dict:
+    """Delete a group's offsets of some partitions (GROUP_ID_NOT_FOUND, NON_EMPTY_GROUP,
+    GROUP_AUTHORIZATION_FAILED without Delete on the group for the whole request;
+    GROUP_SUBSCRIBED_TO_TOPIC, TOPIC_AUTHORIZATION_FAILED without Read on the topic per partition)."""
+    readable = {t.name: authorization.allowed(ctx, ApiKey.OFFSET_DELETE, T, t.name) for t in request.topics}
+    asked = [(t.name, p.partition_index) for t in request.topics for p in t.partitions if readable[t.name]]
+    try:
+        authorization.check(ctx, ApiKey.OFFSET_DELETE, G, request.group_id)
+        errors: dict = await ctx.engine.delete_offsets(request.group_id, asked)
+    except KafkaError as e:
+        return {"error_code": error_code(e), "topics": []}
+    errors.update({(t.name, p.partition_index): authorization.denial(T, t.name)
+                   for t in request.topics for p in t.partitions if not readable[t.name]})
+    return {"error_code": 0, "topics": [
+        {"name": t.name, "partitions": [{"partition_index": p.partition_index,
+                                         "error_code": error_code(errors[(t.name, p.partition_index)])}
+                                        for p in t.partitions]} for t in request.topics]}

@@ -1,0 +1,141 @@
+"""ApiVersions, Metadata, FindCoordinator and DescribeCluster: what a client asks
+before anything else -- which versions to speak, where each partition's leader is
+and which node coordinates its group or transaction. On one node the answer to
+the last two is always this broker."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from exactly.app.kafka import authorization
+from exactly.app.kafka.api import APIS, LEADER_EPOCH, ApiKey, RequestContext, error_code, serves
+from exactly.app.kafka.authorization import C, G, T, X
+from exactly.app.security.acl import CLUSTER_NAME
+from exactly.storage.errors import (
+    InvalidRequestError,
+    KafkaError,
+    TopicAlreadyExistsError,
+    UnknownTopicOrPartitionError,
+    UnsupportedEndpointTypeError,
+)
+from exactly.storage.log_manager import validate_topic_name
+
+GROUP_KEY, TRANSACTION_KEY = 0, 1
+BROKERS_ENDPOINT = 1
+
+
+#: what KIP-511's ClientSoftwareName and ClientSoftwareVersion must match (Kafka's
+#: ``ApiVersionsRequest.SOFTWARE_NAME_VERSION_PATTERN``)
+SOFTWARE_NAME_VERSION = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?")
+
+
+@serves(ApiKey.API_VERSIONS, 0, 4)
+async def api_versions(ctx: RequestContext, request: Any) -> dict:
+    """Every advertised API with the versions its handler declared; INVALID_REQUEST
+    (and nothing recorded) for a v3+ client software name or version Kafka would refuse."""
+    name = getattr(request, "client_software_name", "")
+    version = getattr(request, "client_software_version", "")
+    if ctx.version >= 3:
+        for what, value in (("name", name), ("version", version)):
+            if not SOFTWARE_NAME_VERSION.fullmatch(value):
+                raise InvalidRequestError(f"client software {what} {value!r} does not match "
+                                          f"{SOFTWARE_NAME_VERSION.pattern}")
+    ctx.connection.software_name, ctx.connection.software_version = name, version
+    return {"api_keys": [{"api_key": api.key, "min_version": api.min_version, "max_version": api.max_version}
+                         for api in sorted(APIS.values(), key=lambda a: a.key) if api.advertised]}
+
+
+def _broker(ctx: RequestContext) -> dict:
+    return {"node_id": ctx.node.node_id, "host": ctx.node.host, "port": ctx.node.port, "rack": None}
+
+
+@serves(ApiKey.METADATA, 0, 8)
+async def metadata(ctx: RequestContext, request: Any) -> dict:
+    """Brokers (this one) and topics; a requested topic that does not exist is created
+    when ``auto.create.topics.enable`` and the client allow it (``num.partitions``) and
+    the principal may Create it. All topics: those the principal may Describe; a topic
+    named and not describable is TOPIC_AUTHORIZATION_FAILED, existing or not. From v8
+    the principal's authorized operations on each topic and the cluster, when asked."""
+    engine = ctx.engine
+    wanted = request.topics
+    if wanted is None or (ctx.version == 0 and not wanted):
+        names = [name for name in engine.topic_names()
+                 if authorization.allowed(ctx, ApiKey.METADATA, T, name, audit=False)]
+    else:
+        names = list(dict.fromkeys(t.name for t in wanted))
+    allow_create = getattr(request, "allow_auto_topic_creation", True) and engine.config.auto_create_topics_enable
+    asked = getattr(request, "include_topic_authorized_operations", False)
+    topics = [await _topic_metadata(ctx, name, allow_create, asked) for name in names]
+    return {"brokers": [_broker(ctx)], "cluster_id": engine.cluster_id,
+            "controller_id": ctx.node.node_id, "topics": topics,
+            "cluster_authorized_operations": authorization.authorized_operations(
+                ctx, C, CLUSTER_NAME, getattr(request, "include_cluster_authorized_operations", False))}
+
+
+async def _topic_metadata(ctx: RequestContext, name: str, allow_create: bool, asked: bool) -> dict:
+    engine = ctx.engine
+    if not authorization.allowed(ctx, ApiKey.METADATA, T, name):
+        return {"error_code": authorization.denial(T, name).code, "name": name, "partitions": []}
+    info = engine.topic_info(name)
+    if info is None:
+        try:
+            validate_topic_name(name)
+            if not allow_create:
+                raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
+            if not authorization.allowed_to_create(ctx, ApiKey.METADATA, name):
+                raise authorization.denial(T, name)
+            info = await engine.create_topic(name)
+        except TopicAlreadyExistsError:
+            info = engine.describe_topic(name)
+        except KafkaError as e:
+            return {"error_code": error_code(e), "name": name, "partitions": []}
+    node = ctx.node.node_id
+    return {"error_code": 0, "name": name, "is_internal": info.internal,
+            "topic_authorized_operations": authorization.authorized_operations(ctx, T, name, asked), "partitions": [
+        {"error_code": 0, "partition_index": p, "leader_id": node, "leader_epoch": LEADER_EPOCH,
+         "replica_nodes": [node], "isr_nodes": [node], "offline_replicas": []}
+        for p in range(info.partitions)]}
+
+
+@serves(ApiKey.FIND_COORDINATOR, 0, 4)
+async def find_coordinator(ctx: RequestContext, request: Any) -> dict:
+    """This node, for any group id (KeyType 0) or transactional id (1); v4 asks for
+    several keys at once."""
+    key_type = getattr(request, "key_type", GROUP_KEY)
+    if ctx.version >= 4:
+        return {"coordinators": [{"key": key, **_coordinator(ctx, key_type, key)}
+                                 for key in request.coordinator_keys]}
+    return _coordinator(ctx, key_type, request.key)
+
+
+def _coordinator(ctx: RequestContext, key_type: int, key: str) -> dict:
+    """Describe on the group or the transactional id, else its authorization error."""
+    error: KafkaError | None = None
+    if key_type not in (GROUP_KEY, TRANSACTION_KEY):
+        error = InvalidRequestError(f"unknown coordinator key type {key_type}")
+    else:
+        resource_type = G if key_type == GROUP_KEY else X
+        if not authorization.allowed(ctx, ApiKey.FIND_COORDINATOR, resource_type, key):
+            error = authorization.denial(resource_type, key)
+    if error is not None:
+        return {"error_code": error.code, "error_message": str(error), "node_id": -1, "host": "", "port": -1}
+    return {"error_code": 0, "error_message": None, "node_id": ctx.node.node_id, "host": ctx.node.host,
+            "port": ctx.node.port}
+
+
+@serves(ApiKey.DESCRIBE_CLUSTER, 0, 1)
+async def describe_cluster(ctx: RequestContext, request: Any) -> dict:
+    """This node, to a principal that may Describe the cluster; v1 may ask for the
+    controllers' endpoints, which a broker does not give."""
+    authorization.check_cluster(ctx, ApiKey.DESCRIBE_CLUSTER)
+    endpoint_type = getattr(request, "endpoint_type", BROKERS_ENDPOINT)
+    if endpoint_type != BROKERS_ENDPOINT:
+        error = UnsupportedEndpointTypeError(f"endpoint type {endpoint_type}: a broker describes brokers (1)")
+        return {"error_code": error.code, "error_message": str(error), "endpoint_type": endpoint_type}
+    return {"cluster_id": ctx.engine.cluster_id, "controller_id": ctx.node.node_id,
+            "endpoint_type": BROKERS_ENDPOINT,
+            "cluster_authorized_operations": authorization.authorized_operations(
+                ctx, C, CLUSTER_NAME, request.include_cluster_authorized_operations),
+            "brokers": [{"broker_id": ctx.node.node_id, "host": ctx.node.host, "port": ctx.node.port}]}
+

@@ -1,0 +1,162 @@
+"""Offsets: where to read (ListOffsets, OffsetForLeaderEpoch) and where a group got
+to (OffsetCommit, OffsetFetch).
+
+ListOffsets answers -1 (latest) with the high watermark, or the last stable offset
+under read_committed; -2 (earliest) with the log start offset; a timestamp with the
+first offset at or after it (-1 when there is none). OffsetFetch with
+``require_stable`` answers UNSTABLE_OFFSET_COMMIT for a partition whose group has
+transactional offsets pending, and the consumer retries until the transaction
+ends (librdkafka's read_committed consumers ask for this).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from exactly.app.kafka import authorization
+from exactly.app.kafka.api import LEADER_EPOCH, ApiKey, RequestContext, check_leader_epoch, error_code, serves
+from exactly.app.kafka.authorization import G, T
+from exactly.coordinator.group_metadata import CommittedOffset
+from exactly.storage.errors import KafkaError, UnknownTopicOrPartitionError
+
+
+def by_topic(entries: list[tuple[str, dict]], topic_key: str = "name", partitions_key: str = "partitions",
+             ) -> list[dict]:
+    """``[(topic, partition entry)]`` grouped as Kafka's responses nest them."""
+    grouped: dict[str, list[dict]] = {}
+    for topic, entry in entries:
+        grouped.setdefault(topic, []).append(entry)
+    return [{topic_key: topic, partitions_key: partitions} for topic, partitions in grouped.items()]
+
+
+@serves(ApiKey.LIST_OFFSETS, 1, 5)
+async def list_offsets(ctx: RequestContext, request: Any) -> dict:
+    isolation = getattr(request, "isolation_level", 0)
+    entries = []
+    for topic in request.topics:
+        for wanted in topic.partitions:
+            entry = {"partition_index": wanted.partition_index, "error_code": 0, "timestamp": -1,
+                     "offset": -1, "leader_epoch": -1}
+            try:
+                authorization.check(ctx, ApiKey.LIST_OFFSETS, T, topic.name)
+                check_leader_epoch(getattr(wanted, "current_leader_epoch", -1))
+                found = ctx.engine.list_offsets(topic.name, wanted.partition_index, wanted.timestamp,
+                                                isolation)
+                entry.update(offset=found.offset, timestamp=found.timestamp,
+                             leader_epoch=LEADER_EPOCH if found.offset >= 0 else -1)
+            except KafkaError as e:
+                entry["error_code"] = error_code(e)
+            entries.append((topic.name, entry))
+    return {"topics": by_topic(entries)}
+
+
+@serves(ApiKey.OFFSET_FOR_LEADER_EPOCH, 2, 3)
+async def offset_for_leader_epoch(ctx: RequestContext, request: Any) -> dict:
+    """The end offset of a leader epoch. There is one epoch, so any epoch up to ours
+    ends where a consumer can read to: the high watermark (KIP-320 validation)."""
+    entries = []
+    for topic in request.topics:
+        for wanted in topic.partitions:
+            entry = {"partition": wanted.partition, "error_code": 0, "leader_epoch": -1, "end_offset": -1}
+            try:
+                authorization.check(ctx, ApiKey.OFFSET_FOR_LEADER_EPOCH, T, topic.topic)
+                check_leader_epoch(wanted.current_leader_epoch)
+                log = ctx.engine.partition_offsets(topic.topic, wanted.partition)
+                if wanted.leader_epoch <= LEADER_EPOCH:
+                    entry.update(leader_epoch=LEADER_EPOCH, end_offset=log.high_watermark)
+            except KafkaError as e:
+                entry["error_code"] = error_code(e)
+            entries.append((topic.topic, entry))
+    return {"topics": by_topic(entries, topic_key="topic")}
+
+
+def requested_offsets(ctx: RequestContext, api: ApiKey, topics: Any) -> tuple[dict, list[tuple[str, dict]]]:
+    """An OffsetCommit / TxnOffsetCommit request's offsets by partition, and an error
+    entry for each partition the principal may not Read (TOPIC_AUTHORIZATION_FAILED)
+    or that does not exist (Kafka refuses those at the edge)."""
+    now = ctx.engine.clock.now_ms()
+    offsets, unknown = {}, []
+    for topic in topics:
+        readable = authorization.allowed(ctx, api, T, topic.name)
+        for p in topic.partitions:
+            error: KafkaError | None = None
+            if not readable:
+                error = authorization.denial(T, topic.name)
+            elif not ctx.engine.has_partition(topic.name, p.partition_index):
+                error = UnknownTopicOrPartitionError(f"{topic.name}-{p.partition_index} does not exist")
+            if error is not None:
+                unknown.append((topic.name, {"partition_index": p.partition_index, "error_code": error.code}))
+                continue
+            offsets[(topic.name, p.partition_index)] = CommittedOffset(
+                p.committed_offset, p.committed_metadata or "", getattr(p, "committed_leader_epoch", -1), now)
+    return offsets, unknown
+
+
+def refused_offsets(topics: Any, error: KafkaError) -> list[dict]:
+    """An offset commit's answer when the whole request is refused: ``error`` for every partition."""
+    return [{"name": t.name, "partitions": [{"partition_index": p.partition_index, "error_code": error.code}
+                                            for p in t.partitions]} for t in topics]
+
+
+def commit_results(offsets: dict, errors: dict | BaseException, unknown: list[tuple[str, dict]],
+                   code: Callable[[BaseException | None], int] = error_code) -> list[dict]:
+    """The per-partition answer to an offset commit: ``errors`` per partition, or one
+    error for all of them."""
+    entries = [(topic, {"partition_index": partition,
+                        "error_code": code(errors if isinstance(errors, BaseException)
+                                           else errors.get((topic, partition)))})
+               for topic, partition in offsets]
+    return by_topic(entries + unknown)
+
+
+@serves(ApiKey.OFFSET_COMMIT, 2, 7)
+async def offset_commit(ctx: RequestContext, request: Any) -> dict:
+    """Read on the group (else GROUP_AUTHORIZATION_FAILED for every partition) and on
+    each topic (else TOPIC_AUTHORIZATION_FAILED for its partitions)."""
+    if not authorization.allowed(ctx, ApiKey.OFFSET_COMMIT, G, request.group_id):
+        return {"topics": refused_offsets(request.topics, authorization.denial(G, request.group_id))}
+    offsets, unknown = requested_offsets(ctx, ApiKey.OFFSET_COMMIT, request.topics)
+    try:
+        errors: dict | BaseException = await ctx.engine.commit_offsets(
+            request.group_id, offsets, request.generation_id_or_member_epoch, request.member_id,
+            getattr(request, "group_instance_id", None)) if offsets else {}
+    except KafkaError as e:
+        errors = e
+    return {"topics": commit_results(offsets, errors, unknown)}
+
+
+@serves(ApiKey.OFFSET_FETCH, 1, 7)
+async def offset_fetch(ctx: RequestContext, request: Any) -> dict:
+    """Describe on the group (else GROUP_AUTHORIZATION_FAILED) and on each topic: a topic
+    asked for and not describable is TOPIC_AUTHORIZATION_FAILED, one of "all offsets"
+    left out. v1 has no top-level error code: an error of the whole request is every
+    requested partition's, as Kafka's ``OffsetFetchRequest.getErrorResponse`` answers it
+    (rather than a closed connection)."""
+    try:
+        return await _offset_fetch(ctx, request)
+    except KafkaError as e:
+        if ctx.version >= 2:
+            raise
+        return {"topics": [{"name": t.name, "partitions": [
+            {"partition_index": p, "committed_offset": -1, "metadata": None, "error_code": e.code}
+            for p in t.partition_indexes]} for t in request.topics]}
+
+
+async def _offset_fetch(ctx: RequestContext, request: Any) -> dict:
+    authorization.check(ctx, ApiKey.OFFSET_FETCH, G, request.group_id)
+    wanted = None if request.topics is None else [
+        (topic.name, p) for topic in request.topics for p in topic.partition_indexes]
+    visible = {name: authorization.allowed(ctx, ApiKey.OFFSET_FETCH, T, name, audit=wanted is not None)
+               for name in {t for t, _ in wanted or ()}}
+    fetched = await ctx.engine.fetch_offsets(
+        request.group_id, None if wanted is None else [tp for tp in wanted if visible[tp[0]]],
+        getattr(request, "require_stable", False))
+    entries = [(topic, {"partition_index": partition, "committed_offset": found.offset,
+                        "committed_leader_epoch": found.leader_epoch, "metadata": found.metadata,
+                        "error_code": error_code(found.error)})
+               for (topic, partition), found in fetched.items()
+               if visible.setdefault(topic, authorization.allowed(ctx, ApiKey.OFFSET_FETCH, T, topic, audit=False))]
+    denied = [(topic, {"partition_index": partition, "committed_offset": -1, "committed_leader_epoch": -1,
+                       "metadata": None, "error_code": authorization.denial(T, topic).code})
+              for topic, partition in wanted or () if not visible[topic]]
+    return {"error_code": 0, "topics": by_topic(entries + denied)}

@@ -1,0 +1,121 @@
+"""Produce: one record batch per partition, appended verbatim.
+
+Every partition's batch is handed to the engine before the handler first waits, so
+the batches of a connection's pipelined requests are appended in request order
+(an idempotent producer's sequences depend on it) and share group commits. The
+engine checks sequences and epochs (a retried batch is answered with its original
+offset), the transaction coordinator that a transactional batch belongs to an
+ongoing transaction on that partition. ``acks=-1`` answers once the batch is
+fsynced, ``acks=1`` once it is appended, ``acks=0`` not at all -- and, as in Kafka,
+an ``acks=0`` request that failed closes the connection, the only way the client
+can learn of it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from exactly.app.kafka import authorization
+from exactly.app.kafka.api import CLOSE, ApiKey, RequestContext, error_code, serves
+from exactly.app.kafka.authorization import T, X
+from exactly.app.kafka.codec import millis
+from exactly.storage.errors import (
+    InvalidRecordError,
+    KafkaError,
+    RequestTimedOutError,
+    TransactionalIdAuthorizationFailedError,
+)
+from exactly.storage.partition_log import AppendResult
+from exactly.storage.record_batch import read_header
+
+log = logging.getLogger(__name__)
+
+
+@serves(ApiKey.PRODUCE, 3, 9)
+async def produce(ctx: RequestContext, request: Any) -> Any:
+    engine = ctx.engine
+    partitions = [(topic.name, data.index, data.records) for topic in request.topic_data
+                  for data in topic.partition_data]
+    refused = _refusal(ctx, request.transactional_id, partitions)
+    if refused is not None:
+        return _response([(topic, partition, refused) for topic, partition, _ in partitions], ctx)
+    writable = {topic: authorization.allowed(ctx, ApiKey.PRODUCE, T, topic) for topic, _, _ in partitions}
+    started: list[tuple[str, int, Any]] = []
+    for topic, partition, records in partitions:
+        try:
+            if not writable[topic]:
+                raise authorization.denial(T, topic)
+            if not records:
+                raise InvalidRecordError("a produce request must carry one record batch per partition")
+            outcome: Any = asyncio.wrap_future(engine.start_produce(topic, partition, bytes(records),
+                                                                    request.acks, request.transactional_id,
+                                                                    ctx.principal))
+        except KafkaError as e:
+            outcome = e
+        started.append((topic, partition, outcome))
+    if request.acks == 0:
+        return _no_response(ctx, started)
+    pending = [outcome for _, _, outcome in started if isinstance(outcome, asyncio.Future)]
+    timeout_ms = millis(request.timeout)
+    if pending:
+        _, late = await asyncio.wait(pending, timeout=timeout_ms / 1000 if timeout_ms > 0 else None)
+        for future in late:
+            future.cancel()
+    return _response([(topic, partition, _result(outcome, timeout_ms)) for topic, partition, outcome in started],
+                     ctx)
+
+
+def _refusal(ctx: RequestContext, transactional_id: str | None, partitions: list) -> KafkaError | None:
+    """The error of the whole request, as Kafka's: transactional batches without a
+    transactional id, or one the principal may not Write (the seeds' "endless
+    transaction attack": a producer writing transactional data it could never end
+    would hold every read_committed consumer behind the LSO)."""
+    if transactional_id is None:
+        if any(_is_transactional(records) for _, _, records in partitions):
+            return TransactionalIdAuthorizationFailedError("transactional batches need the request's transactional id")
+        return None
+    if not authorization.allowed(ctx, ApiKey.PRODUCE, X, transactional_id):
+        return authorization.denial(X, transactional_id)
+    return None
+
+
+def _is_transactional(records: bytes | None) -> bool:
+    try:
+        return bool(records) and read_header(records).is_transactional
+    except KafkaError:
+        return False  # the append reports what is wrong with it
+
+
+def _result(outcome: Any, timeout_ms: int) -> AppendResult | BaseException:
+    if not isinstance(outcome, asyncio.Future):
+        return outcome
+    if outcome.cancelled():
+        return RequestTimedOutError(f"not durable within the request's timeout of {timeout_ms} ms")
+    return outcome.exception() or outcome.result()
+
+
+def _no_response(ctx: RequestContext, started: list[tuple[str, int, Any]]) -> Any:
+    failed = [(topic, partition, outcome) for topic, partition, outcome in started
+              if isinstance(outcome, KafkaError)]
+    if not failed:
+        return None
+    topic, partition, error = failed[0]
+    log.warning("kafka: closing %s: its acks=0 produce to %s-%d failed: %s: %s",
+                ctx.connection, topic, partition, error.name, error)
+    return CLOSE
+
+
+def _response(results: list[tuple[str, int, AppendResult | BaseException]], ctx: RequestContext) -> dict:
+    by_topic: dict[str, list[dict]] = {}
+    for topic, partition, result in results:
+        if isinstance(result, AppendResult):
+            entry = {"index": partition, "error_code": 0, "base_offset": result.base_offset,
+                     "log_append_time": result.log_append_time if result.log_append_time >= 0 else None,
+                     "log_start_offset": ctx.engine.partition_offsets(topic, partition).log_start_offset}
+        else:
+            entry = {"index": partition, "error_code": error_code(result), "base_offset": -1,
+                     "log_append_time": None, "error_message": str(result)}
+        by_topic.setdefault(topic, []).append(entry)
+    return {"responses": [{"name": topic, "partition_responses": entries} for topic, entries in by_topic.items()]}

@@ -1,0 +1,235 @@
+"""Transactions: InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn and
+TxnOffsetCommit go to the coordinators; ListTransactions, DescribeTransactions and
+DescribeProducers show their state (the operator APIs of KIP-664).
+
+The coordinators decide everything (``exactly/coordinator/transaction_coordinator.py``
+lists every answer); here only the version rule of the wire is applied: a fenced
+producer hears PRODUCER_FENCED only from request versions that know that error
+(InitProducerId v4+, AddPartitionsToTxn / AddOffsetsToTxn / EndTxn v2+), and
+INVALID_PRODUCER_EPOCH from older ones -- librdkafka sends AddPartitionsToTxn and
+AddOffsetsToTxn at v0, aiokafka everything at v0.
+
+WriteTxnMarkers is broker-internal: a client sending it gets
+CLUSTER_AUTHORIZATION_FAILED for every partition, as from Kafka, and it is not
+advertised.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from exactly.app.engine import read_models
+from exactly.app.kafka import authorization
+from exactly.app.kafka.api import ApiKey, RequestContext, error_code, fenced_code, serves
+from exactly.app.kafka.authorization import C, G, T, X
+from exactly.app.kafka.codec import millis
+from exactly.app.kafka.offsets import by_topic, commit_results, refused_offsets, requested_offsets
+from exactly.app.security.acl import CLUSTER_NAME, AclOperation
+from exactly.coordinator.transaction_state import TransactionState
+from exactly.storage.errors import (
+    ClusterAuthorizationFailedError,
+    InvalidRegularExpressionError,
+    InvalidRequestError,
+    KafkaError,
+    OperationNotAttemptedError,
+    TransactionalIdNotFoundError,
+)
+
+
+@serves(ApiKey.INIT_PRODUCER_ID, 0, 6)
+async def init_producer_id(ctx: RequestContext, request: Any) -> dict:
+    """A producer id and epoch; v3+ may name the current ones to have the epoch bumped
+    (KIP-360), which is how a producer recovers from an abortable idempotence error;
+    v6 carries KIP-939's two-phase commit: enable2Pc, and keepPreparedTxn, which keeps
+    an Ongoing prepared transaction, fences its writer with a bumped epoch, and
+    answers that epoch and (OngoingTxn*) the pair the transaction was written with."""
+    coordinator = ctx.engine
+    enable_2pc = getattr(request, "enable2_pc", False)
+    try:
+        _authorize_init(ctx, request.transactional_id)
+        kept = None
+        if getattr(request, "keep_prepared_txn", False):
+            if not enable_2pc:
+                raise InvalidRequestError("keepPreparedTxn needs enable2Pc")
+            kept = await coordinator.keep_prepared_transaction(request.transactional_id, ctx.principal)
+        if kept is not None:
+            return {"error_code": 0, "producer_id": kept.producer_id, "producer_epoch": kept.producer_epoch,
+                    "ongoing_txn_producer_id": kept.ongoing_producer_id,
+                    "ongoing_txn_producer_epoch": kept.ongoing_producer_epoch}
+        producer_id, epoch = await coordinator.init_producer_id(
+            request.transactional_id, millis(request.transaction_timeout),
+            getattr(request, "producer_id", -1), getattr(request, "producer_epoch", -1), enable_2pc,
+            ctx.principal)
+    except KafkaError as e:
+        return {"error_code": fenced_code(e, ctx.version, 4), "producer_id": -1, "producer_epoch": -1,
+                "throttle_time": getattr(e, "throttle_time_ms", 0)}
+    return {"error_code": 0, "producer_id": producer_id, "producer_epoch": epoch,
+            "ongoing_txn_producer_id": -1, "ongoing_txn_producer_epoch": -1}
+
+
+def _authorize_init(ctx: RequestContext, transactional_id: str | None) -> None:
+    """Write on the transactional id; an idempotent producer's (none): IdempotentWrite on
+    the cluster or Write on any topic (Kafka 3's rule, KIP-679), else CLUSTER_AUTHORIZATION_FAILED."""
+    if transactional_id is not None:
+        authorization.check(ctx, ApiKey.INIT_PRODUCER_ID, X, transactional_id)
+    elif not (authorization.allowed(ctx, ApiKey.INIT_PRODUCER_ID, C, CLUSTER_NAME, audit=False)
+              or authorization.allowed_on_any(ctx, ApiKey.INIT_PRODUCER_ID, T, AclOperation.WRITE)):
+        raise authorization.refused(ctx, ApiKey.INIT_PRODUCER_ID, C, CLUSTER_NAME)
+
+
+@serves(ApiKey.ADD_PARTITIONS_TO_TXN, 0, 3)
+async def add_partitions_to_txn(ctx: RequestContext, request: Any) -> dict:
+    """Write on the transactional id (else its error for every partition) and on each
+    topic: one denied is TOPIC_AUTHORIZATION_FAILED and the others OPERATION_NOT_ATTEMPTED,
+    nothing added, as in Kafka."""
+    txn_id = request.v3_and_below_transactional_id
+    wanted = [(topic.name, p) for topic in request.v3_and_below_topics for p in topic.partitions]
+    try:
+        authorization.check(ctx, ApiKey.ADD_PARTITIONS_TO_TXN, X, txn_id)
+        writable = {t: authorization.allowed(ctx, ApiKey.ADD_PARTITIONS_TO_TXN, T, t) for t, _ in wanted}
+        if not all(writable.values()):
+            errors: dict = {(t, p): authorization.denial(T, t) if not writable[t] else OperationNotAttemptedError(
+                "another partition of the request was refused") for t, p in wanted}
+        else:
+            errors = await ctx.engine.add_partitions_to_txn(
+                txn_id, request.v3_and_below_producer_id, request.v3_and_below_producer_epoch, wanted,
+                ctx.principal)
+    except KafkaError as e:
+        errors = {tp: e for tp in wanted}
+    entries = [(topic, {"partition_index": p, "partition_error_code": fenced_code(errors[(topic, p)], ctx.version, 2)})
+               for topic, p in wanted]
+    return {"results_by_topic_v3_and_below": by_topic(entries, partitions_key="results_by_partition")}
+
+
+@serves(ApiKey.ADD_OFFSETS_TO_TXN, 0, 3)
+async def add_offsets_to_txn(ctx: RequestContext, request: Any) -> dict:
+    try:
+        authorization.check(ctx, ApiKey.ADD_OFFSETS_TO_TXN, X, request.transactional_id)
+        authorization.check(ctx, ApiKey.ADD_OFFSETS_TO_TXN, G, request.group_id)
+        await ctx.engine.add_offsets_to_txn(
+            request.transactional_id, request.producer_id, request.producer_epoch, request.group_id,
+            ctx.principal)
+    except KafkaError as e:
+        return {"error_code": fenced_code(e, ctx.version, 2)}
+    return {"error_code": 0}
+
+
+@serves(ApiKey.END_TXN, 0, 3)
+async def end_txn(ctx: RequestContext, request: Any) -> dict:
+    """Returns once the markers are durable: read_committed consumers see the outcome."""
+    try:
+        authorization.check(ctx, ApiKey.END_TXN, X, request.transactional_id)
+        await ctx.engine.end_txn(
+            request.transactional_id, request.producer_id, request.producer_epoch, request.committed)
+    except KafkaError as e:
+        return {"error_code": fenced_code(e, ctx.version, 2)}
+    return {"error_code": 0}
+
+
+@serves(ApiKey.TXN_OFFSET_COMMIT, 0, 3)
+async def txn_offset_commit(ctx: RequestContext, request: Any) -> dict:
+    """Offsets pending until the transaction's marker; v3 carries the group generation
+    and member so a zombie from an older generation is fenced (KIP-447). Write on the
+    transactional id and Read on the group, else that error for every partition; Read
+    on each topic, else TOPIC_AUTHORIZATION_FAILED for its partitions."""
+    try:
+        authorization.check(ctx, ApiKey.TXN_OFFSET_COMMIT, X, request.transactional_id)
+        authorization.check(ctx, ApiKey.TXN_OFFSET_COMMIT, G, request.group_id)
+    except KafkaError as e:
+        return {"topics": refused_offsets(request.topics, e)}
+    offsets, unknown = requested_offsets(ctx, ApiKey.TXN_OFFSET_COMMIT, request.topics)
+    try:
+        errors: dict | BaseException = await ctx.engine.txn_offset_commit(
+            request.transactional_id, request.group_id, request.producer_id, request.producer_epoch, offsets,
+            getattr(request, "generation_id", -1), getattr(request, "member_id", ""),
+            getattr(request, "group_instance_id", None), ctx.principal) if offsets else {}
+    except KafkaError as e:
+        errors = e
+    # TxnOffsetCommit never answers PRODUCER_FENCED at the versions served
+    return {"topics": commit_results(offsets, errors, unknown, code=lambda e: fenced_code(e, ctx.version, None))}
+
+
+@serves(ApiKey.WRITE_TXN_MARKERS, 1, 1, advertised=False)
+async def write_txn_markers(ctx: RequestContext, request: Any) -> dict:
+    """Refused to every client: markers are the broker's own (a principal with
+    ClusterAction is audited as allowed, and refused all the same)."""
+    authorization.allowed(ctx, ApiKey.WRITE_TXN_MARKERS, C, CLUSTER_NAME)
+    code = ClusterAuthorizationFailedError.code
+    return {"markers": [{"producer_id": marker.producer_id, "topics": [
+        {"name": topic.name, "partitions": [{"partition_index": p, "error_code": code}
+                                            for p in topic.partition_indexes]}
+        for topic in marker.topics]} for marker in request.markers]}
+
+
+@serves(ApiKey.LIST_TRANSACTIONS, 0, 2)
+async def list_transactions(ctx: RequestContext, request: Any) -> dict:
+    """Filters combine with AND: states, producer ids, running longer than (v1), and
+    a transactional id pattern (v2, KIP-1152: a regular expression the whole id must
+    match, as Java's ``Matcher.matches``)."""
+    coordinator = ctx.engine
+    known = {state.display.lower() for state in TransactionState}
+    states = [s for s in request.state_filters if s.lower() in known]
+    producer_ids = set(request.producer_id_filters)
+    min_duration = getattr(request, "duration_filter", -1)
+    try:
+        pattern = re.compile(request.transactional_id_pattern) if getattr(
+            request, "transactional_id_pattern", None) else None
+    except re.error:
+        return {"error_code": InvalidRegularExpressionError.code, "unknown_state_filters": [],
+                "transaction_states": []}
+    now = ctx.engine.clock.now_ms()
+    found = [{"transactional_id": txn_id, "producer_id": meta.producer_id, "transaction_state": meta.state.display}
+             for txn_id, meta in coordinator.list_transactions(states)
+             if authorization.allowed(ctx, ApiKey.LIST_TRANSACTIONS, X, txn_id, audit=False)
+             and (not producer_ids or meta.producer_id in producer_ids)
+             and (pattern is None or pattern.fullmatch(txn_id))
+             and (min_duration < 0 or (meta.txn_start_timestamp >= 0
+                                       and now - meta.txn_start_timestamp >= min_duration))]
+    unknown = [s for s in request.state_filters if s.lower() not in known]
+    if request.state_filters and not states:
+        found = []
+    return {"error_code": 0, "unknown_state_filters": unknown, "transaction_states": found}
+
+
+@serves(ApiKey.DESCRIBE_TRANSACTIONS, 0, 0)
+async def describe_transactions(ctx: RequestContext, request: Any) -> dict:
+    coordinator = ctx.engine
+    described = []
+    for txn_id in request.transactional_ids:
+        if not authorization.allowed(ctx, ApiKey.DESCRIBE_TRANSACTIONS, X, txn_id):
+            described.append({"error_code": authorization.denial(X, txn_id).code, "transactional_id": txn_id,
+                              "producer_id": -1, "producer_epoch": -1})
+            continue
+        meta = coordinator.describe_transaction(txn_id)
+        if meta is None:
+            described.append({"error_code": TransactionalIdNotFoundError.code, "transactional_id": txn_id,
+                              "producer_id": -1, "producer_epoch": -1})
+            continue
+        described.append({
+            "error_code": 0, "transactional_id": txn_id, "transaction_state": meta.state.display,
+            "transaction_timeout": meta.txn_timeout_ms, "transaction_start_time": meta.txn_start_timestamp,
+            "producer_id": meta.producer_id, "producer_epoch": meta.producer_epoch,
+            "topics": by_topic([(topic, p) for topic, p in sorted(meta.partitions)], topic_key="topic")})
+    return {"transaction_states": described}
+
+
+@serves(ApiKey.DESCRIBE_PRODUCERS, 0, 0)
+async def describe_producers(ctx: RequestContext, request: Any) -> dict:
+    """The producer state of each partition: who is writing, and who holds the LSO."""
+    entries = []
+    for topic in request.topics:
+        for partition in topic.partition_indexes:
+            try:
+                authorization.check(ctx, ApiKey.DESCRIBE_PRODUCERS, T, topic.name)
+                producers = await read_models.producers(ctx.engine, topic.name, partition)
+            except KafkaError as e:
+                entries.append((topic.name, {"partition_index": partition, "error_code": error_code(e),
+                                             "error_message": str(e)}))
+                continue
+            entries.append((topic.name, {"partition_index": partition, "error_code": 0, "active_producers": [
+                {"producer_id": p["producer_id"], "producer_epoch": p["producer_epoch"],
+                 "last_sequence": p["last_sequence"], "last_timestamp": p["last_timestamp"],
+                 "coordinator_epoch": p["coordinator_epoch"],
+                 "current_txn_start_offset": p["current_transaction_start_offset"]} for p in producers]}))
+    return {"topics": by_topic(entries)}

@@ -1,0 +1,205 @@
+"""Kafka protocol entities from plain mappings, and request/response frames, with
+``kio`` (which generates every API version's types from Kafka's JSON definitions).
+
+Shared by both ends of the wire: the listener (``exactly/app/kafka/``) builds its responses
+with :func:`build`; the Kafka-protocol client (``exactly/app/spark/kafka_client.py``, which
+the tests use as their raw client) frames requests with :func:`encode_request` and
+reads answers with :func:`decode_response`.
+
+A mapping has one shape for every version of an API (as Kafka's generated ``*Data``
+classes are): a field that version does not have is left out; a field the mapping
+does not give gets the schema's default (or Kafka's zero value); a key that no
+version kio knows has at that place is an ``UnknownFieldError`` (a misspelling).
+Milliseconds become the ``timedelta`` / ``datetime`` kio uses for ``*Ms`` fields,
+ints the ``ErrorCode`` it uses for error codes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import functools
+import io
+import types
+import typing
+from pkgutil import resolve_name
+from typing import Any, Callable, Mapping
+
+from kio.index import load_request_schema, load_response_schema
+from kio.schema.errors import ErrorCode
+from kio.schema.index import schema_name_map
+from kio.serial import entity_reader, entity_writer
+from kio.static.constants import EntityType
+from kio.static.primitive import TZAware
+
+_MS = datetime.timedelta(milliseconds=1)
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
+
+
+def encode_request(api_key: int, version: int, correlation_id: int, client_id: str | None,
+                   body: Mapping[str, Any]) -> bytes:
+    """The whole frame (size, request header, body) of one request."""
+    cls = load_request_schema(api_key, version)
+    header_cls = cls.__header_schema__
+    out = io.BytesIO()
+    entity_writer(header_cls)(out, header_cls(request_api_key=api_key, request_api_version=version,
+                                              correlation_id=correlation_id, client_id=client_id))
+    entity_writer(cls)(out, build(cls, body))
+    data = out.getvalue()
+    return len(data).to_bytes(4, "big") + data
+
+
+def decode_response(api_key: int, version: int, frame: bytes | memoryview) -> tuple[int, Any]:
+    """``(correlation id, response entity)`` of a response frame (its size prefix removed)."""
+    view = memoryview(frame)
+    cls = load_response_schema(api_key, version)
+    header, used = entity_reader(cls.__header_schema__)(view, 0)
+    body, _ = entity_reader(cls)(view, used)
+    return header.correlation_id, body
+
+
+class UnknownFieldError(TypeError):
+    """A mapping key that no version of the message has at that place: a misspelling
+    would otherwise be dropped silently (``eror_code`` answering NONE)."""
+
+
+def build(cls: type, values: Mapping[str, Any]) -> Any:
+    """The kio entity ``cls`` from ``values`` (see the module docstring); raises
+    UnknownFieldError for a key no version of the message has there."""
+    unknown = values.keys() - _known_names(cls)
+    if unknown:
+        raise UnknownFieldError(f"{cls.__module__}.{cls.__name__} has no field {', '.join(sorted(unknown))} "
+                                f"in any version (it has {', '.join(sorted(_known_names(cls)))})")
+    kwargs = {}
+    for name, convert, default in _plan(cls):
+        value = values.get(name, _MISSING)
+        if value is _MISSING:
+            kwargs[name] = default
+        elif value is None or convert is None:
+            kwargs[name] = value
+        else:
+            kwargs[name] = convert(value)
+    return cls(**kwargs)
+
+
+_MISSING = object()
+
+
+@functools.cache
+def _plan(cls: type) -> tuple[tuple[str, Callable | None, Any], ...]:
+    hints = typing.get_type_hints(cls)
+    plan = []
+    for field in dataclasses.fields(cls):
+        kind, nullable = _strip_optional(hints[field.name])
+        default = field.default if field.default is not dataclasses.MISSING else _zero(kind, nullable)
+        plan.append((field.name, _converter(kind), default))
+    return tuple(plan)
+
+
+@functools.cache
+def _known_names(cls: type) -> frozenset[str]:
+    """The field names of the entity at ``cls``'s place in its request or response, in
+    any version kio knows (a mapping has one shape for every version)."""
+    versions = _versions(cls)
+    paths = [path for path, entity in _entities(_top(cls)).items() if entity is cls] if versions else []
+    if not paths:
+        return frozenset(field.name for field in dataclasses.fields(cls))
+    return frozenset(field.name for message in versions for path in paths
+                     if (entity := _entities(message).get(path)) is not None
+                     for field in dataclasses.fields(entity))
+
+
+def _top(cls: type) -> type:
+    """The request or response class whose module defines ``cls``."""
+    name, version, direction = _message_key(cls)
+    return resolve_name(schema_name_map[name][version][direction])
+
+
+def _message_key(cls: type) -> tuple[str, int, EntityType]:
+    """(API name, version, direction) from kio's module ``kio.schema.<api>.v<N>.<direction>``."""
+    parts = cls.__module__.split(".")
+    if len(parts) != 5 or parts[4] not in ("request", "response") or parts[2] not in schema_name_map:
+        return "", -1, EntityType.nested
+    return parts[2], int(parts[3][1:]), EntityType[parts[4]]
+
+
+@functools.cache
+def _versions(cls: type) -> tuple[type, ...]:
+    """Every version of the request or response ``cls`` belongs to (none for a header)."""
+    name, _, direction = _message_key(cls)
+    if not name:
+        return ()
+    return tuple(resolve_name(paths[direction]) for paths in schema_name_map[name].values() if direction in paths)
+
+
+@functools.cache
+def _entities(message: type) -> dict[tuple[str, ...], type]:
+    """Every entity in ``message`` (itself at ``()``) by its path of field names."""
+    found = {(): message}
+    _add_children(message, (), found)
+    return found
+
+
+def _add_children(entity: type, path: tuple[str, ...], found: dict[tuple[str, ...], type]) -> None:
+    hints = typing.get_type_hints(entity)
+    for field in dataclasses.fields(entity):
+        kind, _ = _strip_optional(hints[field.name])
+        if typing.get_origin(kind) is tuple:
+            kind = typing.get_args(kind)[0]
+        if _is_entity(kind):
+            found[path + (field.name,)] = kind
+            _add_children(kind, path + (field.name,), found)
+
+
+def _strip_optional(kind: Any) -> tuple[Any, bool]:
+    if isinstance(kind, types.UnionType) or typing.get_origin(kind) is typing.Union:
+        args = [a for a in typing.get_args(kind) if a is not type(None)]
+        return args[0], len(args) < len(typing.get_args(kind))
+    return kind, False
+
+
+def _is_entity(kind: Any) -> bool:
+    return isinstance(kind, type) and dataclasses.is_dataclass(kind)
+
+
+def _converter(kind: Any) -> Callable | None:
+    if _is_entity(kind):
+        return functools.partial(build, kind)
+    if typing.get_origin(kind) is tuple:
+        element = typing.get_args(kind)[0]
+        if _is_entity(element):
+            return lambda values, element=element: tuple(build(element, v) for v in values)
+        return tuple
+    if isinstance(kind, type) and issubclass(kind, ErrorCode):
+        return ErrorCode
+    if isinstance(kind, type) and issubclass(kind, datetime.timedelta):
+        return lambda ms: ms if isinstance(ms, datetime.timedelta) else ms * _MS
+    if isinstance(kind, type) and issubclass(kind, datetime.datetime):
+        return lambda ms: ms if isinstance(ms, datetime.datetime) else _EPOCH + ms * _MS
+    return None
+
+
+def _zero(kind: Any, nullable: bool) -> Any:
+    """Kafka's default for a field with no default of its own."""
+    if nullable:
+        return None
+    if _is_entity(kind):
+        return build(kind, {})  # entities are frozen: one shared instance will do
+    if typing.get_origin(kind) is tuple:
+        return ()
+    if isinstance(kind, type):
+        if issubclass(kind, ErrorCode):
+            return ErrorCode.none
+        if issubclass(kind, datetime.timedelta):
+            return datetime.timedelta(0)
+        if issubclass(kind, TZAware):
+            return _EPOCH
+        for base, zero in ((bool, False), (int, 0), (float, 0.0), (str, ""), (bytes, b"")):
+            if issubclass(kind, base):
+                return zero
+    raise TypeError(f"no zero value for {kind!r}")
+
+
+def millis(value: datetime.timedelta | int) -> int:
+    """A kio ``*Ms`` duration as Kafka's integer milliseconds."""
+    return value if isinstance(value, int) else value // _MS

@@ -1,0 +1,210 @@
+"""Records of ``__cluster_metadata``: the ACLs and the users' SCRAM credentials,
+durable across restarts (docs/formats.md §14a, §14b).
+
+Kafka (KRaft) keeps both in its metadata log ``__cluster_metadata``; this broker keeps
+the same records, in Kafka's metadata-record frame, on a compacted internal topic of
+that name (one partition). Each key starts with its record's type, so compaction keeps
+the last record per ACL and per (user, mechanism), and a tombstone removes one -- the
+compacted-topic form of Kafka's ``RemoveAccessControlEntryRecord`` and
+``RemoveUserScramCredentialRecord``::
+
+    Key   v0 => Version(int16: 0) RecordType(int16: 6, AccessControlEntryRecord's api key)
+                Id(uuid)
+    Key   v0 => Version(int16: 0) RecordType(int16: 11, UserScramCredentialRecord's api key)
+                Name(string) Mechanism(int8)
+    Value    => FrameVersion(uvarint: 0) ApiKey(uvarint: 6 or 11) Version(uvarint: 0)
+                AccessControlEntryRecord v0 (flexible) => Id(uuid) ResourceType(int8)
+                    ResourceName(compact string) PatternType(int8) Principal(compact string)
+                    Host(compact string) Operation(int8) PermissionType(int8) TaggedFields
+                UserScramCredentialRecord v0 (flexible) => Name(compact string)
+                    Mechanism(int8) Salt(compact bytes) StoredKey(compact bytes)
+                    ServerKey(compact bytes) Iterations(int32) TaggedFields
+    null value: the ACL of that id, or the credential of that user and mechanism, was removed
+
+The codes are Kafka's (``exactly/app/security/acl.py`` and ``exactly/app/security/scram.py`` name
+them); this module keeps them as plain numbers, so the coordinator layer knows nothing
+of the authorizer or of SASL. No password is in any record: a credential is the salt,
+the iteration count and the two keys RFC 5802 derives from them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import astuple, dataclass, field
+from typing import Iterable
+
+from exactly.coordinator.schema import (
+    INT8,
+    INT16,
+    INT32,
+    NULLABLE_BYTES,
+    STRING,
+    UNSIGNED_VARINT,
+    UUID,
+    Schema,
+    SchemaError,
+    decode_versioned,
+    flexible,
+    versioned,
+)
+
+TOPIC = "__cluster_metadata"
+KEY_VERSION = 0
+#: Kafka's metadata record api key of an AccessControlEntryRecord
+ACCESS_CONTROL_ENTRY_RECORD = 6
+#: Kafka's metadata record api key of a UserScramCredentialRecord
+USER_SCRAM_CREDENTIAL_RECORD = 11
+FRAME_VERSION = 0
+RECORD_VERSION = 0
+
+RECORD_TYPE = Schema(("record_type", INT16))
+KEY = Schema(("record_type", INT16), ("id", UUID))
+SCRAM_KEY = Schema(("record_type", INT16), ("name", STRING), ("mechanism", INT8))
+FRAME = Schema(("frame_version", UNSIGNED_VARINT), ("api_key", UNSIGNED_VARINT), ("version", UNSIGNED_VARINT))
+ACCESS_CONTROL_ENTRY = flexible(Schema(
+    ("id", UUID),
+    ("resource_type", INT8),
+    ("resource_name", STRING),
+    ("pattern_type", INT8),
+    ("principal", STRING),
+    ("host", STRING),
+    ("operation", INT8),
+    ("permission_type", INT8),
+))
+USER_SCRAM_CREDENTIAL = flexible(Schema(
+    ("name", STRING),
+    ("mechanism", INT8),
+    ("salt", NULLABLE_BYTES),
+    ("stored_key", NULLABLE_BYTES),
+    ("server_key", NULLABLE_BYTES),
+    ("iterations", INT32),
+))
+
+
+@dataclass(frozen=True, slots=True)
+class AclRecord:
+    """One AccessControlEntryRecord: an ACL and its id, with Kafka's codes."""
+
+    id: bytes
+    resource_type: int
+    resource_name: str
+    pattern_type: int
+    principal: str
+    host: str
+    operation: int
+    permission_type: int
+
+
+@dataclass(frozen=True, slots=True)
+class ScramCredentialRecord:
+    """One UserScramCredentialRecord: a user's salted credential for one mechanism
+    (Kafka's ScramMechanism code: 1 SCRAM-SHA-256, 2 SCRAM-SHA-512)."""
+
+    name: str
+    mechanism: int
+    salt: bytes
+    stored_key: bytes
+    server_key: bytes
+    iterations: int
+
+
+@dataclass
+class MetadataImage:
+    """What a log of ``__cluster_metadata`` records leaves: the ACLs by id, the
+    credentials by (user name, mechanism code)."""
+
+    acls: dict[bytes, AclRecord] = field(default_factory=dict)
+    scram_credentials: dict[tuple[str, int], ScramCredentialRecord] = field(default_factory=dict)
+
+
+def encode_key(acl_id: bytes) -> bytes:
+    return INT16.fmt.pack(KEY_VERSION) + KEY.encode({"record_type": ACCESS_CONTROL_ENTRY_RECORD, "id": acl_id})
+
+
+def encode_value(record: AclRecord) -> bytes:
+    return _frame(ACCESS_CONTROL_ENTRY_RECORD) + ACCESS_CONTROL_ENTRY.encode(
+        dict(zip(ACCESS_CONTROL_ENTRY.names, astuple(record))))
+
+
+def encode_scram_key(name: str, mechanism: int) -> bytes:
+    return INT16.fmt.pack(KEY_VERSION) + SCRAM_KEY.encode(
+        {"record_type": USER_SCRAM_CREDENTIAL_RECORD, "name": name, "mechanism": mechanism})
+
+
+def encode_scram_value(record: ScramCredentialRecord) -> bytes:
+    return _frame(USER_SCRAM_CREDENTIAL_RECORD) + USER_SCRAM_CREDENTIAL.encode(
+        dict(zip(USER_SCRAM_CREDENTIAL.names, astuple(record))))
+
+
+def _frame(api_key: int) -> bytes:
+    return FRAME.encode({"frame_version": FRAME_VERSION, "api_key": api_key, "version": RECORD_VERSION})
+
+
+def record_type(key: bytes | None) -> int:
+    """The record type a key names (6 ACL, 11 SCRAM credential).
+    :raise SchemaError: not a key of a known version or type."""
+    version, body = versioned(key)
+    if version != KEY_VERSION:
+        raise SchemaError(f"unsupported __cluster_metadata key version {version}")
+    found = RECORD_TYPE.decode(memoryview(body), 0)[0]["record_type"]
+    if found not in (ACCESS_CONTROL_ENTRY_RECORD, USER_SCRAM_CREDENTIAL_RECORD):
+        raise SchemaError(f"unknown __cluster_metadata record type {found}")
+    return found
+
+
+def decode_key(key: bytes | None) -> bytes:
+    """The ACL id a key names. :raise SchemaError: not an ACL key of a known version."""
+    k = decode_versioned(key, KEY_VERSION, KEY, "__cluster_metadata key")
+    if k["record_type"] != ACCESS_CONTROL_ENTRY_RECORD:
+        raise SchemaError(f"unknown __cluster_metadata record type {k['record_type']}")
+    return k["id"]
+
+
+def decode_scram_key(key: bytes | None) -> tuple[str, int]:
+    """(user name, mechanism code) of a credential's key. :raise SchemaError: not one."""
+    k = decode_versioned(key, KEY_VERSION, SCRAM_KEY, "__cluster_metadata key")
+    if k["record_type"] != USER_SCRAM_CREDENTIAL_RECORD:
+        raise SchemaError(f"unknown __cluster_metadata record type {k['record_type']}")
+    return k["name"], k["mechanism"]
+
+
+def _body(value: bytes, api_key: int) -> memoryview:
+    frame, pos = FRAME.decode(memoryview(value), 0)
+    if (frame["frame_version"], frame["api_key"], frame["version"]) != (FRAME_VERSION, api_key, RECORD_VERSION):
+        raise SchemaError(f"unsupported __cluster_metadata record {frame}")
+    return memoryview(value)[pos:]
+
+
+def decode_value(value: bytes | None) -> AclRecord | None:
+    """None for a tombstone. :raise SchemaError: not an AccessControlEntryRecord v0."""
+    if value is None:
+        return None
+    fields = ACCESS_CONTROL_ENTRY.decode_all(_body(value, ACCESS_CONTROL_ENTRY_RECORD))
+    return AclRecord(*(fields[name] for name in ACCESS_CONTROL_ENTRY.names))
+
+
+def decode_scram_value(value: bytes | None) -> ScramCredentialRecord | None:
+    """None for a tombstone. :raise SchemaError: not a UserScramCredentialRecord v0."""
+    if value is None:
+        return None
+    fields = USER_SCRAM_CREDENTIAL.decode_all(_body(value, USER_SCRAM_CREDENTIAL_RECORD))
+    return ScramCredentialRecord(*(fields[name] for name in USER_SCRAM_CREDENTIAL.names))
+
+
+def replay(records: Iterable[tuple[bytes | None, bytes | None]]) -> MetadataImage:
+    """The ACLs and credentials a log's ``(key, value)`` records leave, in log order
+    (last write wins, a tombstone removes). :raise SchemaError: a record this version
+    cannot read."""
+    image = MetadataImage()
+    for key, value in records:
+        if record_type(key) == ACCESS_CONTROL_ENTRY_RECORD:
+            _apply(image.acls, decode_key(key), decode_value(value))
+        else:
+            _apply(image.scram_credentials, decode_scram_key(key), decode_scram_value(value))
+    return image
+
+
+def _apply(records: dict, key: object, record: object | None) -> None:
+    if record is None:
+        records.pop(key, None)
+    else:
+        records[key] = record
