@@ -59,8 +59,8 @@ def run_round(data_dir: Path, authorizer: bool, messages: int) -> tuple[float, f
         engine = broker.engine
         if authorizer:
             acls = bindings() + client_acls()
-            assert engine.call(engine.create_acls, acls) == [None] * len(acls)
-        engine.call(engine.create_topic, "bench-topic", PARTITIONS)
+            assert engine.call(engine.access.create_acls, acls) == [None] * len(acls)
+        engine.call(engine.topics.create_topic, "bench-topic", PARTITIONS)
         bootstrap = f"127.0.0.1:{sock.getsockname()[1]}"
         return produce(bootstrap, messages), consume(bootstrap, messages)
     finally:

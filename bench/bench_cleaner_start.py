@@ -55,7 +55,7 @@ def first_round(directory: Path) -> float:
             broker.produce(TOPIC, 0, encode_batch(
                 [SimpleRecord(b"value-%d-%d" % (batch, i), key=b"key-%d" % (i % 50)) for i in range(100)]))
         started = time.perf_counter()
-        cleaned = broker.engine.call(broker.engine.compact_logs)
+        cleaned = broker.engine.call(broker.engine.jobs.compact_logs)
         elapsed = time.perf_counter() - started
         assert cleaned > 0, "the round cleaned nothing: the bench measures no cleaning"
     return elapsed

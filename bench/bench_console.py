@@ -107,7 +107,7 @@ def fill_groups(broker: Broker, batches: int) -> None:
     batch = encode_batch([SimpleRecord(b"v" * 100, key=b"k")])
     engine = broker.engine
     for partition in range(PARTITIONS):
-        pending = [engine.submit(engine.start_produce, "lagging", partition, batch, 1, None)
+        pending = [engine.submit(engine.partitions.start_produce, "lagging", partition, batch, 1, None)
                    for _ in range(batches)]
         for future in pending:
             future.result(60)

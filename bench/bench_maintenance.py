@@ -239,7 +239,7 @@ def build(broker: Broker, sizes: Sizes, big: str, old: str) -> None:
     build_partition(broker, old, sizes, int(time.time() * 1000) - 2 * DAY_MS)
     roll(broker, big)
     roll(broker, old)
-    broker.engine.call(broker.engine.take_snapshots, timeout=None)
+    broker.engine.call(broker.engine.jobs.take_snapshots, timeout=None)
     os.sync()  # the build's writeback must not land in a measured window
 
 
@@ -264,9 +264,9 @@ def run(workdir: Path, sizes: Sizes) -> Results:
                 print(f"\ntrial {trial + 1}: built {big}-0 and {old}-0 ({sizes.partition_bytes / MiB:.0f} MiB "
                       f"each) in {time.perf_counter() - started:.0f} s; {pressure()}")
                 quiet, _ = measure(probes, lambda: time.sleep(quiet_s))
-                cleaning, rewritten = measure(probes, lambda: freed(workdir, engine.call(engine.compact_logs,
+                cleaning, rewritten = measure(probes, lambda: freed(workdir, engine.call(engine.jobs.compact_logs,
                                                                                          timeout=None)))
-                retention, deleted = measure(probes, lambda: freed(workdir, engine.call(engine.apply_retention,
+                retention, deleted = measure(probes, lambda: freed(workdir, engine.call(engine.jobs.apply_retention,
                                                                                         timeout=None)))
                 for i, probe in enumerate(PROBES):
                     print(f"  {probe:<8} quiet       {quiet[i].text()}")

@@ -359,7 +359,7 @@ def append_trial(broker: Broker, topic: str, per_thread: list[list[bytes]], acks
     elapsed = time.perf_counter() - start
     if errors:
         raise errors[0]
-    commit = broker.engine._commits.get((topic, 0))
+    commit = broker.engine.partitions._commits.get((topic, 0))
     fsyncs = commit.fsyncs if commit is not None else 0
     total = sum(len(b) for batches in per_thread for b in batches)
     expected = sum(len(batches) for batches in per_thread) * 100

@@ -124,9 +124,9 @@ def take_some(polled: list, rng: random.Random) -> list:
 def run_jobs(broker: Broker) -> None:
     """What the broker's scheduler does now and then (exactly/app/engine/scheduler.py)."""
     engine = broker.engine
-    engine.call(engine.take_snapshots)
-    engine.call(engine.compact_logs)
-    engine.call(engine.checkpoint)
+    engine.call(engine.jobs.take_snapshots)
+    engine.call(engine.jobs.compact_logs)
+    engine.call(engine.jobs.checkpoint)
 
 
 def run(broker: Broker, progress: Progress, rng: random.Random, jobs_every: int = 0,

@@ -31,7 +31,7 @@ class ClientSettings:
         raise NotImplementedError
 
     def add_user(self, user: str, password: str, mechanisms: tuple[ScramMechanism, ...] = SCRAM) -> None:
-        self.engine.call(self.engine.alter_scram_credentials, [],
+        self.engine.call(self.engine.access.alter_scram_credentials, [],
                          [new_credential(user, m, password) for m in mechanisms])
 
     def confluent(self, protocol: str, mechanism: str = "PLAIN", user: str = "alice",

@@ -75,7 +75,7 @@ def test_each_cause_is_recorded_with_its_actor_and_logged_once(orders: Broker, c
 
     late = _open(broker, "by-timeout", timeout_ms=10_000)
     clock.advance(10_001)
-    assert broker.engine.call(broker.engine.abort_timed_out_transactions) == ["by-timeout"]
+    assert broker.engine.call(broker.engine.jobs.abort_timed_out_transactions) == ["by-timeout"]
 
     _open(broker, "by-new-instance")
     broker.producer(transactional_id="by-new-instance").init_transactions()
@@ -128,7 +128,7 @@ def test_a_producer_fenced_by_its_timeout_is_told_so(orders: Broker, clock: Fake
     broker = orders
     producer = _open(broker, "slow", timeout_ms=5_000)
     clock.advance(5_001)
-    broker.engine.call(broker.engine.abort_timed_out_transactions)
+    broker.engine.call(broker.engine.jobs.abort_timed_out_transactions)
     with pytest.raises(ProducerFencedError) as raised:
         producer.commit_transaction()
     assert "its transaction timed out" in str(raised.value) and "transaction.timeout.ms 5000" in str(raised.value)
@@ -161,7 +161,7 @@ def test_the_reason_survives_a_restart(tmp_path: Path, clock: FakeClock):
         producer = _open(broker, "slow", timeout_ms=5_000)
         pid, epoch = producer.producer_id, producer.producer_epoch
         clock.advance(5_001)
-        broker.engine.call(broker.engine.abort_timed_out_transactions)
+        broker.engine.call(broker.engine.jobs.abort_timed_out_transactions)
     with Broker(tmp_path / "data", clock=clock, **config) as broker:
         tc = broker.engine._transaction_coordinator
         with pytest.raises(KafkaError, match="its transaction timed out"):

@@ -45,7 +45,7 @@ def acls(kafka: KafkaBroker, *flags: str) -> subprocess.CompletedProcess:
 def held(kafka: KafkaBroker) -> set[tuple]:
     return {(b.pattern.resource_type, b.pattern.name, b.pattern.pattern_type, b.entry.principal, b.entry.host,
              b.entry.operation, b.entry.permission_type)
-            for b in kafka.engine.call(kafka.engine.describe_acls, AclBindingFilter())}
+            for b in kafka.engine.call(kafka.engine.access.describe_acls, AclBindingFilter())}
 
 
 def test_add_list_and_remove_as_kafka_acls_sh(kafka: KafkaBroker) -> None:

@@ -65,9 +65,9 @@ def test_admin_client_creates_describes_and_deletes_acls(kafka: KafkaBroker) -> 
     matching_orders_eu = AclBindingFilter(ResourceType.TOPIC, "orders-eu", ResourcePatternType.MATCH, None, None,
                                           AclOperation.ANY, AclPermissionType.ANY)
     assert describe(client, matching_orders_eu) == {ALICE_WRITES_ORDERS}
-    assert kafka.engine.authorize("User:alice", "10.1.1.1", acl.AclOperation.DESCRIBE, acl.ResourceType.TOPIC,
+    assert kafka.engine.access.authorize("User:alice", "10.1.1.1", acl.AclOperation.DESCRIBE, acl.ResourceType.TOPIC,
                                   "orders-eu"), "WRITE implies DESCRIBE"
-    assert not kafka.engine.authorize("User:alice", "10.1.1.1", acl.AclOperation.READ, acl.ResourceType.TOPIC,
+    assert not kafka.engine.access.authorize("User:alice", "10.1.1.1", acl.AclOperation.READ, acl.ResourceType.TOPIC,
                                       "orders-eu")
     deny_filter = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, None, None, AclOperation.ANY,
                                    AclPermissionType.DENY)
@@ -116,10 +116,10 @@ def test_without_an_authorizer_acl_apis_answer_security_disabled(tmp_path: Path)
             client.close()
         assert described.error_code == SecurityDisabledError.code
         assert deleted.filter_results[0].error_code == SecurityDisabledError.code
-        assert kafka.engine.authorize("User:anyone", "h", acl.AclOperation.WRITE, acl.ResourceType.TOPIC, "t")
-        assert kafka.engine.authorized_operations("User:anyone", "h", acl.ResourceType.GROUP, "g") == {
+        assert kafka.engine.access.authorize("User:anyone", "h", acl.AclOperation.WRITE, acl.ResourceType.TOPIC, "t")
+        assert kafka.engine.access.authorized_operations("User:anyone", "h", acl.ResourceType.GROUP, "g") == {
             acl.AclOperation.READ, acl.AclOperation.DESCRIBE, acl.AclOperation.DELETE}
-        assert "__cluster_metadata" not in kafka.engine.topic_names()
+        assert "__cluster_metadata" not in kafka.engine.topics.topic_names()
 
 
 def test_acls_survive_a_restart(tmp_path: Path) -> None:
@@ -132,10 +132,10 @@ def test_acls_survive_a_restart(tmp_path: Path) -> None:
         assert next(iter(client.delete_acls([gone]).values())).result(30) == [BOB_MAY_NOT_READ_GROUP]
     with KafkaBroker(data, **STANDARD) as kafka:
         assert describe(admin(kafka)) == {ALICE_WRITES_ORDERS}
-        assert kafka.engine.authorize("User:alice", "h", acl.AclOperation.WRITE, acl.ResourceType.TOPIC, "orders1")
-        assert kafka.engine.authorized_operations("User:alice", "h", acl.ResourceType.TOPIC, "orders1") == {
+        assert kafka.engine.access.authorize("User:alice", "h", acl.AclOperation.WRITE, acl.ResourceType.TOPIC, "orders1")
+        assert kafka.engine.access.authorized_operations("User:alice", "h", acl.ResourceType.TOPIC, "orders1") == {
             acl.AclOperation.WRITE, acl.AclOperation.DESCRIBE}
     with KafkaBroker(data) as kafka:  # switched off: ACLs are kept, not applied
-        assert kafka.engine.authorize("User:bob", "h", acl.AclOperation.WRITE, acl.ResourceType.TOPIC, "x")
+        assert kafka.engine.access.authorize("User:bob", "h", acl.AclOperation.WRITE, acl.ResourceType.TOPIC, "x")
     with KafkaBroker(data, **STANDARD) as kafka:
         assert describe(admin(kafka)) == {ALICE_WRITES_ORDERS}

@@ -52,7 +52,7 @@ def acl(resource_type: ResourceType, name: str, operation: AclOperation, permiss
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
     with KafkaBroker(tmp_path_factory.mktemp("authz") / "data", **STANDARD) as k:
         for name in ("vis-1", "vis-2", "hid-1"):
-            k.engine.call(k.engine.create_topic, name, 1)
+            k.engine.call(k.engine.topics.create_topic, name, 1)
         yield k
 
 
@@ -60,11 +60,11 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
 def kafka(broker: KafkaBroker) -> Iterator[KafkaBroker]:
     """The module's broker, with no ACL at the start and end of the test."""
     yield broker
-    broker.engine.call(broker.engine.delete_acls, [AclBindingFilter()])
+    broker.engine.call(broker.engine.access.delete_acls, [AclBindingFilter()])
 
 
 def grant(kafka: KafkaBroker, *bindings: model.AclBinding) -> None:
-    assert kafka.engine.call(kafka.engine.create_acls, list(bindings)) == [None] * len(bindings)
+    assert kafka.engine.call(kafka.engine.access.create_acls, list(bindings)) == [None] * len(bindings)
 
 
 def visible_topics(kafka: KafkaBroker) -> set[str]:
@@ -98,7 +98,7 @@ def test_an_unknown_topic_is_not_leaked(kafka: KafkaBroker) -> None:
         auto = {"topics": [{"name": "auto-1"}], "allow_auto_topic_creation": True}
         assert int(client.request(ApiKey.METADATA, 8, auto).topics[0].error_code) == \
             TopicAuthorizationFailedError.code, "auto-creation needs Create"
-        assert kafka.engine.topic_info("auto-1") is None
+        assert kafka.engine.topics.topic_info("auto-1") is None
     finally:
         client.close()
 
@@ -158,9 +158,9 @@ def test_the_endless_transaction_attack_leaves_nothing_behind_the_lso(kafka: Kaf
     with pytest.raises(KafkaException) as refused:
         producer.init_transactions(30)
     assert refused.value.args[0].code() == TransactionalIdAuthorizationFailedError.code
-    pid, epoch = engine.call(engine.init_producer_id, "victim", 60_000)
-    engine.call(engine.add_partitions_to_txn, "victim", pid, epoch, [("vis-1", 0)])
-    before = engine.partition_offsets("vis-1", 0)
+    pid, epoch = engine.call(engine.transactions.init_producer_id, "victim", 60_000)
+    engine.call(engine.transactions.add_partitions_to_txn, "victim", pid, epoch, [("vis-1", 0)])
+    before = engine.partitions.partition_offsets("vis-1", 0)
     client = raw_connection(kafka.port)
     try:
         forged = {"transactional_id": "victim", "acks": -1, "timeout": 5000, "topic_data": [
@@ -170,9 +170,9 @@ def test_the_endless_transaction_attack_leaves_nothing_behind_the_lso(kafka: Kaf
         assert int(answer.error_code) == TransactionalIdAuthorizationFailedError.code
     finally:
         client.close()
-    after = engine.partition_offsets("vis-1", 0)
+    after = engine.partitions.partition_offsets("vis-1", 0)
     assert after == before and after.last_stable_offset == after.high_watermark
-    engine.call(engine.end_txn, "victim", pid, epoch, False)
+    engine.call(engine.transactions.end_txn, "victim", pid, epoch, False)
 
 
 def test_an_idempotent_producer_needs_write_on_some_topic(kafka: KafkaBroker) -> None:
@@ -195,14 +195,14 @@ def test_a_producer_id_belongs_to_its_principal(kafka: KafkaBroker) -> None:
     commit with a producer id is refused; its owner's goes through."""
     engine = kafka.engine
     alice, mallory = KafkaPrincipal.parse("User:alice"), KafkaPrincipal.parse("User:mallory")
-    pid, epoch = engine.call(engine.init_producer_id, None, 60_000, principal=alice)
+    pid, epoch = engine.call(engine.transactions.init_producer_id, None, 60_000, principal=alice)
     batch = data_batch([b"v"], producer_id=pid, epoch=epoch, sequence=0)
     with pytest.raises(ClusterAuthorizationFailedError):
-        engine.call(engine.start_produce, "vis-2", 0, batch, 1, None, mallory)
-    engine.call(engine.start_produce, "vis-2", 0, batch, 1, None, alice)
-    txn_pid, txn_epoch = engine.call(engine.init_producer_id, "alice-tx", 60_000, principal=alice)
+        engine.call(engine.partitions.start_produce, "vis-2", 0, batch, 1, None, mallory)
+    engine.call(engine.partitions.start_produce, "vis-2", 0, batch, 1, None, alice)
+    txn_pid, txn_epoch = engine.call(engine.transactions.init_producer_id, "alice-tx", 60_000, principal=alice)
     with pytest.raises(TransactionalIdAuthorizationFailedError):
-        engine.call(engine.txn_offset_commit, "alice-tx", "g", txn_pid, txn_epoch, {}, principal=mallory)
+        engine.call(engine.transactions.txn_offset_commit, "alice-tx", "g", txn_pid, txn_epoch, {}, principal=mallory)
     assert engine.counters.authorization_denials[("CLUSTER", "WRITE")] >= 2
 
 
@@ -211,21 +211,21 @@ def test_a_prepared_transaction_taken_over_belongs_to_the_principal_that_kept_it
     transaction; the producer id it is given is then its own, and no longer alice's."""
     engine = kafka.engine
     alice, bob = KafkaPrincipal.parse("User:alice"), KafkaPrincipal.parse("User:bob")
-    pid, epoch = engine.call(engine.init_producer_id, "handover-tx", 60_000, enable_2pc=True, principal=alice)
-    engine.call(engine.add_partitions_to_txn, "handover-tx", pid, epoch, [("vis-1", 0)], alice)
-    engine.call(engine.start_produce, "vis-1", 0,
+    pid, epoch = engine.call(engine.transactions.init_producer_id, "handover-tx", 60_000, enable_2pc=True, principal=alice)
+    engine.call(engine.transactions.add_partitions_to_txn, "handover-tx", pid, epoch, [("vis-1", 0)], alice)
+    engine.call(engine.partitions.start_produce, "vis-1", 0,
                 data_batch([b"v"], producer_id=pid, epoch=epoch, sequence=0, transactional=True), 1, None, alice)
-    kept = engine.call(engine.keep_prepared_transaction, "handover-tx", bob)
+    kept = engine.call(engine.transactions.keep_prepared_transaction, "handover-tx", bob)
     assert (kept.ongoing_producer_id, kept.ongoing_producer_epoch) == (pid, epoch)
-    engine.call(engine.end_txn, "handover-tx", kept.producer_id, kept.producer_epoch, True)
-    engine.call(engine.add_partitions_to_txn, "handover-tx", kept.producer_id, kept.producer_epoch,
+    engine.call(engine.transactions.end_txn, "handover-tx", kept.producer_id, kept.producer_epoch, True)
+    engine.call(engine.transactions.add_partitions_to_txn, "handover-tx", kept.producer_id, kept.producer_epoch,
                 [("vis-1", 0)], bob)  # bob's next transaction, under the producer id he was given
     batch = data_batch([b"w"], producer_id=kept.producer_id, epoch=kept.producer_epoch, sequence=0,
                        transactional=True)
     with pytest.raises(TransactionalIdAuthorizationFailedError, match="another principal"):
-        engine.call(engine.start_produce, "vis-1", 0, batch, 1, None, alice)
-    engine.call(engine.start_produce, "vis-1", 0, batch, 1, None, bob)
-    engine.call(engine.end_txn, "handover-tx", kept.producer_id, kept.producer_epoch, False)
+        engine.call(engine.partitions.start_produce, "vis-1", 0, batch, 1, None, alice)
+    engine.call(engine.partitions.start_produce, "vis-1", 0, batch, 1, None, bob)
+    engine.call(engine.transactions.end_txn, "handover-tx", kept.producer_id, kept.producer_epoch, False)
 
 
 def test_abuse_limits(tmp_path: Path) -> None:
@@ -234,7 +234,7 @@ def test_abuse_limits(tmp_path: Path) -> None:
     limits = {**STANDARD, "super.users": ANONYMOUS, "exactly.producer.id.rate.per.principal": 3,
               "exactly.max.open.transactions.per.principal": 1}
     with KafkaBroker(tmp_path / "data", **limits) as kafka:
-        kafka.engine.call(kafka.engine.create_topic, "t", 1)
+        kafka.engine.call(kafka.engine.topics.create_topic, "t", 1)
         client = raw_connection(kafka.port)
         try:
             def init(txn_id: str | None) -> object:
@@ -274,13 +274,13 @@ def test_two_transactions_opened_at_once_cannot_both_pass_the_cap(tmp_path: Path
     limits = {**STANDARD, "super.users": ANONYMOUS, "exactly.max.open.transactions.per.principal": 1}
     with KafkaBroker(tmp_path / "data", **limits) as kafka:
         engine = kafka.engine
-        engine.call(engine.create_topic, "t", 1)
+        engine.call(engine.topics.create_topic, "t", 1)
         alice = KafkaPrincipal.parse("User:alice")
-        producers = {txn_id: engine.call(engine.init_producer_id, txn_id, 60_000, principal=alice)
+        producers = {txn_id: engine.call(engine.transactions.init_producer_id, txn_id, 60_000, principal=alice)
                      for txn_id in ("tx-a", "tx-b")}
 
         async def both() -> list:
-            return await asyncio.gather(*(engine.add_partitions_to_txn(txn_id, pid, epoch, [("t", 0)], alice)
+            return await asyncio.gather(*(engine.transactions.add_partitions_to_txn(txn_id, pid, epoch, [("t", 0)], alice)
                                           for txn_id, (pid, epoch) in producers.items()), return_exceptions=True)
 
         answers = engine.call(both)
@@ -293,7 +293,7 @@ def test_clients_hear_the_denial_of_their_topic(kafka: KafkaBroker) -> None:
     from confluent_kafka import Consumer, TopicPartition
 
     grant(kafka, acl(R.TOPIC, "vis-", O.DESCRIBE, pattern=PatternType.PREFIXED), acl(R.GROUP, "no-read", O.READ))
-    before = kafka.engine.partition_offsets("vis-1", 0).high_watermark
+    before = kafka.engine.partitions.partition_offsets("vis-1", 0).high_watermark
     producer = Producer({"bootstrap.servers": kafka.bootstrap, "enable.idempotence": False, "retries": 0})
     failed: list = []
     producer.produce("vis-1", b"v", on_delivery=lambda error, _: failed.append(error))
@@ -311,4 +311,4 @@ def test_clients_hear_the_denial_of_their_topic(kafka: KafkaBroker) -> None:
         assert errors == [TopicAuthorizationFailedError.code]
     finally:
         consumer.close()
-    assert kafka.engine.partition_offsets("vis-1", 0).high_watermark == before, "nothing written"
+    assert kafka.engine.partitions.partition_offsets("vis-1", 0).high_watermark == before, "nothing written"

@@ -114,9 +114,9 @@ def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
     transactional id for the denied requests to be about."""
     with KafkaBroker(tmp_path_factory.mktemp("authz") / "data", **STANDARD) as k:
         engine = k.engine
-        engine.call(engine.create_topic, T, 1)
-        engine.call(engine.commit_offsets, "g", {(T, 0): CommittedOffset(0, "", -1, 0)})
-        engine.call(engine.init_producer_id, "tx", 60_000)
+        engine.call(engine.topics.create_topic, T, 1)
+        engine.call(engine.groups.commit_offsets, "g", {(T, 0): CommittedOffset(0, "", -1, 0)})
+        engine.call(engine.transactions.init_producer_id, "tx", 60_000)
         yield k
 
 
@@ -163,7 +163,7 @@ def test_a_principal_without_acls_is_denied(kafka: KafkaBroker, api: int) -> Non
         assert listed(response) == (), response
     else:
         assert expected in error_codes(response), response
-    assert not kafka.engine.topic_info("new"), "CreateTopics denied created nothing"
+    assert not kafka.engine.topics.topic_info("new"), "CreateTopics denied created nothing"
 
 
 def test_an_offset_fetch_v1_denied_answers_the_denial_per_partition(kafka: KafkaBroker) -> None:

@@ -94,7 +94,7 @@ def test_with_jobs_off_the_world_stays_frozen_until_a_test_drives_it(tmp_path: P
             time.sleep(0.05)
         assert finished_transactions(data) == [], "the mirror ran a round"
 
-        assert broker.engine.call(broker.engine.abort_timed_out_transactions) == ["slow"]
+        assert broker.engine.call(broker.engine.jobs.abort_timed_out_transactions) == ["slow"]
         eventually(lambda: lso_and_hw(broker)[0] == lso_and_hw(broker)[1], WAIT_S, "the LSO caught up")
         broker.mirror.catch_up()
         assert finished_transactions(data) == [("slow", "ABORT", producer.producer_epoch + 1)]

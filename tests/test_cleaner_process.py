@@ -58,7 +58,7 @@ def latest_values(broker: Broker) -> dict[bytes, bytes]:
     """What a consumer reading TOPIC from the start ends with: each key's last value."""
     offset = broker.list_offsets(TOPIC, 0, -2)
     latest: dict[bytes, bytes] = {}
-    while (r := broker.engine.call(broker.engine.fetch, TOPIC, 0, offset, 4 << 20, timeout=DEADLINE_S)).records:
+    while (r := broker.engine.call(broker.engine.partitions.fetch, TOPIC, 0, offset, 4 << 20, timeout=DEADLINE_S)).records:
         got = read_records(r.records, offset, False)
         latest.update((rec.key, rec.value) for rec in got.records)
         offset = got.next_offset
@@ -82,7 +82,7 @@ def build(broker: Broker, shape: tuple[int, int, int] = SHAPE) -> dict[bytes, by
 
 
 def compact(broker: Broker) -> int:
-    return broker.engine.call(broker.engine.compact_logs, timeout=DEADLINE_S)
+    return broker.engine.call(broker.engine.jobs.compact_logs, timeout=DEADLINE_S)
 
 
 def one_round(broker: Broker, log_: PartitionLog, in_worker: bool) -> CleanerStats:

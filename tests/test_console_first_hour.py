@@ -66,7 +66,7 @@ def test_assigned_partitions_never_committed_lag_from_the_log_start(broker, clie
     group = broker.engine.call(read_models.group, broker.engine, lagging)
     lags = {(o["topic_name"], o["partition_id"]): o["lag"] for o in group["offsets"]}
     assert lags == {("wide", 0): 5, ("wide", 1): 10, ("wide", 2): 10, ("wide", 3): 10}
-    cluster = broker.engine.cluster_id
+    cluster = broker.engine.topics.cluster_id
     listed = client.get(f"/v3/clusters/{cluster}/consumer-groups/{lagging}/lags").get_json()["data"]
     assert sorted((lag["partition_id"], lag["current_offset"], lag["lag"]) for lag in listed) == [
         (0, 5, 5), (1, -1, 10), (2, -1, 10), (3, -1, 10)]
@@ -172,7 +172,7 @@ def test_history_filters_by_id_outcome_and_cause_and_pages(mirrored, client, bro
 
 
 def test_transactions_page_searches_counts_outcomes_and_says_the_state_now(mirrored, broker):
-    broker.engine.call(broker.engine.init_producer_id, "prepared-2pc", 60_000, enable_2pc=True)
+    broker.engine.call(broker.engine.transactions.init_producer_id, "prepared-2pc", 60_000, enable_2pc=True)
     html = mirrored.get("/transactions").get_data(as_text=True)
     billing = html[html.index('data-txn="billing"'):html.index("</tr>", html.index('data-txn="billing"'))]
     assert 'data-activity="open"' in billing and "Ongoing" in billing
@@ -233,7 +233,7 @@ def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
 
 def test_a_transactional_producer_is_live_while_connected_and_one_client_instance(kafka: KafkaBroker):
     console = create_app(kafka.engine, test_config={"TESTING": True}).test_client()
-    kafka.engine.call(kafka.engine.create_topic, "events", 1)
+    kafka.engine.call(kafka.engine.topics.create_topic, "events", 1)
     producer = Producer({"bootstrap.servers": kafka.bootstrap, "transactional.id": "live-tx",
                          "client.id": "live-app"})
     producer.init_transactions(10)

@@ -208,7 +208,7 @@ def test_a_committed_offset_deleted_by_retention_is_reset_by_policy(broker, cons
     send(broker, "t", 0, [b"v%02d" % i for i in range(20)], batch_size=0)  # a batch per record
     consumer(group_id="g").commit({("t", 0): 3})
     clock.advance(10_000)
-    broker.engine.call(broker.engine.apply_retention, timeout=DEADLINE_S)
+    broker.engine.call(broker.engine.jobs.apply_retention, timeout=DEADLINE_S)
     start = broker.engine._logs.log("t", 0).log_start_offset
     assert 3 < start == 18
     c = consumer(group_id="g", auto_offset_reset=reset, enable_auto_commit=False)
@@ -385,7 +385,7 @@ def test_poll_returns_as_soon_as_data_arrives(broker, consumer):
 
     def produce_once_the_consumer_waits() -> None:
         try:
-            eventually(lambda: bool(engine._data_waiters), DEADLINE_S, "the consumer to wait for data")
+            eventually(lambda: bool(engine.partitions._data_waiters), DEADLINE_S, "the consumer to wait for data")
             send(broker, "t", 0, [b"hello"])
         except BaseException as e:  # reported by the main thread
             errors.append(e)
@@ -654,11 +654,11 @@ def test_a_closed_static_member_keeps_its_place_and_a_restart_takes_it_back(brok
                DEADLINE_S, "the static member's assignment")
     generation = first.group_metadata().generation_id
     first.close()
-    group = broker.engine.call(broker.engine.describe_group, "g")
+    group = broker.engine.call(broker.engine.groups.describe_group, "g")
     assert [m.group_instance_id for m in group.members] == ["app-0"]
     again = consumer(**config)
     again.subscribe(["t"])
     eventually(lambda: again.poll(timeout_ms=20) is not None and len(again.assignment()) == 2,
                DEADLINE_S, "the restarted member's assignment")
     assert sorted(again.assignment()) == [("t", 0), ("t", 1)]
-    assert broker.engine.call(broker.engine.describe_group, "g").generation == generation
+    assert broker.engine.call(broker.engine.groups.describe_group, "g").generation == generation

@@ -74,7 +74,7 @@ def test_validate_only_checks_and_grows_nothing(kafka: KafkaBroker) -> None:
 
 
 def test_new_partitions_may_be_assigned_to_this_node_only(kafka: KafkaBroker) -> None:
-    node = kafka.engine.node_id
+    node = kafka.engine.topics.node_id
     assert grow(kafka, NewPartitions("t", 3, [[node], [node]])) == {"t": None}
     other = grow(kafka, NewPartitions("t", 4, [[node + 1]]))["t"]
     assert other.code() == KafkaError.INVALID_REPLICA_ASSIGNMENT

@@ -21,7 +21,7 @@ from confluent_kafka import OFFSET_END, KafkaError, KafkaException, Producer, To
 from confluent_kafka.admin import AdminClient
 
 from exactly.app import Broker
-from exactly.app.engine.engine import LogDeleteRecordsResult
+from exactly.app.engine.partitions import LogDeleteRecordsResult
 from exactly.storage import filenames
 from exactly.storage.checkpoint import read_checkpoint
 from exactly.storage.clock import FakeClock
@@ -46,7 +46,7 @@ COMMITTED = IsolationLevel.READ_COMMITTED.label
 
 
 def delete(broker: Broker, topic: str, partition: int, offset: int) -> LogDeleteRecordsResult:
-    return broker.engine.call(broker.engine.delete_records, {(topic, partition): offset})[topic, partition]
+    return broker.engine.call(broker.engine.partitions.delete_records, {(topic, partition): offset})[topic, partition]
 
 
 def low_watermark(broker: Broker, topic: str, partition: int, offset: int) -> int:
@@ -63,7 +63,7 @@ def fill(broker: Broker, topic: str, count: int, partition: int = 0) -> None:
 
 
 def start_of(broker: Broker, topic: str, partition: int = 0) -> int:
-    return broker.engine.call(broker.engine.partition_offsets, topic, partition).log_start_offset
+    return broker.engine.call(broker.engine.partitions.partition_offsets, topic, partition).log_start_offset
 
 
 # -- the engine ----------------------------------------------------------------------------
@@ -94,9 +94,9 @@ def test_refusals_are_kafkas(broker: Broker) -> None:
     broker.create_topic("t", 1)
     broker.create_topic("kept", 1, {"cleanup.policy": "compact"})
     broker.create_topic("both", 1, {"cleanup.policy": "compact,delete"})
-    broker.engine.call(broker.engine.ensure_internal_topic, "__consumer_offsets")
+    broker.engine.call(broker.engine.topics.ensure_internal_topic, "__consumer_offsets")
     fill(broker, "both", 2)
-    results = broker.engine.call(broker.engine.delete_records, {
+    results = broker.engine.call(broker.engine.partitions.delete_records, {
         ("t", 1): 0, ("nope", 0): 0, ("kept", 0): 0, ("__consumer_offsets", 0): 0, ("both", 0): -1})
     errors = {key: type(result.error) for key, result in results.items()}
     assert errors == {("t", 1): UnknownTopicOrPartitionError, ("nope", 0): UnknownTopicOrPartitionError,
@@ -128,12 +128,12 @@ def test_retention_deletes_the_segments_wholly_below_the_log_start(broker: Broke
     middle = log_.segments[3]
     new_start = middle.base_offset + (1 if middle.next_offset - middle.base_offset > 1 else 0)
     assert low_watermark(broker, "t", 0, new_start) == new_start
-    assert broker.engine.call(broker.engine.apply_retention) == 3, "the three segments below it"
+    assert broker.engine.call(broker.engine.jobs.apply_retention) == 3, "the three segments below it"
     assert log_.segments[0] is middle, "the segment holding the log start stays"
     assert log_.snapshot_offsets() and min(log_.snapshot_offsets()) >= new_start, "no snapshot below it is kept"
     assert start_of(broker, "t") == new_start
     assert broker.list_offsets("t", 0, 0) >= new_start, "a timestamp lookup never answers below it"
-    assert broker.engine.call(broker.engine.apply_retention) == 0
+    assert broker.engine.call(broker.engine.jobs.apply_retention) == 0
 
 
 def test_an_open_transaction_does_not_stop_it_and_the_lso_is_never_below_the_log_start(broker: Broker) -> None:
@@ -141,14 +141,14 @@ def test_an_open_transaction_does_not_stop_it_and_the_lso_is_never_below_the_log
     txn = RawTxn(broker, "tx")
     txn.send("t", 0, b"open")  # offset 0: the transaction holds the LSO there
     fill(broker, "t", 4)  # 1..4
-    offsets = broker.engine.call(broker.engine.partition_offsets, "t", 0)
+    offsets = broker.engine.call(broker.engine.partitions.partition_offsets, "t", 0)
     assert (offsets.last_stable_offset, offsets.high_watermark) == (0, 5)
     assert low_watermark(broker, "t", 0, 3) == 3, "Kafka moves it past an open transaction"
-    assert broker.engine.call(broker.engine.partition_offsets, "t", 0).last_stable_offset == 3
+    assert broker.engine.call(broker.engine.partitions.partition_offsets, "t", 0).last_stable_offset == 3
     assert broker.fetch("t", 0, 3, isolation_level=COMMITTED).records == b"", "nothing stable yet"
     txn.send("t", 0, b"more")  # 5
     txn.abort()  # the marker at 6
-    offsets = broker.engine.call(broker.engine.partition_offsets, "t", 0)
+    offsets = broker.engine.call(broker.engine.partitions.partition_offsets, "t", 0)
     assert (offsets.log_start_offset, offsets.last_stable_offset, offsets.high_watermark) == (3, 7, 7)
     read = broker.fetch("t", 0, 3, isolation_level=COMMITTED)
     assert read.aborted_transactions == [(txn.pid, 0)], "the aborted transaction begun below the log start"
@@ -304,10 +304,10 @@ def test_an_idempotent_producer_whose_state_is_gone_recovers_without_duplicate_o
     assert admin_delete(kafka, TopicPartition("t", 0, OFFSET_END)) == {("t", 0): 20}
     # producer.id.expiration.ms=1: its state goes now, its next batch is UNKNOWN_PRODUCER_ID with the
     # log start past its last acknowledged offset -- KIP-360: librdkafka bumps its epoch and resends
-    assert kafka.engine.call(kafka.engine.expire_producer_ids) == 1
+    assert kafka.engine.call(kafka.engine.jobs.expire_producer_ids) == 1
     produce(producer, "t", [b"c%d" % i for i in range(10)])
     producer.flush(10)
-    offsets = kafka.engine.call(kafka.engine.partition_offsets, "t", 0)
+    offsets = kafka.engine.call(kafka.engine.partitions.partition_offsets, "t", 0)
     assert (offsets.log_start_offset, offsets.high_watermark) == (20, 30), "each record written once"
     (entry,) = kafka.engine._logs.log("t", 0).producer_state.producers.values()
     assert entry.producer_epoch == 1, "it recovered with an epoch bump (KIP-360)"
@@ -320,11 +320,11 @@ def test_delete_records_during_a_transaction_then_the_lso(kafka: KafkaBroker) ->
     producer.init_transactions(30)
     producer.begin_transaction()
     produce(producer, "t", [b"t%d" % i for i in range(5)])  # 0..4, open
-    assert kafka.engine.call(kafka.engine.partition_offsets, "t", 0).last_stable_offset == 0
+    assert kafka.engine.call(kafka.engine.partitions.partition_offsets, "t", 0).last_stable_offset == 0
     assert admin_delete(kafka, TopicPartition("t", 0, 2)) == {("t", 0): 2}
-    assert kafka.engine.call(kafka.engine.partition_offsets, "t", 0).last_stable_offset == 2
+    assert kafka.engine.call(kafka.engine.partitions.partition_offsets, "t", 0).last_stable_offset == 2
     producer.commit_transaction(30)
-    offsets = kafka.engine.call(kafka.engine.partition_offsets, "t", 0)
+    offsets = kafka.engine.call(kafka.engine.partitions.partition_offsets, "t", 0)
     assert (offsets.log_start_offset, offsets.last_stable_offset, offsets.high_watermark) == (2, 6, 6)
     committed = config(kafka, **{"group.id": "g", "isolation.level": "read_committed"})
     assert read_to_end(committed, "t", 1) == [b"t2", b"t3", b"t4"]

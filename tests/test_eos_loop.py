@@ -300,7 +300,7 @@ def test_committed_offsets_survive_compaction_and_a_restart(tmp_path: Path) -> N
         consumer.commit({(INPUT, 0): 1, (INPUT, 1): 1})  # one batch, two records
         for offset in range(2, 40):  # supersede only its last record, and roll segments
             consumer.commit({(INPUT, 1): offset})
-        assert broker.engine.call(broker.engine.compact_logs) > 0
+        assert broker.engine.call(broker.engine.jobs.compact_logs) > 0
     with Broker(tmp_path / "data", **config) as broker:
         fetched = broker.engine.call(broker.engine._group_coordinator.fetch_offsets, GROUP,
                                      [(INPUT, 0), (INPUT, 1)])

@@ -56,7 +56,7 @@ def _commit_error(producer: Producer) -> KafkaError:
 
 
 def _state(server: Server, txn_id: str):
-    return server.engine.call(server.engine.describe_transaction, txn_id)
+    return server.engine.call(server.engine.transactions.describe_transaction, txn_id)
 
 
 def _read_committed(server: Server, topic: str) -> list[bytes]:

@@ -1271,11 +1271,11 @@ def test_a_cancelled_request_does_not_wedge_the_partition_it_appended_to(tmp_pat
         b.create_topic("t", 1)
 
         async def cancel_a_durable_append() -> None:
-            task = asyncio.ensure_future(b.engine.produce("t", 0, data_batch([b"x"])))
+            task = asyncio.ensure_future(b.engine.partitions.produce("t", 0, data_batch([b"x"])))
             await asyncio.sleep(0)  # appended; now waiting for its fsync
             task.cancel()
         call(b, cancel_a_durable_append)
-        b.engine.submit(b.engine.start_produce, "t", 0, data_batch([b"y"]), -1).result(3)
+        b.engine.submit(b.engine.partitions.start_produce, "t", 0, data_batch([b"y"]), -1).result(3)
     finally:
         b.close()
 

@@ -27,8 +27,8 @@ from exactly.app.http import HttpSettings, create_app
 from exactly.app.http.access import NEEDS, needs_of
 from exactly.app.security.acl import AclBindingFilter
 from exactly.app.security.scram import ScramMechanism, new_credential
-from exactly.coordinator.mirror import expected_state_from_logs, read_state
 from exactly.coordinator.mirror_db import reader_engine
+from tests.mirror_oracle import expected_state_from_logs, read_state
 from tests.conftest import FROZEN, SMALL_INTERNAL_TOPICS
 
 pytestmark = pytest.mark.timeout(60)
@@ -66,7 +66,7 @@ def alice(broker: Broker) -> FlaskClient:
 
 @pytest.fixture
 def cluster(broker: Broker) -> str:
-    return broker.engine.cluster_id
+    return broker.engine.topics.cluster_id
 
 
 def acl(resource_type: str, name: str, principal: str, operation: str, permission: str = "ALLOW",
@@ -147,13 +147,13 @@ def test_bad_acls_are_kafkas_invalid_request(admin: FlaskClient, cluster: str) -
 def test_without_an_authorizer_acls_are_security_disabled(broker: Broker, tmp_path: Path) -> None:
     with Broker(tmp_path / "plain", **SMALL_INTERNAL_TOPICS, **FROZEN) as plain:
         client = create_app(plain.engine, test_config={"TESTING": True}).test_client()
-        response = client.get(f"/v3/clusters/{plain.engine.cluster_id}/acls")
+        response = client.get(f"/v3/clusters/{plain.engine.topics.cluster_id}/acls")
         assert response.status_code == 400
         assert response.json["error_code"] == 40002 and response.json["error_name"] == "SECURITY_DISABLED"
         assert response.json["kafka_error_code"] == 54
         # and with no authorizer every request of User:ANONYMOUS is served as before
         plain.create_topic("free", 1)
-        assert client.get(f"/v3/clusters/{plain.engine.cluster_id}/topics/free").status_code == 200
+        assert client.get(f"/v3/clusters/{plain.engine.topics.cluster_id}/topics/free").status_code == 200
 
 
 # -- each request as its principal -----------------------------------------------------------------
@@ -268,7 +268,7 @@ def test_console_pages_need_a_login(broker: Broker) -> None:
 
 
 def _held(broker: Broker, principal: str) -> set[tuple[str, str]]:
-    found = broker.engine.call(broker.engine.describe_acls, AclBindingFilter(principal=principal))
+    found = broker.engine.call(broker.engine.access.describe_acls, AclBindingFilter(principal=principal))
     return {(b.pattern.name, b.entry.operation.name) for b in found}
 
 
@@ -308,7 +308,7 @@ def test_who_may_do_what_explains_allow_deny_super_and_no_acl(console: FlaskClie
 def test_the_users_page_reads_the_mirror_and_a_user_logs_in_with_basic(console: FlaskClient, broker: Broker) -> None:
     assert "No user has credentials yet." in console.get("/users").get_data(as_text=True)
     frank = new_credential("frank", ScramMechanism.SCRAM_SHA_256, "frank-secret", iterations=8192)
-    broker.engine.call(broker.engine.alter_scram_credentials, [], [frank])
+    broker.engine.call(broker.engine.access.alter_scram_credentials, [], [frank])
     try:
         broker.mirror.catch_up()
         html = console.get("/users").get_data(as_text=True)
@@ -320,7 +320,7 @@ def test_the_users_page_reads_the_mirror_and_a_user_logs_in_with_basic(console: 
             wrong = "Basic " + base64.b64encode(b"frank:guess").decode()
             assert frank_client.get("/v3/clusters", headers={"Authorization": wrong}).status_code == 401
     finally:
-        broker.engine.call(broker.engine.alter_scram_credentials, [("frank", ScramMechanism.SCRAM_SHA_256)], [])
+        broker.engine.call(broker.engine.access.alter_scram_credentials, [("frank", ScramMechanism.SCRAM_SHA_256)], [])
         broker.mirror.catch_up()
     assert "No user has credentials yet." in console.get("/users").get_data(as_text=True)
 
@@ -343,7 +343,7 @@ def test_the_mirror_holds_the_acls_after_a_restart_and_a_rebuild(tmp_path: Path)
     data = tmp_path / "data"
     with Broker(data, **SMALL_INTERNAL_TOPICS, **FROZEN, **STANDARD) as first:
         client = _app(first, token="s3cret").test_client()
-        base = f"/v3/clusters/{first.engine.cluster_id}/acls"
+        base = f"/v3/clusters/{first.engine.topics.cluster_id}/acls"
         client.post(base + ":batch", headers=ADMIN, json={"data": [
             acl("TOPIC", "kept", "User:gina", "READ"), acl("GROUP", "gone", "User:gina", "READ")]})
         client.delete(base, query_string={"resource_name": "gone"}, headers=ADMIN)

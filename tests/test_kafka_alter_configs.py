@@ -150,7 +150,7 @@ def test_alter_configs_replaces_a_topics_overrides_as_a_whole(kafka: KafkaBroker
 
 
 def test_this_brokers_settings_are_read_only(kafka: KafkaBroker) -> None:
-    node = str(kafka.engine.node_id)
+    node = str(kafka.engine.topics.node_id)
     refused = incremental(kafka, [ConfigResource(BROKER, node, incremental_configs=[
         ConfigEntry("log.retention.ms", "1000", incremental_operation=SET)])])[node]
     assert refused.code() == KafkaError.INVALID_REQUEST and "dynamically" in refused.str()
@@ -199,7 +199,7 @@ def test_append_and_subtract_keep_a_list_without_duplicates(tmp_path: Path) -> N
     """Against a model: APPEND adds the items not there yet, in order; SUBTRACT removes
     them; a list left empty is INVALID_CONFIG and changes nothing."""
     with KafkaBroker(tmp_path / "data") as kafka, closing(raw_connection(kafka.port)) as connection:
-        kafka.engine.call(kafka.engine.create_topic, "t", 1)
+        kafka.engine.call(kafka.engine.topics.create_topic, "t", 1)
 
         def alter(op: AlterConfigOpType, value: str | None) -> int:
             answer = connection.request(ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, {"validate_only": False, "resources": [

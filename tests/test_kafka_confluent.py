@@ -193,7 +193,7 @@ def test_a_transaction_open_past_its_timeout_is_aborted_and_the_client_told(kafk
     producer.produce("t", b"too-late", partition=0)
     assert producer.flush(30) == 0
     engine = kafka.engine
-    eventually(lambda: engine.call(engine.abort_timed_out_transactions) == ["slow"], what="the timeout abort")
+    eventually(lambda: engine.call(engine.jobs.abort_timed_out_transactions) == ["slow"], what="the timeout abort")
     with pytest.raises(KafkaException):
         producer.commit_transaction(30)
     assert read_all(kafka, "t", 1) == []

@@ -166,7 +166,7 @@ def test_corrupt_batch_is_corrupt_message_and_leaves_the_log_alone(kafka: KafkaB
 def test_a_long_polling_fetch_is_woken_by_an_append(kafka: KafkaBroker, raw: KafkaConnection) -> None:
     kafka.broker.create_topic("t", 1)
     raw.send(ApiKey.FETCH, 11, fetch_body("t", [0], max_wait_ms=30_000))
-    eventually(lambda: kafka.engine._data_waiters.get(("t", 0)), what="the fetch to wait")
+    eventually(lambda: kafka.engine.partitions._data_waiters.get(("t", 0)), what="the fetch to wait")
     started = time.monotonic()
     kafka.broker.produce("t", 0, batch(b"late"))
     _, response = raw.receive(ApiKey.FETCH, 11)
@@ -184,7 +184,7 @@ def test_a_read_committed_fetch_is_woken_by_the_commit_marker(kafka: KafkaBroker
     first = raw.request(ApiKey.FETCH, 11, fetch_body("t", [0], isolation_level=1))
     assert not only_partition(first).records and only_partition(first).last_stable_offset == 0
     raw.send(ApiKey.FETCH, 11, fetch_body("t", [0], max_wait_ms=30_000, isolation_level=1))
-    eventually(lambda: kafka.engine._data_waiters.get(("t", 0)), what="the fetch to wait")
+    eventually(lambda: kafka.engine.partitions._data_waiters.get(("t", 0)), what="the fetch to wait")
     producer.commit_transaction()
     partition = only_partition(raw.receive(ApiKey.FETCH, 11)[1])
     assert partition.records and partition.last_stable_offset == 2  # the record and its marker

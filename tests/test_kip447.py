@@ -331,7 +331,7 @@ def test_a_consumer_taking_over_resumes_from_the_old_offset_when_the_transaction
     assert successor.poll(timeout_ms=300) == []
     assert successor.assignment() == [TP]
     clock.advance(5_001)
-    aborted = broker.engine.call(broker.engine.abort_timed_out_transactions, timeout=DEADLINE_S)
+    aborted = broker.engine.call(broker.engine.jobs.abort_timed_out_transactions, timeout=DEADLINE_S)
     assert aborted == ["app-1"]
     got = poll_until(successor, 8)
     assert [r.offset for r in got] == list(range(2, 10))
@@ -424,7 +424,7 @@ def test_offsets_replay_the_same_after_the_log_cleaner_compacted_consumer_offset
             commit_standalone(b, i, ("other", i))
         before = {tp: (committed_offset(b, tp), is_unstable(b, tp)) for tp in tps}
         assert before == {tps[0]: (100, False), tps[1]: (101, False), tps[2]: (22, False), tps[3]: (23, True)}
-        assert b.engine.call(b.engine.compact_logs, timeout=DEADLINE_S) > 0
+        assert b.engine.call(b.engine.jobs.compact_logs, timeout=DEADLINE_S) > 0
     with Broker(tmp_path / "data", clock=clock, **config) as b:
         assert {tp: (committed_offset(b, tp), is_unstable(b, tp)) for tp in tps} == before
 

@@ -63,6 +63,15 @@ IMPORT_RULES = (
     Forbid("exactly.app.http", "exactly.app.security.authorizer",
            "the HTTP face asks the engine (authorize, explain), as the Kafka port does: one decision path"),
     Forbid("exactly.app.engine.principals", "exactly.app.engine.engine", "the per-principal state knows nothing of the engine"),
+    *(Forbid(f"exactly.app.engine.{service}", "exactly.app.engine.engine",
+             "a service gets what it needs when the engine wires it, never the engine")
+      for service in ("partitions", "topics", "transactions", "groups", "access", "jobs", "loop_bridge")),
+    Forbid("exactly.app.engine.loop_bridge", "exactly.app.engine", "the loop bridge runs work; it knows no service",
+           exempt=()),
+    Forbid("exactly.app.engine.access", "exactly.app.engine.partitions", "the authorizer knows nothing of the logs"),
+    Forbid("exactly.app.engine.jobs", "exactly.app.engine.partitions", "the periodic work is the logs' own"),
+    Forbid("exactly.app.engine.groups", "exactly.app.engine.transactions", "one coordinator, one interface"),
+    Forbid("exactly.app.engine.read_models", "exactly.app.engine.engine", "the read models take the services"),
     Forbid("exactly.app.faults.fault", "exactly.app.kafka", "the fault model and registry know nothing of the faces applying them"),
     Forbid("exactly.app.faults.events", "exactly.app.kafka", "the event presets are faults, whatever face applies them"),
     Forbid("exactly.app.engine", "exactly.app.kafka.fault_injection", "the engine keeps the faults; only the Kafka listener applies them"),
@@ -85,10 +94,17 @@ IMPORT_RULES = (
 )
 
 #: attributes of the engine no module outside ``exactly/app/engine/`` may touch (besides any
-#: ``_name``): the faces call the engine's named operations instead
+#: ``_name``): the faces call the services' operations instead
 ENGINE_INTERNALS = frozenset({"logs", "loop", "transaction_coordinator", "group_coordinator"})
+#: what the services offer only to the engine's own modules (read models, the audit, the
+#: mirror's source): the logs themselves and the coordinators behind their interfaces
+SERVICE_INTERNALS = frozenset({"log", "logs", "get", "items", "topic", "coordinator"})
+#: the engine's services, as the faces reach them (``engine.partitions.fetch``)
+SERVICES = frozenset({"partitions", "topics", "transactions", "groups", "access", "jobs"})
 #: where the engine's internals may be touched
 ENGINE_PACKAGE = "exactly.app.engine"
+#: the one module that holds the engine's private state
+ENGINE_MODULE = "exactly.app.engine.engine"
 #: coordinator state read as a whole, outside the coordinators and the engine
 COORDINATOR_DICTS = frozenset({"txns"})
 
@@ -183,12 +199,27 @@ def names_the_engine(node: ast.expr) -> bool:
 
 
 def test_only_the_engine_touches_its_internals() -> None:
+    """Outside ``engine.py``, nobody -- not even the engine's own read models -- reaches the
+    engine's private state; they take its services."""
     wrong = [f"{m.where(node)} reaches engine.{node.attr}"
-             for m in modules() if not m.under(ENGINE_PACKAGE)
+             for m in modules() if m.name != ENGINE_MODULE
              for node in ast.walk(m.tree)
              if isinstance(node, ast.Attribute) and names_the_engine(node.value)
-             and (node.attr in ENGINE_INTERNALS or node.attr.startswith("_"))]
-    assert not wrong, "the faces call the engine's named operations (exactly/app/engine/engine.py):\n" + "\n".join(wrong)
+             and (node.attr.startswith("_") or node.attr in ENGINE_INTERNALS and not m.under(ENGINE_PACKAGE))]
+    assert not wrong, "call the engine's services (exactly/app/engine/engine.py):\n" + "\n".join(wrong)
+
+
+def names_a_service(node: ast.expr) -> bool:
+    """``engine.partitions``, ``ctx.engine.topics``, ``current_engine().groups``: a service reached."""
+    return isinstance(node, ast.Attribute) and node.attr in SERVICES and names_the_engine(node.value)
+
+
+def test_the_faces_use_only_what_the_services_offer_them() -> None:
+    wrong = [f"{m.where(node)} reaches {node.value.attr}.{node.attr}"
+             for m in modules() if not m.under(ENGINE_PACKAGE)
+             for node in ast.walk(m.tree)
+             if isinstance(node, ast.Attribute) and names_a_service(node.value) and node.attr in SERVICE_INTERNALS]
+    assert not wrong, "the logs and coordinators are the engine's own; faces get frozen values:\n" + "\n".join(wrong)
 
 
 #: a change every face offers goes through one engine operation, never a face's own path
@@ -203,9 +234,9 @@ SHARED_OPERATIONS = {
 def test_the_faces_change_topics_through_the_same_engine_operation(operation: str, faces: tuple[str, ...]) -> None:
     by_name = {m.name: m for m in modules()}
     missing = [face for face in faces
-               if not any(isinstance(node, ast.Attribute) and node.attr == operation and names_the_engine(node.value)
+               if not any(isinstance(node, ast.Attribute) and node.attr == operation and names_a_service(node.value)
                           for node in ast.walk(by_name[face].tree))]
-    assert not missing, f"these faces do not call Engine.{operation}: {missing}"
+    assert not missing, f"these faces do not call Topics.{operation}: {missing}"
 
 
 def test_coordinator_dicts_stay_in_the_coordinators_and_the_engine() -> None:
@@ -217,7 +248,7 @@ def test_coordinator_dicts_stay_in_the_coordinators_and_the_engine() -> None:
 
 
 #: where a log's start offset moves: the log itself (retention, DeleteRecords) and its loader;
-#: everything else moves it through ``Engine.delete_records``
+#: everything else moves it through ``Partitions.delete_records``
 LOG_START_MOVERS = frozenset({"exactly.storage.partition_log", "exactly.storage.log_loader"})
 
 
@@ -261,5 +292,5 @@ def test_kafka_handlers_authorize_only_through_the_table() -> None:
              for m in modules() if m.under("exactly.app.kafka") and m.name != "exactly.app.kafka.authorization"
              for node in ast.walk(m.tree)
              if isinstance(node, ast.Attribute) and node.attr in AUTHORIZER_OPERATIONS
-             and names_the_engine(node.value)]
+             and (names_the_engine(node.value) or names_a_service(node.value))]
     assert not wrong, "authorize through exactly.app.kafka.authorization:\n" + "\n".join(wrong)

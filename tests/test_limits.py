@@ -321,11 +321,11 @@ def test_a_transactional_or_group_id_too_long_to_be_a_key_is_refused_not_a_crash
     (the Kafka wire cannot send one): refused with Kafka's error, the broker unharmed."""
     engine, long_id = broker.engine, "t" * 32_768
     with pytest.raises(InvalidRequestError, match="longer than 32767 bytes"):
-        engine.call(engine.init_producer_id, long_id, 60_000)
-    pid, epoch = engine.call(engine.init_producer_id, "tx", 60_000)
-    engine.call(engine.add_offsets_to_txn, "tx", pid, epoch, "g")
+        engine.call(engine.transactions.init_producer_id, long_id, 60_000)
+    pid, epoch = engine.call(engine.transactions.init_producer_id, "tx", 60_000)
+    engine.call(engine.transactions.add_offsets_to_txn, "tx", pid, epoch, "g")
     with pytest.raises(InvalidGroupIdError):
-        engine.call(engine.txn_offset_commit, "tx", long_id, pid, epoch, {})
+        engine.call(engine.transactions.txn_offset_commit, "tx", long_id, pid, epoch, {})
     with pytest.raises(InvalidGroupIdError):
-        engine.call(engine.commit_offsets, long_id, {})
-    assert engine.call(engine.init_producer_id, "t" * 32_767, 60_000)[1] == 0  # the longest key still fits
+        engine.call(engine.groups.commit_offsets, long_id, {})
+    assert engine.call(engine.transactions.init_producer_id, "t" * 32_767, 60_000)[1] == 0  # the longest key still fits

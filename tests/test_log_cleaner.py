@@ -242,7 +242,7 @@ def test_a_round_with_nothing_dirty_does_nothing_and_touches_no_file(broker: Bro
     assert clean(broker, clock) == CleanerStats()
 
     assert {p.name: p.stat().st_mtime_ns for p in partition_dir(tmp_path / "data").iterdir()} == files
-    broker.engine.call(broker.engine.checkpoint)
+    broker.engine.call(broker.engine.jobs.checkpoint)
     end = plog(broker).active_segment.base_offset
     assert (tmp_path / "data" / filenames.CLEANER_OFFSET_CHECKPOINT).read_text() == f"0\n1\n{T} 0 {end}\n"
 
@@ -253,7 +253,7 @@ def test_the_cleaner_checkpoint_survives_a_restart(tmp_path: Path, clock: FakeCl
         for i in range(20):
             put(broker, b"k%d" % (i % 3), b"v%d" % i)
         roll(broker)
-        broker.engine.call(broker.engine.compact_logs)
+        broker.engine.call(broker.engine.jobs.compact_logs)
         end = plog(broker).active_segment.base_offset
     with open_broker(tmp_path / "data", clock) as broker:
         assert plog(broker).cleaner_state.checkpoint == end
@@ -618,7 +618,7 @@ def test_a_crash_at_any_step_of_the_swap_leaves_a_valid_log(tmp_path: Path, cloc
     shutil.copytree(original, reference)
     with open_broker(reference, clock) as broker:
         segments = len(plog(broker).segments)
-        broker.engine.call(broker.engine.compact_logs)
+        broker.engine.call(broker.engine.jobs.compact_logs)
         assert len(plog(broker).segments) < segments, "the round merges segments"
     after = view(reference, clock)
     assert after[1] < before[1]
@@ -642,7 +642,7 @@ def test_a_crash_at_any_step_of_the_swap_leaves_a_valid_log(tmp_path: Path, cloc
             assert remaining[2:] == before[2:]
             outcomes.add("cleaned" if remaining[1] == after[1] else
                          "original" if remaining[1] == before[1] else "partly cleaned")
-            broker.engine.call(broker.engine.compact_logs)
+            broker.engine.call(broker.engine.jobs.compact_logs)
             assert set(triples(broker)) == after[1], f"step {step}: a later round finishes the job"
         shutil.rmtree(data)
     assert step > 8, "every rename of the protocol was a crash point"
@@ -705,7 +705,7 @@ def test_leftover_cleaned_and_swap_files_are_discarded_or_completed(tmp_path: Pa
     reference = tmp_path / "reference"
     shutil.copytree(original, reference)
     with open_broker(reference, clock) as broker:
-        broker.engine.call(broker.engine.compact_logs)
+        broker.engine.call(broker.engine.jobs.compact_logs)
         groups = [s.base_offset for s in plog(broker).segments[:-1]]
     after = view(reference, clock)
     cleaned_base = groups[0]
@@ -769,13 +769,13 @@ def test_a_round_that_fails_before_the_commit_point_leaves_the_log_as_it_was(
         with pytest.raises(OSError):
             clean(broker, clock)
     else:
-        assert broker.engine.call(broker.engine.compact_logs) == 0  # logged, not raised
+        assert broker.engine.call(broker.engine.jobs.compact_logs) == 0  # logged, not raised
 
     assert stored(broker) == before
     assert not leftovers(tmp_path / "data")
     assert plog(broker).cleaner_state.checkpoint == 0
     monkeypatch.undo()
-    assert broker.engine.call(broker.engine.compact_logs) > 0
+    assert broker.engine.call(broker.engine.jobs.compact_logs) > 0
     assert {k for _, k, _ in triples(broker)} == {b"u0", b"u1", b"u2", b"u3", b"k"}
 
 
@@ -801,7 +801,7 @@ def test_only_compacted_topics_are_cleaned(broker: Broker, clock: FakeClock) -> 
     on_loop(broker, lambda: (broker.engine._logs.log("plain", 0).roll(), plog(broker).roll()))
     plain = on_loop(broker, lambda: list(broker.engine._logs.log("plain", 0).batches()))
 
-    assert broker.engine.call(broker.engine.compact_logs) > 0
+    assert broker.engine.call(broker.engine.jobs.compact_logs) > 0
 
     assert on_loop(broker, lambda: list(broker.engine._logs.log("plain", 0).batches())) == plain
     assert triples(broker) == [(19, b"k", b"v19")]

@@ -110,14 +110,14 @@ def in_thread(fn: Callable[[], Any]) -> Future:
 def produce(broker: Broker, topic: str, partition: int, batch: bytes) -> int:
     """An acks=all produce that fails the test instead of waiting a minute."""
     engine = broker.engine
-    return engine.submit(engine.start_produce, topic, partition, batch, -1).result(DEADLINE_S).base_offset
+    return engine.submit(engine.partitions.start_produce, topic, partition, batch, -1).result(DEADLINE_S).base_offset
 
 
 def values(broker: Broker, topic: str, partition: int = 0) -> list[tuple[int, bytes | None, bytes | None]]:
     """(offset, key, value) of every record a consumer reads from the log start."""
     offset = broker.list_offsets(topic, partition, -2)
     out = []
-    while (r := broker.engine.call(broker.engine.fetch, topic, partition, offset, 1 << 20,
+    while (r := broker.engine.call(broker.engine.partitions.fetch, topic, partition, offset, 1 << 20,
                                    timeout=DEADLINE_S)).records:
         got = read_records(r.records, offset, False)
         out += [(rec.offset, rec.key, rec.value) for rec in got.records]
@@ -157,7 +157,7 @@ def test_produce_and_fetch_go_on_while_a_cleaning_round_is_held(broker: Broker, 
     before = values(broker, "big")
     gate = hold(gates, broker.engine.maintenance.partitions, SegmentSwap)
 
-    cleaning = in_thread(lambda: broker.engine.call(broker.engine.compact_logs, timeout=DEADLINE_S))
+    cleaning = in_thread(lambda: broker.engine.call(broker.engine.jobs.compact_logs, timeout=DEADLINE_S))
     gate.wait_held()  # the first cleaned segment is written and synced; its swap waits
     for round_ in range(3):
         other_partition_works(broker, round_)
@@ -189,7 +189,7 @@ def test_produce_and_fetch_go_on_while_retention_deletes_segments(tmp_path: Path
         first_segment = filenames.segment_path(data / "old-0", 0, filenames.LOG_SUFFIX)
         gate = hold(gates, broker.engine.maintenance.partitions, SegmentDeletion)
 
-        retention = in_thread(lambda: broker.engine.call(broker.engine.apply_retention, timeout=DEADLINE_S))
+        retention = in_thread(lambda: broker.engine.call(broker.engine.jobs.apply_retention, timeout=DEADLINE_S))
         gate.wait_held()
         start = broker.list_offsets("old", 0, -2)
         assert start > 0, "the log start moved at once"
@@ -228,7 +228,7 @@ def test_produce_and_fetch_go_on_while_the_snapshot_of_a_roll_is_written(tmp_pat
         other_partition_works(broker, 0)
 
         gate.release()
-        assert broker.engine.call(broker.engine.take_snapshots, timeout=DEADLINE_S) >= 1  # waits behind it
+        assert broker.engine.call(broker.engine.jobs.take_snapshots, timeout=DEADLINE_S) >= 1  # waits behind it
         assert write.path.exists()
 
 
@@ -302,7 +302,7 @@ def test_a_topic_deleted_while_its_cleaning_round_runs_is_gone_and_the_round_sto
         on_loop(broker, lambda: plog(broker, "big").roll())
         gate = hold(gates, broker.engine.maintenance.partitions, Cancellable)
 
-        cleaning = in_thread(lambda: broker.engine.call(broker.engine.compact_logs, timeout=DEADLINE_S))
+        cleaning = in_thread(lambda: broker.engine.call(broker.engine.jobs.compact_logs, timeout=DEADLINE_S))
         gate.wait_held()
         deleting = in_thread(lambda: broker.delete_topic("big"))
         other_partition_works(broker, 0)
@@ -338,9 +338,9 @@ def test_retention_waits_for_a_cleaning_round_on_the_same_partition(broker: Brok
     gate = hold(gates, broker.engine.maintenance.partitions, SegmentSwap)
     engine = broker.engine
 
-    cleaning = in_thread(lambda: engine.call(engine.compact_logs, timeout=DEADLINE_S))
+    cleaning = in_thread(lambda: engine.call(engine.jobs.compact_logs, timeout=DEADLINE_S))
     gate.wait_held()
-    retention = asyncio.run_coroutine_threadsafe(engine.apply_retention(), engine._loop)
+    retention = asyncio.run_coroutine_threadsafe(engine.jobs.apply_retention(), engine._loop)
     settle(broker)
     assert broker.list_offsets("both", 0, -2) == 0, "retention planned nothing while the round runs"
     assert not retention.done()
@@ -422,12 +422,12 @@ def test_the_loop_thread_never_fsyncs(tmp_path: Path, clock: FakeClock, monkeypa
         producer.send("other", b"in a transaction", key=b"t", partition=0)
         producer.commit_transaction()
         engine.call(engine._transaction_coordinator.init_producer_id, None, -1)
-        assert engine.call(engine.compact_logs) > 0
+        assert engine.call(engine.jobs.compact_logs) > 0
         clock.advance(2 * HOUR)
         produce(broker, "old", 0, data_batch([b"late"], timestamp=clock.now_ms()))
-        assert engine.call(engine.apply_retention) > 0
-        assert engine.call(engine.take_snapshots) > 0
-        engine.call(engine.checkpoint)
+        assert engine.call(engine.jobs.apply_retention) > 0
+        assert engine.call(engine.jobs.take_snapshots) > 0
+        engine.call(engine.jobs.checkpoint)
         broker.create_topic("short-lived", 1)
         broker.delete_topic("short-lived")
         during = calls[opened:]

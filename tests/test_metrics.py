@@ -189,7 +189,7 @@ def test_a_partition_has_a_late_transaction_by_kafka_s_rule(frozen: Broker, cloc
     assert late[("exactly_partitions_with_late_transactions", ())] == 1
     assert late[("exactly_partition_oldest_transaction_age_seconds", p(0))] == pytest.approx(
         (MAX_TIMEOUT_MS + LATE_TRANSACTION_BUFFER_MS + 1) / 1000)
-    frozen.engine.call(frozen.engine.abort_timed_out_transactions)  # what the job would have done
+    frozen.engine.call(frozen.engine.jobs.abort_timed_out_transactions)  # what the job would have done
     after = scrape()
     assert after[("exactly_partitions_with_late_transactions", ())] == 0
     assert after[("exactly_transactions_timed_out_total", ())] == 1

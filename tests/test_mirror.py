@@ -29,7 +29,7 @@ from exactly.app.cli.main import main as cli_main
 from exactly.app.engine.mirror_source import EngineMirrorSource
 from exactly.coordinator import mirror as mirror_module
 from exactly.coordinator import offsets_log, transaction_log
-from exactly.coordinator.mirror import MIRRORED_TOPICS, Mirror, expected_state_from_logs, read_state
+from exactly.coordinator.mirror import MIRRORED_TOPICS, Mirror
 from exactly.coordinator.mirror_db import (
     UPGRADE_ERRORS,
     MigrationError,
@@ -47,6 +47,7 @@ from exactly.storage.clock import FakeClock
 from exactly.storage.errors import OffsetOutOfRangeError
 from exactly.storage.partition_log import ReadResult
 from exactly.storage.record_batch import SimpleRecord, encode_batch, iter_headers
+from tests.mirror_oracle import expected_state_from_logs, read_state
 from tests.mirror_crash_child import BROKER_CONFIG
 from tests.raw_txn import RawTxn
 from tests.waiting import eventually
@@ -70,25 +71,25 @@ def open_broker(data_dir: Path, clock: FakeClock | None = None, **config: object
 
     async def create_internal_topics() -> None:  # clients may not; the coordinators do on first use
         for topic in (transaction_log.TOPIC, offsets_log.TOPIC):
-            await broker.engine.ensure_internal_topic(topic)
+            await broker.engine.topics.ensure_internal_topic(topic)
 
     broker.engine.call(create_internal_topics)
     for topic, partitions in USER_TOPICS.items():
-        if topic not in broker.engine.call(broker.engine.partition_counts, [topic]):
+        if topic not in broker.engine.call(broker.engine.topics.partition_counts, [topic]):
             broker.create_topic(topic, partitions)
     return broker
 
 
 def append(broker: Broker, topic: str, partition: int, batch: bytes) -> int:
     """Append a batch to an internal topic as a coordinator does; its base offset."""
-    return broker.engine.call(broker.engine.append_internal, topic, partition, batch).base_offset
+    return broker.engine.call(broker.engine.partitions.append_internal, topic, partition, batch).base_offset
 
 
 def marker(broker: Broker, topic: str, partition: int, producer_id: int, producer_epoch: int,
            commit: bool) -> int:
     """Write a COMMIT/ABORT marker as the transaction coordinator does (the engine's
     internal path; no client may); its offset."""
-    return broker.engine.call(broker.engine.write_txn_marker, topic, partition, producer_id,
+    return broker.engine.call(broker.engine.partitions.write_txn_marker, topic, partition, producer_id,
                               producer_epoch, 0, commit).base_offset
 
 

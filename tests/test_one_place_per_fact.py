@@ -22,8 +22,8 @@ DECLARED_IN = {
     "NO_SEQUENCE": "exactly/storage/record_batch.py",
     "MAX_PRODUCER_EPOCH": "exactly/storage/record_batch.py",
     "INTERNAL_TOPICS": "exactly/coordinator/internal_topics.py",
-    "READ_COMMITTED": "exactly/app/engine/engine.py",  # derived there from IsolationLevel, re-exported
-    "READ_UNCOMMITTED": "exactly/app/engine/engine.py",
+    "READ_COMMITTED": "exactly/app/engine/partitions.py",  # derived there from IsolationLevel, re-exported
+    "READ_UNCOMMITTED": "exactly/app/engine/partitions.py",
 }
 #: module -> modules (prefixes) it must not import
 FORBIDDEN_IMPORTS = {
@@ -78,3 +78,37 @@ def test_the_split_modules_import_only_downwards(module):
     imported = imported_modules(ast.parse((ROOT / module).read_text()))
     assert not {m for m in imported for forbidden in FORBIDDEN_IMPORTS[module]
                 if m == forbidden or m.startswith(forbidden + ".")}
+
+
+#: Kafka's enumerations, each declared as one class in one module
+CLASSES_IN = {
+    "ApiKey": "exactly/app/kafka/wire.py",           # the listener's and the Spark client's API keys
+    "CoordinatorType": "exactly/app/kafka/wire.py",  # FindCoordinator's key types
+    "ConfigSource": "exactly/app/engine/views.py",   # DescribeConfigs' sources, their names and ids
+}
+
+
+def test_every_kafka_enumeration_is_declared_once():
+    declared: dict[str, list[str]] = {name: [] for name in CLASSES_IN}
+    for path in sources():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef) and node.name in CLASSES_IN:
+                declared[node.name].append(path.relative_to(ROOT).as_posix())
+    assert declared == {name: [module] for name, module in CLASSES_IN.items()}
+
+
+def test_the_api_keys_are_kafkas():
+    """Each ApiKey member is the key kio's generated schemas give that API's name."""
+    from kio.index import api_key_map
+
+    from exactly.app.kafka.wire import ApiKey
+    assert {key.name.lower(): int(key) for key in ApiKey} == {
+        api_key_map[int(key)]: int(key) for key in ApiKey}
+
+
+def test_config_values_are_coerced_by_one_function():
+    """Topic and broker configs read "true", "60000" and paths by the same rules."""
+    coercers = [f"{path.relative_to(ROOT).as_posix()}:{node.name}" for path in sources()
+                for node in ast.walk(ast.parse(path.read_text()))
+                if isinstance(node, ast.FunctionDef) and "coerce" in node.name]
+    assert coercers == ["exactly/storage/log_config.py:coerce"]

@@ -111,7 +111,7 @@ def test_retention_ms_deletes_old_segments_and_persists_log_start(tmp_path: Path
             broker.produce("t", 0, data_batch([b"z" * 200], timestamp=clock.now_ms()))
         clock.advance(2 * HOUR)
         broker.produce("t", 0, data_batch([b"new"], timestamp=clock.now_ms()))
-        deleted = broker.engine.call(broker.engine.apply_retention)
+        deleted = broker.engine.call(broker.engine.jobs.apply_retention)
         assert deleted >= 4
         start = broker.list_offsets("t", 0, -2)
         assert start == broker.engine._logs.log("t", 0).segments[0].base_offset > 0
@@ -126,7 +126,7 @@ def test_retention_bytes_keeps_the_newest_data(broker: Broker) -> None:
     broker.create_topic("t", 1, {"segment.bytes": 500, "retention.bytes": 1200})
     for i in range(20):
         broker.produce("t", 0, data_batch([b"%03d" % i + b"q" * 200]))
-    broker.engine.call(broker.engine.apply_retention)
+    broker.engine.call(broker.engine.jobs.apply_retention)
     log = broker.engine._logs.log("t", 0)
     assert log.size_bytes >= 1200 - 500 and log.size_bytes - log.segments[0].size < 1200
     values, offset = [], log.log_start_offset

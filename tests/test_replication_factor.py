@@ -55,7 +55,7 @@ def test_off_by_default_a_factor_above_one_is_refused(tmp_path: Path, caplog: py
         assert answer["plain"] is None
         refused = http_create(kafka, topic_name="orders", replication_factor=3)
         assert (refused.status_code, refused.json["error_name"]) == (400, "INVALID_REPLICATION_FACTOR")
-        assert set(kafka.engine.topic_names()) >= {"plain"} and "orders" not in kafka.engine.topic_names()
+        assert set(kafka.engine.topics.topic_names()) >= {"plain"} and "orders" not in kafka.engine.topics.topic_names()
     assert not notes(caplog)
 
 
@@ -64,15 +64,15 @@ def test_on_a_factor_above_one_gets_the_one_replica_and_says_so(tmp_path: Path,
     caplog.set_level(logging.WARNING, logger="exactly.app.engine.engine")
     with KafkaBroker(tmp_path / "data", **{"exactly.replication.factor.ignore": "true"}) as kafka:
         assert create(kafka, NewTopic("checked", 1, 3), validate_only=True) == {"checked": None}
-        assert "checked" not in kafka.engine.topic_names() and not notes(caplog)
+        assert "checked" not in kafka.engine.topics.topic_names() and not notes(caplog)
         assert create(kafka, NewTopic("orders", 3, 3)) == {"orders": None}
-        assert kafka.engine.partition_count("orders") == 3
+        assert kafka.engine.topics.partition_count("orders") == 3
         assert len(notes(caplog)) == 1 and "orders" in notes(caplog)[0]
         topic = create_raw(kafka, "events", 3)
         assert topic["error_code"] == 0 and "replication factor 3 requested" in topic["error_message"]
         created = http_create(kafka, topic_name="http", partitions_count=2, replication_factor=3)
         assert created.status_code == 201 and created.json["replication_factor"] == 1
-        assert kafka.engine.partition_count("http") == 2
+        assert kafka.engine.topics.partition_count("http") == 2
         assert len(notes(caplog)) == 3
         for bad in (0, -2):  # never a replication factor, whatever the setting
             assert create_raw(kafka, f"bad{-bad}", bad)["error_code"] == KafkaError.INVALID_REPLICATION_FACTOR

@@ -181,9 +181,9 @@ def test_credentials_survive_a_restart_and_no_password_is_stored(tmp_path: Path)
         if path.is_file():
             assert password.encode() not in path.read_bytes(), path
     with ListenersBroker(tmp_path / "data", listeners="PLAINTEXT://127.0.0.1:0") as kafka:
-        assert kafka.engine.authenticate_password("dave", password) == KafkaPrincipal("User", "dave")
-        assert kafka.engine.authenticate_password("dave", "wrong") is None
-        assert kafka.engine.authenticate_password("nobody", password) is None
+        assert kafka.engine.access.authenticate_password("dave", password) == KafkaPrincipal("User", "dave")
+        assert kafka.engine.access.authenticate_password("dave", "wrong") is None
+        assert kafka.engine.access.authenticate_password("nobody", password) is None
 
 
 def test_the_first_super_user_is_added_to_a_stopped_broker_s_directory(tmp_path: Path) -> None:

@@ -27,9 +27,9 @@ def test_idle_producers_expire_after_producer_id_expiration_ms(tmp_path: Path, c
         open_txn = RawTxn(broker, "open")
         open_txn.send("t", 0, b"open", timestamp=clock.now_ms())
         clock.advance(DAY - 1)
-        assert broker.engine.call(broker.engine.expire_producer_ids) == 0, "not idle long enough"
+        assert broker.engine.call(broker.engine.jobs.expire_producer_ids) == 0, "not idle long enough"
         clock.advance(1)
-        assert broker.engine.call(broker.engine.expire_producer_ids) == 1, "only the idle, non-transactional one"
+        assert broker.engine.call(broker.engine.jobs.expire_producer_ids) == 1, "only the idle, non-transactional one"
         producers = broker.engine._logs.log("t", 0).producer_state.producers
         assert set(producers) == {open_txn.pid}, "a producer with an open transaction is never expired"
         with pytest.raises(UnknownProducerIdError):

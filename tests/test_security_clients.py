@@ -88,14 +88,14 @@ class Secured(ClientSettings):
     def topic(self, prefix: str, partitions: int = 1) -> str:
         """A new topic, created as the admin would."""
         name = f"{prefix}-{uuid.uuid4().hex[:6]}"
-        self.engine.call(self.engine.create_topic, name, partitions)
+        self.engine.call(self.engine.topics.create_topic, name, partitions)
         return name
 
     def grant(self, user: str, resource_type: ResourceType, name: str, *operations: AclOperation) -> None:
         bindings = [model.AclBinding(model.ResourcePattern(resource_type, name, PatternType.LITERAL),
                                      model.AccessControlEntry(f"User:{user}", "*", op, AclPermissionType.ALLOW))
                     for op in operations]
-        assert self.engine.call(self.engine.create_acls, bindings) == [None] * len(bindings)
+        assert self.engine.call(self.engine.access.create_acls, bindings) == [None] * len(bindings)
 
 
 @pytest.fixture(scope="module")
@@ -146,7 +146,7 @@ def test_confluent_kafka_per_principal(secured: Secured, protocol: str, mechanis
     assert read_to_end({**alice, "group.id": topic}, topic, 1) == [b"alice's"]
     assert delivery_errors(mallory, topic) == [TopicAuthorizationFailedError.code]
     assert first_consumer_error(mallory, topic) == TopicAuthorizationFailedError.code
-    assert secured.engine.partition_offsets(topic, 0).high_watermark == 1
+    assert secured.engine.partitions.partition_offsets(topic, 0).high_watermark == 1
 
 
 @pytest.mark.parametrize("protocol,mechanism", [("SASL_PLAINTEXT", "PLAIN"), ("SASL_SSL", "SCRAM-SHA-512")])
@@ -238,7 +238,7 @@ def test_the_endless_transaction_attack_over_the_wire(secured: Secured) -> None:
     finally:
         alice.close()
         mallory.close()
-    offsets = secured.engine.partition_offsets(topic, 0)
+    offsets = secured.engine.partitions.partition_offsets(topic, 0)
     assert offsets.high_watermark == 0 and offsets.last_stable_offset == offsets.high_watermark
 
 
@@ -261,12 +261,12 @@ def test_a_cross_principal_producer_id_hijack_is_refused_over_the_wire(secured: 
             return int(connection.request(ApiKey.PRODUCE, 7, body).responses[0].partition_responses[0].error_code)
 
         assert produce(mallory, b"hijacked") == ClusterAuthorizationFailedError.code
-        assert secured.engine.partition_offsets(topic, 0).high_watermark == 0
+        assert secured.engine.partitions.partition_offsets(topic, 0).high_watermark == 0
         assert produce(alice, b"alice's") == 0
     finally:
         alice.close()
         mallory.close()
-    assert secured.engine.partition_offsets(topic, 0).high_watermark == 1
+    assert secured.engine.partitions.partition_offsets(topic, 0).high_watermark == 1
 
 
 def test_acl_changes_take_effect_without_a_restart(secured: Secured) -> None:
@@ -284,7 +284,7 @@ def test_acl_changes_take_effect_without_a_restart(secured: Secured) -> None:
                                  CfAclOperation.ANY, CfAclPermissionType.ANY)
     assert len(admin.delete_acls([deleted])[deleted].result(timeout=30)) == 1
     assert delivery_errors(mallory, topic) == [TopicAuthorizationFailedError.code]
-    assert secured.engine.partition_offsets(topic, 0).high_watermark == 1
+    assert secured.engine.partitions.partition_offsets(topic, 0).high_watermark == 1
 
 
 def test_the_console_refuses_writes_without_a_login_and_a_csrf_token(secured: Secured) -> None:
@@ -295,7 +295,7 @@ def test_the_console_refuses_writes_without_a_login_and_a_csrf_token(secured: Se
               "principal": "User:carol", "host": "*", "operation": "READ", "permission": "ALLOW"}
 
     def held() -> bool:
-        found = secured.engine.call(secured.engine.describe_acls, model.AclBindingFilter(principal="User:carol"))
+        found = secured.engine.call(secured.engine.access.describe_acls, model.AclBindingFilter(principal="User:carol"))
         return bool(found)
 
     with requests.Session() as browser:

@@ -91,10 +91,10 @@ def test_two_brokers_in_one_test_are_independent(exactly_broker: Server, tmp_pat
         exactly_broker.broker.create_topic("mine", 1)
         assert {exactly_broker.kafka_port, exactly_broker.http_port}.isdisjoint({other.kafka_port, other.http_port})
         assert exactly_broker.cluster_id != other.cluster_id
-        assert "mine" not in other.engine.topic_names()
+        assert "mine" not in other.engine.topics.topic_names()
         other.broker.create_topic("theirs", 1)
         assert _round_trip(other, "theirs", [b"x"]) == [b"x"]
-        assert "theirs" not in exactly_broker.engine.topic_names()
+        assert "theirs" not in exactly_broker.engine.topics.topic_names()
 
 
 @pytest.mark.parametrize("clean", [True, False], ids=["clean", "unclean"])

@@ -182,8 +182,8 @@ def append_txn_log(broker: Broker, txn_id: str, transit: TxnTransitMetadata | No
     value = None if transit is None else transaction_log.encode_value(transit)
     batch = encode_batch([SimpleRecord(value, key=transaction_log.encode_key(txn_id),
                                        timestamp=broker.engine.clock.now_ms())])
-    broker.engine.call(broker.engine.ensure_internal_topic, transaction_log.TOPIC)
-    broker.engine.call(broker.engine.append_internal, transaction_log.TOPIC,
+    broker.engine.call(broker.engine.topics.ensure_internal_topic, transaction_log.TOPIC)
+    broker.engine.call(broker.engine.partitions.append_internal, transaction_log.TOPIC,
                        transaction_log.partition_for(txn_id, 3), batch)
 
 
@@ -415,7 +415,7 @@ def test_producer_id_mapping_is_the_same_before_and_after_a_restart(near_exhaust
         tc = b.engine._transaction_coordinator
         assert (tc.transactional_id_of(pid), tc.transactional_id_of(new_pid)) == (None, "a")
         clock.advance(1000)
-        assert b.engine.call(b.engine.expire_transactional_ids) == ["a"]
+        assert b.engine.call(b.engine.jobs.expire_transactional_ids) == ["a"]
     with open_broker(data, clock) as b:
         # a stranger's batch now: its producer id maps to nothing, and nothing is appended
         expect(InvalidProducerIdMappingError, 49, "INVALID_PRODUCER_ID_MAPPING", b.produce, T, 0,
@@ -531,7 +531,7 @@ def test_add_offsets_adds_the_groups_consumer_offsets_partition(broker):
 
 def test_the_commit_marker_lands_in_the_groups_consumer_offsets_partition(broker):
     async def create_offsets_topic() -> None:
-        await broker.engine.ensure_internal_topic(offsets_log.TOPIC)
+        await broker.engine.topics.ensure_internal_topic(offsets_log.TOPIC)
     broker.engine.call(create_offsets_topic)
     pid, epoch = init(broker, "a")
     _, partition = call(broker, "add_offsets", "a", pid, epoch, "billing-app")
@@ -721,10 +721,10 @@ def test_a_timed_out_transaction_is_aborted_with_an_epoch_bump(broker, clock):
     p.begin(0, 1)
     p.send(0, b"slow")
     clock.advance(10_000)
-    assert broker.engine.call(broker.engine.abort_timed_out_transactions) == []  # not past it yet
+    assert broker.engine.call(broker.engine.jobs.abort_timed_out_transactions) == []  # not past it yet
     assert describe(broker, "a").state is S.ONGOING
     clock.advance(1)
-    assert broker.engine.call(broker.engine.abort_timed_out_transactions) == ["a"]
+    assert broker.engine.call(broker.engine.jobs.abort_timed_out_transactions) == ["a"]
     meta = wait_for_state(broker, "a", S.COMPLETE_ABORT)
     assert (meta.producer_id, meta.producer_epoch) == (p.pid, p.epoch + 1)
     assert [(k, e) for k, _, e, _ in markers(broker, 0)] == [(ControlType.ABORT, p.epoch + 1)]
@@ -746,7 +746,7 @@ def test_the_timeout_job_leaves_completed_and_young_transactions_alone(broker, c
     done.begin(1)
     end(broker, "done", done.pid, done.epoch, True)
     clock.advance(50_000)
-    assert broker.engine.call(broker.engine.abort_timed_out_transactions) == []
+    assert broker.engine.call(broker.engine.jobs.abort_timed_out_transactions) == []
     assert describe(broker, "young").state is S.ONGOING
     assert describe(broker, "done").state is S.COMPLETE_COMMIT
 
@@ -761,9 +761,9 @@ def test_an_idle_transactional_id_expires_and_comes_back_with_a_new_producer_id(
         open_ = producer(b, "open")
         open_.begin(0)
         clock.advance(59_999)
-        assert b.engine.call(b.engine.expire_transactional_ids) == []
+        assert b.engine.call(b.engine.jobs.expire_transactional_ids) == []
         clock.advance(1)
-        assert b.engine.call(b.engine.expire_transactional_ids) == ["a"]  # "open" has a transaction
+        assert b.engine.call(b.engine.jobs.expire_transactional_ids) == ["a"]  # "open" has a transaction
         assert describe(b, "a") is None and describe(b, "open").state is S.ONGOING
         assert txn_log_records(b, "a")[-1].transit is None  # the tombstone
         expect(InvalidProducerIdMappingError, 49, "INVALID_PRODUCER_ID_MAPPING", add, b, "a", p.pid, p.epoch, (T, 0))
@@ -808,7 +808,7 @@ def test_a_timeout_abort_whose_log_write_fails_is_finished_by_a_later_run(broker
         return await healthy(partition, key, value, headers)
     monkeypatch.setattr(io, "append_txn_log", flaky)
     clock.advance(1_001)
-    broker.engine.call(broker.engine.abort_timed_out_transactions)
+    broker.engine.call(broker.engine.jobs.abort_timed_out_transactions)
     for txn, partition in ((a, 0), (b, 1)):
         meta = describe(broker, txn.txn_id)
         assert (meta.state, meta.producer_epoch) == (S.PREPARE_EPOCH_FENCE, txn.epoch + 1)
@@ -816,11 +816,11 @@ def test_a_timeout_abort_whose_log_write_fails_is_finished_by_a_later_run(broker
         expect(ProducerFencedError, 90, "PRODUCER_FENCED", end, broker, txn.txn_id, txn.pid, txn.epoch, True)
     expect(ConcurrentTransactionsError, 51, "CONCURRENT_TRANSACTIONS", init, broker, "a")
     failing.discard(transaction_log.encode_key("b"))  # "a" keeps failing: "b" must not wait for it
-    assert broker.engine.call(broker.engine.abort_timed_out_transactions) == ["b"]
+    assert broker.engine.call(broker.engine.jobs.abort_timed_out_transactions) == ["b"]
     assert wait_for_state(broker, "b", S.COMPLETE_ABORT).producer_epoch == b.epoch + 1
     assert describe(broker, "a").state is S.PREPARE_EPOCH_FENCE
     failing.clear()
-    assert broker.engine.call(broker.engine.abort_timed_out_transactions) == ["a"]
+    assert broker.engine.call(broker.engine.jobs.abort_timed_out_transactions) == ["a"]
     assert wait_for_state(broker, "a", S.COMPLETE_ABORT).producer_epoch == a.epoch + 1
     assert [e for _, _, e, _ in markers(broker, 0)] == [a.epoch + 1]
     assert committed(broker, 0) == committed(broker, 1) == [] and lso(broker, 0) == hw(broker, 0)

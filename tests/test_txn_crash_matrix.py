@@ -350,7 +350,7 @@ def test_restart_finishes_the_transaction_as_decided(tmp_path: Path, scenario: s
             if expected.recover == "init":
                 broker.producer(transactional_id=TXN_ID).init_transactions()
             else:
-                eventually(lambda: bool(broker.engine.call(broker.engine.abort_timed_out_transactions))
+                eventually(lambda: bool(broker.engine.call(broker.engine.jobs.abort_timed_out_transactions))
                            or state_of(broker).state is not S.ONGOING, SETTLE_DEADLINE_S, "transaction timeout")
 
         # nobody retries anything: the restart alone must roll a prepared transaction forward

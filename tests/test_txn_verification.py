@@ -166,7 +166,7 @@ def stray_expired_id(broker: Broker, clock: FakeClock) -> tuple[bytes, RawTxn | 
     txn.send(T, 0, b"committed")
     txn.commit()
     clock.advance(3_600_000)
-    assert broker.engine.call(broker.engine.expire_transactional_ids) == ["a"]
+    assert broker.engine.call(broker.engine.jobs.expire_transactional_ids) == ["a"]
     return data_batch([b"stray"], txn.pid, txn.epoch, 1, transactional=True), None
 
 

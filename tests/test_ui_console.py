@@ -126,7 +126,7 @@ def test_delete_a_topic_from_the_console_takes_its_group_offsets(client, orders)
 
 
 def test_deleting_an_internal_topic_is_refused_with_its_error(client, orders):
-    orders.engine.call(orders.engine.ensure_internal_topic, "__consumer_offsets")
+    orders.engine.call(orders.engine.topics.ensure_internal_topic, "__consumer_offsets")
     _post(client, "/topics/__consumer_offsets/delete", {}, "/topics/orders")
     assert "INVALID_TOPIC_EXCEPTION (17)" in _flash(client)
     assert "__consumer_offsets" in orders.engine._logs.topics

@@ -123,7 +123,7 @@ def test_a_timed_out_transaction_is_aborted_by_the_job_and_its_producer_fenced(b
     slow.send(T, b"slow-0", partition=0).get(timeout=10)
     assert not stable(broker)
     clock.advance(5_001)
-    assert broker.engine.call(broker.engine.abort_timed_out_transactions) == ["slow"]
+    assert broker.engine.call(broker.engine.jobs.abort_timed_out_transactions) == ["slow"]
     assert stable(broker) and visible(broker) == []
     with pytest.raises(ProducerFencedError):
         slow.send(T, b"slow-late", partition=0).get(timeout=10)  # refused by the partition: the markers bumped the epoch
@@ -145,7 +145,7 @@ def test_a_timed_out_producer_is_fenced_by_the_coordinator(broker, clock, reques
     slow.begin_transaction()
     slow.send(T, b"slow-0", partition=0).get(timeout=10)
     clock.advance(5_001)
-    broker.engine.call(broker.engine.abort_timed_out_transactions)
+    broker.engine.call(broker.engine.jobs.abort_timed_out_transactions)
     with pytest.raises(ProducerFencedError):
         FENCED_CALLS[request_](slow)
     stays_fenced(slow)

@@ -116,17 +116,17 @@ class Broker:
 
     @property
     def cluster_id(self) -> str:
-        return self.engine.cluster_id
+        return self.engine.topics.cluster_id
 
     def create_topic(self, name: str, partitions: int | None = None, config: Mapping[str, Any] | None = None,
                      validate_only: bool = False) -> TopicInfo | None:
         """Create a topic, raising Kafka's error (POLICY_VIOLATION past the partition
         limits); ``validate_only``: raise what creating would raise, create nothing,
         return None."""
-        return self.engine.call(self.engine.create_topic, name, partitions, config, validate_only=validate_only)
+        return self.engine.call(self.engine.topics.create_topic, name, partitions, config, validate_only=validate_only)
 
     def delete_topic(self, name: str) -> None:
-        self.engine.call(self.engine.delete_topic, name)
+        self.engine.call(self.engine.topics.delete_topic, name)
 
     def produce(self, topic: str, partition: int, batch: bytes, acks: int = -1,
                 transactional_id: str | None = None) -> int:
@@ -136,18 +136,18 @@ class Broker:
         producer id and epoch of InitProducerId, the partition added with
         AddPartitionsToTxn); ``transactional_id``, as a Produce request carries
         it, must then own the producer id."""
-        return self.engine.submit(self.engine.start_produce, topic, partition, batch, acks,
+        return self.engine.submit(self.engine.partitions.start_produce, topic, partition, batch, acks,
                                   transactional_id).result(_TIMEOUT_S).base_offset
 
     def fetch(self, topic: str, partition: int, offset: int, max_bytes: int = 1 << 20,
               isolation_level: str | int = READ_UNCOMMITTED) -> ReadResult:
-        return self.engine.call(self.engine.fetch, topic, partition, offset, max_bytes, isolation_level)
+        return self.engine.call(self.engine.partitions.fetch, topic, partition, offset, max_bytes, isolation_level)
 
     def list_offsets(self, topic: str, partition: int, timestamp: int,
                      isolation_level: str | int = READ_UNCOMMITTED) -> int:
         """-1: latest (the LSO when read_committed); -2: earliest; else the first
         offset whose timestamp is >= ``timestamp`` (-1 if there is none)."""
-        return self.engine.call(self.engine.list_offsets, topic, partition, timestamp,
+        return self.engine.call(self.engine.partitions.list_offsets, topic, partition, timestamp,
                                 isolation_level).offset
 
     def producer(self, **config: Any) -> Producer:

@@ -31,7 +31,7 @@ from exactly.app.security.scram import ScramMechanism
 from exactly.coordinator.group_coordinator import GroupConfig
 from exactly.coordinator.transaction_coordinator import CoordinatorConfig
 from exactly.storage.errors import InvalidConfigError, InvalidRequestError
-from exactly.storage.log_config import LogConfig
+from exactly.storage.log_config import LogConfig, coerce
 
 #: broker-level name -> topic-level name: the broker-wide default of each topic config
 #: that Kafka names at broker level (Kafka's ``ServerTopicConfigSynonyms``; the
@@ -184,11 +184,11 @@ class BrokerConfig(CoordinatorConfig, GroupConfig):
             key = raw_key.replace("_", ".")
             attr = key.replace(".", "_")
             if attr in broker_fields:
-                broker[attr] = _coerce(key, value, broker_fields[attr].type)
+                broker[attr] = coerce(key, value, broker_fields[attr].type)
             elif key in TOPIC_DEFAULTS:
                 topic[TOPIC_DEFAULTS[key]] = value
             elif key in _HOURS:
-                topic[_HOURS[key]] = _coerce(key, value, "int") * 3600 * 1000
+                topic[_HOURS[key]] = coerce(key, value, "int") * 3600 * 1000
             elif key in topic_names:
                 topic[key] = value
             else:
@@ -288,20 +288,3 @@ def static_config_change(names: Any) -> InvalidRequestError:
     start-up, changed with a restart), as Kafka refuses a read-only config."""
     return InvalidRequestError(f"Cannot update these configs dynamically: {sorted(set(names))}: they are "
                                "set at start-up (--config name=value) and change with a restart")
-
-
-def _coerce(key: str, value: Any, kind: Any) -> Any:
-    if kind in (str, "str"):
-        return str(value)
-    if kind in (bool, "bool"):
-        if isinstance(value, bool):
-            return value
-        if str(value).lower() in ("true", "false"):
-            return str(value).lower() == "true"
-        raise InvalidConfigError(f"{key} must be true or false, got {value!r}")
-    if isinstance(value, bool):
-        raise InvalidConfigError(f"{key} must be an integer, got {value!r}")
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        raise InvalidConfigError(f"{key} must be an integer, got {value!r}") from None

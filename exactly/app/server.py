@@ -203,11 +203,11 @@ class Server:
     def fence(self, transactional_id: str, actor: str = "a test") -> tuple[int, int]:
         """Fence ``transactional_id``'s producer now, as a new instance's InitProducerId
         would; returns the new producer id and epoch."""
-        return self.engine.call(self.engine.fence_producer, transactional_id, actor)
+        return self.engine.call(self.engine.transactions.fence_producer, transactional_id, actor)
 
     def timeout(self, transactional_id: str, actor: str = "a test") -> None:
         """Time ``transactional_id``'s open transaction out now, as its timeout would."""
-        self.engine.call(self.engine.time_out_transaction, transactional_id, actor)
+        self.engine.call(self.engine.transactions.time_out_transaction, transactional_id, actor)
 
     def audit(self, group_id: str, input_topic: str, output_topic: str,
               records_per_input: int | None = None) -> AuditView:

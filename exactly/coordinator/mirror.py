@@ -36,8 +36,8 @@ follows batches, not offsets. If ``mirror_progress`` points past a log's end, or
 a partition that no longer exists, the database no longer matches the logs and is
 rebuilt from each log's start. Records that do not decode are logged and skipped.
 
-:func:`expected_state_from_logs` replays the same logs into dictionaries; tests
-compare it with :func:`read_state` of the database.
+The rules are applied through :class:`MirrorTarget`, so a test can apply the same
+rules to dictionaries and compare them with the database (``tests/mirror_oracle.py``).
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ from sqlalchemy import Connection, Engine, Table, delete, func, literal, select
 from sqlalchemy.dialects.sqlite import insert
 
 from exactly.coordinator import cluster_metadata, offsets_log, transaction_log
-from exactly.coordinator.mirror_db import reader_engine, upgrade, writer_engine
+from exactly.coordinator.mirror_db import upgrade, writer_engine
 from exactly.coordinator.mirror_models import (
     AuditTransaction,
     Acl,
@@ -80,16 +80,16 @@ log = logging.getLogger(__name__)
 #: the logs the mirror derives its rows from, in the order it reads them
 FETCH_MAX_BYTES = 1 << 20
 
-_TXN_IDS: Table = TransactionalId.__table__
-_FINISHED: Table = FinishedTransaction.__table__
-_PRODUCERS: Table = ProducerId.__table__
-_OFFSETS: Table = GroupOffset.__table__
-_GROUPS: Table = Group.__table__
-_PROGRESS: Table = MirrorProgress.__table__
-_ACLS: Table = Acl.__table__
-_SCRAM: Table = ScramCredential.__table__
-#: tables derived from the logs (cleared by a rebuild), with the columns compared by tests
-DERIVED_TABLES: tuple[Table, ...] = (_TXN_IDS, _FINISHED, _PRODUCERS, _OFFSETS, _GROUPS, _ACLS, _SCRAM, _PROGRESS)
+TXN_IDS_TABLE: Table = TransactionalId.__table__
+FINISHED_TABLE: Table = FinishedTransaction.__table__
+PRODUCERS_TABLE: Table = ProducerId.__table__
+OFFSETS_TABLE: Table = GroupOffset.__table__
+GROUPS_TABLE: Table = Group.__table__
+PROGRESS_TABLE: Table = MirrorProgress.__table__
+ACLS_TABLE: Table = Acl.__table__
+SCRAM_TABLE: Table = ScramCredential.__table__
+#: tables derived from the logs (cleared by a rebuild)
+DERIVED_TABLES: tuple[Table, ...] = (TXN_IDS_TABLE, FINISHED_TABLE, PRODUCERS_TABLE, OFFSETS_TABLE, GROUPS_TABLE, ACLS_TABLE, SCRAM_TABLE, PROGRESS_TABLE)
 
 Row = dict[str, Any]
 TopicPartition = tuple[str, int]
@@ -214,7 +214,7 @@ def group_row(group: str, value: offsets_log.GroupValue, partition: int, offset:
 # -- applying batches ----------------------------------------------------------------------
 
 
-class _Target(Protocol):
+class MirrorTarget(Protocol):
     """Where decoded records go: the database or the in-memory replay."""
 
     def txn_record(self, partition: int, offset: int, record: transaction_log.TxnLogRecord) -> None: ...
@@ -234,7 +234,7 @@ class _Target(Protocol):
     def progress(self, topic: str, partition: int, next_offset: int) -> None: ...
 
 
-def _apply_cluster_metadata(target: _Target, key: bytes | None, value: bytes | None) -> None:
+def _apply_cluster_metadata(target: MirrorTarget, key: bytes | None, value: bytes | None) -> None:
     """An ACL record, or a SCRAM credential's (its iterations only) of ``__cluster_metadata``."""
     if cluster_metadata.record_type(key) == cluster_metadata.ACCESS_CONTROL_ENTRY_RECORD:
         target.acl(cluster_metadata.decode_key(key), cluster_metadata.decode_value(value))
@@ -244,7 +244,7 @@ def _apply_cluster_metadata(target: _Target, key: bytes | None, value: bytes | N
     target.scram_credential(user_name, mechanism, None if credential is None else credential.iterations)
 
 
-def _apply_batch(target: _Target, topic: str, partition: int, batch: RecordBatch) -> None:
+def apply_batch(target: MirrorTarget, topic: str, partition: int, batch: RecordBatch) -> None:
     """Decode ``batch`` of an internal topic and hand each record to ``target``."""
     header = batch.header
     for record in batch.records:
@@ -273,7 +273,7 @@ def _apply_batch(target: _Target, topic: str, partition: int, batch: RecordBatch
     target.progress(topic, partition, header.next_offset)
 
 
-def _batches(source: MirrorSource, topic: str, partition: int, offset: int,
+def batches(source: MirrorSource, topic: str, partition: int, offset: int,
              max_bytes: int) -> Iterator[RecordBatch]:
     """Every batch of the partition from ``offset`` to its high watermark."""
     while True:
@@ -289,7 +289,7 @@ def _batches(source: MirrorSource, topic: str, partition: int, offset: int,
 MIRRORED_TOPICS = (transaction_log.TOPIC, offsets_log.TOPIC, cluster_metadata.TOPIC)
 
 
-def _internal_partitions(source: MirrorSource) -> list[TopicPartition]:
+def internal_partitions(source: MirrorSource) -> list[TopicPartition]:
     return [(topic, partition) for topic in MIRRORED_TOPICS
             for partition in range(source.partitions_of(topic) or 0)]
 
@@ -304,69 +304,69 @@ class _Database:
     def txn_record(self, partition: int, offset: int, record: transaction_log.TxnLogRecord) -> None:
         tid, transit = record.transactional_id, record.transit
         if transit is None:
-            self.db.execute(delete(_TXN_IDS).where(_TXN_IDS.c.transactional_id == tid))
-            self.db.execute(delete(_PRODUCERS).where(_PRODUCERS.c.transactional_id == tid))
+            self.db.execute(delete(TXN_IDS_TABLE).where(TXN_IDS_TABLE.c.transactional_id == tid))
+            self.db.execute(delete(PRODUCERS_TABLE).where(PRODUCERS_TABLE.c.transactional_id == tid))
             return
         if transit.state.is_complete:
             previous = self.db.execute(
-                select(_TXN_IDS).where(_TXN_IDS.c.transactional_id == tid)).mappings().first()
-            next_id = select(func.coalesce(func.max(_FINISHED.c.id), 0) + 1).scalar_subquery()
+                select(TXN_IDS_TABLE).where(TXN_IDS_TABLE.c.transactional_id == tid)).mappings().first()
+            next_id = select(func.coalesce(func.max(FINISHED_TABLE.c.id), 0) + 1).scalar_subquery()
             # DO NOTHING: a replayed Complete record (same partition and offset) adds no row
-            self.db.execute(insert(_FINISHED).values(
+            self.db.execute(insert(FINISHED_TABLE).values(
                 id=next_id, **finished_row(tid, transit, previous, partition, offset)).on_conflict_do_nothing())
-        self._upsert(_TXN_IDS, txn_id_row(tid, transit, partition, offset))
+        self._upsert(TXN_IDS_TABLE, txn_id_row(tid, transit, partition, offset))
         if transit.producer_id >= 0:
-            self._upsert(_PRODUCERS, producer_row(tid, transit), keep=("first_seen_ms",))
+            self._upsert(PRODUCERS_TABLE, producer_row(tid, transit), keep=("first_seen_ms",))
 
     def offset_commit(self, partition: int, offset: int, key: offsets_log.OffsetKey,
                       value: offsets_log.OffsetValue | None, producer_id: int) -> None:
         if value is None:
-            c = _OFFSETS.c
-            self.db.execute(delete(_OFFSETS).where(
+            c = OFFSETS_TABLE.c
+            self.db.execute(delete(OFFSETS_TABLE).where(
                 c.group_id == key.group, c.topic == key.topic, c.partition == key.partition,
                 c.producer_id == producer_id))
         else:
-            self._upsert(_OFFSETS, offset_row(key, value, producer_id, partition, offset))
+            self._upsert(OFFSETS_TABLE, offset_row(key, value, producer_id, partition, offset))
 
     def group_metadata(self, partition: int, offset: int, group: str,
                        value: offsets_log.GroupValue | None) -> None:
         if value is None:
-            self.db.execute(delete(_GROUPS).where(_GROUPS.c.group_id == group))
+            self.db.execute(delete(GROUPS_TABLE).where(GROUPS_TABLE.c.group_id == group))
         else:
-            self._upsert(_GROUPS, group_row(group, value, partition, offset))
+            self._upsert(GROUPS_TABLE, group_row(group, value, partition, offset))
 
     def end_txn(self, partition: int, producer_id: int, commit: bool) -> None:
-        c = _OFFSETS.c
+        c = OFFSETS_TABLE.c
         mine = (c.producer_id == producer_id, c.log_partition == partition)
         if commit:
             moved = [c.offset, c.metadata, c.commit_timestamp_ms, c.log_partition, c.log_offset]
             pending = select(c.group_id, c.topic, c.partition, literal(NO_PRODUCER_ID),
                              literal(OffsetStatus.COMMITTED.value), *moved).where(*mine)
-            committed = insert(_OFFSETS).from_select(
+            committed = insert(OFFSETS_TABLE).from_select(
                 [c.group_id, c.topic, c.partition, c.producer_id, c.status, *moved], pending)
             self.db.execute(committed.on_conflict_do_update(
                 index_elements=[c.group_id, c.topic, c.partition, c.producer_id],
                 set_={col.name: committed.excluded[col.name] for col in moved},
                 where=committed.excluded.log_offset > c.log_offset))
-        self.db.execute(delete(_OFFSETS).where(*mine))
+        self.db.execute(delete(OFFSETS_TABLE).where(*mine))
 
     def acl(self, acl_id: bytes, record: cluster_metadata.AclRecord | None) -> None:
         if record is None:
-            self.db.execute(delete(_ACLS).where(_ACLS.c.id == str(uuid.UUID(bytes=acl_id))))
+            self.db.execute(delete(ACLS_TABLE).where(ACLS_TABLE.c.id == str(uuid.UUID(bytes=acl_id))))
         else:
-            self._upsert(_ACLS, acl_row(acl_id, record, self.source.acl_names(record)))
+            self._upsert(ACLS_TABLE, acl_row(acl_id, record, self.source.acl_names(record)))
 
     def scram_credential(self, user_name: str, mechanism: int, iterations: int | None) -> None:
         """A user's SCRAM credential for ``mechanism`` (a UserScramCredentialRecord, Kafka's
         metadata record 11): its iterations, never its salt or keys; None: removed."""
-        c, name = _SCRAM.c, self.source.scram_mechanism_name(mechanism)
+        c, name = SCRAM_TABLE.c, self.source.scram_mechanism_name(mechanism)
         if iterations is None:
-            self.db.execute(delete(_SCRAM).where(c.user_name == user_name, c.mechanism == name))
+            self.db.execute(delete(SCRAM_TABLE).where(c.user_name == user_name, c.mechanism == name))
         else:
-            self._upsert(_SCRAM, {"user_name": user_name, "mechanism": name, "iterations": iterations})
+            self._upsert(SCRAM_TABLE, {"user_name": user_name, "mechanism": name, "iterations": iterations})
 
     def progress(self, topic: str, partition: int, next_offset: int) -> None:
-        self._upsert(_PROGRESS, {"topic": topic, "partition": partition, "next_offset": next_offset})
+        self._upsert(PROGRESS_TABLE, {"topic": topic, "partition": partition, "next_offset": next_offset})
 
     def _upsert(self, table: Table, row: Row, keep: tuple[str, ...] = ()) -> None:
         """Insert ``row``, or update every column of the existing one but its key and ``keep``."""
@@ -444,12 +444,12 @@ class Mirror:
                 db.execute(insert(table), [{**row, "audited_ms": now} for row in rows])
 
     def _mirror_new(self) -> int:
-        partitions = _internal_partitions(self.source)
+        partitions = internal_partitions(self.source)
         applied = 0
         with self._engine.connect() as db:
             with db.begin():
                 progress = {(row.topic, row.partition): row.next_offset
-                            for row in db.execute(select(_PROGRESS))}
+                            for row in db.execute(select(PROGRESS_TABLE))}
             gone = set(progress) - set(partitions)
             if gone:
                 raise StaleProgressError(f"partitions {sorted(gone)} no longer exist")
@@ -459,9 +459,9 @@ class Mirror:
                 if start is None:
                     start = self.source.log_start_offset(topic, partition)
                 try:
-                    for batch in _batches(self.source, topic, partition, start, self.fetch_max_bytes):
+                    for batch in batches(self.source, topic, partition, start, self.fetch_max_bytes):
                         with db.begin():  # the batch's rows and its progress, or nothing
-                            _apply_batch(target, topic, partition, batch)
+                            apply_batch(target, topic, partition, batch)
                         applied += len(batch.records)
                 except OffsetOutOfRangeError as e:
                     raise StaleProgressError(str(e)) from e
@@ -477,132 +477,3 @@ class Mirror:
 
 
 # -- reading back, and the same state straight from the logs ---------------------------------
-
-
-def _compared_columns(table: Table) -> list[str]:
-    """Columns that follow from the logs alone (a finished transaction's id depends
-    on the order partitions were mirrored in)."""
-    return [col.name for col in table.columns if not (table is _FINISHED and col.name == "id")]
-
-
-def _sorted_rows(table: Table, rows: list[Row]) -> list[Row]:
-    key = [col.name for col in table.primary_key]
-    if table is _FINISHED:
-        key = ["log_partition", "log_offset"]
-    return sorted(rows, key=lambda row: [row[name] for name in key])
-
-
-def read_state(path: Path | str) -> dict[str, list[Row]]:
-    """The log-derived tables of the database at ``path``, read in one snapshot."""
-    engine = reader_engine(path)
-    try:
-        with engine.connect() as db:
-            state = {}
-            for table in DERIVED_TABLES:
-                columns = [table.c[name] for name in _compared_columns(table)]
-                rows = [dict(row) for row in db.execute(select(*columns)).mappings()]
-                state[table.name] = _sorted_rows(table, rows)
-            return state
-    finally:
-        engine.dispose()
-
-
-class _Memory:
-    """The tables as dictionaries: the same rules as :class:`_Database`, no SQL."""
-
-    def __init__(self, source: MirrorSource) -> None:
-        self.source = source
-        self.acls: dict[bytes, Row] = {}
-        self.scram: dict[tuple[str, str], Row] = {}
-        self.txn_ids: dict[str, Row] = {}
-        self.finished: list[Row] = []
-        self.producers: dict[int, Row] = {}
-        self.offsets: dict[tuple[str, str, int, int], Row] = {}
-        self.groups: dict[str, Row] = {}
-        self.next_offsets: dict[TopicPartition, int] = {}
-
-    def txn_record(self, partition: int, offset: int, record: transaction_log.TxnLogRecord) -> None:
-        tid, transit = record.transactional_id, record.transit
-        if transit is None:
-            self.txn_ids.pop(tid, None)
-            self.producers = {pid: row for pid, row in self.producers.items()
-                              if row["transactional_id"] != tid}
-            return
-        if transit.state.is_complete:
-            self.finished.append(finished_row(tid, transit, self.txn_ids.get(tid), partition, offset))
-        self.txn_ids[tid] = txn_id_row(tid, transit, partition, offset)
-        if transit.producer_id >= 0:
-            row = producer_row(tid, transit)
-            if transit.producer_id in self.producers:
-                row["first_seen_ms"] = self.producers[transit.producer_id]["first_seen_ms"]
-            self.producers[transit.producer_id] = row
-
-    def offset_commit(self, partition: int, offset: int, key: offsets_log.OffsetKey,
-                      value: offsets_log.OffsetValue | None, producer_id: int) -> None:
-        index = (key.group, key.topic, key.partition, producer_id)
-        if value is None:
-            self.offsets.pop(index, None)
-        else:
-            self.offsets[index] = offset_row(key, value, producer_id, partition, offset)
-
-    def group_metadata(self, partition: int, offset: int, group: str,
-                       value: offsets_log.GroupValue | None) -> None:
-        if value is None:
-            self.groups.pop(group, None)
-        else:
-            self.groups[group] = group_row(group, value, partition, offset)
-
-    def end_txn(self, partition: int, producer_id: int, commit: bool) -> None:
-        mine = [index for index, row in self.offsets.items()
-                if index[3] == producer_id and row["log_partition"] == partition]
-        for index in mine:
-            row = self.offsets.pop(index)
-            committed_index = (*index[:3], NO_PRODUCER_ID)
-            committed = self.offsets.get(committed_index)
-            if commit and (committed is None or committed["log_offset"] < row["log_offset"]):
-                self.offsets[committed_index] = {**row, "producer_id": NO_PRODUCER_ID,
-                                                 "status": OffsetStatus.COMMITTED.value}
-
-    def acl(self, acl_id: bytes, record: cluster_metadata.AclRecord | None) -> None:
-        if record is None:
-            self.acls.pop(acl_id, None)
-        else:
-            self.acls[acl_id] = acl_row(acl_id, record, self.source.acl_names(record))
-
-    def scram_credential(self, user_name: str, mechanism: int, iterations: int | None) -> None:
-        key = (user_name, self.source.scram_mechanism_name(mechanism))
-        if iterations is None:
-            self.scram.pop(key, None)
-        else:
-            self.scram[key] = {"user_name": key[0], "mechanism": key[1], "iterations": iterations}
-
-    def progress(self, topic: str, partition: int, next_offset: int) -> None:
-        self.next_offsets[(topic, partition)] = next_offset
-
-    def tables(self) -> dict[str, list[Row]]:
-        progress = [{"topic": t, "partition": p, "next_offset": n}
-                    for (t, p), n in self.next_offsets.items()]
-        rows = {_TXN_IDS: list(self.txn_ids.values()), _FINISHED: self.finished,
-                _PRODUCERS: list(self.producers.values()), _OFFSETS: list(self.offsets.values()),
-                _GROUPS: list(self.groups.values()), _ACLS: list(self.acls.values()),
-                _SCRAM: list(self.scram.values()),
-                _PROGRESS: progress}
-        return {table.name: _sorted_rows(table, rows[table]) for table in DERIVED_TABLES}
-
-
-def expected_state_from_logs(source: MirrorSource, upto: Mapping[TopicPartition, int] | None = None,
-                             max_bytes: int = FETCH_MAX_BYTES) -> dict[str, list[Row]]:
-    """What :func:`read_state` should return after mirroring the logs of ``source``
-    from their start: every batch, or with ``upto`` only the batches below each
-    partition's given next offset (partitions it does not name are not read)."""
-    memory = _Memory(source)
-    for topic, partition in _internal_partitions(source):
-        end = None if upto is None else upto.get((topic, partition))
-        if upto is not None and end is None:
-            continue
-        start = source.log_start_offset(topic, partition)
-        for batch in _batches(source, topic, partition, start, max_bytes):
-            if end is not None and batch.header.base_offset >= end:
-                break
-            _apply_batch(memory, topic, partition, batch)
-    return memory.tables()

@@ -57,7 +57,7 @@ to request versions that predate it, at the wire):
   transaction, and it must have the partition; otherwise nothing is written. A
   non-transactional batch may not carry a transactional id's producer id
   (``verify_idempotent``).
-* The partition-level abort (KIP-664, ``Engine.abort_hanging_transaction``) of a
+* The partition-level abort (KIP-664, ``Partitions.abort_hanging_transaction``) of a
   producer this coordinator knows: its transaction is aborted with an epoch bump
   (``abort_for_partition``), the partition added first if it was not in it.
 

@@ -21,6 +21,7 @@ says why for each).
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, fields, replace
 from typing import Any, Mapping
 
@@ -93,7 +94,7 @@ class LogConfig:
             attr = key.replace(".", "_")
             if attr not in known:
                 raise InvalidConfigError(f"unknown topic config {key!r}")
-            changes[attr] = _coerce(key, raw, known[attr].type)
+            changes[attr] = coerce(key, raw, known[attr].type)
         config = replace(base or cls(), **changes)
         config.validate()
         return config
@@ -158,7 +159,11 @@ class LogConfig:
         return self.message_timestamp_type == "LogAppendTime"
 
 
-def _coerce(key: str, raw: Any, kind: Any) -> Any:
+def coerce(key: str, raw: Any, kind: Any) -> Any:
+    """A config value of the field type ``kind`` (as a dataclass declares it) from what a
+    user gave: Kafka's text forms ("true", "60000") or the value itself. One rule for the
+    topic configs and the broker's (``exactly/app/config.py``); a wrong kind is
+    INVALID_CONFIG naming ``key``. A path is a string."""
     if kind in (bool, "bool"):
         if isinstance(raw, bool) or str(raw).lower() in ("true", "false"):
             return raw if isinstance(raw, bool) else str(raw).lower() == "true"
@@ -178,6 +183,8 @@ def _coerce(key: str, raw: Any, kind: Any) -> Any:
             return int(raw)
         except (TypeError, ValueError):
             raise InvalidConfigError(f"{key} must be an integer, got {raw!r}") from None
+    if isinstance(raw, os.PathLike):
+        return os.fspath(raw)
     if not isinstance(raw, str):
         raise InvalidConfigError(f"{key} must be a string, got {raw!r}")
     return raw

@@ -59,4 +59,4 @@ def test_the_docs_pyspark_shell_reads_writes_and_reads_jdbc(tmp_path: Path) -> N
         assert done.returncode == 0, done.stderr[-3000:]
         assert "EXACTLY ['v0', 'v1', 'v2']" in done.stdout, (done.stdout, done.stderr[-3000:])
         assert "JDBC True" in done.stdout, (done.stdout, done.stderr[-3000:])
-        assert served.engine.topic_info("shell-out").partitions == served.engine.config.num_partitions
+        assert served.engine.topics.topic_info("shell-out").partitions == served.engine.config.num_partitions

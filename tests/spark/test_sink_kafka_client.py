@@ -142,7 +142,7 @@ def test_the_sink_s_missing_topic_is_created_as_kafka_s_auto_creation_would(serv
     producer.begin()
     producer.send("fresh", 0, SimpleRecord(b"x"))
     assert producer.partitions("fresh") == served.engine.config.num_partitions == 1
-    assert served.engine.topic_info("fresh") is not None
+    assert served.engine.topics.topic_info("fresh") is not None
 
 
 def test_a_broker_that_does_not_auto_create_refuses_the_sink_s_topic_with_what_to_do(tmp_path: Path) -> None:
@@ -154,7 +154,7 @@ def test_a_broker_that_does_not_auto_create_refuses_the_sink_s_topic_with_what_t
             producer.send("fresh", 0, SimpleRecord(b"x"))
         assert "\n" not in str(refused.value)
         assert "auto.create.topics.enable=false): create it first" in str(refused.value)
-        assert served.engine.topic_info("fresh") is None
+        assert served.engine.topics.topic_info("fresh") is None
 
 
 def test_two_phase_commit_refused_when_the_broker_disables_it(tmp_path: Path) -> None:

@@ -112,7 +112,7 @@ def serve(args: argparse.Namespace) -> int:
     except KafkaError as e:
         print(f"exactly: {e.name}: {e}", file=sys.stderr)
         return 1
-    topics = len(server.engine.topic_names())
+    topics = len(server.engine.topics.topic_names())
     print(f"exactly: data directory {args.data_dir.resolve()} recovered ({topics} topics), "
           f"cluster id {server.cluster_id}", flush=True)
     listening = ", ".join(f"{k.spec} (advertised as {k.node.host}:{k.node.port})" for k in server.kafka_listeners)

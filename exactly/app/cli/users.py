@@ -106,17 +106,17 @@ class _DirectoryUsers:
 
     def add(self, name: str, mechanism: ScramMechanism, password: str, iterations: int) -> None:
         record = new_credential(name, mechanism, password, iterations)
-        self.engine.call(self.engine.alter_scram_credentials, [], [record])
+        self.engine.call(self.engine.access.alter_scram_credentials, [], [record])
 
     def remove(self, name: str, mechanism: ScramMechanism) -> None:
-        if self.engine.scram_credentials.get(name, mechanism) is None:
+        if self.engine.access.scram_credentials.get(name, mechanism) is None:
             raise ResourceNotFoundError("Attempt to delete a user credential that does not exist")
-        self.engine.call(self.engine.alter_scram_credentials, [(name, mechanism)], [])
+        self.engine.call(self.engine.access.alter_scram_credentials, [(name, mechanism)], [])
 
     def listing(self, names: list[str]) -> list[tuple[str, list[tuple[int, int]]]]:
         found = []
-        for user in names or self.engine.scram_credentials.users():
-            credentials = self.engine.scram_credentials.of_user(user)
+        for user in names or self.engine.access.scram_credentials.users():
+            credentials = self.engine.access.scram_credentials.of_user(user)
             if not credentials:
                 raise ResourceNotFoundError(f"Attempt to describe a user credential that does not exist: {user}")
             found.append((user, [(c.mechanism, c.iterations) for c in credentials]))

@@ -146,7 +146,7 @@ class Consumer:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return []
-            self.engine.call(self.engine.wait_for_data, min(remaining, 0.5))
+            self.engine.call(self.engine.partitions.wait_for_data, min(remaining, 0.5))
 
     def _fetch(self, limit: int) -> tuple[list[ConsumerRecord], bool]:
         """Records from every assigned partition, and whether a position moved."""
@@ -156,7 +156,7 @@ class Consumer:
             while len(records) < limit and tp in self._positions:
                 position = self._positions[tp]
                 try:
-                    result = self.engine.call(self.engine.fetch, tp[0], tp[1], position,
+                    result = self.engine.call(self.engine.partitions.fetch, tp[0], tp[1], position,
                                               self.max_partition_fetch_bytes,
                                               "read_committed" if self.read_committed else "read_uncommitted")
                 except OffsetOutOfRangeError:
@@ -182,7 +182,7 @@ class Consumer:
             return True
         committed = {}
         if self.group_id is not None:
-            fetched = self.engine.call(self.engine.fetch_offsets, self.group_id, missing,
+            fetched = self.engine.call(self.engine.groups.fetch_offsets, self.group_id, missing,
                                        self.read_committed)
             if any(isinstance(f.error, UnstableOffsetCommitError) for f in fetched.values()):
                 if time.monotonic() + UNSTABLE_RETRY_S < deadline:
@@ -201,7 +201,7 @@ class Consumer:
             raise OffsetOutOfRangeError(f"no committed offset for {tp[0]}-{tp[1]} and auto_offset_reset=none")
         timestamp = -2 if self.auto_offset_reset == "earliest" else -1
         isolation = "read_committed" if self.read_committed else "read_uncommitted"
-        self._positions[tp] = self.engine.call(self.engine.list_offsets, tp[0], tp[1], timestamp, isolation).offset
+        self._positions[tp] = self.engine.call(self.engine.partitions.list_offsets, tp[0], tp[1], timestamp, isolation).offset
 
     def seek(self, partition: TopicPartition, offset: int) -> None:
         if offset < 0:
@@ -253,7 +253,7 @@ class Consumer:
                                    for tp, v in chosen.items())}
         if not committed:
             return
-        errors = self.engine.call(self.engine.commit_offsets, self.group_id, committed,
+        errors = self.engine.call(self.engine.groups.commit_offsets, self.group_id, committed,
                                   self._generation if self._subscription else -1,
                                   self._member_id if self._subscription else "", self.group_instance_id)
         first = next((e for e in errors.values() if e is not None), None)
@@ -264,7 +264,7 @@ class Consumer:
     def committed(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int | None]:
         if self.group_id is None:
             raise IllegalStateError("committed needs a group_id")
-        fetched = self.engine.call(self.engine.fetch_offsets, self.group_id,
+        fetched = self.engine.call(self.engine.groups.fetch_offsets, self.group_id,
                                    [tuple(tp) for tp in partitions], False)
         return {tp: (f.offset if f.offset >= 0 else None) for tp, f in fetched.items()}
 
@@ -324,7 +324,7 @@ class Consumer:
     async def _rejoin(self) -> bytes:
         """JoinGroup + SyncGroup on the engine's loop (as leader, compute the range
         assignment); returns this member's assignment."""
-        gc = self.engine
+        gc = self.engine.groups
         subscription = consumer_protocol.encode_subscription(self._subscription)
         joined = await gc.join_group(
             self.group_id, self._member_id, consumer_protocol.PROTOCOL_TYPE,
@@ -341,7 +341,7 @@ class Consumer:
         subscriptions = {member_id: consumer_protocol.decode_subscription(metadata)
                          for member_id, _, metadata in joined.members}
         topics = {t for ts in subscriptions.values() for t in ts}
-        counts = self.engine.partition_counts(sorted(topics))
+        counts = self.engine.topics.partition_counts(sorted(topics))
         return {member: consumer_protocol.encode_assignment(tps)
                 for member, tps in consumer_protocol.range_assign(subscriptions, counts).items()}
 
@@ -363,7 +363,7 @@ class Consumer:
             if not member_id or self._needs_join:
                 continue
             try:
-                self.engine.call(self.engine.heartbeat, self.group_id, generation,
+                self.engine.call(self.engine.groups.heartbeat, self.group_id, generation,
                                  member_id, self.group_instance_id, timeout=self.session_timeout_ms / 1000)
             except (UnknownMemberIdError, RebalanceInProgressError, IllegalGenerationError) as e:
                 if (self._member_id, self._generation) != (member_id, generation):
@@ -380,7 +380,7 @@ class Consumer:
         partitions back without a rebalance (Kafka's consumer does the same)."""
         if self._member_id and self.group_id is not None and self.group_instance_id is None:
             try:
-                self.engine.call(self.engine.leave_group, self.group_id, self._member_id,
+                self.engine.call(self.engine.groups.leave_group, self.group_id, self._member_id,
                                  self.group_instance_id)
             except KafkaError:
                 pass  # the session timeout removes us anyway

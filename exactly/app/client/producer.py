@@ -145,7 +145,7 @@ class Producer:
         self._acc = RecordAccumulator(batch_size, linger_ms / 1000, self.delivery_timeout_s,
                                       max_in_flight_requests_per_connection)
         self._partitioner = BuiltInPartitioner(
-            batch_size, lambda topic: engine.call(engine.partition_count, topic))
+            batch_size, lambda topic: engine.call(engine.topics.partition_count, topic))
         self._txn = TransactionManager(transactional_id, enable_idempotence, on_error=lambda: self._sender.wake())
         self._sender = Sender(engine, SenderConfig(-1 if enable_idempotence else acks, self.compression,
                                                    self.delivery_timeout_s, retry_backoff_ms / 1000),
@@ -230,7 +230,7 @@ class Producer:
     def _end(self, commit: bool) -> None:
         if self._txn.has_transaction_data:
             try:
-                self._sender.call_coordinator(self.engine.end_txn, self.transactional_id,
+                self._sender.call_coordinator(self.engine.transactions.end_txn, self.transactional_id,
                                               self.producer_id, self.producer_epoch, commit)
             except InvalidTxnStateError as e:  # the coordinator disagrees about our transaction: fatal
                 with self._lock:
@@ -250,7 +250,7 @@ class Producer:
             meta = _group_metadata(group_metadata)
             try:
                 if meta.group_id not in self._txn.txn_groups:
-                    self._sender.call_coordinator(self.engine.add_offsets_to_txn,
+                    self._sender.call_coordinator(self.engine.transactions.add_offsets_to_txn,
                                                   self.transactional_id, self.producer_id, self.producer_epoch,
                                                   meta.group_id)
                     self._txn.txn_groups.add(meta.group_id)
@@ -258,7 +258,7 @@ class Producer:
                                                  self.engine.clock.now_ms())
                              for tp, o in ((tp, _offset(v)) for tp, v in offsets.items())}
                 errors = self._sender.call_coordinator(
-                    self.engine.txn_offset_commit, self.transactional_id, meta.group_id,
+                    self.engine.transactions.txn_offset_commit, self.transactional_id, meta.group_id,
                     self.producer_id, self.producer_epoch, committed, meta.generation_id, meta.member_id,
                     meta.group_instance_id)
                 first = next((e for e in errors.values() if e is not None), None)
@@ -396,7 +396,7 @@ class Producer:
         expected = (self.producer_id, self.producer_epoch) if bump else (-1, -1)
         timeout = self.transaction_timeout_ms if self.transactional_id is not None else -1
         producer_id, epoch = self._sender.call_coordinator(
-            self.engine.init_producer_id, self.transactional_id, timeout, *expected)
+            self.engine.transactions.init_producer_id, self.transactional_id, timeout, *expected)
         with self._lock:
             self._sender.reset_producer(producer_id, epoch)
 

@@ -144,7 +144,7 @@ class Sender:
                 partition_queue.assign_sequence(batch, self.txn.producer_id, self.txn.producer_epoch)
             data = batch.encode(self.txn.transactional, self.config.compression)
             try:
-                future = self.engine.submit(self.engine.start_produce, batch.topic, batch.partition,
+                future = self.engine.submit(self.engine.partitions.start_produce, batch.topic, batch.partition,
                                             data, self.config.acks)
             except (KafkaError, RuntimeError) as e:  # the engine (or its loop) is closed: nothing will go
                 error = e if isinstance(e, KafkaError) else KafkaStorageError(f"the broker is closed: {e}")
@@ -301,7 +301,7 @@ class Sender:
             return
         error: KafkaError | None = None
         try:
-            errors = self.call_coordinator(self.engine.add_partitions_to_txn,
+            errors = self.call_coordinator(self.engine.transactions.add_partitions_to_txn,
                                            self.txn.transactional_id, self.txn.producer_id,
                                            self.txn.producer_epoch, partitions)
             error = next((e for e in errors.values() if e is not None), None)
@@ -321,7 +321,7 @@ class Sender:
                 self.acc.reset_sequences()
                 return
         try:
-            producer_id, epoch = self.call_coordinator(self.engine.init_producer_id,
+            producer_id, epoch = self.call_coordinator(self.engine.transactions.init_producer_id,
                                                        None, -1)
         except KafkaError as e:
             with self._lock:

@@ -172,17 +172,17 @@ class _Views:
 
 def _take_views(engine: "Engine", group: str, input_topic: str, output_topic: str) -> _Views:
     """On the loop: views of every log the audit reads (UNKNOWN_TOPIC_OR_PARTITION for T or U)."""
-    logs = engine._logs
-    inputs, outputs = logs.topic(input_topic), logs.topic(output_topic)
-    offsets_partition = engine._group_coordinator.partition_of(group)
+    topics, partitions = engine.topics, engine.partitions
+    inputs, outputs = topics.describe_topic(input_topic), topics.describe_topic(output_topic)
+    offsets_partition = engine.groups.coordinator.partition_of(group)
     taken: list[LogView] = []
     try:
-        def take(topic: str, partitions: Iterable[int]) -> tuple[LogView, ...]:
-            views = tuple(view_of(logs.log(topic, p)) for p in partitions)
+        def take(topic: str, numbers: Iterable[int]) -> tuple[LogView, ...]:
+            views = tuple(view_of(partitions.log(topic, p)) for p in numbers)
             taken.extend(views)
             return views
-        offsets = take(offsets_log.TOPIC, [offsets_partition] if offsets_log.TOPIC in logs.topics else ())
-        txn_topic = logs.topics.get(transaction_log.TOPIC)
+        offsets = take(offsets_log.TOPIC, [offsets_partition] if topics.topic_info(offsets_log.TOPIC) else ())
+        txn_topic = topics.topic_info(transaction_log.TOPIC)
         return _Views(offsets[0] if offsets else None, offsets_partition,
                       take(transaction_log.TOPIC, range(txn_topic.partitions) if txn_topic else ()),
                       take(input_topic, range(inputs.partitions)), take(output_topic, range(outputs.partitions)))

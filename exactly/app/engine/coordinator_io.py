@@ -3,7 +3,7 @@
 The coordinators (``exactly/coordinator/``) know nothing of the engine; they are handed this
 adapter, which appends their records to the internal topics and writes markers
 through the same partition logs and group commit as any produce, on the engine's
-loop (``Engine.write_txn_marker`` also reports a marker on ``__consumer_offsets`` to
+loop (``Partitions.write_txn_marker`` also reports a marker on ``__consumer_offsets`` to
 the group coordinator once it is durable).
 
 A group write the disk refuses (KAFKA_STORAGE_ERROR) is answered NOT_COORDINATOR, as
@@ -35,29 +35,29 @@ class EngineCoordinatorIO:
 
     async def append_txn_log(self, partition: int, key: bytes, value: bytes | None,
                              headers: transaction_log.Headers = ()) -> int:
-        await self.engine.ensure_internal_topic(transaction_log.TOPIC)
+        await self.engine.topics.ensure_internal_topic(transaction_log.TOPIC)
         batch = encode_batch([SimpleRecord(value, key=key, headers=headers, timestamp=self.engine.clock.now_ms())])
-        result = await self.engine.append_internal(transaction_log.TOPIC, partition, batch)
+        result = await self.engine.partitions.append_internal(transaction_log.TOPIC, partition, batch)
         return result.base_offset
 
     async def write_marker(self, topic: str, partition: int, producer_id: int, producer_epoch: int,
                            coordinator_epoch: int, commit: bool) -> None:
-        await self.engine.write_txn_marker(topic, partition, producer_id, producer_epoch,
+        await self.engine.partitions.write_txn_marker(topic, partition, producer_id, producer_epoch,
                                            coordinator_epoch, commit)
 
     async def write_fencing_marker(self, topic: str, partition: int, producer_id: int, producer_epoch: int,
                                    coordinator_epoch: int, commit: bool) -> int:
-        return await self.engine.write_fencing_marker(topic, partition, producer_id, producer_epoch,
+        return await self.engine.partitions.write_fencing_marker(topic, partition, producer_id, producer_epoch,
                                                       coordinator_epoch, commit)
 
     def partition_exists(self, topic: str, partition: int) -> bool:
-        return (topic, partition) in self.engine._logs.logs
+        return self.engine.partitions.has_partition(topic, partition)
 
     def verify_transaction(self, transactional_id: str, producer_id: int, producer_epoch: int,
                            partition: int) -> None:
         """For TxnOffsetCommit: the group's ``__consumer_offsets`` partition must be in
         the producer's Ongoing transaction (AddOffsetsToTxn)."""
-        self.engine._transaction_coordinator.verify_transaction(
+        self.engine.transactions.coordinator.verify_transaction(
             producer_id, producer_epoch, offsets_log.TOPIC, partition, transactional_id)
 
     def subscribed_topics(self, protocol_type: str | None, metadata: bytes) -> set[str] | None:
@@ -72,13 +72,13 @@ class EngineCoordinatorIO:
             return None
 
     def offsets_partition(self, group_id: str) -> int:
-        return self.engine._group_coordinator.partition_of(group_id)
+        return self.engine.groups.coordinator.partition_of(group_id)
 
     async def persist(self, write: ProducerIdBlock) -> None:
         """Make a producer-id block durable; a full disk is COORDINATOR_NOT_AVAILABLE
         (retriable: InitProducerId is asked again), not a storage error of a partition."""
         try:
-            await self.engine.persist(write)
+            await self.engine.jobs.persist(write)
         except KafkaStorageError as e:
             raise CoordinatorNotAvailableError(f"cannot persist the next block of producer ids: {e}") from e
 
@@ -86,7 +86,7 @@ class EngineCoordinatorIO:
                                  producer_id: int = -1, producer_epoch: int = -1) -> None:
         """Append group records; inside a transaction the batch is the producer's own
         (transactional, its id and epoch, its next sequence on this partition)."""
-        await self.engine.ensure_internal_topic(offsets_log.TOPIC)
+        await self.engine.topics.ensure_internal_topic(offsets_log.TOPIC)
         now = self.engine.clock.now_ms()
         simple = [SimpleRecord(value, key=key, timestamp=now) for key, value in records]
         if producer_id < 0:
@@ -95,13 +95,13 @@ class EngineCoordinatorIO:
             # checked again here, in the loop step of the append: creating the topic above
             # may have let the transaction end (a timeout abort) since the group coordinator
             # checked it, and a transactional append after its marker would stay pending
-            self.engine._transaction_coordinator.verify_transaction(
+            self.engine.transactions.coordinator.verify_transaction(
                 producer_id, producer_epoch, offsets_log.TOPIC, partition)
             batch = encode_batch(simple, producer_id=producer_id, producer_epoch=producer_epoch,
-                                 base_sequence=self.engine.next_sequence(offsets_log.TOPIC, partition,
+                                 base_sequence=self.engine.partitions.next_sequence(offsets_log.TOPIC, partition,
                                                                          producer_id, producer_epoch),
                                  transactional=True)
         try:
-            await self.engine.append_internal(offsets_log.TOPIC, partition, batch)
+            await self.engine.partitions.append_internal(offsets_log.TOPIC, partition, batch)
         except KafkaStorageError as e:
             raise NotCoordinatorError(f"the group's log cannot be written: {e}") from e

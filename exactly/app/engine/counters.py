@@ -3,9 +3,9 @@
 Written only on the engine's loop, where the work they measure happens -- whichever
 face asked for it (the HTTP API, the embedded client, the Kafka listener):
 
-* ``Engine.start_produce`` (produce: from the call to the acknowledgement, i.e. the
-  fsync for acks=all), ``Engine.fetch`` (a client's read of one partition; the
-  broker's own reads -- the SQLite mirror and the console through ``Engine.read``,
+* ``Partitions.start_produce`` (produce: from the call to the acknowledgement, i.e. the
+  fsync for acks=all), ``Partitions.fetch`` (a client's read of one partition; the
+  broker's own reads -- the SQLite mirror and the console through ``Partitions.read``,
   coordinator loads from the logs -- are not counted);
 * group commit (``exactly/app/engine/group_commit.py``): how long each fsync round took;
 * the transaction coordinator, through :class:`TransactionObserver`'s methods
@@ -14,7 +14,7 @@ face asked for it (the HTTP API, the embedded client, the Kafka listener):
 * the Kafka listener: every Kafka request by API, the connections it refused, and
   failed SASL logins by mechanism;
 * every limit, by name, each time it refused something (:data:`LIMITS`);
-* ``Engine.authorize``: every denial, by resource type and operation.
+* ``Access.authorize``: every denial, by resource type and operation.
 
 One writer, so no lock; a scrape reads them on the loop too.
 """

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from exactly.app.engine.engine import READ_UNCOMMITTED
+from exactly.app.engine.partitions import READ_UNCOMMITTED
 from exactly.storage.errors import InvalidRequestError
 
 if TYPE_CHECKING:
@@ -43,25 +43,25 @@ async def reset_offsets(engine: "Engine", group_id: str, to: str, value: int | N
         raise InvalidRequestError(f"reset to one of {', '.join(RESET_TARGETS)}, not {to!r}")
     if to in ("offset", "timestamp") and value is None:
         raise InvalidRequestError(f"a reset to an {to} needs the {to}")
-    group = engine._group_coordinator.describe(group_id)
+    group = engine.groups.coordinator.describe(group_id)
     committed = dict(group.committed) if group is not None else {}
     if topic is not None:
-        partitions = [(topic, p) for p in range(engine._logs.topic(topic).partitions)]
+        partitions = [(topic, p) for p in range(engine.topics.partition_count(topic))]
     else:
-        partitions = sorted(tp for tp in committed if tp in engine._logs.logs)
+        partitions = sorted(tp for tp in committed if engine.partitions.has_partition(*tp))
         if not partitions:
             raise InvalidRequestError(f"group {group_id!r} has no committed offsets on an existing topic: "
                                       f"choose a topic to reset")
     targets = {tp: _target(engine, tp, to, value) for tp in partitions}
     if execute:
-        await engine._group_coordinator.reset_offsets(group_id, targets)
+        await engine.groups.coordinator.reset_offsets(group_id, targets)
     return [{"topic_name": t, "partition_id": p,
              "previous_offset": committed[(t, p)].offset if (t, p) in committed else None,
              "offset": targets[(t, p)]} for t, p in partitions]
 
 
 def _target(engine: "Engine", tp: tuple[str, int], to: str, value: int | None) -> int:
-    log = engine._logs.log(*tp)
+    log = engine.partitions.log(*tp)
     if to == "earliest":
         return log.log_start_offset
     if to == "latest":
@@ -70,6 +70,6 @@ def _target(engine: "Engine", tp: tuple[str, int], to: str, value: int | None) -
         return min(max(value, log.log_start_offset), log.high_watermark)
     if value < 0:
         raise InvalidRequestError(f"a reset timestamp is milliseconds since the epoch, got {value}")
-    found = engine.list_offsets(tp[0], tp[1], value, READ_UNCOMMITTED)
+    found = engine.partitions.list_offsets(tp[0], tp[1], value, READ_UNCOMMITTED)
     return found.offset if found.offset >= 0 else log.high_watermark
 

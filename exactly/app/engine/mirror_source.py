@@ -23,16 +23,16 @@ class EngineMirrorSource:
 
     def partitions_of(self, topic: str) -> int | None:
         async def count() -> int | None:
-            info = self.engine._logs.topics.get(topic)
+            info = self.engine.topics.topic_info(topic)
             return None if info is None else info.partitions
         return self.engine.call(count)
 
     def fetch(self, topic: str, partition: int, offset: int, max_bytes: int) -> ReadResult:
-        return self.engine.call(self.engine.read, topic, partition, offset, max_bytes)
+        return self.engine.call(self.engine.partitions.read, topic, partition, offset, max_bytes)
 
     def log_start_offset(self, topic: str, partition: int) -> int:
         async def start() -> int:
-            return self.engine._logs.log(topic, partition).log_start_offset
+            return self.engine.partitions.log(topic, partition).log_start_offset
         return self.engine.call(start)
 
     def partition_stats(self) -> list[PartitionStats]:
@@ -42,7 +42,7 @@ class EngineMirrorSource:
                                    last_stable_offset=log.last_stable_offset,
                                    log_start_offset=log.log_start_offset,
                                    log_end_offset=log.log_end_offset)
-                    for log in self.engine._logs]
+                    for _, log in self.engine.partitions.logs()]
         return self.engine.call(stats)
 
     def producer_stats(self) -> list[ProducerStats]:
@@ -53,7 +53,7 @@ class EngineMirrorSource:
                                   last_sequence=entry.last_seq, last_offset=entry.last_data_offset,
                                   last_timestamp_ms=entry.last_timestamp,
                                   txn_first_offset=entry.current_txn_first_offset)
-                    for log in self.engine._logs for entry in log.producer_state]
+                    for _, log in self.engine.partitions.logs() for entry in log.producer_state]
         return self.engine.call(stats)
 
     def scram_mechanism_name(self, mechanism: int) -> str:

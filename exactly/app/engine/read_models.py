@@ -19,6 +19,8 @@ from dataclasses import asdict, fields
 from typing import TYPE_CHECKING, Any, Iterator
 
 from exactly.app.config import TOPIC_DEFAULTS, BrokerConfig
+from exactly.app.engine.counters import LatencyHistogram
+from exactly.app.engine.views import ConfigSource
 from exactly.coordinator import consumer_protocol
 from exactly.coordinator.internal_topics import INTERNAL_TOPICS
 from exactly.coordinator.schema import SchemaError
@@ -49,10 +51,10 @@ def _partition(log: PartitionLog) -> dict[str, Any]:
 
 async def topics(engine: "Engine", include_internal: bool = False) -> list[dict[str, Any]]:
     result = []
-    for name, info in sorted(engine._logs.topics.items()):
+    for name, info in engine.topics.items():
         if info.internal and not include_internal:
             continue
-        partitions = [_partition(engine._logs.log(name, p)) for p in range(info.partitions)]
+        partitions = [_partition(engine.partitions.log(name, p)) for p in range(info.partitions)]
         result.append({"topic_name": name, "topic_id": info.topic_id, "is_internal": info.internal,
                        "partitions_count": info.partitions, "configs": dict(info.overrides),
                        "partitions": partitions})
@@ -66,10 +68,10 @@ async def topics_summary(engine: "Engine") -> list[dict[str, Any]]:
     not counted; ``messages_exact`` as there) -- size on disk, and the producers
     (with their transactional ids, when known) with a transaction open on it. From the counts the logs
     keep: no batch read, fast for thousands of topics."""
-    tc = engine._transaction_coordinator
+    tc = engine.transactions.coordinator
     rows = []
-    for name, info in sorted(engine._logs.topics.items()):
-        logs = [engine._logs.log(name, p) for p in range(info.partitions)]
+    for name, info in engine.topics.items():
+        logs = [engine.partitions.log(name, p) for p in range(info.partitions)]
         counts = [data_records(log, log.log_start_offset, log.last_stable_offset) for log in logs]
         holders = {pid: tc.transactional_id_of(pid)
                    for log in logs for pid, _ in log.producer_state.ongoing_transactions()}
@@ -83,16 +85,22 @@ async def topics_summary(engine: "Engine") -> list[dict[str, Any]]:
 
 
 async def topic(engine: "Engine", name: str) -> dict[str, Any]:
-    info = engine._logs.topic(name)
+    info = engine.topics.topic(name)
     return {"topic_name": name, "topic_id": info.topic_id, "is_internal": info.internal,
             "partitions_count": info.partitions, "configs": dict(info.overrides),
-            "effective_configs": engine._logs.topic_config(name).to_kafka(),
-            "partitions": [_partition(engine._logs.log(name, p)) for p in range(info.partitions)]}
+            "effective_configs": engine.topics.topic_config(name).to_kafka(),
+            "partitions": [_partition(engine.partitions.log(name, p)) for p in range(info.partitions)]}
 
 
-#: where a topic config's value comes from (Kafka's DescribeConfigs ConfigSource names)
-DEFAULT_CONFIG, STATIC_BROKER_CONFIG, DYNAMIC_TOPIC_CONFIG = \
-    "DEFAULT_CONFIG", "STATIC_BROKER_CONFIG", "DYNAMIC_TOPIC_CONFIG"
+#: where a config's value comes from, as the dicts name it (``views.ConfigSource``)
+DEFAULT_CONFIG, STATIC_BROKER_CONFIG, DYNAMIC_TOPIC_CONFIG = (
+    ConfigSource.DEFAULT_CONFIG.name, ConfigSource.STATIC_BROKER_CONFIG.name, ConfigSource.DYNAMIC_TOPIC_CONFIG.name)
+
+
+async def topics_with_configs(engine: "Engine", name: str | None = None) -> list[tuple[dict, list[dict]]]:
+    """One topic (``name``) or all (internal ones too), each with its effective configs."""
+    listed = [await topic(engine, name)] if name else await topics(engine, include_internal=True)
+    return [(t, await topic_configs(engine, t["topic_name"])) for t in listed]
 
 
 async def topic_configs(engine: "Engine", name: str) -> list[dict[str, Any]]:
@@ -100,10 +108,10 @@ async def topic_configs(engine: "Engine", name: str) -> list[dict[str, Any]]:
     comes from: set on the topic (DYNAMIC_TOPIC_CONFIG), a broker-wide default given
     at start-up (STATIC_BROKER_CONFIG, e.g. ``--config log.retention.ms=...``) or
     Kafka's default (DEFAULT_CONFIG). Values are strings, as Kafka shows them."""
-    overrides = engine._logs.topic(name).overrides
-    broker, kafka = engine._logs.defaults.to_kafka(), LogConfig().to_kafka()
+    overrides = engine.topics.topic(name).overrides
+    broker, kafka = engine.topics.defaults.to_kafka(), LogConfig().to_kafka()
     result = []
-    for key, value in sorted(engine._logs.topic_config(name).to_kafka().items()):
+    for key, value in sorted(engine.topics.topic_config(name).to_kafka().items()):
         source = (DYNAMIC_TOPIC_CONFIG if key in overrides
                   else STATIC_BROKER_CONFIG if broker[key] != kafka[key] else DEFAULT_CONFIG)
         result.append({"name": key, "value": LogConfig.kafka_text(value), "is_default": source == DEFAULT_CONFIG,
@@ -120,7 +128,7 @@ async def broker_configs(engine: "Engine") -> list[dict[str, Any]]:
     topic configs under their broker-level names (``log.segment.bytes``), by name, in
     :func:`topic_configs`' form: given at start-up (STATIC_BROKER_CONFIG) or Kafka's
     default, all read-only (they change with a restart), a sensitive one's value null."""
-    defaults, topic_defaults, kafka = BrokerConfig(), engine._logs.defaults.to_kafka(), LogConfig().to_kafka()
+    defaults, topic_defaults, kafka = BrokerConfig(), engine.topics.defaults.to_kafka(), LogConfig().to_kafka()
     settings = {f.name.replace("_", "."): (getattr(engine.config, f.name), getattr(defaults, f.name))
                 for f in fields(BrokerConfig) if f.name != "log"}  # "log": the topic defaults, below
     settings.update({name: (topic_defaults[topic], kafka[topic]) for name, topic in TOPIC_DEFAULTS.items()})
@@ -136,15 +144,15 @@ async def broker_configs(engine: "Engine") -> list[dict[str, Any]]:
 
 async def topic_producers(engine: "Engine", name: str) -> list[dict[str, Any]]:
     """DescribeProducers for every partition of a topic: :func:`producers`, each with its partition."""
-    return [{"partition_id": p, **producer} for p in range(engine._logs.topic(name).partitions)
+    return [{"partition_id": p, **producer} for p in range(engine.topics.topic(name).partitions)
             for producer in await producers(engine, name, p)]
 
 
 async def partition(engine: "Engine", name: str, partition_id: int) -> dict[str, Any]:
     """A partition with what explains its LSO: open transactions (and who owns them)."""
-    log = engine._logs.log(name, partition_id)
+    log = engine.partitions.log(name, partition_id)
     detail = _partition(log)
-    tc = engine._transaction_coordinator
+    tc = engine.transactions.coordinator
     for txn in detail["open_transactions"]:
         txn_id = tc.transactional_id_of(txn["producer_id"])
         meta = tc.describe(txn_id) if txn_id else None
@@ -156,11 +164,11 @@ async def partition(engine: "Engine", name: str, partition_id: int) -> dict[str,
 
 async def topic_partitions(engine: "Engine", name: str) -> list[dict[str, Any]]:
     """Every partition of a topic, each as :func:`partition` describes it."""
-    return [await partition(engine, name, p) for p in range(engine._logs.topic(name).partitions)]
+    return [await partition(engine, name, p) for p in range(engine.topics.topic(name).partitions)]
 
 
 async def segments(engine: "Engine", name: str, partition_id: int) -> list[dict[str, Any]]:
-    log = engine._logs.log(name, partition_id)
+    log = engine.partitions.log(name, partition_id)
     return [{"base_offset": s.base_offset, "next_offset": s.next_offset, "size_bytes": s.size,
              "max_timestamp": s.max_timestamp, "index_entries": len(s.offset_index),
              "time_index_entries": len(s.time_index), "aborted_transactions": len(s.txn_index.all_entries())}
@@ -169,7 +177,7 @@ async def segments(engine: "Engine", name: str, partition_id: int) -> list[dict[
 
 async def aborted_transactions(engine: "Engine", name: str, partition_id: int) -> list[dict[str, Any]]:
     """The ``.txnindex`` entries of every segment."""
-    log = engine._logs.log(name, partition_id)
+    log = engine.partitions.log(name, partition_id)
     return [{"producer_id": t.producer_id, "first_offset": t.first_offset, "last_offset": t.last_offset,
              "last_stable_offset": t.last_stable_offset}
             for s in log.segments for t in s.txn_index.all_entries()]
@@ -177,8 +185,8 @@ async def aborted_transactions(engine: "Engine", name: str, partition_id: int) -
 
 async def producers(engine: "Engine", name: str, partition_id: int) -> list[dict[str, Any]]:
     """DescribeProducers: the producer state of one partition."""
-    log = engine._logs.log(name, partition_id)
-    tc = engine._transaction_coordinator
+    log = engine.partitions.log(name, partition_id)
+    tc = engine.transactions.coordinator
     live = live_producers(engine)
     return [{"producer_id": e.producer_id, "producer_epoch": e.producer_epoch,
              "connection": live.get(e.producer_id) or live.get(tc.transactional_id_of(e.producer_id) or -1),
@@ -213,11 +221,11 @@ async def transactions(engine: "Engine", states: list[str] | None = None) -> lis
     now = engine.clock.now_ms()
     live = live_producers(engine)
     return [{**_transaction(txn_id, meta, now), "connection": live.get(txn_id)}
-            for txn_id, meta in engine._transaction_coordinator.list_transactions(states or ())]
+            for txn_id, meta in engine.transactions.coordinator.list_transactions(states or ())]
 
 
 async def transaction(engine: "Engine", txn_id: str) -> dict[str, Any]:
-    meta = engine._transaction_coordinator.describe(txn_id)
+    meta = engine.transactions.coordinator.describe(txn_id)
     if meta is None:
         raise TransactionalIdNotFoundError(f"no transactional id {txn_id!r}")
     return {**_transaction(txn_id, meta, engine.clock.now_ms()), "connection": live_producers(engine).get(txn_id)}
@@ -226,7 +234,7 @@ async def transaction(engine: "Engine", txn_id: str) -> dict[str, Any]:
 async def groups(engine: "Engine") -> list[dict[str, Any]]:
     return [{"group_id": g.group_id, "state": g.state.value, "generation": g.generation,
              "protocol_type": g.protocol_type, "protocol": g.protocol, "members": len(g.members)}
-            for g in sorted(engine._group_coordinator.groups.values(), key=lambda g: g.group_id)]
+            for g in sorted(engine.groups.coordinator.groups.values(), key=lambda g: g.group_id)]
 
 
 async def group(engine: "Engine", group_id: str) -> dict[str, Any]:
@@ -237,17 +245,17 @@ async def group(engine: "Engine", group_id: str) -> dict[str, Any]:
     the high watermark, open or decided, aborted ones not counted -- what the consumer
     may receive once the LSO moves) and by which open transactions (``held_by``, the
     one pinning the LSO first): a consumer at the LSO has lag 0 yet is not done."""
-    g = engine._group_coordinator.describe(group_id)
+    g = engine.groups.coordinator.describe(group_id)
     if g is None:
         raise GroupIdNotFoundError(f"no group {group_id!r}")
-    tc = engine._transaction_coordinator
+    tc = engine.transactions.coordinator
     now = engine.clock.now_ms()
     offsets = []
     assigned = assigned_partitions(g)
     partitions = sorted(set(g.committed) | assigned | {tp for pending in g.pending.values() for tp in pending})
     for tp in partitions:
         committed = g.committed.get(tp)
-        log = engine._logs.logs.get(tp)
+        log = engine.partitions.get(tp)
         lag, exact = _lag(log, committed.offset if committed else None, tp in assigned)
         pending = [{"producer_id": pid, "transactional_id": tc.transactional_id_of(pid), "offset": offs[tp].offset}
                    for pid, offs in sorted(g.pending.items()) if tp in offs]
@@ -323,7 +331,7 @@ async def client_instances(engine: "Engine") -> list[dict[str, Any]]:
     Each with the transactional ids and producer ids its connections used and the
     consumer groups whose members have its client id and host."""
     members: dict[tuple[str, str], set[str]] = {}
-    for g in engine._group_coordinator.groups.values():
+    for g in engine.groups.coordinator.groups.values():
         for m in g.members.values():
             members.setdefault((m.client_id, m.client_host), set()).add(g.group_id)
     instances: list[dict[str, Any]] = []
@@ -364,11 +372,11 @@ async def overview(engine: "Engine") -> dict[str, Any]:
     """What the console's first page shows: partitions with their LSO gap, and
     transaction counts by state."""
     by_state: dict[str, int] = {}
-    for _, meta in engine._transaction_coordinator.list_transactions():
+    for _, meta in engine.transactions.coordinator.list_transactions():
         by_state[meta.state.display] = by_state.get(meta.state.display, 0) + 1
     stuck = [p for t in await topics(engine) for p in t["partitions"]
              if p["last_stable_offset"] < p["high_watermark"]]
-    return {"cluster_id": engine._logs.cluster_id, "topics": await topics(engine),
+    return {"cluster_id": engine.topics.cluster_id, "topics": await topics(engine),
             "transactions_by_state": by_state, "partitions_behind": stuck}
 
 
@@ -379,7 +387,7 @@ async def storage(engine: "Engine") -> dict[str, Any]:
     return {"full": None if full is None else {"since_ms": int(full.since * 1000),
                                                "refused_writes": full.refused_writes, "error": full.error},
             "offline": [{"topic_name": log.topic, "partition_id": log.partition, "reason": str(log.offline)}
-                        for log in engine._logs if log.offline is not None]}
+                        for _, log in engine.partitions.logs() if log.offline is not None]}
 
 
 # -- what the console asks (exactly/app/http/console/views.py); the API may use them too ----------------------
@@ -391,7 +399,7 @@ def _holder(engine: "Engine", log: PartitionLog, producer_id: int, first_offset:
     only an AbortTransaction on the partition can end it) and whether it is the
     coordinator's Ongoing transaction on this partition (``in_transaction``: the
     transaction's own Abort ends it; any other holder takes the partition's)."""
-    tc = engine._transaction_coordinator
+    tc = engine.transactions.coordinator
     entry = log.producer_state.producers.get(producer_id)
     txn_id = tc.transactional_id_of(producer_id)
     meta = tc.describe(txn_id) if txn_id else None
@@ -423,7 +431,7 @@ async def lso_blockers(engine: "Engine") -> list[dict[str, Any]]:
     first. Internal topics come last (pending transactional offsets hold theirs)."""
     now = engine.clock.now_ms()
     blocked = []
-    for (name, partition_id), log in sorted(engine._logs.logs.items(),
+    for (name, partition_id), log in sorted(engine.partitions.logs(),
                                             key=lambda item: (item[0][0] in INTERNAL_TOPICS, item[0])):
         lso, hw = log.last_stable_offset, log.high_watermark
         if lso >= hw:
@@ -438,9 +446,9 @@ async def lso_blockers(engine: "Engine") -> list[dict[str, Any]]:
 
 async def transaction_counts(engine: "Engine") -> dict[str, Any]:
     """Open transactions now (by state) and those finished since the broker started."""
-    by_state = Counter(meta.state for _, meta in engine._transaction_coordinator.list_transactions())
+    by_state = Counter(meta.state for _, meta in engine.transactions.coordinator.list_transactions())
     open_by_state = {state.display: n for state, n in by_state.items() if state.is_open}
-    completed = engine._transaction_coordinator.completed
+    completed = engine.transactions.coordinator.completed
     return {"open": sum(open_by_state.values()),
             "by_state": {state.display: n for state, n in by_state.items()}, "open_by_state": open_by_state,
             "committed_since_start": completed["commit"], "aborted_since_start": completed["abort"]}
@@ -448,7 +456,7 @@ async def transaction_counts(engine: "Engine") -> dict[str, Any]:
 
 async def dashboard(engine: "Engine") -> dict[str, Any]:
     """The console's first page in one snapshot: partitions, blockers, counts."""
-    return {"cluster_id": engine._logs.cluster_id, "topics": await topics(engine),
+    return {"cluster_id": engine.topics.cluster_id, "topics": await topics(engine),
             "internal_topics": [t for t in await topics(engine, include_internal=True) if t["is_internal"]],
             "blockers": await lso_blockers(engine), "transactions": await transaction_counts(engine),
             "now_ms": engine.clock.now_ms()}
@@ -459,14 +467,14 @@ async def transaction_detail(engine: "Engine", txn_id: str) -> dict[str, Any]:
     whether that pins the LSO, the group offsets pending on its commit, and why its
     transaction is being or was aborted (``abort_cause``, ``abort_actor``)."""
     detail = await transaction(engine, txn_id)
-    reason = engine._transaction_coordinator.describe(txn_id).abort_reason  # PrepareAbort, CompleteAbort
+    reason = engine.transactions.coordinator.describe(txn_id).abort_reason  # PrepareAbort, CompleteAbort
     detail["abort_cause"] = reason.cause.value if reason else None
     detail["abort_actor"] = reason.actor if reason else None
-    refusal = engine._transaction_coordinator.last_refusal.get(txn_id)  # why its markers were stuck
+    refusal = engine.transactions.coordinator.last_refusal.get(txn_id)  # why its markers were stuck
     detail["marker_refusal"] = asdict(refusal) if refusal else None
     open_ = detail["transaction_start_ms"] is not None
     for tp in detail["partitions"]:
-        log = engine._logs.logs.get((tp["topic_name"], tp["partition_id"]))
+        log = engine.partitions.get((tp["topic_name"], tp["partition_id"]))
         entry = log.producer_state.producers.get(detail["producer_id"]) if log else None
         first = entry.current_txn_first_offset if entry and open_ else None
         tp.update(first_offset=first, high_watermark=log.high_watermark if log else None,
@@ -475,7 +483,7 @@ async def transaction_detail(engine: "Engine", txn_id: str) -> dict[str, Any]:
     detail["holds_lso"] = any(tp["holds_lso"] for tp in detail["partitions"])
     detail["pending_offsets"] = [
         {"group_id": g.group_id, "topic_name": tp[0], "partition_id": tp[1], "offset": o.offset}
-        for g in sorted(engine._group_coordinator.groups.values(), key=lambda g: g.group_id)
+        for g in sorted(engine.groups.coordinator.groups.values(), key=lambda g: g.group_id)
         for tp, o in sorted(g.pending.get(detail["producer_id"], {}).items())]
     detail["now_ms"] = engine.clock.now_ms()
     return detail
@@ -484,12 +492,12 @@ async def transaction_detail(engine: "Engine", txn_id: str) -> dict[str, Any]:
 def committed_lags(engine: "Engine", group_id: str) -> dict[tuple[str, int], tuple[int, bool]]:
     """The lag and its exactness (:func:`_lag`) of each partition, still there, where
     the group has a committed offset or is assigned it: O(log n) each, no log read."""
-    g = engine._group_coordinator.describe(group_id)
+    g = engine.groups.coordinator.describe(group_id)
     assigned = assigned_partitions(g)
     lags = {}
     for tp in sorted(set(g.committed) | assigned):
         committed = g.committed.get(tp)
-        lag, exact = _lag(engine._logs.logs.get(tp), committed.offset if committed else None, tp in assigned)
+        lag, exact = _lag(engine.partitions.get(tp), committed.offset if committed else None, tp in assigned)
         if lag is not None:
             lags[tp] = (lag, exact)
     return lags
@@ -501,9 +509,9 @@ async def groups_summary(engine: "Engine") -> list[dict[str, Any]]:
     of its offsets wait on a transaction -- each from the counts the logs keep."""
     result = []
     for g in await groups(engine):
-        meta = engine._group_coordinator.describe(g["group_id"])
+        meta = engine.groups.coordinator.describe(g["group_id"])
         lags = committed_lags(engine, g["group_id"])
-        logs = [engine._logs.logs[tp] for tp in lags]
+        logs = [engine.partitions.log(*tp) for tp in lags]
         result.append({**g, "partitions": len(set(meta.committed).union(assigned_partitions(meta),
                                                                          *meta.pending.values())),
                        "lag": sum(lag for lag, _ in lags.values()) if lags else None,
@@ -532,7 +540,7 @@ async def records(engine: "Engine", name: str, partition_id: int, offset: int | 
     ``aborted`` (never delivered), ``open`` (its own transaction is undecided),
     ``waits`` (decided or not transactional, but at or after the LSO: delivered once
     ``held_by``, the transaction pinning the LSO, ends), or a ``marker``."""
-    log = engine._logs.log(name, partition_id)
+    log = engine.partitions.log(name, partition_id)
     hw, lso = log.high_watermark, log.last_stable_offset
     start = max(log.log_start_offset, hw - limit) if offset is None else offset
     if start < log.log_start_offset or start > hw:
@@ -582,7 +590,7 @@ def _oldest_transaction_age_ms(engine: "Engine", log: PartitionLog, now_ms: int)
     """How long the oldest transaction open on ``log`` has been open (0: none). Its
     start is the coordinator's; a producer no coordinator knows (a hanging
     transaction) has only its last write on the partition to go by."""
-    tc = engine._transaction_coordinator
+    tc = engine.transactions.coordinator
     starts = []
     for producer_id, _ in log.producer_state.ongoing_transactions():
         txn_id = tc.transactional_id_of(producer_id)
@@ -598,14 +606,37 @@ def _group_lags(engine: "Engine") -> list[tuple[str, str, str, int]]:
     """``(group, topic, partition, lag)`` for every committed offset of a partition that
     exists, from the counts the logs keep (``read_models.committed_lags``): no log read on
     the loop per scrape."""
-    return [(group_id, topic, str(partition), lag) for group_id in sorted(engine._group_coordinator.groups)
+    return [(group_id, topic, str(partition), lag) for group_id in sorted(engine.groups.coordinator.groups)
             for (topic, partition), (lag, _) in committed_lags(engine, group_id).items()]
 
 
-def partition_metrics(engine: "Engine") -> dict[str, Any]:
-    """The broker state a ``/metrics`` scrape reports (``exactly/app/http/metrics.py``): per
-    partition, late transactions, group lags, transactional ids by open state."""
-    tc = engine._transaction_coordinator
+def metrics(engine: "Engine") -> dict[str, Any]:
+    """Everything a ``/metrics`` scrape reports (``exactly/app/http/metrics.py``), read at one
+    instant: the broker state and the engine's counters."""
+    counters = engine.counters
+    return {
+        **_partition_metrics(engine),
+        "counters": (counters.produce_requests, counters.produced_records, counters.fetch_requests,
+                     counters.fetched_bytes, counters.timed_out_transactions, counters.admin_aborted_transactions),
+        "fenced": dict(counters.fenced_producers),
+        "latency": (_histogram(counters.produce_latency), _histogram(counters.fsync_latency),
+                    _histogram(counters.fetch_latency)),
+        "end_txn": {outcome: _histogram(h) for outcome, h in counters.end_txn_latency.items()},
+        "kafka_requests": {api: _histogram(h) for api, h in counters.kafka_requests.items()},
+        "kafka_connections": len(engine.kafka_connections),
+        "limit_refusals": dict(counters.limit_refusals),
+        "authentication_failures": dict(counters.authentication_failures),
+        "authorization_denials": dict(counters.authorization_denials),
+    }
+
+
+def _histogram(histogram: LatencyHistogram) -> tuple[list[int], float]:
+    return list(histogram.counts), histogram.total_s
+
+
+def _partition_metrics(engine: "Engine") -> dict[str, Any]:
+    """Per partition, late transactions, group lags, transactional ids by open state."""
+    tc = engine.transactions.coordinator
     by_state = {state.display: 0 for state in TransactionState if state.is_open}
     for meta in tc.txns.values():
         if meta.state.is_open:
@@ -614,25 +645,29 @@ def partition_metrics(engine: "Engine") -> dict[str, Any]:
     return {
         "partitions": [(log.topic, str(log.partition), len(log.producer_state.producers), log.high_watermark,
                         log.last_stable_offset, log.log_start_offset, log.high_watermark - log.last_stable_offset,
-                        _oldest_transaction_age_ms(engine, log, now) / 1000) for log in engine._logs],
+                        _oldest_transaction_age_ms(engine, log, now) / 1000) for _, log in engine.partitions.logs()],
         "late": sum(log.producer_state.has_late_transaction(now, engine.config.transaction_max_timeout_ms)
-                    for log in engine._logs),
+                    for _, log in engine.partitions.logs()),
         "group_lags": _group_lags(engine),
         "transactional_ids": by_state,
         "completed": dict(tc.completed),
     }
 
 
-def open_transaction_records(engine: "Engine") -> Iterator[tuple[str, str, int, Record]]:
+def open_transaction_records(engine: "Engine") -> list[tuple[str, str, int, Record]]:
     """``(transactional id, topic, partition, record)`` for every data record of the
     open transactions of transactional ids, on the topics clients write."""
-    for log_ in engine._logs:
+    return list(_open_transaction_records(engine))
+
+
+def _open_transaction_records(engine: "Engine") -> Iterator[tuple[str, str, int, Record]]:
+    for _, log_ in engine.partitions.logs():
         first_offsets = dict(log_.producer_state.ongoing_transactions())
         if log_.topic in INTERNAL_TOPICS or not first_offsets:
             continue
         for header, batch in log_.batches(min(first_offsets.values())):
             first = first_offsets.get(header.producer_id)
-            txn_id = engine.transactional_id_of(header.producer_id)
+            txn_id = engine.transactions.transactional_id_of(header.producer_id)
             if first is None or header.base_offset < first or header.is_control or txn_id is None:
                 continue
             for record in decode_batch(batch).records:

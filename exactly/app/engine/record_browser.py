@@ -86,7 +86,7 @@ def _row(engine: "Engine", header: BatchHeader, record: Record, state: dict[str,
     return {**state, "offset": record.offset, "timestamp": record.timestamp,
             "key": record.key, "value": record.value, "headers": list(record.headers),
             "batch": _batch(header),
-            "transactional_id": (engine._transaction_coordinator.transactional_id_of(header.producer_id)
+            "transactional_id": (engine.transactions.transactional_id_of(header.producer_id)
                                  if header.has_producer_id else None)}
 
 
@@ -106,7 +106,7 @@ async def page(engine: "Engine", topic: str, partition: int, start: int | None =
     the next page starts at ``scanned_to``, the previous one ends at ``scanned_from``.
     A view ends at ``upper_offset``: the high watermark, or the LSO for read_committed
     (what lies past it is not received yet, so no page has looked at it)."""
-    log = engine._logs.log(topic, partition)
+    log = engine.partitions.log(topic, partition)
     low, hw = log.log_start_offset, log.high_watermark
     upper = log.last_stable_offset if read_committed else hw
     limit = max(1, min(limit, MAX_LIMIT))
@@ -135,7 +135,7 @@ async def page(engine: "Engine", topic: str, partition: int, start: int | None =
                     scanned_to = record.offset + 1
                     break
     states = await _states(engine, log, found[0][1].offset, found[-1][1].offset) if found else {}
-    return {"topic_name": topic, "partition_id": partition, "partitions_count": engine._logs.topic(topic).partitions,
+    return {"topic_name": topic, "partition_id": partition, "partitions_count": engine.topics.partition_count(topic),
             "log_start_offset": low, "high_watermark": hw,
             "last_stable_offset": log.last_stable_offset, "text": text, "limit": limit,
             "read_committed": read_committed, "upper_offset": upper,
@@ -148,7 +148,7 @@ async def record(engine: "Engine", topic: str, partition: int, offset: int) -> d
     transactional id of its producer (when the coordinator still knows it), for an
     aborted record the ``.txnindex`` entry that makes consumers skip it, and for a
     transactional one the offset of the marker that ended its transaction."""
-    log = engine._logs.log(topic, partition)
+    log = engine.partitions.log(topic, partition)
     if not log.log_start_offset <= offset < log.high_watermark:
         raise OffsetOutOfRangeError(f"offset {offset} is outside [{log.log_start_offset}, "
                                     f"{log.high_watermark}) of {topic}-{partition}")

@@ -48,21 +48,21 @@ def scheduled_jobs(engine: Engine, mirror: Mirror) -> list[ScheduledJob]:
         return partial(engine.call, fn)
 
     return [
-        ScheduledJob("abort-timed-out-transactions", call(engine.abort_timed_out_transactions),
+        ScheduledJob("abort-timed-out-transactions", call(engine.jobs.abort_timed_out_transactions),
                      config.transaction_abort_timed_out_transaction_cleanup_interval_ms,
                      "aborted {n} timed-out transaction(s)"),
-        ScheduledJob("expire-transactional-ids", call(engine.expire_transactional_ids),
+        ScheduledJob("expire-transactional-ids", call(engine.jobs.expire_transactional_ids),
                      config.transaction_remove_expired_transaction_cleanup_interval_ms,
                      "expired {n} transactional id(s)"),
-        ScheduledJob("expire-producer-ids", call(engine.expire_producer_ids),
+        ScheduledJob("expire-producer-ids", call(engine.jobs.expire_producer_ids),
                      config.producer_id_expiration_check_interval_ms, "expired {n} idle producer id(s)"),
-        ScheduledJob("producer-snapshots", call(engine.take_snapshots), config.producer_snapshot_interval_ms,
+        ScheduledJob("producer-snapshots", call(engine.jobs.take_snapshots), config.producer_snapshot_interval_ms,
                      "wrote {n} producer-state snapshot(s)"),
-        ScheduledJob("log-retention", call(engine.apply_retention), config.log_retention_check_interval_ms,
+        ScheduledJob("log-retention", call(engine.jobs.apply_retention), config.log_retention_check_interval_ms,
                      "deleted {n} segment(s) past retention"),
-        ScheduledJob("log-cleaner", call(engine.compact_logs), config.log_cleaner_backoff_ms,
+        ScheduledJob("log-cleaner", call(engine.jobs.compact_logs), config.log_cleaner_backoff_ms,
                      "rewrote {n} segment(s) of compacted topics"),
-        ScheduledJob("offset-checkpoints", call(engine.checkpoint),
+        ScheduledJob("offset-checkpoints", call(engine.jobs.checkpoint),
                      config.log_flush_offset_checkpoint_interval_ms, None),
         ScheduledJob("sqlite-mirror", partial(mirror_round, mirror), config.exactly_mirror_interval_ms, None),
     ]

@@ -5,9 +5,19 @@ same way). Transactions are already seen as frozen ``TxnTransitMetadata``."""
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 
 from exactly.coordinator.group_metadata import GroupMetadata, GroupState
+
+
+class ConfigSource(enum.Enum):
+    """Where a config's value comes from: the name Kafka's Admin API and the REST proxy
+    show, and the id DescribeConfigs sends (Kafka's ``DescribeConfigsResponse.ConfigSource``)."""
+
+    DYNAMIC_TOPIC_CONFIG = 1
+    STATIC_BROKER_CONFIG = 4
+    DEFAULT_CONFIG = 5
 
 
 @dataclass(frozen=True, slots=True)

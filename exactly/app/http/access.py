@@ -181,7 +181,7 @@ def _allowed(engine, principal: str, host: str, operation: AclOperation, resourc
              names: list[str], audit: bool) -> list[str]:
     """On the loop: the names ``principal`` may do ``operation`` on."""
     return [name for name in names
-            if engine.authorize(principal, host, operation, resource_type, name, surface="http", audit=audit)]
+            if engine.access.authorize(principal, host, operation, resource_type, name, surface="http", audit=audit)]
 
 
 def visible(resource_type: ResourceType, operation: AclOperation, names: Iterable[str],
@@ -189,7 +189,7 @@ def visible(resource_type: ResourceType, operation: AclOperation, names: Iterabl
     """Which of ``names`` this request's principal may ``operation``: a list's filter,
     not logged or counted as a denial (as Kafka's filtered listings), unless ``audit``."""
     engine = current_engine()
-    if not engine.authorizer_enabled:  # everything is allowed: no trip to the loop
+    if not engine.access.authorizer_enabled:  # everything is allowed: no trip to the loop
         return set(names)
     return set(engine.call(_allowed, engine, str(request_principal()), request.remote_addr or "",
                            operation, resource_type, list(names), audit))

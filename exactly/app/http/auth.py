@@ -75,14 +75,14 @@ def password_principal(user: str, password: str) -> KafkaPrincipal | None:
     principal = KafkaPrincipal.parse(settings.token_principal)
     if settings.token and user == principal.name and _same(password, settings.token):
         return principal
-    return current_engine().authenticate_password(user, password)
+    return current_engine().access.authenticate_password(user, password)
 
 
 def login_required() -> bool:
     """Whether a request must say who it is: with a token configured, or with the
     authorizer on (a shared broker, where anonymous requests get only what ACLs grant
     User:ANONYMOUS -- the console asks for a login instead of answering 403s)."""
-    return bool(current_settings().token) or current_engine().authorizer_enabled
+    return bool(current_settings().token) or current_engine().access.authorizer_enabled
 
 
 def header_principal(authorization: str) -> KafkaPrincipal | None:

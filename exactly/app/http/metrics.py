@@ -88,36 +88,13 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 
 from exactly.app.engine import read_models
-from exactly.app.engine.counters import LATENCY_BUCKETS_S, LatencyHistogram
+from exactly.app.engine.counters import LATENCY_BUCKETS_S
 
 if TYPE_CHECKING:
     from exactly.app.engine import Engine
 
 bp = Blueprint("metrics", __name__)
 METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
-
-
-def _histogram(histogram: LatencyHistogram) -> tuple[list[int], float]:
-    return list(histogram.counts), histogram.total_s
-
-
-async def _snapshot(engine: "Engine") -> dict[str, Any]:
-    """Everything a scrape reports, read on the engine's loop."""
-    counters = engine.counters
-    return {
-        **read_models.partition_metrics(engine),
-        "counters": (counters.produce_requests, counters.produced_records, counters.fetch_requests,
-                     counters.fetched_bytes, counters.timed_out_transactions, counters.admin_aborted_transactions),
-        "fenced": dict(counters.fenced_producers),
-        "latency": (_histogram(counters.produce_latency), _histogram(counters.fsync_latency),
-                    _histogram(counters.fetch_latency)),
-        "end_txn": {outcome: _histogram(h) for outcome, h in counters.end_txn_latency.items()},
-        "kafka_requests": {api: _histogram(h) for api, h in counters.kafka_requests.items()},
-        "kafka_connections": len(engine.kafka_connections),
-        "limit_refusals": dict(counters.limit_refusals),
-        "authentication_failures": dict(counters.authentication_failures),
-        "authorization_denials": dict(counters.authorization_denials),
-    }
 
 
 def add_histogram(family: HistogramMetricFamily, labels: list[str], counts: list[int], total: float) -> None:
@@ -131,7 +108,7 @@ class BrokerCollector(Collector):
         self.engine = engine
 
     def collect(self) -> Iterator[Metric]:
-        snap = self.engine.call(_snapshot, self.engine, timeout=10)
+        snap = self.engine.call(read_models.metrics, self.engine, timeout=10)
         yield from self._partitions(snap)
         yield from self._transactions(snap)
         yield from self._requests(snap)

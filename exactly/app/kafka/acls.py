@@ -24,7 +24,7 @@ def check_cluster_access(ctx: RequestContext, api: ApiKey) -> None:
 
     :raise SecurityDisabledError: no authorizer is configured.
     :raise ClusterAuthorizationFailedError: the principal may not (``authorization.TABLE``)."""
-    if not ctx.engine.authorizer_enabled:
+    if not ctx.engine.access.authorizer_enabled:
         raise SecurityDisabledError("no authorizer is configured (authorizer.class.name)")
     authorization.check_cluster(ctx, api)
 
@@ -75,7 +75,7 @@ async def create_acls(ctx: RequestContext, request: Any) -> dict:
     except KafkaError as e:
         return {"results": [_error(e) for _ in request.creations]}
     bindings = _parse_each(request.creations, _binding)
-    created = iter(await ctx.engine.create_acls([b for b in bindings if isinstance(b, acl.AclBinding)]))
+    created = iter(await ctx.engine.access.create_acls([b for b in bindings if isinstance(b, acl.AclBinding)]))
     return {"results": [_error(b if isinstance(b, KafkaError) else next(created)) for b in bindings]}
 
 
@@ -89,7 +89,7 @@ def _description(binding: acl.AclBinding) -> dict:
 async def describe_acls(ctx: RequestContext, request: Any) -> dict:
     try:
         check_cluster_access(ctx, ApiKey.DESCRIBE_ACLS)
-        found = ctx.engine.describe_acls(_filter(request))
+        found = ctx.engine.access.describe_acls(_filter(request))
     except KafkaError as e:
         return {**_error(e), "resources": []}
     resources: dict[acl.ResourcePattern, list[dict]] = {}
@@ -113,7 +113,7 @@ async def delete_acls(ctx: RequestContext, request: Any) -> dict:
     except KafkaError as e:
         return {"filter_results": [{**_error(e), "matching_acls": []} for _ in request.filters]}
     filters = _parse_each(request.filters, _filter)
-    deleted = iter(await ctx.engine.delete_acls([f for f in filters if isinstance(f, acl.AclBindingFilter)]))
+    deleted = iter(await ctx.engine.access.delete_acls([f for f in filters if isinstance(f, acl.AclBindingFilter)]))
     results = []
     for f in filters:
         outcome = f if isinstance(f, KafkaError) else next(deleted)

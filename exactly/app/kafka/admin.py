@@ -3,12 +3,12 @@ IncrementalAlterConfigs, CreatePartitions, DeleteRecords, DescribeLogDirs.
 
 One node holds one replica of everything: a replication factor other than 1 (or
 -1, the default) is INVALID_REPLICATION_FACTOR unless exactly.replication.factor.ignore
-(``Engine.check_replication_factor``), and a manual assignment (of a new topic's
+(``Topics.check_replication_factor``), and a manual assignment (of a new topic's
 partitions, or of those CreatePartitions adds) may name only this node. Configs are
 Kafka's topic configs (``exactly/storage/log_config.py``); a bad one is INVALID_CONFIG and
 changes nothing. This broker's own settings are read-only: they change with a restart.
 A request creating more than 10,000 partitions in all fails as a whole, every topic
-POLICY_VIOLATION, as in Kafka (``Engine.check_partitions_per_request``); a topic that
+POLICY_VIOLATION, as in Kafka (``Topics.check_partitions_per_request``); a topic that
 would take the broker past ``exactly.max.partitions`` is POLICY_VIOLATION alone.
 Each face changes topics through the same engine operations: ``create_topic``,
 ``create_partitions``, ``alter_topic_config`` (``tests/test_layering.py``).
@@ -21,7 +21,8 @@ from typing import Any, Awaitable, Callable
 
 from exactly.app.config import static_config_change
 from exactly.app.engine import read_models
-from exactly.app.engine.engine import LogDeleteRecordsResult
+from exactly.app.engine.partitions import LogDeleteRecordsResult
+from exactly.app.engine.views import ConfigSource
 from exactly.app.kafka import authorization
 from exactly.app.kafka.api import ApiKey, RequestContext, error_code, serves
 from exactly.app.kafka.authorization import C, T
@@ -37,10 +38,6 @@ from exactly.storage.errors import (
 )
 
 TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4
-#: DescribeConfigs ConfigSource values
-TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 1, 4, 5
-SOURCE = {read_models.DYNAMIC_TOPIC_CONFIG: TOPIC_CONFIG, read_models.STATIC_BROKER_CONFIG: STATIC_BROKER_CONFIG,
-          read_models.DEFAULT_CONFIG: DEFAULT_CONFIG}
 
 
 @serves(ApiKey.CREATE_TOPICS, 2, 4)
@@ -52,9 +49,9 @@ async def create_topics(ctx: RequestContext, request: Any) -> dict:
 
 def _over_the_request_limit(ctx: RequestContext, topics: Any, partitions: int) -> list[dict] | None:
     """As Kafka: a request creating more than 10,000 partitions in all fails as a whole,
-    every topic POLICY_VIOLATION (``Engine.check_partitions_per_request``); else None."""
+    every topic POLICY_VIOLATION (``Topics.check_partitions_per_request``); else None."""
     try:
-        ctx.engine.check_partitions_per_request(partitions)
+        ctx.engine.topics.check_partitions_per_request(partitions)
     except PolicyViolationError as e:
         return [{"name": t.name, "error_code": e.code, "error_message": str(e)} for t in topics]
     return None
@@ -98,9 +95,9 @@ async def _create(ctx: RequestContext, topic: Any, validate_only: bool) -> str |
         if sorted(a.partition_index for a in topic.assignments) != list(range(len(topic.assignments))):
             raise InvalidPartitionsError("assigned partitions must be 0 .. n-1")
     configs = {c.name: c.value for c in topic.configs if c.value is not None}
-    await engine.create_topic(topic.name, _requested_partitions(ctx, topic), configs, validate_only=validate_only,
+    await engine.topics.create_topic(topic.name, _requested_partitions(ctx, topic), configs, validate_only=validate_only,
                               replication_factor=topic.replication_factor)
-    return engine.check_replication_factor(topic.replication_factor)
+    return engine.topics.check_replication_factor(topic.replication_factor)
 
 
 @serves(ApiKey.DELETE_TOPICS, 1, 3)
@@ -109,7 +106,7 @@ async def delete_topics(ctx: RequestContext, request: Any) -> dict:
     for name in request.topic_names:
         try:
             authorization.check(ctx, ApiKey.DELETE_TOPICS, T, name)
-            await ctx.engine.delete_topic(name)
+            await ctx.engine.topics.delete_topic(name)
             results.append({"name": name, "error_code": 0})
         except KafkaError as e:
             results.append({"name": name, "error_code": error_code(e)})
@@ -162,7 +159,7 @@ def _check_broker(ctx: RequestContext, name: str) -> None:
 def _config(row: dict) -> dict:
     """DescribeConfigs' entry of a ``read_models.topic_configs`` / ``broker_configs`` row."""
     return {"name": row["name"], "value": row["value"], "read_only": row["is_read_only"],
-            "config_source": SOURCE[row["source"]], "is_sensitive": row["is_sensitive"], "synonyms": []}
+            "config_source": ConfigSource[row["source"]].value, "is_sensitive": row["is_sensitive"], "synonyms": []}
 
 
 # -- AlterConfigs, IncrementalAlterConfigs, CreatePartitions ----------------------------
@@ -197,7 +194,7 @@ async def incremental_alter_configs(ctx: RequestContext, request: Any) -> dict:
 
 
 async def _alter_resources(ctx: RequestContext, api: ApiKey, request: Any, changes: Changes) -> list[dict]:
-    """Each resource's outcome: all its changes (``Engine.alter_topic_config``, as the
+    """Each resource's outcome: all its changes (``Topics.alter_topic_config``, as the
     HTTP API's) or, with its error, none; ``validate_only`` checks and changes nothing."""
     resources = [(r.resource_type, r.resource_name) for r in request.resources]
     results = []
@@ -224,7 +221,7 @@ async def _alter(ctx: RequestContext, resource: Any, changes: Changes, validate_
         async def computed() -> dict[str, str | None]:  # from the configs as they are once it is this one's turn
             return changes(resource.configs, {c["name"]: c for c in await read_models.topic_configs(ctx.engine, name)})
 
-        await ctx.engine.alter_topic_config(name, computed, validate_only)
+        await ctx.engine.topics.alter_topic_config(name, computed, validate_only)
     elif resource.resource_type == BROKER_RESOURCE:
         _check_broker(ctx, name)
         if resource.configs:  # this broker's settings are given at start-up (exactly/app/config.py)
@@ -283,9 +280,9 @@ def _listed(items: list[str], op: AlterConfigOp, given: list[str]) -> list[str]:
 
 @serves(ApiKey.CREATE_PARTITIONS, 0, 3)
 async def create_partitions(ctx: RequestContext, request: Any) -> dict:
-    """Grow each topic to its ``count`` partitions (``Engine.create_partitions``, as
+    """Grow each topic to its ``count`` partitions (``Topics.create_partitions``, as
     the HTTP API's); new partitions may be assigned only to this node."""
-    held = ctx.engine.partition_counts([t.name for t in request.topics])
+    held = ctx.engine.topics.partition_counts([t.name for t in request.topics])
     partitions = sum(max(t.count - held.get(t.name, t.count), 0) for t in request.topics)
     return {"results": _over_the_request_limit(ctx, request.topics, partitions)
             or await _each_topic(request.topics, lambda topic: _grow(ctx, topic, held, request.validate_only))}
@@ -301,15 +298,15 @@ async def _grow(ctx: RequestContext, topic: Any, held: dict[str, int], validate_
                                                 f"{len(topic.assignments)} assignments provided.")
         if any(list(a.broker_ids) != [node] for a in topic.assignments):
             raise InvalidReplicaAssignmentError(f"every new partition must be assigned to this node ({node}) alone")
-    await ctx.engine.create_partitions(topic.name, topic.count, validate_only)
+    await ctx.engine.topics.create_partitions(topic.name, topic.count, validate_only)
 
 
 @serves(ApiKey.DELETE_RECORDS, 0, 2)
 async def delete_records(ctx: RequestContext, request: Any) -> dict:
-    """Move log start offsets (``Engine.delete_records``); the timeout has nothing to
+    """Move log start offsets (``Partitions.delete_records``); the timeout has nothing to
     wait for on one node (no follower has to catch up)."""
     deletable = {t.name: authorization.allowed(ctx, ApiKey.DELETE_RECORDS, T, t.name) for t in request.topics}
-    results = await ctx.engine.delete_records(
+    results = await ctx.engine.partitions.delete_records(
         {(t.name, p.partition_index): p.offset for t in request.topics for p in t.partitions if deletable[t.name]})
     results.update({(t.name, p.partition_index): LogDeleteRecordsResult(error=authorization.denial(T, t.name))
                     for t in request.topics for p in t.partitions if not deletable[t.name]})
@@ -333,7 +330,7 @@ async def describe_log_dirs(ctx: RequestContext, request: Any) -> dict:
     if not authorization.allowed(ctx, ApiKey.DESCRIBE_LOG_DIRS, C, CLUSTER_NAME):
         return {"error_code": authorization.denial(C, CLUSTER_NAME).code, "results": []}
     topics = None if request.topics is None else [(t.topic, t.partitions) for t in request.topics]
-    log_dir = await ctx.engine.describe_log_dir(topics)
+    log_dir = await ctx.engine.partitions.describe_log_dir(topics)
     by_topic: dict[str, list[dict]] = {}
     for p in log_dir.partitions:
         by_topic.setdefault(p.topic, []).append(

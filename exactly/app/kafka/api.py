@@ -19,12 +19,12 @@ package; :func:`error_code` turns one into the wire code, here at the edge.
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping, Protocol
 
 from kio.index import api_key_map
 
+from exactly.app.kafka.wire import ApiKey
 from exactly.app.security.principal import KafkaPrincipal
 from exactly.storage.errors import (
     InvalidProducerEpochError,
@@ -36,53 +36,6 @@ from exactly.storage.errors import (
 
 if TYPE_CHECKING:
     from exactly.app.engine import Engine
-
-
-class ApiKey(enum.IntEnum):
-    """The API keys this broker knows (Kafka's ``ApiKeys``)."""
-
-    PRODUCE = 0
-    FETCH = 1
-    LIST_OFFSETS = 2
-    METADATA = 3
-    OFFSET_COMMIT = 8
-    OFFSET_FETCH = 9
-    FIND_COORDINATOR = 10
-    JOIN_GROUP = 11
-    HEARTBEAT = 12
-    LEAVE_GROUP = 13
-    SYNC_GROUP = 14
-    DESCRIBE_GROUPS = 15
-    LIST_GROUPS = 16
-    SASL_HANDSHAKE = 17
-    API_VERSIONS = 18
-    CREATE_TOPICS = 19
-    DELETE_TOPICS = 20
-    DELETE_RECORDS = 21
-    INIT_PRODUCER_ID = 22
-    OFFSET_FOR_LEADER_EPOCH = 23
-    ADD_PARTITIONS_TO_TXN = 24
-    ADD_OFFSETS_TO_TXN = 25
-    END_TXN = 26
-    WRITE_TXN_MARKERS = 27
-    TXN_OFFSET_COMMIT = 28
-    DESCRIBE_ACLS = 29
-    CREATE_ACLS = 30
-    DELETE_ACLS = 31
-    DESCRIBE_CONFIGS = 32
-    ALTER_CONFIGS = 33
-    DESCRIBE_LOG_DIRS = 35
-    SASL_AUTHENTICATE = 36
-    CREATE_PARTITIONS = 37
-    DELETE_GROUPS = 42
-    INCREMENTAL_ALTER_CONFIGS = 44
-    OFFSET_DELETE = 47
-    DESCRIBE_USER_SCRAM_CREDENTIALS = 50
-    ALTER_USER_SCRAM_CREDENTIALS = 51
-    DESCRIBE_CLUSTER = 60
-    DESCRIBE_PRODUCERS = 61
-    DESCRIBE_TRANSACTIONS = 65
-    LIST_TRANSACTIONS = 66
 
 
 #: the leader epoch of every partition: one node, never a new leader

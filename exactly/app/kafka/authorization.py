@@ -16,7 +16,7 @@ Kafka's rules kept here:
   ClusterAction on the cluster, and then as an internal topic; nobody produces to it
   (the engine refuses every internal topic, as control batches).
 
-With no authorizer configured every check passes (``Engine.authorize``) but that last
+With no authorizer configured every check passes (``Access.authorize``) but that last
 one: without an authorizer nobody has ClusterAction to show, and the topic stays hidden
 (it holds SCRAM credentials once SASL stores them there).
 """
@@ -121,10 +121,10 @@ def allowed(ctx: RequestContext, api: int, resource_type: ResourceType, name: st
     false for a check that only filters a listing (not logged, not counted)."""
     r = rule(api, resource_type, operation)
     engine, principal, host = ctx.engine, ctx.principal, ctx.connection.host
-    if resource_type is T and name in HIDDEN_TOPICS and not (engine.authorizer_enabled and engine.authorize(
+    if resource_type is T and name in HIDDEN_TOPICS and not (engine.access.authorizer_enabled and engine.access.authorize(
             principal, host, O.CLUSTER_ACTION, C, CLUSTER_NAME, audit=audit)):
         return False
-    return engine.authorize(principal, host, r.operation, resource_type, name, audit=audit)
+    return engine.access.authorize(principal, host, r.operation, resource_type, name, audit=audit)
 
 
 def allowed_to_create(ctx: RequestContext, api: int, topic: str) -> bool:
@@ -137,14 +137,14 @@ def allowed_on_any(ctx: RequestContext, api: int, resource_type: ResourceType, o
     """May the principal do ``operation`` on at least one resource of the type (an
     idempotent producer's "Write on any topic")? Not audited: :func:`refused` is."""
     rule(api, resource_type, operation)
-    return ctx.engine.authorize_any(ctx.principal, ctx.connection.host, operation, resource_type)
+    return ctx.engine.access.authorize_any(ctx.principal, ctx.connection.host, operation, resource_type)
 
 
 def refused(ctx: RequestContext, api: int, resource_type: ResourceType, name: str,
             operation: AclOperation | None = None) -> KafkaError:
     """A denial decided from unaudited checks, counted and logged now; its error."""
     r = rule(api, resource_type, operation)
-    ctx.engine.authorization_denied(ctx.principal, ctx.connection.host, r.operation, resource_type, name)
+    ctx.engine.access.authorization_denied(ctx.principal, ctx.connection.host, r.operation, resource_type, name)
     return denial(resource_type, name)
 
 
@@ -169,5 +169,5 @@ def authorized_operations(ctx: RequestContext, resource_type: ResourceType, name
     :data:`NOT_REQUESTED` unless ``asked``."""
     if not asked:
         return NOT_REQUESTED
-    return operations_bit_field(ctx.engine.authorized_operations(ctx.principal, ctx.connection.host,
+    return operations_bit_field(ctx.engine.access.authorized_operations(ctx.principal, ctx.connection.host,
                                                                  resource_type, name))

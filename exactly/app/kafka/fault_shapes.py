@@ -33,10 +33,10 @@ from kio.schema.errors import ErrorCode
 from kio.schema.types import GroupId, TopicName, TransactionalId
 
 from exactly.app.faults.fault import RequestFacts
+from exactly.app.kafka.wire import CoordinatorType
 
 FIND_COORDINATOR = 10
 #: FindCoordinator's key types
-GROUP_KEY, TRANSACTION_KEY = 0, 1
 #: the names an entity's partition index goes by, across APIs
 INDEX_NAMES = ("index", "partition_index", "partition")
 
@@ -128,7 +128,7 @@ def facts(api_key: int, client_id: str | None, principal: str, body: Any) -> Req
     """What a fault can match in this request."""
     if api_key == FIND_COORDINATOR:
         keys = tuple(getattr(body, "coordinator_keys", None) or (body.key,))
-        is_txn = getattr(body, "key_type", GROUP_KEY) == TRANSACTION_KEY
+        is_txn = getattr(body, "key_type", CoordinatorType.GROUP) == CoordinatorType.TRANSACTION
         return RequestFacts(api_key, client_id, principal, groups=() if is_txn else keys,
                             transactional_id=keys[0] if is_txn else None)
     group_fields, txn_fields = _named_fields(type(body))

@@ -45,7 +45,7 @@ async def fetch(ctx: RequestContext, request: Any) -> dict:
         remaining = deadline - loop.time()
         if size >= request.min_bytes or failed or remaining <= 0 or not watched:
             return {"error_code": 0, "session_id": 0, "responses": topics}
-        await ctx.engine.wait_for_data(remaining, watched)
+        await ctx.engine.partitions.wait_for_data(remaining, watched)
 
 
 async def _read(ctx: RequestContext, request: Any) -> tuple[list[dict], int, bool]:
@@ -73,12 +73,12 @@ async def _read_partition(ctx: RequestContext, topic: str, wanted: Any, limit: i
     try:
         authorization.check(ctx, ApiKey.FETCH, T, topic)
         check_leader_epoch(getattr(wanted, "current_leader_epoch", -1))
-        log = ctx.engine.partition_offsets(topic, wanted.partition)
+        log = ctx.engine.partitions.partition_offsets(topic, wanted.partition)
         entry.update(high_watermark=log.high_watermark, last_stable_offset=log.last_stable_offset,
                      log_start_offset=log.log_start_offset)
         if limit <= 0 and not first:
             return entry  # the response is full
-        result = ctx.engine.fetch(topic, wanted.partition, wanted.fetch_offset, max(limit, 0),
+        result = ctx.engine.partitions.fetch(topic, wanted.partition, wanted.fetch_offset, max(limit, 0),
                                   IsolationLevel(committed))
     except KafkaError as e:
         entry["error_code"] = error_code(e)

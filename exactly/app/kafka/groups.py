@@ -30,7 +30,7 @@ async def join_group(ctx: RequestContext, request: Any) -> dict:
     group_instance_id = getattr(request, "group_instance_id", None)
     try:
         authorization.check(ctx, ApiKey.JOIN_GROUP, G, request.group_id)
-        joined = await ctx.engine.join_group(
+        joined = await ctx.engine.groups.join_group(
             request.group_id, request.member_id, request.protocol_type,
             [(p.name, p.metadata) for p in request.protocols], session_timeout, rebalance_timeout,
             group_instance_id, ctx.client_id or "", f"/{ctx.connection.host}",
@@ -53,13 +53,13 @@ async def sync_group(ctx: RequestContext, request: Any) -> dict:
     the answer names them too."""
     try:
         authorization.check(ctx, ApiKey.SYNC_GROUP, G, request.group_id)
-        assignment = await ctx.engine.sync_group(
+        assignment = await ctx.engine.groups.sync_group(
             request.group_id, request.generation_id, request.member_id,
             {a.member_id: a.assignment for a in request.assignments}, getattr(request, "group_instance_id", None),
             getattr(request, "protocol_type", None), getattr(request, "protocol_name", None))
     except KafkaError as e:
         return {"error_code": error_code(e), "assignment": b""}
-    group = ctx.engine.describe_group(request.group_id)
+    group = ctx.engine.groups.describe_group(request.group_id)
     return {"error_code": 0, "assignment": assignment, "protocol_type": group and group.protocol_type,
             "protocol_name": group and group.protocol}
 
@@ -67,7 +67,7 @@ async def sync_group(ctx: RequestContext, request: Any) -> dict:
 @serves(ApiKey.HEARTBEAT, 0, 4)
 async def heartbeat(ctx: RequestContext, request: Any) -> dict:
     authorization.check(ctx, ApiKey.HEARTBEAT, G, request.group_id)
-    await ctx.engine.heartbeat(request.group_id, request.generation_id, request.member_id,
+    await ctx.engine.groups.heartbeat(request.group_id, request.generation_id, request.member_id,
                                                  getattr(request, "group_instance_id", None))
     return {"error_code": 0}
 
@@ -79,7 +79,7 @@ async def leave_group(ctx: RequestContext, request: Any) -> dict:
     each with its own error."""
     authorization.check(ctx, ApiKey.LEAVE_GROUP, G, request.group_id)
     if ctx.version < 3:
-        await ctx.engine.leave_group(request.group_id, request.member_id)
+        await ctx.engine.groups.leave_group(request.group_id, request.member_id)
         return {"error_code": 0}
     return {"error_code": 0, "members": [
         {"member_id": m.member_id, "group_instance_id": m.group_instance_id,
@@ -90,7 +90,7 @@ async def leave_group(ctx: RequestContext, request: Any) -> dict:
 async def _leave(ctx: RequestContext, group_id: str, member_id: str, group_instance_id: str | None) -> int:
     """One member's LeaveGroup; its error code."""
     try:
-        await ctx.engine.leave_group(group_id, member_id, group_instance_id)
+        await ctx.engine.groups.leave_group(group_id, member_id, group_instance_id)
     except KafkaError as e:
         return error_code(e)
     return 0
@@ -109,7 +109,7 @@ async def describe_groups(ctx: RequestContext, request: Any) -> dict:
                               "authorized_operations": authorization.NOT_REQUESTED})
             continue
         operations = authorization.authorized_operations(ctx, G, group_id, asked)
-        group = ctx.engine.describe_group(group_id)
+        group = ctx.engine.groups.describe_group(group_id)
         if group is None:
             described.append({"error_code": 0, "group_id": group_id, "group_state": GroupState.DEAD.value,
                               "authorized_operations": operations})
@@ -133,7 +133,7 @@ async def list_groups(ctx: RequestContext, request: Any) -> dict:
     everything = authorization.allowed(ctx, ApiKey.LIST_GROUPS, C, CLUSTER_NAME, audit=False)
     return {"error_code": 0, "groups": [
         {"group_id": group.group_id, "protocol_type": group.protocol_type or ""}
-        for group in ctx.engine.list_groups() if group.state is not GroupState.DEAD
+        for group in ctx.engine.groups.list_groups() if group.state is not GroupState.DEAD
         and (everything or authorization.allowed(ctx, ApiKey.LIST_GROUPS, G, group.group_id, audit=False))]}
 
 
@@ -144,7 +144,7 @@ async def delete_groups(ctx: RequestContext, request: Any) -> dict:
     for group_id in request.groups_names:
         try:
             authorization.check(ctx, ApiKey.DELETE_GROUPS, G, group_id)
-            await ctx.engine.delete_group(group_id)
+            await ctx.engine.groups.delete_group(group_id)
         except KafkaError as e:
             results.append({"group_id": group_id, "error_code": error_code(e)})
             continue
@@ -161,7 +161,7 @@ async def offset_delete(ctx: RequestContext, request: Any) -> dict:
     asked = [(t.name, p.partition_index) for t in request.topics for p in t.partitions if readable[t.name]]
     try:
         authorization.check(ctx, ApiKey.OFFSET_DELETE, G, request.group_id)
-        errors: dict = await ctx.engine.delete_offsets(request.group_id, asked)
+        errors: dict = await ctx.engine.groups.delete_offsets(request.group_id, asked)
     except KafkaError as e:
         return {"error_code": error_code(e), "topics": []}
     errors.update({(t.name, p.partition_index): authorization.denial(T, t.name)

@@ -11,6 +11,7 @@ from typing import Any
 from exactly.app.kafka import authorization
 from exactly.app.kafka.api import APIS, LEADER_EPOCH, ApiKey, RequestContext, error_code, serves
 from exactly.app.kafka.authorization import C, G, T, X
+from exactly.app.kafka.wire import CoordinatorType
 from exactly.app.security.acl import CLUSTER_NAME
 from exactly.storage.errors import (
     InvalidRequestError,
@@ -21,7 +22,6 @@ from exactly.storage.errors import (
 )
 from exactly.storage.log_manager import validate_topic_name
 
-GROUP_KEY, TRANSACTION_KEY = 0, 1
 BROKERS_ENDPOINT = 1
 
 
@@ -60,14 +60,14 @@ async def metadata(ctx: RequestContext, request: Any) -> dict:
     engine = ctx.engine
     wanted = request.topics
     if wanted is None or (ctx.version == 0 and not wanted):
-        names = [name for name in engine.topic_names()
+        names = [name for name in engine.topics.topic_names()
                  if authorization.allowed(ctx, ApiKey.METADATA, T, name, audit=False)]
     else:
         names = list(dict.fromkeys(t.name for t in wanted))
     allow_create = getattr(request, "allow_auto_topic_creation", True) and engine.config.auto_create_topics_enable
     asked = getattr(request, "include_topic_authorized_operations", False)
     topics = [await _topic_metadata(ctx, name, allow_create, asked) for name in names]
-    return {"brokers": [_broker(ctx)], "cluster_id": engine.cluster_id,
+    return {"brokers": [_broker(ctx)], "cluster_id": engine.topics.cluster_id,
             "controller_id": ctx.node.node_id, "topics": topics,
             "cluster_authorized_operations": authorization.authorized_operations(
                 ctx, C, CLUSTER_NAME, getattr(request, "include_cluster_authorized_operations", False))}
@@ -77,7 +77,7 @@ async def _topic_metadata(ctx: RequestContext, name: str, allow_create: bool, as
     engine = ctx.engine
     if not authorization.allowed(ctx, ApiKey.METADATA, T, name):
         return {"error_code": authorization.denial(T, name).code, "name": name, "partitions": []}
-    info = engine.topic_info(name)
+    info = engine.topics.topic_info(name)
     if info is None:
         try:
             validate_topic_name(name)
@@ -85,9 +85,9 @@ async def _topic_metadata(ctx: RequestContext, name: str, allow_create: bool, as
                 raise UnknownTopicOrPartitionError(f"topic {name!r} does not exist")
             if not authorization.allowed_to_create(ctx, ApiKey.METADATA, name):
                 raise authorization.denial(T, name)
-            info = await engine.create_topic(name)
+            info = await engine.topics.create_topic(name)
         except TopicAlreadyExistsError:
-            info = engine.describe_topic(name)
+            info = engine.topics.describe_topic(name)
         except KafkaError as e:
             return {"error_code": error_code(e), "name": name, "partitions": []}
     node = ctx.node.node_id
@@ -102,7 +102,7 @@ async def _topic_metadata(ctx: RequestContext, name: str, allow_create: bool, as
 async def find_coordinator(ctx: RequestContext, request: Any) -> dict:
     """This node, for any group id (KeyType 0) or transactional id (1); v4 asks for
     several keys at once."""
-    key_type = getattr(request, "key_type", GROUP_KEY)
+    key_type = getattr(request, "key_type", CoordinatorType.GROUP)
     if ctx.version >= 4:
         return {"coordinators": [{"key": key, **_coordinator(ctx, key_type, key)}
                                  for key in request.coordinator_keys]}
@@ -112,10 +112,10 @@ async def find_coordinator(ctx: RequestContext, request: Any) -> dict:
 def _coordinator(ctx: RequestContext, key_type: int, key: str) -> dict:
     """Describe on the group or the transactional id, else its authorization error."""
     error: KafkaError | None = None
-    if key_type not in (GROUP_KEY, TRANSACTION_KEY):
+    if key_type not in (CoordinatorType.GROUP, CoordinatorType.TRANSACTION):
         error = InvalidRequestError(f"unknown coordinator key type {key_type}")
     else:
-        resource_type = G if key_type == GROUP_KEY else X
+        resource_type = G if key_type == CoordinatorType.GROUP else X
         if not authorization.allowed(ctx, ApiKey.FIND_COORDINATOR, resource_type, key):
             error = authorization.denial(resource_type, key)
     if error is not None:
@@ -133,7 +133,7 @@ async def describe_cluster(ctx: RequestContext, request: Any) -> dict:
     if endpoint_type != BROKERS_ENDPOINT:
         error = UnsupportedEndpointTypeError(f"endpoint type {endpoint_type}: a broker describes brokers (1)")
         return {"error_code": error.code, "error_message": str(error), "endpoint_type": endpoint_type}
-    return {"cluster_id": ctx.engine.cluster_id, "controller_id": ctx.node.node_id,
+    return {"cluster_id": ctx.engine.topics.cluster_id, "controller_id": ctx.node.node_id,
             "endpoint_type": BROKERS_ENDPOINT,
             "cluster_authorized_operations": authorization.authorized_operations(
                 ctx, C, CLUSTER_NAME, request.include_cluster_authorized_operations),

@@ -40,7 +40,7 @@ async def list_offsets(ctx: RequestContext, request: Any) -> dict:
             try:
                 authorization.check(ctx, ApiKey.LIST_OFFSETS, T, topic.name)
                 check_leader_epoch(getattr(wanted, "current_leader_epoch", -1))
-                found = ctx.engine.list_offsets(topic.name, wanted.partition_index, wanted.timestamp,
+                found = ctx.engine.partitions.list_offsets(topic.name, wanted.partition_index, wanted.timestamp,
                                                 isolation)
                 entry.update(offset=found.offset, timestamp=found.timestamp,
                              leader_epoch=LEADER_EPOCH if found.offset >= 0 else -1)
@@ -61,7 +61,7 @@ async def offset_for_leader_epoch(ctx: RequestContext, request: Any) -> dict:
             try:
                 authorization.check(ctx, ApiKey.OFFSET_FOR_LEADER_EPOCH, T, topic.topic)
                 check_leader_epoch(wanted.current_leader_epoch)
-                log = ctx.engine.partition_offsets(topic.topic, wanted.partition)
+                log = ctx.engine.partitions.partition_offsets(topic.topic, wanted.partition)
                 if wanted.leader_epoch <= LEADER_EPOCH:
                     entry.update(leader_epoch=LEADER_EPOCH, end_offset=log.high_watermark)
             except KafkaError as e:
@@ -82,7 +82,7 @@ def requested_offsets(ctx: RequestContext, api: ApiKey, topics: Any) -> tuple[di
             error: KafkaError | None = None
             if not readable:
                 error = authorization.denial(T, topic.name)
-            elif not ctx.engine.has_partition(topic.name, p.partition_index):
+            elif not ctx.engine.partitions.has_partition(topic.name, p.partition_index):
                 error = UnknownTopicOrPartitionError(f"{topic.name}-{p.partition_index} does not exist")
             if error is not None:
                 unknown.append((topic.name, {"partition_index": p.partition_index, "error_code": error.code}))
@@ -117,7 +117,7 @@ async def offset_commit(ctx: RequestContext, request: Any) -> dict:
         return {"topics": refused_offsets(request.topics, authorization.denial(G, request.group_id))}
     offsets, unknown = requested_offsets(ctx, ApiKey.OFFSET_COMMIT, request.topics)
     try:
-        errors: dict | BaseException = await ctx.engine.commit_offsets(
+        errors: dict | BaseException = await ctx.engine.groups.commit_offsets(
             request.group_id, offsets, request.generation_id_or_member_epoch, request.member_id,
             getattr(request, "group_instance_id", None)) if offsets else {}
     except KafkaError as e:
@@ -148,7 +148,7 @@ async def _offset_fetch(ctx: RequestContext, request: Any) -> dict:
         (topic.name, p) for topic in request.topics for p in topic.partition_indexes]
     visible = {name: authorization.allowed(ctx, ApiKey.OFFSET_FETCH, T, name, audit=wanted is not None)
                for name in {t for t, _ in wanted or ()}}
-    fetched = await ctx.engine.fetch_offsets(
+    fetched = await ctx.engine.groups.fetch_offsets(
         request.group_id, None if wanted is None else [tp for tp in wanted if visible[tp[0]]],
         getattr(request, "require_stable", False))
     entries = [(topic, {"partition_index": partition, "committed_offset": found.offset,

@@ -49,7 +49,7 @@ async def produce(ctx: RequestContext, request: Any) -> Any:
                 raise authorization.denial(T, topic)
             if not records:
                 raise InvalidRecordError("a produce request must carry one record batch per partition")
-            outcome: Any = asyncio.wrap_future(engine.start_produce(topic, partition, bytes(records),
+            outcome: Any = asyncio.wrap_future(engine.partitions.start_produce(topic, partition, bytes(records),
                                                                     request.acks, request.transactional_id,
                                                                     ctx.principal))
         except KafkaError as e:
@@ -113,7 +113,7 @@ def _response(results: list[tuple[str, int, AppendResult | BaseException]], ctx:
         if isinstance(result, AppendResult):
             entry = {"index": partition, "error_code": 0, "base_offset": result.base_offset,
                      "log_append_time": result.log_append_time if result.log_append_time >= 0 else None,
-                     "log_start_offset": ctx.engine.partition_offsets(topic, partition).log_start_offset}
+                     "log_start_offset": ctx.engine.partitions.partition_offsets(topic, partition).log_start_offset}
         else:
             entry = {"index": partition, "error_code": error_code(result), "base_offset": -1,
                      "log_append_time": None, "error_message": str(result)}

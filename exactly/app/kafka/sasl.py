@@ -126,7 +126,7 @@ class SaslSession:
         self.transition(SaslState.RAW_TOKENS if raw_tokens else SaslState.AUTHENTICATING)
         self.mechanism = mechanism
         self._scram = None if mechanism == PLAIN else ScramExchange(
-            ScramMechanism.of(mechanism), self.engine.scram_credentials.get)
+            ScramMechanism.of(mechanism), self.engine.access.scram_credentials.get)
 
     async def step(self, token: bytes) -> tuple[bytes, bool]:
         """The answer to the client's next token, and whether the exchange is complete.
@@ -136,7 +136,7 @@ class SaslSession:
             user = self._scram.user
         else:
             user, password = parse_plain(token)
-            if await self.engine.check_password(user, password) is None:
+            if await self.engine.access.check_password(user, password) is None:
                 raise SaslAuthenticationFailedError("Authentication failed: Invalid username or password")
             answer = b""
         if user is None:
@@ -226,7 +226,7 @@ async def describe_user_scram_credentials(ctx: RequestContext, request: Any) -> 
         e = ClusterAuthorizationFailedError("Cluster authorization failed (DESCRIBE on the cluster)")
         return {"error_code": e.code, "error_message": str(e),
                 "results": [{**_result(u.name, e), "credential_infos": []} for u in request.users or ()]}
-    credentials = ctx.engine.scram_credentials
+    credentials = ctx.engine.access.scram_credentials
     names = [u.name for u in request.users or ()] or credentials.users()
     results = []
     for user in dict.fromkeys(names):
@@ -252,7 +252,7 @@ def _alteration_error(ctx: RequestContext, user: str, mechanism: int, iterations
     seen.add((user, mechanism))
     if mechanism not in (ScramMechanism.SCRAM_SHA_256, ScramMechanism.SCRAM_SHA_512):
         return UnsupportedSaslMechanismError("Unknown SCRAM mechanism")
-    if iterations is None and ctx.engine.scram_credentials.get(user, ScramMechanism(mechanism)) is None:
+    if iterations is None and ctx.engine.access.scram_credentials.get(user, ScramMechanism(mechanism)) is None:
         return ResourceNotFoundError("Attempt to delete a user credential that does not exist")
     return None
 
@@ -284,7 +284,7 @@ async def alter_user_scram_credentials(ctx: RequestContext, request: Any) -> dic
     deletions = [(d.name, ScramMechanism(d.mechanism)) for d in request.deletions if d.name not in errors]
     upsertions = [r for r in upsertions if r.name not in errors]
     try:
-        await ctx.engine.alter_scram_credentials(deletions, upsertions)
+        await ctx.engine.access.alter_scram_credentials(deletions, upsertions)
     except KafkaError as e:
         for user in users:
             _note(errors, user, e)

@@ -89,7 +89,7 @@ class KafkaListener:
         #: the SASL mechanisms offered (None: not a SASL listener)
         self.sasl_mechanisms = config.enabled_mechanisms() if self.spec.protocol.uses_sasl else None
         advertised = config.advertised_listener(self.spec.name) if config.listeners else config.advertised_listener()
-        self.node = Node(engine.node_id, *(advertised or (host, port)))
+        self.node = Node(engine.topics.node_id, *(advertised or (host, port)))
         engine.kafka_address = (self.node.host, self.node.port)
         self.max_request_bytes = config.socket_request_max_bytes
         self.idle_s = config.connections_max_idle_ms / 1000

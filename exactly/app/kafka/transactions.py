@@ -44,7 +44,7 @@ async def init_producer_id(ctx: RequestContext, request: Any) -> dict:
     v6 carries KIP-939's two-phase commit: enable2Pc, and keepPreparedTxn, which keeps
     an Ongoing prepared transaction, fences its writer with a bumped epoch, and
     answers that epoch and (OngoingTxn*) the pair the transaction was written with."""
-    coordinator = ctx.engine
+    coordinator = ctx.engine.transactions
     enable_2pc = getattr(request, "enable2_pc", False)
     try:
         _authorize_init(ctx, request.transactional_id)
@@ -92,7 +92,7 @@ async def add_partitions_to_txn(ctx: RequestContext, request: Any) -> dict:
             errors: dict = {(t, p): authorization.denial(T, t) if not writable[t] else OperationNotAttemptedError(
                 "another partition of the request was refused") for t, p in wanted}
         else:
-            errors = await ctx.engine.add_partitions_to_txn(
+            errors = await ctx.engine.transactions.add_partitions_to_txn(
                 txn_id, request.v3_and_below_producer_id, request.v3_and_below_producer_epoch, wanted,
                 ctx.principal)
     except KafkaError as e:
@@ -107,7 +107,7 @@ async def add_offsets_to_txn(ctx: RequestContext, request: Any) -> dict:
     try:
         authorization.check(ctx, ApiKey.ADD_OFFSETS_TO_TXN, X, request.transactional_id)
         authorization.check(ctx, ApiKey.ADD_OFFSETS_TO_TXN, G, request.group_id)
-        await ctx.engine.add_offsets_to_txn(
+        await ctx.engine.transactions.add_offsets_to_txn(
             request.transactional_id, request.producer_id, request.producer_epoch, request.group_id,
             ctx.principal)
     except KafkaError as e:
@@ -120,7 +120,7 @@ async def end_txn(ctx: RequestContext, request: Any) -> dict:
     """Returns once the markers are durable: read_committed consumers see the outcome."""
     try:
         authorization.check(ctx, ApiKey.END_TXN, X, request.transactional_id)
-        await ctx.engine.end_txn(
+        await ctx.engine.transactions.end_txn(
             request.transactional_id, request.producer_id, request.producer_epoch, request.committed)
     except KafkaError as e:
         return {"error_code": fenced_code(e, ctx.version, 2)}
@@ -140,7 +140,7 @@ async def txn_offset_commit(ctx: RequestContext, request: Any) -> dict:
         return {"topics": refused_offsets(request.topics, e)}
     offsets, unknown = requested_offsets(ctx, ApiKey.TXN_OFFSET_COMMIT, request.topics)
     try:
-        errors: dict | BaseException = await ctx.engine.txn_offset_commit(
+        errors: dict | BaseException = await ctx.engine.transactions.txn_offset_commit(
             request.transactional_id, request.group_id, request.producer_id, request.producer_epoch, offsets,
             getattr(request, "generation_id", -1), getattr(request, "member_id", ""),
             getattr(request, "group_instance_id", None), ctx.principal) if offsets else {}
@@ -167,7 +167,7 @@ async def list_transactions(ctx: RequestContext, request: Any) -> dict:
     """Filters combine with AND: states, producer ids, running longer than (v1), and
     a transactional id pattern (v2, KIP-1152: a regular expression the whole id must
     match, as Java's ``Matcher.matches``)."""
-    coordinator = ctx.engine
+    coordinator = ctx.engine.transactions
     known = {state.display.lower() for state in TransactionState}
     states = [s for s in request.state_filters if s.lower() in known]
     producer_ids = set(request.producer_id_filters)
@@ -194,7 +194,7 @@ async def list_transactions(ctx: RequestContext, request: Any) -> dict:
 
 @serves(ApiKey.DESCRIBE_TRANSACTIONS, 0, 0)
 async def describe_transactions(ctx: RequestContext, request: Any) -> dict:
-    coordinator = ctx.engine
+    coordinator = ctx.engine.transactions
     described = []
     for txn_id in request.transactional_ids:
         if not authorization.allowed(ctx, ApiKey.DESCRIBE_TRANSACTIONS, X, txn_id):

@@ -28,7 +28,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, TypeVar
 
-from exactly.app.kafka.wire import decode_response, encode_request, millis
+from exactly.app.kafka.wire import ApiKey, CoordinatorType, decode_response, encode_request, millis
 from exactly.storage.errors import (
     KafkaError,
     NotCoordinatorError,
@@ -37,16 +37,10 @@ from exactly.storage.errors import (
 )
 from exactly.storage.record_batch import SimpleRecord, encode_batch
 
-PRODUCE, METADATA, FIND_COORDINATOR = 0, 3, 10
-INIT_PRODUCER_ID, ADD_PARTITIONS_TO_TXN, END_TXN = 22, 24, 26
-DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = 65, 66
-
 #: the version each API is sent at
-VERSIONS = {PRODUCE: 9, METADATA: 8, FIND_COORDINATOR: 3, INIT_PRODUCER_ID: 6, ADD_PARTITIONS_TO_TXN: 3,
-            END_TXN: 3, DESCRIBE_TRANSACTIONS: 0, LIST_TRANSACTIONS: 2}
-
-#: FindCoordinator's key type of a transactional id
-TRANSACTION_KEY = 1
+VERSIONS = {ApiKey.PRODUCE: 9, ApiKey.METADATA: 8, ApiKey.FIND_COORDINATOR: 3, ApiKey.INIT_PRODUCER_ID: 6,
+            ApiKey.ADD_PARTITIONS_TO_TXN: 3, ApiKey.END_TXN: 3, ApiKey.DESCRIBE_TRANSACTIONS: 0,
+            ApiKey.LIST_TRANSACTIONS: 2}
 #: Produce acks=all
 ACKS_ALL = -1
 #: flush a producer's buffered records once they reach this many bytes (one request)
@@ -153,7 +147,7 @@ class KafkaClient:
         creates a missing topic (``num.partitions``); one without it answers
         UNKNOWN_TOPIC_OR_PARTITION, raised with what to do."""
         names = list(topics)
-        response = self.request(METADATA, {"topics": [{"name": name} for name in names],
+        response = self.request(ApiKey.METADATA, {"topics": [{"name": name} for name in names],
                                            "allow_auto_topic_creation": create})
         self._nodes.update({b.node_id: (b.host, b.port) for b in response.brokers})
         found = {}
@@ -173,7 +167,7 @@ class KafkaClient:
         cached = self._coordinators.get(transactional_id)
         if cached is not None:
             return cached
-        response = self.request(FIND_COORDINATOR, {"key": transactional_id, "key_type": TRANSACTION_KEY})
+        response = self.request(ApiKey.FIND_COORDINATOR, {"key": transactional_id, "key_type": CoordinatorType.TRANSACTION})
         _check(int(response.error_code), response.error_message or "")
         self._nodes[response.node_id] = (response.host, response.port)
         self._coordinators[transactional_id] = response.node_id
@@ -187,7 +181,7 @@ class KafkaClient:
         transaction of this id is aborted; with it, the transaction is kept and its
         producer fenced (the answer's ongoing pair says what it was written with)."""
         def call() -> InitResult:
-            response = self.request(INIT_PRODUCER_ID, {
+            response = self.request(ApiKey.INIT_PRODUCER_ID, {
                 "transactional_id": transactional_id, "transaction_timeout": transaction_timeout_ms,
                 "producer_id": -1, "producer_epoch": -1,
                 "enable2_pc": enable_2pc, "keep_prepared_txn": keep_prepared_txn},
@@ -204,7 +198,7 @@ class KafkaClient:
             by_topic.setdefault(topic, []).append(partition)
 
         def call() -> None:
-            response = self.request(ADD_PARTITIONS_TO_TXN, {
+            response = self.request(ApiKey.ADD_PARTITIONS_TO_TXN, {
                 "v3_and_below_transactional_id": transactional_id,
                 "v3_and_below_producer_id": producer_id, "v3_and_below_producer_epoch": producer_epoch,
                 "v3_and_below_topics": [{"name": t, "partitions": ps} for t, ps in by_topic.items()]},
@@ -218,7 +212,7 @@ class KafkaClient:
     def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool) -> None:
         """EndTxn; returns once the outcome is decided (Exactly: markers durable)."""
         def call() -> None:
-            response = self.request(END_TXN, {"transactional_id": transactional_id, "producer_id": producer_id,
+            response = self.request(ApiKey.END_TXN, {"transactional_id": transactional_id, "producer_id": producer_id,
                                               "producer_epoch": producer_epoch, "committed": commit},
                                     self.coordinator(transactional_id))
             _check(int(response.error_code),
@@ -248,7 +242,7 @@ class KafkaClient:
         self.metadata([])
         found = []
         for node in sorted(self._nodes):
-            response = self.retrying(lambda node=node: self.request(LIST_TRANSACTIONS, {
+            response = self.retrying(lambda node=node: self.request(ApiKey.LIST_TRANSACTIONS, {
                 "state_filters": list(states), "producer_id_filters": [], "duration_filter": -1,
                 "transactional_id_pattern": pattern}, node))
             _check(int(response.error_code), "ListTransactions")
@@ -258,7 +252,7 @@ class KafkaClient:
 
     def describe_transaction(self, transactional_id: str) -> Any:
         """DescribeTransactions of one id: state, producer id/epoch, timeout, partitions."""
-        response = self.request(DESCRIBE_TRANSACTIONS, {"transactional_ids": [transactional_id]},
+        response = self.request(ApiKey.DESCRIBE_TRANSACTIONS, {"transactional_ids": [transactional_id]},
                                 self.coordinator(transactional_id))
         described = response.transaction_states[0]
         _check(int(described.error_code), f"DescribeTransactions({transactional_id!r})")
@@ -273,7 +267,7 @@ class KafkaClient:
         by_topic: dict[str, list[dict]] = {}
         for (topic, partition), batch in batches.items():
             by_topic.setdefault(topic, []).append({"index": partition, "records": batch})
-        response = self.request(PRODUCE, {
+        response = self.request(ApiKey.PRODUCE, {
             "transactional_id": transactional_id, "acks": ACKS_ALL, "timeout": millis(int(self.timeout * 1000)),
             "topic_data": [{"name": t, "partition_data": ps} for t, ps in by_topic.items()]}, node)
         offsets = {}

@@ -7,7 +7,7 @@
 * ``DELETE`` with the same filter removes what it matches and answers them -- DeleteAcls;
 * ``POST .../acls:batch`` creates several at once: 204.
 
-The engine does the work (``Engine.describe_acls``/``create_acls``/``delete_acls``,
+The engine does the work (``Access.describe_acls``/``create_acls``/``delete_acls``,
 durable in ``__cluster_metadata``); without an authorizer it is SECURITY_DISABLED,
 400 / 40002 as the proxy answers it. Describe on the Cluster lists, Alter changes
 (``exactly/app/http/access.py``).
@@ -78,7 +78,7 @@ def create(bindings: list[AclBinding]) -> None:
     """CreateAcls. :raise KafkaError: the first refusal (Kafka answers each binding on
     its own: the others are created)."""
     engine = current_engine()
-    refused = [error for error in engine.call(engine.create_acls, bindings) if error is not None]
+    refused = [error for error in engine.call(engine.access.create_acls, bindings) if error is not None]
     if refused:
         raise refused[0]
 
@@ -86,7 +86,7 @@ def create(bindings: list[AclBinding]) -> None:
 @bp.get(ACLS)
 def search_acls():
     engine = current_engine()
-    found = engine.call(engine.describe_acls, acl_filter(query(models.AclFilter)))
+    found = engine.call(engine.access.describe_acls, acl_filter(query(models.AclFilter)))
     return jsonify(listing("KafkaAclList", ("acls",), [acl_resource(b) for b in _ordered(found)]))
 
 
@@ -102,7 +102,7 @@ def create_acl():
 @bp.delete(ACLS)
 def delete_acls():
     engine = current_engine()
-    (result,) = engine.call(engine.delete_acls, [acl_filter(query(models.AclFilter))])
+    (result,) = engine.call(engine.access.delete_acls, [acl_filter(query(models.AclFilter))])
     if not isinstance(result, list):
         raise result
     return jsonify({"data": [acl_resource(b) for b in _ordered(result)]})

@@ -45,8 +45,8 @@ def _pop_cluster_id(endpoint, values) -> None:
 def _check_cluster_id() -> None:
     """After authentication (app-wide, earlier): an unknown cluster id is 404."""
     wanted = g.get("cluster_id")
-    if wanted is not None and wanted != current_engine().cluster_id:
-        abort(404, f"cluster {wanted!r} not found; this broker is {current_engine().cluster_id!r}")
+    if wanted is not None and wanted != current_engine().topics.cluster_id:
+        abort(404, f"cluster {wanted!r} not found; this broker is {current_engine().topics.cluster_id!r}")
 
 
 @bp.before_request
@@ -64,17 +64,17 @@ def _check_partition():
 
 def _missing_partition(engine, topic: str, partition: int) -> UnknownTopicOrPartitionError | None:
     """On the loop: the error for a partition an existing topic does not have, else None."""
-    if engine.topic_info(topic) is None:
+    if engine.topics.topic_info(topic) is None:
         return None
     try:
-        engine.partition_offsets(topic, partition)
+        engine.partitions.partition_offsets(topic, partition)
     except UnknownTopicOrPartitionError as error:
         return error
     return None
 
 
 def _cluster() -> dict:
-    node = current_engine().node_id
+    node = current_engine().topics.node_id
     return resource("KafkaCluster", (), crn(), cluster_id=cluster_id(), controller=related("brokers", node),
                     brokers=related("brokers"), broker_configs=related("broker-configs"),
                     partition_reassignments=related(*ALL_REASSIGNMENTS), topics=related("topics"),
@@ -104,7 +104,7 @@ def _broker() -> dict:
     the REST proxy answers them; null only when no Kafka listener serves (an embedded
     ``Broker`` with the HTTP face alone)."""
     engine = current_engine()
-    node = engine.node_id
+    node = engine.topics.node_id
     host, port = engine.kafka_address or engine.config.advertised_listener() or (None, None)
     return resource("KafkaBroker", ("brokers", node), crn(broker=node), cluster_id=cluster_id(),
                     broker_id=node, host=host, port=port, rack=None, configs=related("brokers", node, "configs"),
@@ -158,21 +158,15 @@ def _authorized_operations(topic: str) -> list[str]:
     if query(models.TopicQuery).include_authorized_operations != "true":
         return []
     engine = current_engine()
-    allowed = engine.authorized_operations(g.get("principal", ANONYMOUS), request.remote_addr or "",
+    allowed = engine.access.authorized_operations(g.get("principal", ANONYMOUS), request.remote_addr or "",
                                            ResourceType.TOPIC, topic)
     return sorted(op.name for op in allowed)
-
-
-async def _topics_with_configs(engine, name: str | None = None) -> list[tuple[dict, list[dict]]]:
-    """On the loop: one topic (``name``) or all, each with its effective configs."""
-    listed = [await read_models.topic(engine, name)] if name else await read_models.topics(engine, include_internal=True)
-    return [(t, await read_models.topic_configs(engine, t["topic_name"])) for t in listed]
 
 
 @bp.get("/v3/clusters/<cluster_id>/topics")
 def list_topics():
     engine = current_engine()
-    topics = engine.call(_topics_with_configs, engine)
+    topics = engine.call(read_models.topics_with_configs, engine)
     shown = access.visible(access.TOPIC, access.O.DESCRIBE, (t["topic_name"] for t, _ in topics))
     return jsonify(listing("KafkaTopicList", ("topics",),
                            [topic_resource(t, c) for t, c in topics if t["topic_name"] in shown]))
@@ -189,19 +183,19 @@ def create_topic():
     configs = {c.name: c.value for c in wanted.configs if c.value is not None}  # null: the default
     validate_only = bool(wanted.validate_only)
     engine = current_engine()
-    engine.call(engine.create_topic, name, count, configs, validate_only=validate_only,
+    engine.call(engine.topics.create_topic, name, count, configs, validate_only=validate_only,
                 replication_factor=wanted.replication_factor)
     if validate_only:
         would_be = {"topic_name": name, "topic_id": None, "is_internal": False,
                     "partitions_count": count or engine.config.num_partitions}
         return jsonify(topic_resource(would_be, None)), 200
-    return jsonify(topic_resource(*engine.call(_topics_with_configs, engine, name)[0])), 201
+    return jsonify(topic_resource(*engine.call(read_models.topics_with_configs, engine, name)[0])), 201
 
 
 @bp.get("/v3/clusters/<cluster_id>/topics/<topic_name>")
 def get_topic(topic_name: str):
     engine = current_engine()
-    return jsonify(topic_resource(*engine.call(_topics_with_configs, engine, topic_name)[0]))
+    return jsonify(topic_resource(*engine.call(read_models.topics_with_configs, engine, topic_name)[0]))
 
 
 @bp.patch("/v3/clusters/<cluster_id>/topics/<topic_name>")
@@ -210,14 +204,14 @@ def update_partition_count(topic_name: str):
     topic to n partitions (keys then map to other partitions, as in Kafka)."""
     count = body(models.UpdatePartitionCount).partitions_count
     engine = current_engine()
-    engine.call(engine.create_partitions, topic_name, count)
-    return jsonify(topic_resource(*engine.call(_topics_with_configs, engine, topic_name)[0]))
+    engine.call(engine.topics.create_partitions, topic_name, count)
+    return jsonify(topic_resource(*engine.call(read_models.topics_with_configs, engine, topic_name)[0]))
 
 
 @bp.delete("/v3/clusters/<cluster_id>/topics/<topic_name>")
 def delete_topic(topic_name: str):
     engine = current_engine()
-    engine.call(engine.delete_topic, topic_name)
+    engine.call(engine.topics.delete_topic, topic_name)
     return "", 204
 
 
@@ -230,14 +224,14 @@ def partition_resource(p: dict) -> dict:
     here = ("topics", topic, "partitions", partition)
     return resource("KafkaPartition", here, crn(topic=topic, partition=partition), cluster_id=cluster_id(),
                     topic_name=topic, partition_id=partition,
-                    leader=related(*here, "replicas", current_engine().node_id),
+                    leader=related(*here, "replicas", current_engine().topics.node_id),
                     replicas=related(*here, "replicas"), reassignment=related(*here, "reassignment"), **fields,
                     records=related(*here, "records"), producers=related(*here, "producers"))
 
 
 def _replica(topic: str, partition: int) -> dict:
     """The one replica of a partition: on this node, the leader, in sync."""
-    node = current_engine().node_id
+    node = current_engine().topics.node_id
     return resource("KafkaReplica", ("topics", topic, "partitions", partition, "replicas", node),
                     crn(topic=topic, partition=partition, replica=node), cluster_id=cluster_id(),
                     topic_name=topic, partition_id=partition, broker_id=node, is_leader=True, is_in_sync=True,
@@ -270,7 +264,7 @@ def list_replicas(topic_name: str, partition_id: int):
 def get_replica(topic_name: str, partition_id: int, broker_id: int):
     engine = current_engine()
     engine.call(read_models.partition, engine, topic_name, partition_id)
-    if broker_id != engine.node_id:
+    if broker_id != engine.topics.node_id:
         raise UnknownTopicOrPartitionError(f"{topic_name}-{partition_id} has no replica on broker {broker_id}")
     return jsonify(_replica(topic_name, partition_id))
 

@@ -13,7 +13,7 @@ is one of them. Changes, as the Confluent proxy takes them:
 * ``POST .../configs:alter`` with ``{"data": [{"name", "value", "operation": "SET" |
   "DELETE"}], "validate_only": false}`` changes several at once, all or nothing.
 
-All answer 204 once ``topics.json`` holds the change (``Engine.alter_topic_config``);
+All answer 204 once ``topics.json`` holds the change (``Topics.alter_topic_config``);
 a bad value is INVALID_CONFIG (400 / 40002) and changes nothing; ``validate_only``
 checks and changes nothing.
 """
@@ -79,17 +79,11 @@ def list_configs(topic_name: str):
 def list_all_topic_configs():
     """The proxy's ``-`` wildcard: every topic's configs in one list."""
     engine = current_engine()
-    found = engine.call(_all_configs, engine)
+    found = [(t["topic_name"], configs) for t, configs in engine.call(read_models.topics_with_configs, engine)]
     shown = access.visible(access.TOPIC, access.O.DESCRIBE_CONFIGS, (topic for topic, _ in found))
     return jsonify(listing("KafkaTopicConfigList", ("topics", "-", "configs"),
                            [config_resource(topic, c) for topic, configs in found if topic in shown
                             for c in configs]))
-
-
-async def _all_configs(engine) -> list[tuple[str, list[dict[str, Any]]]]:
-    """On the loop: every topic (internal ones too) with its configs."""
-    return [(t["topic_name"], await read_models.topic_configs(engine, t["topic_name"]))
-            for t in await read_models.topics(engine, include_internal=True)]
 
 
 @bp.get(CONFIGS + "/<name>")
@@ -102,7 +96,7 @@ def get_config(topic_name: str, name: str):
 
 def _alter(topic: str, changes: dict[str, str | None], validate_only: bool = False):
     engine = current_engine()
-    engine.call(engine.alter_topic_config, topic, changes, validate_only)
+    engine.call(engine.topics.alter_topic_config, topic, changes, validate_only)
     return "", 204
 
 
@@ -184,7 +178,7 @@ def list_cluster_configs():
 @bp.get(CLUSTER_CONFIGS + "/<name>")
 def get_cluster_config(name: str):
     abort(404, f"no dynamic cluster-wide broker config {name!r}: this broker's configs are static "
-               f"(GET .../brokers/{current_engine().node_id}/configs/{name} shows its value)")
+               f"(GET .../brokers/{current_engine().topics.node_id}/configs/{name} shows its value)")
 
 
 @bp.put(CLUSTER_CONFIGS + "/<name>")
@@ -197,7 +191,7 @@ def change_cluster_configs(name: str | None = None):
 @bp.get("/v3/clusters/<cluster_id>/brokers/-/configs")
 def list_all_broker_configs():
     """The proxy's ``-`` wildcard: every broker's configs -- this one's."""
-    node = current_engine().node_id
+    node = current_engine().topics.node_id
     return jsonify(listing("KafkaBrokerConfigList", ("brokers", "-", "configs"),
                            [broker_config_resource(node, c) for c in _broker_configs(node)]))
 

@@ -33,24 +33,18 @@ bp = Blueprint("events", __name__)
 SERVER = "/v3/clusters/<cluster_id>/server"
 
 
-async def _after(engine: Any, event: Any, txn_id: str, actor: str) -> dict[str, Any]:
-    """On the loop: ``event`` on the transactional id, then its state."""
-    await event(txn_id, actor)
-    return await read_models.transaction(engine, txn_id)
-
-
 @bp.post(TXN + ":fence")
 def fence(transactional_id: str):
     engine = current_engine()
-    txn = engine.call(_after, engine, engine.fence_producer, transactional_id, api_actor())
-    return jsonify(transaction_resource(txn))
+    engine.call(engine.transactions.fence_producer, transactional_id, api_actor())
+    return jsonify(transaction_resource(engine.call(read_models.transaction, engine, transactional_id)))
 
 
 @bp.post(TXN + ":timeout")
 def timeout(transactional_id: str):
     engine = current_engine()
-    txn = engine.call(_after, engine, engine.time_out_transaction, transactional_id, api_actor())
-    return jsonify(transaction_resource(txn))
+    engine.call(engine.transactions.time_out_transaction, transactional_id, api_actor())
+    return jsonify(transaction_resource(engine.call(read_models.transaction, engine, transactional_id)))
 
 
 def _server() -> Any:

@@ -46,7 +46,7 @@ def _group(group: dict[str, Any], **extra: Any) -> dict[str, Any]:
     return resource("KafkaConsumerGroup", ("consumer-groups", group_id), _group_crn(group_id),
                     cluster_id=cluster_id(), consumer_group_id=group_id,
                     is_simple=not group["protocol_type"], partition_assignor=group["protocol"] or "",
-                    state=_state(group["state"]), coordinator=related("brokers", current_engine().node_id),
+                    state=_state(group["state"]), coordinator=related("brokers", current_engine().topics.node_id),
                     consumers=related("consumer-groups", group_id, "consumers"),
                     lag_summary=related("consumer-groups", group_id, "lag-summary"),
                     generation_id=group["generation"], protocol_type=group["protocol_type"], **extra)

@@ -21,7 +21,8 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, create_model
 
 from exactly.app.engine import READ_COMMITTED, READ_UNCOMMITTED
 from exactly.app.engine.audit import ViolationKind
-from exactly.app.engine.engine import MAX_PARTITIONS_PER_REQUEST
+from exactly.app.engine.topics import MAX_PARTITIONS_PER_REQUEST
+from exactly.app.engine.views import ConfigSource
 from exactly.app.faults.events import Coordinator, Event
 from exactly.app.faults.fault import Action
 from exactly.app.http.api.codec import MAX_TIME_MS
@@ -57,7 +58,7 @@ GROUP_STATES = tuple(state.name for state in GroupState)
 CONFIG_NAMES = tuple(sorted(LogConfig().to_kafka()))
 #: a topic's operations, as the proxy spells ``authorized_operations``
 TOPIC_OPERATIONS = tuple(sorted(op.name for op in SUPPORTED_OPERATIONS[ResourceType.TOPIC]))
-CONFIG_SOURCES = ("DYNAMIC_TOPIC_CONFIG", "STATIC_BROKER_CONFIG", "DEFAULT_CONFIG")
+CONFIG_SOURCES = tuple(source.name for source in ConfigSource)
 BASE64 = r"^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
 BATCH_ID = r"^[0-9a-zA-Z_-]{1,80}$"
 OFFSET_TIMESTAMP = r"^(latest|earliest|[0-9]{1,19})$"

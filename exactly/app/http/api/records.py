@@ -63,9 +63,8 @@ def parse_record(item: models.ProduceRecord, now_ms: int, where: str = "") -> tu
                                            timestamp=now_ms if item.timestamp is None else item.timestamp)
 
 
-def choose_partition(engine: "Engine", topic: str, key: bytes | None) -> int:
-    """Kafka's default partitioner (on the loop): murmur2 of the key, else any partition."""
-    count = engine.describe_topic(topic).partitions
+def choose_partition(count: int, key: bytes | None) -> int:
+    """Kafka's default partitioner over ``count`` partitions: murmur2 of the key, else any."""
     return partition_for_key(key, count) if key is not None else random.randrange(count)
 
 
@@ -90,27 +89,16 @@ def _parse(item: Any, now_ms: int, where: str = "") -> _Parsed:
     return _Parsed(partition, record, batch, item.key, item.value)
 
 
-def _start(engine: "Engine", topic: str, parsed: _Parsed) -> Future:
-    """On the loop: append one record (partitioned as Kafka's producer does); the
-    future resolves to ``(partition, AppendResult)`` once it is durable."""
-    partition = choose_partition(engine, topic, parsed.record.key) if parsed.partition is None else parsed.partition
-    placed: Future = Future()
-    appended = engine.start_produce(topic, partition, parsed.batch)
-
-    def done(f: Future) -> None:
-        if f.exception() is not None:
-            placed.set_exception(f.exception())
-        else:
-            placed.set_result((partition, f.result()))
-
-    appended.add_done_callback(done)
-    return placed
+def _start(engine: "Engine", topic: str, count: int, parsed: _Parsed) -> tuple[int, Future]:
+    """Append one record (partitioned as Kafka's producer does over the topic's ``count``
+    partitions): its partition, and the future of its AppendResult, done once durable."""
+    partition = choose_partition(count, parsed.record.key) if parsed.partition is None else parsed.partition
+    return partition, engine.submit(engine.partitions.start_produce, topic, partition, parsed.batch)
 
 
-def _report(topic: str, parsed: _Parsed, placed: tuple[int, Any]) -> dict[str, Any]:
+def _report(topic: str, parsed: _Parsed, partition: int, result: Any) -> dict[str, Any]:
     """REST v3's delivery report of one durable record; ``timestamp`` is ISO 8601, as
     the proxy sends it (the log append time on a LogAppendTime topic)."""
-    partition, result = placed
     timestamp = parsed.record.timestamp if result.log_append_time < 0 else result.log_append_time
     return {"error_code": 200, "cluster_id": cluster_id(), "topic_name": topic, "partition_id": partition,
             "offset": result.base_offset, "timestamp": codec.iso_time(timestamp),
@@ -118,36 +106,40 @@ def _report(topic: str, parsed: _Parsed, placed: tuple[int, Any]) -> dict[str, A
             "value": codec.summary(parsed.value, parsed.record.value)}
 
 
-def _outcomes(engine: "Engine", topic: str, items: list[Any]) -> list[tuple[_Parsed | None, Future | KafkaError]]:
+#: one record of a request: parsed and started (its partition, its append), or its error
+_Outcome = tuple[_Parsed, int, Future] | KafkaError
+
+
+def _outcomes(engine: "Engine", topic: str, count: int, items: list[Any]) -> list[_Outcome]:
     """Parse and start every record, in order (a bad one is its error, the others go
     on); each started one's future resolves once it is durable."""
     now = engine.clock.now_ms()
-    started: list[tuple[_Parsed | None, Future | KafkaError]] = []
+    started: list[_Outcome] = []
     for i, item in enumerate(items):
         try:
             parsed = _parse(item, now, f"records[{i}]." if len(items) > 1 else "")
+            started.append((parsed, *_start(engine, topic, count, parsed)))
         except KafkaError as e:
-            started.append((None, e))
-            continue
-        started.append((parsed, engine.submit(_start, engine, topic, parsed)))
+            started.append(e)
     return started
 
 
-def _outcome_body(topic: str, parsed: _Parsed | None, outcome: Future | KafkaError) -> dict[str, Any]:
+def _outcome_body(topic: str, outcome: _Outcome) -> dict[str, Any]:
     """The delivery report of one record, or its error body (Confluent's code, Kafka's name)."""
     try:
         if isinstance(outcome, KafkaError):
             raise outcome
-        return _report(topic, parsed, outcome.result(PRODUCE_TIMEOUT_S))
+        parsed, partition, appended = outcome
+        return _report(topic, parsed, partition, appended.result(PRODUCE_TIMEOUT_S))
     except KafkaError as e:
         return errors.kafka_error_body(e)
     except Exception as e:  # noqa: BLE001 -- one record's bug must not end the others' reports
         return errors.server_error_body(e)
 
 
-def _check_topic(engine: "Engine", topic: str) -> None:
-    """An unknown topic fails the whole request (404), not each record in it."""
-    engine.call(engine.describe_topic, topic)
+def _partition_count(engine: "Engine", topic: str) -> int:
+    """The topic's partitions: an unknown topic fails the whole request (404), not each record in it."""
+    return engine.call(engine.topics.partition_count, topic)
 
 
 @bp.post("/v3/clusters/<cluster_id>/topics/<topic_name>/records")
@@ -159,16 +151,16 @@ def produce(topic_name: str):
     durable, each with its own ``error_code`` (200: delivered)."""
     items = json_values()
     engine = current_engine()
-    _check_topic(engine, topic_name)
+    count = _partition_count(engine, topic_name)
     if len(items) == 1:
         parsed = _parse(items[0], engine.clock.now_ms())
-        return jsonify(_report(topic_name, parsed, engine.submit(_start, engine, topic_name, parsed)
-                               .result(PRODUCE_TIMEOUT_S)))
-    outcomes = _outcomes(engine, topic_name, items)
+        partition, appended = _start(engine, topic_name, count, parsed)
+        return jsonify(_report(topic_name, parsed, partition, appended.result(PRODUCE_TIMEOUT_S)))
+    outcomes = _outcomes(engine, topic_name, count, items)
 
     def reports() -> Iterator[bytes]:
-        for parsed, outcome in outcomes:
-            yield json.dumps(_outcome_body(topic_name, parsed, outcome), separators=(",", ":")).encode() + b"\n"
+        for outcome in outcomes:
+            yield json.dumps(_outcome_body(topic_name, outcome), separators=(",", ":")).encode() + b"\n"
 
     return Response(stream_with_context(reports()), mimetype="application/json")
 
@@ -187,10 +179,10 @@ def produce_batch(topic_name: str):
                                       f"distinct")
         ids.append(entry.id)
     engine = current_engine()
-    _check_topic(engine, topic_name)
+    count = _partition_count(engine, topic_name)
     successes, failures = [], []
-    for entry_id, (parsed, outcome) in zip(ids, _outcomes(engine, topic_name, entries)):
-        answer = _outcome_body(topic_name, parsed, outcome)
+    for entry_id, outcome in zip(ids, _outcomes(engine, topic_name, count, entries)):
+        answer = _outcome_body(topic_name, outcome)
         if answer["error_code"] == 200:
             successes.append({"id": entry_id, **{k: v for k, v in answer.items() if k != "error_code"}})
         else:
@@ -219,20 +211,13 @@ def init_producer_id():
     on any topic (KIP-679), as Kafka's InitProducerId."""
     engine = current_engine()
     if not (access.allows(access.CLUSTER, access.O.IDEMPOTENT_WRITE)
-            or access.visible(access.TOPIC, access.O.WRITE, engine.call(engine.topic_names))):
+            or access.visible(access.TOPIC, access.O.WRITE, engine.call(engine.topics.topic_names))):
         access.require(access.CLUSTER, access.O.IDEMPOTENT_WRITE)
-    producer_id, epoch = engine.call(engine.init_producer_id, None, -1)
+    producer_id, epoch = engine.call(engine.transactions.init_producer_id, None, -1)
     return jsonify({"producer_id": producer_id, "producer_epoch": epoch})
 
 
 # -- read -------------------------------------------------------------------------------
-
-
-async def _fetch(engine: "Engine", topic: str, partition: int, offset: int | None, max_bytes: int,
-                 isolation_level: str):
-    if offset is None:
-        offset = engine.partition_offsets(topic, partition).log_start_offset
-    return offset, engine.fetch(topic, partition, offset, max_bytes, isolation_level)
 
 
 @bp.get(PARTITION + "/records")
@@ -240,7 +225,8 @@ def read(topic_name: str, partition_id: int):
     asked = query(models.ReadQuery)
     offset, max_bytes, isolation = asked.offset, asked.max_bytes, asked.isolation_level
     engine = current_engine()
-    offset, result = engine.call(_fetch, engine, topic_name, partition_id, offset, max_bytes, isolation)
+    offset, result = engine.call(engine.partitions.fetch_from, topic_name, partition_id, offset, max_bytes,
+                                 isolation)
     consumed = read_records(result.records, offset, isolation == READ_COMMITTED,
                             result.aborted_transactions or ())
     return jsonify({
@@ -265,7 +251,7 @@ def list_offsets(topic_name: str, partition_id: int):
                                   f"got {asked.timestamp!r}")
     isolation = asked.isolation_level
     engine = current_engine()
-    found = engine.call(engine.list_offsets, topic_name, partition_id, timestamp, isolation)
+    found = engine.call(engine.partitions.list_offsets, topic_name, partition_id, timestamp, isolation)
     return jsonify({"topic_name": topic_name, "partition_id": partition_id, "isolation_level": isolation,
                     "offset": found.offset, "timestamp": found.timestamp})
 
@@ -277,8 +263,8 @@ def partition_offsets(topic_name: str, partition_id: int):
     the high watermark; ``isolation_level=read_committed`` (Exactly's) makes it the LSO."""
     isolation = query(models.PartitionOffsetsQuery).isolation_level
     engine = current_engine()
-    earliest = engine.call(engine.list_offsets, topic_name, partition_id, -2, isolation)
-    latest = engine.call(engine.list_offsets, topic_name, partition_id, -1, isolation)
+    earliest = engine.call(engine.partitions.list_offsets, topic_name, partition_id, -2, isolation)
+    latest = engine.call(engine.partitions.list_offsets, topic_name, partition_id, -1, isolation)
     return jsonify(resource("KafkaPartitionWithOffsets", ("topics", topic_name, "partitions", partition_id, "offset"),
                             crn(topic=topic_name, partition=partition_id, offset_type="earliest_and_latest"),
                             cluster_id=cluster_id(), topic_name=topic_name, partition_id=partition_id,

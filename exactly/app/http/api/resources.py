@@ -20,12 +20,12 @@ from exactly.app.http import current_engine
 
 
 def cluster_id() -> str:
-    return current_engine().cluster_id
+    return current_engine().topics.cluster_id
 
 
 def check_broker(broker_id: int) -> None:
     """404 unless ``broker_id`` is this node's (the cluster's one broker)."""
-    node = current_engine().node_id
+    node = current_engine().topics.node_id
     if broker_id != node:
         abort(404, f"broker {broker_id} not found; this cluster is broker {node} alone")
 

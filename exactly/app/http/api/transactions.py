@@ -44,12 +44,11 @@ transaction and fences its producer), and
 producer holding a partition's LSO (Kafka's AbortTransaction, KIP-664): the
 coordinator aborts its transactional id's transaction, or -- for a producer no
 coordinator knows -- an ABORT marker one epoch up ends it on that partition;
-either way the producer is fenced (``Engine.abort_hanging_transaction``).
+either way the producer is fenced (``Partitions.abort_hanging_transaction``).
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 from dataclasses import dataclass, field, replace
@@ -59,7 +58,6 @@ from flask import Blueprint, Flask, Response, jsonify, request
 from flask.blueprints import BlueprintSetupState
 
 from exactly.app.engine import mirror_reads, read_models
-from exactly.app.engine import INTERNAL_TOPICS
 from exactly.app.http import access, current_engine, errors, mirror_db
 from exactly.app.http.api import idempotency, models
 from exactly.app.http.api.idempotency import idempotent
@@ -67,18 +65,12 @@ from exactly.app.http.api.records import choose_partition, parse_record
 from exactly.app.http.api.resources import cluster_id, crn, listing, resource
 from exactly.app.http.api.validation import body, query
 from exactly.coordinator.group_metadata import CommittedOffset
-from exactly.coordinator.transaction_state import TransactionState
 from exactly.storage.errors import (
     InvalidRequestError,
-    InvalidTopicError,
-    InvalidTxnStateError,
-    KafkaError,
-    OperationNotAttemptedError,
     TransactionAbortableError,
-    TransactionalIdNotFoundError,
     UnknownTopicOrPartitionError,
 )
-from exactly.storage.record_batch import Record, SimpleRecord, encode_batch
+from exactly.storage.record_batch import Record, SimpleRecord
 
 if TYPE_CHECKING:
     from exactly.app.engine import Engine
@@ -96,13 +88,6 @@ def _scope(transactional_id: str) -> str:
     return f"txn:{transactional_id}"
 
 
-def _raise_first(errors: dict[Any, KafkaError | None]) -> None:
-    """Raise the error that explains a per-partition answer (not OPERATION_NOT_ATTEMPTED)."""
-    found = [e for e in errors.values() if e is not None]
-    if found:
-        raise next((e for e in found if not isinstance(e, OperationNotAttemptedError)), found[0])
-
-
 # -- the transactional client --------------------------------------------------------
 
 
@@ -111,33 +96,19 @@ def _raise_first(errors: dict[Any, KafkaError | None]) -> None:
 def init(transactional_id: str):
     timeout = body(models.InitTransaction, required=False).transaction_timeout_ms
     engine = current_engine()
-    producer_id, epoch = engine.call(engine.init_producer_id, transactional_id, timeout)
+    producer_id, epoch = engine.call(engine.transactions.init_producer_id, transactional_id, timeout)
     return jsonify({"transactional_id": transactional_id, "producer_id": producer_id, "producer_epoch": epoch})
 
 
-def _start_append(engine: "Engine", topic: str, partition: int, record: SimpleRecord,
-                  producer_id: int, epoch: int):
-    """On the loop: the producer's next sequence and the append, with nothing between."""
-    sequence = engine.next_sequence(topic, partition, producer_id, epoch)
-    batch = encode_batch([record], producer_id=producer_id, producer_epoch=epoch, base_sequence=sequence,
-                         transactional=True)
-    return engine.start_produce(topic, partition, batch)
-
-
-async def _append_in_txn(engine: "Engine", txn_id: str, producer_id: int, epoch: int,
-                         records: list[tuple[str, int | None, SimpleRecord]]) -> list[tuple[str, int, int]]:
-    placed = []
-    for topic, partition, record in records:
-        if topic in INTERNAL_TOPICS:
-            raise InvalidTopicError(f"clients may not produce to the internal topic {topic}")
-        placed.append((topic, choose_partition(engine, topic, record.key) if partition is None else partition,
-                       record))
-    _raise_first(await engine.add_partitions_to_txn(
-        txn_id, producer_id, epoch, {(t, p) for t, p, _ in placed}))
-    # started in one go, in order: consecutive sequences per partition, one group commit
-    futures = [_start_append(engine, t, p, r, producer_id, epoch) for t, p, r in placed]
-    results = [await asyncio.wrap_future(f) for f in futures]
-    return [(t, p, result.base_offset) for (t, p, _), result in zip(placed, results)]
+def _placed(engine: "Engine", records: list[tuple[str, int | None, SimpleRecord]]
+            ) -> list[tuple[str, int, SimpleRecord]]:
+    """Each record with its partition: the one asked for, else Kafka's default partitioner's."""
+    counts = engine.call(engine.topics.partition_counts, sorted({t for t, p, _ in records if p is None}))
+    for topic, partition, _ in records:
+        if partition is None and topic not in counts:
+            raise UnknownTopicOrPartitionError(f"topic {topic!r} does not exist")
+    return [(topic, choose_partition(counts[topic], record.key) if partition is None else partition, record)
+            for topic, partition, record in records]
 
 
 @bp.post(TXN + "/records")
@@ -157,7 +128,8 @@ def produce(transactional_id: str):
     call = idempotency.current_call()
     if call is not None:
         records = _marked(records, *call)
-    appended = engine.call(_append_in_txn, engine, transactional_id, producer_id, epoch, records)
+    appended = engine.call(engine.transactions.produce_in_transaction, transactional_id, producer_id, epoch,
+                           _placed(engine, records))
     return _records_answer(appended)
 
 
@@ -203,11 +175,11 @@ def _mark_of(record: Record) -> dict[str, Any] | None:
     return mark if 0 <= mark["index"] < mark["count"] else None
 
 
-async def _keyed_calls(engine: "Engine") -> dict[tuple[str, str], _KeyedCall]:
-    """On the loop: the keyed ``records`` calls in the open transactions, by
-    (transactional id, key), read from each open transaction's first offset."""
+def _keyed_calls(engine: "Engine") -> dict[tuple[str, str], _KeyedCall]:
+    """The keyed ``records`` calls in the open transactions, by (transactional id, key),
+    read from each open transaction's first offset."""
     calls: dict[tuple[str, str], _KeyedCall] = {}
-    for txn_id, topic, partition, record in read_models.open_transaction_records(engine):
+    for txn_id, topic, partition, record in engine.call(read_models.open_transaction_records, engine):
         mark = _mark_of(record)
         if mark is not None:
             call = calls.setdefault((txn_id, mark["key"]), _KeyedCall(mark["fingerprint"], mark["count"]))
@@ -231,19 +203,8 @@ def _remember_keyed_calls(state: BlueprintSetupState) -> None:
     engine: "Engine" = app.extensions["exactly.engine"]
     cache = idempotency.cache(app)
     with app.app_context():
-        for (txn_id, key), call in engine.call(_keyed_calls, engine).items():
+        for (txn_id, key), call in _keyed_calls(engine).items():
             cache.remember(_scope(txn_id), key, call.fingerprint, _first_answer(call))
-
-
-async def _offsets_in_txn(engine: "Engine", txn_id: str, producer_id: int, epoch: int, group: dict[str, Any],
-                          offsets: dict[tuple[str, int], CommittedOffset]) -> None:
-    for topic, partition in offsets:
-        if not engine.has_partition(topic, partition):
-            raise UnknownTopicOrPartitionError(f"{topic}-{partition} does not exist")
-    await engine.add_offsets_to_txn(txn_id, producer_id, epoch, group["group_id"])
-    _raise_first(await engine.txn_offset_commit(
-        txn_id, group["group_id"], producer_id, epoch, offsets, group["generation_id"], group["member_id"],
-        group["group_instance_id"]))
 
 
 @bp.post(TXN + "/offsets")
@@ -251,9 +212,6 @@ async def _offsets_in_txn(engine: "Engine", txn_id: str, producer_id: int, epoch
 def send_offsets(transactional_id: str):
     sent = body(models.TransactionOffsets)
     producer_id, epoch = sent.producer_id, sent.producer_epoch
-    group = {"group_id": sent.group_id,
-             "generation_id": -1 if sent.generation_id is None else sent.generation_id,
-             "member_id": sent.member_id or "", "group_instance_id": sent.group_instance_id}
     engine = current_engine()
     now = engine.clock.now_ms()
     offsets = {}
@@ -261,28 +219,20 @@ def send_offsets(transactional_id: str):
         offsets[item.topic_name, item.partition_id] = CommittedOffset(item.offset, item.metadata or "", -1, now)
     access.require(access.GROUP, access.O.READ, (sent.group_id,))  # TxnOffsetCommit
     access.require(access.TOPIC, access.O.READ, (topic for topic, _ in offsets))
-    engine.call(_offsets_in_txn, engine, transactional_id, producer_id, epoch, group, offsets)
-    return jsonify({"transactional_id": transactional_id, "group_id": group["group_id"],
+    engine.call(engine.transactions.send_offsets_to_transaction, transactional_id, producer_id, epoch,
+                sent.group_id, offsets, -1 if sent.generation_id is None else sent.generation_id,
+                sent.member_id or "", sent.group_instance_id)
+    return jsonify({"transactional_id": transactional_id, "group_id": sent.group_id,
                     "offsets": [{"topic_name": t, "partition_id": p, "offset": o.offset, "metadata": o.metadata}
                                 for (t, p), o in offsets.items()]})
-
-
-async def _end(engine: "Engine", txn_id: str, producer_id: int, epoch: int, commit: bool) -> dict[str, Any]:
-    try:
-        await engine.end_txn(txn_id, producer_id, epoch, commit)
-    except InvalidTxnStateError:
-        meta = engine.describe_transaction(txn_id)  # nothing was added: like a Kafka client, there is nothing to end
-        if not (meta and meta.state is TransactionState.EMPTY and
-                (meta.producer_id, meta.producer_epoch) == (producer_id, epoch)):
-            raise
-    return await read_models.transaction(engine, txn_id)
 
 
 def _end_view(transactional_id: str, commit: bool):
     sent = body(models.ProducerFields)
     producer_id, epoch = sent.producer_id, sent.producer_epoch
     engine = current_engine()
-    return jsonify(transaction_resource(engine.call(_end, engine, transactional_id, producer_id, epoch, commit)))
+    engine.call(engine.transactions.end_transaction, transactional_id, producer_id, epoch, commit)
+    return jsonify(transaction_resource(engine.call(read_models.transaction, engine, transactional_id)))
 
 
 @bp.post(TXN + "/commit")
@@ -340,13 +290,6 @@ def _history(txn_id: str, limit: int) -> list[dict[str, Any]] | None:
         return None
 
 
-async def _admin_abort(engine: "Engine", txn_id: str, actor: str) -> dict[str, Any]:
-    if engine.describe_transaction(txn_id) is None:
-        raise TransactionalIdNotFoundError(f"no transactional id {txn_id!r}")
-    await engine.abort_transaction(txn_id, actor)
-    return await read_models.transaction(engine, txn_id)
-
-
 def api_actor() -> str:
     """Who an admin abort through the API is, for its recorded reason."""
     return f"the HTTP API, from {request.remote_addr}"
@@ -357,7 +300,8 @@ def admin_abort(transactional_id: str):
     """Abort the open transaction of ``transactional_id`` and fence its producer (the
     epoch is bumped), so a transaction holding the LSO back ends now."""
     engine = current_engine()
-    return jsonify(transaction_resource(engine.call(_admin_abort, engine, transactional_id, api_actor())))
+    engine.call(engine.transactions.abort_transaction, transactional_id, api_actor())
+    return jsonify(transaction_resource(engine.call(read_models.transaction, engine, transactional_id)))
 
 
 @bp.post("/v3/clusters/<cluster_id>/topics/<topic_name>/partitions/<int:partition_id>"
@@ -366,7 +310,7 @@ def abort_hanging(topic_name: str, partition_id: int, producer_id: int):
     """End the open transaction of any producer on one partition and fence the
     producer, so the partition's LSO moves."""
     engine = current_engine()
-    result = engine.call(engine.abort_hanging_transaction, topic_name, partition_id, producer_id, api_actor())
+    result = engine.call(engine.partitions.abort_hanging_transaction, topic_name, partition_id, producer_id, api_actor())
     return jsonify({"topic_name": topic_name, "partition_id": partition_id, "producer_id": producer_id,
                     "transactional_id": result.transactional_id, "producer_epoch": result.producer_epoch,
                     "last_stable_offset": result.last_stable_offset})

@@ -2,10 +2,11 @@
 live fragment, rendering either, calling the engine, and answering a POST form with
 a flash and a way back.
 
-The console's views live in ``ui.py`` (overview, transactions, groups, sign-in,
-error pages), ``ui_topics.py`` (topics, the record browser, produce),
-``ui_groups.py`` (consumer-group writes), ``ui_configs.py`` (what a config value
-means), ``ui_faults.py`` (faults); all join :data:`bp` through these helpers.
+The console's views live beside it: ``views.py`` (overview, transactions, groups,
+sign-in, error pages), ``topics.py`` (topics, the record browser, produce),
+``groups.py`` (consumer-group writes), ``configs.py`` (what a config value means),
+``faults.py`` (faults), ``events.py``, ``security.py`` and ``audit.py``; all join
+:data:`bp` through these helpers.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ def fence_transaction(txn_id: str):
     target = back(url_for("ui.transaction", txn_id=txn_id))
     engine = current_engine()
     try:
-        producer_id, epoch = engine.call(engine.fence_producer, txn_id, actor())
+        producer_id, epoch = engine.call(engine.transactions.fence_producer, txn_id, actor())
     except e.KafkaError as error:
         return done(f"Could not fence {txn_id}: {error.name} — {error}", "error", target)
     return done(f"Fenced {txn_id}: producer {producer_id} is at epoch {epoch} now; the running producer's next "
@@ -31,7 +31,7 @@ def time_out_transaction(txn_id: str):
     target = back(url_for("ui.transaction", txn_id=txn_id))
     engine = current_engine()
     try:
-        engine.call(engine.time_out_transaction, txn_id, actor())
+        engine.call(engine.transactions.time_out_transaction, txn_id, actor())
     except e.KafkaError as error:
         return done(f"Could not time out {txn_id}: {error.name} — {error}", "error", target)
     return done(f"Timed out {txn_id}: its transaction is aborted as transaction.timeout.ms would have, and its "

@@ -68,7 +68,7 @@ def delete_group_offsets(group_id: str):
     try:
         partitions = [(o["topic_name"], o["partition_id"]) for o in call(read_models.group, group_id)["offsets"]
                       if o["topic_name"] == topic]
-        errors = engine.call(engine.delete_offsets, group_id, partitions)
+        errors = engine.call(engine.groups.delete_offsets, group_id, partitions)
     except e.KafkaError as error:
         return done(f"Could not delete the offsets of {group_id}: {kafka_message(error)}", "error", target)
     refused = sorted({kafka_message(error) for error in errors.values() if error is not None})
@@ -81,7 +81,7 @@ def delete_group_offsets(group_id: str):
 def delete_group(group_id: str):
     engine = current_engine()
     try:
-        engine.call(engine.delete_group, group_id)
+        engine.call(engine.groups.delete_group, group_id)
     except e.KafkaError as error:
         return done(f"Could not delete group {group_id}: {kafka_message(error)}", "error",
                      url_for("ui.group", group_id=group_id))

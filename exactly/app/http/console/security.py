@@ -55,9 +55,9 @@ def acl_text(binding: AclBinding) -> str:
 def acls():
     engine = current_engine()
     wanted = query(models.AclFilter)
-    found, disabled = [], not engine.authorizer_enabled
+    found, disabled = [], not engine.access.authorizer_enabled
     if not disabled:
-        found = engine.call(engine.describe_acls, acl_filter(wanted))
+        found = engine.call(engine.access.describe_acls, acl_filter(wanted))
     rows = sorted(found, key=lambda b: (b.pattern.resource_type, b.pattern.name, b.entry.principal,
                                         b.entry.operation, b.entry.permission_type))
     return render_template("acls.html", acls=rows, wanted=wanted, disabled=disabled, page_path=request.full_path,
@@ -94,7 +94,7 @@ def remove_acl():
     try:
         exact = acl_filter(parse(models.AclFilter, _form()))
         engine = current_engine()
-        (removed,) = engine.call(engine.delete_acls, [exact])
+        (removed,) = engine.call(engine.access.delete_acls, [exact])
         if not isinstance(removed, list):
             raise removed
     except e.KafkaError as error:
@@ -131,24 +131,24 @@ def _names(engine, resource_type: ResourceType) -> set[str]:
     """On the loop: the resources of a type worth asking about -- those that exist, and
     those a LITERAL ACL names (a topic granted before it is created)."""
     existing = {
-        ResourceType.TOPIC: lambda: engine.topic_names(),
-        ResourceType.GROUP: lambda: [g.group_id for g in engine.list_groups()],
-        ResourceType.TRANSACTIONAL_ID: lambda: [tid for tid, _ in engine.list_transactions()],
+        ResourceType.TOPIC: lambda: engine.topics.topic_names(),
+        ResourceType.GROUP: lambda: [g.group_id for g in engine.groups.list_groups()],
+        ResourceType.TRANSACTIONAL_ID: lambda: [tid for tid, _ in engine.transactions.list_transactions()],
         ResourceType.CLUSTER: lambda: [CLUSTER_NAME],
     }[resource_type]()
     named = []
-    if engine.authorizer_enabled:
-        named = [b.pattern.name for b in engine.describe_acls(
+    if engine.access.authorizer_enabled:
+        named = [b.pattern.name for b in engine.access.describe_acls(
             AclBindingFilter(resource_type, pattern_type=PatternType.LITERAL))]
     return {*existing, *named} - {"*"}
 
 
 def who_may(engine, principal: str, host: str) -> list[dict[str, Any]]:
-    """On the loop: for each resource, each operation's ``Decision`` (``Engine.explain``)."""
+    """On the loop: for each resource, each operation's ``Decision`` (``Access.explain``)."""
     rows = []
     for resource_type, operations in OPERATIONS_SHOWN.items():
         for name in sorted(_names(engine, resource_type)):
-            decisions = [(op, engine.explain(principal, host, op, resource_type, name)) for op in operations]
+            decisions = [(op, engine.access.explain(principal, host, op, resource_type, name)) for op in operations]
             rows.append({"resource_type": resource_type.name, "name": name, "decisions": decisions})
     return rows
 
@@ -163,4 +163,4 @@ def access():
     sections = [(t.name, OPERATIONS_SHOWN[t], [r for r in rows if r["resource_type"] == t.name])
                 for t in OPERATIONS_SHOWN]
     return render_template("access.html", principal=principal, host=host, sections=sections,
-                           enabled=engine.authorizer_enabled, acl_text=acl_text)
+                           enabled=engine.access.authorizer_enabled, acl_text=acl_text)

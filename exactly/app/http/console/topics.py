@@ -96,7 +96,7 @@ def create_topic():
     if request.method == "POST":
         name = form.get("name", "").strip()
         try:
-            engine.call(engine.create_topic, name, _partitions(form.get("partitions", "")),
+            engine.call(engine.topics.create_topic, name, _partitions(form.get("partitions", "")),
                         dict(_lines(form.get("configs", ""), "=")))
         except e.KafkaError as failure:
             error = kafka_message(failure)
@@ -134,7 +134,7 @@ def _lines(text: str, separator: str) -> list[tuple[str, str]]:
 def delete_topic(topic: str):
     engine = current_engine()
     try:
-        engine.call(engine.delete_topic, topic)
+        engine.call(engine.topics.delete_topic, topic)
     except e.KafkaError as error:
         return done(f"Could not delete {topic}: {kafka_message(error)}", "error", url_for("ui.topic", topic=topic))
     return done(f"Deleted topic {topic}: its partitions, files and consumer groups' offsets on it are gone.",
@@ -254,7 +254,7 @@ def records_browser(topic: str, partition: int):
     engine = current_engine()
     notice = None
     if at_time is not None:
-        found = engine.call(engine.list_offsets, topic, partition, at_time, view["isolation"])
+        found = engine.call(engine.partitions.list_offsets, topic, partition, at_time, view["isolation"])
         start = found.offset if found.offset >= 0 else None
         if start is None:
             notice = "No record at or after that time: the newest records are shown."

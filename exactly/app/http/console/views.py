@@ -15,7 +15,7 @@ Writes are two buttons, both POST forms carrying the session's CSRF token
 aborts, ``TransactionCoordinator.admin_abort``) and Abort of whatever producer holds
 a partition's LSO -- hanging (no coordinator knows it), outside its transaction, or
 stuck completing -- which fences that producer too
-(``Engine.abort_hanging_transaction``, Kafka's AbortTransaction).
+(``Partitions.abort_hanging_transaction``, Kafka's AbortTransaction).
 
 Errors on console routes are pages (404 for an unknown topic, transaction or group,
 403 for a missing CSRF token); ``/v3`` keeps its JSON errors (``exactly/app/http/errors.py``).
@@ -74,7 +74,7 @@ def storage_state() -> dict[str, Any]:
 
 @bp.app_template_global()
 def cluster_id() -> str:
-    return current_engine().cluster_id
+    return current_engine().topics.cluster_id
 
 
 @bp.app_template_global()
@@ -292,11 +292,11 @@ def abort_transaction(txn_id: str):
     engine = current_engine()
     started = time.monotonic()
     try:
-        engine.call(engine.abort_transaction, txn_id, actor())
+        engine.call(engine.transactions.abort_transaction, txn_id, actor())
     except e.KafkaError as error:
         return done(f"Could not abort {txn_id}: {error.name} — {error}", "error", target)
     took = (time.monotonic() - started) * 1000
-    state = engine.call(engine.describe_transaction, txn_id)
+    state = engine.call(engine.transactions.describe_transaction, txn_id)
     if state is not None and state.state.outcome is ControlType.COMMIT:  # its commit was decided: completed
         return done(f"Completed the decided commit of {txn_id}: COMMIT markers are written "
                      f"({took:.0f} ms). read_committed consumers move on.", "success", target)
@@ -309,7 +309,7 @@ def abort_hanging(topic: str, partition: int, producer_id: int):
     target = back(url_for("ui.partition", topic=topic, partition=partition))
     engine = current_engine()
     try:
-        result = engine.call(engine.abort_hanging_transaction, topic, partition, producer_id, actor())
+        result = engine.call(engine.partitions.abort_hanging_transaction, topic, partition, producer_id, actor())
     except e.KafkaError as error:
         return done(f"Could not abort producer {producer_id} on {topic}-{partition}: "
                      f"{error.name} — {error}", "error", target)
