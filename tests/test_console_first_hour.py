@@ -11,7 +11,7 @@ import re
 from typing import Iterator
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer
 
 from exactly.app import Broker
 from exactly.app.engine import mirror_reads, read_models, scheduler
@@ -251,3 +251,23 @@ def test_a_transactional_producer_is_live_while_connected_and_one_client_instanc
     del producer  # librdkafka closes its connections
     eventually(lambda: 'data-live="none"' in console.get("/transactions?q=live-tx").get_data(as_text=True),
                what="the closed producer to show no connection")
+
+
+def test_a_consumer_instance_shows_the_group_it_is_a_member_of(kafka: KafkaBroker):
+    """Issue 35: a group's members keep Kafka's host form ("/127.0.0.1") and the connections
+    the bare address, so the Clients page matched neither and never showed a client's groups."""
+    console = create_app(kafka.engine, test_config={"TESTING": True}).test_client()
+    kafka.engine.call(kafka.engine.topics.create_topic, "orders-in", 1)
+    consumer = Consumer({"bootstrap.servers": kafka.bootstrap, "group.id": "billing", "client.id": "billing-app",
+                         "auto.offset.reset": "earliest"})
+    try:
+        consumer.subscribe(["orders-in"])
+        eventually(lambda: consumer.poll(0.2) is None and consumer.assignment(), 30, "the consumer's assignment")
+
+        def billing_row() -> str:
+            page = console.get("/clients").get_data(as_text=True)
+            start = page.find('data-client="billing-app"')
+            return page[start:page.index("</tr>", start)] if start >= 0 else ""
+        assert 'href="/groups/billing"' in eventually(billing_row, 10, "the consumer's row on the Clients page")
+    finally:
+        consumer.close()

@@ -332,8 +332,8 @@ async def client_instances(engine: "Engine") -> list[dict[str, Any]]:
     consumer groups whose members have its client id and host."""
     members: dict[tuple[str, str], set[str]] = {}
     for g in engine.groups.coordinator.groups.values():
-        for m in g.members.values():
-            members.setdefault((m.client_id, m.client_host), set()).add(g.group_id)
+        for m in g.members.values():  # a Kafka member's host is in Kafka's form, "/127.0.0.1"
+            members.setdefault((m.client_id, m.client_host.removeprefix("/")), set()).add(g.group_id)
     instances: list[dict[str, Any]] = []
     for c in await kafka_clients(engine):
         key = (c["client_id"], c["host"], c["client_software_name"], c["client_software_version"])
