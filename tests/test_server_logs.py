@@ -110,3 +110,8 @@ def test_a_served_broker_logs_access_lines_and_no_scheduler_chatter(tmp_path: Pa
     # its per-round INFO lines ("Running job \"_run ...") are gone, and a round skipped
     # because this busy machine ran the last one late is no warning either
     assert "apscheduler" not in err
+    # a new data directory's mirror is created in one line, not Alembic's plugin lines and
+    # migration docstrings (issue 35)
+    assert "alembic" not in err, err
+    assert re.search(r"INFO exactly\.coordinator\.mirror: SQLite mirror \S+exactly\.db: schema revision \w+ "
+                     r"\(migrated from nothing\)", err), err

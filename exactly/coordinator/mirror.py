@@ -391,7 +391,9 @@ class Mirror:
         self.source = source
         self.clock = clock or SystemClock()
         self.fetch_max_bytes = fetch_max_bytes
-        upgrade(self.path)
+        before, after = upgrade(self.path)
+        if before != after:  # Alembic's own lines are quiet: one line says what changed
+            log.info("SQLite mirror %s: schema revision %s (migrated from %s)", self.path, after, before or "nothing")
         self._engine: Engine = writer_engine(self.path)
         self._lock = threading.Lock()
 

@@ -25,11 +25,13 @@ migrated database::
 from __future__ import annotations
 
 import ast
+import contextlib
 import functools
+import logging
 import sqlite3
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterator
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.exc import SQLAlchemyError
@@ -169,19 +171,34 @@ def _inspect(path: Path) -> tuple[bool, str | None]:
 
 def _migrate(path: Path) -> None:
     """Run every migration the database at ``path`` lacks, in one transaction."""
-    from alembic import command
-    from alembic.util import CommandError
+    with _alembic_quiet():
+        from alembic import command
+        from alembic.util import CommandError
 
-    engine = writer_engine(path)
+        engine = writer_engine(path)
+        try:
+            config = alembic_config(path)
+            with engine.begin() as connection:
+                config.attributes["connection"] = connection
+                command.upgrade(config, "head")
+        except CommandError as e:
+            raise MigrationError(str(e)) from e
+        finally:
+            engine.dispose()
+
+
+@contextlib.contextmanager
+def _alembic_quiet() -> Iterator[None]:
+    """Alembic says at INFO each plugin it sets up and each migration's whole docstring:
+    a broker's log and ``exactly db upgrade`` say in one line what changed instead. Its
+    warnings and errors still show."""
+    logger = logging.getLogger("alembic")
+    level = logger.level
+    logger.setLevel(logging.WARNING)
     try:
-        config = alembic_config(path)
-        with engine.begin() as connection:
-            config.attributes["connection"] = connection
-            command.upgrade(config, "head")
-    except CommandError as e:
-        raise MigrationError(str(e)) from e
+        yield
     finally:
-        engine.dispose()
+        logger.setLevel(level)
 
 
 @functools.cache
