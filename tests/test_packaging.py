@@ -9,6 +9,7 @@ gets, not what the checkout happens to provide.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -23,12 +24,14 @@ import urllib.request
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 from alembic.script import ScriptDirectory
 
 from exactly.coordinator.mirror_db import alembic_config
 from exactly.storage import filenames
+from tests.docs import blocks, section
 from tests.test_cli import free_port
 from tests.waiting import eventually
 
@@ -232,18 +235,42 @@ def wait_until_answering(proc: subprocess.Popen, url: str, log: Path) -> None:
     eventually(answers, START_TIMEOUT_S, f"{url} to answer", interval=0.1)
 
 
-def test_installed_exactly_serve_runs_from_any_directory(installed: Installed):
-    data = installed.elsewhere / "data"
-    http_port = free_port()
-    log = installed.elsewhere / "serve.log"
-    base = f"http://127.0.0.1:{http_port}"
+@dataclass
+class Served:
+    """``exactly serve`` from the installed environment, outside the repository."""
+
+    proc: subprocess.Popen
+    data: Path
+    log: Path
+    http_url: str
+    bootstrap: str
+
+
+@contextlib.contextmanager
+def served(installed: Installed) -> Iterator[Served]:
+    """The installed ``exactly serve`` on a new data directory and free ports, answering;
+    killed if the test has not stopped it."""
+    data = installed.elsewhere / f"data-{free_port()}"
+    http_port, kafka_port = free_port(), free_port()
+    log = data.with_suffix(".log")
     with open(log, "w") as out:
         proc = subprocess.Popen(
             [str(installed.venv / "bin" / "exactly"), "serve", "--data-dir", str(data),
-             "--http-port", str(http_port), "--kafka-port", str(free_port())],
+             "--http-port", str(http_port), "--kafka-port", str(kafka_port)],
             cwd=installed.elsewhere, env=clean_env(), stdout=out, stderr=subprocess.STDOUT)
     try:
-        wait_until_answering(proc, f"{base}/v3/clusters", log)
+        server = Served(proc, data, log, f"http://127.0.0.1:{http_port}", f"127.0.0.1:{kafka_port}")
+        wait_until_answering(proc, f"{server.http_url}/v3/clusters", log)
+        yield server
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+def test_installed_exactly_serve_runs_from_any_directory(installed: Installed):
+    with served(installed) as server:
+        base, data, log, proc = server.http_url, server.data, server.log, server.proc
         status, kind, body = http_get(f"{base}/")
         assert (status, kind.split(";")[0]) == (200, "text/html")
         assert b"Exactly</title>" in body                       # the console's template
@@ -256,11 +283,30 @@ def test_installed_exactly_serve_runs_from_any_directory(installed: Installed):
         assert [c["cluster_id"] for c in json.loads(body)["data"]] == [cluster_id]
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=START_TIMEOUT_S) == 0, log.read_text()
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=10)
     assert "stopped cleanly" in log.read_text()
     assert (data / filenames.CLEAN_SHUTDOWN_FILE).exists()
     with sqlite3.connect(data / "exactly.db") as db:               # the migrations ran
         assert db.execute("SELECT version_num FROM alembic_version").fetchall() == [(head_revision(),)]
+
+
+def test_the_readmes_example_runs_as_written_after_make_run_and_runs_again(installed: Installed):
+    """Issue 35: the README's example, in an environment with the broker alone (what
+    `make run` installs) and the one install command the README gives before it, prints
+    what the README shows; run again on the same broker, it bills the next six orders."""
+    section_text = section("README.md", "What it is for")
+    (install,) = [line for block in blocks(section_text, "sh") for line in block.splitlines()
+                  if "pip install" in line]
+    packages = install.split("pip install", 1)[1].split()
+    check(subprocess.run([sys.executable, "-m", "pip", "--python", str(installed.python), "install", "--quiet",
+                          "--no-compile", *packages], env=clean_env(), capture_output=True, text=True,
+                         timeout=INSTALL_TIMEOUT_S))
+    (code,) = blocks(section_text, "python")
+    (expected,) = blocks(section_text, "text")
+    with served(installed) as server:
+        example = installed.elsewhere / "billing.py"
+        example.write_text(code.replace("127.0.0.1:9092", server.bootstrap))
+        first = check(installed.run(str(installed.python), str(example), timeout=150)).stdout
+        again = check(installed.run(str(installed.python), str(example), timeout=150)).stdout
+    assert first == expected
+    assert again == expected.replace("[(0, 3), (1, 3)]", "[(0, 6), (1, 6)]")
+    assert "[(0, 6), (1, 6)]" in section_text  # what the README says a second run prints
