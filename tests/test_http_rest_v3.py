@@ -695,6 +695,7 @@ def test_lags_are_the_groups_read_committed_lag_against_the_lso(topics: Api, bro
     assert (summary["max_lag"], summary["max_lag_topic_name"], summary["max_lag_partition_id"]) == (
         top["lag"], top["topic_name"], top["partition_id"])
     assert summary["total_lag"] == sum(lag["lag"] for lag in lags.values())
+    assert summary["lag_exact"] is all(lag["lag_exact"] for lag in lags.values()) is True  # an estimate says so
     assert topics.client.get(summary["max_lag_partition"]["related"]).json["partition_id"] == top["partition_id"]
     one = topics.get("/consumer-groups/readers/lags/orders/partitions/0")
     assert one == lags[("orders", 0)] | {"metadata": one["metadata"]}

@@ -45,7 +45,8 @@ def _group(group: dict[str, Any], **extra: Any) -> dict[str, Any]:
     group_id = group["group_id"]
     return resource("KafkaConsumerGroup", ("consumer-groups", group_id), _group_crn(group_id),
                     cluster_id=cluster_id(), consumer_group_id=group_id,
-                    is_simple=not group["protocol_type"], partition_assignor=group["protocol"] or "",
+                    is_simple=not group["protocol_type"], type="CLASSIC", is_mixed_consumer_group=False,
+                    partition_assignor=group["protocol"] or "",
                     state=_state(group["state"]), coordinator=related("brokers", current_engine().topics.node_id),
                     consumers=related("consumer-groups", group_id, "consumers"),
                     lag_summary=related("consumer-groups", group_id, "lag-summary"),
@@ -187,7 +188,8 @@ def get_lag(group_id: str, topic_name: str, partition_id: int):
 @bp.get(GROUP + "/lag-summary")
 def lag_summary(group_id: str):
     """The partition with the largest lag (the first, in topic and partition order, on
-    a tie) and the total; a group without committed offsets has lag 0 and no maximum."""
+    a tie) and the total; a group without committed offsets has lag 0 and no maximum.
+    ``lag_exact`` (Exactly's) is false when any partition's lag is an upper bound."""
     lags = _lags(_describe(group_id))
     top = max(lags, key=lambda lag: lag["lag"], default=None)
     return jsonify(resource(
@@ -199,6 +201,7 @@ def lag_summary(group_id: str):
         max_lag_topic_name=top["topic_name"] if top else "",
         max_lag_partition_id=top["partition_id"] if top else -1,
         max_lag=top["lag"] if top else 0, total_lag=sum(lag["lag"] for lag in lags),
+        lag_exact=all(lag["lag_exact"] for lag in lags),
         max_lag_consumer=(related("consumer-groups", group_id, "consumers", top["consumer_id"])
                           if top and top["consumer_id"] else None),
         max_lag_partition=related("topics", top["topic_name"], "partitions", top["partition_id"]) if top else None))

@@ -55,6 +55,8 @@ STATES = tuple(state.display for state in TransactionState)
 OUTCOMES = tuple(sorted({state.outcome.name for state in TransactionState if state.outcome is not None}))
 ABORT_CAUSES = tuple(cause.value for cause in AbortCause)
 GROUP_STATES = tuple(state.name for state in GroupState)
+#: Confluent's ConsumerGroupType values
+GROUP_TYPES = ("CLASSIC", "CONSUMER", "SHARE", "UNKNOWN")
 CONFIG_NAMES = tuple(sorted(LogConfig().to_kafka()))
 #: a topic's operations, as the proxy spells ``authorized_operations``
 TOPIC_OPERATIONS = tuple(sorted(op.name for op in SUPPORTED_OPERATIONS[ResourceType.TOPIC]))
@@ -736,6 +738,11 @@ class ConsumerGroup(Resource):
     cluster_id: str
     consumer_group_id: str
     is_simple: bool
+    #: the rebalance protocol the group uses (Confluent's ConsumerGroupType); this broker
+    #: speaks the classic one (KIP-848's CONSUMER groups are another issue's)
+    type: Literal[GROUP_TYPES]  # type: ignore[valid-type]
+    #: whether members of both protocols share the group: never, with one protocol
+    is_mixed_consumer_group: bool
     partition_assignor: str
     state: Literal[GROUP_STATES]  # type: ignore[valid-type]
     coordinator: Related
@@ -809,6 +816,8 @@ class ConsumerGroupLagSummary(Resource):
     max_lag_partition_id: Int(-1, INT32_MAX)
     max_lag: Int()
     total_lag: Int()
+    lag_exact: bool = Field(description="false while any partition's lag is an upper bound: the broker has not "
+                                        "yet counted the records behind its open transactions (after a restart)")
     max_lag_consumer: Optional[Related]
     max_lag_partition: Optional[Related]
 
