@@ -310,3 +310,13 @@ def test_the_readmes_example_runs_as_written_after_make_run_and_runs_again(insta
     assert first == expected
     assert again == expected.replace("[(0, 3), (1, 3)]", "[(0, 6), (1, 6)]")
     assert "[(0, 6), (1, 6)]" in section_text  # what the README says a second run prints
+
+
+def test_the_development_install_shows_spark_its_data_source_from_any_directory(tmp_path: Path):
+    """Issue 35: make's editable install mapped the packages through an import finder, which
+    Spark's discovery (pkgutil's scan of the path, on its Python workers) does not see, so
+    ``format("exactly")`` was unknown outside the checkout. It is a plain path entry now."""
+    found = subprocess.run([sys.executable, "-c", "import pkgutil; print(sorted(m.name for m in "
+                            "pkgutil.iter_modules() if m.name.startswith('pyspark_')))"],
+                           cwd=tmp_path, env=clean_env(), capture_output=True, text=True, timeout=60)
+    assert "'pyspark_exactly'" in found.stdout, found.stdout + found.stderr

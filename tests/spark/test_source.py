@@ -151,6 +151,7 @@ def test_the_docs_example_reads_the_committed_records(spark, kafka: KafkaBroker)
     code = blocks(section("docs/spark.md", "Reading topics from Spark"), "python")[0]
     kafka.broker.create_topic("orders", partitions=3)
     workload = interleaved(kafka.bootstrap, "orders")
-    scope: dict[str, Any] = {"spark": spark}  # as in the pyspark shell the page starts
+    scope: dict[str, Any] = {}  # the snippet builds its session: the process's, this test's
     exec(code.replace("127.0.0.1:9092", kafka.bootstrap), scope)
+    assert scope["spark"] is spark
     assert_rows_are(scope["df"].collect(), workload.visible())

@@ -21,8 +21,9 @@ SQLITE_JDBC_JAR = Path("/usr/share/java/sqlite-jdbc.jar")
 SQLITE_JNI_DIR = Path("/usr/lib/x86_64-linux-gnu/jni")
 #: errors only, from the JVM's first line (Spark's default logs INFO and start-up warnings)
 LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")
-#: the project root: workers must import ``exactly.app.spark`` even when it is not installed
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
+#: the folder that holds the ``exactly`` package (the checkout, or site-packages): workers
+#: must import ``exactly.app.spark`` even when it is not installed
+PROJECT_ROOT = Path(__file__).resolve().parents[3]
 
 
 def _worker_environment() -> None:
