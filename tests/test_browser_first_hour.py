@@ -107,3 +107,46 @@ def test_the_first_pages_fit_and_keep_their_rows_whole(console, chromium, width:
             assert layout["overflow"] <= 0, f"{path} at {width} px is {layout['overflow']} px too wide: {layout['wide']}"
             assert not layout["cut"], f"{path} at {width} px cuts rows: {layout['cut'][:3]}"
         assert not problems, f"the browser reported errors: {problems}"
+
+
+#: the navigation's row: its entries' boxes, and those of the open menu's links
+NAV = """() => {
+  const box = el => { const r = el.getBoundingClientRect(); return [r.left, r.top, r.right, r.bottom]; };
+  const nav = document.querySelector('nav.nav');
+  return {
+    entries: [...nav.querySelectorAll(':scope > a, :scope > details > summary')].map(e => [e.textContent.trim(), box(e)]),
+    open: [...nav.querySelectorAll('details[open] .nav-items a')].map(a => [a.textContent.trim(), box(a)]),
+    current: [...nav.querySelectorAll('details[data-current] > summary')].map(s => s.textContent.trim()),
+    width: document.documentElement.clientWidth,
+  };
+}"""
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_the_navigation_fits_one_row_and_its_menus_open_on_the_screen(console, chromium, width: int):  # noqa: F811
+    """Issue 35: eleven top-level entries wrapped at 1440 px ("Who may do what" on four
+    lines). Overview and three menus (Data, Security, Testing) fit one row at 1440 and 390
+    px; the menu holding the page is marked; a menu's links open inside the screen."""
+    _, base = console
+    with open_page(chromium, width) as (page, problems):
+        page.goto(base + "/groups/svc", wait_until="domcontentloaded")
+        nav = page.evaluate(NAV)
+        names = [name for name, _ in nav["entries"]]
+        assert names == ["Overview", "Data", "Security", "Testing"], names
+        tops = {round(b[1]) for _, b in nav["entries"]}
+        heights = {round(b[3] - b[1]) for _, b in nav["entries"]}
+        assert len(tops) == 1 and max(heights) < 40, f"the navigation wraps at {width} px: {nav['entries']}"
+        assert all(b[2] <= nav["width"] for _, b in nav["entries"]), nav["entries"]
+        assert nav["current"] == ["Data"]  # Consumer groups is in it
+        for menu, links in (("Data", ["Topics", "Transactions", "History", "Consumer groups", "Clients"]),
+                            ("Security", ["ACLs", "Users", "Who may do what"]), ("Testing", ["Faults", "Audit"])):
+            page.locator("nav.nav summary", has_text=menu).click()
+            opened = page.evaluate(NAV)["open"]
+            assert [name for name, _ in opened] == links, opened
+            assert all(0 <= b[0] and b[2] <= nav["width"] for _, b in opened), f"{menu} leaves the screen: {opened}"
+            page.locator("nav.nav summary", has_text=menu).click()  # closed again
+        page.locator("nav.nav summary", has_text="Security").click()
+        page.get_by_role("link", name="Who may do what").click()
+        page.wait_for_url(base + "/access")
+        assert page.evaluate(NAV)["current"] == ["Security"]
+        assert not problems, f"the browser reported errors: {problems}"
