@@ -32,7 +32,7 @@ CURL     := /usr/bin/curl
 JQ       := /usr/bin/jq
 SUDO     := $(shell [ "$$(id -u)" = 0 ] || ! command -v sudo >/dev/null 2>&1 || echo sudo)
 
-.PHONY: run test bench install pipeline clean
+.PHONY: run test check bench install pipeline clean
 
 $(BROKER_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -68,6 +68,13 @@ run: $(BROKER_STAMP)
 ## child process the tests start compiles the project's modules again.
 test: $(TEST_STAMP) $(CHROMIUM) $(KCAT) $(JAVA) $(JDBC_JAR) $(CURL) $(JQ) $(SPARK_ARCHIVE)
 	env -u PYTHONDONTWRITEBYTECODE $(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
+
+## check: the fast tier while editing (under a minute on 2 cores): every test that needs no
+## child process, JVM, browser, network client or broker of its own -- storage, coordinator,
+## codecs, state machines, models, the layering and the types (tests/conftest.py marks them
+## `fast` from each module's imports); `make test` stays the whole suite, and what CI runs
+check: $(TEST_STAMP)
+	env -u PYTHONDONTWRITEBYTECODE $(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) -m fast
 
 $(SPARK_ARCHIVE): $(TEST_STAMP) $(JAVA) $(JDBC_JAR)
 	$(PY) -m tests.spark.class_archive $@ || echo "no archive of Spark's classes: the tests' JVMs start without one"

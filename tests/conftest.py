@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import ast
+import functools
+import os
 from pathlib import Path
 from typing import Iterator, Sequence
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from exactly.app import Broker
 from exactly.storage.clock import FakeClock
@@ -18,7 +22,45 @@ SMALL_INTERNAL_TOPICS = {"transaction.state.log.num.partitions": 3, "offsets.top
 FROZEN = {"exactly.jobs.enable": False}
 
 
+#: one hypothesis profile for the suite: no per-example deadline (a loaded machine, CI's
+#: among them, makes one example slow without making the code wrong) and, in CI, the same
+#: examples every run, so a failure there is reproduced by running it again
+settings.register_profile("suite", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("ci", parent=settings.get_profile("suite"), derandomize=True)
+settings.load_profile("ci" if os.environ.get("CI") else "suite")
+
+#: what a test module imports that takes it out of the fast tier (``make check``): a child
+#: process, a JVM, a browser, a network client or a served broker
+NOT_FAST = ("subprocess", "socket", "http.client", "urllib.request", "requests", "confluent_kafka", "kafka",
+            "aiokafka", "playwright", "pyspark", "exactly.app.testing", "exactly.app.server",
+            "exactly.app.spark", "tests.kafka_support", "tests.browser", "tests.spark", "tests.test_cli",
+            "tests.docs", "tests.kafka_fuzz",
+            # a broker or an engine of its own: integration, with fsyncs and threads
+            "exactly.app.broker", "exactly.app.engine.engine", "tests.storage_log", "tests.raw_txn")
+#: fixtures that make a test an integration test whatever its module imports
+NOT_FAST_FIXTURES = frozenset({"broker", "exactly_broker"})
+#: fast-tier modules that run a child anyway, because the tier is where they belong: the type check
+FAST_ANYWAY = frozenset({"test_types.py", "test_layering.py"})
+
+
+@functools.cache
+def is_fast(path: Path) -> bool:
+    """Whether the test module at ``path`` needs none of :data:`NOT_FAST` (read from its imports)."""
+    if path.name in FAST_ANYWAY:
+        return True
+    if "spark" in path.parts:
+        return False
+    for node in ast.walk(ast.parse(path.read_text())):
+        names = ([alias.name for alias in node.names] if isinstance(node, ast.Import)
+                 else [node.module or "", *(f"{node.module}.{a.name}" for a in node.names)]
+                 if isinstance(node, ast.ImportFrom) else [])
+        if any(name == heavy or name.startswith(heavy + ".") for name in names for heavy in NOT_FAST):
+            return False
+    return True
+
+
 def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "fast: the fast tier, `make check` (set from the module's imports)")
     config.addinivalue_line("markers", "jobs: the test's broker fixture runs the scheduled jobs (not FROZEN)")
     config.addinivalue_line("markers", "spread: under xdist, send the file's tests to workers one by one")
     if not config.pluginmanager.has_plugin("exactly"):  # an install made before the pytest11 entry point
@@ -43,6 +85,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
     spark_files = {file(item) for item in items if "spark" in getattr(item, "fixturenames", ())}
     for item in items:
+        if (is_fast(Path(item.fspath)) and not item.get_closest_marker("slow")
+                and not NOT_FAST_FIXTURES & set(getattr(item, "fixturenames", ()))):
+            item.add_marker(pytest.mark.fast)
         if not item.get_closest_marker("spread") and not item.get_closest_marker("xdist_group"):
             item.add_marker(pytest.mark.xdist_group("spark-session" if file(item) in spark_files else file(item)))
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
