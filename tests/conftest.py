@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import ast
 import functools
+import gc
 import os
+import time
 from pathlib import Path
 from typing import Iterator, Sequence
 
@@ -91,6 +93,46 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if not item.get_closest_marker("spread") and not item.get_closest_marker("xdist_group"):
             item.add_marker(pytest.mark.xdist_group("spark-session" if file(item) in spark_files else file(item)))
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
+#: how long librdkafka may take to end a client's threads once the client is destroyed
+CLIENT_GONE_S = 10.0
+
+
+def librdkafka_clients() -> int:
+    """librdkafka clients alive in this process: each has one ``rdk:main`` thread (the
+    ``rdk:`` threads are the reliable sign; confluent-kafka's handles are not gc-tracked)."""
+    alive = 0
+    for task in Path("/proc/self/task").iterdir():
+        try:
+            alive += (task / "comm").read_text().startswith("rdk:main")
+        except OSError:  # the thread ended while we looked
+            continue
+    return alive
+
+
+@pytest.fixture(autouse=True)
+def no_leaked_kafka_client(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Fail the test that leaves a librdkafka client alive: such a client reconnects to
+    its closed broker for the rest of the session, every second, on a busy machine (what
+    made a descriptor test and a Spark callback flake). Clients of a fixture wider than
+    the test are the fixture's to close."""
+    before = librdkafka_clients()
+    yield
+    check_no_client_left(before, request.node.nodeid)
+
+
+def check_no_client_left(before: int, test: str, timeout_s: float = CLIENT_GONE_S) -> None:
+    """Fail ``test`` unless the librdkafka clients are back to ``before`` within ``timeout_s``."""
+    if librdkafka_clients() <= before:
+        return
+    gc.collect()  # a client only the garbage collector still holds is destroyed here
+    deadline = time.monotonic() + timeout_s
+    while (alive := librdkafka_clients()) > before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if alive > before:
+        pytest.fail(f"{test} left {alive - before} librdkafka client(s) alive: close every Producer, Consumer "
+                    f"and AdminClient it creates (or the fixture that owns it should)", pytrace=False)
 
 
 def jobs_config(request: pytest.FixtureRequest) -> dict[str, bool]:
