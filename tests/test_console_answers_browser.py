@@ -149,6 +149,19 @@ def test_at_390_px_the_abort_of_a_stuck_transaction_is_on_the_first_screen(conso
             page.goto(base + path)
             _on_first_screen(page, page.locator(button).first)
             page.screenshot(path=str(ARTIFACTS / f"answers-first-screen{path.replace('/', '-')}.png"))
+        # the overview's Abort names what it aborts: its row's "Held by" is scrolled out of view
+        page.goto(base + "/")
+        assert "stuck-tx" in page.locator('.blockers button[data-abort="stuck-tx"]').first.inner_text()
+        assert not problems, f"the browser reported errors: {problems}"
+
+
+def test_at_1440_px_the_overviews_abort_is_one_word(console, chromium):  # noqa: F811
+    """The name beside the overview's Abort is for a phone; on a desktop its row shows it."""
+    broker, base = console
+    _stuck_consumer(broker)
+    with open_page(chromium, 1440, 900) as (page, problems):
+        page.goto(base + "/")
+        assert page.locator('.blockers button[data-abort="stuck-tx"]').first.inner_text().strip() == "Abort"
         assert not problems, f"the browser reported errors: {problems}"
 
 
