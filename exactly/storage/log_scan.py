@@ -118,7 +118,10 @@ class TransactionSpan:
 
     @property
     def first_offset(self) -> int:
-        return self.batches[0].header.base_offset if self.batches else self.marker.offset  # type: ignore[union-attr]
+        if self.batches:
+            return self.batches[0].header.base_offset
+        assert self.marker is not None, "a span holds data batches, a marker or both"
+        return self.marker.offset
 
     @property
     def epochs(self) -> tuple[int, ...]:
