@@ -124,6 +124,14 @@ class TransactionSpan:
         return self.marker.offset
 
     @property
+    def first_epoch(self) -> int:
+        """The producer epoch of its first data batch, or of its marker when it has none."""
+        if self.batches:
+            return self.batches[0].header.producer_epoch
+        assert self.marker is not None, "a span holds data batches, a marker or both"
+        return self.marker.producer_epoch
+
+    @property
     def epochs(self) -> tuple[int, ...]:
         """The producer epochs of its data batches, in order, without repeats."""
         return tuple(dict.fromkeys(b.header.producer_epoch for b in self.batches))
