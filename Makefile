@@ -124,4 +124,4 @@ bench: $(TEST_STAMP) $(JAVA) $(JDBC_JAR)
 	$(PY) bench/bench_spark.py
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info .pytest_cache .hypothesis
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache .hypothesis .mypy_cache

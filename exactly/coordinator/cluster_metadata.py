@@ -30,7 +30,7 @@ the iteration count and the two keys RFC 5802 derives from them.
 from __future__ import annotations
 
 from dataclasses import astuple, dataclass, field
-from typing import Iterable
+from typing import Iterable, TypeVar
 
 from exactly.coordinator.schema import (
     INT8,
@@ -145,7 +145,7 @@ def record_type(key: bytes | None) -> int:
     version, body = versioned(key)
     if version != KEY_VERSION:
         raise SchemaError(f"unsupported __cluster_metadata key version {version}")
-    found = RECORD_TYPE.decode(memoryview(body), 0)[0]["record_type"]
+    found: int = RECORD_TYPE.decode(memoryview(body), 0)[0]["record_type"]
     if found not in (ACCESS_CONTROL_ENTRY_RECORD, USER_SCRAM_CREDENTIAL_RECORD):
         raise SchemaError(f"unknown __cluster_metadata record type {found}")
     return found
@@ -156,7 +156,8 @@ def decode_key(key: bytes | None) -> bytes:
     k = decode_versioned(key, KEY_VERSION, KEY, "__cluster_metadata key")
     if k["record_type"] != ACCESS_CONTROL_ENTRY_RECORD:
         raise SchemaError(f"unknown __cluster_metadata record type {k['record_type']}")
-    return k["id"]
+    acl_id: bytes = k["id"]
+    return acl_id
 
 
 def decode_scram_key(key: bytes | None) -> tuple[str, int]:
@@ -203,7 +204,11 @@ def replay(records: Iterable[tuple[bytes | None, bytes | None]]) -> MetadataImag
     return image
 
 
-def _apply(records: dict, key: object, record: object | None) -> None:
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+def _apply(records: dict[K, V], key: K, record: V | None) -> None:
     if record is None:
         records.pop(key, None)
     else:

@@ -81,7 +81,7 @@ import itertools
 import logging
 import uuid
 from dataclasses import dataclass
-from typing import Iterable, Protocol
+from typing import Any, Iterable, Protocol
 
 from exactly.coordinator import offsets_log
 from exactly.coordinator.group_metadata import (
@@ -112,7 +112,7 @@ from exactly.storage.errors import (
     UnknownMemberIdError,
     UnstableOffsetCommitError,
 )
-from exactly.storage.record_batch import ControlType, decode_batch, decode_control_record
+from exactly.storage.record_batch import BatchHeader, ControlType, decode_batch, decode_control_record
 
 log = logging.getLogger(__name__)
 G = GroupState
@@ -206,7 +206,7 @@ class GroupCoordinator:
             except SchemaError as e:
                 log.warning("skipping undecodable __consumer_offsets record at %d: %s", record.offset, e)
 
-    def _load_record(self, key: bytes | None, value: bytes | None, header) -> None:
+    def _load_record(self, key: bytes | None, value: bytes | None, header: BatchHeader) -> None:
         decoded_key = offsets_log.decode_key(key)
         if isinstance(decoded_key, offsets_log.GroupKey):
             self._load_group(decoded_key.group, offsets_log.decode_group_value(value))
@@ -316,7 +316,8 @@ class GroupCoordinator:
                                            now: int, new_member: bool = False) -> JoinResult:
         """The member waits in the join phase (started unless one is on) until it completes."""
         self._update_member(group, member, protocol_type, protocols, timeouts)
-        waiter = member.join_waiter = asyncio.get_running_loop().create_future()
+        waiter: asyncio.Future[JoinResult] = asyncio.get_running_loop().create_future()
+        member.join_waiter = waiter
         if group.state is not G.PREPARING_REBALANCE:
             self._prepare_rebalance(group, now)
         self._maybe_complete_join(group, now)
@@ -365,7 +366,7 @@ class GroupCoordinator:
         return await self._update_member_and_rebalance(group, member, protocol_type, protocols, timeouts, now)
 
     async def _keep_static_assignment(self, group: GroupMetadata, member: Member, old_member_id: str,
-                                      old_leader: str | None, before: tuple,
+                                      old_leader: str | None, before: tuple[str, list[tuple[str, bytes]], int, int],
                                       support_skipping_assignment: bool) -> JoinResult:
         """The Stable group is stored with the static member's new id, then the member
         gets the current generation. Before JoinGroup v9 it is told the *old* leader id:
@@ -374,7 +375,8 @@ class GroupCoordinator:
         (it keeps watching metadata) and, with ``skip_assignment``, not to assign. A
         failed store puts the old id back."""
         new_member_id = member.member_id
-        waiter = member.join_waiter = asyncio.get_running_loop().create_future()
+        waiter: asyncio.Future[JoinResult] = asyncio.get_running_loop().create_future()
+        member.join_waiter = waiter
         try:
             await self._store_group(group)
         except BaseException as e:
@@ -414,7 +416,7 @@ class GroupCoordinator:
         return JoinResult(group.generation, group.protocol_type, group.protocol, group.leader or "",
                           member.member_id, everyone)
 
-    def _abandon_join(self, group: GroupMetadata, member: Member, waiter: asyncio.Future,
+    def _abandon_join(self, group: GroupMetadata, member: Member, waiter: asyncio.Future[JoinResult],
                       new_member: bool) -> None:
         """The client gave up on its JoinGroup (it closed): it has not rejoined after
         all. A member this join created is removed at once, so the rebalance need not
@@ -576,7 +578,8 @@ class GroupCoordinator:
         if group.state is G.STABLE:
             self._restart_session(member, self.clock.now_ms())
             return member.assignment
-        waiter = member.sync_waiter = asyncio.get_running_loop().create_future()
+        waiter: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+        member.sync_waiter = waiter
         if member_id == group.leader:
             for m in group.members.values():
                 m.assignment = (assignments or {}).get(m.member_id, b"")
@@ -887,7 +890,7 @@ class GroupCoordinator:
         return self.groups.get(group_id)
 
 
-def _fail(waiter: asyncio.Future | None, error: KafkaError) -> None:
+def _fail(waiter: asyncio.Future[Any] | None, error: KafkaError) -> None:
     if waiter is not None and not waiter.done():
         waiter.set_exception(error)
 

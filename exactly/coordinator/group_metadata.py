@@ -14,11 +14,15 @@ appended after them stays (Kafka's ``olderThan``), live and on replay alike.
 
 from __future__ import annotations
 
+import asyncio
 import enum
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from exactly.storage.errors import InvariantViolation
+
+if TYPE_CHECKING:
+    from exactly.coordinator.group_coordinator import JoinResult
 
 TopicPartition = tuple[str, int]
 
@@ -79,8 +83,9 @@ class Member:
     #: joined but no join has completed for it yet: its JoinGroup itself can expire
     is_new: bool = False
     #: set while the member waits for the join phase / the leader's assignment
-    join_waiter: Any = None
-    sync_waiter: Any = None
+    join_waiter: asyncio.Future[JoinResult] | None = None
+    #: answered with the member's assignment
+    sync_waiter: asyncio.Future[bytes] | None = None
 
     def has_expired(self, now_ms: int) -> bool:
         """Past its session deadline and not excused (Kafka's ``hasSatisfiedHeartbeat``

@@ -49,7 +49,7 @@ import uuid
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Protocol, TypedDict
 
-from sqlalchemy import Connection, Engine, Table, delete, func, literal, select
+from sqlalchemy import Connection, Engine, RowMapping, Table, delete, func, literal, select
 from sqlalchemy.dialects.sqlite import insert
 
 from exactly.coordinator import cluster_metadata, offsets_log, transaction_log
@@ -163,16 +163,18 @@ def txn_id_row(transactional_id: str, transit: TxnTransitMetadata, partition: in
             "source_partition": partition, "source_offset": offset}
 
 
-def finished_row(transactional_id: str, transit: TxnTransitMetadata, previous: Mapping[str, Any] | None,
-                 partition: int, offset: int) -> Row:
+def finished_row(transactional_id: str, transit: TxnTransitMetadata,
+                 previous: Mapping[str, Any] | RowMapping | None, partition: int, offset: int) -> Row:
     """The ``transactions`` row of a Complete record (without its id); ``previous``
     is the transactional id's row before it, which holds the Prepare record."""
-    prepared = (previous is not None and previous["producer_id"] == transit.producer_id
-                and previous["state"] in {state.display for state in VALID_PREVIOUS[transit.state]})
+    outcome = transit.state.outcome
+    assert outcome is not None, f"a Complete record's state has its outcome, not {transit.state.display}"
+    prepared = (previous if previous is not None and previous["producer_id"] == transit.producer_id
+                and previous["state"] in {state.display for state in VALID_PREVIOUS[transit.state]} else None)
     return {"transactional_id": transactional_id, "producer_id": transit.producer_id,
-            "producer_epoch": transit.producer_epoch, "outcome": transit.state.outcome.name,
-            "partitions": previous["partitions"] if prepared else partitions_json(transit.partitions),
-            "start_ms": previous["txn_start_ms"] if prepared else transit.txn_start_timestamp,
+            "producer_epoch": transit.producer_epoch, "outcome": outcome.name,
+            "partitions": prepared["partitions"] if prepared is not None else partitions_json(transit.partitions),
+            "start_ms": prepared["txn_start_ms"] if prepared is not None else transit.txn_start_timestamp,
             "end_ms": transit.txn_last_update_timestamp,
             "log_partition": partition, "log_offset": offset,
             "abort_cause": transit.abort_reason.cause.value if transit.abort_reason else None,

@@ -31,11 +31,12 @@ import logging
 import sqlite3
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Connection, Engine, create_engine, event
+from sqlalchemy.engine.interfaces import DBAPIConnection
 from sqlalchemy.exc import SQLAlchemyError
-from sqlalchemy.pool import NullPool, QueuePool
+from sqlalchemy.pool import ConnectionPoolEntry, NullPool, QueuePool
 
 from exactly.storage.filenames import MIRROR_DB
 
@@ -67,7 +68,7 @@ def _take_over_transactions(engine: Engine, begin: str, pragmas: tuple[str, ...]
     pysqlite's own BEGIN is deferred and skipped for SELECTs, so turn it off."""
 
     @event.listens_for(engine, "connect")
-    def on_connect(dbapi_connection, _record) -> None:
+    def on_connect(dbapi_connection: DBAPIConnection, _record: ConnectionPoolEntry) -> None:
         dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()
         for pragma in pragmas:
@@ -75,7 +76,7 @@ def _take_over_transactions(engine: Engine, begin: str, pragmas: tuple[str, ...]
         cursor.close()
 
     @event.listens_for(engine, "begin")
-    def on_begin(connection) -> None:
+    def on_begin(connection: Connection) -> None:
         connection.exec_driver_sql(begin)
 
 
@@ -145,13 +146,19 @@ def head_revision() -> str | None:
     return next(iter(heads), None)
 
 
-def _assignments(script: Path, names: tuple[str, ...]) -> list[tuple[str, object]]:
-    """The module-level constant assignments to ``names`` in the Python file ``script``."""
+def _assignments(script: Path, names: tuple[str, ...]) -> list[tuple[str, Any]]:
+    """The module-level constant assignments (plain or annotated) to ``names`` in the
+    Python file ``script``, with their literal values."""
     found = []
     for node in ast.parse(script.read_text(encoding="utf-8")).body:
-        target = node.targets[0] if isinstance(node, ast.Assign) else getattr(node, "target", None)
-        if isinstance(target, ast.Name) and target.id in names and node.value is not None:
-            found.append((target.id, ast.literal_eval(node.value)))
+        if isinstance(node, ast.Assign):
+            target, value = node.targets[0], node.value
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            target, value = node.target, node.value
+        else:
+            continue
+        if isinstance(target, ast.Name) and target.id in names:
+            found.append((target.id, ast.literal_eval(value)))
     return found
 
 

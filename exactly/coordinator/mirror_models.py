@@ -18,9 +18,9 @@ so the database refuses a value the code does not know. Alembic owns the schema
 from __future__ import annotations
 
 import enum
-from typing import Iterable
+from typing import ClassVar, Iterable
 
-from sqlalchemy import BigInteger, CheckConstraint, Integer, MetaData, Text, UniqueConstraint
+from sqlalchemy import BigInteger, CheckConstraint, Integer, MetaData, Table, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from exactly.coordinator.transaction_state import AbortCause, TransactionState
@@ -50,6 +50,9 @@ def one_of(column: str, values: Iterable[str]) -> str:
 
 
 class Base(DeclarativeBase):
+    #: every model here is mapped to a table of its own (SQLAlchemy types it as any
+    #: FromClause, which a mapping to a join or a subquery would be)
+    __table__: ClassVar[Table]
     metadata = MetaData(naming_convention={
         "pk": "pk_%(table_name)s",
         "uq": "uq_%(table_name)s_%(column_0_N_name)s",

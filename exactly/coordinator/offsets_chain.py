@@ -29,7 +29,7 @@ from typing import Iterable
 from exactly.coordinator import offsets_log, transaction_log
 from exactly.coordinator.schema import SchemaError
 from exactly.coordinator.transaction_state import AbortReason, TxnTransitMetadata
-from exactly.storage.log_scan import PartitionScan, TransactionSpan
+from exactly.storage.log_scan import PartitionScan, ScannedBatch, TransactionSpan
 from exactly.storage.record_batch import ControlType
 
 
@@ -62,7 +62,7 @@ class GroupCommits:
     plain: tuple[OffsetCommit, ...]
 
 
-def _commits(batches: Iterable, group: str, topic: str) -> tuple[OffsetCommit, ...]:
+def _commits(batches: Iterable[ScannedBatch], group: str, topic: str) -> tuple[OffsetCommit, ...]:
     found = []
     for batch in batches:
         for record in batch.records:
@@ -97,11 +97,11 @@ class Link:
 
 def chain(commits: GroupCommits, log_start_offsets: dict[int, int]) -> dict[int, list[Link]]:
     """The committed transactions' links per input partition, in COMMIT-marker order."""
-    committed = sorted((t for t in commits.transactions
-                        if t.span.marker is not None and t.span.marker.control_type is ControlType.COMMIT),
-                       key=lambda t: t.span.marker.offset)  # type: ignore[union-attr]
+    committed = sorted(((marker.offset, t) for t in commits.transactions
+                        if (marker := t.span.marker) is not None and marker.control_type is ControlType.COMMIT),
+                       key=lambda by_marker: by_marker[0])
     links: dict[int, list[Link]] = {}
-    for transaction in committed:
+    for _, transaction in committed:
         for partition, offset in sorted(transaction.offsets().items()):
             previous = links.get(partition)
             start = previous[-1].to_offset if previous else log_start_offsets.get(partition, 0)
@@ -139,18 +139,18 @@ def decided_transactions(scans: Iterable[PartitionScan]) -> dict[int, list[Decid
     """Per producer id, its decided transactions in log order (scans with records)."""
     found: dict[int, list[DecidedTransaction]] = {}
     for scan in scans:
-        prepared: list[tuple[str, TxnTransitMetadata]] = []
+        prepared: list[tuple[str, TxnTransitMetadata, ControlType]] = []
         completed: set[int] = set()  # indexes into prepared
         latest: dict[str, int] = {}
         for txn_id, transit in _transits(scan):
             if transit.state.is_complete and txn_id in latest:
                 completed.add(latest.pop(txn_id))
-            elif transit.state.is_prepared:
+            elif transit.state.is_prepared and (outcome := transit.state.outcome) is not None:
                 latest[txn_id] = len(prepared)
-                prepared.append((txn_id, transit))
-        for n, (txn_id, transit) in enumerate(prepared):
+                prepared.append((txn_id, transit, outcome))
+        for n, (txn_id, transit, outcome) in enumerate(prepared):
             found.setdefault(transit.producer_id, []).append(DecidedTransaction(
-                txn_id, transit.producer_id, transit.producer_epoch, transit.state.outcome,  # type: ignore[arg-type]
+                txn_id, transit.producer_id, transit.producer_epoch, outcome,
                 transit.partitions, transit.abort_reason, transit.txn_start_timestamp, n in completed))
     return found
 
@@ -163,12 +163,13 @@ def match_spans(decided: list[DecidedTransaction], spans: dict[tuple[str, int], 
     ``spans`` holds the producer's spans per scanned partition in order (the last may
     be open). A transaction still writing its markers (no Complete record yet) has
     sealed only the partitions whose last span is no longer open."""
-    left = {tp: [span for span in found if span.marker is not None] for tp, found in spans.items()}
+    left = {tp: [(span, marker) for span in found if (marker := span.marker) is not None]
+            for tp, found in spans.items()}
     still_open = {tp for tp, found in spans.items() if found and found[-1].marker is None}
     matched = {}
     for transaction in reversed(decided):
         for tp in transaction.partitions:
             if left.get(tp) and (transaction.complete or tp not in still_open):
-                span = left[tp].pop()
-                matched[(span.producer_id, tp[0], tp[1], span.marker.offset)] = transaction  # type: ignore[union-attr]
+                span, marker = left[tp].pop()
+                matched[(span.producer_id, tp[0], tp[1], marker.offset)] = transaction
     return matched

@@ -23,6 +23,7 @@ Startup. The partition of a group is Kafka's ``abs(hash(group)) % offsets.topic.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from exactly.coordinator.schema import (
     INT16,
@@ -139,7 +140,7 @@ def encode_group_value(value: GroupValue) -> bytes:
     })
 
 
-def _member_dict(member: MemberRecord) -> dict:
+def _member_dict(member: MemberRecord) -> dict[str, Any]:
     return {name: getattr(member, name) for name in MEMBER_V3.names}
 
 

@@ -186,12 +186,12 @@ class Array(Type):
     element: Type
     compact: bool = False
 
-    def encode(self, value: list | None, out: bytearray) -> None:
+    def encode(self, value: list[Any] | None, out: bytearray) -> None:
         _encode_length(-1 if value is None else len(value), self.compact, out, INT32)
         for item in value or ():
             self.element.encode(item, out)
 
-    def decode(self, data: memoryview, pos: int) -> tuple[list | None, int]:
+    def decode(self, data: memoryview, pos: int) -> tuple[list[Any] | None, int]:
         count, pos = _decode_length(data, pos, self.compact, INT32)
         if count == -1:
             return None, pos
@@ -226,6 +226,8 @@ class Schema(Type):
         self.tagged = None if tagged is None else tuple(sorted(tagged, key=lambda f: f.tag))
         self.names = tuple(name for name, _ in fields) + tuple(f.name for f in self.tagged or ())
 
+    # override: as a field of another struct it appends to ``out`` like every Type (its
+    # result unused); on its own it also returns the bytes, which a Type's None does not
     def encode(self, value: dict[str, Any], out: bytearray | None = None) -> bytes:  # type: ignore[override]
         target = bytearray() if out is None else out
         for name, kind in self.fields:
@@ -250,7 +252,7 @@ class Schema(Type):
             UNSIGNED_VARINT.encode(len(body), out)
             out += body
 
-    def decode(self, data: bytes | memoryview, pos: int = 0) -> tuple[dict[str, Any], int]:  # type: ignore[override]
+    def decode(self, data: bytes | memoryview, pos: int = 0) -> tuple[dict[str, Any], int]:
         view = memoryview(data)
         result = {}
         for name, kind in self.fields:
@@ -280,7 +282,7 @@ class Schema(Type):
             pos = end
         return pos
 
-    def decode_all(self, data: bytes) -> dict[str, Any]:
+    def decode_all(self, data: bytes | memoryview) -> dict[str, Any]:
         """Decode ``data`` whole: every byte must belong to the struct."""
         value, end = self.decode(data)
         if end != len(data):

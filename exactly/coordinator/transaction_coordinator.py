@@ -95,6 +95,7 @@ epoch a partition's producer state holds, so losing that file fences no one.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import struct
 import time
@@ -594,8 +595,9 @@ class TransactionCoordinator:
         # for a partition that never came to exist is skipped by the completion
         errors = await self._add_partitions(transactional_id, producer_id, producer_epoch, {tp},
                                             check_exists=False)
-        if errors[tp] is not None:
-            raise errors[tp]
+        error = errors[tp]
+        if error is not None:
+            raise error
         return tp
 
     # -- EndTxn ---------------------------------------------------------------------------
@@ -641,7 +643,7 @@ class TransactionCoordinator:
         if task is None or task.done():
             task = asyncio.get_running_loop().create_task(self._complete(meta))
             self._completions[meta.transactional_id] = task
-            task.add_done_callback(lambda t, txn_id=meta.transactional_id: self._completion_done(txn_id, t))
+            task.add_done_callback(functools.partial(self._completion_done, meta.transactional_id))
         return task
 
     def _completion_done(self, txn_id: str, task: asyncio.Task[None]) -> None:

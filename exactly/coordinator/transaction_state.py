@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from exactly.storage.errors import ConcurrentTransactionsError, InvariantViolation
 from exactly.storage.record_batch import MAX_PRODUCER_EPOCH, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, ControlType
@@ -249,7 +250,7 @@ class TransactionMetadata:
 
     # -- prepare ---------------------------------------------------------------------
 
-    def _prepare(self, state: TransactionState, **changes) -> TxnTransitMetadata:
+    def _prepare(self, state: TransactionState, **changes: Any) -> TxnTransitMetadata:
         if self.pending_state is not None:
             raise ConcurrentTransactionsError(
                 f"transactional id {self.transactional_id!r} is already moving to "

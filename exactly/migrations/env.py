@@ -30,7 +30,10 @@ given = config.attributes.get("connection")
 if given is not None:
     run(given)
 else:
-    engine = writer_engine(config.get_main_option("sqlalchemy.url").removeprefix("sqlite:///"))
+    url = config.get_main_option("sqlalchemy.url")
+    if url is None:
+        raise SystemExit("the mirror's migrations need a connection or sqlalchemy.url; neither is set")
+    engine = writer_engine(url.removeprefix("sqlite:///"))
     try:
         with engine.begin() as connection:
             run(connection)

@@ -66,7 +66,8 @@ def run_inline(steps: Steps[T]) -> T:
         try:
             job = steps.send(result) if error is None else steps.throw(error)
         except StopIteration as stop:
-            return stop.value
+            value: T = stop.value
+            return value
         try:
             result, error = job.run(), None
         except Exception as e:  # handed to the steps, which clean up and re-raise
@@ -128,9 +129,10 @@ def serve_calls(connection: Connection, cancelled_call: Any, parent_pid: int, ni
 
 def _receive(connection: Connection) -> Call:
     try:
-        return connection.recv()
+        call: Call = connection.recv()
     except EOFError:  # the broker closed its end, or died
         return None
+    return call
 
 
 def _die_with(parent_pid: int) -> None:

@@ -108,7 +108,7 @@ class FixedWidthIndex(ABC):
         self.base_offset = base_offset
         self.path = path
         # struct's "i" and "q" are also array typecodes for 4- and 8-byte signed ints.
-        key_type, value_type = self.ENTRY.format.removeprefix(">")
+        key_type, value_type = list(self.ENTRY.format.removeprefix(">"))
         self._keys = array(key_type)
         self._values = array(value_type)
         file.seek(0)

@@ -21,6 +21,7 @@ log (``exactly/storage/partition_log.py``):
 from __future__ import annotations
 
 import bisect
+import functools
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -174,8 +175,8 @@ class LogLoader:
         truncated = 0
         for i in range(first_to_recover, len(self.segments)):
             segment = self.segments[i]
-            truncated += segment.recover(lambda batch, header, s=segment: self._replay_batch(
-                batch, header, s, index_aborts=True))
+            truncated += segment.recover(functools.partial(self._replay_batch, segment=segment,
+                                                           index_aborts=True))
             if truncated:
                 self._delete_after(i)
                 break

@@ -118,7 +118,17 @@ class TransactionSpan:
 
     @property
     def first_offset(self) -> int:
-        return self.batches[0].header.base_offset if self.batches else self.marker.offset  # type: ignore[union-attr]
+        return self.batches[0].header.base_offset if self.batches else self._lone_marker().offset
+
+    @property
+    def first_epoch(self) -> int:
+        """The producer epoch of its first data batch, or of its marker when it has none."""
+        return self.batches[0].header.producer_epoch if self.batches else self._lone_marker().producer_epoch
+
+    def _lone_marker(self) -> Marker:
+        """The marker of a span without data batches."""
+        assert self.marker is not None, "a span holds data batches, a marker or both"
+        return self.marker
 
     @property
     def epochs(self) -> tuple[int, ...]:

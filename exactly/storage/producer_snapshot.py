@@ -72,7 +72,7 @@ def encode(entries: list[ProducerStateEntry]) -> bytes:
     return frame(VERSION, COUNT.pack(len(rows)) + b"".join(ENTRY.pack(*row) for row in rows))
 
 
-def _rows(entry: ProducerStateEntry) -> list[tuple]:
+def _rows(entry: ProducerStateEntry) -> list[tuple[int, ...]]:
     txn = entry.current_txn_first_offset if entry.current_txn_first_offset is not None else NO_OFFSET
     common = (entry.last_timestamp, entry.coordinator_epoch, txn)
     if not entry.batches:

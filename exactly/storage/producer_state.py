@@ -131,7 +131,7 @@ class ProducerStateEntry:
                 return batch
         return None
 
-    def key(self) -> tuple:
+    def key(self) -> tuple[object, ...]:
         """Everything that defines this entry, for equality checks between rebuilds."""
         return (self.producer_id, self.producer_epoch, self.coordinator_epoch, self.last_timestamp,
                 self.current_txn_first_offset, tuple(self.batches))
@@ -314,6 +314,6 @@ class ProducerStateManager:
     def __iter__(self) -> Iterator[ProducerStateEntry]:
         return iter(self.producers.values())
 
-    def fingerprint(self) -> dict[int, tuple]:
+    def fingerprint(self) -> dict[int, tuple[object, ...]]:
         """A comparable picture of the whole state (tests compare rebuilds with it)."""
         return {pid: entry.key() for pid, entry in self.producers.items()}

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from exactly.storage.aborted_transactions import AbortedTransactionTracker
-from exactly.storage.record_batch import ControlType, Record, decode_batch, decode_control_record, iter_headers
+from exactly.storage.record_batch import (
+    BatchHeader, ControlType, Record, decode_batch, decode_control_record, iter_headers)
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +68,7 @@ def _is_abort(records: tuple[Record, ...]) -> bool:
     return bool(records) and decode_control_record(records[0])[0] == ControlType.ABORT
 
 
-def _consumed(header, record: Record) -> ConsumedRecord:
+def _consumed(header: BatchHeader, record: Record) -> ConsumedRecord:
     timestamp = header.max_timestamp if header.timestamp_type == 1 else record.timestamp
     return ConsumedRecord(record.offset, timestamp, header.timestamp_type, record.key, record.value,
                           record.headers, header.producer_id, header.is_transactional)

@@ -260,6 +260,10 @@ class SimpleRecord:
     timestamp: int | None = None
 
 
+#: a record to encode as a plain tuple: key, value, headers, timestamp (None: now)
+RecordTuple = tuple["bytes | None", "bytes | None", "Sequence[tuple[str, bytes | None]]", "int | None"]
+
+
 def read_header(buf: Buffer, pos: int = 0) -> BatchHeader:
     """The header of the batch starting at ``pos``; reads only its 61 bytes.
 
@@ -484,7 +488,7 @@ def _skip_headers(data: bytes, pos: int, end: int, base_offset: int) -> int:
 #: what _walk_records yields per record (a plain tuple: it runs for every consumed record):
 #: attributes, timestamp delta, offset delta, key, value, headers, and where the record's
 #: KeyLength..headers bytes start and end in the records section
-_RawRecord = tuple[int, int, int, "bytes | None", "bytes | None", tuple, int, int]
+_RawRecord = tuple[int, int, int, "bytes | None", "bytes | None", "tuple[tuple[str, bytes | None], ...]", int, int]
 
 
 def _walk_records(data: bytes, header: BatchHeader) -> Iterator[_RawRecord]:
@@ -605,7 +609,7 @@ def encode_record(offset_delta: int, timestamp_delta: int, key: bytes | None,
     return encode_varint(len(body)) + body
 
 
-def encode_batch(records: Sequence[SimpleRecord | tuple], *, base_offset: int = 0,
+def encode_batch(records: Sequence[SimpleRecord | RecordTuple], *, base_offset: int = 0,
                  producer_id: int = NO_PRODUCER_ID, producer_epoch: int = NO_PRODUCER_EPOCH,
                  base_sequence: int = NO_SEQUENCE, transactional: bool = False,
                  control: bool = False, compression: Compression = Compression.NONE,
@@ -623,7 +627,8 @@ def encode_batch(records: Sequence[SimpleRecord | tuple], *, base_offset: int = 
     if control and len(records) != 1:
         raise ValueError(f"a control batch holds exactly one record, got {len(records)}")
     now = None
-    rows = []
+    rows: list[tuple[bytes | None, bytes | None, Sequence[tuple[str, bytes | None]], int]] = []
+    headers: Sequence[tuple[str, bytes | None]]
     for record in records:
         if isinstance(record, SimpleRecord):
             key, value, headers, timestamp = (record.key, record.value, record.headers,

@@ -112,7 +112,7 @@ class Consumer:
         """Consume exactly these partitions, without group membership."""
         self._abandon_rebalance()
         self._subscription = []
-        self._assignment = [tuple(tp) for tp in partitions]  # type: ignore[misc]
+        self._assignment = [_key(tp) for tp in partitions]
         self._positions = {tp: p for tp, p in self._positions.items() if tp in self._assignment}
 
     def assignment(self) -> list[TopicPartition]:
@@ -206,9 +206,9 @@ class Consumer:
     def seek(self, partition: TopicPartition, offset: int) -> None:
         if offset < 0:
             raise ValueError(f"seek offset must not be negative, got {offset}")
-        if tuple(partition) not in self._assignment:
+        if _key(partition) not in self._assignment:
             raise IllegalStateError(f"{partition} is not assigned to this consumer")
-        self._positions[tuple(partition)] = offset  # type: ignore[index]
+        self._positions[_key(partition)] = offset
 
     def seek_to_beginning(self, partitions: Iterable[TopicPartition] | None = None) -> None:
         self._seek_to(partitions, "earliest")
@@ -221,7 +221,7 @@ class Consumer:
         saved, self.auto_offset_reset = self.auto_offset_reset, where
         try:
             for tp in partitions or self._assignment:
-                self._reset_position(tuple(tp))  # type: ignore[arg-type]
+                self._reset_position(_key(tp))
         finally:
             self.auto_offset_reset = saved
 
@@ -229,7 +229,7 @@ class Consumer:
         """The offset of the next record to be returned; a partition without a position
         gets one first (under read_committed this waits while a transaction still holds
         the group's offsets: UNSTABLE_OFFSET_COMMIT if it does beyond ``timeout_ms``)."""
-        tp = tuple(partition)
+        tp = _key(partition)
         if tp not in self._assignment:
             raise IllegalStateError(f"{partition} is not assigned to this consumer")
         deadline = time.monotonic() + timeout_ms / 1000
@@ -238,7 +238,7 @@ class Consumer:
                 raise UnstableOffsetCommitError(
                     f"{tp[0]}-{tp[1]}: the group's offsets are still pending in a transaction "
                     f"after {timeout_ms} ms")
-        return self._positions[tp]  # type: ignore[index]
+        return self._positions[tp]
 
     # -- offsets ------------------------------------------------------------------------------------
 
@@ -248,7 +248,7 @@ class Consumer:
             raise IllegalStateError("commit needs a group_id")
         chosen = offsets if offsets is not None else dict(self._positions)
         now = self.engine.clock.now_ms()
-        committed = {tuple(tp): CommittedOffset(o.offset, o.metadata, o.leader_epoch, now)
+        committed = {_key(tp): CommittedOffset(o.offset, o.metadata, o.leader_epoch, now)
                      for tp, o in ((tp, v if isinstance(v, OffsetAndMetadata) else OffsetAndMetadata(int(v)))
                                    for tp, v in chosen.items())}
         if not committed:
@@ -265,7 +265,7 @@ class Consumer:
         if self.group_id is None:
             raise IllegalStateError("committed needs a group_id")
         fetched = self.engine.call(self.engine.groups.fetch_offsets, self.group_id,
-                                   [tuple(tp) for tp in partitions], False)
+                                   [_key(tp) for tp in partitions], False)
         return {tp: (f.offset if f.offset >= 0 else None) for tp, f in fetched.items()}
 
     def _maybe_auto_commit(self, now: bool = False) -> None:
@@ -324,17 +324,18 @@ class Consumer:
     async def _rejoin(self) -> bytes:
         """JoinGroup + SyncGroup on the engine's loop (as leader, compute the range
         assignment); returns this member's assignment."""
-        gc = self.engine.groups
+        gc, group_id = self.engine.groups, self.group_id
+        assert group_id is not None, "only a subscribed consumer rejoins, and subscribe needs a group_id"
         subscription = consumer_protocol.encode_subscription(self._subscription)
         joined = await gc.join_group(
-            self.group_id, self._member_id, consumer_protocol.PROTOCOL_TYPE,
+            group_id, self._member_id, consumer_protocol.PROTOCOL_TYPE,
             [(consumer_protocol.RANGE, subscription)], self.session_timeout_ms,
             self.max_poll_interval_ms, self.group_instance_id, self.client_id, "embedded")
         self._member_id, self._generation = joined.member_id, joined.generation
         assignments = await self._assign(joined) if joined.leader == joined.member_id else None
         # shielded: the leader's SyncGroup appends to __consumer_offsets, and an append is
         # never abandoned half-way (a cancel may only interrupt the wait for others)
-        return await asyncio.shield(gc.sync_group(self.group_id, joined.generation, joined.member_id,
+        return await asyncio.shield(gc.sync_group(group_id, joined.generation, joined.member_id,
                                                   assignments, self.group_instance_id))
 
     async def _assign(self, joined) -> dict[str, bytes]:
@@ -401,3 +402,10 @@ class Consumer:
     def _check_open(self) -> None:
         if self._closed.is_set():
             raise IllegalStateError("the consumer is closed")
+
+
+def _key(tp: TopicPartition) -> TopicPartition:
+    """A partition as the plain ``(topic, partition)`` tuple the consumer keys its state
+    by: a caller may hand a list, or a client library's named tuple."""
+    topic, partition = tp
+    return topic, partition

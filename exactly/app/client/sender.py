@@ -162,7 +162,7 @@ class Sender:
 
     def abort_undrained(self, error: BaseException) -> list[Outcome]:
         """Fail every batch not in flight (the transaction is failing or aborting)."""
-        outcomes = []
+        outcomes: list[Outcome] = []
         for partition_queue, batch in self.acc.abort_undrained():
             self.acc.done(batch)
             if batch.producer_id >= 0:  # it went out before and came back: sequence unknown
@@ -215,7 +215,8 @@ class Sender:
             now = time.monotonic()
             for item in items:
                 if isinstance(item, tuple):  # (batch, engine future): the engine answered
-                    outcomes += self._landed(*item, now)
+                    batch, future = item
+                    outcomes += self._landed(batch, future, now)
                 elif item is not None:  # outcomes found under the lock by a sending thread
                     outcomes += item
             outcomes += self._expire(now)

@@ -61,10 +61,11 @@ class Access:
 
     def load(self, image: cluster_metadata.MetadataImage) -> None:
         """Install what ``__cluster_metadata`` holds (before the loop runs)."""
-        for record in image.scram_credentials.values():
-            self.scram_credentials.put(record)
-        for acl_id, record in image.acls.items() if self._authorizer is not None else ():
-            self._authorizer.add_acl(acl_id, AclBinding.from_record(record))
+        for credential in image.scram_credentials.values():
+            self.scram_credentials.put(credential)
+        if self._authorizer is not None:
+            for acl_id, acl in image.acls.items():
+                self._authorizer.add_acl(acl_id, AclBinding.from_record(acl))
 
     # -- authorization ----------------------------------------------------------------------
 

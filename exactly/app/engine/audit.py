@@ -276,7 +276,7 @@ class _Audit:
     def _audited(self, span: TransactionSpan, decided: DecidedTransaction | None, inputs: tuple[InputRange, ...],
                  outputs: tuple[OutputBatch, ...]) -> AuditedTransaction:
         reason = decided.abort_reason if decided else None
-        epoch = decided.producer_epoch if decided else (span.epochs or (span.marker.producer_epoch,))[0]  # type: ignore[union-attr]
+        epoch = decided.producer_epoch if decided else span.first_epoch
         return AuditedTransaction(
             decided.transactional_id if decided else None, span.producer_id, epoch,
             span.marker.control_type.name if span.marker else "OPEN",
@@ -293,7 +293,7 @@ class _Audit:
                 self._check_link(link)
         found = []
         for transaction in sorted({id(l.transaction): l.transaction for ls in links.values() for l in ls}.values(),
-                                  key=lambda t: t.span.marker.offset):  # type: ignore[union-attr]
+                                  key=_marker_offset):
             audited = self._transaction(transaction, tuple(sorted(ranges[id(transaction)],
                                                                   key=lambda r: r.partition)))
             self._check_counts(audited)
@@ -325,14 +325,16 @@ class _Audit:
         if not self.records_per_input:
             return
         for r in audited.inputs:
-            self._check_ratio(audited, r)
+            self._check_ratio(audited, r, self.records_per_input)
 
-    def _check_ratio(self, audited: AuditedTransaction, r: InputRange) -> None:
-        """With ``records_per_input``: the records of one input range against its transaction's output."""
+    def _check_ratio(self, audited: AuditedTransaction, r: InputRange, records_per_input: int) -> None:
+        """The records of one input range against its transaction's output."""
         if len(audited.inputs) != 1 or r.to_offset <= r.from_offset:
             return  # output is per transaction: a split across input partitions is unknowable
-        records = _visible_records(self.inputs[r.partition], r.from_offset, r.to_offset)  # type: ignore[arg-type]
-        expected = records * self.records_per_input  # type: ignore[operator]
+        input_scan = self.inputs[r.partition]
+        assert isinstance(input_scan, PartitionScan), "the inputs are scanned when records_per_input is given"
+        records = _visible_records(input_scan, r.from_offset, r.to_offset)
+        expected = records * records_per_input
         if audited.output_records == expected:
             return
         kind = ViolationKind.GAP if audited.output_records < expected else ViolationKind.DUPLICATE
@@ -406,6 +408,13 @@ def _visible_records(input_scan: PartitionScan, start: int, end: int) -> int:
     batches = [*input_scan.plain, *(b for span in input_scan.spans if span.marker is not None
                                     and span.marker.control_type is ControlType.COMMIT for b in span.batches)]
     return sum(1 for b in batches for record in b.records if start <= record.offset < end)
+
+
+def _marker_offset(transaction: GroupTransaction) -> int:
+    """Where the COMMIT marker of a transaction the chain links is (it links committed ones only)."""
+    marker = transaction.span.marker
+    assert marker is not None, "the chain links committed transactions only"
+    return marker.offset
 
 
 def _output_batches(partition: int, span: TransactionSpan) -> tuple[OutputBatch, ...]:

@@ -66,6 +66,7 @@ def _target(engine: "Engine", tp: tuple[str, int], to: str, value: int | None) -
         return log.log_start_offset
     if to == "latest":
         return log.high_watermark
+    assert value is not None, "reset_offsets refuses an offset or timestamp reset without its value"
     if to == "offset":
         return min(max(value, log.log_start_offset), log.high_watermark)
     if value < 0:

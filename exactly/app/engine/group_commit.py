@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from concurrent.futures import Future, InvalidStateError
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
 from exactly.app.engine.counters import LatencyHistogram
 from exactly.app.engine.worker import Worker
@@ -35,6 +35,7 @@ from exactly.storage.errors import KafkaStorageError, LogOfflineError
 from exactly.storage.partition_log import FlushPlan, PartitionLog
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 class GroupCommit:
@@ -49,7 +50,7 @@ class GroupCommit:
         self._on_durable = on_durable
         self._loop = loop
         self._fsync = fsync_thread
-        self._waiters: list[tuple[int, Future, Any]] = []
+        self._waiters: list[tuple[int, Future[Any], Any]] = []
         self._in_flight = False
         self._drained: list[asyncio.Future[None]] = []
         self._timer: asyncio.TimerHandle | None = None
@@ -61,10 +62,10 @@ class GroupCommit:
         can be trusted to be durable."""
         return self._log.offline
 
-    def when_durable(self, offset: int, result: Any) -> Future:
+    def when_durable(self, offset: int, result: T) -> Future[T]:
         """A future that resolves to ``result`` once ``offset`` is below the high
         watermark (fsynced)."""
-        future: Future = Future()
+        future: Future[T] = Future()
         if self.failed is not None:
             future.set_exception(LogOfflineError(f"partition is offline: {self.failed}"))
         elif offset < self._log.high_watermark:

@@ -176,7 +176,8 @@ class Partitions:
     # -- produce ---------------------------------------------------------------------------------
 
     def start_produce(self, topic: str, partition: int, batch: bytes, acks: int = -1,
-                      transactional_id: str | None = None, principal: KafkaPrincipal | None = None) -> Future:
+                      transactional_id: str | None = None, principal: KafkaPrincipal | None = None
+                      ) -> Future[AppendResult]:
         """Append one producer batch (on the loop); the future resolves to its
         AppendResult -- with acks=-1 once it is fsynced. A transactional batch must
         belong to its producer's Ongoing transaction on this partition (KIP-890,

@@ -22,6 +22,7 @@ from exactly.app.config import TOPIC_DEFAULTS, BrokerConfig
 from exactly.app.engine.counters import LatencyHistogram
 from exactly.app.engine.views import ConfigSource
 from exactly.coordinator import consumer_protocol
+from exactly.coordinator.group_metadata import GroupMetadata
 from exactly.coordinator.internal_topics import INTERNAL_TOPICS
 from exactly.coordinator.schema import SchemaError
 from exactly.coordinator.transaction_state import TWO_PHASE_COMMIT_TIMEOUT_MS, TransactionState
@@ -279,7 +280,7 @@ async def group(engine: "Engine", group_id: str) -> dict[str, Any]:
             "offsets": offsets}
 
 
-def assigned_partitions(group: Any) -> set[tuple[str, int]]:
+def assigned_partitions(group: GroupMetadata) -> set[tuple[str, int]]:
     """The partitions the group's current assignment gives its members (decoded from
     the consumer protocol; none for another protocol)."""
     return {(a["topic_name"], a["partition_id"]) for m in group.members.values()
@@ -467,7 +468,8 @@ async def transaction_detail(engine: "Engine", txn_id: str) -> dict[str, Any]:
     whether that pins the LSO, the group offsets pending on its commit, and why its
     transaction is being or was aborted (``abort_cause``, ``abort_actor``)."""
     detail = await transaction(engine, txn_id)
-    reason = engine.transactions.coordinator.describe(txn_id).abort_reason  # PrepareAbort, CompleteAbort
+    described = engine.transactions.coordinator.describe(txn_id)
+    reason = described.abort_reason if described is not None else None  # PrepareAbort, CompleteAbort
     detail["abort_cause"] = reason.cause.value if reason else None
     detail["abort_actor"] = reason.actor if reason else None
     refusal = engine.transactions.coordinator.last_refusal.get(txn_id)  # why its markers were stuck
@@ -489,10 +491,9 @@ async def transaction_detail(engine: "Engine", txn_id: str) -> dict[str, Any]:
     return detail
 
 
-def committed_lags(engine: "Engine", group_id: str) -> dict[tuple[str, int], tuple[int, bool]]:
+def committed_lags(engine: "Engine", g: GroupMetadata) -> dict[tuple[str, int], tuple[int, bool]]:
     """The lag and its exactness (:func:`_lag`) of each partition, still there, where
     the group has a committed offset or is assigned it: O(log n) each, no log read."""
-    g = engine.groups.coordinator.describe(group_id)
     assigned = assigned_partitions(g)
     lags = {}
     for tp in sorted(set(g.committed) | assigned):
@@ -509,8 +510,8 @@ async def groups_summary(engine: "Engine") -> list[dict[str, Any]]:
     of its offsets wait on a transaction -- each from the counts the logs keep."""
     result = []
     for g in await groups(engine):
-        meta = engine.groups.coordinator.describe(g["group_id"])
-        lags = committed_lags(engine, g["group_id"])
+        meta = engine.groups.coordinator.groups[g["group_id"]]
+        lags = committed_lags(engine, meta)
         logs = [engine.partitions.log(*tp) for tp in lags]
         result.append({**g, "partitions": len(set(meta.committed).union(assigned_partitions(meta),
                                                                          *meta.pending.values())),
@@ -559,10 +560,10 @@ async def records(engine: "Engine", name: str, partition_id: int, offset: int | 
         for record in batch.records:
             if record.offset < start or record.offset >= hw or len(rows) >= limit:
                 continue
-            row = {"offset": record.offset, "timestamp": record.timestamp, "producer_id": header.producer_id,
-                   "producer_epoch": header.producer_epoch, "transactional": header.is_transactional,
-                   "key": _preview(record.key), "value": _preview(record.value), "marker": None,
-                   "held_by": None}
+            row: dict[str, Any] = {
+                "offset": record.offset, "timestamp": record.timestamp, "producer_id": header.producer_id,
+                "producer_epoch": header.producer_epoch, "transactional": header.is_transactional,
+                "key": _preview(record.key), "value": _preview(record.value), "marker": None, "held_by": None}
             if header.is_control:
                 control, _ = decode_control_record(record)
                 row.update(status="marker", marker=getattr(control, "name", str(control)), key=None, value=None)
@@ -606,8 +607,9 @@ def _group_lags(engine: "Engine") -> list[tuple[str, str, str, int]]:
     """``(group, topic, partition, lag)`` for every committed offset of a partition that
     exists, from the counts the logs keep (``read_models.committed_lags``): no log read on
     the loop per scrape."""
-    return [(group_id, topic, str(partition), lag) for group_id in sorted(engine.groups.coordinator.groups)
-            for (topic, partition), (lag, _) in committed_lags(engine, group_id).items()]
+    groups = engine.groups.coordinator.groups
+    return [(group_id, topic, str(partition), lag) for group_id in sorted(groups)
+            for (topic, partition), (lag, _) in committed_lags(engine, groups[group_id]).items()]
 
 
 def metrics(engine: "Engine") -> dict[str, Any]:

@@ -117,7 +117,8 @@ async def page(engine: "Engine", topic: str, partition: int, start: int | None =
             raise OffsetOutOfRangeError(f"{name} offset {offset} is outside [{low}, {hw}] of {topic}-{partition}")
     if start is None:
         scanned_to = end = upper if before is None else min(before, upper)
-        scanned_from, found, size = end, [], limit
+        found: list[tuple[BatchHeader, Record]] = []
+        scanned_from, size = end, limit
         while len(found) < limit and low < scanned_from and end - scanned_from < window:
             chunk = max(low, scanned_from - size, end - window)  # backwards, doubling
             found = [(h, r) for h, r in _records(log, chunk, scanned_from, read_committed)

@@ -82,6 +82,7 @@ def event_specs(event: Event, duration_ms: int | None,
     keys = COORDINATOR_APIS[coordinator]
     if event is Event.COORDINATOR_NOT_AVAILABLE:
         keys |= FIND_COORDINATOR
-    named = Match(api_keys=keys, **{"transactional_id" if coordinator is Coordinator.TRANSACTION else "group": ANY})
+    named = (Match(api_keys=keys, transactional_id=ANY) if coordinator is Coordinator.TRANSACTION
+             else Match(api_keys=keys, group=ANY))
     return [FaultSpec(named, Action.ERROR, error=COORDINATOR_ERRORS[event], duration_ms=duration_ms,
                       event=f"{label} ({coordinator.value})")]

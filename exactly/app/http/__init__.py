@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from flask import Flask, current_app
+from flask.json.provider import DefaultJSONProvider
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine as SqlEngine
@@ -60,7 +61,8 @@ def create_app(engine: "Engine", settings: HttpSettings | None = None,
     app.config.update(SECRET_KEY=settings.secret_key or secrets.token_hex(32),
                       MAX_CONTENT_LENGTH=MAX_CONTENT_LENGTH,
                       SESSION_COOKIE_SAMESITE="Strict", SESSION_COOKIE_HTTPONLY=True)
-    app.json.sort_keys = False  # keep Kafka's field order in responses
+    app.json = provider = DefaultJSONProvider(app)
+    provider.sort_keys = False  # keep Kafka's field order in responses
     if test_config:
         app.config.update(test_config)
     app.extensions["exactly.engine"] = engine

@@ -35,6 +35,7 @@ import secrets
 from urllib.parse import urlsplit
 
 from flask import Flask, Response, abort, g, redirect, request, session, url_for
+from werkzeug.wrappers import Response as BaseResponse
 
 from exactly.app.http import current_engine, current_settings, errors
 from exactly.app.security.principal import ANONYMOUS, KafkaPrincipal
@@ -129,7 +130,7 @@ def init_app(app: Flask) -> None:
     app.jinja_env.globals["csrf_token"] = csrf_token
 
     @app.before_request
-    def _authenticate() -> Response | None:
+    def _authenticate() -> BaseResponse | None:
         settings = current_settings()
         if settings.allowed_hosts is not None and _host_name(request.host) not in settings.allowed_hosts:
             return errors.http_error_response(421, "MISDIRECTED_REQUEST",

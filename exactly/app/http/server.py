@@ -37,8 +37,11 @@ class HttpServer:
         self._server.task_dispatcher.shutdown()
         wakers = [d for d in self._map.values() if isinstance(d, trigger)]
         if self._thread.is_alive() and wakers:
+            def close_all() -> None:
+                wasyncore.close_all(self._map)
             try:
-                wakers[0].pull_trigger(lambda: wasyncore.close_all(self._map))
+                # arg-type: types-waitress 3.0.1 has the thunk take an argument; waitress calls thunk()
+                wakers[0].pull_trigger(close_all)  # type: ignore[arg-type]
             except OSError as e:  # its loop ended meanwhile and closed the map, trigger included
                 log.warning("HTTP server loop had already stopped at shutdown: %s", e)
             self._thread.join(timeout=10)

@@ -23,10 +23,14 @@ import functools
 import io
 import struct
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
 from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
+from kio.serial.readers import Reader
+from kio.serial.writers import Writer
+from kio.static.primitive import i32
+from kio.static.protocol import RequestHeader, RequestPayload, ResponseHeader, ResponsePayload
 
 from exactly.app.kafka.prescan import FrameError, prescan
 from exactly.app.kafka.wire import build, millis  # noqa: F401  (millis: the handlers' *Ms fields)
@@ -56,13 +60,14 @@ def read_head(frame: bytes | memoryview) -> RequestHead:
 
 
 @functools.cache
-def _request_readers(api_key: int, version: int) -> tuple[type, Callable, type, Callable]:
+def _request_readers(api_key: int, version: int
+                     ) -> tuple[type[RequestHeader], Reader[Any], type[RequestPayload], Reader[Any]]:
     body = load_request_schema(api_key, version)
     header = body.__header_schema__
     return header, entity_reader(header), body, entity_reader(body)
 
 
-def decode_request(frame: bytes, head: RequestHead) -> tuple[str | None, Any]:
+def decode_request(frame: bytes | memoryview, head: RequestHead) -> tuple[str | None, Any]:
     """``(client id, request body entity)`` of a frame whose API and version are served.
 
     The frame is :func:`~exactly.app.kafka.prescan.prescan`-ned first: kio would reserve
@@ -83,7 +88,8 @@ def decode_request(frame: bytes, head: RequestHead) -> tuple[str | None, Any]:
 
 
 @functools.cache
-def _response_writers(api_key: int, version: int) -> tuple[type, Callable, type, Callable]:
+def _response_writers(api_key: int, version: int
+                      ) -> tuple[type[ResponsePayload], Writer[Any], type[ResponseHeader], Writer[Any]]:
     body = load_response_schema(api_key, version)
     header = body.__header_schema__
     return body, entity_writer(body), header, entity_writer(header)
@@ -99,7 +105,7 @@ def encode_response(api_key: int, version: int, correlation_id: int, body: Mappi
     body_cls, body_writer, header_cls, header_writer = _response_writers(api_key, version)
     out = io.BytesIO()
     out.write(b"\0\0\0\0")
-    header_writer(out, header_cls(correlation_id=correlation_id))
+    header_writer(out, header_cls(correlation_id=i32(correlation_id)))
     body_writer(out, build(body_cls, body))
     frame = out.getbuffer()
     SIZE.pack_into(frame, 0, len(frame) - SIZE.size)

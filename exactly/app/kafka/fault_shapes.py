@@ -74,6 +74,18 @@ def _strip_none(hint: Any) -> Any:
     return args[0] if len(args) == 1 and type(None) in typing.get_args(hint) else hint
 
 
+def _entity_class(body: Any) -> type:
+    """``type(body)`` as a plain ``type``: mypy does not see ``type[Any]`` as hashable,
+    which a cached function's argument must be."""
+    return type(body)
+
+
+def _is_struct(hint: Any) -> bool:
+    """A kio entity (a dataclass), not a primitive. A bool, not a narrowing: mypy would
+    narrow ``hint`` to a dataclass type, which it does not see as hashable (a cache key)."""
+    return dataclasses.is_dataclass(hint)
+
+
 @functools.cache
 def _hints(cls: type) -> dict[str, Any]:
     return {name: _strip_none(hint) for name, hint in typing.get_type_hints(cls).items()}
@@ -84,7 +96,7 @@ def partitioned(cls: type) -> Partitioned | None:
     """Where ``cls`` (a kio request or response entity) keeps its partitions, if it has any."""
     for topics, hint in _hints(cls).items():
         topic_cls = _element(hint)
-        if not dataclasses.is_dataclass(topic_cls):
+        if not _is_struct(topic_cls):
             continue
         topic_hints = _hints(topic_cls)
         name = next((n for n, h in topic_hints.items() if h is TopicName), None)
@@ -92,7 +104,7 @@ def partitioned(cls: type) -> Partitioned | None:
         if name is None or partitions is None:
             continue
         partition_cls = _element(topic_hints[partitions])
-        if not dataclasses.is_dataclass(partition_cls):
+        if not _is_struct(partition_cls):
             return Partitioned(topics, name, partitions, None, None)
         fields = _hints(partition_cls)
         index = next((n for n in INDEX_NAMES if n in fields), None)
@@ -112,7 +124,7 @@ def _named_fields(cls: type) -> tuple[tuple[str, ...], tuple[str, ...]]:
 
 def partitions_of(body: Any) -> tuple[TopicPartition, ...]:
     """Every (topic, partition) a request names."""
-    shape = partitioned(type(body))
+    shape = partitioned(_entity_class(body))
     if shape is None:
         return ()
     return tuple((getattr(topic, shape.name), _index(shape, p))
@@ -131,7 +143,7 @@ def facts(api_key: int, client_id: str | None, principal: str, body: Any) -> Req
         is_txn = getattr(body, "key_type", CoordinatorType.GROUP) == CoordinatorType.TRANSACTION
         return RequestFacts(api_key, client_id, principal, groups=() if is_txn else keys,
                             transactional_id=keys[0] if is_txn else None)
-    group_fields, txn_fields = _named_fields(type(body))
+    group_fields, txn_fields = _named_fields(_entity_class(body))
     groups: list[str] = []
     for name in group_fields:
         value = getattr(body, name)
@@ -142,7 +154,7 @@ def facts(api_key: int, client_id: str | None, principal: str, body: Any) -> Req
 
 def without(body: Any, dropped: Callable[[str, int], bool]) -> Any:
     """The request without the partitions ``dropped`` says so of (topics left empty go too)."""
-    shape = partitioned(type(body))
+    shape = partitioned(_entity_class(body))
     assert shape is not None
     topics = []
     for topic in getattr(body, shape.topics):
@@ -160,8 +172,8 @@ def error_answer(api_key: int, version: int, code: int, body: Any,
     ``error_code``; None when the response has no place for an error."""
     response_cls = load_response_schema(api_key, version)
     shape = partitioned(response_cls)
-    if shape is not None and shape.error is not None and faulted:
-        return {shape.topics: _topics(shape, code, faulted)}
+    if shape is not None and shape.index is not None and shape.error is not None and faulted:
+        return {shape.topics: _topics(shape, shape.index, shape.error, code, faulted)}
     if api_key == FIND_COORDINATOR and version >= 4:
         return {"coordinators": [{"key": key, "error_code": code, "node_id": -1, "host": "", "port": -1}
                                  for key in body.coordinator_keys]}
@@ -170,10 +182,11 @@ def error_answer(api_key: int, version: int, code: int, body: Any,
     return None
 
 
-def _topics(shape: Partitioned, code: int, faulted: tuple[TopicPartition, ...]) -> list[dict[str, Any]]:
+def _topics(shape: Partitioned, index: str, error: str, code: int,
+            faulted: tuple[TopicPartition, ...]) -> list[dict[str, Any]]:
     by_topic: dict[str, list[dict[str, Any]]] = {}
     for topic, partition in faulted:
-        by_topic.setdefault(topic, []).append({shape.index: partition, shape.error: code})
+        by_topic.setdefault(topic, []).append({index: partition, error: code})
     return [{shape.name: topic, shape.partitions: entries} for topic, entries in by_topic.items()]
 
 

@@ -86,6 +86,7 @@ async def _topic_metadata(ctx: RequestContext, name: str, allow_create: bool, as
             if not authorization.allowed_to_create(ctx, ApiKey.METADATA, name):
                 raise authorization.denial(T, name)
             info = await engine.topics.create_topic(name)
+            assert info is not None, "create_topic returns the topic it made (None answers validate_only)"
         except TopicAlreadyExistsError:
             info = engine.topics.describe_topic(name)
         except KafkaError as e:

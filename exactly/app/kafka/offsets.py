@@ -11,7 +11,7 @@ ends (librdkafka's read_committed consumers ask for this).
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from exactly.app.kafka import authorization
 from exactly.app.kafka.api import LEADER_EPOCH, ApiKey, RequestContext, check_leader_epoch, error_code, serves
@@ -20,10 +20,10 @@ from exactly.coordinator.group_metadata import CommittedOffset
 from exactly.storage.errors import KafkaError, UnknownTopicOrPartitionError
 
 
-def by_topic(entries: list[tuple[str, dict]], topic_key: str = "name", partitions_key: str = "partitions",
-             ) -> list[dict]:
-    """``[(topic, partition entry)]`` grouped as Kafka's responses nest them."""
-    grouped: dict[str, list[dict]] = {}
+def by_topic(entries: Iterable[tuple[str, object]], topic_key: str = "name", partitions_key: str = "partitions",
+             ) -> list[dict[str, Any]]:
+    """``[(topic, partition entry or index)]`` grouped as Kafka's responses nest them."""
+    grouped: dict[str, list[object]] = {}
     for topic, entry in entries:
         grouped.setdefault(topic, []).append(entry)
     return [{topic_key: topic, partitions_key: partitions} for topic, partitions in grouped.items()]

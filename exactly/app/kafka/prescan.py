@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 from kio.serial._introspect import EntityField, EntityTupleField, PrimitiveTupleField, classify_field
 from kio.static.constants import EntityType
+from kio.static.protocol import Entity
 
 from exactly.storage.errors import InvalidRecordError
 from exactly.storage.varint import decode_uvarint, encode_uvarint
@@ -82,7 +83,7 @@ class _Plan:
     min_size: int
 
 
-def prescan(cls: type, frame: bytes | memoryview, offset: int) -> tuple[int, bytes | memoryview]:
+def prescan(cls: type[Entity], frame: bytes | memoryview, offset: int) -> tuple[int, bytes | memoryview]:
     """Check the ``cls`` entity at ``frame[offset:]``; returns where it ends and the frame
     without unknown tagged fields (the same object when it has none). Raises FrameError."""
     drops: list[tuple[int, int, bytes]] = []
@@ -93,7 +94,7 @@ def prescan(cls: type, frame: bytes | memoryview, offset: int) -> tuple[int, byt
 
 
 @functools.cache
-def _plan(cls: type) -> _Plan:
+def _plan(cls: type[Entity]) -> _Plan:
     flexible = bool(cls.__flexible__)
     # the request header's ClientId stays a legacy string in header v2 (flexibleVersions "none")
     compact = flexible and cls.__type__ is not EntityType.header
@@ -178,6 +179,7 @@ def _scan_field(plan: _Plan, field: _Field, buf: bytes | memoryview, pos: int, e
             raise FrameError(f"{plan.name}.{field.name}: the request ends {pos + field.size - end} bytes early")
         return pos + field.size
     if kind is _Kind.ENTITY:
+        assert field.plan is not None, "an ENTITY field has its plan"
         return _scan_entity(field.plan, buf, pos, end, drops)
     count, pos = _length(plan, field, buf, pos, end)
     if count <= 0:
@@ -185,6 +187,7 @@ def _scan_field(plan: _Plan, field: _Field, buf: bytes | memoryview, pos: int, e
     if kind is _Kind.SIZED:
         return pos + count
     element = field.element
+    assert element is not None, "an ARRAY field has its element"
     if element.kind is _Kind.FIXED:
         return pos + count * element.size
     for _ in range(count):
@@ -207,8 +210,9 @@ def _length(plan: _Plan, field: _Field, buf: bytes | memoryview, pos: int, end: 
             raise FrameError(f"{plan.name}.{field.name}: negative length {value}")
     if value == -1 and not field.nullable:
         raise FrameError(f"{plan.name}.{field.name}: null, which it may not be")
-    # every element takes a byte at least, as Kafka's generated readers assume
-    unit = max(field.element.size, 1) if field.kind is _Kind.ARRAY else 1
+    # every element (only an ARRAY has them) takes a byte at least, as Kafka's generated
+    # readers assume
+    unit = max(field.element.size, 1) if field.element is not None else 1
     if value * unit > end - pos:
         what = "elements" if field.kind is _Kind.ARRAY else "bytes"
         raise FrameError(f"{plan.name}.{field.name}: {value} {what} claimed, {end - pos} bytes left")
@@ -257,7 +261,8 @@ def _scan_tags(plan: _Plan, buf: bytes | memoryview, pos: int, end: int,
 def _splice(buf: bytes | memoryview, drops: list[tuple[int, int, bytes]]) -> bytes:
     """``buf`` with each (start, stop) range replaced by its kept bytes (the walk notes
     them in order, and they never overlap)."""
-    out, pos = [], 0
+    out: list[bytes | memoryview] = []
+    pos = 0
     for start, stop, kept in drops:
         out += (buf[pos:start], kept)
         pos = stop

@@ -82,8 +82,10 @@ def _refusal(ctx: RequestContext, transactional_id: str | None, partitions: list
 
 
 def _is_transactional(records: bytes | None) -> bool:
+    if not records:
+        return False
     try:
-        return bool(records) and read_header(records).is_transactional
+        return read_header(records).is_transactional
     except KafkaError:
         return False  # the append reports what is wrong with it
 
@@ -110,6 +112,7 @@ def _no_response(ctx: RequestContext, started: list[tuple[str, int, Any]]) -> An
 def _response(results: list[tuple[str, int, AppendResult | BaseException]], ctx: RequestContext) -> dict:
     by_topic: dict[str, list[dict]] = {}
     for topic, partition, result in results:
+        entry: dict[str, Any]
         if isinstance(result, AppendResult):
             entry = {"index": partition, "error_code": 0, "base_offset": result.base_offset,
                      "log_append_time": result.log_append_time if result.log_append_time >= 0 else None,

@@ -128,9 +128,9 @@ class SaslSession:
         self._scram = None if mechanism == PLAIN else ScramExchange(
             ScramMechanism.of(mechanism), self.engine.access.scram_credentials.get)
 
-    async def step(self, token: bytes) -> tuple[bytes, bool]:
-        """The answer to the client's next token, and whether the exchange is complete.
-        :raise SaslAuthenticationFailedError: the login failed."""
+    async def step(self, token: bytes) -> tuple[bytes, KafkaPrincipal | None]:
+        """The answer to the client's next token, and who authenticated once the exchange
+        is complete (None before). :raise SaslAuthenticationFailedError: the login failed."""
         if self._scram is not None:
             answer = self._scram.step(token)
             user = self._scram.user
@@ -140,7 +140,7 @@ class SaslSession:
                 raise SaslAuthenticationFailedError("Authentication failed: Invalid username or password")
             answer = b""
         if user is None:
-            return answer, False
+            return answer, None
         principal = KafkaPrincipal(USER_TYPE, user)
         if self.principal is not None and principal != self.principal:
             raise SaslAuthenticationFailedError(
@@ -149,7 +149,7 @@ class SaslSession:
         self.transition(SaslState.AUTHENTICATED)
         reauth_ms = self.engine.config.connections_max_reauth_ms
         self.expires_at = time.monotonic() + reauth_ms / 1000 if reauth_ms else None
-        return answer, True
+        return answer, principal
 
     async def fail(self, error: SaslAuthenticationFailedError, client: object) -> None:
         """Count and log a failed login, wait ``connection.failed.authentication.delay.ms``
@@ -189,13 +189,13 @@ async def sasl_authenticate(ctx: RequestContext, request: Any) -> dict:
         session.transition(SaslState.FAILED)
         return {"error_code": e.code, "error_message": str(e), "auth_bytes": b""}
     try:
-        answer, complete = await session.step(bytes(request.auth_bytes))
+        answer, principal = await session.step(bytes(request.auth_bytes))
     except SaslAuthenticationFailedError as e:
         await session.fail(e, ctx.connection)
         return {"error_code": e.code, "error_message": str(e), "auth_bytes": b""}
     lifetime_ms = 0
-    if complete:
-        ctx.connection.principal = session.principal
+    if principal is not None:
+        ctx.connection.principal = principal
         lifetime_ms = ctx.engine.config.connections_max_reauth_ms
     return {"error_code": 0, "error_message": None, "auth_bytes": answer, "session_lifetime": lifetime_ms}
 
@@ -204,12 +204,12 @@ async def raw_token(session: SaslSession, token: bytes, client: Any) -> bytes | 
     """The answer to a raw SASL token (after a v0 handshake); None when the login
     failed (after the delay) and the connection must close."""
     try:
-        answer, complete = await session.step(token)
+        answer, principal = await session.step(token)
     except SaslAuthenticationFailedError as e:
         await session.fail(e, client)
         return None
-    if complete:
-        client.principal = session.principal
+    if principal is not None:
+        client.principal = principal
     return answer
 
 

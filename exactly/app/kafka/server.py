@@ -38,7 +38,7 @@ import logging
 import socket
 import ssl
 import time
-from typing import TYPE_CHECKING, Any, Awaitable
+from typing import TYPE_CHECKING, Any
 
 from exactly.app.kafka import fault_injection as inject
 from exactly.app.kafka.api import APIS, CLOSE, Api, ApiKey, Node, RequestContext, error_code
@@ -189,7 +189,7 @@ class Connection:
         self.last_request_ms = self.since_ms
         self.transactional_id: str | None = None
         self.producer_id = -1
-        self._responses: asyncio.Queue[Awaitable[Any] | None] = asyncio.Queue(MAX_IN_FLIGHT)
+        self._responses: asyncio.Queue[asyncio.Future[Any] | None] = asyncio.Queue(MAX_IN_FLIGHT)
         self._handlers: set[asyncio.Task[Any]] = set()
         self._last_active = time.monotonic()
         self._task: asyncio.Task[Any] | None = None
@@ -266,7 +266,7 @@ class Connection:
                 return False
             self._last_active = time.monotonic()
             if self.sasl is not None and self.sasl.state is SaslState.RAW_TOKENS:
-                if not await self._raw_token(frame):
+                if not await self._raw_token(self.sasl, frame):
                     return True
                 continue
             try:
@@ -282,20 +282,20 @@ class Connection:
                 self._note_stall()
             await self._responses.put(response)
             if self.sasl is not None and head.api_key in SASL_APIS:
-                await asyncio.wait([response])  # type: ignore[list-item]
+                await asyncio.wait([response])
                 if self.sasl.state is SaslState.FAILED:
                     return True  # its answer is written, then the connection closes
 
-    async def _raw_token(self, token: bytes) -> bool:
+    async def _raw_token(self, session: SaslSession, token: bytes) -> bool:
         """Answer a raw SASL token (after SaslHandshake v0) in the same framing, after
         the responses before it; False when the login failed and the connection closes."""
-        answer = await raw_token(self.sasl, token, self)
+        answer = await raw_token(session, token, self)
         if answer is None:
             return False
         await self._responses.put(_done(SIZE.pack(len(answer)) + answer))
         return True
 
-    def _dispatch(self, head: RequestHead, frame: bytes) -> Awaitable[Any]:
+    def _dispatch(self, head: RequestHead, frame: bytes) -> asyncio.Future[Any]:
         """Start handling one request; returns what the writer awaits for its response."""
         api = APIS.get(head.api_key)
         if api is None:
@@ -357,9 +357,9 @@ class Connection:
         if api_key == ApiKey.INIT_PRODUCER_ID:
             txn_id, producer_id = body.transactional_id, response.get("producer_id", -1)
         elif api_key == ApiKey.PRODUCE:
-            records = next((d.records for t in body.topic_data for d in t.partition_data if d.records), None)
+            records = next((d.records for t in body.topic_data for d in t.partition_data if d.records), b"")
             txn_id = body.transactional_id
-            producer_id = BatchHeader(*HEADER.unpack_from(records)).producer_id if len(records or b"") >= HEADER.size else -1
+            producer_id = BatchHeader(*HEADER.unpack_from(records)).producer_id if len(records) >= HEADER.size else -1
         elif api_key == ApiKey.ADD_PARTITIONS_TO_TXN:
             txn_id, producer_id = body.v3_and_below_transactional_id, body.v3_and_below_producer_id
         elif api_key in (ApiKey.ADD_OFFSETS_TO_TXN, ApiKey.END_TXN, ApiKey.TXN_OFFSET_COMMIT):

@@ -24,14 +24,14 @@ import io
 import types
 import typing
 from pkgutil import resolve_name
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Literal, Mapping
 
 from kio.index import load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
 from kio.schema.index import schema_name_map
 from kio.serial import entity_reader, entity_writer
 from kio.static.constants import EntityType
-from kio.static.primitive import TZAware
+from kio.static.primitive import TZAware, i16, i32
 
 
 class ApiKey(enum.IntEnum):
@@ -97,8 +97,8 @@ def encode_request(api_key: int, version: int, correlation_id: int, client_id: s
     cls = load_request_schema(api_key, version)
     header_cls = cls.__header_schema__
     out = io.BytesIO()
-    entity_writer(header_cls)(out, header_cls(request_api_key=api_key, request_api_version=version,
-                                              correlation_id=correlation_id, client_id=client_id))
+    entity_writer(header_cls)(out, header_cls(request_api_key=i16(api_key), request_api_version=i16(version),
+                                              correlation_id=i32(correlation_id), client_id=client_id))
     entity_writer(cls)(out, build(cls, body))
     data = out.getvalue()
     return len(data).to_bytes(4, "big") + data
@@ -166,31 +166,36 @@ def _known_names(cls: type) -> frozenset[str]:
 
 def _top(cls: type) -> type:
     """The request or response class whose module defines ``cls``."""
-    name, version, direction = _message_key(cls)
+    key = _message_key(cls)
+    if key is None:
+        raise TypeError(f"{cls.__module__}.{cls.__name__} is not an entity of a request or response")
+    name, version, direction = key
     return resolve_name(schema_name_map[name][version][direction])
 
 
-def _message_key(cls: type) -> tuple[str, int, EntityType]:
-    """(API name, version, direction) from kio's module ``kio.schema.<api>.v<N>.<direction>``."""
+def _message_key(cls: type) -> tuple[str, int, Literal[EntityType.request, EntityType.response]] | None:
+    """(API name, version, direction) from kio's module ``kio.schema.<api>.v<N>.<direction>``;
+    None for an entity of no request or response (a header)."""
     parts = cls.__module__.split(".")
     if len(parts) != 5 or parts[4] not in ("request", "response") or parts[2] not in schema_name_map:
-        return "", -1, EntityType.nested
-    return parts[2], int(parts[3][1:]), EntityType[parts[4]]
+        return None
+    return parts[2], int(parts[3][1:]), EntityType.request if parts[4] == "request" else EntityType.response
 
 
 @functools.cache
 def _versions(cls: type) -> tuple[type, ...]:
     """Every version of the request or response ``cls`` belongs to (none for a header)."""
-    name, _, direction = _message_key(cls)
-    if not name:
+    key = _message_key(cls)
+    if key is None:
         return ()
+    name, _, direction = key
     return tuple(resolve_name(paths[direction]) for paths in schema_name_map[name].values() if direction in paths)
 
 
 @functools.cache
 def _entities(message: type) -> dict[tuple[str, ...], type]:
     """Every entity in ``message`` (itself at ``()``) by its path of field names."""
-    found = {(): message}
+    found: dict[tuple[str, ...], type] = {(): message}
     _add_children(message, (), found)
     return found
 

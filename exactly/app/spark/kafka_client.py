@@ -23,6 +23,7 @@ another process to complete.
 
 from __future__ import annotations
 
+import functools
 import socket
 import time
 from dataclasses import dataclass
@@ -96,7 +97,7 @@ class KafkaClient:
 
     # -- plumbing ---------------------------------------------------------------------
 
-    def request(self, api_key: int, body: Mapping[str, Any], node: int | None = None) -> Any:
+    def request(self, api_key: ApiKey, body: Mapping[str, Any], node: int | None = None) -> Any:
         """One request at :data:`VERSIONS`' version to ``node`` (None: any bootstrap
         server); the response entity. A broken connection is dropped and raises."""
         connection = self._connection(node)
@@ -242,7 +243,7 @@ class KafkaClient:
         self.metadata([])
         found = []
         for node in sorted(self._nodes):
-            response = self.retrying(lambda node=node: self.request(ApiKey.LIST_TRANSACTIONS, {
+            response = self.retrying(functools.partial(self.request, ApiKey.LIST_TRANSACTIONS, {
                 "state_filters": list(states), "producer_id_filters": [], "duration_filter": -1,
                 "transactional_id_pattern": pattern}, node))
             _check(int(response.error_code), "ListTransactions")

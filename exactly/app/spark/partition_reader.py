@@ -123,7 +123,7 @@ def _record_batch(records: list, offsets: list[int], rng: OffsetRange, schema: p
     """The Kafka source's columns of ``records``, in ``schema``'s order and types."""
     n = len(records)
     kinds, stamps = zip(*[m.timestamp() for m in records])
-    columns = {
+    columns: dict[str, pa.Array] = {
         "key": pa.array([m.key() for m in records], pa.binary()),
         "value": pa.array([m.value() for m in records], pa.binary()),
         "topic": pa.repeat(pa.scalar(rng.topic, pa.string()), n),

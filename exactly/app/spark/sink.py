@@ -49,7 +49,7 @@ import re
 import signal
 import uuid
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Sequence
 
 from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
 from pyspark.sql.types import BinaryType, StringType, StructType
@@ -58,6 +58,9 @@ from exactly.app.client.partitioner import partition_for_key
 from exactly.app.spark.kafka_admin import KafkaAdmin, admin_for
 from exactly.app.spark.kafka_client import KafkaClient, TransactionalProducer
 from exactly.storage.record_batch import SimpleRecord
+
+if TYPE_CHECKING:
+    from pyspark import TaskContext
 
 #: the topic whose (per-sink group) committed offset is a streaming sink's last decided batch
 SINK_COMMITS_TOPIC = "exactly-spark-sink-commits"
@@ -131,7 +134,7 @@ def bootstrap_of(options: dict) -> str:
 # -- the task side ----------------------------------------------------------------------
 
 
-def check_schema(schema: StructType, options: dict) -> None:
+def check_schema(schema: StructType, options: Mapping[str, str]) -> None:
     """Spark's Kafka sink's rules: a string or binary ``value``; a topic column or option."""
     fields = {f.name: f.dataType for f in schema.fields}
     for name in ("value", "key"):
@@ -192,8 +195,24 @@ def _bytes(value: Any) -> bytes | None:
 
 
 def _task_partition() -> int:
+    return _task_context().partitionId()
+
+
+def _task_context() -> TaskContext:
     from pyspark import TaskContext
-    return TaskContext.get().partitionId()
+
+    context = TaskContext.get()
+    if context is None:
+        raise RuntimeError("the exactly sink writes inside Spark tasks only: there is no task here")
+    return context
+
+
+def _local_property(name: str) -> str:
+    """A property Spark sets on every task of a streaming query's micro-batch."""
+    value = _task_context().getLocalProperty(name)
+    if value is None:
+        raise RuntimeError(f"Spark set no {name} on this task: the exactly sink writes in a streaming query")
+    return value
 
 
 # -- the driver side ------------------------------------------------------------------------
@@ -309,7 +328,7 @@ class TopicWriter(DataSourceWriter):
     """``df.write.format("exactly")``: one job, one uuid; each task's transaction is
     committed by :meth:`commit` once every task has prepared."""
 
-    def __init__(self, options: dict, schema: StructType) -> None:
+    def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
         check_schema(schema, options)
         self.options = dict(options)
         self.ids = TxnIds(uuid.uuid4().hex, "batch")
@@ -345,16 +364,13 @@ class TopicStreamWriter(DataSourceStreamWriter):
     """``df.writeStream.format("exactly")``: each micro-batch committed once, whatever
     crashes and replays happen (see the module docstring)."""
 
-    def __init__(self, options: dict, schema: StructType) -> None:
+    def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
         check_schema(schema, options)
         self.options = dict(options)
 
     def write(self, rows: Iterator[Any]) -> TaskCommit:
-        from pyspark import TaskContext
-        context = TaskContext.get()
-        ids = TxnIds(context.getLocalProperty("sql.streaming.queryId"),
-                     context.getLocalProperty("spark.jobGroup.id"))
-        return write_rows(self.options, ids, int(context.getLocalProperty("streaming.sql.batchId")), rows)
+        ids = TxnIds(_local_property("sql.streaming.queryId"), _local_property("spark.jobGroup.id"))
+        return write_rows(self.options, ids, int(_local_property("streaming.sql.batchId")), rows)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         reported = [m for m in messages if isinstance(m, TaskCommit)]

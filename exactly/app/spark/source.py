@@ -22,7 +22,7 @@ admin client until ``stop()``. Its offsets are Spark's Kafka source offsets,
 from __future__ import annotations
 
 import math
-from typing import Any, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
@@ -33,6 +33,9 @@ from exactly.app.spark.source_options import (
     EARLIEST, LATEST, Earliest, Latest, OffsetLimit, SourceOptions, SpecificOffsets, Timestamps,
     TopicPartition, parse_options)
 from exactly.coordinator.internal_topics import INTERNAL_TOPICS
+
+if TYPE_CHECKING:
+    from confluent_kafka.admin import AdminClient
 
 #: seconds an admin request (metadata, ListOffsets) may take
 ADMIN_TIMEOUT = 30
@@ -48,11 +51,11 @@ class Cluster:
         from confluent_kafka.admin import AdminClient
 
         self.options = options
-        self._admin = AdminClient(options.client_config())
+        self._admin: AdminClient | None = AdminClient(options.client_config())
 
     def partitions(self) -> list[TopicPartition]:
         """The subscription's partitions now, sorted."""
-        metadata = self._admin.list_topics(timeout=ADMIN_TIMEOUT)
+        metadata = self._client.list_topics(timeout=ADMIN_TIMEOUT)
         existing = {(name, p) for name, topic in metadata.topics.items() if topic.error is None
                     for p in topic.partitions}
         subscription = self.options.subscription
@@ -92,6 +95,12 @@ class Cluster:
     def close(self) -> None:
         self._admin = None
 
+    @property
+    def _client(self) -> AdminClient:
+        if self._admin is None:
+            raise RuntimeError("the source's admin client is closed")
+        return self._admin
+
     def _by_timestamp(self, limit: Timestamps, latest: Offsets) -> Offsets:
         from confluent_kafka.admin import OffsetSpec
 
@@ -113,7 +122,7 @@ class Cluster:
             return {}
         isolation = (IsolationLevel.READ_COMMITTED if self.options.read_committed
                      else IsolationLevel.READ_UNCOMMITTED)
-        futures = self._admin.list_offsets({Tp(t, p): spec for (t, p), spec in specs.items()},
+        futures = self._client.list_offsets({Tp(t, p): spec for (t, p), spec in specs.items()},
                                            isolation_level=isolation, request_timeout=ADMIN_TIMEOUT)
         result = {}
         for tp, future in futures.items():

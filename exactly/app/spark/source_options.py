@@ -71,8 +71,9 @@ class Timestamps:
     #: the option that gave the timestamps, for errors
     option: str = "startingTimestamp"
 
-    def timestamp(self, tp: TopicPartition) -> int | None:
-        return self.everywhere if self.everywhere is not None else self.by_partition.get(tp)
+    def timestamp(self, tp: TopicPartition) -> int:
+        """The partition's timestamp (``by_partition`` must name it unless ``everywhere`` is set)."""
+        return self.everywhere if self.everywhere is not None else self.by_partition[tp]
 
 
 OffsetLimit = Union[Earliest, Latest, SpecificOffsets, Timestamps]

@@ -60,7 +60,7 @@ class _Entry:
     fingerprint: str
     done: threading.Event = field(default_factory=threading.Event)
     #: (status, body, mimetype) once answered; None if the answer was not kept
-    answer: tuple[int, bytes, str] | None = None
+    answer: tuple[int, bytes, str | None] | None = None
 
 
 class IdempotencyCache:
@@ -120,7 +120,7 @@ class IdempotencyCache:
             entry.done.set()
 
 
-def _kept(response: Response) -> tuple[int, bytes, str] | None:
+def _kept(response: Response) -> tuple[int, bytes, str | None] | None:
     """What a retry gets back: the answer, unless a retry could meet another one."""
     if response.status_code >= 500 or "Retry-After" in response.headers:
         return None

@@ -109,7 +109,7 @@ def _upper(value: Any) -> Any:
 def AclEnum(names: tuple[str, ...], acl: bool = False) -> Any:  # noqa: N802 (a type)
     """One of Kafka's names (any case); ``acl``: without the filter-only ones."""
     allowed = tuple(n for n in names if not (acl and n in FILTER_ONLY))
-    return Annotated[Literal[allowed], BeforeValidator(_upper)]  # type: ignore[valid-type]
+    return Annotated[Literal[allowed], BeforeValidator(_upper)]
 
 
 #: checked for its length here; its characters are the engine's (INVALID_TOPIC_EXCEPTION)
@@ -121,8 +121,8 @@ Name = Annotated[str, Field(min_length=1)]
 PartitionId = Int(maximum=INT32_MAX)
 Epoch = Int(maximum=INT16_MAX)
 TimestampMs = Int(-1, description="milliseconds since the epoch")
-Isolation = Literal[ISOLATION_LEVELS]  # type: ignore[valid-type]
-Source = Literal[CONFIG_SOURCES]  # type: ignore[valid-type]
+Isolation = Literal[ISOLATION_LEVELS]
+Source = Literal[CONFIG_SOURCES]
 
 
 class Request(BaseModel):
@@ -301,7 +301,7 @@ class PartitionOffsetsQuery(Query):
 
 
 class TransactionsQuery(Query):
-    state: list[Literal[STATES]] = Field(default_factory=list,  # type: ignore[valid-type]
+    state: list[Literal[STATES]] = Field(default_factory=list,
                                          description="only these states (repeatable)")
 
 
@@ -387,7 +387,7 @@ class AddFault(Request):
     """A fault (``exactly/app/faults/fault.py``): every field given must match; the first
     installed fault that matches a request acts on it."""
 
-    action: Optional[Literal[FAULT_ACTIONS]] = Field(None, description=(  # type: ignore[valid-type]
+    action: Optional[Literal[FAULT_ACTIONS]] = Field(None, description=(
         "default: error with an error, delay with a delay_ms"))
     api: list[Text(max_length=64)] = Field(default_factory=list, max_length=100, description=(
         "Kafka API names (Produce, EndTxn) or keys; empty: any"))
@@ -397,7 +397,7 @@ class AddFault(Request):
     partition: Optional[PartitionId] = None
     group: Optional[Text()] = Field(None, description="a group id, or * for any request naming a group")
     transactional_id: Optional[Text()] = Field(None, description="an id, or * for any request naming one")
-    error: Optional[Literal[KAFKA_ERROR_NAMES]] = Field(None, examples=["NOT_ENOUGH_REPLICAS"])  # type: ignore
+    error: Optional[Literal[KAFKA_ERROR_NAMES]] = Field(None, examples=["NOT_ENOUGH_REPLICAS"])
     delay_ms: Int(0, INT32_MAX) = 0
     count: Optional[Int(1, INT32_MAX)] = Field(None, description="the first N matching requests; null: every one")
     probability: Annotated[float, Field(gt=0, le=1)] = Field(1.0, description="each matching request, drawn "
@@ -407,10 +407,10 @@ class AddFault(Request):
 
 
 class AddFaultEvent(Request):
-    event: Literal[FAULT_EVENTS]  # type: ignore[valid-type]
+    event: Literal[FAULT_EVENTS]
     duration_ms: Optional[Int(1, INT32_MAX)] = Field(None, description=(
         "how long; null (pause and the coordinator events need one): until removed"))
-    coordinator: Literal[COORDINATORS] = "transaction"  # type: ignore[valid-type]
+    coordinator: Literal[COORDINATORS] = "transaction"
 
 
 # -- responses ----------------------------------------------------------------------------
@@ -448,8 +448,10 @@ class Resource(BaseModel):
 def listing(item: type[BaseModel]) -> type[BaseModel]:
     """REST v3's list of ``item`` resources: ``{"kind": "<item's kind>List", "metadata", "data": [...]}``."""
     (kind,) = typing.get_args(item.model_fields["kind"].annotation)
-    return create_model(f"{item.__name__}List", kind=(Literal[f"{kind}List"], ...), metadata=(ListMetadata, ...),
-                        data=(list[item], ...))
+    # a type made at run time (a Literal of the computed name, a list of ``item``): Any to mypy
+    fields: dict[str, Any] = {"kind": (Literal[f"{kind}List"], ...), "metadata": (ListMetadata, ...),
+                              "data": (list[item], ...)}
+    return create_model(f"{item.__name__}List", **fields)
 
 
 class Cluster(Resource):
@@ -488,7 +490,7 @@ class Replica(Resource):
 
 
 class EffectiveConfig(BaseModel):
-    name: Literal[CONFIG_NAMES]  # type: ignore[valid-type]
+    name: Literal[CONFIG_NAMES]
     value: str
     is_default: bool
     source: Source
@@ -507,7 +509,7 @@ class Topic(Resource):
     partitions: Related
     configs: Related
     partition_reassignments: Related
-    authorized_operations: list[Literal[TOPIC_OPERATIONS]] = Field(description=(  # type: ignore[valid-type]
+    authorized_operations: list[Literal[TOPIC_OPERATIONS]] = Field(description=(
         "with include_authorized_operations=true, what the caller may do on the topic (every operation while "
         "no authorizer is configured); else empty"))
     effective_configs: Optional[list[EffectiveConfig]] = Field(description=(
@@ -740,11 +742,11 @@ class ConsumerGroup(Resource):
     is_simple: bool
     #: the rebalance protocol the group uses (Confluent's ConsumerGroupType); this broker
     #: speaks the classic one (KIP-848's CONSUMER groups are another issue's)
-    type: Literal[GROUP_TYPES]  # type: ignore[valid-type]
+    type: Literal[GROUP_TYPES]
     #: whether members of both protocols share the group: never, with one protocol
     is_mixed_consumer_group: bool
     partition_assignor: str
-    state: Literal[GROUP_STATES]  # type: ignore[valid-type]
+    state: Literal[GROUP_STATES]
     coordinator: Related
     consumers: Related
     lag_summary: Related
@@ -839,7 +841,7 @@ class Transaction(Resource):
     kind: Literal["KafkaTransaction"]
     cluster_id: str
     transactional_id: str
-    state: Literal[STATES]  # type: ignore[valid-type]
+    state: Literal[STATES]
     producer_id: Int(-1)
     producer_epoch: Int(-1, INT16_MAX)
     transaction_timeout_ms: Int(-1, INT32_MAX)
@@ -852,11 +854,11 @@ class Transaction(Resource):
 class FinishedTransaction(BaseModel):
     producer_id: Int()
     producer_epoch: Int(-1, INT16_MAX)
-    outcome: Literal[OUTCOMES]  # type: ignore[valid-type]
+    outcome: Literal[OUTCOMES]
     partitions: list[TopicPartition]
     start_ms: TimestampMs
     end_ms: TimestampMs
-    abort_cause: Optional[Literal[ABORT_CAUSES]] = Field(  # type: ignore[valid-type]
+    abort_cause: Optional[Literal[ABORT_CAUSES]] = Field(
         description="why it was aborted; null for a commit")
     abort_actor: Optional[str] = Field(description="who aborted it, and from where")
 
@@ -869,13 +871,13 @@ class TransactionDetail(Transaction):
 class Acl(Resource):
     kind: Literal["KafkaAcl"]
     cluster_id: str
-    resource_type: Literal[ACL_RESOURCE_TYPES]  # type: ignore[valid-type]
+    resource_type: Literal[ACL_RESOURCE_TYPES]
     resource_name: str
-    pattern_type: Literal[ACL_PATTERN_TYPES]  # type: ignore[valid-type]
+    pattern_type: Literal[ACL_PATTERN_TYPES]
     principal: str
     host: str
-    operation: Literal[ACL_OPERATIONS]  # type: ignore[valid-type]
-    permission: Literal[ACL_PERMISSIONS]  # type: ignore[valid-type]
+    operation: Literal[ACL_OPERATIONS]
+    permission: Literal[ACL_PERMISSIONS]
 
 
 class DeletedAcls(BaseModel):
@@ -941,7 +943,7 @@ class AuditTransaction(BaseModel):
     inputs: list[AuditInputRange]
     outputs: list[AuditOutputBatch]
     output_records: Int()
-    abort_cause: Optional[Literal[ABORT_CAUSES]]  # type: ignore[valid-type]
+    abort_cause: Optional[Literal[ABORT_CAUSES]]
     abort_actor: Optional[str]
 
 
@@ -953,7 +955,7 @@ class AuditPartition(BaseModel):
 
 
 class AuditViolation(BaseModel):
-    kind: Literal[VIOLATION_KINDS]  # type: ignore[valid-type]
+    kind: Literal[VIOLATION_KINDS]
     topic_name: str
     partition_id: PartitionId
     start_offset: Int(description="first offset that broke it")
@@ -977,7 +979,7 @@ class ExactlyOnceAudit(Resource):
 class Fault(Resource):
     kind: Literal["ExactlyFault"]
     fault_id: int
-    action: Literal[FAULT_ACTIONS]  # type: ignore[valid-type]
+    action: Literal[FAULT_ACTIONS]
     event: Optional[str] = Field(description="the event preset that installed it")
     api: list[str]
     client_id: Optional[str]

@@ -25,7 +25,7 @@ import json
 import random
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator, TypedDict
 
 from flask import Blueprint, Response, jsonify, stream_with_context
 
@@ -37,6 +37,7 @@ from exactly.app.http.api.idempotency import idempotent
 from exactly.app.http.api.resources import cluster_id, crn, resource
 from exactly.app.http.api.validation import body, json_values, parse, query
 from exactly.storage.errors import InvalidRequestError, KafkaError
+from exactly.storage.partition_log import AppendResult
 from exactly.storage.read_committed import read_records
 from exactly.storage.record_batch import SimpleRecord, encode_batch
 
@@ -59,6 +60,7 @@ def parse_record(item: models.ProduceRecord, now_ms: int, where: str = "") -> tu
     key = codec.decode_data(item.key, f"{where}key")
     value = codec.decode_data(item.value, f"{where}value")
     headers = codec.decode_headers(item.headers, f"{where}headers")
+    assert not isinstance(item.timestamp, str), "ProduceRecord's validator turns an ISO 8601 time into milliseconds"
     return item.partition_id, SimpleRecord(value, key=key, headers=headers,
                                            timestamp=now_ms if item.timestamp is None else item.timestamp)
 
@@ -89,25 +91,25 @@ def _parse(item: Any, now_ms: int, where: str = "") -> _Parsed:
     return _Parsed(partition, record, batch, item.key, item.value)
 
 
-def _start(engine: "Engine", topic: str, count: int, parsed: _Parsed) -> tuple[int, Future]:
+def _start(engine: "Engine", topic: str, count: int, parsed: _Parsed) -> tuple[int, Future[AppendResult]]:
     """Append one record (partitioned as Kafka's producer does over the topic's ``count``
     partitions): its partition, and the future of its AppendResult, done once durable."""
     partition = choose_partition(count, parsed.record.key) if parsed.partition is None else parsed.partition
     return partition, engine.submit(engine.partitions.start_produce, topic, partition, parsed.batch)
 
 
-def _report(topic: str, parsed: _Parsed, partition: int, result: Any) -> dict[str, Any]:
+def _report(topic: str, parsed: _Parsed, partition: int, result: AppendResult) -> dict[str, Any]:
     """REST v3's delivery report of one durable record; ``timestamp`` is ISO 8601, as
     the proxy sends it (the log append time on a LogAppendTime topic)."""
     timestamp = parsed.record.timestamp if result.log_append_time < 0 else result.log_append_time
     return {"error_code": 200, "cluster_id": cluster_id(), "topic_name": topic, "partition_id": partition,
-            "offset": result.base_offset, "timestamp": codec.iso_time(timestamp),
+            "offset": result.base_offset, "timestamp": codec.iso_time(timestamp) if timestamp is not None else None,
             "key": codec.summary(parsed.key, parsed.record.key),
             "value": codec.summary(parsed.value, parsed.record.value)}
 
 
 #: one record of a request: parsed and started (its partition, its append), or its error
-_Outcome = tuple[_Parsed, int, Future] | KafkaError
+_Outcome = tuple[_Parsed, int, Future[AppendResult]] | KafkaError
 
 
 def _outcomes(engine: "Engine", topic: str, count: int, items: list[Any]) -> list[_Outcome]:
@@ -190,18 +192,22 @@ def produce_batch(topic_name: str):
     return jsonify({"successes": successes, "failures": failures}), 207
 
 
-def _producer_fields(item: models.ProduceRequest, where: str = "") -> dict[str, int]:
+class _ProducerFields(TypedDict, total=False):
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+
+
+def _producer_fields(item: models.ProduceRequest, where: str = "") -> _ProducerFields:
     """encode_batch's producer arguments: all three of producer_id, producer_epoch,
     sequence, or none (a plain, non-idempotent record)."""
-    fields = {"producer_id": item.producer_id, "producer_epoch": item.producer_epoch,
-              "base_sequence": item.sequence}
-    given = [value is not None for value in fields.values()]
-    if not any(given):
+    producer_id, producer_epoch, sequence = item.producer_id, item.producer_epoch, item.sequence
+    if producer_id is None and producer_epoch is None and sequence is None:
         return {}
-    if not all(given):
+    if producer_id is None or producer_epoch is None or sequence is None:
         raise InvalidRequestError(f"{where}producer_id, producer_epoch and sequence go together: "
                                   f"send all three or none")
-    return fields
+    return {"producer_id": producer_id, "producer_epoch": producer_epoch, "base_sequence": sequence}
 
 
 @bp.post("/v3/clusters/<cluster_id>/producer-ids")

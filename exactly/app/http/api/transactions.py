@@ -199,7 +199,8 @@ def _first_answer(call: _KeyedCall) -> Response:
 def _remember_keyed_calls(state: BlueprintSetupState) -> None:
     """When the app is made: the first answers of the keyed ``records`` calls of the
     open transactions go back into the ``Idempotency-Key`` cache."""
-    app: Flask = state.app
+    app = state.app
+    assert isinstance(app, Flask), "the blueprint is registered on the Flask app create_app makes"
     engine: "Engine" = app.extensions["exactly.engine"]
     cache = idempotency.cache(app)
     with app.app_context():

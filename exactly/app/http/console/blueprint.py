@@ -14,7 +14,9 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from flask import Blueprint, Response, flash, redirect, render_template, request
+from flask.blueprints import BlueprintSetupState
 from werkzeug.routing import PathConverter
+from werkzeug.wrappers import Response as BaseResponse
 
 from exactly.app.http import current_engine
 
@@ -30,8 +32,12 @@ class ConsolePathConverter(PathConverter):
     regex = r"(?!v3(?:/|$)|openapi\.json$|metrics$|static/)[^/].*?"
 
 
+def _register_console_path(state: BlueprintSetupState) -> None:
+    state.app.url_map.converters.setdefault("console_path", ConsolePathConverter)
+
+
 # registered before any route is added (a deferred function of the blueprint)
-bp.record_once(lambda state: state.app.url_map.converters.setdefault("console_path", ConsolePathConverter))
+bp.record_once(_register_console_path)
 
 
 # -- reading --------------------------------------------------------------------------------
@@ -95,7 +101,7 @@ def duration(ms: int | None) -> str:
 
 
 @bp.app_template_filter("size")
-def size(n: int | None) -> str:
+def size(n: float | None) -> str:
     if n is None:
         return "—"
     for unit in ("B", "KiB", "MiB", "GiB"):
@@ -124,7 +130,7 @@ def back(default: str) -> str:
     return target if is_local(target) else default
 
 
-def done(message: str, category: str, target: str) -> Response:
+def done(message: str, category: str, target: str) -> BaseResponse:
     """Flash ``message`` and go back to ``target``: htmx follows ``HX-Redirect``, a
     plain form a 303."""
     flash(message, category)

@@ -216,7 +216,8 @@ def history():
     cause = request.args.get("cause", "")
     cause = cause if cause in {c.value for c in AbortCause} else ""
     number = max(1, request.args.get("page", 1, type=int))
-    rows, total, error = [], 0, None
+    rows: list[dict[str, Any]] = []
+    total, error = 0, None
     db = mirror_db()
     if db is not None:
         try:
@@ -256,7 +257,7 @@ def partition(topic: str, partition: int):
     if history is not None:
         history.observe(topic, partition, now, detail["high_watermark"], detail["last_stable_offset"])
         samples = history.series(topic, partition)
-    holders = next((b["holders"] for b in call(read_models.lso_blockers)
+    holders: list[dict[str, Any]] = next((b["holders"] for b in call(read_models.lso_blockers)
                     if (b["topic_name"], b["partition_id"]) == (topic, partition)), [])
     offset = request.args.get("offset", type=int)
     return render("partition", p=detail, holders=holders,
