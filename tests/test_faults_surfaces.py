@@ -129,6 +129,20 @@ def test_the_cli_round_trips_through_the_http_api(kafka: KafkaBroker, app) -> No
     assert unreachable.returncode == 1 and "cannot reach" in unreachable.stderr
 
 
+def test_an_unknown_name_is_refused_with_the_closest_names_not_every_one(kafka: KafkaBroker, app) -> None:
+    with served(app, threads=2) as url:
+        misspelt = faults_cli(url, "add", "--api", "Produce", "--error", "NOT_ENOUGH_REPLICA")
+        assert misspelt.returncode == 1
+        assert misspelt.stderr.strip().endswith(
+            "unknown Kafka error 'NOT_ENOUGH_REPLICA': did you mean NOT_ENOUGH_REPLICAS or "
+            "NOT_ENOUGH_REPLICAS_AFTER_APPEND?"), misspelt.stderr
+        api = faults_cli(url, "add", "--api", "EndTx", "--error", "NOT_ENOUGH_REPLICAS")
+        assert api.returncode == 1 and "did you mean EndTxn?" in api.stderr
+        nothing_close = faults_cli(url, "add", "--error", "NOT_AN_ERROR")
+        assert nothing_close.returncode == 1 and len(nothing_close.stderr) < 200, nothing_close.stderr
+        assert "CORRUPT_MESSAGE" not in misspelt.stderr + nothing_close.stderr  # not the whole list
+
+
 def test_the_console_page_lists_adds_and_removes_with_csrf(kafka: KafkaBroker, client) -> None:
     page = client.get("/faults").get_data(as_text=True)
     assert "No fault installed." in page and 'hx-get="/fragments/faults"' in page

@@ -15,6 +15,7 @@ swaps one immutable tuple, so the listener never sees half of one.
 
 from __future__ import annotations
 
+import difflib
 import enum
 import itertools
 import random
@@ -25,7 +26,7 @@ from typing import Any, Iterable
 
 from kio.index import api_key_map
 
-from exactly.storage.errors import KafkaError, error_for_name
+from exactly.storage.errors import KafkaError, error_for_name, error_names
 
 #: a match value meaning "any, as long as the request has one" (a transactional id, a group)
 ANY = "*"
@@ -151,7 +152,7 @@ def api_key(name_or_key: str | int) -> int:
     try:
         return _API_KEYS[str(name_or_key).replace("_", "").lower()]
     except KeyError:
-        raise FaultError(f"unknown API {name_or_key!r} (Kafka's names: Produce, Fetch, EndTxn, ...)") from None
+        raise FaultError(unknown("API", str(name_or_key), API_NAMES.values(), "Produce, Fetch, EndTxn, ...")) from None
 
 
 def kafka_error(name: str) -> type[KafkaError]:
@@ -159,8 +160,18 @@ def kafka_error(name: str) -> type[KafkaError]:
     try:
         return error_for_name(name.upper())
     except KeyError:
-        raise FaultError(f"unknown Kafka error {name!r} (exactly/storage/errors.py names them: NOT_ENOUGH_REPLICAS, "
-                         f"KAFKA_STORAGE_ERROR, ...)") from None
+        raise FaultError(unknown("Kafka error", name, error_names(), "NOT_ENOUGH_REPLICAS, KAFKA_STORAGE_ERROR, ... "
+                                 "(exactly/storage/errors.py)")) from None
+
+
+def unknown(what: str, name: str, known: Iterable[str], examples: str) -> str:
+    """``unknown <what> 'name'``, with the known names closest to it (spelled as known,
+    compared without case), else ``examples``: never the whole list."""
+    by_folded = {k.lower(): k for k in known}
+    close = difflib.get_close_matches(name.lower(), by_folded, n=3, cutoff=0.6)
+    if close:
+        return f"unknown {what} {name!r}: did you mean {' or '.join(by_folded[c] for c in close)}?"
+    return f"unknown {what} {name!r} (such as {examples})"
 
 
 def declare(*, action: str | Action | None = None, api: str | int | Iterable[str | int] | None = None,

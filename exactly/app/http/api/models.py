@@ -397,7 +397,9 @@ class AddFault(Request):
     partition: Optional[PartitionId] = None
     group: Optional[Text()] = Field(None, description="a group id, or * for any request naming a group")
     transactional_id: Optional[Text()] = Field(None, description="an id, or * for any request naming one")
-    error: Optional[Literal[KAFKA_ERROR_NAMES]] = Field(None, examples=["NOT_ENOUGH_REPLICAS"])
+    # a name the broker knows (the schema lists them); an unknown one is refused with the closest names
+    error: Optional[Text(max_length=64, json_schema_extra={"enum": list(KAFKA_ERROR_NAMES)})] = Field(
+        None, examples=["NOT_ENOUGH_REPLICAS"])
     delay_ms: Int(0, INT32_MAX) = 0
     count: Optional[Int(1, INT32_MAX)] = Field(None, description="the first N matching requests; null: every one")
     probability: Annotated[float, Field(gt=0, le=1)] = Field(1.0, description="each matching request, drawn "
