@@ -10,13 +10,14 @@ transaction.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import socket
 from pathlib import Path
 from typing import Iterator
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from sqlalchemy import text
 
 from exactly.app.cli import main as cli
@@ -80,6 +81,7 @@ class App:
         if transactional_id:
             config["transactional.id"] = f"{self.group}-{transactional_id}"
         producer = Producer(config)
+        self.clients.append(producer)
         if transactional_id:
             producer.init_transactions(10)
         return producer
@@ -109,8 +111,9 @@ class App:
         return self.kafka.engine.audit(self.group, self.input, self.output, records_per_input)
 
     def close(self) -> None:
-        for consumer in self.clients:
-            consumer.close()
+        for client in self.clients:
+            with contextlib.suppress(KafkaException):  # a fenced producer's close says so
+                client.close()
 
 
 @pytest.fixture
@@ -176,10 +179,12 @@ def test_a_gap_is_caught_when_a_transaction_commits_past_what_it_consumed(app: A
     view = app.audit(records_per_input=1)
 
     assert not view.ok
-    (gap,) = view.violations
+    gap, waiting = view.violations
     assert (gap.kind, gap.topic, gap.partition, gap.start_offset, gap.end_offset) == \
         (ViolationKind.GAP, app.input, 0, 0, 5)
     assert "(5 records) but wrote 3" in gap.detail
+    assert (waiting.kind, waiting.start_offset, waiting.end_offset) == (ViolationKind.GAP, 5, RECORDS)
+    assert waiting.detail.startswith("not processed yet: 1 input record after the committed offset 5")
 
 
 def test_a_commit_past_the_high_watermark_is_a_gap_without_a_ratio(app: App) -> None:
@@ -200,8 +205,10 @@ def test_a_zombie_with_another_producer_id_duplicates_and_is_caught(app: App) ->
 
     view = app.audit()
 
-    (duplicate,) = view.violations
-    assert (duplicate.kind, duplicate.topic, duplicate.partition) == (ViolationKind.DUPLICATE, app.input, 0)
+    (duplicate,) = view.violations  # the zombie's output, which no input offset paid for
+    assert (duplicate.kind, duplicate.topic, duplicate.partition) == (ViolationKind.DUPLICATE, app.output, 0)
+    assert (duplicate.start_offset, duplicate.end_offset) == (RECORDS + 1, 2 * RECORDS + 1)  # after the first's marker
+    assert "zombie" in duplicate.likely_cause
     assert duplicate.producer_id == view.transactions[1].producer_id != view.transactions[0].producer_id
     assert [(r.from_offset, r.to_offset) for t in view.transactions for r in t.inputs] == \
         [(0, RECORDS), (RECORDS, RECORDS)]
@@ -229,10 +236,14 @@ def test_output_without_offsets_in_its_transaction_is_caught(app: App) -> None:
 
     view = app.audit()
 
-    (violation,) = view.violations
+    violation, waiting = view.violations
     assert (violation.kind, violation.topic, violation.partition) == \
         (ViolationKind.OUTPUT_WITHOUT_OFFSETS, app.output, 0)
     assert (violation.start_offset, violation.end_offset) == (3, 3 + RECORDS - 2)  # after [0,1] and its marker at 2
+    # the input after the committed offset: no transaction committed it, whatever output was written for it
+    assert (waiting.kind, waiting.topic, waiting.start_offset, waiting.end_offset) == \
+        (ViolationKind.GAP, app.input, 2, RECORDS)
+    assert "committed no offsets" in waiting.likely_cause
 
 
 def test_output_written_without_a_transaction_is_caught(app: App) -> None:
@@ -287,7 +298,9 @@ def test_the_cli_exits_1_with_the_offsets_when_it_was_violated(app: App, http: s
     out = capsys.readouterr().out
     assert status == 1
     assert f"VIOLATION OFFSETS_OUTSIDE_TRANSACTION {app.input}-0 [0, 3)" in out
-    assert "exactly once: VIOLATED (1)" in out
+    assert "  likely cause: offsets must be sent with send_offsets_to_transaction" in out
+    assert f"VIOLATION GAP {app.input}-0 [3, {RECORDS}): not processed yet" in out
+    assert "exactly once: VIOLATED (2)" in out
 
 
 def test_the_cli_exits_2_when_it_cannot_ask(http: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -302,7 +315,9 @@ def test_the_cli_exits_2_when_it_cannot_ask(http: str, capsys: pytest.CaptureFix
 
 def test_the_console_audits_from_the_group_page(app: App) -> None:
     consumer, producer = app.consumer(), app.producer("t")
-    app.transform(producer, consumer, app.consume(consumer, RECORDS)[:RECORDS - 1], RECORDS - 1)
+    messages = app.consume(consumer, RECORDS)
+    app.transform(producer, consumer, messages[:RECORDS - 1], RECORDS - 1)
+    app.transform(producer, consumer, messages[RECORDS - 1:], RECORDS)
     client = create_app(app.kafka.engine, test_config={"TESTING": True}).test_client()
 
     group_page = client.get(f"/groups/{app.group}").get_data(as_text=True)
@@ -312,7 +327,8 @@ def test_the_console_audits_from_the_group_page(app: App) -> None:
     html = page.get_data(as_text=True)
     assert page.status_code == 200
     assert "exactly once" in html and 'id="violations"' not in html
-    assert f"[0, {RECORDS - 1})" in html
+    assert f"[0, {RECORDS - 1})" in html and f"[{RECORDS - 1}, {RECORDS})" in html
+    assert "records_per_input" in html  # what was checked
     assert f"<option selected>{app.input}</option>" in html
     unknown = client.get(f"/audit?group={app.group}&input=no-such-topic&output={app.output}")
     assert 'id="audit-error"' in unknown.get_data(as_text=True)

@@ -31,7 +31,7 @@ import logging
 import socket
 import threading
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from exactly.app.broker import Broker
 from exactly.app.config import BrokerConfig
@@ -209,11 +209,14 @@ class Server:
         """Time ``transactional_id``'s open transaction out now, as its timeout would."""
         self.engine.call(self.engine.transactions.time_out_transaction, transactional_id, actor)
 
-    def audit(self, group_id: str, input_topic: str, output_topic: str,
-              records_per_input: int | None = None) -> AuditView:
-        """Did ``group_id`` turn ``input_topic`` into ``output_topic`` exactly once? (:meth:`Engine.audit
-        <exactly.app.engine.engine.Engine.audit>`: from the test's thread, never the loop's)."""
-        return self.engine.audit(group_id, input_topic, output_topic, records_per_input)
+    def audit(self, group_id: str, input_topic: str, output_topic: str, records_per_input: int | None = None,
+              until: Mapping[int, int] | None = None) -> AuditView:
+        """Did ``group_id`` turn ``input_topic`` into ``output_topic`` exactly once, up to
+        each input partition's high watermark (or ``until``'s offset for it)?
+        (:meth:`Engine.audit <exactly.app.engine.engine.Engine.audit>`: from the test's
+        thread, never the loop's). A test that ends with ``assert view.ok`` fails when the
+        application stopped before the end of its input."""
+        return self.engine.audit(group_id, input_topic, output_topic, records_per_input, until)
 
 
 def _url_host(host: str) -> str:

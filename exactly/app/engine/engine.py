@@ -162,11 +162,12 @@ class Engine:
         batch = encode_batch([SimpleRecord(value, key=key, timestamp=now) for key, value in records])
         await self.partitions.append_internal(cluster_metadata.TOPIC, 0, batch)
 
-    def audit(self, group_id: str, input_topic: str, output_topic: str,
-              records_per_input: int | None = None) -> exactly_once.AuditView:
-        """The exactly-once audit of a consume-transform-produce group (``exactly/app/engine/audit.py``).
+    def audit(self, group_id: str, input_topic: str, output_topic: str, records_per_input: int | None = None,
+              until: Mapping[int, int] | None = None) -> exactly_once.AuditView:
+        """The exactly-once audit of a consume-transform-produce group (``exactly/app/engine/audit.py``),
+        of each input partition up to its high watermark or ``until``'s offset for it.
         Call it from any thread but the loop's: it reads the logs' files on the caller's thread."""
-        return exactly_once.audit(self, group_id, input_topic, output_topic, records_per_input)
+        return exactly_once.audit(self, group_id, input_topic, output_topic, records_per_input, until)
 
     # -- lifecycle ------------------------------------------------------------------------
 

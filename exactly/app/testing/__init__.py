@@ -16,6 +16,12 @@ Each is an :class:`exactly.app.server.Server`: ``.bootstrap``, ``.http_url``, ``
 ``.engine``, ``.restart``, ``.fence``, ``.timeout``, ``.faults``, ``.audit``. Everything
 is released on the way out, whatever the test did: the listeners, the ports, the
 broker's threads and files, and the temporary directory.
+
+:func:`lineage` is the header with which an application's output records name their
+input records (``exactly/app/lineage.py``), so the audit checks each input record::
+
+    producer.produce("payments", value, headers=[lineage(message)])   # confluent-kafka
+    producer.send("payments", value, headers=[lineage(record)])       # the embedded producer
 """
 
 from __future__ import annotations
@@ -24,6 +30,8 @@ import tempfile
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
+
+from exactly.app.lineage import lineage
 
 if TYPE_CHECKING:
     from exactly.app.server import Server
@@ -46,4 +54,4 @@ def broker(data_dir: str | Path | None = None, **config: Any) -> Iterator["Serve
         yield stack.enter_context(Server(data_dir, **{**TEST_CONFIG, **config}))
 
 
-__all__ = ["TEST_CONFIG", "broker"]
+__all__ = ["TEST_CONFIG", "broker", "lineage"]

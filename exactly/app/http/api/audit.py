@@ -1,5 +1,6 @@
 """The exactly-once audit as an Exactly resource of a consumer group:
-``GET /v3/clusters/<c>/consumer-groups/<g>/audit?input=T&output=U``.
+``GET /v3/clusters/<c>/consumer-groups/<g>/audit?input=T&output=U`` (``&records_per_input=N``,
+``&until=PARTITION:OFFSET`` repeatable).
 
 The answer is the engine's ``AuditView`` (``exactly/app/engine/audit.py``) in the API's
 spelling; ``ok`` is the verdict. The audit reads the logs on this request's thread,
@@ -11,7 +12,7 @@ reads the last audit of every group over JDBC.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Mapping
 
 from flask import Blueprint, current_app, jsonify
 
@@ -39,20 +40,23 @@ def audit_resource(view: AuditView) -> dict[str, Any]:
         "ExactlyOnceAudit", ("consumer-groups", view.group_id, "audit"),
         crn(("consumer-group", view.group_id), ("audit", f"{view.input_topic}->{view.output_topic}")),
         cluster_id=cluster_id(), consumer_group_id=view.group_id, input_topic_name=view.input_topic,
-        output_topic_name=view.output_topic, ok=view.ok, offsets_partition_id=view.offsets_partition,
+        output_topic_name=view.output_topic, ok=view.ok, mode=view.mode, checked=view.checked,
+        records_per_input=view.records_per_input,
+        offsets_partition_id=view.offsets_partition,
         partitions=[{"partition_id": p.partition, "log_start_offset": p.log_start_offset,
-                     "high_watermark": p.high_watermark, "committed_offset": p.committed_offset}
-                    for p in view.partitions],
+                     "high_watermark": p.high_watermark, "committed_offset": p.committed_offset,
+                     "audited_to": p.audited_to} for p in view.partitions],
         transactions=[_transaction(t) for t in view.transactions],
         aborted=[_transaction(t) for t in view.aborted],
         violations=[{"kind": v.kind.value, "topic_name": v.topic, "partition_id": v.partition,
                      "start_offset": v.start_offset, "end_offset": v.end_offset, "producer_id": v.producer_id,
-                     "detail": v.detail} for v in view.violations])
+                     "detail": v.detail, "likely_cause": v.likely_cause} for v in view.violations])
 
 
-def run_audit(group_id: str, input_topic: str, output_topic: str, records_per_input: int | None = None) -> AuditView:
+def run_audit(group_id: str, input_topic: str, output_topic: str, records_per_input: int | None = None,
+              until: Mapping[int, int] | None = None) -> AuditView:
     """The audit (on this thread), recorded in the mirror's table when there is a mirror."""
-    view = current_engine().audit(group_id, input_topic, output_topic, records_per_input)
+    view = current_engine().audit(group_id, input_topic, output_topic, records_per_input, until)
     mirror = current_app.extensions.get("exactly.mirror")
     if mirror is not None:
         mirror.record_audit(view.group_id, view.input_topic, view.output_topic, view.mirror_rows())
@@ -62,4 +66,5 @@ def run_audit(group_id: str, input_topic: str, output_topic: str, records_per_in
 @bp.get(AUDIT)
 def audit(group_id: str):
     wanted = query(models.AuditQuery)
-    return jsonify(audit_resource(run_audit(group_id, wanted.input, wanted.output, wanted.records_per_input)))
+    until = dict(tuple(int(n) for n in pair.split(":")) for pair in wanted.until)
+    return jsonify(audit_resource(run_audit(group_id, wanted.input, wanted.output, wanted.records_per_input, until)))

@@ -319,7 +319,13 @@ class AuditQuery(Query):
     output: TopicName = Field(description="the topic its transactions write")
     records_per_input: Optional[QueryInt(1, INT32_MAX)] = Field(None, description=(
         "output records a transaction writes per input record (1 for a 1:1 transform): then a transaction that "
-        "wrote fewer records than its input range holds is a GAP, more a DUPLICATE"))
+        "wrote fewer records than its input ranges hold is a GAP, more a DUPLICATE; with lineage, the output "
+        "records each input record must have"))
+    until: list[Annotated[str, Field(pattern=r"^[0-9]{1,10}:[0-9]{1,19}$")]] = Field(
+        default_factory=list, max_length=MAX_ITEMS, description=(
+            "PARTITION:OFFSET (repeatable): audit that input partition up to OFFSET instead of its high watermark"))
+
+
 class AclFilter(Query):
     """Which ACLs a search lists or a delete removes (Kafka's AclBindingFilter): ANY or
     an absent name, principal or host matches every one; pattern_type MATCH matches
@@ -954,6 +960,7 @@ class AuditPartition(BaseModel):
     log_start_offset: Int()
     high_watermark: Int()
     committed_offset: Optional[Int()] = Field(description="where the chain ends; null: nothing committed yet")
+    audited_to: Int(description="the audit covers the input up to here: the high watermark, or until's offset")
 
 
 class AuditViolation(BaseModel):
@@ -964,6 +971,7 @@ class AuditViolation(BaseModel):
     end_offset: Int(description="the offset after the last one")
     producer_id: Optional[Int()]
     detail: str
+    likely_cause: Optional[str] = Field(description="what in the application likely did it, when the logs show it")
 
 
 class ExactlyOnceAudit(Resource):
@@ -972,7 +980,14 @@ class ExactlyOnceAudit(Resource):
     consumer_group_id: str
     input_topic_name: str
     output_topic_name: str
-    ok: bool = Field(description="true: every input offset was covered by exactly one committed transaction")
+    ok: bool = Field(description=(
+        "true: every input record up to the audited end was covered by exactly one committed transaction"))
+    mode: Literal["lineage", "records_per_input", "offsets"] = Field(description=(
+        "what was checked beside the offsets: each input record against the output naming it (the exactly.input "
+        "header), each transaction's output count, or the offsets alone (blind to skipped batches and aborted "
+        "input processed)"))
+    checked: str = Field(description="what the mode checks, and what it cannot see, in words")
+    records_per_input: Optional[int]
     offsets_partition_id: PartitionId
     partitions: list[AuditPartition]
     transactions: list[AuditTransaction] = Field(description="the committed chain, in commit order")
