@@ -23,9 +23,8 @@ from exactly.app.cli.http_api_client import HttpApi, HttpApiError, quote
 POLL_S = 0.05
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    common = argparse.ArgumentParser(add_help=False)
-    http_api_client.add_arguments(common)
+def add_arguments(parser: argparse.ArgumentParser, common: argparse.ArgumentParser) -> None:
+    """The events, each taking ``common``'s ``--http`` and ``--token`` too."""
     sub = parser.add_subparsers(dest="event", required=True)
     for name, words in (("fence", "fence the transactional id's producer, as a new instance would"),
                         ("timeout", "time the transactional id's open transaction out, as its timeout would")):
@@ -53,7 +52,7 @@ def _restart(api: HttpApi, clean: bool, wait_s: float) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """The ``exactly events`` command."""
-    api = HttpApi(args.http, args.token)
+    api = http_api_client.api(args)
     try:
         if args.event == "restart":
             said = _restart(api, not args.unclean, args.wait)

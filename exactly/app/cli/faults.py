@@ -26,10 +26,10 @@ from exactly.app.faults.fault import Action
 from exactly.app.cli.http_api_client import HttpApi, HttpApiError
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    http_api_client.add_arguments(parser)
+def add_arguments(parser: argparse.ArgumentParser, http: argparse.ArgumentParser) -> None:
+    """The subcommands, each taking ``http``'s ``--http`` and ``--token`` too."""
     sub = parser.add_subparsers(dest="faults_command", required=True)
-    add = sub.add_parser("add", help="install a fault (tried after those installed before it)")
+    add = sub.add_parser("add", help="install a fault (tried after those installed before it)", parents=[http])
     add.add_argument("--action", choices=[a.value for a in Action],
                      help="default: error with --error, delay with --delay-ms")
     add.add_argument("--api", action="append", default=[], help="Kafka API name or key (repeatable; default any)")
@@ -39,19 +39,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     for flag in ("--delay-ms", "--count", "--seed", "--duration-ms"):
         add.add_argument(flag, type=int)
     add.add_argument("--probability", type=float)
-    event = sub.add_parser("event", help="install an event preset's faults")
+    event = sub.add_parser("event", help="install an event preset's faults", parents=[http])
     event.add_argument("event", choices=[e.value for e in Event])
     event.add_argument("--duration-ms", type=int)
     event.add_argument("--coordinator", choices=[c.value for c in Coordinator], default="transaction")
-    sub.add_parser("list", help="the installed faults, in the order they are tried")
-    remove = sub.add_parser("remove", help="remove one fault")
+    sub.add_parser("list", help="the installed faults, in the order they are tried", parents=[http])
+    remove = sub.add_parser("remove", help="remove one fault", parents=[http])
     remove.add_argument("fault_id", type=int)
-    sub.add_parser("clear", help="remove every fault")
+    sub.add_parser("clear", help="remove every fault", parents=[http])
 
 
 def run(args: argparse.Namespace) -> int:
     try:
-        return _run(args, HttpApi(args.http, args.token))
+        return _run(args, http_api_client.api(args))
     except HttpApiError as e:
         print(f"exactly faults: {e}", file=sys.stderr)
         return 1

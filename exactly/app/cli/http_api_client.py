@@ -28,12 +28,32 @@ class HttpApiError(Exception):
     reached."""
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--http`` and ``--token``, as every command that calls the HTTP API takes them."""
-    default = os.environ.get(HTTP_ENV) or DEFAULT_HTTP
-    parser.add_argument("--http", default=default,
-                        help=f"the broker's HTTP API (default ${HTTP_ENV}, else {DEFAULT_HTTP}; now {default})")
-    parser.add_argument("--token", default="", help="the broker's http.auth.token, when it has one")
+#: the commands that call the HTTP API: they take ``--http`` and ``--token``
+COMMANDS = ("audit", "events", "faults")
+
+
+def options() -> argparse.ArgumentParser:
+    """``--http`` and ``--token`` as a parent parser, for ``exactly`` itself and every
+    (sub)command that calls the HTTP API, so they go before or after the subcommand
+    alike (``exactly --http URL faults list``, ``exactly faults list --http URL``).
+    Their defaults are suppressed, so a level that was not given them never overwrites
+    a value given at another; :func:`api` applies the defaults."""
+    parent = argparse.ArgumentParser(add_help=False)
+    parent.add_argument("--http", default=argparse.SUPPRESS,
+                        help=f"the broker's HTTP API (default ${HTTP_ENV}, else {DEFAULT_HTTP})")
+    parent.add_argument("--token", default=argparse.SUPPRESS, help="the broker's http.auth.token, when it has one")
+    return parent
+
+
+def given(args: argparse.Namespace) -> list[str]:
+    """The HTTP API options given on the command line."""
+    return [f"--{name}" for name in ("http", "token") if name in vars(args)]
+
+
+def api(args: argparse.Namespace) -> "HttpApi":
+    """The client for the broker the command line (or ``EXACTLY_HTTP``, else the
+    default) names."""
+    return HttpApi(getattr(args, "http", None) or os.environ.get(HTTP_ENV) or DEFAULT_HTTP, getattr(args, "token", ""))
 
 
 class HttpApi:
@@ -48,9 +68,9 @@ class HttpApi:
     def call(self, method: str, path: str, body: dict[str, Any] | None = None,
              params: dict[str, Any] | None = None, timeout: float = TIMEOUT_S) -> Any:
         """The decoded answer of ``method path`` (None for an empty one); parameters whose
-        value is None are left out."""
+        value is None are left out, a list is the parameter repeated."""
         query = {k: v for k, v in (params or {}).items() if v is not None}
-        url = self.base + path + ("?" + urllib.parse.urlencode(query) if query else "")
+        url = self.base + path + ("?" + urllib.parse.urlencode(query, doseq=True) if query else "")
         data = json.dumps(body).encode() if body is not None else None
         try:
             with urllib.request.urlopen(urllib.request.Request(url, data, self.headers, method=method),

@@ -39,7 +39,7 @@ import threading
 from pathlib import Path
 from typing import Sequence
 
-from exactly.app.cli import (acls as acl_command, audit as audit_command, events as events_command, faults as faults_command, users as users_command)
+from exactly.app.cli import (acls as acl_command, audit as audit_command, events as events_command, faults as faults_command, http_api_client, users as users_command)
 from exactly.storage.errors import KafkaError
 
 # The broker's modules (the engine, SQLAlchemy, Alembic, Flask) are imported by the
@@ -56,7 +56,8 @@ def _config_pair(text: str) -> tuple[str, str]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="exactly", description=__doc__.splitlines()[0])
+    http = http_api_client.options()  # --http and --token, before or after the subcommand alike
+    parser = argparse.ArgumentParser(prog="exactly", description=__doc__.splitlines()[0], parents=[http])
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="run the broker")
     add_serve_arguments(serve)
@@ -70,14 +71,16 @@ def build_parser() -> argparse.ArgumentParser:
                          help="the Kafka configs the broker is served with (repeatable)")
     acls = sub.add_parser("acls", help="add, list or remove ACLs (kafka-acls.sh's flags) on a running broker")
     acl_command.add_arguments(acls)
-    audit = sub.add_parser("audit", help="was it exactly once? (a running broker's audit of a group)")
+    audit = sub.add_parser("audit", help="was it exactly once? (a running broker's audit of a group)", parents=[http])
     audit_command.add_arguments(audit)
     users = sub.add_parser("users", help="add, list or remove SASL/SCRAM users on a running broker")
     users_command.add_arguments(users)
-    faults = sub.add_parser("faults", help="add, list or remove faults on a running broker (its HTTP API)")
-    faults_command.add_arguments(faults)
+    faults = sub.add_parser("faults", help="add, list or remove faults on a running broker (its HTTP API)",
+                            parents=[http])
+    faults_command.add_arguments(faults, http)
     events_command.add_arguments(sub.add_parser("events", help="fence a producer, time a transaction out or "
-                                                               "restart the broker, now (through --http)"))
+                                                               "restart the broker, now (through --http)",
+                                                parents=[http]), http)
     return parser
 
 
@@ -167,7 +170,11 @@ def db_rebuild(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command not in http_api_client.COMMANDS and http_api_client.given(args):
+        parser.error(f"{' and '.join(http_api_client.given(args))}: only for the commands that call a running "
+                     f"broker's HTTP API ({', '.join(http_api_client.COMMANDS)})")
     if args.command == "serve":
         return serve(args)
     if args.command == "db":
