@@ -18,12 +18,17 @@ from typing import Iterator
 
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from hypothesis import given
+from hypothesis import strategies as st
 from sqlalchemy import text
 
 from exactly.app.cli import main as cli
 from exactly.app.engine.audit import AuditView, ViolationKind
 from exactly.app.http import create_app
 from exactly.app.http.server import HttpServer
+from exactly.app.lineage import HEADER, InputRecord, header, parse
+from exactly.app.testing import lineage
+from exactly.storage.errors import InvalidRequestError, UnknownTopicOrPartitionError
 from exactly.coordinator.mirror_db import reader_engine
 from tests.kafka_support import KafkaBroker, free_port
 from tests.waiting import eventually
@@ -256,6 +261,90 @@ def test_output_written_without_a_transaction_is_caught(app: App) -> None:
     (violation,) = app.audit().violations
     assert (violation.kind, violation.topic, violation.start_offset, violation.end_offset) == \
         (ViolationKind.OUTPUT_OUTSIDE_TRANSACTION, app.output, RECORDS + 1, RECORDS + 2)
+
+
+def test_until_ends_the_audit_where_the_test_says(app: App, http: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """An application still running, audited up to where it got (in Python, over HTTP
+    with the CLI); past the high watermark, or on a partition the topic lacks, the
+    audit is refused."""
+    consumer, producer = app.consumer(), app.producer("t")
+    app.transform(producer, consumer, app.consume(consumer, RECORDS)[:4], 4)
+
+    (waiting,) = app.audit().violations
+    assert (waiting.kind, waiting.start_offset, waiting.end_offset) == (ViolationKind.GAP, 4, RECORDS)
+    until = app.kafka.engine.audit(app.group, app.input, app.output, until={0: 4})
+    assert until.ok and until.partitions[0].audited_to == 4, until.violations
+    with pytest.raises(InvalidRequestError, match="high watermark 6"):
+        app.kafka.engine.audit(app.group, app.input, app.output, until={0: RECORDS + 1})
+    with pytest.raises(UnknownTopicOrPartitionError):
+        app.kafka.engine.audit(app.group, app.input, app.output, until={1: 0})
+    command = ["audit", app.group, "--input", app.input, "--output", app.output, "--http", http]
+    assert cli.main([*command, "--until", "0:4"]) == 0
+    assert f"{app.input}-0: log start 0, high watermark {RECORDS}, committed 4, audited to 4" in capsys.readouterr().out
+    assert cli.main([*command, "--until", f"0:{RECORDS + 1}"]) == 2
+    assert "INVALID_REQUEST" in capsys.readouterr().err
+
+
+def test_lineage_from_the_embedded_clients_is_checked_record_by_record(app: App) -> None:
+    """The embedded consumer's records, turned into output by the embedded producer with
+    ``lineage(record)``: the audit checks each input record, and says so."""
+    broker = app.kafka.broker
+    consumer = broker.consumer(group_id=app.group, isolation_level="read_committed", enable_auto_commit=False,
+                               auto_offset_reset="earliest")
+    producer = broker.producer(transactional_id=f"{app.group}-embedded")
+    try:
+        consumer.assign([(app.input, 0)])
+        records: list = []
+        eventually(lambda: records.extend(consumer.poll(timeout_ms=200)) or len(records) >= RECORDS, 20,
+                   "the input")
+        producer.init_transactions()
+        for batch in (records[:2], records[2:]):
+            producer.begin_transaction()
+            for record in batch:
+                producer.send(app.output, b"out " + record.value, partition=0, headers=[lineage(record)])
+            producer.send_offsets_to_transaction({(app.input, 0): batch[-1].offset + 1}, consumer.group_metadata())
+            producer.commit_transaction()
+    finally:
+        producer.close()
+        consumer.close()
+
+    view = app.audit()
+    assert (view.ok, view.mode, view.lineage) == (True, "lineage", True), view.violations
+    assert "exactly.input" in view.checked
+
+
+def test_lineage_names_output_without_its_header_and_input_never_received(app: App) -> None:
+    """With lineage, committed output without the header, or naming an input offset
+    that holds no record, is OUTPUT_WITHOUT_INPUT at its exact offsets."""
+    consumer, producer = app.consumer(), app.producer("t")
+    messages = app.consume(consumer, RECORDS)
+    producer.begin_transaction()
+    for message in messages:
+        producer.produce(app.output, value=message.value(), partition=0, headers=[lineage(message)])
+    producer.produce(app.output, value=b"no header", partition=0)
+    producer.produce(app.output, value=b"made up", partition=0, headers=[header(app.input, 0, RECORDS + 5)])
+    producer.send_offsets_to_transaction([TopicPartition(app.input, 0, RECORDS)], consumer.consumer_group_metadata(),
+                                         10)
+    producer.commit_transaction(10)
+
+    view = app.audit()
+    assert view.mode == "lineage"
+    assert sorted((v.kind, v.topic, v.start_offset, v.end_offset) for v in view.violations) == [
+        (ViolationKind.OUTPUT_WITHOUT_INPUT, app.input, RECORDS + 5, RECORDS + 6),
+        (ViolationKind.OUTPUT_WITHOUT_INPUT, app.output, RECORDS, RECORDS + 1)]
+
+
+@given(topic=st.from_regex(r"[a-zA-Z0-9._-]{1,249}", fullmatch=True), partition=st.integers(0, 2**31 - 1),
+       offset=st.integers(0, 2**63 - 1))
+def test_the_lineage_header_names_any_record_of_any_topic(topic: str, partition: int, offset: int) -> None:
+    key, value = header(topic, partition, offset)
+    assert key == HEADER and parse(value) == InputRecord(topic, partition, offset)
+
+
+@pytest.mark.parametrize("value", [None, b"", b"orders", b"orders@1", b"orders-x@1", b"-0@1", b"orders-0@",
+                                   b"orders-0@-1", b"\xff-0@1"])
+def test_a_lineage_value_that_names_no_record_is_none(value: bytes | None) -> None:
+    assert parse(value) is None
 
 
 # -- the surfaces: HTTP, the CLI, the mirror's table ------------------------------------------
