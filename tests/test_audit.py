@@ -22,13 +22,17 @@ from hypothesis import given
 from hypothesis import strategies as st
 from sqlalchemy import text
 
+from exactly.app import Broker
 from exactly.app.cli import main as cli
 from exactly.app.engine.audit import AuditView, ViolationKind
 from exactly.app.http import create_app
 from exactly.app.http.server import HttpServer
 from exactly.app.lineage import HEADER, InputRecord, header, parse
 from exactly.app.testing import lineage
+from exactly.storage.background import run_inline
+from exactly.storage.clock import FakeClock
 from exactly.storage.errors import InvalidRequestError, UnknownTopicOrPartitionError
+from exactly.storage.record_batch import SimpleRecord, encode_batch
 from exactly.coordinator.mirror_db import reader_engine
 from tests.kafka_support import KafkaBroker, free_port
 from tests.waiting import eventually
@@ -332,6 +336,40 @@ def test_lineage_names_output_without_its_header_and_input_never_received(app: A
     assert sorted((v.kind, v.topic, v.start_offset, v.end_offset) for v in view.violations) == [
         (ViolationKind.OUTPUT_WITHOUT_INPUT, app.input, RECORDS + 5, RECORDS + 6),
         (ViolationKind.OUTPUT_WITHOUT_INPUT, app.output, RECORDS, RECORDS + 1)]
+
+
+def test_input_compaction_removed_records_from_is_counted_as_it_is_read(broker: Broker, clock: FakeClock) -> None:
+    """A compacted input batch keeps its offset range but not every record: the audit
+    counts (and, with lineage, expects output for) only the records left, as a
+    consumer reads them."""
+    broker.create_topic("in", 1, {"cleanup.policy": "compact"})
+    broker.produce("in", 0, encode_batch([SimpleRecord(b"old", key=b"a"), SimpleRecord(b"b", key=b"b"),
+                                         SimpleRecord(b"new", key=b"a")]))
+    log = broker.engine._logs.log("in", 0)
+    broker.engine.call(lambda: log.roll())
+    broker.engine.call(lambda: run_inline(log.clean(clock.now_ms())))
+    for group, with_lineage in (("counted", False), ("named", True)):
+        broker.create_topic(f"out-{group}", 1)
+        consumer = broker.consumer(group_id=group, isolation_level="read_committed", enable_auto_commit=False,
+                                   auto_offset_reset="earliest")
+        producer = broker.producer(transactional_id=group)
+        try:
+            consumer.assign([("in", 0)])
+            records: list = []
+            eventually(lambda: records.extend(consumer.poll(timeout_ms=200)) or len(records) >= 2, 20, "the input")
+            assert [r.offset for r in records] == [1, 2]  # offset 0 is gone: its key was written again
+            producer.init_transactions()
+            producer.begin_transaction()
+            for record in records:
+                producer.send(f"out-{group}", record.value, partition=0,
+                              headers=[lineage(record)] if with_lineage else None)
+            producer.send_offsets_to_transaction({("in", 0): 3}, consumer.group_metadata())
+            producer.commit_transaction()
+        finally:
+            producer.close()
+            consumer.close()
+        view = broker.engine.audit(group, "in", f"out-{group}", records_per_input=1)
+        assert (view.ok, view.mode) == (True, "lineage" if with_lineage else "records_per_input"), view.violations
 
 
 @given(topic=st.from_regex(r"[a-zA-Z0-9._-]{1,249}", fullmatch=True), partition=st.integers(0, 2**31 - 1),

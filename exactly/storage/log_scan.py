@@ -21,7 +21,7 @@ from __future__ import annotations
 import contextlib
 import os
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 from exactly.storage.record_batch import BatchHeader, ControlType, Record, decode_batch, decode_control_record
 from exactly.storage.segment import walk_headers
@@ -61,9 +61,11 @@ class LogView:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def batches(self, with_records: bool) -> Iterator[tuple[BatchHeader, tuple[Record, ...]]]:
+    def batches(self, with_records: bool | Callable[[BatchHeader], bool]
+                ) -> Iterator[tuple[BatchHeader, tuple[Record, ...]]]:
         """Every whole batch from the log start to the high watermark, in order; the
-        records of data batches are decoded only ``with_records`` (a marker's always)."""
+        records of data batches are decoded only ``with_records`` (or those of the
+        batches for whose header it is true; a marker's always)."""
         for segment in self.segments:
             for location in walk_headers(segment.fd, 0, segment.size):
                 header = location.header
@@ -72,7 +74,7 @@ class LogView:
                 if header.last_offset < self.log_start_offset:
                     continue
                 records: tuple[Record, ...] = ()
-                if with_records or header.is_control:
+                if header.is_control or (with_records(header) if callable(with_records) else with_records):
                     records = decode_batch(os.pread(segment.fd, header.size, location.position)).records
                 yield header, records
 
@@ -175,8 +177,9 @@ class _Scanning:
             self.plain.append(ScannedBatch(header, records))
 
 
-def scan(view: LogView, with_records: bool = False) -> PartitionScan:
-    """The spans and plain batches of ``view`` (off the loop: it reads the files)."""
+def scan(view: LogView, with_records: bool | Callable[[BatchHeader], bool] = False) -> PartitionScan:
+    """The spans and plain batches of ``view`` (off the loop: it reads the files), with
+    the records of every data batch, or of those for whose header ``with_records`` is true."""
     found = _Scanning()
     for header, records in view.batches(with_records):
         found.add(header, records)

@@ -13,9 +13,11 @@ reads them on the caller's thread. What it reads:
   (``exactly.coordinator.offsets_chain.match_spans``: a transaction is a producer id, an epoch
   and its span up to the marker on each partition, whatever epoch bumps and producer
   id reuse happened between transactions);
-* every partition of U and of T, records included: which input records a
-  read_committed consumer receives (plain ones and committed ones; aborted ones it
-  skips), and which input record each output record names (``exactly.app.lineage``).
+* every partition of U and of T: which input records a read_committed consumer
+  receives (plain ones and committed ones; aborted ones it skips: from the batch
+  headers, records decoded only where compaction left holes), and -- when the first
+  data batch of an output partition names its input records -- which input
+  record each output record names (``exactly.app.lineage``).
 
 The input is audited to its end: every partition of T from its log start offset up to
 its high watermark, or up to the offset ``until`` gives for it. The verdict holds when
@@ -31,8 +33,8 @@ none of these :class:`ViolationKind` is found:
   early fails the audit.
 * the output per transaction, in one of three modes, the strongest the output allows:
 
-  - **lineage** (the committed output names its input records: the ``exactly.input``
-    header): each input record a read_committed consumer receives has exactly one
+  - **lineage** (the output names its input records: the ``exactly.input`` header
+    on the first record of an output partition): each input record a read_committed consumer receives has exactly one
     committed output record naming it (``records_per_input`` of them), written by the
     transaction that committed its offset. None: GAP; more, or in several
     transactions: DUPLICATE; in another transaction than the one that committed the
@@ -68,15 +70,16 @@ from __future__ import annotations
 
 import bisect
 import enum
+import itertools
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Mapping
 
 from exactly.app import lineage
 from exactly.coordinator import offsets_chain, offsets_log, transaction_log
 from exactly.coordinator.offsets_chain import DecidedTransaction, GroupCommits, GroupTransaction, Link
 from exactly.storage.errors import InvalidRequestError, UnknownTopicOrPartitionError
 from exactly.storage.log_scan import LogView, PartitionScan, TransactionSpan, scan, view_of
-from exactly.storage.record_batch import ControlType, Record
+from exactly.storage.record_batch import BatchHeader, ControlType, Record
 
 if TYPE_CHECKING:
     from exactly.app.engine import Engine
@@ -272,37 +275,87 @@ def audit(engine: "Engine", group: str, input_topic: str, output_topic: str,
 
 
 @dataclass(frozen=True, slots=True)
+class _Offsets:
+    """A set of offsets as sorted, disjoint ``[start, end)`` intervals: a batch's
+    records are one interval, unless compaction left holes in it."""
+
+    starts: tuple[int, ...]
+    ends: tuple[int, ...]
+
+    @classmethod
+    def of(cls, intervals: Iterable[tuple[int, int]]) -> "_Offsets":
+        merged: list[list[int]] = []
+        for start, end in sorted(i for i in intervals if i[0] < i[1]):
+            if merged and start <= merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], end)
+            else:
+                merged.append([start, end])
+        return cls(tuple(i[0] for i in merged), tuple(i[1] for i in merged))
+
+    def within(self, start: int, end: int) -> Iterator[int]:
+        """The offsets in ``[start, end)``, in order."""
+        i = bisect.bisect_right(self.ends, start)
+        while i < len(self.starts) and self.starts[i] < end:
+            yield from range(max(self.starts[i], start), min(self.ends[i], end))
+            i += 1
+
+    def count(self, start: int, end: int) -> int:
+        i, found = bisect.bisect_right(self.ends, start), 0
+        while i < len(self.starts) and self.starts[i] < end:
+            found += min(self.ends[i], end) - max(self.starts[i], start)
+            i += 1
+        return found
+
+    def __contains__(self, offset: int) -> bool:
+        i = bisect.bisect_right(self.ends, offset)
+        return i < len(self.starts) and self.starts[i] <= offset
+
+
+@dataclass(frozen=True, slots=True)
 class _Input:
     """One input partition as a read_committed consumer receives it."""
 
     log_start_offset: int
     high_watermark: int
-    #: the offsets it receives (plain and committed records), and those it skips (aborted), sorted
-    visible: tuple[int, ...]
-    aborted: tuple[int, ...]
+    #: the offsets it receives (plain and committed records), and those it skips (aborted)
+    visible: _Offsets
+    aborted: _Offsets
 
     @classmethod
-    def of(cls, found: PartitionScan) -> "_Input":
-        visible, aborted = [], []
+    def of(cls, view: LogView) -> "_Input":
+        """From the batch headers; the records only of batches compaction left holes in."""
+        found = scan(view, with_records=_has_holes)
+        visible: list[tuple[int, int]] = []
+        aborted: list[tuple[int, int]] = []
         for batches, into in ((found.plain, visible),
                               *((span.batches, visible if span.marker.control_type is ControlType.COMMIT else aborted)
                                 for span in found.spans if span.marker is not None)):
-            into.extend(r.offset for b in batches for r in b.records if r.offset >= found.log_start_offset)
-        return cls(found.log_start_offset, found.high_watermark, tuple(sorted(visible)), tuple(sorted(aborted)))
+            for b in batches:
+                into.extend(((r.offset, r.offset + 1) for r in b.records) if _has_holes(b.header) else
+                            [(b.header.base_offset, b.header.last_offset + 1)])
+        start = found.log_start_offset
+        clip = lambda intervals: [(max(a, start), e) for a, e in intervals]  # noqa: E731
+        return cls(start, found.high_watermark, _Offsets.of(clip(visible)), _Offsets.of(clip(aborted)))
 
-    def visible_in(self, start: int, end: int) -> tuple[int, ...]:
-        return self.visible[bisect.bisect_left(self.visible, start):bisect.bisect_left(self.visible, end)]
 
-    def aborted_in(self, start: int, end: int) -> int:
-        return bisect.bisect_left(self.aborted, end) - bisect.bisect_left(self.aborted, start)
+def _first() -> Callable[[BatchHeader], bool]:
+    """A ``with_records`` for :func:`scan` that decodes the first data batch only."""
+    seen: list[BatchHeader] = []
 
-    def is_aborted(self, offset: int) -> bool:
-        return self.aborted_in(offset, offset + 1) > 0
+    def first(header: BatchHeader) -> bool:
+        seen.append(header)
+        return len(seen) == 1
+    return first
+
+
+def _has_holes(header: BatchHeader) -> bool:
+    """Whether compaction removed records from the middle of the batch: its offsets are not its range."""
+    return header.record_count != header.last_offset - header.base_offset + 1
 
 
 @dataclass(frozen=True, slots=True)
 class _Written:
-    """An output record that names its input record: which transaction wrote it."""
+    """An output record that names its input record: which transaction wrote it, and where it is."""
 
     #: the committed transaction (None: a plain batch, or a transaction the log no
     #: longer names; aborted output is kept apart)
@@ -322,9 +375,14 @@ class _Audit:
         self.offsets_partition = views.offsets_partition
         offsets = scan(views.offsets, with_records=True) if views.offsets else None
         self.commits = offsets_chain.group_commits(offsets, group, input_topic) if offsets else GroupCommits((), ())
-        self.inputs = {view.partition: _Input.of(scan(view, with_records=True)) for view in views.inputs}
+        self.inputs = {view.partition: _Input.of(view) for view in views.inputs}
         self.ends = self._ends(until)
-        self.outputs = [scan(view, with_records=True) for view in views.outputs]
+        # the first data batch of each output partition says whether the output names its input
+        self.outputs = [scan(view, with_records=_first()) for view in views.outputs]
+        self.lineage = any(lineage.of(r.headers) for s in self.outputs
+                           for b in (*s.plain, *(b for span in s.spans for b in span.batches)) for r in b.records)
+        if self.lineage:
+            self.outputs = [scan(view, with_records=True) for view in views.outputs]
         self.decided = offsets_chain.decided_transactions(scan(view, with_records=True)
                                                           for view in views.transaction_log)
         self.matched = self._match(offsets)
@@ -382,7 +440,7 @@ class _Audit:
         self._check_plain_commits(links)
         self._check_outputs(committed)
         self._check_undecided()
-        written = self._written()
+        written = self._written() if self.lineage else None
         if written is not None:
             _Lineage(self, links, committed, aborted, *written).check()
         else:
@@ -457,11 +515,11 @@ class _Audit:
             return
         if not ranges or not self.records_per_input:
             return
-        records = sum(len(self.inputs[r.partition].visible_in(r.from_offset, r.to_offset)) for r in ranges)
+        records = sum(self.inputs[r.partition].visible.count(r.from_offset, r.to_offset) for r in ranges)
         expected = records * self.records_per_input
         if audited.output_records == expected:
             return
-        skipped = sum(self.inputs[r.partition].aborted_in(r.from_offset, r.to_offset) for r in ranges)
+        skipped = sum(self.inputs[r.partition].aborted.count(r.from_offset, r.to_offset) for r in ranges)
         if audited.output_records > expected:
             kind = ViolationKind.DUPLICATE
             cause = (READ_UNCOMMITTED if skipped and audited.output_records <= (records + skipped) * self.records_per_input
@@ -498,13 +556,13 @@ class _Audit:
         """Input after the group's last commit, up to the audited end: not processed yet."""
         for partition, found in sorted(self.inputs.items()):
             start, end = self.covered_to(links, partition), self.ends[partition]
-            waiting = found.visible_in(start, end)
+            waiting = found.visible.count(start, end)
             if waiting:
                 unpaired = any(v.kind is ViolationKind.OUTPUT_WITHOUT_OFFSETS for v in self.violations)
                 self._violation(ViolationKind.GAP, self.input_topic, partition, start, end, None,
-                                f"not processed yet: {_records(len(waiting))} after the committed offset {start}"
+                                f"not processed yet: {_records(waiting)} after the committed offset {start}"
                                 f" (audited to {end})",
-                                UNPAIRED if unpaired else NEXT_OFFSET if len(waiting) == 1 and links.get(partition)
+                                UNPAIRED if unpaired else NEXT_OFFSET if waiting == 1 and links.get(partition)
                                 else None)
 
     def _aborted(self, links: dict[int, list[Link]]) -> tuple[AuditedTransaction, ...]:
@@ -640,18 +698,23 @@ class _Lineage:
         self._check_named()
         self._check_unnamed()
 
-    def _covering(self, partition: int, offset: int) -> Link | None:
-        """The link of the chain whose range holds ``offset``: the transaction that committed it."""
-        return next((link for link in self.links.get(partition, []) if link.from_offset <= offset < link.to_offset),
-                    None)
+    def _covering(self, partition: int, found: _Input) -> dict[int, Link]:
+        """For each input record of ``partition``, the first link of the chain whose
+        range holds it: the transaction that committed its offset."""
+        covering: dict[int, Link] = {}
+        for link in self.links.get(partition, []):
+            for offset in found.visible.within(link.from_offset, link.to_offset):
+                covering.setdefault(offset, link)
+        return covering
 
     def _check_inputs(self, partition: int, found: _Input) -> None:
         """Each input record up to the audited end, runs of the same finding reported as one range."""
         covered_to = self.audit.covered_to(self.links, partition)
+        covering = self._covering(partition, found)
         run: list[int] = []
         finding: tuple | None = None
-        for offset in (*found.visible_in(found.log_start_offset, self.audit.ends[partition]), None):
-            current = None if offset is None else self._finding(partition, offset, covered_to)
+        for offset in itertools.chain(found.visible.within(found.log_start_offset, self.audit.ends[partition]), [None]):
+            current = None if offset is None else self._finding(partition, offset, covered_to, covering.get(offset))
             if run and current != finding:
                 self._report(partition, run, finding)  # type: ignore[arg-type]
                 run = []
@@ -659,13 +722,12 @@ class _Lineage:
                 run.append(offset)  # type: ignore[arg-type]
             finding = current
 
-    def _finding(self, partition: int, offset: int, covered_to: int) -> tuple | None:
-        """What is wrong with input record ``offset`` (None: nothing), as a key equal for
-        records whose finding reads the same."""
+    def _finding(self, partition: int, offset: int, covered_to: int, link: Link | None) -> tuple | None:
+        """What is wrong with input record ``offset``, whose offset ``link`` committed
+        (None: nothing), as a key equal for records whose finding reads the same."""
         writes = self.written.get((partition, offset), [])
         transactions = {id(w.transaction): w.transaction for w in writes if w.transaction is not None}
         committed = [w for w in writes if w.transaction is not None]
-        link = self._covering(partition, offset)
         if not transactions:
             if writes:
                 return None  # its output is outside any transaction: OUTPUT_OUTSIDE_TRANSACTION says so
@@ -706,9 +768,11 @@ class _Lineage:
                                   f"{self.expected}")
         elif kind is ViolationKind.DUPLICATE:
             _, outputs, transactions, producers = finding
+            places = ", ".join(f"{self.audit.output_topic}-{w.partition}@{w.offset}"
+                               for w in self.written[(partition, start)] if w.transaction is not None)
             self.audit._violation(kind, topic, partition, start, end, producers[-1],
                                   f"{records}, each named by {outputs} committed output records in {transactions} "
-                                  f"transaction(s), not {self.expected} in one",
+                                  f"transaction(s), not {self.expected} in one (offset {start}'s: {places})",
                                   ZOMBIE if len(producers) > 1 else None)
         else:
             _, producer_id, own, link_producer, at_own = finding
@@ -729,10 +793,10 @@ class _Lineage:
             committed = [w for w in writes if w.transaction is not None]
             if not committed or (found is not None and (offset < found.log_start_offset
                                                         or self.audit.ends[partition] <= offset < found.high_watermark
-                                                        or found.visible_in(offset, offset + 1))):
+                                                        or offset in found.visible)):
                 continue
             wrong.setdefault(partition, []).append((offset, committed[0].producer_id,
-                                                    found is not None and found.is_aborted(offset)))
+                                                    found is not None and offset in found.aborted))
         for partition, offsets in sorted(wrong.items()):
             for run in _runs(sorted(offsets), key=lambda o: o[2]):
                 aborted = run[0][2]
