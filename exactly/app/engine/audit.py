@@ -113,7 +113,7 @@ MODES = {
 }
 
 #: the likely causes the audit names beside a violation
-READ_UNCOMMITTED = ("the input holds records of aborted transactions, which a read_committed consumer skips: "
+ISOLATION_LEVEL = ("the input holds records of aborted transactions, which a read_committed consumer skips: "
                     "the application consumes with isolation.level=read_uncommitted")
 NEXT_OFFSET = ("offsets must be the next offset to consume (the last processed offset + 1), not the offset of the "
                "last record processed")
@@ -522,9 +522,9 @@ class _Audit:
         skipped = sum(self.inputs[r.partition].aborted.count(r.from_offset, r.to_offset) for r in ranges)
         if audited.output_records > expected:
             kind = ViolationKind.DUPLICATE
-            cause = (READ_UNCOMMITTED if skipped and audited.output_records <= (records + skipped) * self.records_per_input
-                     else NEXT_OFFSET if audited.output_records == expected + len(ranges) * self.records_per_input
-                     else None)
+            per_input, written = self.records_per_input, audited.output_records
+            cause = (ISOLATION_LEVEL if skipped and written <= (records + skipped) * per_input
+                     else NEXT_OFFSET if written == expected + len(ranges) * per_input else None)
         else:
             kind = ViolationKind.GAP
             cause = NO_REWIND if any(_overlaps(a.inputs, ranges) for a in aborted) else None
@@ -805,7 +805,7 @@ class _Lineage:
                 self.audit._violation(ViolationKind.OUTPUT_WITHOUT_INPUT, self.audit.input_topic, partition,
                                       run[0][0], run[-1][0] + 1, run[0][1],
                                       f"committed output names {len(run)} input {what}",
-                                      READ_UNCOMMITTED if aborted else None)
+                                      ISOLATION_LEVEL if aborted else None)
 
     def _check_unnamed(self) -> None:
         by_partition: dict[int, list[tuple[int, int, bool]]] = {}
@@ -823,7 +823,8 @@ def _records(count: int) -> str:
     return f"{count} input record{'s' if count != 1 else ''}"
 
 
-def _runs(items: list[tuple[int, int, bool]], key) -> Iterator[list[tuple[int, int, bool]]]:  # type: ignore[no-untyped-def]
+def _runs(items: list[tuple[int, int, bool]], key: Callable[[tuple[int, int, bool]], object]
+          ) -> Iterator[list[tuple[int, int, bool]]]:
     """``items`` (sorted by offset) in runs of consecutive offsets with the same ``key``."""
     run: list[tuple[int, int, bool]] = []
     for item in items:
