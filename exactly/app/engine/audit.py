@@ -759,9 +759,10 @@ class _Lineage:
         elif kind is ViolationKind.GAP and finding[1] == "skipped":
             rewind = any((partition, o) in self.aborted_outputs for o in run) or any(
                 _overlaps(a.inputs, [InputRange(partition, start, end)]) for a in self.aborted_attempts)
+            committer = "a committed transaction" if finding[2] is not None else "a commit outside any transaction"
             self.audit._violation(kind, topic, partition, start, end, finding[2],
-                                  f"skipped: a committed transaction committed the offsets of {records} but no "
-                                  f"committed output names them", NO_REWIND if rewind else None)
+                                  f"skipped: {committer} committed the offsets of {records} but no committed output "
+                                  f"names them", NO_REWIND if rewind else None)
         elif kind is ViolationKind.GAP:
             self.audit._violation(kind, topic, partition, start, end, finding[3],
                                   f"{records}, each named by {finding[2]} committed output records, not "
