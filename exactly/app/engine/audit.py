@@ -70,7 +70,6 @@ from __future__ import annotations
 
 import bisect
 import enum
-import itertools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Mapping
 
@@ -78,7 +77,7 @@ from exactly.app import lineage
 from exactly.coordinator import offsets_chain, offsets_log, transaction_log
 from exactly.coordinator.offsets_chain import DecidedTransaction, GroupCommits, GroupTransaction, Link
 from exactly.storage.errors import InvalidRequestError, UnknownTopicOrPartitionError
-from exactly.storage.log_scan import LogView, PartitionScan, TransactionSpan, scan, view_of
+from exactly.storage.log_scan import LogView, Marker, PartitionScan, TransactionSpan, scan, view_of
 from exactly.storage.record_batch import BatchHeader, ControlType, Record
 
 if TYPE_CHECKING:
@@ -417,12 +416,12 @@ class _Audit:
             return None
         return self.matched.get((span.producer_id, topic, partition, span.marker.offset))
 
-    def _output_spans(self, outcome: ControlType) -> Iterator[tuple[PartitionScan, TransactionSpan]]:
-        """The output's spans with data that ``outcome`` sealed."""
+    def _output_spans(self, outcome: ControlType) -> Iterator[tuple[PartitionScan, TransactionSpan, Marker]]:
+        """The output's spans with data that ``outcome`` sealed, with their marker."""
         for s in self.outputs:
             for span in s.spans:
                 if span.batches and span.marker is not None and span.marker.control_type is outcome:
-                    yield s, span
+                    yield s, span, span.marker
 
     def _outputs_of(self, decided: DecidedTransaction | None) -> tuple[OutputBatch, ...]:
         if decided is None:
@@ -467,7 +466,7 @@ class _Audit:
     def _audited(self, span: TransactionSpan, decided: DecidedTransaction | None, inputs: tuple[InputRange, ...],
                  outputs: tuple[OutputBatch, ...]) -> AuditedTransaction:
         reason = decided.abort_reason if decided else None
-        epoch = decided.producer_epoch if decided else (span.epochs or (span.marker.producer_epoch,))[0]  # type: ignore[union-attr]
+        epoch = decided.producer_epoch if decided else span.first_epoch
         return AuditedTransaction(
             decided.transactional_id if decided else None, span.producer_id, epoch,
             span.marker.control_type.name if span.marker else "OPEN",
@@ -485,7 +484,7 @@ class _Audit:
         return [(self._transaction(transaction, tuple(sorted(ranges[id(transaction)], key=lambda r: r.partition))),
                  transaction)
                 for transaction in sorted({id(l.transaction): l.transaction for ls in links.values() for l in ls}
-                                          .values(), key=lambda t: t.span.marker.offset)]  # type: ignore[union-attr]
+                                          .values(), key=_marker_offset)]
 
     def _check_link(self, link: Link, before: Link | None) -> None:
         producer_id, t = link.transaction.span.producer_id, self.input_topic
@@ -539,8 +538,7 @@ class _Audit:
         """The group's committed offset of input ``partition`` just before ``__consumer_offsets``
         offset ``log_offset`` (a marker's, or a plain commit's): the last commit before it,
         transactional or plain; the log start offset before any."""
-        commits = sorted([*((l.transaction.span.marker.offset, l.to_offset)  # type: ignore[union-attr]
-                            for l in links.get(partition, [])),
+        commits = sorted([*((_marker_offset(l.transaction), l.to_offset) for l in links.get(partition, [])),
                           *((c.log_offset, c.offset) for c in self.commits.plain if c.partition == partition)])
         before = [offset for at, offset in commits if at < log_offset]
         return before[-1] if before else self.inputs[partition].log_start_offset if partition in self.inputs else 0
@@ -576,7 +574,7 @@ class _Audit:
                                for p, o in sorted(transaction.offsets().items()) if p in self.inputs)
                 decided = self._decided(offsets_log.TOPIC, self.offsets_partition, span)
                 seen[id(decided) if decided else id(span)] = self._transaction(transaction, inputs)
-        for s, span in self._output_spans(ControlType.ABORT):
+        for s, span, _ in self._output_spans(ControlType.ABORT):
             decided = self._decided(s.topic, s.partition, span)
             if decided is None or id(decided) not in seen:
                 outputs = self._outputs_of(decided) or _output_batches(s.partition, span)
@@ -614,13 +612,13 @@ class _Audit:
                                 batch.header.producer_id if batch.header.has_producer_id else None,
                                 f"{batch.header.record_count} output records written without a transaction")
         with_offsets = self.with_offsets(committed)
-        for s, span in self._output_spans(ControlType.COMMIT):
+        for s, span, marker in self._output_spans(ControlType.COMMIT):
             decided = self._decided(s.topic, s.partition, span)
             if decided is None or id(decided) not in with_offsets:
                 why = ("its transaction committed no offsets of the group for the input topic" if decided else
                        "no record of its transaction is left in the transaction log")
                 self._violation(ViolationKind.OUTPUT_WITHOUT_OFFSETS, s.topic, s.partition, span.first_offset,
-                                span.marker.offset, span.producer_id,  # type: ignore[union-attr]
+                                marker.offset, span.producer_id,
                                 f"{span.record_count} committed output records: {why}", PLAIN_COMMIT)
 
     def _check_undecided(self) -> None:
@@ -713,14 +711,16 @@ class _Lineage:
         covering = self._covering(partition, found)
         run: list[int] = []
         finding: tuple | None = None
-        for offset in itertools.chain(found.visible.within(found.log_start_offset, self.audit.ends[partition]), [None]):
-            current = None if offset is None else self._finding(partition, offset, covered_to, covering.get(offset))
-            if run and current != finding:
-                self._report(partition, run, finding)  # type: ignore[arg-type]
+        for offset in found.visible.within(found.log_start_offset, self.audit.ends[partition]):
+            current = self._finding(partition, offset, covered_to, covering.get(offset))
+            if run and finding is not None and current != finding:
+                self._report(partition, run, finding)
                 run = []
             if current is not None:
-                run.append(offset)  # type: ignore[arg-type]
+                run.append(offset)
             finding = current
+        if run and finding is not None:
+            self._report(partition, run, finding)
 
     def _finding(self, partition: int, offset: int, covered_to: int, link: Link | None) -> tuple | None:
         """What is wrong with input record ``offset``, whose offset ``link`` committed
@@ -818,6 +818,13 @@ class _Lineage:
                                       run[0][0], run[-1][0] + 1, run[0][1],
                                       f"{len(run)} committed output records without the {lineage.HEADER} header, "
                                       f"while other output records have it")
+
+
+def _marker_offset(transaction: GroupTransaction) -> int:
+    """Where the COMMIT marker of a transaction the chain links is (it links committed ones only)."""
+    marker = transaction.span.marker
+    assert marker is not None, "the chain links committed transactions only"
+    return marker.offset
 
 
 def _records(count: int) -> str:

@@ -37,7 +37,7 @@ import asyncio
 import logging
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from exactly.app.config import BrokerConfig
 from exactly.app.engine import audit as exactly_once

@@ -66,5 +66,5 @@ def run_audit(group_id: str, input_topic: str, output_topic: str, records_per_in
 @bp.get(AUDIT)
 def audit(group_id: str):
     wanted = query(models.AuditQuery)
-    until = dict(tuple(int(n) for n in pair.split(":")) for pair in wanted.until)
+    until = {int(partition): int(offset) for partition, offset in (pair.split(":") for pair in wanted.until)}
     return jsonify(audit_resource(run_audit(group_id, wanted.input, wanted.output, wanted.records_per_input, until)))
