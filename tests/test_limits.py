@@ -307,9 +307,11 @@ def test_bad_limits_are_invalid_config(values: dict, message: str) -> None:
         BrokerConfig.from_kafka(values)
 
 
-def test_the_defaults_are_kafkas() -> None:
+def test_the_defaults_are_kafkas_but_max_connections_is_sized_for_one_machine() -> None:
     config = BrokerConfig()
-    assert config.max_connections == config.max_connections_per_ip == 2**31 - 1  # Kafka's Int.MAX: none
+    assert config.max_connections_per_ip == 2**31 - 1  # Kafka's Int.MAX: none
+    assert config.max_connections == 10_000  # Kafka's is none: here, with as many HTTP ones, a descriptor budget
+    assert config.sasl_server_max_receive_size == 524_288  # Kafka's
     assert config.connection_overrides() == {}
 
 

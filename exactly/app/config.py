@@ -144,12 +144,23 @@ class BrokerConfig(CoordinatorConfig, GroupConfig):
     #: a Kafka connection with no traffic for this long is closed (one that stopped
     #: reading its responses included)
     connections_max_idle_ms: int = 600_000
-    #: Kafka connections open at once, from anywhere; one more is closed as it is accepted
-    max_connections: int = INT32_MAX
+    #: Kafka connections open at once, from anywhere; one more is closed as it is accepted.
+    #: The HTTP listener holds at most as many of its own. Kafka's default is no limit;
+    #: this one is sized for one machine (see docs/operations.md, "Descriptors")
+    max_connections: int = 10_000
     #: Kafka connections open at once from one IP address; one more is closed as it is accepted
     max_connections_per_ip: int = INT32_MAX
     #: ``address:count,...``: per-IP exceptions to max.connections.per.ip (IP addresses only)
     max_connections_per_ip_overrides: str = ""
+    #: Kafka's ``sasl.server.max.receive.size``: the largest frame a SASL connection may
+    #: send before it has authenticated; a bigger size closes it as it is read
+    sasl_server_max_receive_size: int = 524_288
+    #: Exactly's own: an HTTP request whose head (request line and headers) has not all
+    #: come this long after its first byte is closed (a client trickling a byte at a time)
+    exactly_http_request_header_timeout_ms: int = 10_000
+    #: Exactly's own: an HTTP connection that sends nothing for this long, in the middle
+    #: of a request's body or between two requests, is closed
+    exactly_http_request_body_timeout_ms: int = 30_000
     #: Exactly's own (Kafka has no broker-wide partition limit): the partitions this broker
     #: holds at most; a topic creation or growth beyond it is POLICY_VIOLATION. Each
     #: partition keeps 3 files open, so 4,000 of them need 12,000 descriptors (bench/RESULTS.md)
@@ -195,6 +206,8 @@ class BrokerConfig(CoordinatorConfig, GroupConfig):
                 raise InvalidConfigError(f"unknown config {raw_key!r}")
         config = cls(**broker, log=LogConfig.from_kafka(topic))
         for name in ("transaction_max_timeout_ms", "socket_request_max_bytes", "connections_max_idle_ms",
+                     "sasl_server_max_receive_size", "exactly_http_request_header_timeout_ms",
+                     "exactly_http_request_body_timeout_ms",
                      *(f.name for f in fields(cls) if f.name.endswith(_PERIODS))):
             if getattr(config, name) < 1:
                 raise InvalidConfigError(f"{name.replace('_', '.')} must be >= 1")

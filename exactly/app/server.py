@@ -33,6 +33,7 @@ import threading
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from exactly.app import open_files
 from exactly.app.broker import Broker
 from exactly.app.config import BrokerConfig
 from exactly.app.engine.audit import AuditView
@@ -57,7 +58,9 @@ class Server:
         self._faults: Any = None
         self._sockets: list[socket.socket] = []
         try:  # raises PortInUseError (or a bad listeners config) before anything else happens
-            self.specs: list[ListenerSpec] = BrokerConfig.from_kafka(config).listener_specs(host, kafka_port)
+            broker_config = BrokerConfig.from_kafka(config)
+            self.specs: list[ListenerSpec] = broker_config.listener_specs(host, kafka_port)
+            open_files.raise_limit(broker_config)
             for spec in self.specs:
                 self._sockets.append(bind(spec.host, spec.port,
                                           "Kafka" if len(self.specs) == 1 else f"Kafka {spec.name}"))
@@ -132,7 +135,7 @@ class Server:
             web = create_app(self.broker.engine, settings, mirror=self.broker.mirror)
             web.extensions["exactly.server"] = self
             self._http_stoppers.append(web.extensions["exactly.history"].stop)
-            self._http_stoppers.append(HttpServer(web, self._sockets[-1].dup()).start().close)
+            self._http_stoppers.append(HttpServer(web, self._sockets[-1].dup(), config=config).start().close)
             for spec, sock in zip(self.specs, self._sockets):
                 self.kafka_listeners.append(attach(self.broker.engine, sock.dup(), spec, tls))
         except BaseException:
