@@ -26,7 +26,7 @@ import sys
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 from kio.index import load_request_schema
 from kio.serial._introspect import EntityField, EntityTupleField, PrimitiveTupleField, classify_field, is_optional
@@ -262,8 +262,10 @@ def broken_batches(batch: bytes, rng: random.Random) -> Iterator[tuple[str, byte
 class ServedBroker:
     """``python -m exactly serve`` on ``data_dir``, its output in ``data_dir``'s sibling log."""
 
-    def __init__(self, data_dir: Path) -> None:
+    def __init__(self, data_dir: Path, **config: Any) -> None:
         self.data_dir = data_dir
+        #: broker configs besides the tests' CONFIG
+        self.config = config
         self.log_path = data_dir.with_name(data_dir.name + ".log")
         self.port = 0
         self.proc: subprocess.Popen | None = None
@@ -273,7 +275,7 @@ class ServedBroker:
         self.port = free_port()
         args = [sys.executable, "-m", "exactly", "serve", "--data-dir", str(self.data_dir),
                 "--kafka-port", str(self.port), "--http-port", str(free_port())]
-        for key, value in CONFIG.items():
+        for key, value in {**CONFIG, **self.config}.items():
             args += ["--config", f"{key}={value}"]
         self._log_start = self.log_path.stat().st_size if self.log_path.exists() else 0
         with open(self.log_path, "ab") as log:

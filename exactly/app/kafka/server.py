@@ -15,7 +15,8 @@ only itself: its responses wait in one socket buffer, nothing more is read from
 it, and once it has been silent for ``connections.max.idle.ms`` it is closed.
 
 Bad input closes the connection with one log line naming the client and what was
-wrong, as Kafka does: a size over ``socket.request.max.bytes`` (or negative), an
+wrong, as Kafka does: a size over ``socket.request.max.bytes`` (or negative; on a
+SASL listener before authentication, over ``sasl.server.max.receive.size``), an
 undecodable request, an unknown API key or an unsupported version (except for
 ApiVersions, which answers UNSUPPORTED_VERSION in the v0 format so the client can
 retry at a version this broker knows). Responses to the requests before the bad
@@ -92,6 +93,7 @@ class KafkaListener:
         self.node = Node(engine.topics.node_id, *(advertised or (host, port)))
         engine.kafka_address = (self.node.host, self.node.port)
         self.max_request_bytes = config.socket_request_max_bytes
+        self.max_unauthenticated_bytes = min(config.sasl_server_max_receive_size, config.socket_request_max_bytes)
         self.idle_s = config.connections_max_idle_ms / 1000
         self.connections: set[Connection] = engine.kafka_connections
         self.max_connections = config.max_connections
@@ -255,9 +257,9 @@ class Connection:
                     self._bad(f"disconnected in the middle of a request size ({len(e.partial)} of 4 bytes)")
                 return False
             (size,) = SIZE.unpack(size_bytes)
-            if not 0 <= size <= self.listener.max_request_bytes:
-                self._bad(f"request size {size} is outside [0, {self.listener.max_request_bytes}] "
-                          f"(socket.request.max.bytes)")
+            most, setting = self._max_frame()
+            if not 0 <= size <= most:
+                self._bad(f"request size {size} is outside [0, {most}] ({setting})")
                 return True
             try:
                 frame = await self._reader.readexactly(size)
@@ -285,6 +287,15 @@ class Connection:
                 await asyncio.wait([response])
                 if self.sasl.state is SaslState.FAILED:
                     return True  # its answer is written, then the connection closes
+
+    def _max_frame(self) -> tuple[int, str]:
+        """The largest frame this connection may send now, and the setting that says so:
+        before its SASL authentication (or during a re-authentication) Kafka's
+        ``sasl.server.max.receive.size``, checked on reading the size, so an
+        unauthenticated client makes the broker buffer no more than that."""
+        if self.sasl is not None and self.sasl.state is not SaslState.AUTHENTICATED:
+            return self.listener.max_unauthenticated_bytes, "sasl.server.max.receive.size, before authentication"
+        return self.listener.max_request_bytes, "socket.request.max.bytes"
 
     async def _raw_token(self, session: SaslSession, token: bytes) -> bool:
         """Answer a raw SASL token (after SaslHandshake v0) in the same framing, after
