@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from exactly.app import Broker
+from exactly.app.engine.maintenance import LogCleaningFailedError
 from exactly.app.engine.worker_process import WorkerProcessDiedError
 from exactly.storage import filenames
 from exactly.storage.background import run_inline
@@ -162,7 +163,8 @@ def test_a_worker_killed_mid_round_fails_the_round_and_the_next_one_works(
     broker = round_.broker
     with broker, caplog.at_level(logging.ERROR):
         os.kill(round_.pid, signal.SIGKILL)
-        assert round_.cleaning.result(DEADLINE_S) == 0
+        with pytest.raises(LogCleaningFailedError, match=f"{TOPIC}-0"):  # the round fails, saying which
+            round_.cleaning.result(DEADLINE_S)
         failed = [r for r in caplog.records if r.getMessage() == f"cleaning {TOPIC}-0 failed"]
         assert failed and failed[0].exc_info and isinstance(failed[0].exc_info[1], WorkerProcessDiedError)
         assert not cleaned_files(round_.partition)

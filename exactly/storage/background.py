@@ -20,8 +20,8 @@ A job that is CPU work in Python (a cleaning round decodes every record it keeps
 a :class:`ProcessJob`: one call of a module-level function on plain, picklable values.
 Run on a thread it would share the interpreter's GIL with the owner's loop and slow
 every request; so the engine runs it in a worker process of its own
-(``exactly/app/engine/worker_process.py``), whose main loop is :func:`serve_calls`, here so
-that the worker imports nothing but ``exactly/storage/``. ``run()`` makes the same call on
+(``exactly/app/engine/worker_process.py``), whose main is :func:`main` here (``python -m
+exactly.storage.background``), so that the worker imports nothing but ``exactly/storage/``. ``run()`` makes the same call on
 the calling thread (:func:`run_inline`).
 """
 
@@ -31,6 +31,7 @@ import contextlib
 import ctypes
 import os
 import signal
+import sys
 import traceback
 from multiprocessing.connection import Connection
 from typing import Any, Callable, Generator, Protocol, TypeVar, runtime_checkable
@@ -101,30 +102,57 @@ Reply = tuple[bool, Any]
 _PR_SET_PDEATHSIG = 1
 
 
-def serve_calls(connection: Connection, cancelled_call: Any, parent_pid: int, nice: int) -> None:
+def serve_calls(connection: Connection, cancellations: Connection, parent_pid: int, nice: int) -> None:
     """The main loop of a worker process: receive a :data:`Call`, make it, send its
-    :data:`Reply`; until None, or the broker is gone. ``cancelled_call.value`` (shared
-    memory, set by the broker) is the id of the call to cancel. The worker never
-    outlives the broker: it is killed when the broker dies (Linux), and a call in
-    progress stops once its parent changed -- an orphan must not go on writing files
-    in a data directory a restarted broker now owns. Ctrl-C is the broker's to handle
-    (it stops the worker), so the worker ignores SIGINT."""
+    :data:`Reply`; until None, or the broker is gone. ``cancellations`` brings the id
+    of each call the broker cancels (a call checks it between pieces of work). The
+    worker never outlives the broker: it is killed when the broker dies (Linux), and a
+    call in progress stops once its parent changed -- an orphan must not go on writing
+    files in a data directory a restarted broker now owns. Ctrl-C is the broker's to
+    handle (it stops the worker), so the worker ignores SIGINT."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _die_with(parent_pid)
     if nice:  # as the engine's worker threads do: the niceness itself, not an increment
         with contextlib.suppress(OSError):
             os.setpriority(os.PRIO_PROCESS, 0, nice)
+    cancelled = _Cancellations(cancellations)
     while (call := _receive(connection)) is not None:
         call_id, function, args = call
 
         def is_cancelled(call_id: int = call_id) -> bool:
-            return cancelled_call.value == call_id or os.getppid() != parent_pid
+            return cancelled.includes(call_id) or os.getppid() != parent_pid
         try:
             reply: Reply = (True, function(is_cancelled, *args))
         except Exception as e:  # the broker re-raises it; the traceback goes with it
             e.add_note(f"in worker process {os.getpid()}:\n{traceback.format_exc()}")
             reply = (False, e)
         connection.send(reply)  # one that does not pickle ends the worker: a bug, reported as its death
+
+
+class _Cancellations:
+    """The call ids the broker has cancelled, read as they come (never waiting)."""
+
+    def __init__(self, connection: Connection) -> None:
+        self._connection = connection
+        self._latest = 0
+        self._broker_gone = False
+
+    def includes(self, call_id: int) -> bool:
+        try:
+            while not self._broker_gone and self._connection.poll():
+                self._latest = self._connection.recv()
+        except (EOFError, OSError):  # the broker closed its end, or died: stop
+            self._broker_gone = True
+        return self._broker_gone or self._latest == call_id
+
+
+def main(argv: list[str]) -> None:
+    """``python -m exactly.storage.background PARENT_PID NICE CALLS_FD CANCELS_FD``: a
+    worker process, started as a module of its own so that it never imports the
+    program that runs the broker (multiprocessing's ``spawn`` runs the main script
+    again: an embedded broker's whole program, the broker included)."""
+    parent_pid, nice, calls_fd, cancels_fd = map(int, argv)
+    serve_calls(Connection(calls_fd), Connection(cancels_fd, writable=False), parent_pid, nice)
 
 
 def _receive(connection: Connection) -> Call:
@@ -142,3 +170,7 @@ def _die_with(parent_pid: int) -> None:
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     if os.getppid() != parent_pid:
         os._exit(1)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

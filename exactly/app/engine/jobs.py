@@ -14,7 +14,7 @@ import logging
 from typing import Any
 
 from exactly.app.config import BrokerConfig
-from exactly.app.engine.maintenance import Maintenance, MaintenanceCancelledError
+from exactly.app.engine.maintenance import LogCleaningFailedError, Maintenance, MaintenanceCancelledError
 from exactly.coordinator.transaction_coordinator import TransactionCoordinator
 from exactly.storage.background import Job, Steps
 from exactly.storage.clock import Clock
@@ -61,11 +61,13 @@ class Jobs:
     async def compact_logs(self) -> int:
         """One log-cleaner round on every compacted partition; returns how many segments
         were rewritten. A partition that cannot be cleaned (a damaged batch, an I/O
-        error) is logged and skipped, as Kafka's cleaner skips an uncleanable
-        partition; the others are still cleaned."""
+        error, a worker process that died) is logged and skipped, as Kafka's cleaner
+        skips an uncleanable partition; the others are still cleaned, and then the
+        round fails. :raise LogCleaningFailedError: some partition was not cleaned."""
         now = self._clock.now_ms()
         rewritten = 0
         moved = False
+        failed: list[str] = []
         for log_ in self._logs:
             if not log_.config.compact:
                 continue
@@ -78,9 +80,12 @@ class Jobs:
                 continue  # the disk watch has said so once; the next round tries again
             except (KafkaError, OSError):
                 log.exception("cleaning %s-%d failed", log_.topic, log_.partition)
+                failed.append(f"{log_.topic}-{log_.partition}")
             moved = moved or log_.cleaner_state.checkpoint != before
         if moved:
             await self.checkpoint()
+        if failed:
+            raise LogCleaningFailedError(failed, rewritten)
         return rewritten
 
     def expire_producer_ids(self) -> int:

@@ -69,6 +69,17 @@ class MaintenanceCancelledError(Exception):
     ``CleaningAbortedError``.)"""
 
 
+class LogCleaningFailedError(Exception):
+    """A log-cleaner round in which some partitions could not be cleaned (each one
+    logged with its error, left as it was); the others were cleaned."""
+
+    def __init__(self, failed: list[str], rewritten: int) -> None:
+        super().__init__(f"cleaning failed for {', '.join(failed)} (the round rewrote {rewritten} segment(s) "
+                         f"of the other partitions)")
+        self.failed = failed
+        self.rewritten = rewritten
+
+
 @dataclass
 class _Slot:
     """The maintenance of one partition: one job at a time."""

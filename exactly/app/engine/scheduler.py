@@ -22,6 +22,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 
 from exactly.app.engine import Engine
 from exactly.app.engine.disk_space import DiskSpace, is_disk_full
+from exactly.app.engine.maintenance import LogCleaningFailedError
 from exactly.coordinator.mirror import Mirror
 from exactly.storage.errors import KafkaError
 
@@ -103,6 +104,8 @@ def run_round(job: ScheduledJob, disk: DiskSpace | None = None) -> None:
             log.debug("scheduled job %s found the disk full: %s", job.name, e)
         elif isinstance(e, KafkaError):  # expected (a partition gone meanwhile ...): one line
             log.warning("scheduled job %s failed: %s: %s", job.name, e.name, e)
+        elif isinstance(e, LogCleaningFailedError):  # each partition's error is logged above it
+            log.error("scheduled job %s failed: %s", job.name, e)
         else:
             log.exception("scheduled job %s failed", job.name)
         return
