@@ -161,6 +161,10 @@ class BrokerConfig(CoordinatorConfig, GroupConfig):
     #: Exactly's own: an HTTP connection that sends nothing for this long, in the middle
     #: of a request's body or between two requests, is closed
     exactly_http_request_body_timeout_ms: int = 30_000
+    #: Exactly's own: the HTTP API's ``Idempotency-Key``s one principal may hold at once
+    #: (each kept while its call can be retried: exactly/app/http/api/idempotency.py); a
+    #: new one past that is 429 THROTTLING_QUOTA_EXCEEDED, never an eviction
+    exactly_http_idempotency_keys_per_principal: int = 100_000
     #: Exactly's own (Kafka has no broker-wide partition limit): the partitions this broker
     #: holds at most; a topic creation or growth beyond it is POLICY_VIOLATION. Each
     #: partition keeps 3 files open, so 4,000 of them need 12,000 descriptors (bench/RESULTS.md)
@@ -207,7 +211,7 @@ class BrokerConfig(CoordinatorConfig, GroupConfig):
         config = cls(**broker, log=LogConfig.from_kafka(topic))
         for name in ("transaction_max_timeout_ms", "socket_request_max_bytes", "connections_max_idle_ms",
                      "sasl_server_max_receive_size", "exactly_http_request_header_timeout_ms",
-                     "exactly_http_request_body_timeout_ms",
+                     "exactly_http_request_body_timeout_ms", "exactly_http_idempotency_keys_per_principal",
                      *(f.name for f in fields(cls) if f.name.endswith(_PERIODS))):
             if getattr(config, name) < 1:
                 raise InvalidConfigError(f"{name.replace('_', '.')} must be >= 1")

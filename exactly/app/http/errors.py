@@ -20,7 +20,9 @@ the proxy's "retriable Kafka error", with ``Retry-After``. A write the disk refu
 full (``LogDirFullError``) or its log offline after a failed fsync
 (``LogOfflineError``), both KAFKA_STORAGE_ERROR (56) -- is 507 Insufficient Storage
 (WebDAV's status for "cannot store what the request needs"), ``error_code`` 50003,
-``Retry-After``; a broker that is closing stays 503. Errors that are not
+``Retry-After``; a broker that is closing stays 503. A per-principal quota
+(THROTTLING_QUOTA_EXCEEDED) is 429 Too Many Requests, its ``Retry-After`` the
+throttle time. Errors that are not
 Kafka's (an unknown path: 404, a wrong method: 405, ...) have the status as
 ``error_code`` and a null ``kafka_error_code``. Bad input is raised as
 ``InvalidRequestError`` (INVALID_REQUEST, 42) by the handlers' validation and ends
@@ -36,6 +38,7 @@ to the client, whose request did nothing wrong and who must not see internals.
 from __future__ import annotations
 
 import logging
+import math
 import secrets
 
 from flask import Flask, Response, jsonify, request
@@ -98,6 +101,7 @@ STATUS_BY_ERROR: dict[type[e.KafkaError], int] = {
     e.LogOfflineError: 507,
     e.RequestTimedOutError: 504,
     e.UnknownServerError: 500,
+    e.ThrottlingQuotaExceededError: 429,
 }
 
 
@@ -168,7 +172,8 @@ def kafka_error_response(error: e.KafkaError) -> Response:
     response = jsonify(kafka_error_body(error))
     response.status_code = status
     if error.retriable:
-        response.headers["Retry-After"] = "1"
+        throttle_ms = getattr(error, "throttle_time_ms", 0)
+        response.headers["Retry-After"] = str(max(1, math.ceil(throttle_ms / 1000)))
     return response
 
 

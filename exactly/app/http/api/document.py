@@ -37,6 +37,7 @@ ERROR_TEXT = {
     415: "the body is not application/json",
     416: "offset outside the partition (OFFSET_OUT_OF_RANGE)",
     422: "Idempotency-Key reused for another request",
+    429: "a new Idempotency-Key past the principal's quota (THROTTLING_QUOTA_EXCEEDED); retry after Retry-After",
     503: "coordinator or storage unavailable; retry (Retry-After)",
 }
 
@@ -283,7 +284,7 @@ def _operation(op: Operation) -> dict[str, Any]:
                                  for ok in sorted({op.ok, op.also_ok or op.ok})}
     # any request whose body passes MAX_CONTENT_LENGTH is refused 413 before it is read
     codes = {400, 401, 403, 413, *op.errors, *((415,) if op.body else ()),
-             *((422,) if op.idempotent else ())}
+             *((422, 429) if op.idempotent else ())}
     for code in sorted(codes):
         responses[str(code)] = {"$ref": f"#/components/responses/{code}"}
     responses["default"] = {"$ref": "#/components/responses/default"}

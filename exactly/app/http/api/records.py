@@ -33,7 +33,7 @@ from exactly.app.client.partitioner import partition_for_key
 from exactly.app.engine import READ_COMMITTED
 from exactly.app.http import access, current_engine, errors
 from exactly.app.http.api import codec, models
-from exactly.app.http.api.idempotency import idempotent
+from exactly.app.http.api.idempotency import Scope, idempotent
 from exactly.app.http.api.resources import cluster_id, crn, resource
 from exactly.app.http.api.validation import body, json_values, parse, query
 from exactly.storage.errors import InvalidRequestError, KafkaError
@@ -145,7 +145,7 @@ def _partition_count(engine: "Engine", topic: str) -> int:
 
 
 @bp.post("/v3/clusters/<cluster_id>/topics/<topic_name>/records")
-@idempotent(lambda topic_name: f"topic:{topic_name}")
+@idempotent(lambda topic_name: Scope(topic=topic_name))
 def produce(topic_name: str):
     """One record: its delivery report, or its error as the HTTP status. Several
     records concatenated in the body (the proxy's streaming mode): 200, and one
@@ -168,7 +168,7 @@ def produce(topic_name: str):
 
 
 @bp.post("/v3/clusters/<cluster_id>/topics/<topic_name>/records:batch")
-@idempotent(lambda topic_name: f"topic:{topic_name}")
+@idempotent(lambda topic_name: Scope(topic=topic_name))
 def produce_batch(topic_name: str):
     """The proxy's batch produce: ``{"entries": [{"id", ...record}]}``, ids unique,
     at most :data:`models.MAX_BATCH_ENTRIES`; 207 with ``successes`` and ``failures``, each

@@ -64,6 +64,7 @@ from exactly.app.http.api.idempotency import idempotent
 from exactly.app.http.api.records import choose_partition, parse_record
 from exactly.app.http.api.resources import cluster_id, crn, listing, resource
 from exactly.app.http.api.validation import body, query
+from exactly.app.security.principal import ANONYMOUS
 from exactly.coordinator.group_metadata import CommittedOffset
 from exactly.storage.errors import (
     InvalidRequestError,
@@ -84,8 +85,8 @@ TXN = BASE + "/<transactional_id>"
 KEY_HEADER = "exactly.idempotency-key"
 
 
-def _scope(transactional_id: str) -> str:
-    return f"txn:{transactional_id}"
+def _scope(transactional_id: str) -> idempotency.Scope:
+    return idempotency.Scope(transactional_id=transactional_id)
 
 
 # -- the transactional client --------------------------------------------------------
@@ -140,12 +141,12 @@ def _records_answer(appended: list[tuple[str, int, int]]) -> Response:
 # -- Idempotency-Key across restarts (see the module docstring) -------------------------
 
 
-def _marked(records: list[tuple[str, int | None, SimpleRecord]], key: str,
-            fingerprint: str) -> list[tuple[str, int | None, SimpleRecord]]:
+def _marked(records: list[tuple[str, int | None, SimpleRecord]], key: str, fingerprint: str,
+            principal: str) -> list[tuple[str, int | None, SimpleRecord]]:
     """``records``, each with the :data:`KEY_HEADER` of this call."""
     def mark(index: int) -> bytes:
-        return json.dumps({"key": key, "fingerprint": fingerprint, "index": index, "count": len(records)},
-                          separators=(",", ":")).encode()
+        return json.dumps({"key": key, "fingerprint": fingerprint, "index": index, "count": len(records),
+                           "principal": principal}, separators=(",", ":")).encode()
 
     return [(topic, partition, replace(record, headers=(*record.headers, (KEY_HEADER, mark(i)))))
             for i, (topic, partition, record) in enumerate(records)]
@@ -175,14 +176,17 @@ def _mark_of(record: Record) -> dict[str, Any] | None:
     return mark if 0 <= mark["index"] < mark["count"] else None
 
 
-def _keyed_calls(engine: "Engine") -> dict[tuple[str, str], _KeyedCall]:
-    """The keyed ``records`` calls in the open transactions, by (transactional id, key),
-    read from each open transaction's first offset."""
-    calls: dict[tuple[str, str], _KeyedCall] = {}
+def _keyed_calls(engine: "Engine") -> dict[tuple[str, str, str], _KeyedCall]:
+    """The keyed ``records`` calls in the open transactions, by (transactional id,
+    principal, key), read from each open transaction's first offset. A mark without a
+    principal (written before keys were per principal) is ANONYMOUS's."""
+    calls: dict[tuple[str, str, str], _KeyedCall] = {}
     for txn_id, topic, partition, record in engine.call(read_models.open_transaction_records, engine):
         mark = _mark_of(record)
         if mark is not None:
-            call = calls.setdefault((txn_id, mark["key"]), _KeyedCall(mark["fingerprint"], mark["count"]))
+            principal = mark.get("principal")
+            ident = (txn_id, principal if isinstance(principal, str) else str(ANONYMOUS), mark["key"])
+            call = calls.setdefault(ident, _KeyedCall(mark["fingerprint"], mark["count"]))
             call.placed[mark["index"]] = (topic, partition, record.offset)
     return calls
 
@@ -204,8 +208,8 @@ def _remember_keyed_calls(state: BlueprintSetupState) -> None:
     engine: "Engine" = app.extensions["exactly.engine"]
     cache = idempotency.cache(app)
     with app.app_context():
-        for (txn_id, key), call in _keyed_calls(engine).items():
-            cache.remember(_scope(txn_id), key, call.fingerprint, _first_answer(call))
+        for (txn_id, principal, key), call in _keyed_calls(engine).items():
+            cache.remember(principal, _scope(txn_id), key, call.fingerprint, _first_answer(call))
 
 
 @bp.post(TXN + "/offsets")
