@@ -132,6 +132,24 @@ def test_confluent_admin_client_alters_and_describes_credentials(secured: Listen
     # freeing a DescribeUserScramCredentials answer with a top-level error, Kafka's answer too)
 
 
+def test_a_1_mb_user_name_is_refused_for_that_user_alone(secured: ListenersBroker) -> None:
+    """A name longer than a credential's record can key is UNACCEPTABLE_CREDENTIAL for that
+    user (it was an unhandled SchemaError and a closed connection); the others are altered."""
+    admin = AdminClient(secured.confluent("SASL_PLAINTEXT", "SCRAM-SHA-512", user="admin", password="admin-secret"))
+    info = ScramCredentialInfo(ConfluentScramMechanism.SCRAM_SHA_256, 4096)
+    huge = "u" * (1 << 20)
+    futures = admin.alter_user_scram_credentials([UserScramCredentialUpsertion(huge, info, b"x"),
+                                                  UserScramCredentialUpsertion("dave", info, b"dave-secret")])
+    with pytest.raises(KafkaException) as e:
+        futures[huge].result(timeout=30)
+    assert e.value.args[0].code() == UnacceptableCredentialError.code
+    assert "at most 32767" in e.value.args[0].str()
+    futures["dave"].result(timeout=30)  # the same request's other user, and the connection still serves
+    dave = raw_connection(secured.port("SASL_PLAINTEXT"))
+    authenticate(dave, "SCRAM-SHA-256", "dave", "dave-secret")
+    dave.close()
+
+
 def test_describe_refused_to_a_non_super_user_as_kafka_answers(secured: ListenersBroker) -> None:
     alice = raw_connection(secured.port("SASL_PLAINTEXT"))
     authenticate(alice, "SCRAM-SHA-256", "alice", "alice-secret")

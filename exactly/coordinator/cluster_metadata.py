@@ -36,6 +36,7 @@ from exactly.coordinator.schema import (
     INT8,
     INT16,
     INT32,
+    MAX_STRING_BYTES,
     NULLABLE_BYTES,
     STRING,
     UNSIGNED_VARINT,
@@ -59,6 +60,8 @@ RECORD_VERSION = 0
 RECORD_TYPE = Schema(("record_type", INT16))
 KEY = Schema(("record_type", INT16), ("id", UUID))
 SCRAM_KEY = Schema(("record_type", INT16), ("name", STRING), ("mechanism", INT8))
+#: the longest user name a credential's key holds (a STRING: an int16 length)
+MAX_SCRAM_NAME_BYTES = MAX_STRING_BYTES
 FRAME = Schema(("frame_version", UNSIGNED_VARINT), ("api_key", UNSIGNED_VARINT), ("version", UNSIGNED_VARINT))
 ACCESS_CONTROL_ENTRY = flexible(Schema(
     ("id", UUID),

@@ -30,7 +30,7 @@ from exactly.app.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 from exactly.app.security.principal import USER_TYPE, KafkaPrincipal
 from exactly.app.security.sasl_plain import PLAIN, parse_plain
 from exactly.app.security.scram import ScramExchange, ScramMechanism, credential_from_salted_password
-from exactly.coordinator.cluster_metadata import ScramCredentialRecord
+from exactly.coordinator.cluster_metadata import MAX_SCRAM_NAME_BYTES, ScramCredentialRecord
 from exactly.storage.errors import (
     ClusterAuthorizationFailedError,
     DuplicateResourceError,
@@ -247,6 +247,9 @@ def _alteration_error(ctx: RequestContext, user: str, mechanism: int, iterations
     """Why Kafka refuses one deletion (``iterations`` None) or upsertion, or None."""
     if not user:
         return UnacceptableCredentialError("Username must not be empty")
+    if len(user.encode("utf-8")) > MAX_SCRAM_NAME_BYTES:
+        return UnacceptableCredentialError(f"Username is {len(user.encode('utf-8'))} bytes long: at most "
+                                           f"{MAX_SCRAM_NAME_BYTES} (the key of its credential record)")
     if (user, mechanism) in seen:
         return DuplicateResourceError("A user credential cannot be altered twice in the same request")
     seen.add((user, mechanism))
