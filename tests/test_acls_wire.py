@@ -22,6 +22,7 @@ from confluent_kafka.admin import (
 from exactly.app.kafka.api import ApiKey
 from exactly.app.security import acl
 from exactly.storage.errors import InvalidRequestError, SecurityDisabledError
+from tests.conftest import FROZEN
 from tests.kafka_support import KafkaBroker, raw_connection
 
 pytestmark = pytest.mark.timeout(120)
@@ -139,3 +140,37 @@ def test_acls_survive_a_restart(tmp_path: Path) -> None:
         assert kafka.engine.access.authorize("User:bob", "h", acl.AclOperation.WRITE, acl.ResourceType.TOPIC, "x")
     with KafkaBroker(data, **STANDARD) as kafka:
         assert describe(admin(kafka)) == {ALICE_WRITES_ORDERS}
+
+
+def test_20000_bindings_in_one_create_acls_are_accepted_as_kafka_does(tmp_path: Path) -> None:
+    """Kafka's controller writes one request's ACLs as one atomic batch of its metadata log,
+    bounded by KRaft's 8 MiB batch, not by a topic's max.message.bytes (which refused this
+    whole request with MESSAGE_TOO_LARGE); they are all in force. (FROZEN: the SQLite
+    mirror's catching up with 20,000 ACL rows is not this test's subject.)"""
+    with KafkaBroker(tmp_path / "data", **STANDARD, **FROZEN) as kafka:
+        create_20000(kafka)
+
+
+def create_20000(kafka: KafkaBroker) -> None:
+    client = admin(kafka)
+    bindings = [AclBinding(ResourceType.TOPIC, f"topic-{i:05d}", ResourcePatternType.LITERAL, "User:alice", "*",
+                           AclOperation.READ, AclPermissionType.ALLOW) for i in range(20_000)]
+    futures = client.create_acls(bindings)
+    assert all(future.result(60) is None for future in futures.values())
+    assert len(describe(client) - {ALICE_WRITES_ORDERS}) == 20_000
+    assert kafka.engine.access.authorize("User:alice", "10.1.1.1", acl.AclOperation.READ, acl.ResourceType.TOPIC,
+                                  "topic-19999")
+
+
+def test_a_cluster_metadata_topic_made_with_the_old_limit_is_raised_to_krafts(tmp_path: Path) -> None:
+    """A data directory whose ``__cluster_metadata`` was created with the 1 MB default
+    takes the 20,000 ACLs too: its limit is raised at the next change."""
+    with KafkaBroker(tmp_path / "data", **STANDARD, **FROZEN) as kafka:
+        create(admin(kafka), ALICE_WRITES_ORDERS)
+        engine = kafka.engine
+
+        async def lower() -> None:
+            await engine.maintenance.run(engine._logs.alter_topic_config("__cluster_metadata",
+                                                                         {"max.message.bytes": 1048588}))
+        engine.call(lower)
+        create_20000(kafka)

@@ -49,6 +49,9 @@ from exactly.coordinator.schema import (
 )
 
 TOPIC = "__cluster_metadata"
+#: the largest batch of records one change writes (all of one CreateAcls request's ACLs,
+#: atomically): KRaft's metadata log's limit, ``KafkaRaftClient.MAX_BATCH_SIZE_BYTES``
+MAX_BATCH_BYTES = 8 * 1024 * 1024
 KEY_VERSION = 0
 #: Kafka's metadata record api key of an AccessControlEntryRecord
 ACCESS_CONTROL_ENTRY_RECORD = 6

@@ -139,19 +139,27 @@ class Topics:
 
     async def ensure_internal_topic(self, name: str) -> None:
         """Create ``__transaction_state`` / ``__consumer_offsets`` / ``__cluster_metadata``
-        (one partition) on first use, compacted."""
+        (one partition) on first use, compacted. ``__cluster_metadata`` takes batches as
+        large as KRaft's metadata log does (:data:`cluster_metadata.MAX_BATCH_BYTES`: one
+        request's ACLs are one batch); one made before that is raised to it."""
         if name in self._logs.topics:
+            if name == cluster_metadata.TOPIC and (
+                    self._logs.log(name, 0).config.max_message_bytes < cluster_metadata.MAX_BATCH_BYTES):
+                async with self._topic_changes:
+                    await self._maintenance.run(self._logs.alter_topic_config(
+                        name, {"max.message.bytes": cluster_metadata.MAX_BATCH_BYTES}))
             return
         config = self._config
-        partitions, segment_bytes = {
+        partitions, topic_config = {
             transaction_log.TOPIC: (config.transaction_state_log_num_partitions,
-                                    config.transaction_state_log_segment_bytes),
-            offsets_log.TOPIC: (config.offsets_topic_num_partitions, config.offsets_topic_segment_bytes),
-            cluster_metadata.TOPIC: (1, config.log.segment_bytes),
+                                    {"segment.bytes": config.transaction_state_log_segment_bytes}),
+            offsets_log.TOPIC: (config.offsets_topic_num_partitions,
+                                {"segment.bytes": config.offsets_topic_segment_bytes}),
+            cluster_metadata.TOPIC: (1, {"segment.bytes": config.log.segment_bytes,
+                                         "max.message.bytes": cluster_metadata.MAX_BATCH_BYTES}),
         }[name]
         try:
-            await self._create_topic(name, partitions, {"cleanup.policy": "compact", "segment.bytes": segment_bytes},
-                                     internal=True)
+            await self._create_topic(name, partitions, {"cleanup.policy": "compact", **topic_config}, internal=True)
         except TopicAlreadyExistsError:
             pass  # another request created it while this one waited
 
