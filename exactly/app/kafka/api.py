@@ -45,6 +45,15 @@ CLOSE = object()
 
 
 @dataclass(frozen=True)
+class EncodeOffLoop:
+    """A handler's answer too large to encode on the loop (a big group's JoinGroup
+    leader answer holds every member's metadata: 2,000 members of 20 KB are 40 MB): the
+    listener encodes it on a thread, and the loop goes on serving everyone else."""
+
+    response: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
 class Node:
     """This broker as clients see it (Metadata, FindCoordinator, DescribeCluster)."""
 

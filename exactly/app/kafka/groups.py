@@ -12,12 +12,15 @@ from __future__ import annotations
 from typing import Any
 
 from exactly.app.kafka import authorization
-from exactly.app.kafka.api import ApiKey, RequestContext, error_code, serves
+from exactly.app.kafka.api import ApiKey, EncodeOffLoop, RequestContext, error_code, serves
 from exactly.app.kafka.authorization import C, G, T
 from exactly.app.kafka.codec import millis
 from exactly.app.security.acl import CLUSTER_NAME
 from exactly.coordinator.group_metadata import GroupState
 from exactly.storage.errors import KafkaError, MemberIdRequiredError
+
+#: a JoinGroup leader answer whose members' metadata passes this is encoded off the loop
+ENCODE_OFF_LOOP_BYTES = 1 << 20
 
 
 @serves(ApiKey.JOIN_GROUP, 0, 9)
@@ -40,11 +43,14 @@ async def join_group(ctx: RequestContext, request: Any) -> dict:
         return {"error_code": error_code(e), "generation_id": -1, "member_id": e.member_id}
     except KafkaError as e:
         return {"error_code": error_code(e), "generation_id": -1, "member_id": request.member_id}
-    return {"error_code": 0, "generation_id": joined.generation, "protocol_type": joined.protocol_type,
-            "protocol_name": joined.protocol or "", "leader": joined.leader,
-            "skip_assignment": joined.skip_assignment, "member_id": joined.member_id,
-            "members": [{"member_id": member_id, "group_instance_id": instance_id, "metadata": metadata}
-                        for member_id, instance_id, metadata in joined.members]}
+    response = {"error_code": 0, "generation_id": joined.generation, "protocol_type": joined.protocol_type,
+                "protocol_name": joined.protocol or "", "leader": joined.leader,
+                "skip_assignment": joined.skip_assignment, "member_id": joined.member_id,
+                "members": [{"member_id": member_id, "group_instance_id": instance_id, "metadata": metadata}
+                            for member_id, instance_id, metadata in joined.members]}
+    if sum(len(metadata) for _, _, metadata in joined.members) > ENCODE_OFF_LOOP_BYTES:
+        return EncodeOffLoop(response)  # a big group's leader: every member's metadata
+    return response
 
 
 @serves(ApiKey.SYNC_GROUP, 0, 5)

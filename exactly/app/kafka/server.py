@@ -42,7 +42,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from exactly.app.kafka import fault_injection as inject
-from exactly.app.kafka.api import APIS, CLOSE, Api, ApiKey, Node, RequestContext, error_code
+from exactly.app.kafka.api import APIS, CLOSE, Api, ApiKey, EncodeOffLoop, Node, RequestContext, error_code
 from exactly.app.kafka.codec import (
     SIZE,
     MalformedRequestError,
@@ -70,6 +70,8 @@ MAX_IN_FLIGHT = 16
 #: pauses at twice this); large enough that a 1 MB produce request is not read in
 #: dozens of pause/resume rounds
 READ_BUFFER_BYTES = 1 << 20
+#: a response is handed to the transport in pieces of at most this (:meth:`Connection._write`)
+WRITE_SLICE_BYTES = 256 * 1024
 
 
 class KafkaListener:
@@ -353,6 +355,9 @@ class Connection:
         try:
             if response is None or response is CLOSE:
                 return response
+            if isinstance(response, EncodeOffLoop):
+                return await asyncio.to_thread(encode_response, head.api_key, head.api_version, head.correlation_id,
+                                               response.response)
             return encode_response(head.api_key, head.api_version, head.correlation_id, response)
         except Exception:
             log.exception("kafka: cannot encode the %s v%d response to %s", api.name, head.api_version, self)
@@ -396,6 +401,17 @@ class Connection:
 
     # -- writing ----------------------------------------------------------------------------
 
+    async def _write(self, frame: bytes) -> None:
+        """Write one response, a slice at a time: the transport keeps what the socket
+        has not taken in one buffer, which it copies on every partial send -- a 40 MB
+        response handed over whole cost the loop seconds of copying while a slow client
+        read it."""
+        for piece in _slices(frame):
+            self._writer.write(piece)
+            if self._responses.full():  # the reader may have checked before the buffer filled
+                self._note_stall()
+            await self._writer.drain()
+
     async def _write_responses(self) -> None:
         """Write each response when its turn comes; stop at the end mark or a CLOSE."""
         try:
@@ -404,16 +420,19 @@ class Connection:
                 if frame is CLOSE:
                     break
                 if frame is not None:
-                    self._writer.write(frame)
-                    if self._responses.full():  # the reader may have checked before the buffer filled
-                        self._note_stall()
-                    await self._writer.drain()
+                    await self._write(frame)
                     self._last_active = time.monotonic()
         except (ConnectionError, OSError):
             pass
         finally:
             if self._task is not None and not self._task.done():
                 self._task.cancel()
+
+
+def _slices(frame: bytes) -> list[memoryview]:
+    """``frame`` in pieces of at most :data:`WRITE_SLICE_BYTES` (views, not copies)."""
+    view = memoryview(frame)
+    return [view[i:i + WRITE_SLICE_BYTES] for i in range(0, len(frame), WRITE_SLICE_BYTES)] or [view]
 
 
 def _ip(writer: asyncio.StreamWriter) -> str:
