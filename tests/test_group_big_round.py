@@ -67,7 +67,7 @@ def test_a_completed_round_answers_its_members_a_few_per_turn_of_the_loop(tmp_pa
     with Broker(tmp_path / "data", clock=clock, **SMALL_INTERNAL_TOPICS, **FROZEN,
                 **{"group.initial.rebalance.delay.ms": 1000}) as broker:
         engine = broker.engine
-        coordinator = engine._group_coordinator
+        coordinator = engine.groups.coordinator
 
         async def start() -> list[asyncio.Task]:
             tasks = [asyncio.ensure_future(coordinator.join_group(
