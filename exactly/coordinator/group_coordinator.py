@@ -523,7 +523,7 @@ class GroupCoordinator:
         if group.leader not in joined:
             group.leader = joined[0]
         group.transition(G.COMPLETING_REBALANCE, now)
-        answers: list[tuple[asyncio.Future, JoinResult]] = []
+        answers: list[tuple[asyncio.Future[JoinResult], JoinResult]] = []
         for member in group.members.values():
             waiter, member.join_waiter = member.join_waiter, None
             if waiter is not None and not waiter.done():
@@ -912,7 +912,7 @@ def _check_group_id(group_id: str) -> None:
         raise InvalidGroupIdError(f"a group id must be 1 to {MAX_STRING_BYTES} bytes (a key of {offsets_log.TOPIC})")
 
 
-def _answer_joins(answers: list[tuple[asyncio.Future, JoinResult]], start: int = 0) -> None:
+def _answer_joins(answers: list[tuple[asyncio.Future[JoinResult], JoinResult]], start: int = 0) -> None:
     """Answer the JoinGroups of a completed round, :data:`JOIN_ANSWERS_PER_ROUND` per turn
     of the loop: each answer wakes its request, which then builds and encodes its
     response (the leader's holds every member's metadata: 2,000 members of 20 KB are a

@@ -30,6 +30,7 @@ import math
 import socket
 import threading
 import time
+from typing import Any
 
 from flask import Flask
 from waitress import wasyncore
@@ -66,12 +67,14 @@ class _Server(TcpWSGIServer):
 
     channel_class = _Channel
     header_timeout_s: float = 10.0
+    #: waitress' socket map (descriptor -> dispatcher), the one given at construction
+    sockets: dict[int, Any]
 
-    def maintenance(self, now: float) -> None:
+    def maintenance(self, now: int) -> None:
         super().maintenance(now)  # the silent ones (channel_timeout)
         cutoff = time.monotonic() - self.header_timeout_s
-        late = [c for c in self.active_channels.values()
-                if isinstance(c.request, _Request) and not c.request.headers_finished and c.request.started < cutoff]
+        late = [c for c in list(self.sockets.values()) if isinstance(c, _Channel) and isinstance(c.request, _Request)
+                and not c.request.headers_finished and c.request.started < cutoff]
         for channel in late:
             channel.will_close = True
         if late:
@@ -99,6 +102,7 @@ class HttpServer:
         self._server = _Server(app, self._map, True, sock, dispatcher=dispatcher, adj=adj, bind_socket=False,
                                sockinfo=(sock.family, sock.type, sock.proto, sock.getsockname()))
         self._server.header_timeout_s = config.exactly_http_request_header_timeout_ms / 1000
+        self._server.sockets = self._map
         self._thread = threading.Thread(target=self._server.run, name="http", daemon=True)
 
     def start(self) -> "HttpServer":

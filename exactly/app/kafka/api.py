@@ -91,7 +91,7 @@ class RequestContext:
         return self.connection.principal
 
 
-Handler = Callable[[RequestContext, Any], Awaitable[Mapping[str, Any] | None]]
+Handler = Callable[[RequestContext, Any], Awaitable["Mapping[str, Any] | EncodeOffLoop | None"]]
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ ENCODE_OFF_LOOP_BYTES = 1 << 20
 
 
 @serves(ApiKey.JOIN_GROUP, 0, 9)
-async def join_group(ctx: RequestContext, request: Any) -> dict:
+async def join_group(ctx: RequestContext, request: Any) -> dict[str, Any] | EncodeOffLoop:
     """From v4 a dynamic member without a member id is answered MEMBER_ID_REQUIRED with
     one to join with (KIP-394); a static member (v5's group_instance_id) never is. From
     v9 a restarted static leader of a Stable group is told to skip the assignment."""

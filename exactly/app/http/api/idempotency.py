@@ -202,7 +202,8 @@ class IdempotencyCache:
                 assert entry.answered_ms is not None
                 txn_id = entry.scope.transactional_id
                 expired = now - entry.answered_ms >= self._retention_ms(entry.scope)
-                ended = txn_id is not None and (open_since.get(txn_id) is None or open_since[txn_id] > entry.answered_ms)
+                started = open_since.get(txn_id) if txn_id is not None else None
+                ended = txn_id is not None and (started is None or started > entry.answered_ms)
                 if (expired or ended) and self._entries.get(ident) is entry:
                     self._remove(ident)
 
