@@ -194,17 +194,17 @@ async def list_transactions(ctx: RequestContext, request: Any) -> dict:
 
 @serves(ApiKey.DESCRIBE_TRANSACTIONS, 0, 0)
 async def describe_transactions(ctx: RequestContext, request: Any) -> dict:
+    """Each id's transaction; an id refused or not found gets only its error, the other
+    fields their schema defaults (producer id and epoch 0), as Kafka answers it."""
     coordinator = ctx.engine.transactions
     described = []
     for txn_id in request.transactional_ids:
         if not authorization.allowed(ctx, ApiKey.DESCRIBE_TRANSACTIONS, X, txn_id):
-            described.append({"error_code": authorization.denial(X, txn_id).code, "transactional_id": txn_id,
-                              "producer_id": -1, "producer_epoch": -1})
+            described.append({"error_code": authorization.denial(X, txn_id).code, "transactional_id": txn_id})
             continue
         meta = coordinator.describe_transaction(txn_id)
         if meta is None:
-            described.append({"error_code": TransactionalIdNotFoundError.code, "transactional_id": txn_id,
-                              "producer_id": -1, "producer_epoch": -1})
+            described.append({"error_code": TransactionalIdNotFoundError.code, "transactional_id": txn_id})
             continue
         described.append({
             "error_code": 0, "transactional_id": txn_id, "transaction_state": meta.state.display,
