@@ -71,7 +71,7 @@ def validate(batch: bytes, config: LogConfig, topic_partition: str, now: int) ->
         records = decode_batch(batch, verify_crc=False).records
         if config.compact:
             _refuse(InvalidRecordError, [  # Kafka's LogValidator, word for word
-                (i, f"Compacted topic cannot accept message without key in topic partition {topic_partition}.")
+                (i, f"Compacted topic cannot accept message without key in topic partition {topic_partition}")
                 for i, record in enumerate(records) if record.key is None])
         if checks_timestamps:
             _refuse(InvalidTimestampError, [
