@@ -14,7 +14,7 @@ TEST_STAMP   := $(VENV)/.installed-test
 SPARK_ARCHIVE := $(VENV)/spark-classes.jsa
 #: Apache Kafka's jars -- broker, clients, tools, Streams -- at the version tests/kafka/pom.xml
 #: pins, from Maven Central (tests/kafka/jars.py writes this stamp last): the real Kafka the
-#: tests run beside Exactly (tests/kafka/) and bench/bench_vs_kafka.py measures
+#: tests run beside Exactly (tests/kafka/) and bench/bench_kafka.py measures it against
 KAFKA_JARS := $(VENV)/kafka-jars/.resolved
 
 #: the data directory `make run` serves and `make pipeline` reports on
@@ -127,7 +127,7 @@ pipeline: $(SPARK_STAMP) $(JAVA) $(JDBC_JAR)
 		--checkpoint $(DATA_DIR)/spark-checkpoints/copy --seed 1000 --available-now
 	$(PY) -m exactly.app.spark.report_job --data-dir $(DATA_DIR)
 
-## bench: storage (append, fetch, restart), transaction, broker-lifecycle, embedded-producer, maintenance, group-lag, Kafka wire, Exactly beside a real Kafka, and Spark figures (see bench/RESULTS.md)
+## bench: storage (append, fetch, restart), transaction, broker-lifecycle, embedded-producer, maintenance, group-lag, Kafka wire (beside a real Kafka) and Spark figures (see bench/RESULTS.md)
 bench: $(TEST_STAMP) $(JAVA) $(JDBC_JAR) $(KAFKA_JARS)
 	$(PY) bench/bench_storage.py
 	$(PY) bench/bench_transactions.py
@@ -136,7 +136,6 @@ bench: $(TEST_STAMP) $(JAVA) $(JDBC_JAR) $(KAFKA_JARS)
 	$(PY) bench/bench_maintenance.py
 	$(PY) bench/bench_lag.py
 	$(PY) bench/bench_kafka.py
-	$(PY) bench/bench_vs_kafka.py
 	$(PY) bench/bench_spark.py
 
 clean:
