@@ -181,19 +181,21 @@ def _not_yet(value: Any) -> bool:
 
 def create_topics(peer: Peer, topics: Mapping[str, tuple[int, Mapping[str, str]]]) -> None:
     """CreateTopics of ``{name: (partitions, configs)}``, each of which must succeed;
-    returns once Metadata names every partition's leader (Kafka's broker learns of a
-    topic from its controller a moment after CreateTopics answers)."""
+    returns once every partition answers ListOffsets (Kafka's broker learns of a topic
+    from its controller a moment after CreateTopics answers, and leads its partitions a
+    moment after that: NOT_LEADER_OR_FOLLOWER meanwhile)."""
     answer = peer.request(CREATE_TOPICS, 4, {"timeout": 30_000, "topics": [
         {"name": name, "num_partitions": partitions, "replication_factor": 1,
          "configs": [{"name": k, "value": v} for k, v in configs.items()]}
         for name, (partitions, configs) in topics.items()]})
     assert all(t["error_code"] == 0 for t in answer["topics"]), (peer.name, answer)
+    every_partition = {"replica_id": -1, "isolation_level": 0, "topics": [
+        {"name": name, "partitions": [{"partition_index": p, "timestamp": -1, "current_leader_epoch": -1}
+                                      for p in range(partitions)]} for name, (partitions, _) in topics.items()]}
     deadline = time.monotonic() + 30
-    while not all(t["error_code"] == 0 and len(t["partitions"]) == topics[t["name"]][0]
-                  and all(p["leader_id"] >= 0 for p in t["partitions"])
-                  for t in peer.request(METADATA, 8, {"allow_auto_topic_creation": False,
-                                                      "topics": [{"name": name} for name in topics]})["topics"]):
-        assert time.monotonic() < deadline, f"{peer.name}: no leaders for {list(topics)} after 30 s"
+    while not all(p["error_code"] == 0 for t in peer.request(LIST_OFFSETS, 5, every_partition)["topics"]
+                  for p in t["partitions"]):
+        assert time.monotonic() < deadline, f"{peer.name}: {list(topics)} not led after 30 s"
         time.sleep(0.02)
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import base64
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -71,6 +72,7 @@ class RealKafka:
         self.jvm = jvm
         self.log_path = self.directory / "kafka.log"
         self.proc: subprocess.Popen | None = None
+        self._log_start = 0
 
     @property
     def bootstrap(self) -> str:
@@ -80,29 +82,44 @@ class RealKafka:
 
     def start(self, timeout: float = 90) -> "RealKafka":
         """Format the directory, start the JVM and return once it serves; a start that
-        fails or takes longer than ``timeout`` raises with the log's end."""
+        fails or takes longer than ``timeout`` raises with the log's end. A port taken
+        between choosing it and the JVM binding it (another process's) means new ports
+        and a new start, twice at most."""
+        for attempt in range(3):
+            if self._start(timeout):
+                return self
+            self.port, self.controller_port = free_port(), free_port()
+        raise RuntimeError(f"Kafka found its ports taken three times (log {self.log_path})")
+
+    def _start(self, timeout: float) -> bool:
+        """One start on the chosen ports: True once serving, False when a port was taken."""
+        shutil.rmtree(self.directory / "logs", ignore_errors=True)
         self.directory.mkdir(parents=True, exist_ok=True)
         properties = self.directory / "server.properties"
         properties.write_text("".join(f"{key}={value}\n" for key, value in self._properties().items()))
-        cluster_id = uuid.uuid4().bytes
         formatted = _run_java(["kafka.tools.StorageTool", "format", "--standalone", "-c", str(properties),
-                                "-t", _base64_uuid(cluster_id),
+                                "-t", _base64_uuid(uuid.uuid4().bytes),
                                 *[a for name, level in self.features.items() for a in ("--feature", f"{name}={level}")]],
                                TOOL_JVM, timeout=60)
         if formatted.returncode != 0:
             raise RuntimeError(f"kafka-storage format failed:\n{formatted.stdout}{formatted.stderr}")
+        self._log_start = self.log_path.stat().st_size if self.log_path.exists() else 0
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
                 ["setpriv", "--pdeathsig", "KILL", "java", *self.jvm, f"-Dlog4j2.configurationFile={LOG4J}",
                  "-cp", classpath(), "kafka.Kafka", str(properties)],
                 stdout=log, stderr=subprocess.STDOUT, env=_java_env(), start_new_session=True)
         deadline = time.monotonic() + timeout
-        while STARTED not in self.log():
+        while STARTED not in (run := self.log()[self._log_start:]):
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 self.stop()
-                raise RuntimeError(f"Kafka did not start (exit {self.proc.returncode}):\n{self.log()[-5000:]}")
+                if "Address already in use" in run:
+                    return False
+                errors = [line for line in run.splitlines() if " ERROR " in line or "Exception" in line]
+                raise RuntimeError(f"Kafka did not start within {timeout} s (exit {self.proc.returncode}; log "
+                                   f"{self.log_path}): {errors[:5]}\n{run[-3000:]}")
             time.sleep(0.05)
-        return self
+        return True
 
     def stop(self, timeout: float = 30) -> None:
         """SIGTERM (Kafka's controlled shutdown), SIGKILL after ``timeout``."""
