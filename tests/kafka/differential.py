@@ -147,6 +147,19 @@ class Normalizer:
         return value
 
 
+def compared(brokers: tuple[Peer, Peer], scenario: Callable[[Peer, str], Any], prefix: str) -> tuple[Any, Any]:
+    """``scenario(peer, name)`` on the real Kafka, then on Exactly, with the same fresh
+    name (topics, groups and ids are named after it); both outcomes."""
+    name = unique(prefix)
+    kafka, exactly = brokers
+    return scenario(kafka, name), scenario(exactly, name)
+
+
+def subscription(topic: str) -> bytes:
+    """A consumer's JoinGroup metadata (ConsumerProtocolSubscription v1) for ``topic``."""
+    return b"\x00\x01\x00\x00\x00\x01" + len(topic).to_bytes(2, "big") + topic.encode() + b"\xff\xff\xff\xff"
+
+
 def _sortable(value: Any) -> tuple[int, Any]:
     return (0, value) if isinstance(value, int) else (1, "" if value is None else str(value))
 

@@ -27,6 +27,7 @@ from tests.kafka.differential import (
     METADATA,
     Normalizer,
     Peer,
+    compared,
     create_topics,
     retry,
     unique,
@@ -54,9 +55,9 @@ def answers(peer: Peer, scenario: Any, *args: Any) -> dict[str, Any]:
     return found
 
 
-def same(brokers: tuple[Peer, Peer], scenario: Any, name: str) -> tuple[dict, dict]:
-    kafka, exactly = brokers
-    return answers(kafka, scenario, name), answers(exactly, scenario, name)
+def same(brokers: tuple[Peer, Peer], scenario: Any, prefix: str) -> tuple[dict, dict]:
+    """The scenario's answers from each broker, by step."""
+    return compared(brokers, lambda peer, name: answers(peer, scenario, name), prefix)
 
 
 # -- topics, partitions, records, log dirs ------------------------------------------------------
@@ -87,7 +88,7 @@ def topics_scenario(ask: Any, t: str) -> None:
 
 
 def test_topics_partitions_records_and_log_dirs_answer_alike(brokers: tuple[Peer, Peer]) -> None:
-    kafka, exactly = same(brokers, topics_scenario, unique("admin"))
+    kafka, exactly = same(brokers, topics_scenario, "admin")
     assert exactly == kafka
 
 
@@ -101,9 +102,8 @@ def test_delete_records_moves_the_log_start_alike(brokers: tuple[Peer, Peer]) ->
             {"partition_index": 0, "offset": offset}]}]}) for offset in (2, 1, 9, -1)]
         sizes = peer.request(DESCRIBE_LOG_DIRS, 4, {"topics": [{"topic": t, "partitions": [0]}]})
         return Normalizer()({"moved": moved, "sizes": sizes})
-    t = unique("delete-records")
-    kafka, exactly = brokers
-    assert scenario(exactly, t) == scenario(kafka, t)
+    kafka, exactly = compared(brokers, scenario, "delete-records")
+    assert exactly == kafka
 
 
 # -- configs --------------------------------------------------------------------------------------
@@ -142,7 +142,7 @@ def configs_scenario(ask: Any, t: str) -> None:
 
 
 def test_configs_sources_and_synonyms_answer_alike(brokers: tuple[Peer, Peer]) -> None:
-    kafka, exactly = same(brokers, configs_scenario, unique("configs"))
+    kafka, exactly = same(brokers, configs_scenario, "configs")
     for config in kafka["broker"]["results"][0]["configs"]:
         config["read_only"] = True  # pinned below: Exactly's broker configs are all static
     assert exactly == kafka
@@ -237,7 +237,7 @@ def acls_scenario(ask: Any, t: str) -> None:
 
 
 def test_acls_answer_alike(brokers: tuple[Peer, Peer]) -> None:
-    kafka, exactly = same(brokers, acls_scenario, unique("acls"))
+    kafka, exactly = same(brokers, acls_scenario, "acls")
     for crashes in ("invalid creation 0", "invalid creation 1", "invalid creation 4"):  # pinned below
         assert kafka.pop(crashes) == {"results": [{"error_code": -1}]}
         assert exactly.pop(crashes) == {"results": [{"error_code": 42}]}
@@ -289,5 +289,5 @@ def scram_scenario(ask: Any, user: str) -> None:
 
 
 def test_scram_credentials_and_the_cluster_answer_alike(brokers: tuple[Peer, Peer]) -> None:
-    kafka, exactly = same(brokers, scram_scenario, unique("scram").replace("-", "_"))
+    kafka, exactly = same(brokers, scram_scenario, "scram")
     assert exactly == kafka

@@ -22,10 +22,11 @@ from tests.kafka.differential import (
     SYNC_GROUP,
     Normalizer,
     Peer,
+    compared,
     create_topics,
     plain,
     retry,
-    unique,
+    subscription,
 )
 
 pytestmark = [pytest.mark.xdist_group("real-kafka"), pytest.mark.timeout(120)]
@@ -41,12 +42,11 @@ def groups(peer: Peer, t: str) -> dict[str, Any]:
         steps[step] = normalize(answer)
         return answer
     group, static = t + "-g", t + "-static"
-    subscription = b"\x00\x01\x00\x00\x00\x01" + len(t).to_bytes(2, "big") + t.encode() + b"\xff\xff\xff\xff"
 
     def join(step: str, member: str = "", instance: str | None = None, group_id: str = group) -> dict:
         return ask(step, JOIN_GROUP, 5, {"group_id": group_id, "session_timeout": 30_000, "rebalance_timeout": 30_000,
                                          "member_id": member, "group_instance_id": instance, "protocol_type": "consumer",
-                                         "protocols": [{"name": "range", "metadata": subscription}]})
+                                         "protocols": [{"name": "range", "metadata": subscription(t)}]})
 
     def heartbeat(step: str, generation: int, member: str, instance: str | None = None, group_id: str = group) -> None:
         ask(step, HEARTBEAT, 3, {"group_id": group_id, "generation_id": generation, "member_id": member,
@@ -104,6 +104,5 @@ def groups(peer: Peer, t: str) -> dict[str, Any]:
 
 
 def test_classic_groups_answer_alike(brokers: tuple[Peer, Peer]) -> None:
-    t = unique("groups")
-    kafka, exactly = (groups(peer, t) for peer in brokers)
+    kafka, exactly = compared(brokers, groups, "groups")
     assert exactly == kafka

@@ -16,6 +16,7 @@ from exactly.storage.record_batch import SimpleRecord, encode_batch
 from tests.kafka.differential import (
     Normalizer,
     Peer,
+    compared,
     create_topics,
     fetch,
     init_producer_id,
@@ -58,8 +59,7 @@ def idempotence(peer: Peer, t: str) -> dict[str, Any]:
 
 
 def test_idempotent_duplicates_gaps_and_epochs_answer_alike(brokers: tuple[Peer, Peer]) -> None:
-    t = unique("idempotence")
-    kafka, exactly = (idempotence(peer, t) for peer in brokers)
+    kafka, exactly = compared(brokers, idempotence, "idempotence")
     assert exactly == kafka
 
 
@@ -102,8 +102,7 @@ def refusals(peer: Peer, t: str) -> dict[str, Any]:
 
 
 def test_records_refused_for_what_they_hold_answer_alike(brokers: tuple[Peer, Peer]) -> None:
-    t = unique("refusals")
-    kafka, exactly = (refusals(peer, t) for peer in brokers)
+    kafka, exactly = compared(brokers, refusals, "refusals")
     assert exactly == kafka
 
 

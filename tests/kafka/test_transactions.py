@@ -27,6 +27,7 @@ from tests.kafka.differential import (
     TXN_OFFSET_COMMIT,
     Normalizer,
     Peer,
+    compared,
     create_topics,
     fetch,
     init_producer_id,
@@ -34,6 +35,7 @@ from tests.kafka.differential import (
     plain,
     produce,
     retry,
+    subscription,
     unique,
 )
 
@@ -161,8 +163,7 @@ def commit_abort_and_fencing(peer: Peer, t: str) -> dict[str, Any]:
 
 
 def test_commit_abort_lso_and_fencing_answer_alike(brokers: tuple[Peer, Peer]) -> None:
-    t = unique("txn")
-    kafka, exactly = (commit_abort_and_fencing(peer, t) for peer in brokers)
+    kafka, exactly = compared(brokers, commit_abort_and_fencing, "txn")
     assert exactly == kafka
 
 
@@ -191,8 +192,7 @@ def timeouts_and_mistakes(peer: Peer, t: str) -> dict[str, Any]:
 
 
 def test_timeouts_and_mistakes_answer_alike(brokers: tuple[Peer, Peer]) -> None:
-    t = unique("txn-timeout")
-    kafka, exactly = (timeouts_and_mistakes(peer, t) for peer in brokers)
+    kafka, exactly = compared(brokers, timeouts_and_mistakes, "txn-timeout")
     assert exactly == kafka
 
 
@@ -202,12 +202,11 @@ def offsets_in_transactions(peer: Peer, t: str) -> dict[str, Any]:
     p = Producer(peer, t, t + "-tx", normalize, steps)
     group = t + "-g"
     member = Producer(peer, t, "", normalize, {})  # its connection, for the group's requests
-    metadata = b"\x00\x01\x00\x00\x00\x01" + len(t).to_bytes(2, "big") + t.encode() + b"\xff\xff\xff\xff"
 
     def join(member_id: str) -> dict:
         return plain(member.connection.request(JOIN_GROUP, 5, {
             "group_id": group, "session_timeout": 30_000, "rebalance_timeout": 30_000, "member_id": member_id,
-            "group_instance_id": None, "protocol_type": "consumer", "protocols": [{"name": "range", "metadata": metadata}]}))
+            "group_instance_id": None, "protocol_type": "consumer", "protocols": [{"name": "range", "metadata": subscription(t)}]}))
     joined = retry(lambda: join(join("")["member_id"]))
     member_id, generation = joined["member_id"], joined["generation_id"]
     retry(lambda: plain(member.connection.request(SYNC_GROUP, 3, {
@@ -241,8 +240,7 @@ def offsets_in_transactions(peer: Peer, t: str) -> dict[str, Any]:
 
 def test_offsets_in_a_transaction_require_stable_and_generation_fencing_answer_alike(
         brokers: tuple[Peer, Peer]) -> None:
-    t = unique("txn-offsets")
-    kafka, exactly = (offsets_in_transactions(peer, t) for peer in brokers)
+    kafka, exactly = compared(brokers, offsets_in_transactions, "txn-offsets")
     assert exactly == kafka
 
 
