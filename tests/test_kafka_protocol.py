@@ -381,7 +381,7 @@ def test_write_txn_markers_from_a_client_aborts_the_open_transaction_and_never_c
     assert kafka.broker.list_offsets("t", 0, -1, isolation_level="read_committed") == 0
     assert marker(commit=False) == 0
     assert kafka.broker.list_offsets("t", 0, -1, isolation_level="read_committed") == 2  # record + ABORT
-    assert kafka.broker.engine.describe_transaction("tx").producer_epoch == txn.epoch + 1  # fenced
+    assert kafka.broker.engine.transactions.describe_transaction("tx").producer_epoch == txn.epoch + 1  # fenced
     assert marker(commit=False) == 48  # INVALID_TXN_STATE: nothing open any more
 
 

@@ -56,7 +56,7 @@ def test_a_refusal_of_what_the_batch_holds_carries_the_log_start_offset(broker: 
     broker.create_topic("c", 1, {"cleanup.policy": "compact,delete"})
     for _ in range(3):
         broker.produce("c", 0, records(1))
-    broker.engine.call(broker.engine.delete_records, {("c", 0): 2})
+    broker.engine.call(broker.engine.partitions.delete_records, {("c", 0): 2})
     with pytest.raises(InvalidRecordError) as keyless:
         broker.produce("c", 0, encode_batch([SimpleRecord(b"x", key=b"k"), SimpleRecord(b"y")]))
     assert (keyless.value.log_start_offset, keyless.value.record_errors[0][0]) == (2, 1)

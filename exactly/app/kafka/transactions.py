@@ -11,7 +11,7 @@ AddOffsetsToTxn at v0, aiokafka everything at v0.
 
 WriteTxnMarkers from a client is Kafka's partition-level abort (KIP-664's
 ``Admin.abortTransaction``): the open transaction is ended through
-``Engine.abort_hanging_transaction``; a COMMIT marker is refused.
+``Partitions.abort_hanging_transaction``; a COMMIT marker is refused.
 """
 
 from __future__ import annotations
@@ -155,7 +155,7 @@ async def write_txn_markers(ctx: RequestContext, request: Any) -> dict:
     """What a client sends it for: Kafka's ``Admin.abortTransaction`` (KIP-664,
     ``kafka-transactions.sh abort``), an ABORT marker for a producer's open transaction
     on a partition, from a principal with ClusterAction. Here the marker is not written
-    as sent: ``Engine.abort_hanging_transaction`` ends that transaction (through its
+    as sent: ``Partitions.abort_hanging_transaction`` ends that transaction (through its
     coordinator when a transactional id owns it, aborting it everywhere) and fences
     the producer. COMMIT markers are the coordinator's alone: INVALID_REQUEST."""
     allowed = authorization.allowed(ctx, ApiKey.WRITE_TXN_MARKERS, C, CLUSTER_NAME)
@@ -172,7 +172,7 @@ async def write_txn_markers(ctx: RequestContext, request: Any) -> dict:
                     if marker.transaction_result:
                         raise InvalidRequestError("a client may write ABORT markers only (Admin.abortTransaction): "
                                                   "COMMIT markers are the transaction coordinator's")
-                    await ctx.engine.abort_hanging_transaction(topic.name, partition, marker.producer_id, actor)
+                    await ctx.engine.partitions.abort_hanging_transaction(topic.name, partition, marker.producer_id, actor)
                     error = None
                 except KafkaError as e:
                     error = e

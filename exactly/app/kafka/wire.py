@@ -111,7 +111,8 @@ def decode_response(api_key: int, version: int, frame: bytes | memoryview) -> tu
     view = memoryview(frame)
     cls = load_response_schema(api_key, version)
     header, used = entity_reader(cls.__header_schema__)(view, 0)
-    body, _ = entity_reader(_lenient(cls))(view, used)
+    read: Any = entity_reader(_lenient(cls))
+    body, _ = read(view, used)
     return header.correlation_id, body
 
 
@@ -124,7 +125,7 @@ def _lenient(cls: type) -> type:
     changed = False
     specs = []
     for f in dataclasses.fields(cls):
-        kind, metadata = hints[f.name], f.metadata
+        kind, metadata = hints[f.name], dict(f.metadata)
         if metadata.get("kafka_type") == "datetime_i64" and not _strip_optional(kind)[1]:
             kind, metadata, changed = int, {**metadata, "kafka_type": "int64"}, True
         elif typing.get_origin(kind) is tuple and _is_entity(element := typing.get_args(kind)[0]):
