@@ -2,9 +2,10 @@
 
 ``real_kafka``: Apache Kafka (``tests/kafka/real_kafka.py``), one JVM per test process,
 started by the first test that asks for it and stopped at the end. Every test here is
-in the xdist group ``real-kafka`` (its module's ``pytestmark``), so under ``make test``
-one worker runs them all and one JVM serves them; the Kafka-internal topics are
-created before the first test, so no test meets a coordinator still loading.
+in the xdist group ``real-kafka`` and marked ``slow`` (its module's ``pytestmark``), so
+under ``make test`` one worker runs them all, among the first, and one JVM serves them;
+the Kafka-internal topics are created before the first test, so no test meets a
+coordinator still loading.
 
 ``kafka_and_exactly``: a :class:`~tests.kafka.differential.Peer`, once for the real
 Kafka and once for a fresh Exactly of the test's own (``exactly_broker``): a scenario

@@ -35,7 +35,7 @@ from tests.kafka.differential import (
 from exactly.storage.record_batch import SimpleRecord, encode_batch
 from tests.kafka.differential import produce
 
-pytestmark = [pytest.mark.xdist_group("real-kafka"), pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.xdist_group("real-kafka"), pytest.mark.slow, pytest.mark.timeout(120)]
 
 TOPIC, BROKER = 2, 4
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3

@@ -11,7 +11,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from tests.kafka.differential import Peer, unique
 from tests.kafka_support import read_to_end
 
-pytestmark = [pytest.mark.xdist_group("real-kafka"), pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.xdist_group("real-kafka"), pytest.mark.slow, pytest.mark.timeout(120)]
 
 
 def create(peer: Peer, topic: str, partitions: int = 1) -> None:

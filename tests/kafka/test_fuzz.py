@@ -20,7 +20,7 @@ from tests.kafka.differential import CREATE_ACLS, DELETE_ACLS, DESCRIBE_ACLS, IN
 from tests.kafka_fuzz import SILENCE_S, Fuzzer, RequestWriter, mutants, served
 from tests.kafka_support import read_to_end
 
-pytestmark = [pytest.mark.xdist_group("real-kafka"), pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.xdist_group("real-kafka"), pytest.mark.slow, pytest.mark.timeout(240)]
 SEED = 20261206
 #: mutants per request (tests/test_kafka_fuzz.py and bench/fuzz_kafka.py send more, to Exactly alone)
 MUTANTS = 2

@@ -29,7 +29,7 @@ from tests.kafka.differential import (
     subscription,
 )
 
-pytestmark = [pytest.mark.xdist_group("real-kafka"), pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.xdist_group("real-kafka"), pytest.mark.slow, pytest.mark.timeout(120)]
 
 
 def groups(peer: Peer, t: str) -> dict[str, Any]:

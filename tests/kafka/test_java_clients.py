@@ -32,7 +32,7 @@ from tests.kafka.differential import (
 from tests.kafka.real_kafka import JavaPrograms
 from tests.kafka.test_transactions import wait_for
 
-pytestmark = [pytest.mark.xdist_group("real-kafka"), pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.xdist_group("real-kafka"), pytest.mark.slow, pytest.mark.timeout(180)]
 TOOLS = "org.apache.kafka.tools."
 
 

@@ -19,7 +19,7 @@ from tests.kafka.differential import Peer, unique
 from tests.kafka.test_transactions import wait_for
 from tests.kafka_support import read_to_end
 
-pytestmark = [pytest.mark.xdist_group("real-kafka"), pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.xdist_group("real-kafka"), pytest.mark.slow, pytest.mark.timeout(180)]
 
 
 def test_the_readmes_example_runs_unchanged_on_kafka(real_kafka) -> None:

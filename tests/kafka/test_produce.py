@@ -25,7 +25,7 @@ from tests.kafka.differential import (
     unique,
 )
 
-pytestmark = [pytest.mark.xdist_group("real-kafka"), pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.xdist_group("real-kafka"), pytest.mark.slow, pytest.mark.timeout(120)]
 HOUR = 3_600_000
 
 

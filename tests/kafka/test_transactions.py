@@ -39,7 +39,7 @@ from tests.kafka.differential import (
     unique,
 )
 
-pytestmark = [pytest.mark.xdist_group("real-kafka"), pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.xdist_group("real-kafka"), pytest.mark.slow, pytest.mark.timeout(120)]
 SETTLED = ("Empty", "Ongoing", "CompleteCommit", "CompleteAbort")
 
 
