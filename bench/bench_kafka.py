@@ -342,9 +342,9 @@ def main(argv: list[str] | None = None) -> int:
               + f"exactly/kafka {med('exactly', key) / med('kafka', key):6.1%}   "
               f"exactly/kafka-flush1 {med('exactly', key) / med('kafka-flush1', key):6.1%}")
     for key, what in (("produce_latency", "delivery latency"), ("commit_latency", "commit_transaction")):
-        print(f"  {what:<19}" + "".join(
+        print(f"  {what:<19}" + "   ".join(
             f"{broker} p50 {percentile(results[broker][key], .5) * 1000:7.2f} ms p99 "
-            f"{percentile(results[broker][key], .99) * 1000:7.2f} ms   " for broker in BROKERS))
+            f"{percentile(results[broker][key], .99) * 1000:7.2f} ms" for broker in BROKERS))
     wire_us_per_mb = 1e6 / med("exactly", "idempotent")
     print(f"  kio decode share of the idempotent produce path: {decode_us / wire_us_per_mb:.2%}; "
           f"encode share of the read_uncommitted path: {encode_us / (1e6 / med('exactly', 'read_uncommitted')):.2%}")
