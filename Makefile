@@ -12,6 +12,10 @@ TEST_STAMP   := $(VENV)/.installed-test
 #: the tests' archive of Spark's classes (tests/spark/class_archive.py): a Spark
 #: session starts in about half the time with it
 SPARK_ARCHIVE := $(VENV)/spark-classes.jsa
+#: Apache Kafka's jars -- broker, clients, tools, Streams -- at the version tests/kafka/pom.xml
+#: pins, from Maven Central (tests/kafka/jars.py writes this stamp last): the real Kafka the
+#: tests run beside Exactly (tests/kafka/) and bench/bench_kafka.py measures it against
+KAFKA_JARS := $(VENV)/kafka-jars/.resolved
 
 #: the data directory `make run` serves and `make pipeline` reports on
 DATA_DIR  ?= ./data
@@ -30,6 +34,8 @@ JAVA     := /usr/bin/java
 JDBC_JAR := /usr/share/java/sqlite-jdbc.jar
 CURL     := /usr/bin/curl
 JQ       := /usr/bin/jq
+MVN      := /usr/bin/mvn
+JAVAC    := /usr/bin/javac
 SUDO     := $(shell [ "$$(id -u)" = 0 ] || ! command -v sudo >/dev/null 2>&1 || echo sudo)
 
 .PHONY: run test check bench install pipeline clean
@@ -59,14 +65,15 @@ run: $(BROKER_STAMP)
 ## test: install everything the tests need (the environment with the Kafka clients and
 ## PySpark, Debian's chromium for the browser test, kcat for the Kafka tests, Java and
 ## the SQLite JDBC driver for Spark, curl and jq for the HTTP docs' examples; an archive of
-## Spark's classes the tests' JVMs share, built once), then run the whole suite on parallel workers
+## Spark's classes the tests' JVMs share, built once; Apache Kafka's jars from Maven Central,
+## resolved once, with Maven and a JDK (javac) for the tests' Java programs), then run the whole suite on parallel workers
 ## (a test file per worker, in collection order: tests marked slow first, tests/conftest.py;
 ## xdist would otherwise send the files with the most tests first and the long Spark jobs last)
 ## Bytecode caches are written whatever the environment says (PYTHONDONTWRITEBYTECODE; the
 ## __pycache__ folders are ignored by git): without them each xdist worker compiles and
 ## assertion-rewrites ~640 modules (17 s of CPU instead of 7.5 s), and every broker, CLI and
 ## child process the tests start compiles the project's modules again.
-test: $(TEST_STAMP) $(CHROMIUM) $(KCAT) $(JAVA) $(JDBC_JAR) $(CURL) $(JQ) $(SPARK_ARCHIVE)
+test: $(TEST_STAMP) $(CHROMIUM) $(KCAT) $(JAVA) $(JDBC_JAR) $(CURL) $(JQ) $(SPARK_ARCHIVE) $(KAFKA_JARS)
 	env -u PYTHONDONTWRITEBYTECODE $(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 
 ## check: the fast tier while editing (under a minute on 2 cores): every test that needs no
@@ -79,12 +86,16 @@ check: $(TEST_STAMP)
 $(SPARK_ARCHIVE): $(TEST_STAMP) $(JAVA) $(JDBC_JAR)
 	$(PY) -m tests.spark.class_archive $@ || echo "no archive of Spark's classes: the tests' JVMs start without one"
 
+$(KAFKA_JARS): tests/kafka/pom.xml $(TEST_STAMP) $(MVN) $(JAVAC)
+	$(PY) -m tests.kafka.jars
+
 # System packages the tests need, from Debian, installed only when missing: as root, or
 # through sudo when not root. Debian's chromium drives the browser tests through the
 # playwright package (`playwright install` is never run: it downloads a browser); kcat the
 # Kafka tests; Spark runs on the JVM (Java 17+; Debian 12's default is 17) and reads the
 # SQLite mirror through Debian's JDBC driver (the jar plus its JNI library); curl and jq
-# run docs/http-api.md's examples as written (tests/test_docs_shell.py).
+# run docs/http-api.md's examples as written (tests/test_docs_shell.py); Maven resolves Apache
+# Kafka's jars and the JDK compiles the tests' Java programs against them (tests/kafka/).
 define apt-install
 	$(SUDO) apt-get update
 	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y $(1)
@@ -102,6 +113,10 @@ $(CURL):
 	$(call apt-install,curl)
 $(JQ):
 	$(call apt-install,jq)
+$(MVN):
+	$(call apt-install,maven)
+$(JAVAC):
+	$(call apt-install,default-jdk-headless)
 
 ## pipeline: the end-to-end Spark pipeline on the broker `make run` serves (start it first,
 ## in another terminal): install what Spark needs, copy the topic pipeline-in to
@@ -112,8 +127,8 @@ pipeline: $(SPARK_STAMP) $(JAVA) $(JDBC_JAR)
 		--checkpoint $(DATA_DIR)/spark-checkpoints/copy --seed 1000 --available-now
 	$(PY) -m exactly.app.spark.report_job --data-dir $(DATA_DIR)
 
-## bench: storage (append, fetch, restart), transaction, broker-lifecycle, embedded-producer, maintenance, group-lag, Kafka wire and Spark figures (see bench/RESULTS.md)
-bench: $(TEST_STAMP) $(JAVA) $(JDBC_JAR)
+## bench: storage (append, fetch, restart), transaction, broker-lifecycle, embedded-producer, maintenance, group-lag, Kafka wire (beside a real Kafka) and Spark figures (see bench/RESULTS.md)
+bench: $(TEST_STAMP) $(JAVA) $(JDBC_JAR) $(KAFKA_JARS)
 	$(PY) bench/bench_storage.py
 	$(PY) bench/bench_transactions.py
 	$(PY) bench/bench_lifecycle.py

@@ -420,7 +420,7 @@ def test_topic_configs_show_the_effective_value_and_where_it_comes_from(tmp_path
             "name": "cleanup.policy", "value": "compact", "is_default": False, "source": "DYNAMIC_TOPIC_CONFIG",
             "is_read_only": False, "is_sensitive": False,
             "synonyms": [{"name": "cleanup.policy", "value": "compact", "source": "DYNAMIC_TOPIC_CONFIG"},
-                         {"name": "cleanup.policy", "value": "delete", "source": "DEFAULT_CONFIG"}]}
+                         {"name": "log.cleanup.policy", "value": "delete", "source": "DEFAULT_CONFIG"}]}
         retention = config(api, "orders", "retention.ms")
         assert (retention["value"], retention["source"], retention["is_default"]) == (
             "3600000", "STATIC_BROKER_CONFIG", False)

@@ -71,7 +71,7 @@ def test_api_versions_advertises_every_handler_at_its_declared_versions(raw: Kaf
     assert response.error_code == 0
     advertised = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
     assert advertised == {a.key: (a.min_version, a.max_version) for a in APIS.values() if a.advertised}
-    assert ApiKey.WRITE_TXN_MARKERS not in advertised  # broker-internal
+    assert advertised[ApiKey.WRITE_TXN_MARKERS] == (1, 1)  # Admin.abortTransaction's, KIP-664
     assert advertised[ApiKey.PRODUCE] == (3, 9) and advertised[ApiKey.FETCH] == (4, 11)
     assert advertised[ApiKey.INIT_PRODUCER_ID] == (0, 6)  # v3+ KIP-360's epoch bump, v6 KIP-939's 2PC
 
@@ -360,13 +360,29 @@ def test_init_producer_id_checks_the_transaction_timeout(raw: KafkaConnection) -
     assert raw.request(ApiKey.INIT_PRODUCER_ID, 0, {**body, "transactional_id": ""}).error_code == 42
 
 
-def test_write_txn_markers_from_a_client_is_refused(kafka: KafkaBroker, raw: KafkaConnection) -> None:
+def test_write_txn_markers_from_a_client_aborts_the_open_transaction_and_never_commits(
+        kafka: KafkaBroker, raw: KafkaConnection) -> None:
+    """Kafka's ``Admin.abortTransaction`` (kafka-transactions.sh abort) sends an ABORT
+    marker for a producer's open transaction on one partition: the transaction ends
+    (through its coordinator) and the LSO moves. A COMMIT marker from a client is
+    refused, and one for a producer with nothing open is INVALID_TXN_STATE."""
+    from tests.raw_txn import RawTxn
+
     kafka.broker.create_topic("t", 1)
-    body = {"markers": [{"producer_id": 1, "producer_epoch": 0, "transaction_result": True, "coordinator_epoch": 0,
-                         "topics": [{"name": "t", "partition_indexes": [0]}]}]}
-    response = raw.request(ApiKey.WRITE_TXN_MARKERS, 1, body)
-    assert response.markers[0].topics[0].partitions[0].error_code == 31  # CLUSTER_AUTHORIZATION_FAILED
-    assert kafka.broker.list_offsets("t", 0, -1) == 0
+    txn = RawTxn(kafka.broker, "tx")
+    txn.send("t", 0, b"held")
+
+    def marker(commit: bool) -> int:
+        body = {"markers": [{"producer_id": txn.pid, "producer_epoch": txn.epoch, "transaction_result": commit,
+                             "coordinator_epoch": 0, "topics": [{"name": "t", "partition_indexes": [0]}]}]}
+        return raw.request(ApiKey.WRITE_TXN_MARKERS, 1, body).markers[0].topics[0].partitions[0].error_code
+
+    assert marker(commit=True) == 42  # INVALID_REQUEST
+    assert kafka.broker.list_offsets("t", 0, -1, isolation_level="read_committed") == 0
+    assert marker(commit=False) == 0
+    assert kafka.broker.list_offsets("t", 0, -1, isolation_level="read_committed") == 2  # record + ABORT
+    assert kafka.broker.engine.transactions.describe_transaction("tx").producer_epoch == txn.epoch + 1  # fenced
+    assert marker(commit=False) == 48  # INVALID_TXN_STATE: nothing open any more
 
 
 # -- admin and operator APIs -------------------------------------------------------------------------------

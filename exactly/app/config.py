@@ -64,6 +64,10 @@ TOPIC_DEFAULTS = {
     "unclean.leader.election.enable": "unclean.leader.election.enable",
 }
 _HOURS = {"log.retention.hours": "retention.ms", "log.roll.hours": "segment.ms"}
+#: the broker-level names whose Kafka default is null: the topic default comes from
+#: another name (``log.retention.hours``, ``log.roll.hours``, ``log.roll.jitter.hours``),
+#: so DescribeConfigs shows no value and no DEFAULT_CONFIG synonym for them until set
+NULL_DEFAULTS = frozenset({"log.retention.ms", "log.roll.ms", "log.roll.jitter.ms"})
 #: the settings that are the period of a scheduled job (a period must be positive)
 _PERIODS = ("_interval_ms", "_backoff_ms")
 #: Kafka's Int.MAX default of the connection limits: no limit

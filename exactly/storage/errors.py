@@ -22,7 +22,7 @@ HTTP API: 500 with a reference id, never the exception's text).
 from __future__ import annotations
 
 import errno
-from typing import ClassVar
+from typing import ClassVar, Sequence
 
 _BY_CODE: dict[int, type["KafkaError"]] = {}
 
@@ -33,6 +33,9 @@ class KafkaError(Exception):
     code: ClassVar[int] = -1
     name: ClassVar[str] = "UNKNOWN_SERVER_ERROR"
     retriable: ClassVar[bool] = False
+    #: the partition's log start offset when a log refused a batch for what is in it (a
+    #: sequence, an epoch, a record): a Produce answer carries it, as Kafka's does; -1 otherwise
+    log_start_offset: int = -1
 
     def __init_subclass__(cls, code: int | None = None, name: str | None = None,
                           retriable: bool = False, **kwargs: object) -> None:
@@ -201,7 +204,17 @@ class ClusterAuthorizationFailedError(KafkaError, code=31, name="CLUSTER_AUTHORI
     """Cluster authorization failed."""
 
 
-class InvalidTimestampError(KafkaError, code=32, name="INVALID_TIMESTAMP"):
+class RecordValidationError(KafkaError):
+    """An error about particular records of a batch (Kafka's ``RecordValidationException``):
+    ``record_errors`` holds each refused record's index in its batch and why, which a
+    Produce answer (v8+) lists."""
+
+    def __init__(self, message: str = "", record_errors: Sequence[tuple[int, str]] = ()) -> None:
+        super().__init__(message)
+        self.record_errors = tuple(record_errors)
+
+
+class InvalidTimestampError(RecordValidationError, code=32, name="INVALID_TIMESTAMP"):
     """The timestamp of the message is out of acceptable range."""
 
 
@@ -385,7 +398,7 @@ class GroupSubscribedToTopicError(KafkaError, code=86, name="GROUP_SUBSCRIBED_TO
     """The group's members consume the topic: its offsets cannot be deleted (OffsetDelete)."""
 
 
-class InvalidRecordError(KafkaError, code=87, name="INVALID_RECORD"):
+class InvalidRecordError(RecordValidationError, code=87, name="INVALID_RECORD"):
     """The record batch failed validation on the broker."""
 
 

@@ -45,9 +45,6 @@ NO_EFFECT = {
     "max.compaction.lag.ms": "the cleaner compacts every round it finds something to clean",
     "segment.jitter.ms": "segments roll at segment.ms exactly",
     "preallocate": "segment files grow as they are written",
-    "message.timestamp.difference.max.ms": "record timestamps are not checked against the broker's clock",
-    "message.timestamp.before.max.ms": "record timestamps are not checked against the broker's clock",
-    "message.timestamp.after.max.ms": "record timestamps are not checked against the broker's clock",
     "message.downconversion.enable": "clients fetch record batches v2 only",
 }
 
@@ -98,6 +95,15 @@ class LogConfig:
         config = replace(base or cls(), **changes)
         config.validate()
         return config
+
+    @property
+    def timestamp_bounds_ms(self) -> tuple[int, int]:
+        """How far before and after the broker's clock a CreateTime record's timestamp
+        may be: ``message.timestamp.before.max.ms`` / ``after.max.ms``, each falling back
+        to the deprecated ``message.timestamp.difference.max.ms`` while unset (Kafka 3.6+)."""
+        def bound(value: int) -> int:
+            return value if value != LONG_MAX else self.message_timestamp_difference_max_ms
+        return bound(self.message_timestamp_before_max_ms), bound(self.message_timestamp_after_max_ms)
 
     def to_kafka(self) -> dict[str, Any]:
         return {f.name.replace("_", "."): getattr(self, f.name) for f in fields(self)}

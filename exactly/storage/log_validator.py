@@ -1,7 +1,9 @@
 """What a produced batch must be before the log takes it, and how it is stored (Kafka's ``LogValidator``).
 
 :func:`validate` checks one producer batch against the record format and the topic's
-config and raises the Kafka error for the first thing wrong; :func:`recompressed`
+config -- a compacted topic's keys, and, with CreateTime, each record's timestamp against
+``message.timestamp.before.max.ms`` / ``after.max.ms`` -- and raises the Kafka error for
+the first thing wrong (naming each refused record, as Produce v8+ answers them); :func:`recompressed`
 puts it in the topic's ``compression.type``; :func:`stamped` sets its max timestamp
 and timestamp type as ``message.timestamp.type`` says. All three are pure: the log
 (``exactly/storage/partition_log.py``) calls them in that order, then assigns the offsets.
@@ -12,10 +14,11 @@ from __future__ import annotations
 from exactly.storage.errors import (
     CorruptMessageError,
     InvalidRecordError,
+    InvalidTimestampError,
     MessageTooLargeError,
     RecordListTooLargeError,
 )
-from exactly.storage.log_config import LogConfig
+from exactly.storage.log_config import LONG_MAX, LogConfig
 from exactly.storage.record_batch import (
     HEADER_SIZE,
     TIMESTAMP_TYPE_BIT,
@@ -29,9 +32,10 @@ from exactly.storage.record_batch import (
 )
 
 
-def validate(batch: bytes, config: LogConfig, topic_partition: str) -> tuple[BatchHeader, int]:
+def validate(batch: bytes, config: LogConfig, topic_partition: str, now: int) -> tuple[BatchHeader, int]:
     """The header and max record timestamp of a well-formed producer batch for a log
-    with ``config`` (``topic_partition`` names it in Kafka's message)."""
+    with ``config`` (``topic_partition`` names it in Kafka's message), at ``now`` (the
+    broker's clock, which record timestamps are checked against)."""
     if len(batch) < HEADER_SIZE:
         raise CorruptMessageError(f"{len(batch)} bytes is shorter than a record batch header")
     header = read_header(batch)
@@ -61,12 +65,29 @@ def validate(batch: bytes, config: LogConfig, topic_partition: str) -> tuple[Bat
             f"record count {header.record_count} does not match last offset delta "
             f"{header.last_offset_delta}")
     scanned = scan_batch(batch, verify_crc=False)  # every record's structure, as Kafka's LogValidator
-    if config.compact and any(
-            record.key is None for record in decode_batch(batch, verify_crc=False).records):
-        raise InvalidRecordError(  # Kafka's LogValidator, word for word
-            f"Compacted topic cannot accept message without key in topic partition "
-            f"{topic_partition}.")
+    before, after = config.timestamp_bounds_ms
+    checks_timestamps = not config.log_append_time and (before, after) != (LONG_MAX, LONG_MAX)
+    if config.compact or checks_timestamps:
+        records = decode_batch(batch, verify_crc=False).records
+        if config.compact:
+            _refuse(InvalidRecordError, [  # Kafka's LogValidator, word for word
+                (i, f"Compacted topic cannot accept message without key in topic partition {topic_partition}")
+                for i, record in enumerate(records) if record.key is None])
+        if checks_timestamps:
+            _refuse(InvalidTimestampError, [
+                (i, f"Timestamp {record.timestamp} of message with offset {i} is out of range. The timestamp "
+                    f"should be within [{now - before}, {now + after}]")
+                for i, record in enumerate(records)
+                if not now - before <= record.timestamp <= now + after])
     return scanned
+
+
+def _refuse(error: type[InvalidRecordError] | type[InvalidTimestampError], record_errors: list[tuple[int, str]]) -> None:
+    """Raise ``error`` for the batch's refused records, if any (Kafka's
+    ``processRecordErrors``: the answer lists each record's index and why)."""
+    if record_errors:
+        raise error(f"One or more records have been rejected due to {len(record_errors)} record errors in total, "
+                    f"and only showing the first three errors at most: {record_errors[:3]}", record_errors)
 
 
 def recompressed(batch: bytes, header: BatchHeader, config: LogConfig) -> tuple[bytes, BatchHeader]:

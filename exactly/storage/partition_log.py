@@ -62,10 +62,14 @@ from exactly.storage.atomic_file import fsync_dir, write_atomically
 from exactly.storage.background import RunSteps, Steps, run_inline
 from exactly.storage.clock import Clock
 from exactly.storage.errors import (
+    CorruptMessageError,
+    KafkaError,
     LogDirFullError,
     LogOfflineError,
+    MessageTooLargeError,
     OffsetOutOfRangeError,
     PolicyViolationError,
+    RecordListTooLargeError,
     storage_error,
 )
 from exactly.storage.log_config import LogConfig
@@ -82,6 +86,9 @@ log = logging.getLogger(__name__)
 
 #: Snapshots not at a segment boundary (periodic, shutdown) kept besides the per-segment ones.
 PERIODIC_SNAPSHOTS_TO_KEEP = 2
+#: refusals of a batch the log could not read or hold: answered without the log's start
+#: offset, as Kafka's ReplicaManager answers them (every other refusal carries it)
+_UNREAD_BATCH = (CorruptMessageError, MessageTooLargeError, RecordListTooLargeError)
 #: DeleteRecords' offset meaning "up to the high watermark" (Kafka's DeleteRecordsRequest.HIGH_WATERMARK)
 HIGH_WATERMARK = -1
 _INT32_MAX = 2**31 - 1
@@ -245,12 +252,16 @@ class PartitionLog:
         """Validate and append one producer batch (exactly one v2 batch, as Produce
         v3+ requires); raise the Kafka error and leave the log untouched otherwise."""
         self._check_online()
-        header, max_timestamp = log_validator.validate(batch, self.config, f"{self.topic}-{self.partition}")
-        if header.has_producer_id:
-            duplicate = self.producer_state.check_data_batch(header)
-            if duplicate is not None:
-                return AppendResult(duplicate.first_offset, duplicate.last_offset, duplicate=True)
         now = self.clock.now_ms()
+        try:
+            header, max_timestamp = log_validator.validate(batch, self.config, f"{self.topic}-{self.partition}", now)
+            duplicate = self.producer_state.check_data_batch(header) if header.has_producer_id else None
+        except KafkaError as e:
+            if not isinstance(e, _UNREAD_BATCH):
+                e.log_start_offset = self.log_start_offset
+            raise
+        if duplicate is not None:
+            return AppendResult(duplicate.first_offset, duplicate.last_offset, duplicate=True)
         batch, header = log_validator.recompressed(batch, header, self.config)
         batch, header = log_validator.stamped(batch, header, max_timestamp, now, self.config)
         base_offset = self.log_end_offset

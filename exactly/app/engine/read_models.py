@@ -18,7 +18,7 @@ from collections import Counter
 from dataclasses import asdict, fields
 from typing import TYPE_CHECKING, Any, Iterator
 
-from exactly.app.config import TOPIC_DEFAULTS, BrokerConfig
+from exactly.app.config import NULL_DEFAULTS, TOPIC_DEFAULTS, BrokerConfig
 from exactly.app.engine.counters import LatencyHistogram
 from exactly.app.engine.views import ConfigSource
 from exactly.coordinator import consumer_protocol
@@ -108,38 +108,63 @@ async def topic_configs(engine: "Engine", name: str) -> list[dict[str, Any]]:
     """Every config of a topic, by name, with its effective value and where that
     comes from: set on the topic (DYNAMIC_TOPIC_CONFIG), a broker-wide default given
     at start-up (STATIC_BROKER_CONFIG, e.g. ``--config log.retention.ms=...``) or
-    Kafka's default (DEFAULT_CONFIG). Values are strings, as Kafka shows them."""
+    Kafka's default (DEFAULT_CONFIG). Values are strings, as Kafka shows them.
+    ``synonyms``: Kafka's, most significant first -- the topic's own value, then the
+    broker-level name's value given at start-up and its default (see :func:`_synonyms`)."""
     overrides = engine.topics.topic(name).overrides
     broker, kafka = engine.topics.defaults.to_kafka(), LogConfig().to_kafka()
     result = []
     for key, value in sorted(engine.topics.topic_config(name).to_kafka().items()):
-        source = (DYNAMIC_TOPIC_CONFIG if key in overrides
-                  else STATIC_BROKER_CONFIG if broker[key] != kafka[key] else DEFAULT_CONFIG)
+        synonyms = [_synonym(key, value, DYNAMIC_TOPIC_CONFIG)] if key in overrides else []
+        if key in _BROKER_NAMES:
+            synonyms += _synonyms(_BROKER_NAMES[key], broker[key], kafka[key])
+        source = synonyms[0]["source"] if synonyms else DEFAULT_CONFIG
         result.append({"name": key, "value": LogConfig.kafka_text(value), "is_default": source == DEFAULT_CONFIG,
-                       "source": source, "is_read_only": False, "is_sensitive": False})
+                       "source": source, "is_read_only": False, "is_sensitive": False, "synonyms": synonyms})
     return result
 
 
+#: topic config -> its broker-level name (Kafka's ``ServerTopicConfigSynonyms``)
+_BROKER_NAMES = {topic: broker for broker, topic in TOPIC_DEFAULTS.items()}
 #: broker configs whose value is never shown
 SENSITIVE_CONFIGS = frozenset({"http.auth.token"})
+
+
+def _synonym(name: str, value: Any, source: str) -> dict[str, Any]:
+    return {"name": name, "value": LogConfig.kafka_text(value), "source": source}
+
+
+def _synonyms(name: str, value: Any, default: Any) -> list[dict[str, Any]]:
+    """Kafka's synonyms of the broker config ``name`` (its ``ConfigHelper.configSynonyms``):
+    the value given at start-up (STATIC_BROKER_CONFIG), then Kafka's default
+    (DEFAULT_CONFIG) unless that is null (:data:`~exactly.app.config.NULL_DEFAULTS`).
+    A value that differs from Kafka's default counts as given."""
+    found = [_synonym(name, value, STATIC_BROKER_CONFIG)] if value != default else []
+    if name not in NULL_DEFAULTS:
+        found.append(_synonym(name, default, DEFAULT_CONFIG))
+    return found
 
 
 async def broker_configs(engine: "Engine") -> list[dict[str, Any]]:
     """This broker's settings (``exactly/app/config.py``) and the broker-wide defaults of the
     topic configs under their broker-level names (``log.segment.bytes``), by name, in
     :func:`topic_configs`' form: given at start-up (STATIC_BROKER_CONFIG) or Kafka's
-    default, all read-only (they change with a restart), a sensitive one's value null."""
+    default, all read-only (they change with a restart), a sensitive one's value null,
+    and, as Kafka shows them, null for those whose Kafka default is null until given."""
     defaults, topic_defaults, kafka = BrokerConfig(), engine.topics.defaults.to_kafka(), LogConfig().to_kafka()
     settings = {f.name.replace("_", "."): (getattr(engine.config, f.name), getattr(defaults, f.name))
                 for f in fields(BrokerConfig) if f.name != "log"}  # "log": the topic defaults, below
     settings.update({name: (topic_defaults[topic], kafka[topic]) for name, topic in TOPIC_DEFAULTS.items()})
     result = []
     for name, (value, default) in sorted(settings.items()):
-        source = STATIC_BROKER_CONFIG if value != default else DEFAULT_CONFIG
-        sensitive = name in SENSITIVE_CONFIGS
-        result.append({"name": name, "value": None if sensitive else LogConfig.kafka_text(value),
+        synonyms = _synonyms(name, value, default)
+        source = synonyms[0]["source"] if synonyms else DEFAULT_CONFIG
+        hidden = name in SENSITIVE_CONFIGS or (name in NULL_DEFAULTS and source == DEFAULT_CONFIG)
+        if name in SENSITIVE_CONFIGS:
+            synonyms = [{**synonym, "value": None} for synonym in synonyms]
+        result.append({"name": name, "value": None if hidden else LogConfig.kafka_text(value),
                        "is_default": source == DEFAULT_CONFIG, "source": source, "is_read_only": True,
-                       "is_sensitive": sensitive})
+                       "is_sensitive": name in SENSITIVE_CONFIGS, "synonyms": synonyms})
     return result
 
 

@@ -123,7 +123,8 @@ async def describe_configs(ctx: RequestContext, request: Any) -> dict:
             _authorize_resource(ctx, ApiKey.DESCRIBE_CONFIGS, resource.resource_type, resource.resource_name)
             configs = await _configs(ctx, resource.resource_type, resource.resource_name)
             keys = resource.configuration_keys  # null: every config; a list, even empty: those
-            entry["configs"] = [c for c in configs if keys is None or c["name"] in keys]
+            entry["configs"] = [_config(c, getattr(request, "include_synonyms", False))
+                                for c in configs if keys is None or c["name"] in keys]
         except KafkaError as e:
             entry.update(error_code=error_code(e), error_message=str(e))
         results.append(entry)
@@ -131,13 +132,12 @@ async def describe_configs(ctx: RequestContext, request: Any) -> dict:
 
 
 async def _configs(ctx: RequestContext, resource_type: int, name: str) -> list[dict]:
-    """``(name, value, source)`` of every config of a topic (``read_models.topic_configs``)
-    or of this broker."""
+    """Every config of a topic (``read_models.topic_configs``) or of this broker."""
     if resource_type == TOPIC_RESOURCE:
-        return [_config(c) for c in await read_models.topic_configs(ctx.engine, name)]
+        return await read_models.topic_configs(ctx.engine, name)
     if resource_type == BROKER_RESOURCE:
         _check_broker(ctx, name)
-        return [_config(c) for c in await read_models.broker_configs(ctx.engine)]
+        return await read_models.broker_configs(ctx.engine)
     raise InvalidRequestError(f"resource type {resource_type} is not a topic (2) or a broker (4)")
 
 
@@ -156,10 +156,14 @@ def _check_broker(ctx: RequestContext, name: str) -> None:
                                   f"but received {name}")
 
 
-def _config(row: dict) -> dict:
-    """DescribeConfigs' entry of a ``read_models.topic_configs`` / ``broker_configs`` row."""
+def _config(row: dict, include_synonyms: bool) -> dict:
+    """DescribeConfigs' entry of a ``read_models.topic_configs`` / ``broker_configs`` row
+    (its synonyms only when the request asks for them, v1+, as Kafka's)."""
+    synonyms = [{"name": s["name"], "value": s["value"], "source": ConfigSource[s["source"]].value}
+                for s in row["synonyms"]] if include_synonyms else []
     return {"name": row["name"], "value": row["value"], "read_only": row["is_read_only"],
-            "config_source": ConfigSource[row["source"]].value, "is_sensitive": row["is_sensitive"], "synonyms": []}
+            "config_source": ConfigSource[row["source"]].value, "is_sensitive": row["is_sensitive"],
+            "synonyms": synonyms}
 
 
 # -- AlterConfigs, IncrementalAlterConfigs, CreatePartitions ----------------------------

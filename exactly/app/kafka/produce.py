@@ -119,6 +119,9 @@ def _response(results: list[tuple[str, int, AppendResult | BaseException]], ctx:
                      "log_start_offset": ctx.engine.partitions.partition_offsets(topic, partition).log_start_offset}
         else:
             entry = {"index": partition, "error_code": error_code(result), "base_offset": -1,
-                     "log_append_time": None, "error_message": str(result)}
+                     "log_append_time": None, "error_message": str(result),
+                     "log_start_offset": getattr(result, "log_start_offset", -1),
+                     "record_errors": [{"batch_index": index, "batch_index_error_message": message}
+                                       for index, message in getattr(result, "record_errors", ())]}
         by_topic.setdefault(topic, []).append(entry)
     return {"responses": [{"name": topic, "partition_responses": entries} for topic, entries in by_topic.items()]}

@@ -242,17 +242,13 @@ async def describe_user_scram_credentials(ctx: RequestContext, request: Any) -> 
     return {"error_code": 0, "error_message": None, "results": results}
 
 
-def _alteration_error(ctx: RequestContext, user: str, mechanism: int, iterations: int | None,
-                      seen: set[tuple[str, int]]) -> KafkaError | None:
+def _alteration_error(ctx: RequestContext, user: str, mechanism: int, iterations: int | None) -> KafkaError | None:
     """Why Kafka refuses one deletion (``iterations`` None) or upsertion, or None."""
     if not user:
         return UnacceptableCredentialError("Username must not be empty")
     if len(user.encode("utf-8")) > MAX_SCRAM_NAME_BYTES:
         return UnacceptableCredentialError(f"Username is {len(user.encode('utf-8'))} bytes long: at most "
                                            f"{MAX_SCRAM_NAME_BYTES} (the key of its credential record)")
-    if (user, mechanism) in seen:
-        return DuplicateResourceError("A user credential cannot be altered twice in the same request")
-    seen.add((user, mechanism))
     if mechanism not in (ScramMechanism.SCRAM_SHA_256, ScramMechanism.SCRAM_SHA_512):
         return UnsupportedSaslMechanismError("Unknown SCRAM mechanism")
     if iterations is None and ctx.engine.access.scram_credentials.get(user, ScramMechanism(mechanism)) is None:
@@ -267,34 +263,35 @@ def _upsertion(u: Any) -> ScramCredentialRecord:
 
 @serves(ApiKey.ALTER_USER_SCRAM_CREDENTIALS, 0, 0)
 async def alter_user_scram_credentials(ctx: RequestContext, request: Any) -> dict:
+    """Kafka's rules (its ``ScramControlManager``): a user named twice in one request,
+    whatever the mechanisms, is DUPLICATE_RESOURCE and none of its alterations applies;
+    a user's first refusal stands; the rest apply together."""
     users = list(dict.fromkeys([d.name for d in request.deletions] + [u.name for u in request.upsertions]))
     if not authorization.allowed(ctx, ApiKey.ALTER_USER_SCRAM_CREDENTIALS, ResourceType.CLUSTER, CLUSTER_NAME):
         e = ClusterAuthorizationFailedError("Cluster authorization failed (ALTER on the cluster)")
         return {"results": [_result(user, e) for user in users]}
     errors: dict[str, KafkaError] = {}
-    seen: set[tuple[str, int]] = set()
-    upsertions: list[ScramCredentialRecord] = []
-    for d in request.deletions:
-        _note(errors, d.name, _alteration_error(ctx, d.name, d.mechanism, None, seen))
-    for u in request.upsertions:
-        error = _alteration_error(ctx, u.name, u.mechanism, u.iterations, seen)
-        if error is None:
-            try:
-                upsertions.append(_upsertion(u))
-            except KafkaError as e:
-                error = e
-        _note(errors, u.name, error)
-    deletions = [(d.name, ScramMechanism(d.mechanism)) for d in request.deletions if d.name not in errors]
-    upsertions = [r for r in upsertions if r.name not in errors]
+    deletions: dict[str, ScramMechanism] = {}
+    upsertions: dict[str, ScramCredentialRecord] = {}
+    for alteration in [*request.deletions, *request.upsertions]:
+        user, upsert = alteration.name, hasattr(alteration, "iterations")
+        if user in errors:
+            continue
+        if deletions.pop(user, None) is not None or upsertions.pop(user, None) is not None:
+            errors[user] = DuplicateResourceError("A user credential cannot be altered twice in the same request")
+            continue
+        error = _alteration_error(ctx, user, alteration.mechanism, alteration.iterations if upsert else None)
+        try:
+            if error is None and upsert:
+                upsertions[user] = _upsertion(alteration)
+            elif error is None:
+                deletions[user] = ScramMechanism(alteration.mechanism)
+        except KafkaError as e:
+            error = e
+        if error is not None:
+            errors[user] = error
     try:
-        await ctx.engine.access.alter_scram_credentials(deletions, upsertions)
+        await ctx.engine.access.alter_scram_credentials(list(deletions.items()), list(upsertions.values()))
     except KafkaError as e:
-        for user in users:
-            _note(errors, user, e)
+        errors.update({user: e for user in users if user not in errors})
     return {"results": [_result(user, errors.get(user)) for user in users]}
-
-
-def _note(errors: dict[str, KafkaError], user: str, error: KafkaError | None) -> None:
-    """A user's first error stands: none of its alterations applies (Kafka's rule)."""
-    if error is not None:
-        errors.setdefault(user, error)

@@ -9,9 +9,9 @@ producer hears PRODUCER_FENCED only from request versions that know that error
 INVALID_PRODUCER_EPOCH from older ones -- librdkafka sends AddPartitionsToTxn and
 AddOffsetsToTxn at v0, aiokafka everything at v0.
 
-WriteTxnMarkers is broker-internal: a client sending it gets
-CLUSTER_AUTHORIZATION_FAILED for every partition, as from Kafka, and it is not
-advertised.
+WriteTxnMarkers from a client is Kafka's partition-level abort (KIP-664's
+``Admin.abortTransaction``): the open transaction is ended through
+``Partitions.abort_hanging_transaction``; a COMMIT marker is refused.
 """
 
 from __future__ import annotations
@@ -150,16 +150,36 @@ async def txn_offset_commit(ctx: RequestContext, request: Any) -> dict:
     return {"topics": commit_results(offsets, errors, unknown, code=lambda e: fenced_code(e, ctx.version, None))}
 
 
-@serves(ApiKey.WRITE_TXN_MARKERS, 1, 1, advertised=False)
+@serves(ApiKey.WRITE_TXN_MARKERS, 1, 1)
 async def write_txn_markers(ctx: RequestContext, request: Any) -> dict:
-    """Refused to every client: markers are the broker's own (a principal with
-    ClusterAction is audited as allowed, and refused all the same)."""
-    authorization.allowed(ctx, ApiKey.WRITE_TXN_MARKERS, C, CLUSTER_NAME)
-    code = ClusterAuthorizationFailedError.code
-    return {"markers": [{"producer_id": marker.producer_id, "topics": [
-        {"name": topic.name, "partitions": [{"partition_index": p, "error_code": code}
-                                            for p in topic.partition_indexes]}
-        for topic in marker.topics]} for marker in request.markers]}
+    """What a client sends it for: Kafka's ``Admin.abortTransaction`` (KIP-664,
+    ``kafka-transactions.sh abort``), an ABORT marker for a producer's open transaction
+    on a partition, from a principal with ClusterAction. Here the marker is not written
+    as sent: ``Partitions.abort_hanging_transaction`` ends that transaction (through its
+    coordinator when a transactional id owns it, aborting it everywhere) and fences
+    the producer. COMMIT markers are the coordinator's alone: INVALID_REQUEST."""
+    allowed = authorization.allowed(ctx, ApiKey.WRITE_TXN_MARKERS, C, CLUSTER_NAME)
+    actor = f"WriteTxnMarkers from {ctx.principal} at {ctx.connection.host}"
+    answered = []
+    for marker in request.markers:
+        topics = []
+        for topic in marker.topics:
+            partitions = []
+            for partition in topic.partition_indexes:
+                try:
+                    if not allowed:
+                        raise ClusterAuthorizationFailedError("WriteTxnMarkers needs ClusterAction on the cluster")
+                    if marker.transaction_result:
+                        raise InvalidRequestError("a client may write ABORT markers only (Admin.abortTransaction): "
+                                                  "COMMIT markers are the transaction coordinator's")
+                    await ctx.engine.partitions.abort_hanging_transaction(topic.name, partition, marker.producer_id, actor)
+                    error = None
+                except KafkaError as e:
+                    error = e
+                partitions.append({"partition_index": partition, "error_code": error_code(error)})
+            topics.append({"name": topic.name, "partitions": partitions})
+        answered.append({"producer_id": marker.producer_id, "topics": topics})
+    return {"markers": answered}
 
 
 @serves(ApiKey.LIST_TRANSACTIONS, 0, 2)
@@ -194,17 +214,17 @@ async def list_transactions(ctx: RequestContext, request: Any) -> dict:
 
 @serves(ApiKey.DESCRIBE_TRANSACTIONS, 0, 0)
 async def describe_transactions(ctx: RequestContext, request: Any) -> dict:
+    """Each id's transaction; an id refused or not found gets only its error, the other
+    fields their schema defaults (producer id and epoch 0), as Kafka answers it."""
     coordinator = ctx.engine.transactions
     described = []
     for txn_id in request.transactional_ids:
         if not authorization.allowed(ctx, ApiKey.DESCRIBE_TRANSACTIONS, X, txn_id):
-            described.append({"error_code": authorization.denial(X, txn_id).code, "transactional_id": txn_id,
-                              "producer_id": -1, "producer_epoch": -1})
+            described.append({"error_code": authorization.denial(X, txn_id).code, "transactional_id": txn_id})
             continue
         meta = coordinator.describe_transaction(txn_id)
         if meta is None:
-            described.append({"error_code": TransactionalIdNotFoundError.code, "transactional_id": txn_id,
-                              "producer_id": -1, "producer_epoch": -1})
+            described.append({"error_code": TransactionalIdNotFoundError.code, "transactional_id": txn_id})
             continue
         described.append({
             "error_code": 0, "transactional_id": txn_id, "transaction_state": meta.state.display,

@@ -105,12 +105,40 @@ def encode_request(api_key: int, version: int, correlation_id: int, client_id: s
 
 
 def decode_response(api_key: int, version: int, frame: bytes | memoryview) -> tuple[int, Any]:
-    """``(correlation id, response entity)`` of a response frame (its size prefix removed)."""
+    """``(correlation id, response entity)`` of a response frame (its size prefix removed).
+    A time that may be -1 on the wire is read as Kafka's integer milliseconds (see
+    :func:`_lenient`)."""
     view = memoryview(frame)
     cls = load_response_schema(api_key, version)
     header, used = entity_reader(cls.__header_schema__)(view, 0)
-    body, _ = entity_reader(cls)(view, used)
+    read: Any = entity_reader(_lenient(cls))
+    body, _ = read(view, used)
     return header.correlation_id, body
+
+
+@functools.cache
+def _lenient(cls: type) -> type:
+    """``cls``, or a copy whose non-nullable ``datetime_i64`` fields are plain int64:
+    Kafka answers -1 for "no time" in some (DescribeTransactions' TransactionStartTimeMs
+    of an Empty transaction), which kio's time reader refuses."""
+    hints = typing.get_type_hints(cls)
+    changed = False
+    specs = []
+    for f in dataclasses.fields(cls):
+        kind, metadata = hints[f.name], dict(f.metadata)
+        if metadata.get("kafka_type") == "datetime_i64" and not _strip_optional(kind)[1]:
+            kind, metadata, changed = int, {**metadata, "kafka_type": "int64"}, True
+        elif typing.get_origin(kind) is tuple and _is_entity(element := typing.get_args(kind)[0]):
+            if (copy := _lenient(element)) is not element:
+                kind, changed = tuple[copy, ...], True  # type: ignore[valid-type]
+        default = {} if f.default is dataclasses.MISSING else {"default": f.default}
+        specs.append((f.name, kind, dataclasses.field(metadata=metadata, **default)))
+    if not changed:
+        return cls
+    copy = dataclasses.make_dataclass(cls.__name__, specs, frozen=True, slots=True)
+    for attribute in ("__type__", "__version__", "__flexible__", "__api_key__", "__header_schema__"):
+        setattr(copy, attribute, getattr(cls, attribute))
+    return copy
 
 
 class UnknownFieldError(TypeError):

@@ -20,48 +20,28 @@ checks and changes nothing.
 
 from __future__ import annotations
 
-from dataclasses import fields
 from typing import Any
 
 from flask import Blueprint, abort, jsonify, request
 
-from exactly.app.config import TOPIC_DEFAULTS, BrokerConfig, static_config_change
+from exactly.app.config import static_config_change
 from exactly.app.engine import read_models
 from exactly.app.http import access, current_engine
 from exactly.app.http.api import models
 from exactly.app.http.api.validation import body
 from exactly.app.http.api.resources import check_broker, cluster_id, crn, listing, resource
 from exactly.storage.errors import InvalidRequestError
-from exactly.storage.log_config import LogConfig
 
 bp = Blueprint("configs", __name__)
 
 CONFIGS = "/v3/clusters/<cluster_id>/topics/<topic_name>/configs"
 BROKER_CONFIGS = "/v3/clusters/<cluster_id>/brokers/<int:broker_id>/configs"
-#: Kafka's defaults, for the DEFAULT_CONFIG synonym of a config that is set
-KAFKA_DEFAULTS = {k: LogConfig.kafka_text(v) for k, v in LogConfig().to_kafka().items()}
-#: Kafka's defaults of the broker's configs: its settings and the topic defaults
-BROKER_DEFAULTS = {**{f.name.replace("_", "."): LogConfig.kafka_text(getattr(BrokerConfig(), f.name))
-                      for f in fields(BrokerConfig) if f.name != "log"},
-                   **{name: KAFKA_DEFAULTS[topic] for name, topic in TOPIC_DEFAULTS.items()}}
-
-
 def config_resource(topic: str, config: dict[str, Any]) -> dict[str, Any]:
-    """REST v3's KafkaTopicConfig of one ``read_models.topic_configs`` row; ``synonyms``
-    lists where the value comes from, then Kafka's default under it."""
+    """REST v3's KafkaTopicConfig of one ``read_models.topic_configs`` row, its
+    ``synonyms`` Kafka's (where the value comes from, most significant first)."""
     name = config["name"]
     return resource("KafkaTopicConfig", ("topics", topic, "configs", name),
-                    crn(topic=topic, config=name), cluster_id=cluster_id(), topic_name=topic, **config,
-                    synonyms=_synonyms(config, KAFKA_DEFAULTS[name]))
-
-
-def _synonyms(config: dict[str, Any], default: str | None) -> list[dict[str, Any]]:
-    """Where the value comes from, then Kafka's default under it (when it is not that)."""
-    name = config["name"]
-    synonyms = [{"name": name, "value": config["value"], "source": config["source"]}]
-    if not config["is_default"]:
-        synonyms.append({"name": name, "value": default, "source": read_models.DEFAULT_CONFIG})
-    return synonyms
+                    crn(topic=topic, config=name), cluster_id=cluster_id(), topic_name=topic, **config)
 
 
 def _configs(topic: str) -> list[dict[str, Any]]:
@@ -137,10 +117,8 @@ def _broker_configs(broker_id: int) -> list[dict[str, Any]]:
 
 def broker_config_resource(broker_id: int, config: dict[str, Any]) -> dict[str, Any]:
     name = config["name"]
-    default = None if config["is_sensitive"] else BROKER_DEFAULTS[name]
     return resource("KafkaBrokerConfig", ("brokers", broker_id, "configs", name),
-                    crn(broker=broker_id, config=name), cluster_id=cluster_id(), broker_id=broker_id, **config,
-                    synonyms=_synonyms(config, default))
+                    crn(broker=broker_id, config=name), cluster_id=cluster_id(), broker_id=broker_id, **config)
 
 
 def _refuse_change(name: str | None = None):

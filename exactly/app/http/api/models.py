@@ -568,7 +568,8 @@ class BrokerConfig(Resource):
     cluster_id: str
     broker_id: PartitionId
     name: str
-    value: Optional[str] = Field(description="null for a sensitive one")
+    value: Optional[str] = Field(description="null for a sensitive one, and for one whose Kafka default is null "
+                                             "(log.retention.ms: log.retention.hours says it) until it is given")
     is_default: bool
     source: Source
     is_read_only: bool
