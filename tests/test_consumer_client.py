@@ -478,7 +478,8 @@ def test_subscribers_split_partitions_by_range_and_rebalance_as_members_come_and
         m.c.subscribe(["t"])
         m.start()
     try:
-        eventually(lambda: settled(members, 6), DEADLINE_S, "two members to settle")
+        eventually(lambda: settled(members, 6) and sorted(len(m.snapshot()[1]) for m in members) == [3, 3],
+                   DEADLINE_S, "two members to settle with 3 partitions each")  # (the race below)
         generation, _ = members[0].snapshot()
         by_member = {m.c.group_metadata().member_id: m.snapshot()[1] for m in members}
         first, second = sorted(by_member)
@@ -490,9 +491,13 @@ def test_subscribers_split_partitions_by_range_and_rebalance_as_members_come_and
         third.c.subscribe(["t"])
         third.start()
         members.append(third)
-        eventually(lambda: settled(members, 6) and members[0].snapshot()[0] > generation,
-                   DEADLINE_S, "three members to settle")
-        assert sorted(len(m.snapshot()[1]) for m in members) == [2, 2, 2]
+        # a member's generation changes with its JoinGroup answer, its assignment with its
+        # SyncGroup answer: in between a snapshot pairs the new generation with the old
+        # assignment (two members holding 3 each, the newcomer none), so wait for the split
+        # (above too: the first member holding all 6, the second none)
+        eventually(lambda: settled(members, 6) and members[0].snapshot()[0] > generation
+                   and sorted(len(m.snapshot()[1]) for m in members) == [2, 2, 2],
+                   DEADLINE_S, "three members to settle with 2 partitions each")
         produce_round("r2")
         eventually(lambda: produced <= consumed_values(members), DEADLINE_S, "every record to be consumed")
 
@@ -588,8 +593,9 @@ def test_subscribe_to_two_topics_uses_the_range_assignor_per_topic(broker, consu
     for m in members:
         m.c.subscribe(["t0", "t1"])
         m.start()
-    try:
-        eventually(lambda: settled(members, 6), DEADLINE_S, "two members to settle")
+    try:  # (both holding some: a snapshot may pair a new generation with an old assignment)
+        eventually(lambda: settled(members, 6) and all(m.snapshot()[1] for m in members), DEADLINE_S,
+                   "two members to settle")
         by_member = {m.c.group_metadata().member_id: m.snapshot()[1] for m in members}
     finally:
         for m in members:
