@@ -5,6 +5,7 @@ never send: exact versions, pipelining, bad frames)."""
 from __future__ import annotations
 
 import socket
+import sys
 import time
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -45,6 +46,9 @@ class KafkaBroker:
         self.listener.close()
         self.broker.close()
         self._sock.close()
+        spark_admins = sys.modules.get("exactly.app.spark.kafka_admin")
+        if spark_admins is not None:  # the Spark sink keeps an admin client per address
+            spark_admins.forget(self.bootstrap)
 
     def __enter__(self) -> "KafkaBroker":
         return self

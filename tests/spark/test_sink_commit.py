@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyspark.sql.types import StringType, StructField, StructType
 
-from exactly.app.spark import sink
+from exactly.app.spark import kafka_admin, sink
 from exactly.app.spark.kafka_admin import admin_for
 from exactly.app.spark.kafka_client import KafkaClient, TransactionalProducer
 from exactly.app.spark.sink import PreparedTransactionLost, SinkLog, TaskCommit, TopicStreamWriter, TxnIds
@@ -152,9 +152,17 @@ class Died(Exception):
 
 
 @pytest.fixture(scope="module")
-def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
+def shared_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
     with KafkaBroker(tmp_path_factory.mktemp("stateful") / "data") as broker:
         yield broker
+
+
+@pytest.fixture
+def shared(shared_broker: KafkaBroker) -> Iterator[KafkaBroker]:
+    """The module's broker; the sink's admin client of it goes with each test (the
+    suite's leak check counts it as the test's)."""
+    yield shared_broker
+    kafka_admin.forget(shared_broker.bootstrap)
 
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

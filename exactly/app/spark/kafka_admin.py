@@ -87,3 +87,10 @@ def admin_for(bootstrap: str) -> KafkaAdmin:
     if bootstrap not in _admins:
         _admins[bootstrap] = KafkaAdmin(bootstrap)
     return _admins[bootstrap]
+
+
+def forget(bootstrap: str) -> None:
+    """Drop this process's admin client of ``bootstrap`` (a broker gone for good: a test's):
+    confluent-kafka destroys a client with its last reference, and a kept one would
+    reconnect to the closed address for the rest of the process."""
+    _admins.pop(bootstrap, None)
