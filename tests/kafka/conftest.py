@@ -91,9 +91,9 @@ def brokers(request: pytest.FixtureRequest) -> Iterator[tuple[Peer, Peer]]:
 def _peer(request: pytest.FixtureRequest, name: str) -> Peer:
     if name == "kafka":
         kafka: RealKafka = request.getfixturevalue("real_kafka")
-        return Peer("kafka", kafka.bootstrap, kafka=kafka)
+        return Peer("kafka", kafka.bootstrap)
     server = request.getfixturevalue("exactly_broker")
-    return Peer("exactly", server.bootstrap, server=server)
+    return Peer("exactly", server.bootstrap)
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -52,13 +52,10 @@ NOT_YET = frozenset({5, 6, 14, 15, 16})
 
 @dataclass
 class Peer:
-    """One of the two brokers: ``name`` is "kafka" or "exactly"; ``server`` is Exactly's
-    Server (None for Kafka), ``kafka`` the RealKafka (None for Exactly)."""
+    """One of the two brokers: ``name`` is "kafka" or "exactly"."""
 
     name: str
     bootstrap: str
-    server: Any = None
-    kafka: Any = None
     _connections: list[KafkaConnection] = field(default_factory=list)
 
     @property

@@ -1,12 +1,13 @@
 """Apache Kafka itself, beside Exactly: one KRaft node (``process.roles=broker,controller``)
 from the jars ``tests/kafka/jars.py`` resolves, formatted into a directory of its own and
-served on free 127.0.0.1 ports; and Kafka's Java tools run against any broker.
+served on free 127.0.0.1 ports; Kafka's Java tools (:func:`run_tool`) and the tests' own
+Java programs (:class:`JavaPrograms`) run against any broker.
 
 ::
 
     with RealKafka(tmp_path / "kafka") as kafka:   # formatted, started, ready for clients
         Producer({"bootstrap.servers": kafka.bootstrap, ...})
-        kafka.tool("org.apache.kafka.tools.TopicCommand", "--describe", "--topic", "t")
+        run_tool("org.apache.kafka.tools.TopicCommand", "--bootstrap-server", kafka.bootstrap, "--list")
 
 The JVM runs under ``setpriv --pdeathsig KILL``: if the test process dies without its
 finalizers, the kernel kills the broker too, so no Kafka outlives the run that started
@@ -58,17 +59,16 @@ SINGLE_NODE = {
 
 
 class RealKafka:
-    """A Kafka broker and controller in one JVM, on ``directory`` (made if missing).
-    ``config``: Kafka's server properties over :data:`SINGLE_NODE`; ``features``: the
-    feature levels to format with (``{"transaction.version": 1}``; Kafka's defaults for
-    the rest); ``jvm``: the JVM's options."""
+    """A Kafka broker and controller in one JVM, on ``directory`` (made if missing),
+    formatted with Kafka's default feature levels (``transaction.version`` 2,
+    ``group.version`` 1: clients at Kafka 3's request versions get Kafka 3's behaviour).
+    ``config``: Kafka's server properties over :data:`SINGLE_NODE`; ``jvm``: the JVM's options."""
 
     def __init__(self, directory: Path, config: Mapping[str, Any] | None = None,
-                 features: Mapping[str, int] | None = None, jvm: tuple[str, ...] = TEST_JVM) -> None:
+                 jvm: tuple[str, ...] = TEST_JVM) -> None:
         self.directory = Path(directory)
         self.port, self.controller_port = free_port(), free_port()
         self.config = {**SINGLE_NODE, **{k: str(v) for k, v in (config or {}).items()}}
-        self.features = dict(features or {})
         self.jvm = jvm
         self.log_path = self.directory / "kafka.log"
         self.proc: subprocess.Popen | None = None
@@ -85,7 +85,7 @@ class RealKafka:
         fails or takes longer than ``timeout`` raises with the log's end. A port taken
         between choosing it and the JVM binding it (another process's) means new ports
         and a new start, twice at most."""
-        for attempt in range(3):
+        for _ in range(3):
             if self._start(timeout):
                 return self
             self.port, self.controller_port = free_port(), free_port()
@@ -98,9 +98,7 @@ class RealKafka:
         properties = self.directory / "server.properties"
         properties.write_text("".join(f"{key}={value}\n" for key, value in self._properties().items()))
         formatted = _run_java(["kafka.tools.StorageTool", "format", "--standalone", "-c", str(properties),
-                                "-t", _base64_uuid(uuid.uuid4().bytes),
-                                *[a for name, level in self.features.items() for a in ("--feature", f"{name}={level}")]],
-                               TOOL_JVM, timeout=60)
+                                "-t", _base64_uuid(uuid.uuid4().bytes)], TOOL_JVM, timeout=60)
         if formatted.returncode != 0:
             raise RuntimeError(f"kafka-storage format failed:\n{formatted.stdout}{formatted.stderr}")
         self._log_start = self.log_path.stat().st_size if self.log_path.exists() else 0
@@ -141,15 +139,6 @@ class RealKafka:
     def log(self) -> str:
         """Everything the broker has logged so far."""
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
-
-    # -- the tools ----------------------------------------------------------------------
-
-    def tool(self, main_class: str, *args: str, bootstrap: str | None = None,
-             timeout: float = 60) -> subprocess.CompletedProcess:
-        """Kafka's tool ``main_class`` (the class its ``bin/kafka-*.sh`` names) with ``args``
-        and ``--bootstrap-server`` (this broker, or ``bootstrap``); its output, whatever
-        its exit status."""
-        return run_tool(main_class, "--bootstrap-server", bootstrap or self.bootstrap, *args, timeout=timeout)
 
     def _properties(self) -> dict[str, str]:
         return {

@@ -139,8 +139,11 @@ def list_broker_replicas(broker_id: int):
 
 def topic_resource(topic: dict, effective_configs: list[dict] | None) -> dict:
     """REST v3's KafkaTopic; Exactly adds ``topic_id`` and ``effective_configs`` (every
-    config with its value and source, as ``.../configs`` lists them)."""
+    config with its value and source, as ``.../configs`` lists them, without the synonyms
+    that ``.../configs`` shows)."""
     name = topic["topic_name"]
+    if effective_configs is not None:
+        effective_configs = [{k: v for k, v in config.items() if k != "synonyms"} for config in effective_configs]
     return resource("KafkaTopic", ("topics", name), crn(topic=name),
                     cluster_id=cluster_id(), topic_name=name, topic_id=topic["topic_id"],
                     is_internal=topic["is_internal"], replication_factor=1,
