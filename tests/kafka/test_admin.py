@@ -5,6 +5,7 @@ docs/kafka-clients.md ("Kafka beside Exactly") lists."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
@@ -79,7 +80,12 @@ def topics_scenario(ask: Any, t: str) -> None:
         {"name": t, "count": 5, "assignments": None}, {"name": t + "-one", "count": 1, "assignments": None},
         {"name": t + "-missing", "count": 2, "assignments": None}]})
     ask("shrink", CREATE_PARTITIONS, 3, {"timeout": 30_000, "topics": [{"name": t, "count": 2, "assignments": None}]})
-    ask("metadata after", METADATA, 8, {"allow_auto_topic_creation": False, "topics": [{"name": t}]})
+    # Kafka's broker learns of the grown partitions from its controller a moment after
+    # CreatePartitions answers (on a loaded machine, after the next Metadata): ask until it has
+    deadline = time.monotonic() + 30
+    while (len(ask("metadata after", METADATA, 8, {"allow_auto_topic_creation": False, "topics": [{"name": t}]})
+               ["topics"][0]["partitions"]) < 5 and time.monotonic() < deadline):
+        time.sleep(0.05)
     ask("delete records", DELETE_RECORDS, 2, {"timeout": 30_000, "topics": [{"name": t, "partitions": [
         {"partition_index": 0, "offset": 0}, {"partition_index": 1, "offset": 5}, {"partition_index": 2, "offset": -1},
         {"partition_index": 9, "offset": 0}]}]})
