@@ -6,7 +6,7 @@ docs/kafka-clients.md ("Kafka beside Exactly") lists."""
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, Callable
 
 import pytest
 
@@ -40,6 +40,14 @@ pytestmark = [pytest.mark.xdist_group("real-kafka"), pytest.mark.slow, pytest.ma
 
 TOPIC, BROKER = 2, 4
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
+
+
+def settled(asked: Callable[[], bool], timeout: float = 30) -> None:
+    """Ask again (``asked`` records its step's answer) until it says the broker has caught
+    up with its own last change, or ``timeout``: the comparison then shows the last answer."""
+    deadline = time.monotonic() + timeout
+    while not asked() and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def answers(peer: Peer, scenario: Any, *args: Any) -> dict[str, Any]:
@@ -82,10 +90,8 @@ def topics_scenario(ask: Any, t: str) -> None:
     ask("shrink", CREATE_PARTITIONS, 3, {"timeout": 30_000, "topics": [{"name": t, "count": 2, "assignments": None}]})
     # Kafka's broker learns of the grown partitions from its controller a moment after
     # CreatePartitions answers (on a loaded machine, after the next Metadata): ask until it has
-    deadline = time.monotonic() + 30
-    while (len(ask("metadata after", METADATA, 8, {"allow_auto_topic_creation": False, "topics": [{"name": t}]})
-               ["topics"][0]["partitions"]) < 5 and time.monotonic() < deadline):
-        time.sleep(0.05)
+    settled(lambda: len(ask("metadata after", METADATA, 8, {"allow_auto_topic_creation": False, "topics": [
+        {"name": t}]})["topics"][0]["partitions"]) == 5)
     ask("delete records", DELETE_RECORDS, 2, {"timeout": 30_000, "topics": [{"name": t, "partitions": [
         {"partition_index": 0, "offset": 0}, {"partition_index": 1, "offset": 5}, {"partition_index": 2, "offset": -1},
         {"partition_index": 9, "offset": 0}]}]})
@@ -283,14 +289,18 @@ def scram_scenario(ask: Any, user: str) -> None:
         upsertion(user + "-unknown", 0), upsertion("", SHA_256)]})
     ask("twice in one request", ALTER_USER_SCRAM_CREDENTIALS, 0, {"deletions": [], "upsertions": [
         upsertion(user + "-twice", SHA_256), upsertion(user + "-twice", SHA_512)]})
-    ask("described", DESCRIBE_USER_SCRAM_CREDENTIALS, 0, {"users": [{"name": user}, {"name": user + "-512"},
-                                                                  {"name": user + "-twice"}, {"name": user + "-none"}]})
+    # Kafka's broker learns of credentials from its controller a moment after they are
+    # altered (on a loaded machine, after the next Describe): ask until it has
+    settled(lambda: ask("described", DESCRIBE_USER_SCRAM_CREDENTIALS, 0, {"users": [
+        {"name": user}, {"name": user + "-512"}, {"name": user + "-twice"}, {"name": user + "-none"}]}
+    )["results"][0]["error_code"] == 0)
     ask("delete and re-add", ALTER_USER_SCRAM_CREDENTIALS, 0, {"deletions": [{"name": user, "mechanism": SHA_256}],
                                                                "upsertions": [upsertion(user, SHA_256)]})
     ask("delete", ALTER_USER_SCRAM_CREDENTIALS, 0, {"upsertions": [], "deletions": [
         {"name": user, "mechanism": SHA_256}, {"name": user + "-512", "mechanism": SHA_512},
         {"name": user + "-none", "mechanism": SHA_256}]})
-    ask("described after", DESCRIBE_USER_SCRAM_CREDENTIALS, 0, {"users": [{"name": user}]})
+    settled(lambda: ask("described after", DESCRIBE_USER_SCRAM_CREDENTIALS, 0, {"users": [{"name": user}]}
+                        )["results"][0]["error_code"] != 0)
     ask("cluster", DESCRIBE_CLUSTER, 1, {"include_cluster_authorized_operations": False, "endpoint_type": 1})
 
 
