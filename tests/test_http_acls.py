@@ -24,7 +24,7 @@ from sqlalchemy import text
 from exactly.app import Broker
 from exactly.app.engine.mirror_source import EngineMirrorSource
 from exactly.app.http import HttpSettings, create_app
-from exactly.app.http.access import NEEDS, needs_of
+from exactly.app.http.access import DECLARED, needs_of
 from exactly.app.security.acl import AclBindingFilter
 from exactly.app.security.scram import ScramMechanism, new_credential
 from exactly.coordinator.mirror_db import reader_engine
@@ -84,14 +84,16 @@ def drop(admin: FlaskClient, cluster: str, principal: str) -> None:
 
 
 def test_every_endpoint_says_what_it_needs(admin: FlaskClient) -> None:
-    """A new endpoint cannot skip authorization: the table must name it."""
-    endpoints = {rule.endpoint for rule in admin.application.url_map.iter_rules()}
-    missing = [endpoint for endpoint in endpoints if endpoint.removesuffix("_fragment") not in NEEDS]
-    assert not missing, f"add these endpoints to exactly/app/http/access.py NEEDS: {missing}"
-    for endpoint in endpoints:
-        for need in needs_of(endpoint):
-            rule = next(r for r in admin.application.url_map.iter_rules() if r.endpoint == endpoint)
-            assert not need.arg or need.arg in rule.arguments, (endpoint, need)
+    """A new endpoint cannot skip authorization: its view declares what it needs where
+    it is registered (a REST Route, the console's page and view), and a path argument
+    it names is one of its rule's."""
+    app = admin.application
+    rules = list(app.url_map.iter_rules())
+    missing = sorted({rule.endpoint for rule in rules if app.view_functions[rule.endpoint] not in DECLARED})
+    assert not missing, f"declare what these endpoints need where they are registered: {missing}"
+    for rule in rules:
+        for need in needs_of(app, rule.endpoint):
+            assert not need.place.arg or need.place.arg in rule.arguments, (rule.endpoint, need)
 
 
 # -- REST v3 ACLs ---------------------------------------------------------------------------------

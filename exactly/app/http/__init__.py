@@ -73,6 +73,7 @@ def create_app(engine: "Engine", settings: HttpSettings | None = None,
     auth.init_app(app)
     access.init_app(app)  # after authentication: it authorizes the principal found
     history.init_app(app)  # the console's LSO/high-watermark sampler (not under TESTING)
+    access.declare(app.view_functions["static"], access.OPEN)  # Flask's own: the login page's styles
     app.register_blueprint(clusters.bp)
     app.register_blueprint(metrics.bp)
     app.register_blueprint(blueprint.bp)

@@ -89,6 +89,7 @@ from prometheus_client.registry import Collector
 
 from exactly.app.engine import read_models
 from exactly.app.engine.counters import LATENCY_BUCKETS_S
+from exactly.app.http import access
 
 if TYPE_CHECKING:
     from exactly.app.engine import Engine
@@ -226,5 +227,6 @@ def _setup(state) -> None:
 
 
 @bp.get("/metrics")
+@access.requires(access.OPEN)
 def metrics() -> Response:
     return Response(generate_latest(current_app.extensions["exactly.metrics"]), mimetype=CONTENT_TYPE_LATEST)

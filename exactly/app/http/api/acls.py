@@ -9,8 +9,8 @@
 
 The engine does the work (``Access.describe_acls``/``create_acls``/``delete_acls``,
 durable in ``__cluster_metadata``); without an authorizer it is SECURITY_DISABLED,
-400 / 40002 as the proxy answers it. Describe on the Cluster lists, Alter changes
-(``exactly/app/http/access.py``).
+400 / 40002 as the proxy answers it. What each needs is what DescribeAcls, CreateAcls
+and DeleteAcls need on the Kafka port: Describe on the Cluster lists, Alter changes.
 """
 
 from __future__ import annotations
@@ -21,9 +21,12 @@ from urllib.parse import urlencode
 from flask import Blueprint, Response, jsonify
 
 from exactly.app.http import current_engine
+from exactly.app.http.access import kafka
 from exactly.app.http.api import models
 from exactly.app.http.api.resources import cluster_id, listing, url
+from exactly.app.http.api.route import CHANGES, CLUSTER_PATH, Route, declare
 from exactly.app.http.api.validation import body, query
+from exactly.app.kafka.wire import ApiKey
 from exactly.app.security.acl import (
     AccessControlEntry,
     AclBinding,
@@ -36,7 +39,7 @@ from exactly.app.security.acl import (
 )
 
 bp = Blueprint("acls", __name__)
-ACLS = "/v3/clusters/<cluster_id>/acls"
+ACLS = CLUSTER_PATH + "/acls"
 
 
 def acl_filter(wanted: models.AclFilter) -> AclBindingFilter:
@@ -83,14 +86,18 @@ def create(bindings: list[AclBinding]) -> None:
         raise refused[0]
 
 
-@bp.get(ACLS)
+@declare(bp, Route("get", ACLS, "Search ACLs", "ACL", 200, models.listing(models.Acl), (), query=models.AclFilter,
+                   description="DescribeAcls: the ACLs the filter matches. Without an authorizer: SECURITY_DISABLED "
+                               "(400).", needs=kafka(ApiKey.DESCRIBE_ACLS)))
 def search_acls():
     engine = current_engine()
     found = engine.call(engine.access.describe_acls, acl_filter(query(models.AclFilter)))
     return jsonify(listing("KafkaAclList", ("acls",), [acl_resource(b) for b in _ordered(found)]))
 
 
-@bp.post(ACLS)
+@declare(bp, Route("post", ACLS, "Create ACL", "ACL", 201, None, CHANGES, body=models.CreateAcl,
+                   description="CreateAcls: durable in __cluster_metadata before it applies; Location is the search "
+                               "that finds it.", needs=kafka(ApiKey.CREATE_ACLS)))
 def create_acl():
     binding = acl_binding(body(models.CreateAcl))
     create([binding])
@@ -99,7 +106,9 @@ def create_acl():
     return response
 
 
-@bp.delete(ACLS)
+@declare(bp, Route("delete", ACLS, "Delete ACLs", "ACL", 200, models.DeletedAcls, CHANGES, query=models.AclFilter,
+                   description="DeleteAcls: removes every ACL the filter matches and answers them.",
+                   needs=kafka(ApiKey.DELETE_ACLS)))
 def delete_acls():
     engine = current_engine()
     (result,) = engine.call(engine.access.delete_acls, [acl_filter(query(models.AclFilter))])
@@ -108,7 +117,8 @@ def delete_acls():
     return jsonify({"data": [acl_resource(b) for b in _ordered(result)]})
 
 
-@bp.post(ACLS + ":batch")
+@declare(bp, Route("post", ACLS + ":batch", "Batch create ACLs", "ACL", 204, None, CHANGES, body=models.CreateAcls,
+                   needs=kafka(ApiKey.CREATE_ACLS)))
 def create_acls_batch():
     create([acl_binding(item) for item in body(models.CreateAcls).data])
     return "", 204

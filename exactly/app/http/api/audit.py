@@ -18,13 +18,13 @@ from flask import Blueprint, current_app, jsonify
 
 from exactly.app.engine.audit import AuditedTransaction, AuditView
 from exactly.app.http import current_engine
+from exactly.app.http.access import O, own
 from exactly.app.http.api import models
 from exactly.app.http.api.resources import cluster_id, crn, resource
+from exactly.app.http.api.route import GROUP_PATH, ON_GROUP, Route, declare
 from exactly.app.http.api.validation import query
 
 bp = Blueprint("audit", __name__)
-
-AUDIT = "/v3/clusters/<cluster_id>/consumer-groups/<group_id>/audit"
 
 
 def _transaction(transaction: AuditedTransaction) -> dict[str, Any]:
@@ -63,7 +63,12 @@ def run_audit(group_id: str, input_topic: str, output_topic: str, records_per_in
     return view
 
 
-@bp.get(AUDIT)
+@declare(bp, Route(
+    "get", GROUP_PATH + "/audit", "Audit exactly-once", "Consumer Groups", 200, models.ExactlyOnceAudit,
+    query=models.AuditQuery, needs=own(O.DESCRIBE, ON_GROUP),  # what the group's committed offsets show
+    description="Exactly's audit of a consume-transform-produce group, from the durable logs: the chain of committed "
+                "transactions per input partition with their input ranges and output batches, aborted attempts "
+                "with their cause, and every violation with its exact offsets (ok: none)."))
 def audit(group_id: str):
     wanted = query(models.AuditQuery)
     until = {int(partition): int(offset) for partition, offset in (pair.split(":") for pair in wanted.until)}

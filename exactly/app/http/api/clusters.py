@@ -5,7 +5,8 @@ This module holds the ``api`` blueprint with clusters, brokers, topics, partitio
 replicas and producers; the other resources are nested blueprints named after what
 they serve: ``records`` (produce, read, list offsets, producer ids), ``configs``
 (topic and broker configs), ``transactions``, ``groups`` (consumer groups, consumers,
-lags), ``audit`` (the exactly-once audit of a group) and ``openapi`` (``document.py``: derived from the shapes in ``models.py``). Every path below
+lags), ``audit`` (the exactly-once audit of a group) and ``openapi`` (``document.py``:
+derived from the routes' declarations, ``route.py``). Every path below
 ``/v3/clusters/<cluster_id>`` checks the cluster id (another one is 404, as in the
 REST proxy), and every read goes through the shared read models of
 ``exactly/app/engine/read_models.py`` on the engine's loop.
@@ -17,8 +18,12 @@ from flask import Blueprint, abort, g, jsonify, request
 
 from exactly.app.engine import read_models
 from exactly.app.http import access, current_engine, errors
+from exactly.app.http.access import OPEN, TOPIC, kafka, listed
 from exactly.app.http.api import (acls, audit, configs, document, events, faults, groups, models, records, transactions)
+from exactly.app.http.api.route import (BROKER_PATH, CHANGES, CLUSTER_PATH, ON_TOPIC, PARTITION_PATH, TOPIC_PATH,
+                                        Route, declare)
 from exactly.app.http.api.validation import body, query
+from exactly.app.kafka.wire import ApiKey
 from exactly.app.security.acl import ResourceType
 from exactly.app.security.principal import ANONYMOUS
 from exactly.app.http.api.resources import check_broker, cluster_id, crn, listing, related, resource
@@ -82,7 +87,13 @@ def _cluster() -> dict:
                     transactions=related("transactions"))
 
 
-@bp.get("/v3/clusters")
+#: what Metadata answers about topics: those the principal may Describe
+DESCRIBE_TOPIC = kafka(ApiKey.METADATA, ON_TOPIC)
+LIST_TOPICS = kafka(ApiKey.METADATA, listed(TOPIC))
+
+
+@declare(bp, Route("get", "/v3/clusters", "List clusters", "Cluster", 200, models.listing(models.Cluster), (),
+                   needs=OPEN))
 def list_clusters():
     query = f"?{request.query_string.decode('latin-1')}" if request.query_string else ""
     return jsonify({"kind": "KafkaClusterList",
@@ -90,7 +101,7 @@ def list_clusters():
                     "data": [_cluster()]})
 
 
-@bp.get("/v3/clusters/<cluster_id>")
+@declare(bp, Route("get", CLUSTER_PATH, "Get cluster", "Cluster", 200, models.Cluster, needs=OPEN))
 def get_cluster():
     return jsonify(_cluster())
 
@@ -111,24 +122,26 @@ def _broker() -> dict:
                     partition_replicas=related("brokers", node, "partition-replicas"))
 
 
-@bp.get("/v3/clusters/<cluster_id>/brokers")
+@declare(bp, Route("get", CLUSTER_PATH + "/brokers", "List brokers", "Broker", 200, models.listing(models.Broker),
+                   needs=OPEN))
 def list_brokers():
     return jsonify(listing("KafkaBrokerList", ("brokers",), [_broker()]))
 
 
-@bp.get("/v3/clusters/<cluster_id>/brokers/<int:broker_id>")
+@declare(bp, Route("get", BROKER_PATH, "Get broker", "Broker", 200, models.Broker, needs=OPEN))
 def get_broker(broker_id: int):
     check_broker(broker_id)
     return jsonify(_broker())
 
 
-@bp.get("/v3/clusters/<cluster_id>/brokers/<int:broker_id>/partition-replicas")
+@declare(bp, Route("get", BROKER_PATH + "/partition-replicas", "List broker replicas", "Broker", 200,
+                   models.listing(models.Replica), needs=LIST_TOPICS))
 def list_broker_replicas(broker_id: int):
     """Every partition has its one replica here."""
     check_broker(broker_id)
     engine = current_engine()
     topics = engine.call(read_models.topics, engine, include_internal=True)
-    shown = access.visible(access.TOPIC, access.O.DESCRIBE, (t["topic_name"] for t in topics))
+    shown = access.visible(TOPIC, (t["topic_name"] for t in topics))
     return jsonify(listing("KafkaReplicaList", ("brokers", broker_id, "partition-replicas"),
                            [_replica(t["topic_name"], p["partition_id"]) for t in topics
                             if t["topic_name"] in shown for p in t["partitions"]]))
@@ -166,23 +179,26 @@ def _authorized_operations(topic: str) -> list[str]:
     return sorted(op.name for op in allowed)
 
 
-@bp.get("/v3/clusters/<cluster_id>/topics")
+@declare(bp, Route("get", CLUSTER_PATH + "/topics", "List topics", "Topic", 200, models.listing(models.Topic),
+                   query=models.TopicQuery, needs=LIST_TOPICS))
 def list_topics():
     engine = current_engine()
     topics = engine.call(read_models.topics_with_configs, engine)
-    shown = access.visible(access.TOPIC, access.O.DESCRIBE, (t["topic_name"] for t, _ in topics))
+    shown = access.visible(TOPIC, (t["topic_name"] for t, _ in topics))
     return jsonify(listing("KafkaTopicList", ("topics",),
                            [topic_resource(t, c) for t, c in topics if t["topic_name"] in shown]))
 
 
-@bp.post("/v3/clusters/<cluster_id>/topics")
+@declare(bp, Route("post", CLUSTER_PATH + "/topics", "Create topic", "Topic", 201, models.Topic, CHANGES,
+                   body=models.CreateTopic, also_ok=200,
+                   description="201: created; 200: validate_only, nothing created (the proxy's dry run).",
+                   needs=kafka(ApiKey.CREATE_TOPICS, access.body(TOPIC), or_cluster=True)))
 def create_topic():
     """CreateTopics: 201 and the topic; with ``validate_only`` 200 (as the proxy's
     dry run) and the topic as it would be, nothing created."""
     wanted = body(models.CreateTopic)
     name, count = wanted.topic_name, wanted.partitions_count
-    if not access.allows(access.CLUSTER, access.O.CREATE):  # CreateTopics: Create on the Cluster, or the topic
-        access.require(access.TOPIC, access.O.CREATE, (name,))
+    access.require(TOPIC, (name,))
     configs = {c.name: c.value for c in wanted.configs if c.value is not None}  # null: the default
     validate_only = bool(wanted.validate_only)
     engine = current_engine()
@@ -195,13 +211,16 @@ def create_topic():
     return jsonify(topic_resource(*engine.call(read_models.topics_with_configs, engine, name)[0])), 201
 
 
-@bp.get("/v3/clusters/<cluster_id>/topics/<topic_name>")
+@declare(bp, Route("get", TOPIC_PATH, "Get topic", "Topic", 200, models.Topic, query=models.TopicQuery,
+                   needs=DESCRIBE_TOPIC))
 def get_topic(topic_name: str):
     engine = current_engine()
     return jsonify(topic_resource(*engine.call(read_models.topics_with_configs, engine, topic_name)[0]))
 
 
-@bp.patch("/v3/clusters/<cluster_id>/topics/<topic_name>")
+@declare(bp, Route("patch", TOPIC_PATH, "Update partition count", "Topic", 200, models.Topic, CHANGES,
+                   body=models.UpdatePartitionCount, description="CreatePartitions: the count can only grow.",
+                   needs=kafka(ApiKey.CREATE_PARTITIONS, ON_TOPIC)))
 def update_partition_count(topic_name: str):
     """CreatePartitions, as the proxy takes it: ``{"partitions_count": n}`` grows the
     topic to n partitions (keys then map to other partitions, as in Kafka)."""
@@ -211,7 +230,8 @@ def update_partition_count(topic_name: str):
     return jsonify(topic_resource(*engine.call(read_models.topics_with_configs, engine, topic_name)[0]))
 
 
-@bp.delete("/v3/clusters/<cluster_id>/topics/<topic_name>")
+@declare(bp, Route("delete", TOPIC_PATH, "Delete topic", "Topic", 204, None, CHANGES,
+                   needs=kafka(ApiKey.DELETE_TOPICS, ON_TOPIC)))
 def delete_topic(topic_name: str):
     engine = current_engine()
     engine.call(engine.topics.delete_topic, topic_name)
@@ -241,7 +261,8 @@ def _replica(topic: str, partition: int) -> dict:
                     broker=related("brokers", node))
 
 
-@bp.get("/v3/clusters/<cluster_id>/topics/<topic_name>/partitions")
+@declare(bp, Route("get", TOPIC_PATH + "/partitions", "List partitions", "Partition", 200,
+                   models.listing(models.Partition), needs=DESCRIBE_TOPIC))
 def list_partitions(topic_name: str):
     engine = current_engine()
     partitions = engine.call(read_models.topic_partitions, engine, topic_name)
@@ -249,13 +270,15 @@ def list_partitions(topic_name: str):
                            [partition_resource(p) for p in partitions]))
 
 
-@bp.get("/v3/clusters/<cluster_id>/topics/<topic_name>/partitions/<int:partition_id>")
+@declare(bp, Route("get", PARTITION_PATH, "Get partition", "Partition", 200, models.Partition,
+                   description="Offsets, and the open transactions holding the LSO back.", needs=DESCRIBE_TOPIC))
 def get_partition(topic_name: str, partition_id: int):
     engine = current_engine()
     return jsonify(partition_resource(engine.call(read_models.partition, engine, topic_name, partition_id)))
 
 
-@bp.get("/v3/clusters/<cluster_id>/topics/<topic_name>/partitions/<int:partition_id>/replicas")
+@declare(bp, Route("get", PARTITION_PATH + "/replicas", "List replicas", "Partition", 200,
+                   models.listing(models.Replica), needs=DESCRIBE_TOPIC))
 def list_replicas(topic_name: str, partition_id: int):
     engine = current_engine()
     engine.call(read_models.partition, engine, topic_name, partition_id)  # UNKNOWN_TOPIC_OR_PARTITION
@@ -263,7 +286,8 @@ def list_replicas(topic_name: str, partition_id: int):
                            [_replica(topic_name, partition_id)]))
 
 
-@bp.get("/v3/clusters/<cluster_id>/topics/<topic_name>/partitions/<int:partition_id>/replicas/<int:broker_id>")
+@declare(bp, Route("get", PARTITION_PATH + "/replicas/{broker_id}", "Get replica", "Partition", 200, models.Replica,
+                   needs=DESCRIBE_TOPIC))
 def get_replica(topic_name: str, partition_id: int, broker_id: int):
     engine = current_engine()
     engine.call(read_models.partition, engine, topic_name, partition_id)
@@ -276,22 +300,28 @@ def get_replica(topic_name: str, partition_id: int, broker_id: int):
 
 #: the proxy's path of every ongoing reassignment (the cluster links to it)
 ALL_REASSIGNMENTS = ("topics", "-", "partitions", "-", "reassignment")
+NO_REASSIGNMENT = "One node, one replica: no reassignment is ever in progress (an empty list)."
 
 
-@bp.get("/v3/clusters/<cluster_id>/topics/-/partitions/-/reassignment")
+@declare(bp, Route("get", CLUSTER_PATH + "/topics/-/partitions/-/reassignment", "List all replica reassignments",
+                   "Partition", 200, models.listing(models.Reassignment), (), description=NO_REASSIGNMENT,
+                   needs=LIST_TOPICS))
 def list_all_reassignments():
     """The proxy's ongoing replica reassignments: none, ever (one replica, one node)."""
     return jsonify(listing("KafkaReassignmentList", ALL_REASSIGNMENTS, []))
 
 
-@bp.get("/v3/clusters/<cluster_id>/topics/<topic_name>/partitions/-/reassignment")
+@declare(bp, Route("get", TOPIC_PATH + "/partitions/-/reassignment", "Search replica reassignments by topic",
+                   "Partition", 200, models.listing(models.Reassignment), description=NO_REASSIGNMENT,
+                   needs=DESCRIBE_TOPIC))
 def list_topic_reassignments(topic_name: str):
     engine = current_engine()
     engine.call(read_models.topic, engine, topic_name)  # UNKNOWN_TOPIC_OR_PARTITION
     return jsonify(listing("KafkaReassignmentList", ("topics", topic_name, "partitions", "-", "reassignment"), []))
 
 
-@bp.get("/v3/clusters/<cluster_id>/topics/<topic_name>/partitions/<int:partition_id>/reassignment")
+@declare(bp, Route("get", PARTITION_PATH + "/reassignment", "Get replica reassignments", "Partition", 200,
+                   models.Reassignment, description=NO_REASSIGNMENT + " A partition's is 404.", needs=DESCRIBE_TOPIC))
 def get_reassignment(topic_name: str, partition_id: int):
     """404, as the proxy answers a partition with no reassignment in progress."""
     engine = current_engine()
@@ -307,7 +337,13 @@ def producer_resource(topic: str, partition: int, producer: dict) -> dict:
                     topic_name=topic, partition_id=partition, **producer)
 
 
-@bp.get("/v3/clusters/<cluster_id>/topics/<topic_name>/partitions/<int:partition_id>/producers")
+#: DescribeProducers
+DESCRIBE_PRODUCERS = kafka(ApiKey.DESCRIBE_PRODUCERS, ON_TOPIC)
+
+
+@declare(bp, Route("get", PARTITION_PATH + "/producers", "List producers", "Partition", 200,
+                   models.listing(models.Producer), description="DescribeProducers: the partition's producer state.",
+                   needs=DESCRIBE_PRODUCERS))
 def list_producers(topic_name: str, partition_id: int):
     """DescribeProducers: who wrote to the partition, and which of them hold it open."""
     engine = current_engine()
@@ -316,7 +352,8 @@ def list_producers(topic_name: str, partition_id: int):
                            [producer_resource(topic_name, partition_id, p) for p in producers]))
 
 
-@bp.get("/v3/clusters/<cluster_id>/topics/<topic_name>/partitions/<int:partition_id>/producers/<int:producer_id>")
+@declare(bp, Route("get", PARTITION_PATH + "/producers/{producer_id}", "Get producer", "Partition", 200,
+                   models.Producer, needs=DESCRIBE_PRODUCERS))
 def get_producer(topic_name: str, partition_id: int, producer_id: int):
     engine = current_engine()
     producers = engine.call(read_models.producers, engine, topic_name, partition_id)

@@ -27,15 +27,28 @@ from flask import Blueprint, abort, jsonify, request
 from exactly.app.config import static_config_change
 from exactly.app.engine import read_models
 from exactly.app.http import access, current_engine
+from exactly.app.http.access import TOPIC, Needs, kafka, listed
 from exactly.app.http.api import models
-from exactly.app.http.api.validation import body
 from exactly.app.http.api.resources import check_broker, cluster_id, crn, listing, resource
+from exactly.app.http.api.route import BROKER_PATH, CHANGES, CLUSTER_PATH, ON_TOPIC, TOPIC_PATH, Route, declare
+from exactly.app.http.api.validation import body
+from exactly.app.kafka.wire import ApiKey
 from exactly.storage.errors import InvalidRequestError
 
 bp = Blueprint("configs", __name__)
 
-CONFIGS = "/v3/clusters/<cluster_id>/topics/<topic_name>/configs"
-BROKER_CONFIGS = "/v3/clusters/<cluster_id>/brokers/<int:broker_id>/configs"
+CONFIGS = TOPIC_PATH + "/configs"
+BROKER_CONFIGS = BROKER_PATH + "/configs"
+TAG = "Configs"
+DESCRIBE_TOPIC_CONFIGS = kafka(ApiKey.DESCRIBE_CONFIGS, ON_TOPIC)
+ALTER_TOPIC_CONFIGS = kafka(ApiKey.INCREMENTAL_ALTER_CONFIGS, ON_TOPIC)
+#: a broker's configs are the cluster's resource, as Kafka authorizes them
+DESCRIBE_BROKER_CONFIGS = kafka(ApiKey.DESCRIBE_CONFIGS)
+ALTER_BROKER_CONFIGS = kafka(ApiKey.INCREMENTAL_ALTER_CONFIGS)
+STATIC = ("Refused (400 INVALID_REQUEST), as Kafka refuses a read-only config: this broker's configs are set at "
+          "start-up and change with a restart.")
+
+
 def config_resource(topic: str, config: dict[str, Any]) -> dict[str, Any]:
     """REST v3's KafkaTopicConfig of one ``read_models.topic_configs`` row, its
     ``synonyms`` Kafka's (where the value comes from, most significant first)."""
@@ -49,24 +62,27 @@ def _configs(topic: str) -> list[dict[str, Any]]:
     return engine.call(read_models.topic_configs, engine, topic)
 
 
-@bp.get(CONFIGS)
+@declare(bp, Route("get", CONFIGS, "List topic configs", TAG, 200, models.listing(models.TopicConfig),
+                   needs=DESCRIBE_TOPIC_CONFIGS))
 def list_configs(topic_name: str):
     return jsonify(listing("KafkaTopicConfigList", ("topics", topic_name, "configs"),
                            [config_resource(topic_name, c) for c in _configs(topic_name)]))
 
 
-@bp.get("/v3/clusters/<cluster_id>/topics/-/configs")
+@declare(bp, Route("get", CLUSTER_PATH + "/topics/-/configs", "List all topic configs", TAG, 200,
+                   models.listing(models.TopicConfig), needs=kafka(ApiKey.DESCRIBE_CONFIGS, listed(TOPIC))))
 def list_all_topic_configs():
     """The proxy's ``-`` wildcard: every topic's configs in one list."""
     engine = current_engine()
     found = [(t["topic_name"], configs) for t, configs in engine.call(read_models.topics_with_configs, engine)]
-    shown = access.visible(access.TOPIC, access.O.DESCRIBE_CONFIGS, (topic for topic, _ in found))
+    shown = access.visible(TOPIC, (topic for topic, _ in found))
     return jsonify(listing("KafkaTopicConfigList", ("topics", "-", "configs"),
                            [config_resource(topic, c) for topic, configs in found if topic in shown
                             for c in configs]))
 
 
-@bp.get(CONFIGS + "/<name>")
+@declare(bp, Route("get", CONFIGS + "/{name}", "Get topic config", TAG, 200, models.TopicConfig,
+                   needs=DESCRIBE_TOPIC_CONFIGS))
 def get_config(topic_name: str, name: str):
     found = next((c for c in _configs(topic_name) if c["name"] == name), None)
     if found is None:
@@ -80,17 +96,22 @@ def _alter(topic: str, changes: dict[str, str | None], validate_only: bool = Fal
     return "", 204
 
 
-@bp.put(CONFIGS + "/<name>")
+@declare(bp, Route("put", CONFIGS + "/{name}", "Update topic config", TAG, 204, None, CHANGES,
+                   body=models.UpdateConfig, needs=ALTER_TOPIC_CONFIGS))
 def update_config(topic_name: str, name: str):
     return _alter(topic_name, {name: body(models.UpdateConfig).value})
 
 
-@bp.delete(CONFIGS + "/<name>")
+@declare(bp, Route("delete", CONFIGS + "/{name}", "Reset topic config", TAG, 204, None, CHANGES,
+                   needs=ALTER_TOPIC_CONFIGS))
 def reset_config(topic_name: str, name: str):
     return _alter(topic_name, {name: None})
 
 
-@bp.post(CONFIGS + ":alter")
+@declare(bp, Route("post", CONFIGS + ":alter", "Batch alter topic configs", TAG, 204, None, CHANGES,
+                   body=models.AlterConfigs, needs=ALTER_TOPIC_CONFIGS,
+                   description="SET or DELETE several configs at once, all or nothing; validate_only checks and "
+                               "changes nothing."))
 def alter_configs(topic_name: str):
     request = body(models.AlterConfigs)
     changes: dict[str, str | None] = {}
@@ -132,9 +153,17 @@ def _refuse_change(name: str | None = None):
     raise static_config_change([name])
 
 
-@bp.put(BROKER_CONFIGS + "/<name>")
-@bp.delete(BROKER_CONFIGS + "/<name>")
-@bp.post(BROKER_CONFIGS + ":alter")
+def _refused_changes(path: str, what: str, needs: Needs) -> tuple[Route, ...]:
+    """The proxy's PUT, DELETE and batch alter of configs this broker holds static."""
+    return (Route("put", path + "/{name}", f"Update {what} config", TAG, 204, None, CHANGES, body=models.UpdateConfig,
+                  description=STATIC, needs=needs),
+            Route("delete", path + "/{name}", f"Reset {what} config", TAG, 204, None, CHANGES, description=STATIC,
+                  needs=needs),
+            Route("post", path + ":alter", f"Batch alter {what} configs", TAG, 204, None, CHANGES,
+                  body=models.AlterConfigs, description=STATIC, needs=needs))
+
+
+@declare(bp, *_refused_changes(BROKER_CONFIGS, "broker", ALTER_BROKER_CONFIGS))
 def change_broker_configs(broker_id: int, name: str | None = None):
     check_broker(broker_id)
     _refuse_change(name)
@@ -145,28 +174,31 @@ def change_broker_configs(broker_id: int, name: str | None = None):
 # configs are all static, so there are none to list or read, and setting one is
 # refused as Kafka refuses a read-only config.
 
-CLUSTER_CONFIGS = "/v3/clusters/<cluster_id>/broker-configs"
+CLUSTER_CONFIGS = CLUSTER_PATH + "/broker-configs"
 
 
-@bp.get(CLUSTER_CONFIGS)
+@declare(bp, Route("get", CLUSTER_CONFIGS, "List cluster configs", TAG, 200, models.listing(models.ClusterConfig),
+                   description="The dynamic cluster-wide broker configs: none (this broker's configs are static).",
+                   needs=DESCRIBE_BROKER_CONFIGS))
 def list_cluster_configs():
     return jsonify(listing("KafkaClusterConfigList", ("broker-configs",), []))
 
 
-@bp.get(CLUSTER_CONFIGS + "/<name>")
+@declare(bp, Route("get", CLUSTER_CONFIGS + "/{name}", "Get cluster config", TAG, 200, models.ClusterConfig,
+                   description="404: no config is dynamic here (GET .../brokers/{broker_id}/configs/{name} has the "
+                               "value).", needs=DESCRIBE_BROKER_CONFIGS))
 def get_cluster_config(name: str):
     abort(404, f"no dynamic cluster-wide broker config {name!r}: this broker's configs are static "
                f"(GET .../brokers/{current_engine().topics.node_id}/configs/{name} shows its value)")
 
 
-@bp.put(CLUSTER_CONFIGS + "/<name>")
-@bp.delete(CLUSTER_CONFIGS + "/<name>")
-@bp.post(CLUSTER_CONFIGS + ":alter")
+@declare(bp, *_refused_changes(CLUSTER_CONFIGS, "cluster", ALTER_BROKER_CONFIGS))
 def change_cluster_configs(name: str | None = None):
     _refuse_change(name)
 
 
-@bp.get("/v3/clusters/<cluster_id>/brokers/-/configs")
+@declare(bp, Route("get", CLUSTER_PATH + "/brokers/-/configs", "List all broker configs", TAG, 200,
+                   models.listing(models.BrokerConfig), needs=DESCRIBE_BROKER_CONFIGS))
 def list_all_broker_configs():
     """The proxy's ``-`` wildcard: every broker's configs -- this one's."""
     node = current_engine().topics.node_id
@@ -174,13 +206,15 @@ def list_all_broker_configs():
                            [broker_config_resource(node, c) for c in _broker_configs(node)]))
 
 
-@bp.get(BROKER_CONFIGS)
+@declare(bp, Route("get", BROKER_CONFIGS, "List broker configs", TAG, 200, models.listing(models.BrokerConfig),
+                   description="This broker's settings; read-only (set at start-up).", needs=DESCRIBE_BROKER_CONFIGS))
 def list_broker_configs(broker_id: int):
     return jsonify(listing("KafkaBrokerConfigList", ("brokers", broker_id, "configs"),
                            [broker_config_resource(broker_id, c) for c in _broker_configs(broker_id)]))
 
 
-@bp.get(BROKER_CONFIGS + "/<name>")
+@declare(bp, Route("get", BROKER_CONFIGS + "/{name}", "Get broker config", TAG, 200, models.BrokerConfig,
+                   needs=DESCRIBE_BROKER_CONFIGS))
 def get_broker_config(broker_id: int, name: str):
     found = next((c for c in _broker_configs(broker_id) if c["name"] == name), None)
     if found is None:

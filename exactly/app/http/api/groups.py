@@ -27,12 +27,19 @@ from flask import Blueprint, abort, jsonify
 
 from exactly.app.engine import read_models
 from exactly.app.http import access, current_engine
+from exactly.app.http.access import GROUP, kafka, listed
+from exactly.app.http.api import models
 from exactly.app.http.api.resources import cluster_id, crn, listing, related, resource
+from exactly.app.http.api.route import CLUSTER_PATH, GROUP_PATH, ON_GROUP, Route, declare
+from exactly.app.kafka.wire import ApiKey
 
 bp = Blueprint("groups", __name__)
 
-BASE = "/v3/clusters/<cluster_id>/consumer-groups"
-GROUP = BASE + "/<group_id>"
+CONSUMER = GROUP_PATH + "/consumers/{consumer_id}"
+TAG = "Consumer Groups"
+DESCRIBE_GROUP = kafka(ApiKey.DESCRIBE_GROUPS, ON_GROUP)
+#: the lags are of the group's committed offsets, as OffsetFetch reads them
+FETCH_OFFSETS = kafka(ApiKey.OFFSET_FETCH, ON_GROUP)
 
 
 def _group_crn(group_id: str, *parts: tuple[str, Any]) -> str:
@@ -64,18 +71,19 @@ def _describe(group_id: str) -> dict[str, Any]:
     return engine.call(read_models.group, engine, group_id)
 
 
-@bp.get(BASE)
+@declare(bp, Route("get", CLUSTER_PATH + "/consumer-groups", "List consumer groups", TAG, 200,
+                   models.listing(models.ConsumerGroupSummary),
+                   needs=kafka(ApiKey.LIST_GROUPS, listed(GROUP), or_cluster=True)))
 def list_groups():
     engine = current_engine()
     found = engine.call(read_models.groups, engine)
-    names = [g["group_id"] for g in found]  # ListGroups: all of them with Describe on the Cluster
-    shown = set(names) if access.allows(access.CLUSTER, access.O.DESCRIBE) else access.visible(
-        access.GROUP, access.O.DESCRIBE, names)
+    shown = access.visible(GROUP, (g["group_id"] for g in found))  # all of them with Describe on the Cluster
     return jsonify(listing("KafkaConsumerGroupList", ("consumer-groups",),
                            [_group(g, members_count=g["members"]) for g in found if g["group_id"] in shown]))
 
 
-@bp.get(GROUP)
+@declare(bp, Route("get", GROUP_PATH, "Get consumer group", TAG, 200, models.ConsumerGroupDetail,
+                   description="Members, committed and pending offsets, lag against the LSO.", needs=DESCRIBE_GROUP))
 def describe_group(group_id: str):
     group = _describe(group_id)
     return jsonify(_group(group, protocol=group["protocol"], leader=group["leader"], members=group["members"],
@@ -117,19 +125,21 @@ def _assignment(group_id: str, member_id: str, topic: str, partition: int) -> di
                     lag=related("consumer-groups", group_id, "lags", topic, "partitions", partition))
 
 
-@bp.get(GROUP + "/consumers")
+@declare(bp, Route("get", GROUP_PATH + "/consumers", "List consumers", TAG, 200, models.listing(models.Consumer),
+                   needs=DESCRIBE_GROUP))
 def list_consumers(group_id: str):
     group = _describe(group_id)
     return jsonify(listing("KafkaConsumerList", ("consumer-groups", group_id, "consumers"),
                            [_consumer(group_id, m) for m in group["members"]]))
 
 
-@bp.get(GROUP + "/consumers/<consumer_id>")
+@declare(bp, Route("get", CONSUMER, "Get consumer", TAG, 200, models.Consumer, needs=DESCRIBE_GROUP))
 def get_consumer(group_id: str, consumer_id: str):
     return jsonify(_consumer(group_id, _member(_describe(group_id), consumer_id)))
 
 
-@bp.get(GROUP + "/consumers/<consumer_id>/assignments")
+@declare(bp, Route("get", CONSUMER + "/assignments", "List consumer assignments", TAG, 200,
+                   models.listing(models.ConsumerAssignment), needs=DESCRIBE_GROUP))
 def list_assignments(group_id: str, consumer_id: str):
     member = _member(_describe(group_id), consumer_id)
     return jsonify(listing("KafkaConsumerAssignmentList",
@@ -137,7 +147,8 @@ def list_assignments(group_id: str, consumer_id: str):
                            [_assignment(group_id, consumer_id, t, p) for t, p in _assigned(member)]))
 
 
-@bp.get(GROUP + "/consumers/<consumer_id>/assignments/<topic_name>/partitions/<int:partition_id>")
+@declare(bp, Route("get", CONSUMER + "/assignments/{topic_name}/partitions/{partition_id}", "Get consumer assignment",
+                   TAG, 200, models.ConsumerAssignment, needs=DESCRIBE_GROUP))
 def get_assignment(group_id: str, consumer_id: str, topic_name: str, partition_id: int):
     member = _member(_describe(group_id), consumer_id)
     if (topic_name, partition_id) not in _assigned(member):
@@ -170,13 +181,16 @@ def _lags(group: dict[str, Any]) -> list[dict[str, Any]]:
     return lags
 
 
-@bp.get(GROUP + "/lags")
+@declare(bp, Route("get", GROUP_PATH + "/lags", "List consumer lags", TAG, 200, models.listing(models.ConsumerLag),
+                   description="Per partition with a committed offset: the records a read_committed consumer would "
+                               "still receive.", needs=FETCH_OFFSETS))
 def list_lags(group_id: str):
     return jsonify(listing("KafkaConsumerLagList", ("consumer-groups", group_id, "lags"),
                            _lags(_describe(group_id))))
 
 
-@bp.get(GROUP + "/lags/<topic_name>/partitions/<int:partition_id>")
+@declare(bp, Route("get", GROUP_PATH + "/lags/{topic_name}/partitions/{partition_id}", "Get consumer lag", TAG, 200,
+                   models.ConsumerLag, needs=FETCH_OFFSETS))
 def get_lag(group_id: str, topic_name: str, partition_id: int):
     found = next((lag for lag in _lags(_describe(group_id))
                   if (lag["topic_name"], lag["partition_id"]) == (topic_name, partition_id)), None)
@@ -185,7 +199,8 @@ def get_lag(group_id: str, topic_name: str, partition_id: int):
     return jsonify(found)
 
 
-@bp.get(GROUP + "/lag-summary")
+@declare(bp, Route("get", GROUP_PATH + "/lag-summary", "Get consumer group lag summary", TAG, 200,
+                   models.ConsumerGroupLagSummary, needs=FETCH_OFFSETS))
 def lag_summary(group_id: str):
     """The partition with the largest lag (the first, in topic and partition order, on
     a tie) and the total; a group without committed offsets has lag 0 and no maximum.

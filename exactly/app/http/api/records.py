@@ -31,11 +31,15 @@ from flask import Blueprint, Response, jsonify, stream_with_context
 
 from exactly.app.client.partitioner import partition_for_key
 from exactly.app.engine import READ_COMMITTED
-from exactly.app.http import access, current_engine, errors
+from exactly.app.http import current_engine, errors
+from exactly.app.http.access import TOPIC, anywhere, kafka
 from exactly.app.http.api import codec, models
 from exactly.app.http.api.idempotency import Scope, idempotent
 from exactly.app.http.api.resources import cluster_id, crn, resource
+from exactly.app.http.api.route import (CHANGES, CLUSTER_PATH, ON_TOPIC, PARTITION_PATH, TOPIC_PATH, TXN_ERRORS,
+                                        Route, declare)
 from exactly.app.http.api.validation import body, json_values, parse, query
+from exactly.app.kafka.wire import ApiKey
 from exactly.storage.errors import InvalidRequestError, KafkaError
 from exactly.storage.partition_log import AppendResult
 from exactly.storage.read_committed import read_records
@@ -46,7 +50,6 @@ if TYPE_CHECKING:
 
 bp = Blueprint("records", __name__)
 
-PARTITION = "/v3/clusters/<cluster_id>/topics/<topic_name>/partitions/<int:partition_id>"
 #: how long a produce waits for its record to be durable
 PRODUCE_TIMEOUT_S = 60
 
@@ -144,7 +147,18 @@ def _partition_count(engine: "Engine", topic: str) -> int:
     return engine.call(engine.topics.partition_count, topic)
 
 
-@bp.post("/v3/clusters/<cluster_id>/topics/<topic_name>/records")
+PRODUCE = kafka(ApiKey.PRODUCE, ON_TOPIC)
+LIST_OFFSETS = kafka(ApiKey.LIST_OFFSETS, ON_TOPIC)
+
+
+@declare(bp, Route(
+    "post", TOPIC_PATH + "/records", "Produce record", "Records", 200, models.ProduceResponse, TXN_ERRORS,
+    body=models.ProduceRequest, idempotent=True, needs=PRODUCE,
+    description="Appends one record; answers once it is durable. With producer_id, producer_epoch and sequence, a "
+                "retry is deduplicated as Kafka does (the original offset). Several record objects concatenated in "
+                "the body (the proxy's streaming produce) get 200 and one delivery report per record, concatenated "
+                "in order, each with its own error_code (200, or the error's code with message, error_name and "
+                "kafka_error_code)."))
 @idempotent(lambda topic_name: Scope(topic=topic_name))
 def produce(topic_name: str):
     """One record: its delivery report, or its error as the HTTP status. Several
@@ -167,7 +181,11 @@ def produce(topic_name: str):
     return Response(stream_with_context(reports()), mimetype="application/json")
 
 
-@bp.post("/v3/clusters/<cluster_id>/topics/<topic_name>/records:batch")
+@declare(bp, Route(
+    "post", TOPIC_PATH + "/records:batch", "Produce record batch", "Records", 207, models.ProduceBatchResponse,
+    body=models.ProduceBatch, idempotent=True, needs=PRODUCE,
+    description="The proxy's batch produce: entries with distinct ids, each appended on its own; successes and "
+                "failures name their entry's id."))
 @idempotent(lambda topic_name: Scope(topic=topic_name))
 def produce_batch(topic_name: str):
     """The proxy's batch produce: ``{"entries": [{"id", ...record}]}``, ids unique,
@@ -210,15 +228,14 @@ def _producer_fields(item: models.ProduceRequest, where: str = "") -> _ProducerF
     return {"producer_id": producer_id, "producer_epoch": producer_epoch, "base_sequence": sequence}
 
 
-@bp.post("/v3/clusters/<cluster_id>/producer-ids")
+@declare(bp, Route("post", CLUSTER_PATH + "/producer-ids", "Init producer id", "Records", 200, models.ProducerId,
+                   CHANGES, description="A new producer id (epoch 0) for idempotent produce.",
+                   needs=kafka(ApiKey.INIT_PRODUCER_ID, anywhere(TOPIC), or_cluster=True)))
 def init_producer_id():
     """InitProducerId without a transactional id: a fresh producer id (never reused)
     at epoch 0, for idempotent produce. Needs IdempotentWrite on the Cluster, or Write
     on any topic (KIP-679), as Kafka's InitProducerId."""
     engine = current_engine()
-    if not (access.allows(access.CLUSTER, access.O.IDEMPOTENT_WRITE)
-            or access.visible(access.TOPIC, access.O.WRITE, engine.call(engine.topics.topic_names))):
-        access.require(access.CLUSTER, access.O.IDEMPOTENT_WRITE)
     producer_id, epoch = engine.call(engine.transactions.init_producer_id, None, -1)
     return jsonify({"producer_id": producer_id, "producer_epoch": epoch})
 
@@ -226,7 +243,8 @@ def init_producer_id():
 # -- read -------------------------------------------------------------------------------
 
 
-@bp.get(PARTITION + "/records")
+@declare(bp, Route("get", PARTITION_PATH + "/records", "Read records", "Records", 200, models.RecordList, (404, 416),
+                   query=models.ReadQuery, needs=kafka(ApiKey.FETCH, ON_TOPIC)))
 def read(topic_name: str, partition_id: int):
     asked = query(models.ReadQuery)
     offset, max_bytes, isolation = asked.offset, asked.max_bytes, asked.isolation_level
@@ -245,7 +263,8 @@ def read(topic_name: str, partition_id: int):
                     for r in consumed.records]})
 
 
-@bp.get(PARTITION + "/offsets")
+@declare(bp, Route("get", PARTITION_PATH + "/offsets", "List offsets", "Records", 200, models.Offsets,
+                   query=models.OffsetsQuery, needs=LIST_OFFSETS))
 def list_offsets(topic_name: str, partition_id: int):
     """ListOffsets; ``offset`` and ``timestamp`` are -1 when no record is at or after the time."""
     asked = query(models.OffsetsQuery)
@@ -262,7 +281,8 @@ def list_offsets(topic_name: str, partition_id: int):
                     "offset": found.offset, "timestamp": found.timestamp})
 
 
-@bp.get(PARTITION + "/offset")
+@declare(bp, Route("get", PARTITION_PATH + "/offset", "Get partition offsets", "Records", 200, models.PartitionOffsets,
+                   query=models.PartitionOffsetsQuery, needs=LIST_OFFSETS))
 def partition_offsets(topic_name: str, partition_id: int):
     """The proxy's ``KafkaPartitionWithOffsets``: earliest and latest offset at once.
     As the proxy (whose admin client lists offsets read_uncommitted) ``latest`` is

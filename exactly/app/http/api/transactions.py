@@ -59,11 +59,15 @@ from flask.blueprints import BlueprintSetupState
 
 from exactly.app.engine import mirror_reads, read_models
 from exactly.app.http import access, current_engine, errors, mirror_db
+from exactly.app.http.access import GROUP, TOPIC, TXN, kafka, listed
 from exactly.app.http.api import idempotency, models
 from exactly.app.http.api.idempotency import idempotent
 from exactly.app.http.api.records import choose_partition, parse_record
 from exactly.app.http.api.resources import cluster_id, crn, listing, resource
+from exactly.app.http.api.route import (CLUSTER_PATH, ON_TXN, PARTITION_PATH, TRANSACTION_PATH, TXN_ERRORS,
+                                        Route, declare)
 from exactly.app.http.api.validation import body, query
+from exactly.app.kafka.wire import ApiKey
 from exactly.app.security.principal import ANONYMOUS
 from exactly.coordinator.group_metadata import CommittedOffset
 from exactly.storage.errors import (
@@ -79,8 +83,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 bp = Blueprint("transactions", __name__)
 
-BASE = "/v3/clusters/<cluster_id>/transactions"
-TXN = BASE + "/<transactional_id>"
 #: the record header in which a ``records`` call keeps its ``Idempotency-Key`` (see above)
 KEY_HEADER = "exactly.idempotency-key"
 
@@ -92,7 +94,12 @@ def _scope(transactional_id: str) -> idempotency.Scope:
 # -- the transactional client --------------------------------------------------------
 
 
-@bp.post(TXN + "/init")
+@declare(bp, Route("post", TRANSACTION_PATH + "/init", "Init transactions", "Transactions", 200,
+                   models.ProducerIdentity, TXN_ERRORS, body=models.InitTransaction, body_required=False,
+                   idempotent=True,
+                   description="InitProducerId: a producer id and a new epoch; fences older instances and aborts "
+                               "their open transaction.",
+                   needs=kafka(ApiKey.INIT_PRODUCER_ID, ON_TXN)))
 @idempotent(_scope)
 def init(transactional_id: str):
     timeout = body(models.InitTransaction, required=False).transaction_timeout_ms
@@ -112,7 +119,9 @@ def _placed(engine: "Engine", records: list[tuple[str, int | None, SimpleRecord]
             for topic, partition, record in records]
 
 
-@bp.post(TXN + "/records")
+@declare(bp, Route("post", TRANSACTION_PATH + "/records", "Send records in transaction", "Transactions", 200,
+                   models.AppendedRecords, TXN_ERRORS, body=models.TransactionRecords, idempotent=True,
+                   needs=kafka(ApiKey.ADD_PARTITIONS_TO_TXN, ON_TXN, access.body(TOPIC))))
 @idempotent(_scope)
 def produce(transactional_id: str):
     sent = body(models.TransactionRecords)
@@ -125,7 +134,7 @@ def produce(transactional_id: str):
         if any(name == KEY_HEADER for name, _ in record.headers):
             raise InvalidRequestError(f"records[{i}].headers: {KEY_HEADER} is the broker's own header")
         records.append((item.topic_name, partition, record))
-    access.require(access.TOPIC, access.O.WRITE, (topic for topic, _, _ in records))
+    access.require(TOPIC, (topic for topic, _, _ in records))
     call = idempotency.current_call()
     if call is not None:
         records = _marked(records, *call)
@@ -212,7 +221,9 @@ def _remember_keyed_calls(state: BlueprintSetupState) -> None:
             cache.remember(principal, _scope(txn_id), key, call.fingerprint, _first_answer(call))
 
 
-@bp.post(TXN + "/offsets")
+@declare(bp, Route("post", TRANSACTION_PATH + "/offsets", "Send offsets to transaction", "Transactions", 200,
+                   models.SentOffsets, TXN_ERRORS, body=models.TransactionOffsets, idempotent=True,
+                   needs=kafka(ApiKey.TXN_OFFSET_COMMIT, ON_TXN, access.body(GROUP), access.body(TOPIC))))
 @idempotent(_scope)
 def send_offsets(transactional_id: str):
     sent = body(models.TransactionOffsets)
@@ -222,8 +233,8 @@ def send_offsets(transactional_id: str):
     offsets = {}
     for item in sent.offsets:
         offsets[item.topic_name, item.partition_id] = CommittedOffset(item.offset, item.metadata or "", -1, now)
-    access.require(access.GROUP, access.O.READ, (sent.group_id,))  # TxnOffsetCommit
-    access.require(access.TOPIC, access.O.READ, (topic for topic, _ in offsets))
+    access.require(GROUP, (sent.group_id,))
+    access.require(TOPIC, (topic for topic, _ in offsets))
     engine.call(engine.transactions.send_offsets_to_transaction, transactional_id, producer_id, epoch,
                 sent.group_id, offsets, -1 if sent.generation_id is None else sent.generation_id,
                 sent.member_id or "", sent.group_instance_id)
@@ -240,13 +251,18 @@ def _end_view(transactional_id: str, commit: bool):
     return jsonify(transaction_resource(engine.call(read_models.transaction, engine, transactional_id)))
 
 
-@bp.post(TXN + "/commit")
+END_TXN = kafka(ApiKey.END_TXN, ON_TXN)
+
+
+@declare(bp, Route("post", TRANSACTION_PATH + "/commit", "Commit transaction", "Transactions", 200, models.Transaction,
+                   TXN_ERRORS, body=models.ProducerFields, idempotent=True, needs=END_TXN))
 @idempotent(_scope)
 def commit(transactional_id: str):
     return _end_view(transactional_id, commit=True)
 
 
-@bp.post(TXN + "/abort")
+@declare(bp, Route("post", TRANSACTION_PATH + "/abort", "Abort transaction", "Transactions", 200, models.Transaction,
+                   TXN_ERRORS, body=models.ProducerFields, idempotent=True, needs=END_TXN))
 @idempotent(_scope)
 def abort(transactional_id: str):
     return _end_view(transactional_id, commit=False)
@@ -263,18 +279,21 @@ def transaction_resource(txn: dict[str, Any], **extra: Any) -> dict[str, Any]:
 
 
 
-@bp.get(BASE)
+@declare(bp, Route("get", CLUSTER_PATH + "/transactions", "List transactions", "Transactions", 200,
+                   models.listing(models.Transaction), query=models.TransactionsQuery,
+                   needs=kafka(ApiKey.LIST_TRANSACTIONS, listed(TXN))))
 def list_transactions():
     """ListTransactions; ``?state=Ongoing&state=PrepareCommit`` filters (Kafka's state names)."""
     states = query(models.TransactionsQuery).state
     engine = current_engine()
     found = engine.call(read_models.transactions, engine, states)
-    shown = access.visible(access.TXN, access.O.DESCRIBE, (t["transactional_id"] for t in found))
+    shown = access.visible(TXN, (t["transactional_id"] for t in found))
     return jsonify(listing("KafkaTransactionList", ("transactions",),
                            [transaction_resource(t) for t in found if t["transactional_id"] in shown]))
 
 
-@bp.get(TXN)
+@declare(bp, Route("get", TRANSACTION_PATH, "Get transaction", "Transactions", 200, models.TransactionDetail,
+                   query=models.TransactionQuery, needs=kafka(ApiKey.DESCRIBE_TRANSACTIONS, ON_TXN)))
 def describe(transactional_id: str):
     """The transaction's state, and ``history``: its finished transactions, newest
     first, from the SQLite mirror (null when the broker runs without one)."""
@@ -300,7 +319,13 @@ def api_actor() -> str:
     return f"the HTTP API, from {request.remote_addr}"
 
 
-@bp.post(TXN + "/admin-abort")
+#: an operator's abort writes transaction markers: what kafka-transactions.sh abort (WriteTxnMarkers) needs
+WRITE_TXN_MARKERS = kafka(ApiKey.WRITE_TXN_MARKERS)
+
+
+@declare(bp, Route("post", TRANSACTION_PATH + "/admin-abort", "Admin abort transaction", "Transactions", 200,
+                   models.Transaction, TXN_ERRORS, needs=WRITE_TXN_MARKERS,
+                   description="The coordinator aborts the open transaction and fences its producer."))
 def admin_abort(transactional_id: str):
     """Abort the open transaction of ``transactional_id`` and fence its producer (the
     epoch is bumped), so a transaction holding the LSO back ends now."""
@@ -309,8 +334,13 @@ def admin_abort(transactional_id: str):
     return jsonify(transaction_resource(engine.call(read_models.transaction, engine, transactional_id)))
 
 
-@bp.post("/v3/clusters/<cluster_id>/topics/<topic_name>/partitions/<int:partition_id>"
-         "/producers/<int:producer_id>/abort")
+@declare(bp, Route(
+    "post", PARTITION_PATH + "/producers/{producer_id}/abort", "Abort hanging transaction", "Transactions", 200,
+    models.AbortedHanging, TXN_ERRORS, needs=WRITE_TXN_MARKERS,
+    description="Ends the open transaction of any producer holding this partition's LSO and fences the producer "
+                "(Kafka's AbortTransaction, KIP-664): the coordinator aborts its transactional id's transaction with "
+                "an epoch bump, or, for a producer no coordinator knows, an ABORT marker one epoch up is written on "
+                "this partition."))
 def abort_hanging(topic_name: str, partition_id: int, producer_id: int):
     """End the open transaction of any producer on one partition and fence the
     producer, so the partition's LSO moves."""

@@ -12,12 +12,12 @@ from flask import render_template, request
 
 from exactly.app.engine import read_models
 from exactly.app.http.api.audit import run_audit
-from exactly.app.http.console.blueprint import bp, call
+from exactly.app.http.console.blueprint import BROKER_WIDE, call, view
 from exactly.app.http.console.topics import kafka_message
 from exactly.storage import errors as e
 
 
-@bp.get("/audit")
+@view("/audit", BROKER_WIDE)  # its pickers list every group and topic
 def audit():
     args = request.args
     group, input_topic, output_topic = (args.get(name, "").strip() for name in ("group", "input", "output"))

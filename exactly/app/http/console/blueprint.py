@@ -1,6 +1,14 @@
-"""The console's blueprint and what its views share: registering a page with its
-live fragment, rendering either, calling the engine, and answering a POST form with
-a flash and a way back.
+"""The console's blueprint and what its views share: registering a view with what it
+needs (a page with its live fragment), rendering either, calling the engine, and
+answering a POST form with a flash and a way back.
+
+What a view needs is declared where it is registered (``exactly/app/http/access.py``):
+what the Kafka API of the same act needs (a topic's page: Metadata's Describe on the
+topic; its record browser: Fetch's Read; New topic: CreateTopics' Create on the
+topic or on the cluster), or, for a page Kafka has no API for, a rule of its own --
+the broker-wide pages (overview, lists, clients) show every topic, transaction and
+group at once, so they need Describe on the Cluster (as ListGroups does to list
+every group).
 
 The console's views live beside it: ``views.py`` (overview, transactions, groups,
 sign-in, error pages), ``topics.py`` (topics, the record browser, produce),
@@ -11,18 +19,28 @@ sign-in, error pages), ``topics.py`` (topics, the record browser, produce),
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
 from flask import Blueprint, Response, flash, redirect, render_template, request
 from flask.blueprints import BlueprintSetupState
 from werkzeug.routing import PathConverter
 from werkzeug.wrappers import Response as BaseResponse
 
-from exactly.app.http import current_engine
+from exactly.app.http import access, current_engine
+from exactly.app.http.access import GROUP, O, TOPIC, TXN, Needs, own
+
+V = TypeVar("V", bound=Callable[..., Any])
 
 bp = Blueprint("ui", __name__)
 #: the prefix of a page's live part (``/fragments/transactions`` for ``/transactions``)
 FRAGMENTS = "/fragments"
+
+#: the console names the resource in these path arguments
+ON_TOPIC = access.path(TOPIC, "topic")
+ON_GROUP = access.path(GROUP, "group_id")
+ON_TXN = access.path(TXN, "txn_id")
+#: a page that shows every topic, transaction and group, or the broker's own state
+BROKER_WIDE = own(O.DESCRIBE)
 
 
 class ConsolePathConverter(PathConverter):
@@ -59,13 +77,23 @@ def _page_path() -> str:
     return path.removeprefix(FRAGMENTS) if _is_fragment() else path
 
 
-def page(rule: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+def view(rule: str, needs: Needs, methods: tuple[str, ...] = ("GET",)) -> Callable[[V], V]:
+    """Register a view at ``rule`` (endpoint: its name), needing ``needs``."""
+    def register(function: V) -> V:
+        bp.add_url_rule(rule, function.__name__, function, methods=list(methods))
+        access.declare(function, needs)
+        return function
+    return register
+
+
+def page(rule: str, needs: Needs) -> Callable[[V], V]:
     """Register a view at ``rule`` (endpoint: its name) and at ``/fragments<rule>``
-    (endpoint: its name + ``_fragment``), so ``url_for`` always builds the page's URL."""
-    def register(view):
-        bp.add_url_rule(rule, view.__name__, view, methods=["GET"])
-        bp.add_url_rule(FRAGMENTS + rule, view.__name__ + "_fragment", view, methods=["GET"])
-        return view
+    (endpoint: its name + ``_fragment``), so ``url_for`` always builds the page's URL;
+    the live part needs what the page does."""
+    def register(function: V) -> V:
+        view(rule, needs)(function)
+        bp.add_url_rule(FRAGMENTS + rule, function.__name__ + "_fragment", function, methods=["GET"])
+        return function
     return register
 
 

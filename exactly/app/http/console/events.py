@@ -10,11 +10,13 @@ from __future__ import annotations
 from flask import url_for
 
 from exactly.app.http import current_engine
-from exactly.app.http.console.blueprint import actor, back, bp, done
+from exactly.app.http.access import O, kafka, own
+from exactly.app.http.console.blueprint import ON_TXN, actor, back, done, view
+from exactly.app.kafka.wire import ApiKey
 from exactly.storage import errors as e
 
 
-@bp.post("/transactions/<path:txn_id>/fence")
+@view("/transactions/<path:txn_id>/fence", kafka(ApiKey.INIT_PRODUCER_ID, ON_TXN), methods=("POST",))
 def fence_transaction(txn_id: str):
     target = back(url_for("ui.transaction", txn_id=txn_id))
     engine = current_engine()
@@ -26,7 +28,7 @@ def fence_transaction(txn_id: str):
                 f"request is refused (PRODUCER_FENCED / INVALID_PRODUCER_EPOCH).", "success", target)
 
 
-@bp.post("/transactions/<path:txn_id>/timeout")
+@view("/transactions/<path:txn_id>/timeout", own(O.CLUSTER_ACTION), methods=("POST",))  # the broker's own act
 def time_out_transaction(txn_id: str):
     target = back(url_for("ui.transaction", txn_id=txn_id))
     engine = current_engine()

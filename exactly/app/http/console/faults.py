@@ -12,21 +12,24 @@ from flask import request, url_for
 from exactly.app.faults import FaultError
 from exactly.app.faults.fault import Action
 from exactly.app.http import current_engine
-from exactly.app.http.console.blueprint import bp, done, page, render
+from exactly.app.http.access import O, own
+from exactly.app.http.console.blueprint import done, page, render, view
 from exactly.storage.errors import error_names
 
 #: the form's text fields and its whole-number fields, as ``Faults.add`` names them
 TEXT_FIELDS = ("action", "client_id", "principal", "topic", "group", "transactional_id", "error")
 NUMBER_FIELDS = ("partition", "delay_ms", "count", "seed", "duration_ms")
+#: faults change what every client gets: Alter on the Cluster, as broker configs; seeing them, Describe
+ALTER = own(O.ALTER)
 
 
-@page("/faults")
+@page("/faults", own(O.DESCRIBE))
 def faults():
     return render("faults", faults=[f.describe() for f in current_engine().faults.list()],
                   actions=[a.value for a in Action], errors=error_names())
 
 
-@bp.post("/faults")
+@view("/faults", ALTER, methods=("POST",))
 def add_fault():
     form = request.form
     try:
@@ -48,14 +51,14 @@ def _number(name: str, kind: type) -> int | float:
         raise FaultError(f"{name} must be a number, got {request.form[name]!r:.40}") from None
 
 
-@bp.post("/faults/<int:fault_id>/remove")
+@view("/faults/<int:fault_id>/remove", ALTER, methods=("POST",))
 def remove_fault(fault_id: int):
     if current_engine().faults.remove(fault_id):
         return done(f"Removed fault {fault_id}.", "success", url_for("ui.faults"))
     return done(f"Fault {fault_id} was no longer installed.", "error", url_for("ui.faults"))
 
 
-@bp.post("/faults/clear")
+@view("/faults/clear", ALTER, methods=("POST",))
 def clear_faults():
     removed = current_engine().faults.clear()
     return done(f"Removed {removed} fault{'s' if removed != 1 else ''}.", "success", url_for("ui.faults"))

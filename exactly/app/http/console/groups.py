@@ -15,12 +15,14 @@ from flask import render_template, request, url_for
 
 from exactly.app.engine import group_admin, read_models
 from exactly.app.http import current_engine
-from exactly.app.http.console.blueprint import back, bp, call, done
+from exactly.app.http.access import kafka
+from exactly.app.http.console.blueprint import ON_GROUP, back, call, done, view
 from exactly.app.http.console.topics import kafka_message, parse_time
+from exactly.app.kafka.wire import ApiKey
 from exactly.storage import errors as e
 
 
-@bp.post("/groups/<path:group_id>/reset-offsets")
+@view("/groups/<path:group_id>/reset-offsets", kafka(ApiKey.OFFSET_COMMIT, ON_GROUP), methods=("POST",))
 def reset_group_offsets(group_id: str):
     """Reset (``action=execute``, the default) or preview the plan (``action=preview``,
     the tool's ``--dry-run``: the group's page again, with the plan and the form as sent)."""
@@ -59,7 +61,7 @@ def _value(to: str, raw: str) -> int | None:
     return parse_time(raw) if to == "timestamp" else None
 
 
-@bp.post("/groups/<path:group_id>/delete-offsets")
+@view("/groups/<path:group_id>/delete-offsets", kafka(ApiKey.OFFSET_DELETE, ON_GROUP), methods=("POST",))
 def delete_group_offsets(group_id: str):
     """OffsetDelete of every committed offset of one topic (``--delete-offsets --topic``)."""
     topic = request.form.get("topic", "")
@@ -77,7 +79,7 @@ def delete_group_offsets(group_id: str):
     return done(f"Deleted the offsets of {group_id} on {topic} ({len(partitions)} partitions).", "success", target)
 
 
-@bp.post("/groups/<path:group_id>/delete")
+@view("/groups/<path:group_id>/delete", kafka(ApiKey.DELETE_GROUPS, ON_GROUP), methods=("POST",))
 def delete_group(group_id: str):
     engine = current_engine()
     try:

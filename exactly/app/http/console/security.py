@@ -6,8 +6,8 @@ that allow it, the one that denies it, ``super.users``, or
 tools answers that.
 
 The ACL writes are POST forms with the session's CSRF token (``exactly/app/http/auth.py``),
-and like every page they need their operation on the Cluster (``exactly/app/http/access.py``):
-Describe to look, Alter to change.
+and each page needs what its Kafka API needs (DescribeAcls, CreateAcls, DeleteAcls,
+DescribeUserScramCredentials): Describe on the Cluster to look, Alter to change.
 """
 
 from __future__ import annotations
@@ -23,9 +23,11 @@ from exactly.app.http.api import models
 from exactly.app.http.api.acls import acl_binding, acl_filter, create
 from exactly.app.http.auth import request_principal
 from exactly.app.http.errors import log_mirror_error
-from exactly.app.http.console.blueprint import bp, done
+from exactly.app.http.access import kafka
+from exactly.app.http.console.blueprint import done, view
 from exactly.app.http.api.validation import parse, query
 from exactly.app.security.acl import CLUSTER_NAME, AclBinding, AclBindingFilter, AclOperation, PatternType, ResourceType
+from exactly.app.kafka.wire import ApiKey
 from exactly.app.security.principal import KafkaPrincipal
 from exactly.storage import errors as e
 
@@ -51,7 +53,7 @@ def acl_text(binding: AclBinding) -> str:
 # -- ACLs -------------------------------------------------------------------------------------
 
 
-@bp.get("/acls")
+@view("/acls", kafka(ApiKey.DESCRIBE_ACLS))
 def acls():
     engine = current_engine()
     wanted = query(models.AclFilter)
@@ -77,7 +79,7 @@ def _form() -> dict[str, str]:
             if name in models.CreateAcl.model_fields and value.strip()}
 
 
-@bp.post("/acls/add")
+@view("/acls/add", kafka(ApiKey.CREATE_ACLS), methods=("POST",))
 def add_acl():
     target = url_for("ui.acls")
     try:
@@ -88,7 +90,7 @@ def add_acl():
     return done(f"Added: {acl_text(binding)}.", "success", target)
 
 
-@bp.post("/acls/remove")
+@view("/acls/remove", kafka(ApiKey.DELETE_ACLS), methods=("POST",))
 def remove_acl():
     target = url_for("ui.acls")
     try:
@@ -107,7 +109,7 @@ def remove_acl():
 # -- users ------------------------------------------------------------------------------------
 
 
-@bp.get("/users")
+@view("/users", kafka(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS))
 def users():
     """Who has SCRAM credentials, from the SQLite mirror's ``scram_credentials`` (the
     broker's ``__cluster_metadata`` mirrored; never a salt or a key)."""
@@ -153,7 +155,7 @@ def who_may(engine, principal: str, host: str) -> list[dict[str, Any]]:
     return rows
 
 
-@bp.get("/access")
+@view("/access", kafka(ApiKey.DESCRIBE_ACLS))  # it shows the ACLs behind each answer
 def access():
     principal = request.args.get("principal", "").strip() or str(request_principal())
     host = request.args.get("host", "").strip() or (request.remote_addr or "*")

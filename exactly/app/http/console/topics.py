@@ -33,9 +33,11 @@ from flask import render_template, request, url_for
 
 from exactly.app.client.producer import Producer
 from exactly.app.engine import READ_COMMITTED, READ_UNCOMMITTED, read_models, record_browser
-from exactly.app.http import current_engine
+from exactly.app.http import access, current_engine
+from exactly.app.http.access import TOPIC, TXN, kafka
 from exactly.app.http.console.record_view import FORMATS, show
-from exactly.app.http.console.blueprint import FRAGMENTS, back, bp, call, done, page, render
+from exactly.app.http.console.blueprint import BROKER_WIDE, FRAGMENTS, ON_TOPIC, back, call, done, page, render, view
+from exactly.app.kafka.wire import ApiKey
 from exactly.storage import errors as e
 
 #: how long a console produce may take, end to end (the engine answers in milliseconds)
@@ -57,7 +59,7 @@ def kafka_message(error: e.KafkaError) -> str:
 TOPIC_SORTS = {"name": "topic_name", "partitions": "partitions_count", "messages": "messages", "size": "size_bytes"}
 
 
-@page("/topics")
+@page("/topics", BROKER_WIDE)
 def topics():
     """Every topic (internal ones on ``?internal=1``), filtered by a name substring
     (``?q=``) and sorted (``?sort=name|partitions|messages|size``, ``?order=desc``)."""
@@ -79,7 +81,7 @@ def topics():
 # -- the topic ------------------------------------------------------------------------------
 
 
-@page("/topics/<topic>")
+@page("/topics/<topic>", kafka(ApiKey.METADATA, ON_TOPIC))
 def topic(topic: str):
     detail = call(read_models.topic, topic)
     return render("topic", t=detail, producers=call(read_models.topic_producers, topic),
@@ -87,7 +89,7 @@ def topic(topic: str):
                    size_bytes=sum(p["size_bytes"] for p in detail["partitions"]))
 
 
-@bp.route("/new-topic", methods=["GET", "POST"])
+@view("/new-topic", kafka(ApiKey.CREATE_TOPICS, access.body(TOPIC), or_cluster=True), methods=("GET", "POST"))
 def create_topic():
     """The form; posted, the topic is created or the form comes back with the Kafka error."""
     engine = current_engine()
@@ -95,6 +97,7 @@ def create_topic():
     error = None
     if request.method == "POST":
         name = form.get("name", "").strip()
+        access.require(TOPIC, (name,))
         try:
             engine.call(engine.topics.create_topic, name, _partitions(form.get("partitions", "")),
                         dict(_lines(form.get("configs", ""), "=")))
@@ -130,7 +133,7 @@ def _lines(text: str, separator: str) -> list[tuple[str, str]]:
     return pairs
 
 
-@bp.post("/topics/<topic>/delete")
+@view("/topics/<topic>/delete", kafka(ApiKey.DELETE_TOPICS, ON_TOPIC), methods=("POST",))
 def delete_topic(topic: str):
     engine = current_engine()
     try:
@@ -144,11 +147,13 @@ def delete_topic(topic: str):
 # -- produce --------------------------------------------------------------------------------
 
 
-@bp.post("/topics/<topic>/produce")
+@view("/topics/<topic>/produce", kafka(ApiKey.PRODUCE, ON_TOPIC, access.body(TXN)), methods=("POST",))
 def produce_record(topic: str):
     form = request.form
     target = back(url_for("ui.topic", topic=topic))
     txn_id = form.get("transactional_id", "").strip() or None
+    if txn_id is not None:  # a transactional producer fences the id's other instances: Write on it, as on Kafka
+        access.require(TXN, (txn_id,))
     commit = form.get("outcome", "commit") != "abort"
     partition = form.get("partition", "").strip()
     if partition and not partition.isdigit():
@@ -247,7 +252,11 @@ def _shown(rows: list[dict[str, Any]], fmt: str) -> list[dict[str, Any]]:
              "headers": [(name, show(value, fmt)) for name, value in row["headers"]]} for row in rows]
 
 
-@bp.get("/topics/<topic>/partitions/<int:partition>/records")
+#: the record browser reads records: Fetch's Read on the topic
+FETCH = kafka(ApiKey.FETCH, ON_TOPIC)
+
+
+@view("/topics/<topic>/partitions/<int:partition>/records", FETCH)
 def records_browser(topic: str, partition: int):
     view = _view()
     start, before, at_time = _arg_int("offset"), _arg_int("before"), parse_time(request.args.get("time", ""))
@@ -286,7 +295,7 @@ def _tail_url(topic: str, partition: int, view: dict[str, Any], after: int) -> s
     return url_for("ui.record_tail", topic=topic, partition=partition) + "?" + urlencode(query)
 
 
-@bp.get(FRAGMENTS + "/topics/<topic>/partitions/<int:partition>/records/tail")
+@view(FRAGMENTS + "/topics/<topic>/partitions/<int:partition>/records/tail", FETCH)
 def record_tail(topic: str, partition: int):
     """The records from ``after`` on (that match the filter), and the poller after them."""
     view = _view()
@@ -296,7 +305,7 @@ def record_tail(topic: str, partition: int):
                            fmt=view["format"], tail_url=_tail_url(topic, partition, view, data["scanned_to"]))
 
 
-@bp.get("/topics/<topic>/partitions/<int:partition>/records/<int:offset>")
+@view("/topics/<topic>/partitions/<int:partition>/records/<int:offset>", FETCH)
 def record_detail(topic: str, partition: int, offset: int):
     fmt = request.args.get("format", "auto")
     fmt = fmt if fmt in FORMATS else "auto"

@@ -37,7 +37,10 @@ from exactly.app.http import current_engine, current_settings, mirror_db
 from exactly.app.http.auth import password_principal
 from exactly.app.http.errors import log_mirror_error, log_server_error, status_for
 from exactly.app.http.console.history import History, chart
-from exactly.app.http.console.blueprint import FRAGMENTS, actor, back, bp, call, done, duration, is_local, page, render
+from exactly.app.http.access import OPEN, kafka
+from exactly.app.http.console.blueprint import (BROKER_WIDE, FRAGMENTS, ON_GROUP, ON_TOPIC, ON_TXN, actor, back, bp,
+                                                call, done, duration, is_local, page, render, view)
+from exactly.app.kafka.wire import ApiKey
 from exactly.app.security.principal import KafkaPrincipal
 from exactly.coordinator.transaction_state import TWO_PHASE_COMMIT_TIMEOUT_MS, AbortCause, TransactionState
 from exactly.storage import errors as e
@@ -135,7 +138,7 @@ def percent(part: int | None, whole: int | None) -> int:
 # -- pages ----------------------------------------------------------------------------------
 
 
-@page("/")
+@page("/", BROKER_WIDE)
 def overview():
     data = call(read_models.dashboard)
     counts = None
@@ -148,17 +151,17 @@ def overview():
     return render("overview", data=data, mirror_counts=counts)
 
 
-@bp.get(FRAGMENTS + "/status")
+@view(FRAGMENTS + "/status", OPEN)
 def status():
     return render_template("fragments/status.html")
 
 
-@bp.get(FRAGMENTS + "/storage")
+@view(FRAGMENTS + "/storage", OPEN)
 def storage_banner():
     return render_template("fragments/storage.html")
 
 
-@page("/transactions")
+@page("/transactions", BROKER_WIDE)
 def transactions():
     """Every transactional id, by state (``?state=``) and id substring (``?q=``), with
     its commits and aborts counted from the mirror's history."""
@@ -191,7 +194,7 @@ def _outcome_counts() -> dict[str, dict[str, int]] | None:
         return None
 
 
-@page("/transactions/<path:txn_id>")
+@page("/transactions/<path:txn_id>", kafka(ApiKey.DESCRIBE_TRANSACTIONS, ON_TXN))
 def transaction(txn_id: str):
     detail = call(read_models.transaction_detail, txn_id)
     history, history_error = None, None
@@ -205,7 +208,7 @@ def transaction(txn_id: str):
                    mirror=db is not None, timeline=_timeline(detail["state"]))
 
 
-@page("/history")
+@page("/history", BROKER_WIDE)
 def history():
     """Finished transactions from the SQLite mirror, newest first, a page at a time:
     filtered by transactional id (a substring, ``?txn=``), ``?outcome=COMMIT|ABORT``
@@ -248,7 +251,7 @@ def _timeline(state: str) -> list[dict[str, Any]]:
             for i, s in enumerate(steps)]
 
 
-@page("/topics/<topic>/partitions/<int:partition>")
+@page("/topics/<topic>/partitions/<int:partition>", kafka(ApiKey.FETCH, ON_TOPIC))  # its last records
 def partition(topic: str, partition: int):
     detail = call(read_models.partition, topic, partition)
     now = current_engine().clock.now_ms()
@@ -268,18 +271,18 @@ def partition(topic: str, partition: int):
                    chart=chart(samples, now), now_ms=now)
 
 
-@page("/groups")
+@page("/groups", BROKER_WIDE)
 def groups():
     return render("groups", groups=call(read_models.groups_summary))
 
 
-@page("/clients")
+@page("/clients", BROKER_WIDE)
 def clients():
     return render("clients", clients=call(read_models.client_instances), now_ms=current_engine().clock.now_ms(),
                    window_ms=read_models.CLIENT_INSTANCE_WINDOW_MS)
 
 
-@page("/groups/<path:group_id>")
+@page("/groups/<path:group_id>", kafka(ApiKey.DESCRIBE_GROUPS, ON_GROUP))
 def group(group_id: str):
     return render("group", g=call(read_models.group, group_id))
 
@@ -287,7 +290,11 @@ def group(group_id: str):
 # -- writes ---------------------------------------------------------------------------------
 
 
-@bp.post("/transactions/<path:txn_id>/abort")
+#: an operator's abort writes transaction markers: what kafka-transactions.sh abort (WriteTxnMarkers) needs
+WRITE_TXN_MARKERS = kafka(ApiKey.WRITE_TXN_MARKERS)
+
+
+@view("/transactions/<path:txn_id>/abort", WRITE_TXN_MARKERS, methods=("POST",))
 def abort_transaction(txn_id: str):
     target = back(url_for("ui.transaction", txn_id=txn_id))
     engine = current_engine()
@@ -305,7 +312,8 @@ def abort_transaction(txn_id: str):
                  f"({took:.0f} ms). read_committed consumers move on.", "success", target)
 
 
-@bp.post("/topics/<topic>/partitions/<int:partition>/producers/<int:producer_id>/abort")
+@view("/topics/<topic>/partitions/<int:partition>/producers/<int:producer_id>/abort", WRITE_TXN_MARKERS,
+      methods=("POST",))
 def abort_hanging(topic: str, partition: int, producer_id: int):
     target = back(url_for("ui.partition", topic=topic, partition=partition))
     engine = current_engine()
@@ -323,7 +331,7 @@ def abort_hanging(topic: str, partition: int, producer_id: int):
 # -- session --------------------------------------------------------------------------------
 
 
-@bp.route("/login", methods=["GET", "POST"])
+@view("/login", OPEN, methods=("GET", "POST"))
 def login():
     error = None
     settings = current_settings()
@@ -340,7 +348,7 @@ def login():
                            token_user=KafkaPrincipal.parse(settings.token_principal).name)
 
 
-@bp.post("/logout")
+@view("/logout", OPEN, methods=("POST",))
 def logout():
     session.clear()
     return redirect(url_for("ui.login"), code=303)
@@ -349,7 +357,7 @@ def logout():
 # -- errors ---------------------------------------------------------------------------------
 
 
-@bp.route("/<console_path:unknown>", methods=["GET", "POST", "PUT", "PATCH", "DELETE"])
+@view("/<console_path:unknown>", OPEN, methods=("GET", "POST", "PUT", "PATCH", "DELETE"))
 def unknown_page(unknown: str):
     """Any other path: the console's 404 page (``/v3`` keeps its JSON errors)."""
     raise NotFound(f"There is no page at /{unknown}.")
