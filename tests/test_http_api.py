@@ -908,8 +908,10 @@ def test_http_shapes_are_declared_only_as_models() -> None:
     """One declaration per shape: pydantic models live in exactly/app/http/api/models.py, and no
     other module under exactly/app/http writes a JSON Schema by hand (the document derives them)."""
     import ast
-    http = Path(__file__).resolve().parents[1] / "app" / "http"
-    for path in sorted(http.glob("*.py")):
+    http = Path(__file__).resolve().parents[1] / "exactly" / "app" / "http"
+    sources = sorted(http.rglob("*.py"))
+    assert len(sources) > 20, "the walk finds the HTTP face's modules"
+    for path in sources:
         tree = ast.parse(path.read_text())
         for node in ast.walk(tree):
             if isinstance(node, ast.Dict) and path.name != "models.py":  # a model's json_schema_extra may
