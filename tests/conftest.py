@@ -135,6 +135,19 @@ def check_no_client_left(before: int, test: str, timeout_s: float = CLIENT_GONE_
                     f"and AdminClient it creates (or the fixture that owns it should)", pytrace=False)
 
 
+@pytest.fixture(autouse=True, scope="session")
+def rest_answers_match_their_routes() -> Iterator[None]:
+    """Every answer a Flask test client gets from a REST route, in every test, is what
+    the route declares: its status and its answer model (tests/http_answers.py)."""
+    from flask.testing import FlaskClient
+
+    from tests.http_answers import checked
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(FlaskClient, "open", checked(FlaskClient.open))
+        yield
+
+
 def jobs_config(request: pytest.FixtureRequest) -> dict[str, bool]:
     """FROZEN unless the test is marked ``jobs``: for broker fixtures."""
     return {} if request.node.get_closest_marker("jobs") else FROZEN

@@ -603,6 +603,14 @@ class Partition(Resource):
     producers: Related
 
 
+class Connection(BaseModel):
+    """The Kafka connection that last used a producer or transactional id, while it is open."""
+
+    address: str = Field(description="the client's host:port")
+    client_id: Optional[str]
+    last_request_ms: TimestampMs
+
+
 class Producer(Resource):
     kind: Literal["KafkaProducer"]
     cluster_id: str
@@ -615,6 +623,7 @@ class Producer(Resource):
     coordinator_epoch: Int(-1, INT32_MAX)
     current_transaction_start_offset: Int(-1, description="-1: no open transaction")
     transactional_id: Optional[str]
+    connection: Optional[Connection] = Field(description="null: no open Kafka connection uses the producer")
 
 
 class DataSummary(BaseModel):
@@ -704,12 +713,19 @@ class Offsets(BaseModel):
     timestamp: Int(-1, description="the found record's timestamp; -1 for latest and earliest")
 
 
+class TopicPartition(BaseModel):
+    topic_name: str
+    partition_id: PartitionId
+
+
 class GroupMember(BaseModel):
     member_id: str
     group_instance_id: Optional[str]
     client_id: str
     client_host: str
     session_timeout_ms: Int()
+    assignment: Optional[list[TopicPartition]] = Field(description=(
+        "the member's partitions; null for a group of another protocol than the consumer's"))
 
 
 class PendingOffset(BaseModel):
@@ -720,9 +736,17 @@ class PendingOffset(BaseModel):
 
 class HoldingTransaction(BaseModel):
     producer_id: Int()
-    transactional_id: Optional[str] = None
-    first_offset: Int()
+    producer_epoch: Optional[Int(-1, INT16_MAX)]
+    transactional_id: Optional[str] = Field(None, description="null: no coordinator knows the producer")
     state: Optional[str] = None
+    first_offset: Int()
+    holds_lso: bool = Field(description="its first offset is the LSO: it is the one holding the partition back")
+    transaction_start_ms: Optional[TimestampMs]
+    transaction_timeout_ms: Optional[Int(-1, INT32_MAX)]
+    age_ms: Optional[Int(-INT64_MAX)]
+    last_timestamp: Optional[TimestampMs]
+    hanging: bool = Field(description="no coordinator knows the producer: only an abort on the partition ends it")
+    in_transaction: bool = Field(description="the coordinator's Ongoing transaction covers this partition")
 
 
 class GroupOffset(BaseModel):
@@ -730,6 +754,7 @@ class GroupOffset(BaseModel):
     partition_id: PartitionId
     committed_offset: Optional[Int()]
     metadata: Optional[str]
+    assigned: bool = Field(description="a member of the group is assigned the partition")
     pending: list[PendingOffset] = Field(description="inside open transactions")
     high_watermark: Optional[Int()]
     last_stable_offset: Optional[Int()]
@@ -841,16 +866,16 @@ class Server(Resource):
     http_port: Int(1, 65535)
 
 
-class TopicPartition(BaseModel):
-    topic_name: str
-    partition_id: PartitionId
-
-
 class Transaction(Resource):
     kind: Literal["KafkaTransaction"]
     cluster_id: str
     transactional_id: str
     state: Literal[STATES]
+    activity: Literal["open", "idle", "dead"] = Field(description=(
+        "open: a transaction is in progress; idle: between transactions; dead: expired"))
+    last_outcome: Optional[Literal[OUTCOMES]] = Field(description=(
+        "how the last transaction ended, while idle after one; null otherwise"))
+    two_phase_commit: bool = Field(description="a KIP-939 two-phase-commit producer (no transaction timeout)")
     producer_id: Int(-1)
     producer_epoch: Int(-1, INT16_MAX)
     transaction_timeout_ms: Int(-1, INT32_MAX)
@@ -858,6 +883,7 @@ class Transaction(Resource):
     age_ms: Optional[Int(-INT64_MAX)]
     last_update_ms: TimestampMs
     partitions: list[TopicPartition]
+    connection: Optional[Connection] = Field(description="null: no open Kafka connection uses the transactional id")
 
 
 class FinishedTransaction(BaseModel):
