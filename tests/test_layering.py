@@ -281,6 +281,19 @@ def test_the_rules_see_the_code() -> None:
     assert any(a.attr == "log_start_offset" for node in ast.walk(log_module.tree) for a in _assigned_attributes(node))
 
 
+#: what the HTTP face takes of the Kafka face: the table of what each Kafka API needs (an
+#: HTTP route's needs are read from it) and the API keys that name its rows
+HTTP_TAKES_OF_KAFKA = frozenset({"exactly.app.kafka.authorization", "exactly.app.kafka.wire"})
+
+
+def test_the_http_face_takes_only_the_kafka_faces_table() -> None:
+    wrong = [f"{m.where(node)} imports {name}"
+             for m in modules() if m.under("exactly.app.http") for node, name, names in imports(m)
+             for imported in ([name] if names == () else [f"{name}.{n}" for n in names])
+             if _under(imported, "exactly.app.kafka") and not any(_under(imported, t) for t in HTTP_TAKES_OF_KAFKA)]
+    assert not wrong, "the HTTP face asks the engine; of the Kafka face it reads only its table:\n" + "\n".join(wrong)
+
+
 #: the engine's authorizer operations; in the Kafka face only its table's module calls them
 AUTHORIZER_OPERATIONS = frozenset({"authorize", "authorize_any", "authorization_denied", "authorized_operations"})
 
