@@ -66,7 +66,7 @@ def main() -> None:
             for slow, idle in shapes:
                 with ExitStack() as stack:
                     hold(stack, server.http_port, slow, HALF_SENT)
-                    hold(stack, server.kafka_port, idle, b"", lambda: len(server.engine.kafka_connections))
+                    hold(stack, server.kafka_port, idle, b"", lambda: len(server.engine.clients))
                     timed_get(url)
                     took = [timed_get(url) for _ in range(trials)]
                     fds = len(list(Path("/proc/self/fd").iterdir()))

@@ -108,7 +108,7 @@ def test_another_client_s_produce_is_not_held_for_seconds_by_a_round_with_a_40_m
             sock.sendall(join_group_v0(i))
             members.append(sock)
             if i % 50 == 49:  # a full listen queue would cost a second per handshake
-                eventually(lambda: len(server.engine.kafka_connections) >= len(members), 60, "the broker to accept")
+                eventually(lambda: len(server.engine.clients) >= len(members), 60, "the broker to accept")
         answered = threading.Event()
         produced: list[float] = []
 

@@ -55,7 +55,7 @@ def open_descriptors() -> int:
 def test_http_answers_with_a_1000_partition_topic_and_2000_open_kafka_connections(tmp_path: Path) -> None:
     with Server(tmp_path / "data", **SMALL_INTERNAL_TOPICS, **FROZEN) as server, ExitStack() as stack:
         server.broker.create_topic("wide", 1000)
-        connections(stack, server.kafka_port, 2000, accepted=lambda: len(server.engine.kafka_connections))
+        connections(stack, server.kafka_port, 2000, accepted=lambda: len(server.engine.clients))
         assert open_descriptors() > 3 * 1024  # far past select()'s FD_SETSIZE
         assert get(server) == 200
         # and again, after the Kafka connections closed (it used to stay dead)

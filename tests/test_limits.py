@@ -271,7 +271,7 @@ def test_a_connection_over_the_limit_is_closed_at_accept(tmp_path: Path, caplog,
         assert "rejected connection from 127.0.0.1" in caplog.text and limit in caplog.text
         assert refusals(kafka)[limit] == 1
         first.close()
-        eventually(lambda: len(kafka.engine.kafka_connections) == 1, 10, "the closed connection to end")
+        eventually(lambda: len(kafka.engine.clients) == 1, 10, "the closed connection to end")
         fourth = connect(kafka)
         assert served(fourth) and served(second)  # a freed place is taken again
         for client in (second, third, fourth):

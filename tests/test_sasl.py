@@ -67,7 +67,7 @@ def failures(metrics: Any) -> dict[str, float]:
 
 def principals(kafka: ListenersBroker, client_id: str) -> set[KafkaPrincipal]:
     """The principals of the open connections with this client id."""
-    return kafka.engine.call(lambda: {c.principal for c in kafka.engine.kafka_connections
+    return kafka.engine.call(lambda: {c.principal for c in kafka.engine.clients
                                       if c.client_id == client_id})
 
 

@@ -164,7 +164,7 @@ def test_describe_refused_to_a_non_super_user_as_kafka_answers(secured: Listener
 
 def _sessions(kafka: ListenersBroker, client_id: str) -> dict[int, float]:
     """id -> session end of the open connections with this client id."""
-    return kafka.engine.call(lambda: {id(c): c.sasl.expires_at for c in kafka.engine.kafka_connections
+    return kafka.engine.call(lambda: {id(c): c.sasl.expires_at for c in kafka.engine.clients
                                       if c.client_id == client_id})
 
 

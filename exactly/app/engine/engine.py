@@ -42,6 +42,7 @@ from typing import Any, Mapping
 from exactly.app.config import BrokerConfig
 from exactly.app.engine import audit as exactly_once
 from exactly.app.engine.access import Access
+from exactly.app.engine.clients import ConnectedClients
 from exactly.app.engine.coordinator_io import EngineCoordinatorIO
 from exactly.app.engine.counters import EngineCounters
 from exactly.app.engine.disk_space import DiskSpace
@@ -87,8 +88,8 @@ class Engine:
         self.maintenance = Maintenance(self._loop, self.disk)
         self._logs.background = self.maintenance.start  # the snapshot of a roll
         self.counters = EngineCounters()
-        #: open Kafka connections (``exactly/app/kafka/`` adds and removes them; read models list them)
-        self.kafka_connections: set[Any] = set()
+        #: the Kafka clients connected now (``exactly/app/kafka/`` tells it; read models list them)
+        self.clients = ConnectedClients()
         #: the faults installed on purpose (``exactly/app/faults/``): the listener checks it, every face changes it
         self.faults = Faults()
         #: ``(host, port)`` clients are told to connect to, once a Kafka listener serves
@@ -229,8 +230,7 @@ class Engine:
     def _kill_now(self) -> None:
         """On the loop: the instant of the kill (see :meth:`kill`)."""
         self._closed = self._bridge.closed = self._bridge.killed = True
-        for connection in list(self.kafka_connections):
-            connection.reset()
+        self.clients.reset_all()
         self.partitions.stop_commits()
         for task in asyncio.all_tasks(self._loop):
             task.cancel()

@@ -342,7 +342,7 @@ async def kafka_clients(engine: "Engine") -> list[dict[str, Any]]:
                     "connected_since_ms": c.since_ms, "requests": c.requests,
                     "last_request_ms": c.last_request_ms, "transactional_id": c.transactional_id,
                     "producer_id": c.producer_id}
-                   for c in engine.kafka_connections), key=lambda c: (c["connected_since_ms"], c["address"]))
+                   for c in engine.clients), key=lambda c: (c["connected_since_ms"], c["address"]))
 
 
 #: connections of one client instance open within this long of its first one: librdkafka
@@ -386,7 +386,7 @@ def live_producers(engine: "Engine") -> dict[str | int, dict[str, Any]]:
     connection last used: its address, client id and last request time (the latest,
     when several connections used the same id)."""
     live: dict[str | int, dict[str, Any]] = {}
-    for c in engine.kafka_connections:
+    for c in engine.clients:
         seen = {"address": c.address, "client_id": c.client_id, "last_request_ms": c.last_request_ms}
         for key in (c.transactional_id, c.producer_id if c.producer_id >= 0 else None):
             if key is not None and (key not in live or live[key]["last_request_ms"] < c.last_request_ms):
@@ -650,7 +650,7 @@ def metrics(engine: "Engine") -> dict[str, Any]:
                     _histogram(counters.fetch_latency)),
         "end_txn": {outcome: _histogram(h) for outcome, h in counters.end_txn_latency.items()},
         "kafka_requests": {api: _histogram(h) for api, h in counters.kafka_requests.items()},
-        "kafka_connections": len(engine.kafka_connections),
+        "kafka_connections": len(engine.clients),
         "limit_refusals": dict(counters.limit_refusals),
         "authentication_failures": dict(counters.authentication_failures),
         "authorization_denials": dict(counters.authorization_denials),

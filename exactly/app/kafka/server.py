@@ -97,7 +97,8 @@ class KafkaListener:
         self.max_request_bytes = config.socket_request_max_bytes
         self.max_unauthenticated_bytes = min(config.sasl_server_max_receive_size, config.socket_request_max_bytes)
         self.idle_s = config.connections_max_idle_ms / 1000
-        self.connections: set[Connection] = engine.kafka_connections
+        #: this listener's open connections (each also in ``engine.clients``)
+        self.connections: set[Connection] = set()
         self.max_connections = config.max_connections
         self.max_connections_per_ip = config.max_connections_per_ip
         self.connection_overrides = config.connection_overrides()
@@ -209,6 +210,7 @@ class Connection:
     async def serve(self) -> None:
         self._task = asyncio.current_task()
         self.listener.connections.add(self)
+        self.engine.clients.opened(self)
         writer = asyncio.create_task(self._write_responses())
         try:
             if await self._read_requests():  # a bad request: answer what came before it, then close
@@ -222,6 +224,7 @@ class Connection:
                 task.cancel()  # a JoinGroup waiting for a rebalance, a long-polling Fetch
             self._writer.transport.abort()
             self.listener.connections.discard(self)
+            self.engine.clients.ended(self)
 
     async def abort(self) -> None:
         if self._task is not None and not self._task.done():
