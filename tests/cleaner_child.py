@@ -48,7 +48,7 @@ def main(data: str, pid_file: str, batches: str, per_batch: str, keys: str) -> N
     broker.create_topic(TOPIC, 1, COMPACTED)
     fill(lambda batch, acks: broker.produce(TOPIC, 0, batch, acks=acks), int(batches), int(per_batch), int(keys))
     engine = broker.engine
-    engine.call(lambda: engine._logs.log(TOPIC, 0).roll())
+    engine.call(lambda: engine.partitions.log(TOPIC, 0).roll())
     threading.Thread(target=lambda: engine.call(engine.jobs.compact_logs, timeout=None), daemon=True).start()
     while engine.maintenance.process.pid is None:
         threading.Event().wait(0.001)  # polling for the worker to start; the test's deadline bounds it

@@ -176,7 +176,7 @@ def producer_id(broker: Broker) -> int:
     """A producer id the broker hands out (InitProducerId without a transactional id):
     a batch written through a broker must carry one (tests of the storage layer write
     any id there, tests/storage_log.py)."""
-    return broker.engine.call(broker.engine._transaction_coordinator.init_producer_id, None, -1)[0]
+    return broker.engine.call(broker.engine.transactions.coordinator.init_producer_id, None, -1)[0]
 
 
 class LineTail:

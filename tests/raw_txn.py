@@ -22,7 +22,7 @@ TopicPartition = tuple[str, int]
 
 def coordinator_call(broker: Broker, request: str, *args: Any) -> Any:
     """One transaction-coordinator request, on the engine's loop (as the listener makes it)."""
-    return broker.engine.call(getattr(broker.engine._transaction_coordinator, request), *args)
+    return broker.engine.call(getattr(broker.engine.transactions.coordinator, request), *args)
 
 
 class RawTxn:

@@ -69,7 +69,7 @@ def test_each_cause_is_recorded_with_its_actor_and_logged_once(orders: Broker, c
     caplog.set_level(logging.INFO)
     app = create_app(broker.engine, test_config={"TESTING": True}, mirror=broker.mirror)
     client = app.test_client()
-    cluster = broker.engine._logs.cluster_id
+    cluster = broker.engine.topics.cluster_id
 
     _open(broker, "by-client").abort_transaction()
 
@@ -88,7 +88,7 @@ def test_each_cause_is_recorded_with_its_actor_and_logged_once(orders: Broker, c
     assert client.post(f"/v3/clusters/{cluster}/transactions/by-api/admin-abort").status_code == 200
 
     _open(broker, "by-partition")
-    pid = broker.engine._transaction_coordinator.describe("by-partition").producer_id
+    pid = broker.engine.transactions.coordinator.describe("by-partition").producer_id
     assert client.post(f"/v3/clusters/{cluster}/topics/orders/partitions/0/producers/{pid}/abort").status_code == 200
 
     expected = {"by-client": ("client", "EndTxn(abort) from producer"),
@@ -134,14 +134,14 @@ def test_a_producer_fenced_by_its_timeout_is_told_so(orders: Broker, clock: Fake
     assert "its transaction timed out" in str(raised.value) and "transaction.timeout.ms 5000" in str(raised.value)
 
     # a produce of the old epoch: the coordinator's verification says the same
-    tc = broker.engine._transaction_coordinator
+    tc = broker.engine.transactions.coordinator
     meta = tc.describe("slow")
     with pytest.raises(InvalidProducerEpochError, match="its transaction timed out"):
         tc.verify_transaction(meta.producer_id, meta.producer_epoch - 1, "orders", 0)
 
     # over HTTP, the error's message says it too
     client = create_app(broker.engine, test_config={"TESTING": True}).test_client()
-    cluster = broker.engine._logs.cluster_id
+    cluster = broker.engine.topics.cluster_id
     answer = client.post(f"/v3/clusters/{cluster}/transactions/slow/commit",
                          json={"producer_id": meta.producer_id, "producer_epoch": meta.producer_epoch - 1})
     assert answer.status_code == 409 and "its transaction timed out" in answer.get_json()["message"]
@@ -163,7 +163,7 @@ def test_the_reason_survives_a_restart(tmp_path: Path, clock: FakeClock):
         clock.advance(5_001)
         broker.engine.call(broker.engine.jobs.abort_timed_out_transactions)
     with Broker(tmp_path / "data", clock=clock, **config) as broker:
-        tc = broker.engine._transaction_coordinator
+        tc = broker.engine.transactions.coordinator
         with pytest.raises(KafkaError, match="its transaction timed out"):
             broker.engine.call(tc.end_txn, "slow", pid, epoch, True)
         [row] = _history(broker, "slow")

@@ -4,6 +4,7 @@ SECURITY_DISABLED answer with it off; and ACLs that survive a restart."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Iterator
 
@@ -21,6 +22,7 @@ from confluent_kafka.admin import (
 
 from exactly.app.kafka.api import ApiKey
 from exactly.app.security import acl
+from exactly.storage import filenames
 from exactly.storage.errors import InvalidRequestError, SecurityDisabledError
 from tests.conftest import FROZEN
 from tests.kafka_support import KafkaBroker, raw_connection
@@ -167,10 +169,10 @@ def test_a_cluster_metadata_topic_made_with_the_old_limit_is_raised_to_krafts(tm
     takes the 20,000 ACLs too: its limit is raised at the next change."""
     with KafkaBroker(tmp_path / "data", **STANDARD, **FROZEN) as kafka:
         create(admin(kafka), ALICE_WRITES_ORDERS)
-        engine = kafka.engine
-
-        async def lower() -> None:
-            await engine.maintenance.run(engine._logs.alter_topic_config("__cluster_metadata",
-                                                                         {"max.message.bytes": 1048588}))
-        engine.call(lower)
+    registry = tmp_path / "data" / filenames.TOPICS_FILE  # as an older Exactly wrote it
+    topics = json.loads(registry.read_text())
+    topics["__cluster_metadata"]["config"]["max.message.bytes"] = "1048588"
+    registry.write_text(json.dumps(topics))
+    with KafkaBroker(tmp_path / "data", **STANDARD, **FROZEN) as kafka:
+        assert kafka.engine.topics.topic("__cluster_metadata").overrides["max.message.bytes"] == "1048588"
         create_20000(kafka)

@@ -345,7 +345,7 @@ def test_input_compaction_removed_records_from_is_counted_as_it_is_read(broker: 
     broker.create_topic("in", 1, {"cleanup.policy": "compact"})
     broker.produce("in", 0, encode_batch([SimpleRecord(b"old", key=b"a"), SimpleRecord(b"b", key=b"b"),
                                          SimpleRecord(b"new", key=b"a")]))
-    log = broker.engine._logs.log("in", 0)
+    log = broker.engine.partitions.log("in", 0)
     broker.engine.call(lambda: log.roll())
     broker.engine.call(lambda: run_inline(log.clean(clock.now_ms())))
     for group, with_lineage in (("counted", False), ("named", True)):

@@ -44,7 +44,7 @@ def finished_transactions(data: Path) -> list[tuple[str, str, int]]:
 
 def describe(broker: Broker, transactional_id: str) -> TxnTransitMetadata:
     async def on_the_loop() -> TxnTransitMetadata:
-        return broker.engine._transaction_coordinator.describe(transactional_id)
+        return broker.engine.transactions.coordinator.describe(transactional_id)
     return broker.engine.call(on_the_loop)
 
 
@@ -115,7 +115,7 @@ def test_close_stops_every_job_and_thread_and_is_idempotent(tmp_path: Path) -> N
     with pytest.raises(KafkaStorageError):
         broker.create_topic("after", partitions=1)
     with Broker(tmp_path / "data", **QUICK_JOBS) as reopened:  # the directory was released
-        assert TOPIC in reopened.engine._logs.topics
+        assert TOPIC in reopened.engine.topics.topic_names()
 
 
 def test_opening_creates_the_mirror_at_the_newest_schema_and_a_bad_one_is_a_clear_error(

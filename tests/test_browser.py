@@ -44,7 +44,7 @@ def test_abort_a_transaction_that_holds_the_lso_from_the_browser(console, chromi
     producer.begin_transaction()
     for i in range(3):
         producer.send("orders", b"inside-%d" % i, partition=0).get(timeout=10)  # left open
-    log = broker.engine._logs.log("orders", 0)
+    log = broker.engine.partitions.log("orders", 0)
     assert log.last_stable_offset == 1 < log.high_watermark == 4
 
     screenshot = ARTIFACTS / "console.png"

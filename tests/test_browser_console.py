@@ -136,7 +136,7 @@ def test_produce_a_record_in_a_transaction_from_the_console(console, browser_pag
     expect(page.locator("#value")).to_contain_text('"currency": "EUR"')
     expect(page.locator("#batch [data-transactional]")).to_have_text("yes")
     _shot(page, "produce", width)
-    log = broker.engine._logs.log("payments", 1)
+    log = broker.engine.partitions.log("payments", 1)
     assert log.last_stable_offset == log.high_watermark == 2  # the record and its COMMIT marker
 
 
@@ -154,7 +154,7 @@ def test_reset_an_empty_groups_offsets_from_the_console(console, browser_page):
     consumer.poll(timeout_ms=2000)  # joins the group
     consumer.commit({("orders", 0): 8})
     consumer.close()  # the group is Empty now
-    coordinator = broker.engine._group_coordinator
+    coordinator = broker.engine.groups.coordinator
     assert coordinator.describe("billing").committed[("orders", 0)].offset == 8
 
     page.goto(base + "/groups/billing")
@@ -201,4 +201,4 @@ def test_create_and_delete_a_topic_from_the_console(console, browser_page):
     page.locator('button[data-delete-topic="audit"]').click()
     expect(page.locator(".flash-success")).to_contain_text("Deleted topic audit", timeout=SEE_MS)
     assert dialogs and "Delete topic “audit”?" in dialogs[0]
-    assert "audit" not in broker.engine._logs.topics
+    assert "audit" not in broker.engine.topics.topic_names()

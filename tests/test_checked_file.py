@@ -58,9 +58,9 @@ def test_another_version_is_refused_by_name(tmp_path: Path) -> None:
 def test_a_damaged_producer_id_block_never_gives_an_id_twice(tmp_path: Path, damage: bytes) -> None:
     data = tmp_path / "data"
     with Broker(data, **SMALL_INTERNAL_TOPICS) as broker:
-        before = [broker.engine.call(broker.engine._transaction_coordinator.init_producer_id, None, -1)[0]
+        before = [broker.engine.call(broker.engine.transactions.coordinator.init_producer_id, None, -1)[0]
                   for _ in range(3)]
     (data / PRODUCER_ID_BLOCK).write_bytes(damage)
     with Broker(data, **SMALL_INTERNAL_TOPICS) as broker:
-        after = broker.engine.call(broker.engine._transaction_coordinator.init_producer_id, None, -1)[0]
+        after = broker.engine.call(broker.engine.transactions.coordinator.init_producer_id, None, -1)[0]
     assert after > max(before)

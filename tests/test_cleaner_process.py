@@ -69,7 +69,7 @@ def latest_values(broker: Broker) -> dict[bytes, bytes]:
 def log_shape(broker: Broker) -> tuple[int, int]:
     """(segments, bytes) of TOPIC-0."""
     def on_loop() -> tuple[int, int]:
-        log_ = broker.engine._logs.log(TOPIC, 0)
+        log_ = broker.engine.partitions.log(TOPIC, 0)
         return len(log_.segments), log_.size_bytes
     return broker.engine.call(on_loop, timeout=DEADLINE_S)
 
@@ -78,7 +78,7 @@ def build(broker: Broker, shape: tuple[int, int, int] = SHAPE) -> dict[bytes, by
     """TOPIC-0 filled (``fill``) and rolled; each key's last value."""
     broker.create_topic(TOPIC, 1, COMPACTED)
     latest = fill(lambda batch, acks: broker.produce(TOPIC, 0, batch, acks=acks), *shape)
-    broker.engine.call(lambda: broker.engine._logs.log(TOPIC, 0).roll(), timeout=DEADLINE_S)
+    broker.engine.call(lambda: broker.engine.partitions.log(TOPIC, 0).roll(), timeout=DEADLINE_S)
     return latest
 
 
@@ -107,7 +107,7 @@ def test_a_round_runs_in_a_worker_process_which_close_stops(tmp_path: Path) -> N
     with Broker(tmp_path / "data", **SMALL_INTERNAL_TOPICS, **FROZEN) as broker:
         latest = build(broker, (40, 100, 50))
         engine = broker.engine
-        stats = one_round(broker, engine._logs.log(TOPIC, 0), in_worker=True)
+        stats = one_round(broker, engine.partitions.log(TOPIC, 0), in_worker=True)
 
         assert stats.segments_rewritten > 0 and stats.bytes_after < stats.bytes_before
         assert stats.pid not in (0, os.getpid()), "the round's work ran in another process"
@@ -169,7 +169,7 @@ def test_a_worker_killed_mid_round_fails_the_round_and_the_next_one_works(
         assert failed and failed[0].exc_info and isinstance(failed[0].exc_info[1], WorkerProcessDiedError)
         assert not cleaned_files(round_.partition)
         assert log_shape(broker) == round_.before and latest_values(broker) == round_.latest
-        assert broker.engine.call(lambda: broker.engine._logs.log(TOPIC, 0).cleaner_state.checkpoint) == 0
+        assert broker.engine.call(lambda: broker.engine.partitions.log(TOPIC, 0).cleaner_state.checkpoint) == 0
 
         assert compact(broker) > 0, "the next round works, in a new worker"
         assert broker.engine.maintenance.process.pid not in (None, round_.pid)

@@ -87,7 +87,7 @@ def test_a_stuck_consumer_from_its_group_page_to_abort(console, chromium, name, 
         expect(page.locator("#held-back")).to_have_count(0)
         page.screenshot(path=str(ARTIFACTS / f"answers-group-freed-{name}.png"), full_page=True)
         assert not problems, f"the browser reported errors: {problems}"
-    log = broker.engine._logs.log("orders", 0)
+    log = broker.engine.partitions.log("orders", 0)
     assert log.last_stable_offset == log.high_watermark == 4
     assert (ARTIFACTS / f"answers-group-held-{name}.png").read_bytes()[:8] == PNG_MAGIC
 

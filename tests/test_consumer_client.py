@@ -66,7 +66,7 @@ def poll_until(c: Consumer, count: int, deadline_s: float = DEADLINE_S) -> list[
 
 
 def log_end(broker: Broker, topic: str, partition: int) -> int:
-    return broker.engine._logs.log(topic, partition).log_end_offset
+    return broker.engine.partitions.log(topic, partition).log_end_offset
 
 
 # -- assign, poll, seek, position, commit, committed -----------------------------------------------
@@ -95,7 +95,7 @@ def test_assign_poll_seek_position_commit_committed(broker, consumer):
     assert c.committed([("t", 0), ("t", 1)]) == {("t", 0): 4, ("t", 1): 2}
     c.commit({("t", 0): OffsetAndMetadata(2, "half way")})
     assert c.committed([("t", 0)]) == {("t", 0): 2}
-    fetched = broker.engine.call(broker.engine._group_coordinator.fetch_offsets, "g", [("t", 0)])
+    fetched = broker.engine.call(broker.engine.groups.coordinator.fetch_offsets, "g", [("t", 0)])
     assert fetched[("t", 0)].metadata == "half way"
 
     # a new consumer of the group starts from the committed offsets
@@ -209,7 +209,7 @@ def test_a_committed_offset_deleted_by_retention_is_reset_by_policy(broker, cons
     consumer(group_id="g").commit({("t", 0): 3})
     clock.advance(10_000)
     broker.engine.call(broker.engine.jobs.apply_retention, timeout=DEADLINE_S)
-    start = broker.engine._logs.log("t", 0).log_start_offset
+    start = broker.engine.partitions.log("t", 0).log_start_offset
     assert 3 < start == 18
     c = consumer(group_id="g", auto_offset_reset=reset, enable_auto_commit=False)
     c.assign([("t", 0)])
@@ -618,7 +618,7 @@ def test_closing_a_member_whose_join_is_still_waiting_lets_the_group_carry_on(br
     deadline = time.monotonic() + DEADLINE_S
     while True:
         a.poll(timeout_ms=20)
-        group = broker.engine._group_coordinator.describe("g")
+        group = broker.engine.groups.coordinator.describe("g")
         if group.state.value == "Stable" and a.group_metadata().generation_id == group.generation:
             break
         assert time.monotonic() < deadline, "the group never settled without b"
@@ -638,9 +638,9 @@ def test_a_member_that_lost_its_membership_resumes_from_the_committed_offsets(br
 
     async def expire_the_session() -> None:  # atomic on the loop: no heartbeat in between
         clock.advance(6_001)
-        broker.engine._group_coordinator.tick()
+        broker.engine.groups.coordinator.tick()
     broker.engine.call(expire_the_session, timeout=DEADLINE_S)
-    assert not broker.engine._group_coordinator.describe("g").members
+    assert not broker.engine.groups.coordinator.describe("g").members
     # the heartbeat learns UNKNOWN_MEMBER_ID; the consumer rejoins as a new member and,
     # as Kafka does for lost partitions, starts over from the committed offset
     got = poll_until(c, 8)

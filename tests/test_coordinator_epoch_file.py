@@ -52,7 +52,7 @@ def test_every_transaction_after_a_lost_or_damaged_epoch_file_commits_and_is_vis
         with Broker(data, **SMALL_INTERNAL_TOPICS) as broker:
             if round_ == 0:
                 broker.create_topic(TOPIC, partitions=PARTITIONS)
-            epochs.append(broker.engine._transaction_coordinator.coordinator_epoch)
+            epochs.append(broker.engine.transactions.coordinator.coordinator_epoch)
             # the same transactional id every round: the partitions remember the coordinator
             # epoch of its last marker, and a lower one is TRANSACTION_COORDINATOR_FENCED
             producer = broker.producer(transactional_id="billing")
@@ -78,11 +78,11 @@ def test_every_transaction_after_a_lost_or_damaged_epoch_file_commits_and_is_vis
 def test_the_epoch_file_is_versioned_and_checksummed(tmp_path: Path) -> None:
     data = tmp_path / "data"
     with Broker(data, **SMALL_INTERNAL_TOPICS) as broker:
-        epoch = broker.engine._transaction_coordinator.coordinator_epoch
+        epoch = broker.engine.transactions.coordinator.coordinator_epoch
     raw = (data / COORDINATOR_EPOCH).read_bytes()
     assert checked_file.unframe(raw, version=0) == epoch.to_bytes(4, "big")
     for version in (1, -1):
         with pytest.raises(checked_file.CorruptFileError, match="version"):
             checked_file.unframe(raw, version)
     with Broker(data, **SMALL_INTERNAL_TOPICS) as broker:
-        assert broker.engine._transaction_coordinator.coordinator_epoch == epoch + 1
+        assert broker.engine.transactions.coordinator.coordinator_epoch == epoch + 1

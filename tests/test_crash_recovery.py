@@ -177,7 +177,7 @@ def on_loop(broker: Broker, fn: Callable[[], Any]) -> Any:
 def log_picture(broker: Broker) -> dict:
     """What a rebuild from the .log files must reproduce exactly."""
     def take() -> dict:
-        log = broker.engine._logs.log(TOPIC, 0)
+        log = broker.engine.partitions.log(TOPIC, 0)
         return {
             "log_end_offset": log.log_end_offset,
             "high_watermark": log.high_watermark,

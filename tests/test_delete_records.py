@@ -123,7 +123,7 @@ def test_retention_deletes_the_segments_wholly_below_the_log_start(broker: Broke
     broker.create_topic("t", 1, {"segment.bytes": 200})  # one batch a segment
     for i in range(12):
         broker.produce("t", 0, data_batch([b"x" * 60], timestamp=clock.now_ms() + i))
-    log_ = broker.engine._logs.log("t", 0)
+    log_ = broker.engine.partitions.log("t", 0)
     assert len(log_.segments) > 4
     middle = log_.segments[3]
     new_start = middle.base_offset + (1 if middle.next_offset - middle.base_offset > 1 else 0)
@@ -309,7 +309,7 @@ def test_an_idempotent_producer_whose_state_is_gone_recovers_without_duplicate_o
     producer.flush(10)
     offsets = kafka.engine.call(kafka.engine.partitions.partition_offsets, "t", 0)
     assert (offsets.log_start_offset, offsets.high_watermark) == (20, 30), "each record written once"
-    (entry,) = kafka.engine._logs.log("t", 0).producer_state.producers.values()
+    (entry,) = kafka.engine.partitions.log("t", 0).producer_state.producers.values()
     assert entry.producer_epoch == 1, "it recovered with an epoch bump (KIP-360)"
     assert read_to_end(config(kafka, **{"group.id": "g"}), "t", 1) == [b"c%d" % i for i in range(10)]
 

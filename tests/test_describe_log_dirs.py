@@ -31,7 +31,7 @@ def kafka(tmp_path: Path) -> Iterator[KafkaBroker]:
 
 def sizes(kafka: KafkaBroker) -> dict[tuple[str, int], int]:
     """What the partitions' segment files hold, read from the disk."""
-    return {(name, p): sum(f.stat().st_size for f in (kafka.engine._logs.data_dir / f"{name}-{p}").glob("*.log"))
+    return {(name, p): sum(f.stat().st_size for f in (kafka.engine.disk.data_dir / f"{name}-{p}").glob("*.log"))
             for name, p in [("t", 0), ("t", 1), ("other", 0)]}
 
 
@@ -43,13 +43,13 @@ def test_kafka_python_describes_the_data_directory(kafka: KafkaBroker) -> None:
         admin.close()
     (log_dir,) = answer["log_dirs"]
     assert log_dir["error_code"] == 0
-    assert log_dir["log_dir"] == str(kafka.engine._logs.data_dir.absolute())
+    assert log_dir["log_dir"] == str(kafka.engine.disk.data_dir.absolute())
     seen = {(t["name"], p["partition_index"]): p for t in log_dir["topics"] for p in t["partitions"]}
     on_disk = sizes(kafka)
     assert {key: seen[key]["partition_size"] for key in on_disk} == on_disk
     assert on_disk["t", 0] > 0 and on_disk["t", 1] == 0
     assert all(p["offset_lag"] == 0 and p["is_future_key"] is False for p in seen.values())
-    stat = os.statvfs(kafka.engine._logs.data_dir)
+    stat = os.statvfs(kafka.engine.disk.data_dir)
     assert log_dir["total_bytes"] == stat.f_blocks * stat.f_frsize
     assert 0 < log_dir["usable_bytes"] <= log_dir["total_bytes"]
 
@@ -63,7 +63,7 @@ def test_every_served_version_answers_the_partitions_asked_for(kafka: KafkaBroke
     finally:
         client.close()
     (result,) = response.results
-    assert result.error_code == 0 and result.log_dir == str(kafka.engine._logs.data_dir.absolute())
+    assert result.error_code == 0 and result.log_dir == str(kafka.engine.disk.data_dir.absolute())
     ((topic,),) = (result.topics,)
     assert topic.name == "t", "only what exists is described, as in Kafka"
     assert [(p.partition_index, p.partition_size) for p in topic.partitions] == [

@@ -255,7 +255,7 @@ def test_a_full_disk_is_kafka_storage_error_everywhere_and_writes_resume_when_sp
     assert served.stop() == 0
     assert "stopped cleanly" in served.out.read_text()
     with Broker(served.data) as broker:  # the lock is released, the data as acknowledged
-        assert broker.engine._logs.log("orders", 0).high_watermark == len(stored)
+        assert broker.engine.partitions.log("orders", 0).high_watermark == len(stored)
 
 
 def test_sigterm_on_a_full_disk_releases_the_directory_and_loses_nothing_acknowledged(
@@ -278,7 +278,7 @@ def test_sigterm_on_a_full_disk_releases_the_directory_and_loses_nothing_acknowl
 
     filler.unlink()
     with Broker(served.data) as broker:
-        assert stored_values(broker.engine._logs.log("orders", 0)) == acknowledged
+        assert stored_values(broker.engine.partitions.log("orders", 0)) == acknowledged
 
 
 def test_starting_on_a_full_disk_is_one_clear_error_and_starts_once_space_is_freed(
@@ -296,7 +296,7 @@ def test_starting_on_a_full_disk_is_one_clear_error_and_starts_once_space_is_fre
     assert "Traceback" not in started.stderr, started.stderr
     filler.unlink()
     with Broker(data) as broker:
-        assert stored_values(broker.engine._logs.log("orders", 0)) == [value("acked", 0)]
+        assert stored_values(broker.engine.partitions.log("orders", 0)) == [value("acked", 0)]
 
 
 def test_the_embedded_producer_raises_kafka_storage_error_and_close_releases_the_lock(small_disk: Path) -> None:
@@ -322,7 +322,7 @@ def test_the_embedded_producer_raises_kafka_storage_error_and_close_releases_the
 
     filler.unlink()
     with Broker(data, **{"exactly.jobs.enable": False}) as again:
-        assert stored_values(again.engine._logs.log("orders", 0)) == acknowledged
+        assert stored_values(again.engine.partitions.log("orders", 0)) == acknowledged
         assert again.produce("orders", 0, data_batch([b"after"])) == len(acknowledged)
 
 
@@ -344,7 +344,7 @@ def test_a_failed_fsync_acknowledges_nothing_and_takes_the_partition_offline_unt
         patched.setattr(os, "fsync", eio)
         with pytest.raises(LogOfflineError):
             broker.produce("orders", 0, data_batch([b"not durable"]))
-    orders = broker.engine._logs.log("orders", 0)
+    orders = broker.engine.partitions.log("orders", 0)
     assert orders.high_watermark == 1, "what the failed fsync covered is invisible to readers"
 
     # fsync works again, but what the kernel dropped after the failure is unknown: no write until a restart
@@ -364,9 +364,9 @@ def test_a_failed_fsync_acknowledges_nothing_and_takes_the_partition_offline_unt
     assert lock_is_free(data)
     assert not (data / filenames.CLEAN_SHUTDOWN_FILE).exists(), "the offline log is recovered on the next start"
     with Broker(data, **{"exactly.jobs.enable": False}) as again:
-        assert again.engine._logs.log("orders", 0).offline is None
+        assert again.engine.partitions.log("orders", 0).offline is None
         offset = again.produce("orders", 0, data_batch([b"after restart"]))
-        stored = stored_values(again.engine._logs.log("orders", 0))
+        stored = stored_values(again.engine.partitions.log("orders", 0))
     # the write whose fsync failed was never acknowledged: after the restart it may or may not be there
     assert stored[0] == b"acked" and stored[-1] == b"after restart" and offset == len(stored) - 1
 

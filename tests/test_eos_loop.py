@@ -201,7 +201,7 @@ def check_exactly_once(broker: Broker) -> None:
     for key, offsets in by_key.items():
         assert offsets == sorted(offsets), f"key {key!r} out of order: {offsets}"
 
-    fetched = broker.engine.call(broker.engine._group_coordinator.fetch_offsets, GROUP,
+    fetched = broker.engine.call(broker.engine.groups.coordinator.fetch_offsets, GROUP,
                                  [(INPUT, p) for p in range(PARTITIONS)], True)
     assert {tp: (f.offset, f.error) for tp, f in fetched.items()} == {
         (INPUT, p): (RECORDS_PER_PARTITION, None) for p in range(PARTITIONS)}
@@ -302,6 +302,6 @@ def test_committed_offsets_survive_compaction_and_a_restart(tmp_path: Path) -> N
             consumer.commit({(INPUT, 1): offset})
         assert broker.engine.call(broker.engine.jobs.compact_logs) > 0
     with Broker(tmp_path / "data", **config) as broker:
-        fetched = broker.engine.call(broker.engine._group_coordinator.fetch_offsets, GROUP,
+        fetched = broker.engine.call(broker.engine.groups.coordinator.fetch_offsets, GROUP,
                                      [(INPUT, 0), (INPUT, 1)])
         assert {tp: f.offset for tp, f in fetched.items()} == {(INPUT, 0): 1, (INPUT, 1): 39}

@@ -82,7 +82,7 @@ def test_fence_now_is_a_fatal_fenced_error_for_a_confluent_transactional_produce
     error = _commit_error(producer)
     assert error.fatal(), error
     assert error.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED)
-    _, reason = server.engine._transaction_coordinator.txns["fence-me"].fenced  # what the zombie is told
+    _, reason = server.engine.transactions.coordinator.txns["fence-me"].fenced  # what the zombie is told
     assert reason.cause is AbortCause.FENCED and "fenced on demand" in reason.actor
     _retry_as_a_new_instance(server, "fence-me", "fence-t")
     assert _read_committed(server, "fence-t") == [b"again"]

@@ -39,13 +39,13 @@ def open_broker(tmp_path: Path) -> Iterator[Callable[..., Broker]]:
 
 
 def _commit(broker: Broker, group: str, offsets: dict[tuple[str, int], int]) -> None:
-    gc = broker.engine._group_coordinator
+    gc = broker.engine.groups.coordinator
     errors = broker.engine.call(gc.commit_offsets, group, {tp: CommittedOffset(o) for tp, o in offsets.items()})
     assert not any(errors.values())
 
 
 def _committed(broker: Broker, group: str) -> dict[tuple[str, int], int]:
-    g = broker.engine._group_coordinator.describe(group)
+    g = broker.engine.groups.coordinator.describe(group)
     return {tp: c.offset for tp, c in g.committed.items()} if g else {}
 
 
@@ -93,7 +93,7 @@ def test_reset_to_latest_is_the_high_watermark_even_above_an_open_transaction(or
     producer.init_transactions()
     producer.begin_transaction()
     producer.send("orders", b"open", partition=0).get(timeout=10)
-    log = orders.engine._logs.log("orders", 0)
+    log = orders.engine.partitions.log("orders", 0)
     assert log.last_stable_offset == 10 < log.high_watermark == 11
     _reset(orders, "svc", "latest", topic="orders")
     assert _committed(orders, "svc")[("orders", 0)] == 11
@@ -127,12 +127,12 @@ def test_bad_reset_requests_are_invalid_request(orders, to, value, topic, messag
 def test_delete_group_removes_it_and_its_offsets_for_good(orders, open_broker):
     _commit(orders, "old", {("orders", 0): 4, ("orders", 1): 2})
     _commit(orders, "kept", {("orders", 0): 1})
-    orders.engine.call(orders.engine._group_coordinator.delete_group, "old")
-    assert orders.engine._group_coordinator.describe("old") is None
+    orders.engine.call(orders.engine.groups.coordinator.delete_group, "old")
+    assert orders.engine.groups.coordinator.describe("old") is None
     with pytest.raises(GroupIdNotFoundError):
-        orders.engine.call(orders.engine._group_coordinator.delete_group, "old")
+        orders.engine.call(orders.engine.groups.coordinator.delete_group, "old")
     reopened = open_broker()
-    assert reopened.engine._group_coordinator.describe("old") is None
+    assert reopened.engine.groups.coordinator.describe("old") is None
     assert _committed(reopened, "kept") == {("orders", 0): 1}
     _commit(reopened, "old", {("orders", 0): 9})  # the id can be used again, from nothing
     assert _committed(reopened, "old") == {("orders", 0): 9}
@@ -143,14 +143,14 @@ def test_delete_group_with_members_is_non_empty_group(orders):
     consumer.subscribe(["orders"])
     consumer.poll(timeout_ms=2000)
     with pytest.raises(NonEmptyGroupError):
-        orders.engine.call(orders.engine._group_coordinator.delete_group, "live")
+        orders.engine.call(orders.engine.groups.coordinator.delete_group, "live")
     assert queries_group_state(orders, "live") == "Stable"
     consumer.close()
 
 
 def test_delete_unknown_group_is_group_id_not_found(orders):
     with pytest.raises(GroupIdNotFoundError):
-        orders.engine.call(orders.engine._group_coordinator.delete_group, "never")
+        orders.engine.call(orders.engine.groups.coordinator.delete_group, "never")
 
 
 # -- a deleted topic takes its offsets with it ------------------------------------------------
@@ -212,7 +212,7 @@ def test_delete_groups_from_confluent_kafkas_admin_client(tmp_path: Path):
                 futures[group].result(10)
             errors[group] = raised.value.args[0].name()
         assert errors == {"live": "NON_EMPTY_GROUP", "never": "GROUP_ID_NOT_FOUND"}
-        assert kafka.engine._group_coordinator.describe("old") is None
+        assert kafka.engine.groups.coordinator.describe("old") is None
         consumer.close()
 
 
@@ -231,7 +231,7 @@ def test_the_sqlite_mirror_follows_the_tombstones(orders):
     orders.create_topic("other", 1)
     _commit(orders, "old", {("orders", 0): 1})
     _commit(orders, "svc", {("orders", 0): 4, ("other", 0): 0})
-    orders.engine.call(orders.engine._group_coordinator.delete_group, "old")
+    orders.engine.call(orders.engine.groups.coordinator.delete_group, "old")
     orders.delete_topic("orders")
     orders.mirror.catch_up()
     db = reader_engine(orders.mirror.path)

@@ -95,12 +95,12 @@ def still_waiting(broker: Broker, task: asyncio.Task) -> bool:
 def tick(broker: Broker) -> None:
     """One pass of the coordinator's timers at the FakeClock's current time."""
     async def run() -> None:
-        broker.engine._group_coordinator.tick()
+        broker.engine.groups.coordinator.tick()
     call(broker, run)
 
 
 def gc(broker: Broker):
-    return broker.engine._group_coordinator
+    return broker.engine.groups.coordinator
 
 
 def group(broker: Broker, group_id: str) -> GroupMetadata:

@@ -138,7 +138,7 @@ def group_state(kafka: KafkaBroker, group_id: str = "g") -> tuple[GroupState, in
 def described(kafka: KafkaBroker, group_id: str, what: Callable[[GroupMetadata], Any]) -> Any:
     """``what`` of the group as the coordinator has it (None for no group), read on its loop."""
     async def read() -> Any:
-        group = kafka.engine._group_coordinator.describe(group_id)
+        group = kafka.engine.groups.coordinator.describe(group_id)
         return None if group is None else what(group)
     return kafka.engine.call(read, timeout=10)
 

@@ -589,7 +589,7 @@ def test_a_keyed_call_cut_short_by_a_crash_answers_transaction_abortable_after_a
         with app.test_request_context(f"{api.base}/transactions/cut-tx/records", method="POST", json=body):
             fingerprint = idempotency.fingerprint()
         # what a crash between the two partitions' appends of that call leaves: its first record only
-        b.engine.call(b.engine._transaction_coordinator.add_partitions, "cut-tx", *producer,
+        b.engine.call(b.engine.transactions.coordinator.add_partitions, "cut-tx", *producer,
                       {("orders", 0), ("orders", 1)})
         mark = json.dumps({"key": "cut-1", "fingerprint": fingerprint, "index": 0, "count": 2}).encode()
         for partition, header in ((0, mark), (1, b"[" * 100_000)):  # a Kafka client's own header of that name
@@ -644,7 +644,7 @@ def test_a_zombie_with_the_old_epoch_is_refused_after_a_new_init(topics: Api) ->
 
 
 def test_txn_offsets_with_a_stale_generation_are_fenced(topics: Api, broker: Broker) -> None:
-    joined = broker.engine.call(broker.engine._group_coordinator.join_group, "workers", "", "consumer",
+    joined = broker.engine.call(broker.engine.groups.coordinator.join_group, "workers", "", "consumer",
                                 [("range", b"")], 10_000)
     producer = topics.init("kip447-tx")
     offsets = [{"topic_name": "orders", "partition_id": 0, "offset": 5}]
@@ -818,7 +818,7 @@ def test_the_partition_abort_of_a_transactional_producer_aborts_its_transaction(
 
 def test_consumer_groups_list_and_describe(topics: Api, broker: Broker) -> None:
     assert topics.get("/consumer-groups")["data"] == []
-    joined = broker.engine.call(broker.engine._group_coordinator.join_group, "readers", "", "consumer",
+    joined = broker.engine.call(broker.engine.groups.coordinator.join_group, "readers", "", "consumer",
                                 [("range", b"")], 10_000, client_id="reader-1")
     listed = topics.get("/consumer-groups")["data"]
     assert [(g["consumer_group_id"], g["members_count"], g["generation_id"]) for g in listed] == [
@@ -847,7 +847,7 @@ def test_with_a_token_a_write_without_it_changes_nothing(broker: Broker) -> None
     client = create_app(broker.engine, HttpSettings(token="s3cret"), test_config={"TESTING": True}).test_client()
     base = f"/v3/clusters/{broker.cluster_id}"
     assert client.post(f"{base}/topics", json={"topic_name": "t"}).status_code == 401
-    assert broker.engine._logs.topics == {}
+    assert broker.engine.topics.topic_names() == []
     ok = client.post(f"{base}/topics", json={"topic_name": "t"}, headers={"Authorization": "Bearer s3cret"})
     assert ok.status_code == 201
 

@@ -65,7 +65,7 @@ def app(broker: Broker):
         client.post(f"{base}/topics/orders/records",
                     json={"partition_id": 0, "value": {"type": "STRING", "data": f"v{i}"}})
     client.post(f"{base}/topics", json={"topic_name": CONFIGURED, "partitions_count": 1})
-    engine, gc = broker.engine, broker.engine._group_coordinator
+    engine, gc = broker.engine, broker.engine.groups.coordinator
     joined = engine.call(gc.join_group, GROUP, "", consumer_protocol.PROTOCOL_TYPE,
                          [("range", consumer_protocol.encode_subscription(["orders"]))], 60_000)
     engine.call(gc.sync_group, GROUP, joined.generation, joined.member_id,
@@ -110,7 +110,7 @@ def _steer(case, broker: Broker, member: str) -> None:
     if "name" in params and rng.random() < 0.7:
         params["name"] = rng.choice(models.CONFIG_NAMES)
     if "broker_id" in params and rng.random() < 0.7:
-        params["broker_id"] = broker.engine._logs.node_id
+        params["broker_id"] = broker.engine.topics.node_id
     if "group_id" in params and rng.random() < 0.7:
         params["group_id"] = GROUP
     if "consumer_id" in params and rng.random() < 0.7:
@@ -132,7 +132,7 @@ def _steer(case, broker: Broker, member: str) -> None:
 
 
 async def _describe(engine, txn_id: str):
-    return engine._transaction_coordinator.describe(txn_id)
+    return engine.transactions.coordinator.describe(txn_id)
 
 
 @schema.parametrize()

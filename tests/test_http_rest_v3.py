@@ -108,7 +108,7 @@ def check_error(response, kafka_name: str) -> None:
 def stable_group(broker: Broker, group_id: str, assigned: list[tuple[str, int]]) -> str:
     """A consumer-protocol group with one member assigned ``assigned``; its member id."""
     engine = broker.engine
-    gc = engine._group_coordinator
+    gc = engine.groups.coordinator
     joined = engine.call(gc.join_group, group_id, "", consumer_protocol.PROTOCOL_TYPE,
                          [("range", consumer_protocol.encode_subscription(sorted({t for t, _ in assigned})))],
                          10_000, client_id="reader-1", client_host="/127.0.0.1")
@@ -120,7 +120,7 @@ def stable_group(broker: Broker, group_id: str, assigned: list[tuple[str, int]])
 def commit(broker: Broker, group_id: str, offsets: dict[tuple[str, int], int], member_id: str = "") -> None:
     """OffsetCommit, as ``member_id`` of the group's current generation (or as a
     standalone consumer without one)."""
-    gc = broker.engine._group_coordinator
+    gc = broker.engine.groups.coordinator
     generation = broker.engine.call(lambda: gc.describe(group_id).generation) if member_id else -1
     errors = broker.engine.call(gc.commit_offsets, group_id, {tp: CommittedOffset(o) for tp, o in offsets.items()},
                                 generation, member_id)
@@ -135,7 +135,7 @@ def test_every_shared_resource_has_the_proxy_s_documented_shape(topics: Api, bro
         topics.produce("orders", 0, f"v{i}")
     member = stable_group(broker, "readers", [("orders", 0), ("orders", 1)])
     commit(broker, "readers", {("orders", 0): 1}, member)
-    node = broker.engine._logs.node_id
+    node = broker.engine.topics.node_id
 
     check_list(topics.client.get("/v3/clusters").json, "KafkaClusterList")
     check_resource(topics.get(""), "KafkaCluster")
@@ -487,8 +487,8 @@ def test_validate_only_checks_and_changes_nothing(topics: Api, broker: Broker) -
     would_be = topics.post("/topics", {"topic_name": "dry", "partitions_count": 3, "validate_only": True,
                                        "configs": [{"name": "compression.type", "value": "lz4"}]}, status=200)
     assert (would_be["topic_name"], would_be["partitions_count"], would_be["topic_id"]) == ("dry", 3, None)
-    assert "dry" not in broker.engine._logs.topics
-    assert not any(p.name.startswith("dry-") for p in broker.engine._logs.data_dir.iterdir())
+    assert "dry" not in broker.engine.topics.topic_names()
+    assert not any(p.name.startswith("dry-") for p in broker.engine.disk.data_dir.iterdir())
     check_error(topics.client.post(f"{topics.base}/topics", json={"topic_name": "orders", "validate_only": True}),
                 "TOPIC_ALREADY_EXISTS")
     check_error(topics.client.post(f"{topics.base}/topics", json={
@@ -501,7 +501,7 @@ def test_a_topic_grows_its_partitions_and_keeps_them_across_a_restart(tmp_path: 
         api = Api(create_app(broker.engine, test_config={"TESTING": True}).test_client(), broker.cluster_id)
         api.create_topic("orders", 2)
         api.produce("orders", 1, "before")
-        stray = broker.engine._logs.data_dir / "orders-2"  # what a grow that never committed left
+        stray = broker.engine.disk.data_dir / "orders-2"  # what a grow that never committed left
         stray.mkdir()
         (stray / "00000000000000000000.log").write_bytes(b"\x00" * 100)
         grown = api.call("PATCH", "/topics/orders", 200, {"partitions_count": 4}).json
@@ -549,7 +549,7 @@ def test_partition_offsets_are_the_log_start_and_the_high_watermark_or_the_lso(t
 
 
 def test_the_one_broker_leads_every_partition(topics: Api, broker: Broker) -> None:
-    node = broker.engine._logs.node_id
+    node = broker.engine.topics.node_id
     (only,) = topics.get("/brokers")["data"]
     assert only["broker_id"] == node and topics.get("")["controller"]["related"].endswith(f"/brokers/{node}")
     partition = topics.get("/topics/orders/partitions/1")
@@ -566,7 +566,7 @@ def test_broker_configs_are_the_settings_given_at_start_and_hide_secrets(tmp_pat
     with Broker(tmp_path / "data", **SMALL_INTERNAL_TOPICS, **{"num.partitions": 3,
                                                                 "http.auth.token": "s3cret"}) as broker:
         api = Api(create_app(broker.engine, test_config={"TESTING": True}).test_client(), broker.cluster_id)
-        node = broker.engine._logs.node_id
+        node = broker.engine.topics.node_id
         configs = {c["name"]: c for c in api.get(f"/brokers/{node}/configs")["data"]}
         assert (configs["num.partitions"]["value"], configs["num.partitions"]["source"]) == (
             "3", "STATIC_BROKER_CONFIG")
@@ -582,7 +582,7 @@ def test_broker_configs_are_the_settings_given_at_start_and_hide_secrets(tmp_pat
 
 
 def test_the_broker_names_the_kafka_address_clients_are_told(topics: Api, broker: Broker) -> None:
-    node = broker.engine._logs.node_id
+    node = broker.engine.topics.node_id
     assert (topics.get(f"/brokers/{node}")["host"], topics.get(f"/brokers/{node}")["port"]) == (None, None)
     sock = socket.create_server(("127.0.0.1", 0))
     listener = attach_kafka(broker.engine, sock)  # what `exactly serve` attaches
@@ -600,7 +600,7 @@ def test_broker_configs_are_every_config_kafka_lists_that_this_broker_knows(tmp_
     Kafka refuses a read-only config."""
     with Broker(tmp_path / "data", **SMALL_INTERNAL_TOPICS, **{"log.segment.bytes": 1 << 20}) as broker:
         api = Api(create_app(broker.engine, test_config={"TESTING": True}).test_client(), broker.cluster_id)
-        node = broker.engine._logs.node_id
+        node = broker.engine.topics.node_id
         listed = api.get(f"/brokers/{node}/configs")
         check_list(listed, "KafkaBrokerConfigList")
         configs = {c["name"]: c for c in listed["data"]}
@@ -706,7 +706,7 @@ def test_a_group_without_committed_offsets_lags_from_the_log_start(topics: Api, 
     """Issue 18: an assigned partition never committed counts from the log start, as
     kafka-consumer-groups.sh does (current_offset -1, as OffsetFetch answers)."""
     stable_group(broker, "idle", [("orders", 0)])
-    log = broker.engine._logs.log("orders", 0)
+    log = broker.engine.partitions.log("orders", 0)
     summary = topics.get("/consumer-groups/idle/lag-summary")
     assert (summary["max_lag"], summary["total_lag"]) == (log.high_watermark - log.log_start_offset,) * 2
     assert summary["max_lag_partition"]["related"].endswith("/topics/orders/partitions/0")
@@ -719,7 +719,7 @@ def test_group_states_are_spelled_as_the_proxy_does(topics: Api, broker: Broker)
     group = topics.get("/consumer-groups/standalone")
     assert (group["state"], group["is_simple"], group["partition_assignor"]) == ("EMPTY", True, "")
     engine = broker.engine
-    engine.call(engine._group_coordinator.join_group, "joining", "", "consumer", [("range", b"")], 10_000)
+    engine.call(engine.groups.coordinator.join_group, "joining", "", "consumer", [("range", b"")], 10_000)
     assert re.fullmatch(r"[A-Z_]+", topics.get("/consumer-groups/joining")["state"])
 
 

@@ -57,13 +57,13 @@ def batch(seq: int, count: int = 1, *, pid: int = PID, epoch: int = 0) -> bytes:
 
 def log_end_offset(broker: Broker, topic: str = TOPIC, partition: int = 0) -> int:
     async def get() -> int:
-        return broker.engine._logs.log(topic, partition).log_end_offset
+        return broker.engine.partitions.log(topic, partition).log_end_offset
     return broker.engine.call(get)
 
 
 def segment_count(broker: Broker) -> int:
     async def get() -> int:
-        return len(broker.engine._logs.log(TOPIC, 0).segments)
+        return len(broker.engine.partitions.log(TOPIC, 0).segments)
     return broker.engine.call(get)
 
 

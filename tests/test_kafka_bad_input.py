@@ -248,10 +248,10 @@ def test_fuzzed_frames_never_hurt_the_broker_then_a_real_client_works(tmp_path: 
                    or len(values) >= 20, what="the records produced after the fuzz")
         consumer.close()
         assert values == [b"v%d" % i for i in range(20)]
-        ends = {key: log.log_end_offset for key, log in kafka.engine._logs.logs.items()}
+        ends = {key: log.log_end_offset for key, log in kafka.engine.partitions.logs()}
     (data_dir / filenames.CLEAN_SHUTDOWN_FILE).unlink()  # recover every partition as after a crash
     with Broker(data_dir, **CONFIG) as reopened:
-        assert {key: log.log_end_offset for key, log in reopened.engine._logs.logs.items()} == ends
-        for log in reopened.engine._logs:
+        assert {key: log.log_end_offset for key, log in reopened.engine.partitions.logs()} == ends
+        for _, log in reopened.engine.partitions.logs():
             for _, stored in log.batches():
                 validate_batch(stored)

@@ -62,13 +62,13 @@ def test_admin_creates_and_deletes_topics(kafka: KafkaBroker) -> None:
             future.result(30)
         except KafkaException as e:
             assert e.args[0].code() == KafkaError.INVALID_REPLICATION_FACTOR
-    assert kafka.engine._logs.topic("orders").partitions == 3
-    assert "bad" not in kafka.engine._logs.topics
+    assert kafka.engine.topics.topic("orders").partitions == 3
+    assert "bad" not in kafka.engine.topics.topic_names()
     topics = admin.list_topics(timeout=10).topics
     assert len(topics["orders"].partitions) == 3
     for future in admin.delete_topics(["orders"]).values():
         future.result(30)
-    assert "orders" not in kafka.engine._logs.topics
+    assert "orders" not in kafka.engine.topics.topic_names()
 
 
 def test_idempotent_producer_with_five_requests_in_flight_writes_each_record_once(kafka: KafkaBroker) -> None:

@@ -34,10 +34,10 @@ def kcat(kafka: KafkaBroker, *args: str, stdin: str | None = None) -> str:
 def test_kcat_lists_metadata(kafka: KafkaBroker) -> None:
     kafka.broker.create_topic("listed", 3)
     metadata = json.loads(kcat(kafka, "-L", "-J"))
-    assert [(b["name"], b["id"]) for b in metadata["brokers"]] == [(kafka.bootstrap, kafka.engine._logs.node_id)]
+    assert [(b["name"], b["id"]) for b in metadata["brokers"]] == [(kafka.bootstrap, kafka.engine.topics.node_id)]
     [topic] = [t for t in metadata["topics"] if t["topic"] == "listed"]
     assert [p["partition"] for p in topic["partitions"]] == [0, 1, 2]
-    assert all(p["leader"] == kafka.engine._logs.node_id for p in topic["partitions"])
+    assert all(p["leader"] == kafka.engine.topics.node_id for p in topic["partitions"])
 
 
 def test_kcat_produces_and_consumes_read_committed(kafka: KafkaBroker) -> None:

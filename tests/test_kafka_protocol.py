@@ -397,14 +397,14 @@ def test_create_topics_validates_like_kafka(kafka: KafkaBroker, raw: KafkaConnec
         result = raw.request(ApiKey.CREATE_TOPICS, 4, body).topics[0]
         return result.error_code, result.error_message
 
-    assert create("dry", validate_only=True)[0] == 0 and "dry" not in kafka.engine._logs.topics
+    assert create("dry", validate_only=True)[0] == 0 and "dry" not in kafka.engine.topics.topic_names()
     assert create("t", 2, configs={"cleanup.policy": "compact"}) == (0, None)
-    assert kafka.engine._logs.topic("t").overrides == {"cleanup.policy": "compact"}
+    assert kafka.engine.topics.topic("t").overrides == {"cleanup.policy": "compact"}
     assert create("t")[0] == 36  # TOPIC_ALREADY_EXISTS
     assert create("r", replication=3)[0] == 38  # INVALID_REPLICATION_FACTOR
     assert create("p", partitions=0)[0] == 37  # INVALID_PARTITIONS
     code, message = create("c", configs={"cleanup.policy": "sometimes"})
-    assert code == 40 and "cleanup.policy" in message and "c" not in kafka.engine._logs.topics
+    assert code == 40 and "cleanup.policy" in message and "c" not in kafka.engine.topics.topic_names()
     assert create("default", partitions=-1, replication=-1)[0] == 0
     deleted = raw.request(ApiKey.DELETE_TOPICS, 3, {"topic_names": ["t", "ghost"], "timeout": 10_000})
     assert [(r.name, r.error_code) for r in deleted.responses] == [("t", 0), ("ghost", 3)]

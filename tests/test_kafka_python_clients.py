@@ -77,7 +77,7 @@ def test_kafka_python_admin_produce_and_group_consume(kafka: KafkaBroker) -> Non
     consumer.close()
     assert [g["group_id"] for g in admin.list_groups()] == ["kp-group"]
     admin.delete_topics(["kp"])
-    assert "kp" not in kafka.engine._logs.topics
+    assert "kp" not in kafka.engine.topics.topic_names()
     admin.close()
 
 

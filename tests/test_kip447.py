@@ -76,7 +76,7 @@ def consumer(broker) -> Iterator[Callable[..., Consumer]]:
 
 
 def fetch(broker: Broker, require_stable: bool, tp=TP):
-    got = broker.engine.call(broker.engine._group_coordinator.fetch_offsets, "g", [tp], require_stable,
+    got = broker.engine.call(broker.engine.groups.coordinator.fetch_offsets, "g", [tp], require_stable,
                              timeout=DEADLINE_S)
     return got[tp]
 
@@ -100,7 +100,7 @@ def fill(broker: Broker, count: int) -> None:
 
 
 def commit_standalone(broker: Broker, offset: int, tp=TP) -> None:
-    errors = broker.engine.call(broker.engine._group_coordinator.commit_offsets, "g",
+    errors = broker.engine.call(broker.engine.groups.coordinator.commit_offsets, "g",
                                 {tp: CommittedOffset(offset)}, timeout=DEADLINE_S)
     assert errors == {tp: None}
 
@@ -167,7 +167,7 @@ def test_a_zombie_with_the_old_generation_is_fenced_at_txn_offset_commit(broker,
     while zombie.group_metadata().generation_id == stale.generation_id or joiner.is_alive():
         assert time.monotonic() < deadline, "the rebalance did not complete"
         zombie.poll(timeout_ms=20)
-    group = broker.engine._group_coordinator.describe("g")
+    group = broker.engine.groups.coordinator.describe("g")
     assert stale.member_id in group.members and group.generation > stale.generation_id
 
     p = transactional(broker)
@@ -191,7 +191,7 @@ def test_a_zombie_with_the_old_generation_is_fenced_at_txn_offset_commit(broker,
 
 
 def test_a_zombie_removed_from_the_group_is_fenced_as_an_unknown_member(broker):
-    gc = broker.engine._group_coordinator
+    gc = broker.engine.groups.coordinator
     joined = broker.engine.call(gc.join_group, "g", "", "consumer", [("range", b"")], 10_000,
                                 timeout=DEADLINE_S)
     broker.engine.call(gc.sync_group, "g", joined.generation, joined.member_id, {}, timeout=DEADLINE_S)
@@ -394,7 +394,7 @@ def test_pending_offsets_rebuilt_on_restart_become_committed_by_the_commit_marke
 
     b = open_broker()
     assert is_unstable(b) and committed_offset(b) == -1
-    b.engine.call(b.engine._transaction_coordinator.end_txn, *txn, True, timeout=DEADLINE_S)
+    b.engine.call(b.engine.transactions.coordinator.end_txn, *txn, True, timeout=DEADLINE_S)
     assert not is_unstable(b) and committed_offset(b) == 8
 
 
@@ -444,4 +444,4 @@ def test_committed_and_aborted_transactional_offsets_replay_the_same_after_resta
     b = open_broker()
     assert (committed_offset(b), committed_offset(b, ("in", 1))) == before
     assert not is_unstable(b) and not is_unstable(b, ("in", 1))
-    assert not b.engine._group_coordinator.describe("g").pending
+    assert not b.engine.groups.coordinator.describe("g").pending

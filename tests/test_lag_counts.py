@@ -224,7 +224,7 @@ def test_console_and_api_say_the_lag_is_exact(broker: Broker) -> None:
     consumer = broker.consumer(group_id="svc", enable_auto_commit=False)
     consumer.commit({(T, 0): 0})
     consumer.close()
-    log = broker.engine._logs.log(T, 0)
+    log = broker.engine.partitions.log(T, 0)
     offsets = broker.engine.call(read_models.group, broker.engine, "svc")["offsets"][0]
     assert (offsets["lag"], offsets["lag_exact"]) == (received(log, 0, log.last_stable_offset), True) == (1200, True)
     summary = next(g for g in broker.engine.call(read_models.groups_summary, broker.engine) if g["group_id"] == "svc")
@@ -249,14 +249,14 @@ def test_after_a_restart_the_lag_is_counted_off_the_loop(tmp_path: Path, clock: 
         stuck.begin_transaction()
         stuck.send(T, b"open", partition=0).get(timeout=10)
     with Broker(data, clock=clock, **SMALL_INTERNAL_TOPICS) as broker:
-        log = broker.engine._logs.log(T, 0)
+        log = broker.engine.partitions.log(T, 0)
         assert len(log.segments) > 3 and len(log.visible_records) == 0  # nothing read on open
         def offsets() -> dict:
             return broker.engine.call(read_models.group, broker.engine, "svc")["offsets"][0]
         counted = eventually(lambda: (o := offsets())["lag_exact"] and o, 30, "the counts of the opened log")
         assert counted["lag"] == 295 and counted["held_back"] == 1
         txn_id = "stuck"
-        broker.engine.call(broker.engine._transaction_coordinator.admin_abort, txn_id, "test")
+        broker.engine.call(broker.engine.transactions.coordinator.admin_abort, txn_id, "test")
         settled = eventually(lambda: not (o := offsets())["held_back"] and o, 30, "the abort to reach the counts")
         assert (settled["lag"], settled["lag_exact"]) == (295, True)
         assert settled["lag"] == received(log, 5, log.last_stable_offset)

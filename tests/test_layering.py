@@ -209,6 +209,16 @@ def test_only_the_engine_touches_its_internals() -> None:
     assert not wrong, "call the engine's services (exactly/app/engine/engine.py):\n" + "\n".join(wrong)
 
 
+def test_tests_use_the_engines_services_not_its_privates() -> None:
+    """A test written against ``engine._logs`` breaks with every refactoring of the engine
+    and tests what no user can reach; the services are what the faces, and so the tests, use."""
+    wrong = [f"{path.relative_to(REPO)}:{node.lineno} reaches engine.{node.attr}"
+             for path in sorted((REPO / "tests").rglob("*.py"))
+             for node in ast.walk(ast.parse(path.read_text(), str(path)))
+             if isinstance(node, ast.Attribute) and names_the_engine(node.value) and node.attr.startswith("_")]
+    assert not wrong, "use the engine's services (docs/architecture.md):\n" + "\n".join(wrong)
+
+
 def names_a_service(node: ast.expr) -> bool:
     """``engine.partitions``, ``ctx.engine.topics``, ``current_engine().groups``: a service reached."""
     return isinstance(node, ast.Attribute) and node.attr in SERVICES and names_the_engine(node.value)

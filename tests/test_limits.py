@@ -95,7 +95,7 @@ def test_create_topics_with_2_pow_31_minus_1_partitions_is_policy_violation(kafk
     assert topic["error_message"].startswith("Excessively large number of partitions per request")
     outcome = create(kafka, NewTopic("large", 100_000, 1), validate_only=validate_only)["large"]
     assert outcome is not None and outcome.code() == KafkaError.POLICY_VIOLATION
-    assert partition_dirs(kafka.broker.engine._logs.data_dir, "huge") == []
+    assert partition_dirs(kafka.broker.engine.disk.data_dir, "huge") == []
     assert create(kafka, NewTopic("small", 2, 1))["small"] is None  # the broker goes on serving
     assert refusals(kafka)["max.partitions.per.request"] == 2
 
@@ -106,7 +106,7 @@ def test_10001_partitions_in_one_request_fail_every_topic_of_it(kafka: KafkaBrok
     assert outcomes["a"].code() == KafkaError.POLICY_VIOLATION
     outcomes = create(kafka, NewTopic("b", 5_000, 1), NewTopic("c", 5_001, 1), NewTopic("d", 1, 1))
     assert {name: e.code() for name, e in outcomes.items()} == dict.fromkeys("bcd", KafkaError.POLICY_VIOLATION)
-    assert kafka.broker.engine._logs.topics.keys().isdisjoint("abcd")
+    assert set(kafka.broker.engine.topics.topic_names()).isdisjoint("abcd")
 
 
 def test_10000_partitions_in_one_request_are_allowed(tmp_path: Path) -> None:
@@ -119,7 +119,7 @@ def test_the_embedded_api_refuses_too_many_partitions(broker: Broker) -> None:
         with pytest.raises(PolicyViolationError, match="Excessively large number of partitions"):
             broker.create_topic("huge", 2**31 - 1, validate_only=validate_only)
     assert broker.create_topic("fine", 2, validate_only=True) is None
-    assert "huge" not in broker.engine._logs.topics and "fine" not in broker.engine._logs.topics
+    assert "huge" not in broker.engine.topics.topic_names() and "fine" not in broker.engine.topics.topic_names()
 
 
 def test_the_http_api_answers_policy_violation_for_too_many_partitions(broker: Broker) -> None:
@@ -133,7 +133,7 @@ def test_the_http_api_answers_policy_violation_for_too_many_partitions(broker: B
     assert client.post(topics, json={"topic_name": "t", "partitions_count": 1}).status_code == 201
     grown = client.patch(f"{topics}/t", json={"partitions_count": 10_002})  # adds 10,001
     assert grown.status_code == 400 and grown.json["error_name"] == "POLICY_VIOLATION"
-    assert broker.engine._logs.topic("t").partitions == 1
+    assert broker.engine.topics.topic("t").partitions == 1
     assert refusals(broker)["max.partitions.per.request"] == 3
 
 
@@ -157,7 +157,7 @@ def test_exactly_max_partitions_bounds_what_the_broker_holds(tmp_path: Path) -> 
         producer = Producer({"bootstrap.servers": kafka.bootstrap, "transactional.id": "tx"})
         producer.init_transactions(30)
         del producer  # its handle ends now, before the broker does
-        assert len(kafka.engine._logs.logs) == 5 + SMALL_INTERNAL_TOPICS["transaction.state.log.num.partitions"]
+        assert len(dict(kafka.engine.partitions.logs())) == 5 + SMALL_INTERNAL_TOPICS["transaction.state.log.num.partitions"]
         kafka.broker.delete_topic("b")
         assert create(kafka, NewTopic("b", 2, 1)) == {"b": None}  # nor do they count against it
 
@@ -200,8 +200,8 @@ def test_running_out_of_inodes_part_way_creates_nothing_and_the_broker_restarts(
         assert (data / "topics.json").read_bytes() == registry
         assert create(kafka, NewTopic("after", 2, 1)) == {"after": None}  # the inodes came back
     with Broker(data) as again:  # closed cleanly, starts again
-        assert sorted(again.engine._logs.topics) == ["after", "small"]
-        assert again.engine._logs.clean_start
+        assert sorted(again.engine.topics.topic_names()) == ["after", "small"]
+        assert again.engine.partitions.clean_start
 
 
 EMFILE_CHILD = """
@@ -240,7 +240,7 @@ def test_running_out_of_file_descriptors_part_way_creates_nothing(tmp_path: Path
     assert report["outcome"].startswith("KAFKA_STORAGE_ERROR: ") and "Too many open files" in report["outcome"]
     assert report == {**report, "leaked_fds": 0, "registry_unchanged": True, "dirs": []}
     with Broker(data) as again:
-        assert sorted(again.engine._logs.topics) == ["small"] and again.engine._logs.clean_start
+        assert sorted(again.engine.topics.topic_names()) == ["small"] and again.engine.partitions.clean_start
 
 
 # -- connections -----------------------------------------------------------------------------

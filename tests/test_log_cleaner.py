@@ -61,7 +61,7 @@ def on_loop(broker: Broker, fn: Callable[[], Any]) -> Any:
 
 
 def plog(broker: Broker) -> PartitionLog:
-    return broker.engine._logs.log(T, 0)
+    return broker.engine.partitions.log(T, 0)
 
 
 def clean(broker: Broker, clock: FakeClock) -> CleanerStats:
@@ -798,12 +798,12 @@ def test_only_compacted_topics_are_cleaned(broker: Broker, clock: FakeClock) -> 
     for i in range(20):
         broker.produce("plain", 0, batch(b"k", b"v%d" % i))
         put(broker, b"k", b"v%d" % i)
-    on_loop(broker, lambda: (broker.engine._logs.log("plain", 0).roll(), plog(broker).roll()))
-    plain = on_loop(broker, lambda: list(broker.engine._logs.log("plain", 0).batches()))
+    on_loop(broker, lambda: (broker.engine.partitions.log("plain", 0).roll(), plog(broker).roll()))
+    plain = on_loop(broker, lambda: list(broker.engine.partitions.log("plain", 0).batches()))
 
     assert broker.engine.call(broker.engine.jobs.compact_logs) > 0
 
-    assert on_loop(broker, lambda: list(broker.engine._logs.log("plain", 0).batches())) == plain
+    assert on_loop(broker, lambda: list(broker.engine.partitions.log("plain", 0).batches())) == plain
     assert triples(broker) == [(19, b"k", b"v19")]
 
 

@@ -13,7 +13,6 @@ it acknowledged.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import signal
@@ -130,7 +129,7 @@ def on_loop(broker: Broker, fn: Callable[[], Any]) -> Any:
 
 
 def plog(broker: Broker, topic: str, partition: int = 0) -> PartitionLog:
-    return broker.engine._logs.log(topic, partition)
+    return broker.engine.partitions.log(topic, partition)
 
 
 def put(broker: Broker, topic: str, key: bytes, value: bytes, timestamp: int | None = None) -> int:
@@ -274,8 +273,8 @@ def test_no_producer_id_is_handed_out_before_its_block_is_durable(tmp_path: Path
         broker.create_topic("other", 1)
         engine = broker.engine
         gate = hold(gates, engine.maintenance.metadata, ProducerIdBlock)
-        first = in_thread(lambda: engine.call(engine._transaction_coordinator.init_producer_id, None, -1))
-        second = in_thread(lambda: engine.call(engine._transaction_coordinator.init_producer_id, None, -1))
+        first = in_thread(lambda: engine.call(engine.transactions.coordinator.init_producer_id, None, -1))
+        second = in_thread(lambda: engine.call(engine.transactions.coordinator.init_producer_id, None, -1))
         block = gate.wait_held()
         assert isinstance(block, ProducerIdBlock)
         assert not (data / "producer-id-block").exists()
@@ -286,7 +285,7 @@ def test_no_producer_id_is_handed_out_before_its_block_is_durable(tmp_path: Path
         ids = sorted([first.result(DEADLINE_S)[0], second.result(DEADLINE_S)[0]])
         assert ids[1] == ids[0] + 1 and ids[1] < block.end, "both from the one block written"
     with Broker(data, **SMALL_INTERNAL_TOPICS) as broker:
-        again = broker.engine.call(broker.engine._transaction_coordinator.init_producer_id, None, -1)[0]
+        again = broker.engine.call(broker.engine.transactions.coordinator.init_producer_id, None, -1)[0]
         assert again >= block.end >= BLOCK_SIZE
 
 
@@ -340,7 +339,7 @@ def test_retention_waits_for_a_cleaning_round_on_the_same_partition(broker: Brok
 
     cleaning = in_thread(lambda: engine.call(engine.jobs.compact_logs, timeout=DEADLINE_S))
     gate.wait_held()
-    retention = asyncio.run_coroutine_threadsafe(engine.jobs.apply_retention(), engine._loop)
+    retention = engine.schedule(engine.jobs.apply_retention)
     settle(broker)
     assert broker.list_offsets("both", 0, -2) == 0, "retention planned nothing while the round runs"
     assert not retention.done()
@@ -421,7 +420,7 @@ def test_the_loop_thread_never_fsyncs(tmp_path: Path, clock: FakeClock, monkeypa
         producer.begin_transaction()
         producer.send("other", b"in a transaction", key=b"t", partition=0)
         producer.commit_transaction()
-        engine.call(engine._transaction_coordinator.init_producer_id, None, -1)
+        engine.call(engine.transactions.coordinator.init_producer_id, None, -1)
         assert engine.call(engine.jobs.compact_logs) > 0
         clock.advance(2 * HOUR)
         produce(broker, "old", 0, data_batch([b"late"], timestamp=clock.now_ms()))
@@ -451,7 +450,7 @@ CHILD = textwrap.dedent('''
         if isinstance(job, SnapshotWrite):
             never.wait()  # the snapshot of every roll stays unwritten until the kill
     broker.engine.maintenance.metadata.before_job = block_snapshots
-    pid = broker.engine.call(broker.engine._transaction_coordinator.init_producer_id, None, -1)[0]
+    pid = broker.engine.call(broker.engine.transactions.coordinator.init_producer_id, None, -1)[0]
     print("producer", pid, flush=True)
     for seq in range(40):
         batch = encode_batch([SimpleRecord(b"v%d" % seq + b"." * 100)], producer_id=pid,

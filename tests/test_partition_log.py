@@ -22,7 +22,7 @@ HOUR = 3600 * 1000
 
 
 def segment_files(broker: Broker, topic: str, partition: int = 0) -> list[str]:
-    directory = broker.engine._logs.log(topic, partition).directory
+    directory = broker.engine.partitions.log(topic, partition).directory
     return sorted(p.name for p in directory.iterdir() if p.suffix == filenames.LOG_SUFFIX)
 
 
@@ -34,7 +34,7 @@ def test_segments_roll_on_segment_bytes_with_20_digit_names(broker: Broker) -> N
     assert len(names) >= 3
     assert names[0] == "00000000000000000000.log"
     assert all(len(n) == len("00000000000000000000.log") for n in names)
-    log = broker.engine._logs.log("t", 0)
+    log = broker.engine.partitions.log("t", 0)
     assert all(s.size <= 1000 for s in log.segments)
     bases = [int(n[:20]) for n in names]
     assert bases == sorted(bases) and bases == [s.base_offset for s in log.segments]
@@ -54,7 +54,7 @@ def test_every_offset_is_found_through_the_sparse_index(broker: Broker) -> None:
     broker.create_topic("t", 1, {"index.interval.bytes": 200, "segment.bytes": 5000})
     for i in range(120):
         broker.produce("t", 0, data_batch([b"v%d-a" % i, b"v%d-b" % i]))
-    log = broker.engine._logs.log("t", 0)
+    log = broker.engine.partitions.log("t", 0)
     assert sum(len(s.offset_index) for s in log.segments) > 20, "the index is in use"
     for offset in range(0, 240, 7):
         r = broker.fetch("t", 0, offset, max_bytes=1)
@@ -114,7 +114,7 @@ def test_retention_ms_deletes_old_segments_and_persists_log_start(tmp_path: Path
         deleted = broker.engine.call(broker.engine.jobs.apply_retention)
         assert deleted >= 4
         start = broker.list_offsets("t", 0, -2)
-        assert start == broker.engine._logs.log("t", 0).segments[0].base_offset > 0
+        assert start == broker.engine.partitions.log("t", 0).segments[0].base_offset > 0
         assert read_checkpoint(data / filenames.LOG_START_OFFSET_CHECKPOINT)[("t", 0)] == start
         with pytest.raises(OffsetOutOfRangeError):
             broker.fetch("t", 0, 0)
@@ -127,7 +127,7 @@ def test_retention_bytes_keeps_the_newest_data(broker: Broker) -> None:
     for i in range(20):
         broker.produce("t", 0, data_batch([b"%03d" % i + b"q" * 200]))
     broker.engine.call(broker.engine.jobs.apply_retention)
-    log = broker.engine._logs.log("t", 0)
+    log = broker.engine.partitions.log("t", 0)
     assert log.size_bytes >= 1200 - 500 and log.size_bytes - log.segments[0].size < 1200
     values, offset = [], log.log_start_offset
     while (r := broker.fetch("t", 0, offset)).records:  # a fetch reads from one segment
@@ -174,7 +174,7 @@ def test_compression_type_is_the_codec_batches_are_stored_in(broker: Broker, top
     """As Kafka's LogValidator: the records, offsets and producer fields stay; only the
     codec changes -- and an idempotent retry is still answered with the first offset."""
     broker.create_topic("t", 1, {"compression.type": topic_codec})
-    producer_id = broker.engine.call(broker.engine._transaction_coordinator.init_producer_id, None, -1)[0]
+    producer_id = broker.engine.call(broker.engine.transactions.coordinator.init_producer_id, None, -1)[0]
     records = [SimpleRecord(b"value %d " % i * 20, key=b"k%d" % i, headers=(("h", b"x"),)) for i in range(5)]
     batch = encode_batch(records, producer_id=producer_id, producer_epoch=0, base_sequence=0, compression=sent)
     assert broker.produce("t", 0, batch) == 0
@@ -185,7 +185,7 @@ def test_compression_type_is_the_codec_batches_are_stored_in(broker: Broker, top
     assert (header.producer_id, header.base_sequence, header.record_count) == (producer_id, 0, 5)
     assert [(r.key, r.value, r.headers) for r in decode_batch(raw).records] == [
         (r.key, r.value, r.headers) for r in records]
-    assert broker.engine._logs.log("t", 0).log_end_offset == 5
+    assert broker.engine.partitions.log("t", 0).log_end_offset == 5
 
 
 def test_a_batch_that_outgrows_max_message_bytes_when_decompressed_is_refused(broker: Broker) -> None:
@@ -194,4 +194,4 @@ def test_a_batch_that_outgrows_max_message_bytes_when_decompressed_is_refused(br
     assert len(squeezed) < 1000
     with pytest.raises(MessageTooLargeError):
         broker.produce("t", 0, squeezed)
-    assert broker.engine._logs.log("t", 0).log_end_offset == 0
+    assert broker.engine.partitions.log("t", 0).log_end_offset == 0

@@ -59,7 +59,7 @@ def stable(broker: Broker) -> bool:
 
 def state_of(broker: Broker, txn_id: str):
     async def run():
-        return broker.engine._transaction_coordinator.describe(txn_id)
+        return broker.engine.transactions.coordinator.describe(txn_id)
     return broker.engine.call(run).state.display
 
 
@@ -202,7 +202,7 @@ def test_send_offsets_commits_the_offsets_with_the_transaction(txn, broker):
     txn.begin_transaction()
     txn.send(T, b"out", partition=0)
     txn.send_offsets_to_transaction({(T, 1): 42}, "group-a")
-    fetch = broker.engine._group_coordinator.fetch_offsets
+    fetch = broker.engine.groups.coordinator.fetch_offsets
     assert broker.engine.call(fetch, "group-a", [(T, 1)])[(T, 1)].offset == -1  # pending
     txn.commit_transaction()
     assert broker.engine.call(fetch, "group-a", [(T, 1)])[(T, 1)].offset == 42

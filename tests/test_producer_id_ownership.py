@@ -8,7 +8,6 @@ operator's Abort forces the completion, and the console says why it was stuck.""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import re
 from contextlib import closing
@@ -111,17 +110,16 @@ def test_the_operators_abort_completes_a_transaction_whose_marker_a_partition_re
     squatter there) and the console shows the refusal."""
     with Broker(tmp_path / "data", **SMALL_INTERNAL_TOPICS, **{"exactly.jobs.enable": False}) as broker:
         broker.create_topic("t", 1)
-        engine, tc = broker.engine, broker.engine._transaction_coordinator
+        engine, tc = broker.engine, broker.engine.transactions.coordinator
         squatted = new_producer_id(broker) + 1
-        engine.call(engine._logs.log("t", 0).append_data,  # the storage layer takes any id
+        engine.call(engine.partitions.log("t", 0).append_data,  # the storage layer takes any id
                     data_batch([b"squatter"], producer_id=squatted, epoch=5, sequence=0))
         txn = RawTxn(broker, "victim")
         assert txn.pid == squatted
         txn.add(("t", 0))
         with pytest.raises(InvalidProducerEpochError):  # the partition has seen epoch 5
             broker.produce("t", 0, txn.batch("t", 0, [SimpleRecord(b"lost")]))
-        ending = engine.submit(lambda: engine._loop.create_task(tc.end_txn("victim", txn.pid, txn.epoch, False)))
-        task = ending.result(10)
+        ending = engine.schedule(tc.end_txn, "victim", txn.pid, txn.epoch, False)
         eventually(lambda: "victim" in tc.last_refusal, 20, "the refusal")
         assert tc.describe("victim").state.display == "PrepareAbort"
 
@@ -134,7 +132,7 @@ def test_the_operators_abort_completes_a_transaction_whose_marker_a_partition_re
         assert answer.status_code in (204, 303)
         assert tc.describe("victim").state.display == "CompleteAbort"
         assert any("forces the PrepareAbort" in r.getMessage() for r in caplog.records)
-        engine.call(finished, task)  # EndTxn returns too, once the abort completed
+        ending.result(10)  # EndTxn returns too, once the abort completed
         assert "INVALID_PRODUCER_EPOCH" in client.get("/transactions/victim").get_data(True)
 
         again = RawTxn(broker, "victim")  # the id is usable again: its epoch is above the squatter's
@@ -144,6 +142,3 @@ def test_the_operators_abort_completes_a_transaction_whose_marker_a_partition_re
         assert values(broker, "t") == [b"squatter", b"after"]
 
 
-async def finished(task: asyncio.Task) -> None:
-    """Wait for ``task`` on the engine's loop."""
-    await task

@@ -186,7 +186,7 @@ def test_pages_forward_and_back_visit_every_matching_record_once_in_order(shared
     _fill(broker, topic, spec)
     everything = broker.engine.call(record_browser.page, broker.engine, topic, 0, start=0, limit=500)["records"]
     matching = _expected(everything, text, read_committed)
-    hw = broker.engine._logs.log(topic, 0).high_watermark
+    hw = broker.engine.partitions.log(topic, 0).high_watermark
     view = {"limit": limit, "text": text, "read_committed": read_committed}
 
     forward, start = [], 0

@@ -59,7 +59,7 @@ def test_a_caught_up_exactly_once_consumer_has_lag_0(broker: Broker):
         producer.send("orders", value, partition=0).get(timeout=10)
     producer.send_offsets_to_transaction({("orders", 0): 2}, "svc")
     producer.commit_transaction()
-    log = broker.engine._logs.log("orders", 0)
+    log = broker.engine.partitions.log("orders", 0)
     assert log.last_stable_offset == log.high_watermark == 3  # records 0, 1; the COMMIT marker 2
 
     offsets = _offsets(broker, "svc", "orders")
@@ -159,7 +159,7 @@ def test_lag_is_what_a_read_committed_consumer_still_receives(broker: Broker, st
         txn.begin_transaction()
         txn.send(topic, b"open", partition=0).get(timeout=10)
         plain.send(topic, b"after", partition=0).get(timeout=10)
-    log = broker.engine._logs.log(topic, 0)
+    log = broker.engine.partitions.log(topic, 0)
     position = round(where * log.high_watermark)
     _commit(broker, "g-" + topic, topic, position)
     offsets = _offsets(broker, "g-" + topic, topic)

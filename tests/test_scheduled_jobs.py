@@ -30,7 +30,7 @@ def test_idle_producers_expire_after_producer_id_expiration_ms(tmp_path: Path, c
         assert broker.engine.call(broker.engine.jobs.expire_producer_ids) == 0, "not idle long enough"
         clock.advance(1)
         assert broker.engine.call(broker.engine.jobs.expire_producer_ids) == 1, "only the idle, non-transactional one"
-        producers = broker.engine._logs.log("t", 0).producer_state.producers
+        producers = broker.engine.partitions.log("t", 0).producer_state.producers
         assert set(producers) == {open_txn.pid}, "a producer with an open transaction is never expired"
         with pytest.raises(UnknownProducerIdError):
             broker.produce("t", 0, data_batch([b"b"], idle, 0, 1))  # its state is gone: no silent gap

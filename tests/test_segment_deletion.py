@@ -110,7 +110,7 @@ def test_a_broker_removes_deleted_files_after_file_delete_delay_ms(tmp_path: Pat
     clock = FakeClock()
     with Broker(tmp_path / "data", clock=clock) as broker:
         past_retention(broker, clock, {"file.delete.delay.ms": 300})
-        directory = broker.engine._logs.log("t", 0).directory
+        directory = broker.engine.partitions.log("t", 0).directory
         assert broker.engine.call(broker.engine.jobs.apply_retention) > 0
         assert deleted_files(directory), "renamed at once, removed later"
         deadline = time.monotonic() + 30

@@ -78,7 +78,7 @@ def broker(data: Path, clock: FakeClock, request: pytest.FixtureRequest) -> Iter
 
 def call(broker: Broker, request: str, *args: Any) -> Any:
     """One coordinator request, on the engine's loop."""
-    return broker.engine.call(getattr(broker.engine._transaction_coordinator, request), *args)
+    return broker.engine.call(getattr(broker.engine.transactions.coordinator, request), *args)
 
 
 def init(broker: Broker, txn_id: str | None, timeout: int = TIMEOUT, pid: int = -1,
@@ -103,7 +103,7 @@ def expect(error: type[KafkaError], code: int, name: str, fn: Callable[..., Any]
 
 def describe(broker: Broker, txn_id: str) -> TxnTransitMetadata | None:
     async def run() -> TxnTransitMetadata | None:
-        return broker.engine._transaction_coordinator.describe(txn_id)
+        return broker.engine.transactions.coordinator.describe(txn_id)
     return broker.engine.call(run)
 
 
@@ -202,8 +202,8 @@ class MarkerGate:
     stays in PrepareCommit/PrepareAbort as long as the test needs."""
 
     def __init__(self, broker: Broker, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.loop = broker.engine._loop
-        io = broker.engine._transaction_coordinator.io
+        self.engine = broker.engine
+        io = broker.engine.transactions.coordinator.io
         original = io.write_marker
 
         async def make_event() -> asyncio.Event:
@@ -218,7 +218,7 @@ class MarkerGate:
         monkeypatch.setattr(io, "write_marker", gated)
 
     def open(self) -> None:
-        self.loop.call_soon_threadsafe(self.event.set)
+        self.engine.submit(self.event.set)
 
     def __enter__(self) -> "MarkerGate":
         return self
@@ -228,8 +228,7 @@ class MarkerGate:
 
 
 def in_background(broker: Broker, request: str, *args: Any):
-    coroutine = getattr(broker.engine._transaction_coordinator, request)(*args)
-    return asyncio.run_coroutine_threadsafe(coroutine, broker.engine._loop)
+    return broker.engine.schedule(getattr(broker.engine.transactions.coordinator, request), *args)
 
 
 # -- InitProducerId ----------------------------------------------------------------------
@@ -409,10 +408,10 @@ def test_producer_id_mapping_is_the_same_before_and_after_a_restart(near_exhaust
         for _ in range(BUMPS):
             init(b, "a")
         new_pid, _ = init(b, "a")
-        tc = b.engine._transaction_coordinator
+        tc = b.engine.transactions.coordinator
         assert (tc.transactional_id_of(pid), tc.transactional_id_of(new_pid)) == (None, "a")
     with open_broker(data, clock, **{"transactional.id.expiration.ms": 1000}) as b:
-        tc = b.engine._transaction_coordinator
+        tc = b.engine.transactions.coordinator
         assert (tc.transactional_id_of(pid), tc.transactional_id_of(new_pid)) == (None, "a")
         clock.advance(1000)
         assert b.engine.call(b.engine.jobs.expire_transactional_ids) == ["a"]
@@ -421,7 +420,7 @@ def test_producer_id_mapping_is_the_same_before_and_after_a_restart(near_exhaust
         expect(InvalidProducerIdMappingError, 49, "INVALID_PRODUCER_ID_MAPPING", b.produce, T, 0,
                data_batch([b"late"], pid, LAST, 0, transactional=True))
         assert hw(b) == 0 and lso(b) == 0
-        assert b.engine._transaction_coordinator.transactional_id_of(pid) is None
+        assert b.engine.transactions.coordinator.transactional_id_of(pid) is None
 
 
 # -- AddPartitionsToTxn / AddOffsetsToTxn ---------------------------------------------
@@ -574,7 +573,7 @@ def test_end_txn_writes_a_marker_to_every_partition_before_it_answers(broker, co
     p.send(0, b"o0", topic="other")
     end(broker, "a", p.pid, p.epoch, commit)
     kind = ControlType.COMMIT if commit else ControlType.ABORT
-    epoch = broker.engine._transaction_coordinator.coordinator_epoch
+    epoch = broker.engine.transactions.coordinator.coordinator_epoch
     for topic, partition, value in ((T, 0, b"a0"), (T, 1, b"a1"), ("other", 0, b"o0")):
         assert markers(broker, partition, topic) == [(kind, p.pid, p.epoch, epoch)]
         assert committed(broker, partition, topic) == ([value] if commit else [])
@@ -664,7 +663,7 @@ def test_the_coordinator_epoch_goes_up_at_every_reopen_and_markers_carry_it(data
         with open_broker(data, clock) as b:
             if round_ == 0:
                 b.create_topic(T, partitions=1)
-            epochs.append(b.engine._transaction_coordinator.coordinator_epoch)
+            epochs.append(b.engine.transactions.coordinator.coordinator_epoch)
             p = producer(b, "a")
             p.begin(0)
             p.send(0, b"r%d" % round_)
@@ -690,10 +689,10 @@ def test_a_prepared_commit_is_rolled_forward_on_reopen(data, clock):
                                        txn_last_update_timestamp=clock.now_ms()))
         assert markers(b, 0) == [] and committed(b, 0) == []
     with open_broker(data, clock) as b:
-        b.engine.call(b.engine._transaction_coordinator.wait_for_completions)
+        b.engine.call(b.engine.transactions.coordinator.wait_for_completions)
         meta = wait_for_state(b, "a", S.COMPLETE_COMMIT)
         assert not meta.partitions
-        epoch = b.engine._transaction_coordinator.coordinator_epoch
+        epoch = b.engine.transactions.coordinator.coordinator_epoch
         for partition, value in ((0, b"x0"), (1, b"x1")):
             assert markers(b, partition) == [(ControlType.COMMIT, p.pid, p.epoch, epoch)]
             assert committed(b, partition) == [value] and lso(b, partition) == hw(b, partition)
@@ -708,7 +707,7 @@ def test_a_prepared_abort_is_rolled_forward_on_reopen(data, clock):
         p.send(0, b"x")
         append_txn_log(b, "a", replace(describe(b, "a"), state=S.PREPARE_ABORT))
     with open_broker(data, clock) as b:
-        b.engine.call(b.engine._transaction_coordinator.wait_for_completions)
+        b.engine.call(b.engine.transactions.coordinator.wait_for_completions)
         wait_for_state(b, "a", S.COMPLETE_ABORT)
         assert [k for k, _, _, _ in markers(b)] == [ControlType.ABORT] and committed(b) == []
         assert lso(b) == hw(b)
@@ -798,7 +797,7 @@ def test_a_timeout_abort_whose_log_write_fails_is_finished_by_a_later_run(broker
     a.send(0, b"a")
     b.begin(1)
     b.send(1, b"b")
-    io = broker.engine._transaction_coordinator.io
+    io = broker.engine.transactions.coordinator.io
     healthy = io.append_txn_log
     failing: set[bytes] = {transaction_log.encode_key("a"), transaction_log.encode_key("b")}
 

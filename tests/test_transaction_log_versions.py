@@ -110,7 +110,7 @@ def test_a_transaction_log_written_in_the_old_format_loads_after_a_restart(tmp_p
             old_format_value(500, 3, TransactionState.COMPLETE_COMMIT.id, {}),
             key=transaction_log.encode_key("legacy"))]))
     with Broker(data, **SMALL_INTERNAL_TOPICS) as broker:
-        loaded = broker.engine._transaction_coordinator.describe("legacy")
+        loaded = broker.engine.transactions.coordinator.describe("legacy")
         assert loaded is not None and (loaded.producer_id, loaded.producer_epoch) == (500, 3)
         assert loaded.state is TransactionState.COMPLETE_COMMIT
         assert coordinator_call(broker, "init_producer_id", "legacy", 60_000) == (500, 4)

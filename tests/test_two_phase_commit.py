@@ -126,7 +126,7 @@ def test_a_two_phase_transaction_never_times_out_and_survives_a_restart(tmp_path
         with closing(raw_connection(kafka.port)) as raw:
             prepared = write_open_transaction(raw, "task-0", "out", [b"a"])
         clock.advance(30 * 24 * HOUR_MS)  # past even Int32.MAX ms (24.8 days)
-        coordinator = kafka.broker.engine._transaction_coordinator
+        coordinator = kafka.broker.engine.transactions.coordinator
         assert kafka.broker.engine.call(coordinator.abort_timed_out_transactions) == []
     with KafkaBroker(tmp_path / "data", **config) as kafka, closing(raw_connection(kafka.port)) as raw:
         kept = init(raw, "task-0", keep=True)

@@ -196,7 +196,7 @@ def run_child(data_dir: Path, side_path: Path, scenario: str) -> SideFile:
 def state_of(broker: Broker) -> TxnTransitMetadata:
     """The coordinator's current state of TXN_ID (read on the engine's loop)."""
     async def describe() -> TxnTransitMetadata:
-        found = broker.engine._transaction_coordinator.describe(TXN_ID)
+        found = broker.engine.transactions.coordinator.describe(TXN_ID)
         assert found is not None, f"the coordinator forgot {TXN_ID!r}"
         return found
     return broker.engine.call(describe)
@@ -234,7 +234,7 @@ def survivors(broker: Broker, tp: TopicPartition) -> int:
 def carry_on(broker: Broker, pid: int, epoch: int, sequences: dict[TopicPartition, int]) -> None:
     """The seed's client that outlived the coordinator: having had OK for its retried
     EndTxn, it goes on with the same producer id, epoch and sequences."""
-    tc = broker.engine._transaction_coordinator
+    tc = broker.engine.transactions.coordinator
     errors = broker.engine.call(tc.add_partitions, TXN_ID, pid, epoch, sorted(sequences))
     assert all(error is None for error in errors.values()), errors
     for tp, sequence in sorted(sequences.items()):
@@ -246,7 +246,7 @@ def carry_on(broker: Broker, pid: int, epoch: int, sequences: dict[TopicPartitio
 
 def committed_offsets(broker: Broker) -> dict[int, int]:
     """The group's committed offset per input partition; none may be pending."""
-    fetched = broker.engine.call(broker.engine._group_coordinator.fetch_offsets, GROUP,
+    fetched = broker.engine.call(broker.engine.groups.coordinator.fetch_offsets, GROUP,
                                  [(INPUT, p) for p in range(INPUT_PARTITIONS)], True)
     assert all(f.error is None for f in fetched.values()), f"offsets still pending: {fetched}"
     return {tp[1]: f.offset for tp, f in fetched.items()}
@@ -337,12 +337,12 @@ def test_restart_finishes_the_transaction_as_decided(tmp_path: Path, scenario: s
     committed = before | target if expected.decided == "commit" else before
 
     with Broker(data_dir, **CONFIG) as broker:
-        tc = broker.engine._transaction_coordinator
+        tc = broker.engine.transactions.coordinator
         if expected.recover is not None:
             # never prepared: the transaction is still open and holds everything back
             assert state_of(broker).state is S.ONGOING
             assert set(unstable(broker)) == set(stable_partitions(broker))
-            fetched = broker.engine.call(broker.engine._group_coordinator.fetch_offsets, GROUP,
+            fetched = broker.engine.call(broker.engine.groups.coordinator.fetch_offsets, GROUP,
                                          [(INPUT, p) for p in range(INPUT_PARTITIONS)], True)
             assert all(isinstance(f.error, UnstableOffsetCommitError) for f in fetched.values()), fetched
             for topic in OUTPUTS:

@@ -93,7 +93,7 @@ def on_loop(broker: Broker, fn: Callable[[], Any]) -> Any:
 
 def footprint(broker: Broker, topic: str = T, partition: int = 0) -> tuple[int, int]:
     """The log end offset and the bytes of the partition's segment files on disk."""
-    log = broker.engine._logs.log(topic, partition)
+    log = broker.engine.partitions.log(topic, partition)
     end = on_loop(broker, lambda: log.log_end_offset)
     return end, sum(p.stat().st_size for p in log.directory.iterdir()
                     if p.name.endswith(filenames.LOG_SUFFIX))
@@ -134,7 +134,7 @@ def expect(error: type[KafkaError], code: int, name: str, fn: Callable[..., Any]
 
 
 def describe(broker: Broker, txn_id: str):
-    return on_loop(broker, lambda: broker.engine._transaction_coordinator.describe(txn_id))
+    return on_loop(broker, lambda: broker.engine.transactions.coordinator.describe(txn_id))
 
 
 async def _event() -> asyncio.Event:
@@ -257,16 +257,15 @@ def test_a_batch_while_the_transaction_completes_is_concurrent_transactions(brok
     answers CONCURRENT_TRANSACTIONS, retriable)."""
     txn = RawTxn(broker, "a")
     txn.send(T, 0, b"in")
-    gate = asyncio.run_coroutine_threadsafe(_event(), broker.engine._loop).result()
-    io = broker.engine._transaction_coordinator.io
+    gate = broker.engine.call(_event)
+    io = broker.engine.transactions.coordinator.io
     original = io.write_marker
 
     async def held(*args: Any, **kwargs: Any) -> None:
         await gate.wait()
         await original(*args, **kwargs)
     monkeypatch.setattr(io, "write_marker", held)
-    ending = asyncio.run_coroutine_threadsafe(broker.engine._transaction_coordinator.end_txn(
-        "a", txn.pid, txn.epoch, True), broker.engine._loop)
+    ending = broker.engine.schedule(broker.engine.transactions.coordinator.end_txn, "a", txn.pid, txn.epoch, True)
     try:
         eventually(lambda: describe(broker, "a").state is S.PREPARE_COMMIT, 5, "PrepareCommit")
         before = footprint(broker)
@@ -274,7 +273,7 @@ def test_a_batch_while_the_transaction_completes_is_concurrent_transactions(brok
                txn.batch(T, 0, [SimpleRecord(b"late")]))
         assert footprint(broker) == before
     finally:
-        broker.engine._loop.call_soon_threadsafe(gate.set)
+        broker.engine.submit(gate.set)
     ending.result(10)
     assert committed(broker) == [b"in"]
     assert_not_pinned(broker)
@@ -284,19 +283,19 @@ def test_a_batch_while_the_transaction_completes_is_concurrent_transactions(brok
 
 
 def offsets_log_end(broker: Broker, group: str) -> int:
-    partition = broker.engine._group_coordinator.partition_of(group)
-    if (offsets_log.TOPIC, partition) not in broker.engine._logs.logs:
+    partition = broker.engine.groups.coordinator.partition_of(group)
+    if (offsets_log.TOPIC, partition) not in dict(broker.engine.partitions.logs()):
         return 0
     return broker.list_offsets(offsets_log.TOPIC, partition, -1)
 
 
 def txn_commit_offsets(broker: Broker, txn_id: str, group: str, pid: int, epoch: int) -> Any:
-    return broker.engine.call(broker.engine._group_coordinator.txn_commit_offsets, txn_id, group, pid, epoch,
+    return broker.engine.call(broker.engine.groups.coordinator.txn_commit_offsets, txn_id, group, pid, epoch,
                               {(T, 0): CommittedOffset(7, "", -1, 0)})
 
 
 def fetch_stable(broker: Broker, group: str) -> Any:
-    return broker.engine.call(broker.engine._group_coordinator.fetch_offsets, group, [(T, 0)], True)[(T, 0)]
+    return broker.engine.call(broker.engine.groups.coordinator.fetch_offsets, group, [(T, 0)], True)[(T, 0)]
 
 
 STRAY_OFFSET_COMMITS = {
@@ -325,7 +324,7 @@ def test_a_txn_offset_commit_without_add_offsets_is_refused_and_pins_nothing(bro
     expect(error, code, name, txn_commit_offsets, broker, txn_id, "g", pid, epoch)
     assert offsets_log_end(broker, "g") == before, "nothing was written"
     assert fetch_stable(broker, "g").error is None
-    assert broker.engine._group_coordinator.describe("g") is None, "no group was made up"
+    assert broker.engine.groups.coordinator.describe("g") is None, "no group was made up"
     a.commit()
     assert fetch_stable(broker, "g").error is None
 
@@ -482,7 +481,7 @@ def stuck_completing(data: Path, clock: FakeClock) -> Stuck:
     def fenced() -> None:
         expect(InvalidProducerEpochError, 47, "INVALID_PRODUCER_EPOCH", broker.produce, T, 0,
                data_batch([b"late"], txn.pid, txn.epoch + 1, 1, transactional=True))
-        log = broker.engine._logs.log(T, 0)  # the partition's own fence
+        log = broker.engine.partitions.log(T, 0)  # the partition's own fence
         assert on_loop(broker, lambda: log.producer_state.producers[txn.pid].producer_epoch) == txn.epoch + 2
         # and the commit is still never reported as one
         expect(ConcurrentTransactionsError, 51, "CONCURRENT_TRANSACTIONS", coordinator_call, broker,

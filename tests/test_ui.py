@@ -66,7 +66,7 @@ def _csrf(client, path: str = "/") -> str:
 
 
 def _partition(broker: Broker, topic: str, partition: int):
-    return broker.engine._logs.log(topic, partition)
+    return broker.engine.partitions.log(topic, partition)
 
 
 # -- pages and fragments ------------------------------------------------------------------
@@ -219,12 +219,12 @@ def test_abort_needs_the_csrf_token(client, broker, scenario):
     assert "CSRF" in refused.get_data(as_text=True)
     wrong = client.post("/transactions/enricher/abort", data={"csrf_token": "forged"})
     assert wrong.status_code == 403
-    assert broker.engine._transaction_coordinator.describe("enricher").state.display == "Ongoing"
+    assert broker.engine.transactions.coordinator.describe("enricher").state.display == "Ongoing"
 
     token = _csrf(client, "/transactions/enricher")
     done = client.post("/transactions/enricher/abort", data={"csrf_token": token, "next": "/transactions/enricher"})
     assert done.status_code == 303 and done.headers["Location"].endswith("/transactions/enricher")
-    assert broker.engine._transaction_coordinator.describe("enricher").state.display == "CompleteAbort"
+    assert broker.engine.transactions.coordinator.describe("enricher").state.display == "CompleteAbort"
     log = _partition(broker, "orders", 0)
     assert log.last_stable_offset == log.high_watermark
     page = client.get("/transactions/enricher").get_data(as_text=True)
@@ -284,12 +284,12 @@ def test_a_hanging_transaction_is_aborted_on_its_partition(tmp_path, clock):
 
 
 def test_the_partition_abort_of_a_transactional_producer_aborts_its_transaction(client, broker, scenario):
-    pid = broker.engine._transaction_coordinator.describe("enricher").producer_id
+    pid = broker.engine.transactions.coordinator.describe("enricher").producer_id
     token = _csrf(client, "/topics/orders/partitions/0")
     done = client.post(f"/topics/orders/partitions/0/producers/{pid}/abort", data={"csrf_token": token})
     assert done.status_code == 303
     assert "aborted the transaction of enricher" in client.get("/").get_data(as_text=True)
-    assert broker.engine._transaction_coordinator.describe("enricher").state.display == "CompleteAbort"
+    assert broker.engine.transactions.coordinator.describe("enricher").state.display == "CompleteAbort"
     log = _partition(broker, "orders", 0)
     assert log.last_stable_offset == log.high_watermark
     with pytest.raises(ProducerFencedError):

@@ -72,7 +72,7 @@ def test_the_topic_page_shows_partitions_configs_size_and_producers(client, orde
     segment = html[html.index('data-config="segment.bytes"'):]
     assert "default" in segment[:300]
     assert ">tx<" in html  # the producer holding partition 1, with its transactional id
-    on_disk = sum(orders.engine._logs.log("orders", p).size_bytes for p in (0, 1))
+    on_disk = sum(orders.engine.partitions.log("orders", p).size_bytes for p in (0, 1))
     assert f"data-size>{on_disk} B<" in html
     assert "/topics/orders/partitions/1/records" in html
     assert client.get("/topics/nope").status_code == 404
@@ -90,8 +90,8 @@ def test_create_a_topic_from_the_console(client, orders):
     response = _post(client, "/new-topic", {"name": "payments", "partitions": "3",
                                             "configs": "cleanup.policy=compact\nretention.ms=1000"}, "/new-topic")
     assert response.status_code == 303 and response.headers["Location"].endswith("/topics/payments")
-    assert orders.engine._logs.topic("payments").partitions == 3
-    assert orders.engine._logs.topic("payments").overrides == {"cleanup.policy": "compact", "retention.ms": "1000"}
+    assert orders.engine.topics.topic("payments").partitions == 3
+    assert orders.engine.topics.topic("payments").overrides == {"cleanup.policy": "compact", "retention.ms": "1000"}
 
 
 @pytest.mark.parametrize("form, error", [
@@ -108,7 +108,7 @@ def test_create_errors_show_the_kafka_error_and_keep_the_form(client, orders, fo
     html = _text(response)
     assert response.status_code == 400 and error in html
     assert f'value="{form["name"]}"' in html
-    assert "x" not in orders.engine._logs.topics
+    assert "x" not in orders.engine.topics.topic_names()
 
 
 def test_delete_a_topic_from_the_console_takes_its_group_offsets(client, orders):
@@ -120,16 +120,16 @@ def test_delete_a_topic_from_the_console_takes_its_group_offsets(client, orders)
     assert client.post("/topics/orders/delete").status_code == 403  # no CSRF token
     response = _post(client, "/topics/orders/delete", {}, "/topics/orders")
     assert response.status_code == 303 and response.headers["Location"].endswith("/")
-    assert "orders" not in orders.engine._logs.topics
+    assert "orders" not in orders.engine.topics.topic_names()
     assert "Deleted topic orders" in _flash(client)
-    assert orders.engine._group_coordinator.describe("svc").committed == {}
+    assert orders.engine.groups.coordinator.describe("svc").committed == {}
 
 
 def test_deleting_an_internal_topic_is_refused_with_its_error(client, orders):
     orders.engine.call(orders.engine.topics.ensure_internal_topic, "__consumer_offsets")
     _post(client, "/topics/__consumer_offsets/delete", {}, "/topics/orders")
     assert "INVALID_TOPIC_EXCEPTION (17)" in _flash(client)
-    assert "__consumer_offsets" in orders.engine._logs.topics
+    assert "__consumer_offsets" in orders.engine.topics.topic_names()
 
 
 # -- produce -----------------------------------------------------------------------------------
@@ -157,7 +157,7 @@ def test_produce_inside_a_transaction_then_commit_or_abort(client, orders, outco
     detail = _text(client.get(response.headers["Location"]))
     assert f"Produced to orders-1 at offset 0 in a transaction of console-tx, {done}." in detail
     assert f'<span class="pill pill-{"green" if outcome == "commit" else "red"}">{pill}</span>' in detail
-    log = orders.engine._logs.log("orders", 1)
+    log = orders.engine.partitions.log("orders", 1)
     assert log.last_stable_offset == log.high_watermark == 2  # the record and its marker
 
 
@@ -234,11 +234,11 @@ def test_the_record_detail_shows_the_batch(client, orders):
 def test_reset_an_empty_groups_offsets_from_the_console(client, orders):
     page = "/groups/svc"
     _post(client, "/groups/svc/reset-offsets", {"topic": "orders", "to": "earliest"}, "/topics/orders")
-    assert {tp: o.offset for tp, o in orders.engine._group_coordinator.describe("svc").committed.items()} == {
+    assert {tp: o.offset for tp, o in orders.engine.groups.coordinator.describe("svc").committed.items()} == {
         ("orders", 0): 0, ("orders", 1): 0}
     assert "orders-0 → 0" in _flash(client)
     _post(client, page + "/reset-offsets", {"to": "timestamp", "value": str(T0 + 2000)}, "/topics/orders")
-    assert orders.engine._group_coordinator.describe("svc").committed[("orders", 0)].offset == 2
+    assert orders.engine.groups.coordinator.describe("svc").committed[("orders", 0)].offset == 2
     _post(client, page + "/reset-offsets", {"to": "offset", "value": "x"}, "/topics/orders")
     assert "INVALID_REQUEST (42)" in _flash(client)
 
@@ -254,7 +254,7 @@ def test_reset_and_delete_of_a_group_with_members_say_non_empty_group(client, or
     consumer.close()
     response = _post(client, "/groups/live/delete", {}, "/topics/orders")
     assert response.headers["Location"].endswith("/groups")
-    assert orders.engine._group_coordinator.describe("live") is None
+    assert orders.engine.groups.coordinator.describe("live") is None
 
 
 def test_group_members_show_their_assignments_from_a_real_kafka_consumer(tmp_path: Path):
@@ -283,14 +283,14 @@ def test_group_members_show_their_assignments_from_a_real_kafka_consumer(tmp_pat
 
 
 def test_preview_a_reset_as_a_dry_run(client, orders):
-    orders.engine.call(orders.engine._group_coordinator.reset_offsets, "svc", {("orders", 0): 5})
+    orders.engine.call(orders.engine.groups.coordinator.reset_offsets, "svc", {("orders", 0): 5})
     response = _post(client, "/groups/svc/reset-offsets", {"action": "preview", "to": "earliest"}, "/topics/orders")
     html = _text(response)
     assert response.status_code == 200
     plan = html[html.index('id="reset-plan"'):]
     assert re.search(r"orders.*?0<.*?>5</td>.*?>0</td>", plan, re.S)
     assert '<option value="earliest" selected>' in html  # the form as sent
-    assert orders.engine._group_coordinator.describe("svc").committed[("orders", 0)].offset == 5  # nothing committed
+    assert orders.engine.groups.coordinator.describe("svc").committed[("orders", 0)].offset == 5  # nothing committed
     html = _text(_post(client, "/groups/svc/reset-offsets", {"action": "preview", "to": "offset"}, "/topics/orders"))
     assert "INVALID_REQUEST (42)" in html[html.index('id="reset-plan-error"'):][:200]
 
@@ -331,18 +331,18 @@ def test_a_jump_to_a_time_in_the_read_committed_view_finds_what_such_a_consumer_
 
 
 def test_delete_a_topics_offsets_from_the_console(client, orders):
-    orders.engine.call(orders.engine._group_coordinator.reset_offsets, "svc", {("orders", 0): 5, ("orders", 1): 0})
+    orders.engine.call(orders.engine.groups.coordinator.reset_offsets, "svc", {("orders", 0): 5, ("orders", 1): 0})
     consumer = orders.consumer(group_id="live", auto_offset_reset="earliest")
     consumer.subscribe(["orders"])
     consumer.poll(timeout_ms=2000)
     consumer.commit({("orders", 0): 1})
     _post(client, "/groups/live/delete-offsets", {"topic": "orders"}, "/topics/orders")
     assert "GROUP_SUBSCRIBED_TO_TOPIC (86)" in _flash(client)
-    assert orders.engine._group_coordinator.describe("live").committed
+    assert orders.engine.groups.coordinator.describe("live").committed
     consumer.close()
     _post(client, "/groups/svc/delete-offsets", {"topic": "orders"}, "/topics/orders")
     assert "Deleted the offsets of svc on orders (2 partitions)." in _flash(client)
-    assert orders.engine._group_coordinator.describe("svc").committed == {}
+    assert orders.engine.groups.coordinator.describe("svc").committed == {}
 
 
 def test_the_page_size_is_chosen_and_kept(client, orders):

@@ -238,7 +238,7 @@ class CrashPoints:
 
     The wrappers go on EngineCoordinatorIO itself, before the broker opens, so they
     also see the writes of the roll-forward the engine starts on opening; the engine's
-    instance (``broker.engine._transaction_coordinator.io``, shared by both
+    instance (``broker.engine.transactions.coordinator.io``, shared by both
     coordinators) is this child's only one.
     """
 

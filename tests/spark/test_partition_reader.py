@@ -70,7 +70,7 @@ def test_a_range_deleted_by_retention_fails_or_is_skipped_by_fail_on_data_loss(t
             producer.flush(30)  # a batch, so a segment, per record
         clock.advance(10_000)
         kafka.engine.call(kafka.engine.jobs.apply_retention)
-        start = kafka.engine._logs.log("t", 0).log_start_offset
+        start = kafka.engine.partitions.log("t", 0).log_start_offset
         assert 0 < start < 10
         with pytest.raises(KafkaException, match="out of range|OFFSET_OUT_OF_RANGE|reset"):
             offsets(OffsetRange("t", 0, 0, 10), kafka.bootstrap)

@@ -89,7 +89,7 @@ def failing_rows(spark, count: int, size: int, attempt: int):
 
 def written_offsets(served: KafkaBroker) -> int:
     """Offsets taken in "out", committed or not (aborted data and markers included)."""
-    return sum(served.broker.engine._logs.log("out", p).high_watermark for p in (0, 1))
+    return sum(served.broker.engine.partitions.log("out", p).high_watermark for p in (0, 1))
 
 
 def test_a_failed_batch_write_leaves_nothing_visible_and_no_transaction_open(spark, served) -> None:

@@ -140,6 +140,11 @@ class Partitions:
         """The partition's log, or None if it does not exist (the engine's own modules)."""
         return self._logs.logs.get(topic_partition)
 
+    @property
+    def clean_start(self) -> bool:
+        """The logs opened after a clean shutdown (no partition recovered)."""
+        return self._logs.clean_start
+
     def logs(self) -> Iterator[tuple[tuple[str, int], PartitionLog]]:
         """Every partition's log, by topic and partition (the engine's own modules)."""
         return iter(sorted(self._logs.logs.items()))
