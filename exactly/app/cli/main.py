@@ -33,9 +33,9 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
-import threading
 from pathlib import Path
 from typing import Sequence
 
@@ -102,9 +102,15 @@ def serve(args: argparse.Namespace) -> int:
     from exactly.app.server import Server
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    stop = threading.Event()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, lambda *_: stop.set())
+    # A signal only wakes the main thread (Python writes its number to the pipe): a handler
+    # setting a threading.Event could deadlock, as it runs on the main thread, which may
+    # hold that Event's lock when the signal lands.
+    wake, woken = os.pipe()
+    os.set_blocking(woken, False)
+    signal.set_wakeup_fd(woken, warn_on_full_buffer=False)
+    stopping = (signal.SIGINT, signal.SIGTERM)
+    for signum in stopping:
+        signal.signal(signum, lambda *_: None)
     config = {**dict(args.config), **({"exactly.ssl.generate": "true"} if args.generate_certificate else {})}
     try:
         server = Server(args.data_dir, host=args.host, kafka_port=args.kafka_port, http_port=args.http_port,
@@ -126,7 +132,8 @@ def serve(args: argparse.Namespace) -> int:
 
         print(f"exactly: TLS certificate from a local CA; clients set ssl.ca.location="
               f"{generate_certificate(args.data_dir).ca.resolve()}", flush=True)
-    stop.wait()
+    while os.read(wake, 1)[0] not in stopping:
+        pass
     print("exactly: shutting down", flush=True)
     clean = server.close()
     print("exactly: stopped cleanly" if clean else
