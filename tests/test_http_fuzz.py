@@ -125,7 +125,8 @@ def _steer(case, broker: Broker, member: str) -> None:
         if "producer_id" in body:  # the current producer of fuzz-tx, so calls get past fencing
             meta = broker.engine.call(_describe, broker.engine, "fuzz-tx")
             body.update(producer_id=meta.producer_id, producer_epoch=meta.producer_epoch)
-    for item in (body.get("records") or []) + (body.get("offsets") or []):
+    items = [body.get(field) for field in ("records", "offsets")]  # a negative case may send anything
+    for item in (item for listed in items if isinstance(listed, list) for item in listed):
         if isinstance(item, dict) and "topic_name" in item and rng.random() < 0.8:
             item["topic_name"] = rng.choice(SEEDED)
             item["partition_id"] = 0
