@@ -203,7 +203,7 @@ def test_max_in_flight_above_five_is_refused_under_idempotence(broker):
 
 
 def test_records_are_compressed_when_asked(broker):
-    p = broker.producer(compression_type="gzip")
+    p = broker.producer(compression_type="gzip", linger_ms=60_000)  # one batch, however slow the sends
     futures = [p.send(T, b"a" * 1000, partition=0) for _ in range(10)]
     p.flush()
     assert [f.get(timeout=0).offset for f in futures] == list(range(10))
