@@ -83,7 +83,15 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Iterable, Protocol
 
-from exactly.coordinator import offsets_log
+from exactly.coordinator import consumer_group_records, offsets_log
+from exactly.coordinator.consumer_group import ConsumerGroup
+from exactly.coordinator.consumer_group_coordinator import (
+    ConsumerGroupConfig,
+    ConsumerGroupCoordinator,
+    ConsumerGroupIO,
+    Heartbeat,
+    HeartbeatAnswer,
+)
 from exactly.coordinator.group_metadata import (
     CommittedOffset,
     GroupMetadata,
@@ -109,8 +117,10 @@ from exactly.storage.errors import (
     NonEmptyGroupError,
     OffsetMetadataTooLargeError,
     RebalanceInProgressError,
+    StaleMemberEpochError,
     UnknownMemberIdError,
     UnstableOffsetCommitError,
+    UnsupportedVersionError,
 )
 from exactly.storage.record_batch import BatchHeader, ControlType, decode_batch, decode_control_record
 
@@ -123,7 +133,7 @@ G = GroupState
 NEW_MEMBER_JOIN_TIMEOUT_MS = 300_000
 
 
-class GroupIO(Protocol):
+class GroupIO(ConsumerGroupIO, Protocol):
     """What the group coordinator needs from the engine (on the engine's loop)."""
 
     async def append_offsets_log(self, partition: int, records: list[tuple[bytes, bytes | None]],
@@ -140,9 +150,10 @@ class GroupIO(Protocol):
 
 
 @dataclass(frozen=True)
-class GroupConfig:
+class GroupConfig(ConsumerGroupConfig):
     """The group coordinator's configs: Kafka's names (dots as underscores) and
-    defaults. Declared here only; ``exactly/app/config.py``'s BrokerConfig includes them."""
+    defaults. Declared here only (and in ``ConsumerGroupConfig``, the ``group.consumer.*``
+    ones); ``exactly/app/config.py``'s BrokerConfig includes them."""
 
     offsets_topic_num_partitions: int = 50
     group_min_session_timeout_ms: int = 6_000
@@ -187,6 +198,8 @@ class GroupCoordinator:
         self.groups: dict[str, GroupMetadata] = {}
         #: numbers offset records in the order they enter the log (replayed, then appended)
         self._append_order = itertools.count()
+        #: the KIP-848 consumer group protocol (ConsumerGroupHeartbeat, its timers)
+        self.consumer = ConsumerGroupCoordinator(config, io, clock, self.partition_of)
 
     def partition_of(self, group_id: str) -> int:
         return partition_for(group_id, self.config.offsets_topic_num_partitions)
@@ -211,6 +224,9 @@ class GroupCoordinator:
                 log.warning("skipping undecodable __consumer_offsets record at %d: %s", record.offset, e)
 
     def _load_record(self, key: bytes | None, value: bytes | None, header: BatchHeader) -> None:
+        if consumer_group_records.record_type(key) in consumer_group_records.TYPES:
+            consumer_group_records.replay(_ConsumerGroups(self), key, value, self.io.topic_name)
+            return
         decoded_key = offsets_log.decode_key(key)
         if isinstance(decoded_key, offsets_log.GroupKey):
             self._load_group(decoded_key.group, offsets_log.decode_group_value(value))
@@ -273,6 +289,7 @@ class GroupCoordinator:
         MEMBER_ID_REQUIRED and enters the group only when it joins again with it.
         ``support_skipping_assignment`` (v9): a restarted static leader may be told it
         leads, with ``skip_assignment``."""
+        await self._leave_consumer_protocol(group_id)
         group = self._group_to_join(group_id, protocol_type, protocols, session_timeout_ms)
         now = self.clock.now_ms()
         timeouts = (session_timeout_ms, rebalance_timeout_ms if rebalance_timeout_ms > 0 else session_timeout_ms)
@@ -314,6 +331,71 @@ class GroupCoordinator:
                 f"protocol type {protocol_type!r} / protocols {[n for n, _ in protocols]} do not match "
                 f"group {group_id!r}")
         return group
+
+    async def _leave_consumer_protocol(self, group_id: str) -> None:
+        """A classic JoinGroup to a consumer group: an empty one becomes classic again
+        (its consumer records get tombstones, its offsets stay), as Kafka does; one with
+        members is INCONSISTENT_GROUP_PROTOCOL (the online migration of a live group to
+        the classic protocol is not implemented)."""
+        group = self.groups.get(group_id)
+        if group is None or group.consumer is None:
+            return
+        if group.consumer.members:
+            raise InconsistentGroupProtocolError(
+                f"group {group_id!r} is a consumer group with members; classic members cannot join it")
+        consumer = group.consumer
+        await self.consumer.remove_all(consumer)
+        if group.consumer is consumer and not consumer.members:
+            group.consumer = None
+
+    # -- the consumer group protocol (KIP-848) ---------------------------------------------
+
+    async def consumer_group_heartbeat(self, request: Heartbeat) -> HeartbeatAnswer:
+        """ConsumerGroupHeartbeat (``consumer_group_coordinator.py`` says what it answers).
+        A join (epoch 0) creates the group, or takes over an empty classic group."""
+        self.consumer.validate(request)
+        group = self.groups.get(request.group_id)
+        if group is None or group.state is G.DEAD:
+            if request.member_epoch != 0:
+                raise GroupIdNotFoundError(f"Group {request.group_id} not found.")
+            group = self._group(request.group_id)
+        if group.consumer is None:
+            if group.members or group.state is not G.EMPTY:
+                raise GroupIdNotFoundError(f"Group {request.group_id} is not a consumer group.")
+            if request.member_epoch != 0:
+                raise GroupIdNotFoundError(f"Group {request.group_id} not found.")
+            group.consumer = ConsumerGroup(request.group_id)
+        return await self.consumer.heartbeat(group.consumer, request)
+
+    def _validate_consumer_commit(self, consumer: ConsumerGroup, member_id: str, member_epoch: int,
+                                  transactional: bool, api_version: int) -> None:
+        """Kafka's ConsumerGroup.validateOffsetCommit: a commit without a member epoch only
+        while the group has no members; otherwise a member's, at its current epoch
+        (STALE_MEMBER_EPOCH; ILLEGAL_GENERATION in a TxnOffsetCommit, whose clients
+        know no other), and a non-transactional one over OffsetCommit v9+."""
+        if member_epoch < 0 and not consumer.members:
+            return
+        member = consumer.members.get(member_id)
+        if member is None:
+            raise UnknownMemberIdError(f"Member {member_id} is not a member of group {consumer.group_id}.")
+        if not transactional and api_version < 9:
+            raise UnsupportedVersionError("OffsetCommit version 9 or above must be used by members using "
+                                          "the modern group protocol")
+        if member_epoch != member.member_epoch:
+            message = (f"The received member epoch {member_epoch} does not match the expected member "
+                       f"epoch {member.member_epoch}.")
+            raise IllegalGenerationError(message) if transactional else StaleMemberEpochError(message)
+
+    def _validate_consumer_fetch(self, consumer: ConsumerGroup, member_id: str | None, member_epoch: int) -> None:
+        """Kafka's ConsumerGroup.validateOffsetFetch (OffsetFetch v9+ names the member)."""
+        if member_id is None and member_epoch < 0:
+            return
+        member = consumer.members.get(member_id or "")
+        if member is None:
+            raise UnknownMemberIdError(f"Member {member_id} is not a member of group {consumer.group_id}.")
+        if member_epoch != member.member_epoch:
+            raise StaleMemberEpochError(f"The received member epoch {member_epoch} does not match the "
+                                        f"expected member epoch {member.member_epoch}.")
 
     async def _update_member_and_rebalance(self, group: GroupMetadata, member: Member, protocol_type: str,
                                            protocols: list[tuple[str, bytes]], timeouts: tuple[int, int],
@@ -657,6 +739,12 @@ class GroupCoordinator:
         """Run the groups' timers (the engine calls this often): expired sessions, the
         join phase's deadline, the sync deadline."""
         now = self.clock.now_ms()
+        consumer_groups = self._consumer_groups()
+        for consumer in consumer_groups:
+            for member_id in consumer.members.keys() - consumer.session_deadlines.keys():
+                # loaded from the log: a full session to come back in
+                consumer.session_deadlines[member_id] = now + self.config.group_consumer_session_timeout_ms
+        self.consumer.tick(consumer_groups)
         for group in list(self.groups.values()):
             self._expire_pending_members(group, now)
             self._expire_sessions(group, now)
@@ -664,6 +752,22 @@ class GroupCoordinator:
                 self._join_deadline_passed(group, now)
             elif group.pending_sync and now >= group.sync_deadline_ms:
                 self._expire_pending_sync(group, now)
+
+    def next_deadline_ms(self) -> int | None:
+        """The earliest timer of any group -- a session, a join or sync phase, a pending
+        member id -- so that the engine ticks when it is due, not up to a tick late."""
+        deadlines = [d for d in (self.consumer.next_deadline_ms(self._consumer_groups()),) if d is not None]
+        for group in self.groups.values():
+            deadlines.extend(m.session_deadline_ms + 1 for m in group.members.values())
+            deadlines.extend(d + 1 for d in group.pending_members.values())
+            if group.state is G.PREPARING_REBALANCE:
+                deadlines.append(group.rebalance_deadline_ms)
+            elif group.pending_sync:
+                deadlines.append(group.sync_deadline_ms)
+        return min(deadlines, default=None)
+
+    def _consumer_groups(self) -> list[ConsumerGroup]:
+        return [g.consumer for g in self.groups.values() if g.consumer is not None]
 
     def _expire_sessions(self, group: GroupMetadata, now: int) -> None:
         expired = [m.member_id for m in group.members.values() if m.has_expired(now)]
@@ -696,12 +800,17 @@ class GroupCoordinator:
 
     async def commit_offsets(self, group_id: str, offsets: dict[TopicPartition, CommittedOffset],
                              generation: int = -1, member_id: str = "",
-                             group_instance_id: str | None = None) -> dict[TopicPartition, KafkaError | None]:
-        """OffsetCommit; returns the error per partition (None for success)."""
+                             group_instance_id: str | None = None,
+                             api_version: int = 9) -> dict[TopicPartition, KafkaError | None]:
+        """OffsetCommit; returns the error per partition (None for success). In a
+        consumer group ``generation`` is the member epoch."""
         group = self.groups.get(group_id)
         if group is None and (generation >= 0 or member_id):
             raise IllegalGenerationError(f"group {group_id!r} has no generation {generation}")
         group = group or self._group(group_id)
+        if group.consumer is not None:
+            self._validate_consumer_commit(group.consumer, member_id, generation, False, api_version)
+            return await self._append_offsets(group, offsets, producer_id=-1, producer_epoch=-1)
         member = self._validate_commit(group, generation, member_id, group_instance_id, transactional=False)
         if member is not None:  # a member of the current generation commits: it is alive (Kafka)
             self._restart_session(member, self.clock.now_ms())
@@ -715,7 +824,10 @@ class GroupCoordinator:
         _check_group_id(group_id)
         self.io.verify_transaction(transactional_id, producer_id, producer_epoch, self.partition_of(group_id))
         group = self._group(group_id)
-        self._validate_commit(group, generation, member_id, group_instance_id, transactional=True)
+        if group.consumer is not None:
+            self._validate_consumer_commit(group.consumer, member_id, generation, True, 9)
+        else:
+            self._validate_commit(group, generation, member_id, group_instance_id, transactional=True)
         return await self._append_offsets(group, offsets, producer_id, producer_epoch)
 
     def _validate_commit(self, group: GroupMetadata, generation: int, member_id: str,
@@ -764,10 +876,14 @@ class GroupCoordinator:
         return errors
 
     async def fetch_offsets(self, group_id: str, partitions: Iterable[TopicPartition] | None = None,
-                            require_stable: bool = False) -> dict[TopicPartition, FetchedOffset]:
+                            require_stable: bool = False, member_id: str | None = None,
+                            member_epoch: int = -1) -> dict[TopicPartition, FetchedOffset]:
         """OffsetFetch: committed offsets (-1 if none); UNSTABLE_OFFSET_COMMIT for a
-        partition with pending transactional offsets when ``require_stable``."""
+        partition with pending transactional offsets when ``require_stable``. A member
+        of a consumer group (v9+) must be at its current epoch."""
         group = self.groups.get(group_id)
+        if group is not None and group.consumer is not None:
+            self._validate_consumer_fetch(group.consumer, member_id, member_epoch)
         if partitions is None:
             partitions = sorted(group.committed) if group else []
         result = {}
@@ -811,10 +927,15 @@ class GroupCoordinator:
         group = self.groups.get(group_id)
         if group is None:
             raise GroupIdNotFoundError(f"no group {group_id!r}")
+        if group.consumer is not None and group.consumer.members:
+            raise NonEmptyGroupError(f"consumer group {group_id!r} has {len(group.consumer.members)} member(s); "
+                                     f"only an Empty group can be deleted")
         if group.state not in (G.EMPTY, G.DEAD):
             raise NonEmptyGroupError(f"group {group_id!r} is {group.state.value} with "
                                      f"{len(group.members)} member(s); only an Empty group can be deleted")
         group.transition(G.DEAD, self.clock.now_ms())
+        if group.consumer is not None:
+            await self.consumer.remove_all(group.consumer)
         records: list[tuple[bytes, bytes | None]] = [
             (offsets_log.encode_offset_key(group_id, topic, partition), None)
             for topic, partition in sorted(group.committed)]
@@ -894,6 +1015,23 @@ class GroupCoordinator:
 
     def describe(self, group_id: str) -> GroupMetadata | None:
         return self.groups.get(group_id)
+
+
+class _ConsumerGroups:
+    """The coordinator's consumer groups as ``consumer_group_records.replay`` changes them."""
+
+    def __init__(self, coordinator: GroupCoordinator) -> None:
+        self.coordinator = coordinator
+
+    def get(self, group_id: str) -> ConsumerGroup | None:
+        group = self.coordinator.groups.get(group_id)
+        return group.consumer if group is not None else None
+
+    def __setitem__(self, group_id: str, consumer: ConsumerGroup) -> None:
+        self.coordinator._group(group_id).consumer = consumer
+
+    def __delitem__(self, group_id: str) -> None:
+        self.coordinator.groups[group_id].consumer = None
 
 
 def _fail(waiter: asyncio.Future[Any] | None, error: KafkaError) -> None:

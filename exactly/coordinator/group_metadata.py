@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING
 
 from exactly.storage.errors import InvariantViolation
 
+from exactly.coordinator.consumer_group import ConsumerGroup
+
 if TYPE_CHECKING:
     from exactly.coordinator.group_coordinator import JoinResult
 
@@ -142,6 +144,14 @@ class GroupMetadata:
     #: members the completed join is still waiting a SyncGroup from, and until when
     pending_sync: set[str] = field(default_factory=set)
     sync_deadline_ms: int = -1
+    #: set while the group is a KIP-848 consumer group ("consumer" type): its members,
+    #: epochs and assignments; the offsets above are the group's either way
+    consumer: ConsumerGroup | None = None
+
+    @property
+    def group_type(self) -> str:
+        """Kafka's group type: ``consumer`` (KIP-848) or ``classic``."""
+        return "consumer" if self.consumer is not None else "classic"
 
     def transition(self, state: GroupState, now_ms: int) -> None:
         """Move to ``state`` if the table allows it (the one way states change)."""

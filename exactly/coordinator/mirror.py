@@ -52,7 +52,7 @@ from typing import Any, Iterator, Mapping, Protocol, TypedDict
 from sqlalchemy import Connection, Engine, RowMapping, Table, delete, func, literal, select
 from sqlalchemy.dialects.sqlite import insert
 
-from exactly.coordinator import cluster_metadata, offsets_log, transaction_log
+from exactly.coordinator import cluster_metadata, consumer_group_records, offsets_log, transaction_log
 from exactly.coordinator.mirror_db import upgrade, writer_engine
 from exactly.coordinator.mirror_models import (
     AuditTransaction,
@@ -261,6 +261,8 @@ def apply_batch(target: MirrorTarget, topic: str, partition: int, batch: RecordB
                 control, _ = decode_control_record(record)
                 if control in (ControlType.COMMIT, ControlType.ABORT):
                     target.end_txn(partition, header.producer_id, control is ControlType.COMMIT)
+            elif consumer_group_records.record_type(record.key) in consumer_group_records.TYPES:
+                pass  # KIP-848 consumer group state: not mirrored (the console reads it live)
             else:
                 key = offsets_log.decode_key(record.key)
                 if isinstance(key, offsets_log.GroupKey):

@@ -436,6 +436,23 @@ class TransactionalIdNotFoundError(KafkaError, code=105, name="TRANSACTIONAL_ID_
     """The transactional id cannot be found."""
 
 
+class FencedMemberEpochError(KafkaError, code=110, name="FENCED_MEMBER_EPOCH"):
+    """A consumer group member's epoch is not its current one (KIP-848): it must rejoin
+    with epoch 0, giving up its partitions."""
+
+
+class UnreleasedInstanceIdError(KafkaError, code=111, name="UNRELEASED_INSTANCE_ID"):
+    """A static member joins with an instance id another member of the group still holds."""
+
+
+class UnsupportedAssignorError(KafkaError, code=112, name="UNSUPPORTED_ASSIGNOR"):
+    """The server-side assignor a consumer group member asks for is not configured."""
+
+
+class StaleMemberEpochError(KafkaError, code=113, name="STALE_MEMBER_EPOCH"):
+    """An offset commit or fetch names a member epoch the member no longer has."""
+
+
 class UnsupportedEndpointTypeError(KafkaError, code=115, name="UNSUPPORTED_ENDPOINT_TYPE"):
     """The target endpoint type is not supported (a broker answers for brokers, not controllers)."""
 

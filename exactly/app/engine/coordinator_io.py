@@ -15,6 +15,7 @@ refused write of its own log COORDINATOR_NOT_AVAILABLE, also retriable.)
 
 from __future__ import annotations
 
+import uuid
 from typing import TYPE_CHECKING
 
 from exactly.coordinator import consumer_protocol, offsets_log, transaction_log
@@ -70,6 +71,20 @@ class EngineCoordinatorIO:
             return set(consumer_protocol.decode_subscription(metadata))
         except SchemaError:
             return None
+
+    def topic_id(self, topic: str) -> uuid.UUID | None:
+        info = self.engine.topics.topic_info(topic)
+        return uuid.UUID(info.topic_id) if info is not None else None
+
+    def topic_name(self, topic_id: uuid.UUID) -> str | None:
+        text = str(topic_id)
+        return next((name for name, info in self.engine.topics.items() if info.topic_id == text), None)
+
+    def partition_counts(self, topics: list[str]) -> dict[str, int]:
+        return self.engine.topics.partition_counts(topics)
+
+    def topic_names(self) -> list[str]:
+        return [name for name, info in self.engine.topics.items() if not info.internal]
 
     def offsets_partition(self, group_id: str) -> int:
         return self.engine.groups.coordinator.partition_of(group_id)

@@ -152,7 +152,11 @@ class Engine:
     def _tick_groups(self) -> None:
         if not self._closed:
             self._group_coordinator.tick()
-            self._loop.call_later(GROUP_TICK_S, self._tick_groups)
+            # at the next group deadline if it comes before the next tick: a session
+            # expires when it is due, not up to a tick late
+            due = self._group_coordinator.next_deadline_ms()
+            delay = GROUP_TICK_S if due is None else min(GROUP_TICK_S, max(due - self.clock.now_ms(), 0) / 1000)
+            self._loop.call_later(delay, self._tick_groups)
 
     async def _append_cluster_metadata(self, records: list[tuple[bytes, bytes | None]]) -> None:
         """Append ACL or credential records to ``__cluster_metadata`` in one batch, durably."""

@@ -4,6 +4,8 @@ requests as they are, and frozen views of its groups (``views.py``)."""
 
 from __future__ import annotations
 
+import uuid
+
 from exactly.app.engine.views import GroupView
 from exactly.coordinator.group_coordinator import GroupCoordinator
 
@@ -23,6 +25,17 @@ class Groups:
         self.fetch_offsets = coordinator.fetch_offsets
         self.delete_group = coordinator.delete_group
         self.delete_offsets = coordinator.delete_offsets
+        self.consumer_group_heartbeat = coordinator.consumer_group_heartbeat
+
+    def topic_name(self, topic_id: uuid.UUID) -> str | None:
+        """The topic a consumer group request names by id (None: no topic has it)."""
+        return self.coordinator.io.topic_name(topic_id)
+
+    def assignor_of(self, group_id: str) -> str:
+        """The server-side assignor a consumer group's next target assignment uses."""
+        group = self.coordinator.describe(group_id)
+        consumer = group.consumer if group is not None else None
+        return self.coordinator.consumer.assignor_for(consumer) if consumer is not None else ""
 
     def describe_group(self, group_id: str) -> GroupView | None:
         group = self.coordinator.describe(group_id)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from exactly.coordinator.consumer_group import ConsumerGroup, ConsumerGroupState, ConsumerMember, Partitions
 from exactly.coordinator.group_metadata import GroupMetadata, GroupState
 
 
@@ -41,6 +42,22 @@ class MemberView:
 
 
 @dataclass(frozen=True, slots=True)
+class ConsumerGroupView:
+    """A KIP-848 consumer group: its epochs, members (immutable values) and target assignment."""
+
+    state: ConsumerGroupState
+    group_epoch: int
+    assignment_epoch: int
+    members: tuple[ConsumerMember, ...]
+    target: dict[str, Partitions]
+
+    @classmethod
+    def of(cls, group: ConsumerGroup) -> "ConsumerGroupView":
+        return cls(group.state, group.group_epoch, group.assignment_epoch, tuple(group.members.values()),
+                   dict(group.target))
+
+
+@dataclass(frozen=True, slots=True)
 class GroupView:
     group_id: str
     state: GroupState
@@ -48,6 +65,8 @@ class GroupView:
     protocol_type: str | None
     protocol: str | None
     members: tuple[MemberView, ...]
+    #: the consumer group protocol's side, for a group of type "consumer"
+    consumer: ConsumerGroupView | None = None
 
     @classmethod
     def of(cls, group: GroupMetadata) -> "GroupView":
@@ -55,4 +74,20 @@ class GroupView:
         return cls(group.group_id, group.state, group.generation, group.protocol_type, group.protocol,
                    tuple(MemberView(m.member_id, m.group_instance_id, m.client_id, m.client_host,
                                     m.metadata_for(group.protocol or ""), m.assignment)
-                         for m in group.members.values()))
+                         for m in group.members.values()),
+                   ConsumerGroupView.of(group.consumer) if group.consumer is not None else None)
+
+    @property
+    def group_type(self) -> str:
+        """Kafka's group type: ``consumer`` (KIP-848) or ``classic``."""
+        return "consumer" if self.consumer is not None else "classic"
+
+    @property
+    def state_name(self) -> str:
+        """The state Kafka reports for the group, of its type's state machine."""
+        return self.consumer.state.value if self.consumer is not None else self.state.value
+
+    @property
+    def live(self) -> bool:
+        """Not being deleted (ListGroups leaves Dead groups out)."""
+        return self.state is not GroupState.DEAD

@@ -1,5 +1,9 @@
-"""Consumer groups, the classic protocol: JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
+"""Consumer groups: the classic protocol (JoinGroup, SyncGroup, Heartbeat, LeaveGroup),
+the consumer group protocol of KIP-848 (ConsumerGroupHeartbeat, ConsumerGroupDescribe),
 and DescribeGroups / ListGroups / DeleteGroups / OffsetDelete for tools.
+
+ConsumerGroupHeartbeat names partitions by topic id; a topic id that no topic has
+(deleted meanwhile) is left out of what a member says it owns, as Kafka does.
 
 The group coordinator (``exactly/coordinator/group_coordinator.py``) does the work; a
 JoinGroup waits there until the rebalance completes. When its client disconnects
@@ -9,15 +13,19 @@ for that member.
 
 from __future__ import annotations
 
-from typing import Any
+import uuid
+from typing import Any, Iterable
 
 from exactly.app.kafka import authorization
 from exactly.app.kafka.api import ApiKey, EncodeOffLoop, RequestContext, error_code, serves
 from exactly.app.kafka.authorization import C, G, T
 from exactly.app.kafka.codec import millis
 from exactly.app.security.acl import CLUSTER_NAME
+from exactly.app.engine.views import GroupView
+from exactly.coordinator.consumer_group import Partitions
+from exactly.coordinator.consumer_group_coordinator import Heartbeat
 from exactly.coordinator.group_metadata import GroupState
-from exactly.storage.errors import KafkaError, MemberIdRequiredError
+from exactly.storage.errors import GroupIdNotFoundError, KafkaError, MemberIdRequiredError
 
 #: a JoinGroup leader answer whose members' metadata passes this is encoded off the loop
 ENCODE_OFF_LOOP_BYTES = 1 << 20
@@ -102,7 +110,96 @@ async def _leave(ctx: RequestContext, group_id: str, member_id: str, group_insta
     return 0
 
 
-@serves(ApiKey.DESCRIBE_GROUPS, 0, 4)
+@serves(ApiKey.CONSUMER_GROUP_HEARTBEAT, 0, 1)
+async def consumer_group_heartbeat(ctx: RequestContext, request: Any) -> dict:
+    """A member's heartbeat in a KIP-848 consumer group: joins (epoch 0), leaves (-1, or
+    -2 for a static member coming back), says what it owns, gets its epoch and
+    assignment. From v1 the client makes its member id (an empty one is INVALID_REQUEST)."""
+    try:
+        authorization.check(ctx, ApiKey.CONSUMER_GROUP_HEARTBEAT, G, request.group_id)
+        owned = None if request.topic_partitions is None else _by_name(ctx, request.topic_partitions)
+        answer = await ctx.engine.groups.consumer_group_heartbeat(Heartbeat(
+            request.group_id, request.member_id, request.member_epoch, request.instance_id, request.rack_id,
+            millis(request.rebalance_timeout),
+            None if request.subscribed_topic_names is None else tuple(request.subscribed_topic_names),
+            request.subscribed_topic_regex, request.server_assignor, owned, ctx.client_id or "",
+            f"/{ctx.connection.host}", member_id_required=ctx.version >= 1))
+    except KafkaError as e:
+        return {"error_code": e.code, "error_message": str(e), "member_id": request.member_id or None,
+                "member_epoch": -1, "heartbeat_interval": 0}
+    assignment = None if answer.assignment is None else {
+        "topic_partitions": _by_id(ctx, answer.assignment)}
+    return {"error_code": 0, "member_id": answer.member_id, "member_epoch": answer.member_epoch,
+            "heartbeat_interval": answer.heartbeat_interval_ms, "assignment": assignment}
+
+
+def _by_name(ctx: RequestContext, topic_partitions: Iterable[Any]) -> Partitions:
+    """Partitions named by topic id, by topic name (unknown ids left out)."""
+    owned = set()
+    for entry in topic_partitions:
+        name = ctx.engine.groups.topic_name(entry.topic_id) if entry.topic_id is not None else None
+        if name is not None:
+            owned.update((name, p) for p in entry.partitions)
+    return frozenset(owned)
+
+
+def _by_id(ctx: RequestContext, partitions: Partitions, with_names: bool = False) -> list[dict]:
+    """Partitions grouped by topic, each named by its id (and name)."""
+    by_topic: dict[str, list[int]] = {}
+    for topic, partition in sorted(partitions):
+        by_topic.setdefault(topic, []).append(partition)
+    entries = []
+    for topic, indexes in by_topic.items():
+        info = ctx.engine.topics.topic_info(topic)
+        if info is None:
+            continue
+        entry = {"topic_id": uuid.UUID(info.topic_id), "partitions": indexes}
+        if with_names:
+            entry["topic_name"] = topic
+        entries.append(entry)
+    return entries
+
+
+@serves(ApiKey.CONSUMER_GROUP_DESCRIBE, 0, 1)
+async def consumer_group_describe(ctx: RequestContext, request: Any) -> dict:
+    """Each consumer group's epochs, assignor, members with their epochs, current and
+    target assignments; a group that does not exist or is classic: GROUP_ID_NOT_FOUND,
+    one the principal may not Describe: GROUP_AUTHORIZATION_FAILED."""
+    described = []
+    asked = request.include_authorized_operations
+    for group_id in request.group_ids:
+        empty = {"group_id": group_id, "group_state": "", "group_epoch": -1, "assignment_epoch": -1,
+                 "assignor_name": "", "members": [], "authorized_operations": authorization.NOT_REQUESTED}
+        if not authorization.allowed(ctx, ApiKey.CONSUMER_GROUP_DESCRIBE, G, group_id):
+            error = authorization.denial(G, group_id)
+            described.append({**empty, "error_code": error.code, "error_message": str(error)})
+            continue
+        group = ctx.engine.groups.describe_group(group_id)
+        if group is None or group.consumer is None or not group.live:
+            error = GroupIdNotFoundError(f"Group {group_id} is not a consumer group." if group is not None
+                                         else f"Group {group_id} not found.")
+            described.append({**empty, "error_code": error.code, "error_message": str(error)})
+            continue
+        consumer = group.consumer
+        described.append({
+            "error_code": 0, "group_id": group_id, "group_state": consumer.state.value,
+            "group_epoch": consumer.group_epoch, "assignment_epoch": consumer.assignment_epoch,
+            "assignor_name": ctx.engine.groups.assignor_of(group_id),
+            "authorized_operations": authorization.authorized_operations(ctx, G, group_id, asked),
+            "members": [{
+                "member_id": m.member_id, "instance_id": m.instance_id, "rack_id": m.rack_id,
+                "member_epoch": m.member_epoch, "client_id": m.client_id, "client_host": m.client_host,
+                "subscribed_topic_names": list(m.subscribed_topic_names),
+                "subscribed_topic_regex": m.subscribed_topic_regex,
+                "assignment": {"topic_partitions": _by_id(ctx, m.assigned, with_names=True)},
+                "target_assignment": {"topic_partitions": _by_id(
+                    ctx, consumer.target.get(m.member_id, frozenset()), with_names=True)},
+                "member_type": 1}  # 1: a member of the consumer protocol
+                for m in consumer.members]})
+    return {"groups": described}
+
+
+@serves(ApiKey.DESCRIBE_GROUPS, 0, 6)
 async def describe_groups(ctx: RequestContext, request: Any) -> dict:
     """Each group's state and members; an unknown group is described as Dead, as Kafka
     does at these versions; one the principal may not Describe is GROUP_AUTHORIZATION_FAILED.
@@ -116,9 +213,15 @@ async def describe_groups(ctx: RequestContext, request: Any) -> dict:
             continue
         operations = authorization.authorized_operations(ctx, G, group_id, asked)
         group = ctx.engine.groups.describe_group(group_id)
-        if group is None:
-            described.append({"error_code": 0, "group_id": group_id, "group_state": GroupState.DEAD.value,
-                              "authorized_operations": operations})
+        if group is None or (group.consumer is not None and ctx.version >= 6):
+            described.append(_not_classic(ctx.version, group_id, group, operations))
+            continue
+        if group.consumer is not None:
+            # before v6 a consumer group is described as Kafka 4 does: its state and
+            # protocol type, no members (their metadata is the classic protocol's)
+            described.append({"error_code": 0, "group_id": group_id, "group_state": group.state_name,
+                              "authorized_operations": operations, "protocol_type": "consumer",
+                              "protocol_data": "", "members": []})
             continue
         stable = group.state is GroupState.STABLE
         described.append({
@@ -133,13 +236,33 @@ async def describe_groups(ctx: RequestContext, request: Any) -> dict:
     return {"groups": described}
 
 
-@serves(ApiKey.LIST_GROUPS, 0, 2)
+def _not_classic(version: int, group_id: str, group: GroupView | None, operations: int) -> dict:
+    """DescribeGroups of a group that does not exist -- described as Dead, as Kafka does --
+    or, from v6 (KIP-1043), of a consumer group: GROUP_ID_NOT_FOUND with a message."""
+    if version >= 6:
+        message = f"Group {group_id} is not a classic group." if group is not None else f"Group {group_id} not found."
+        return {"error_code": GroupIdNotFoundError.code, "error_message": message, "group_id": group_id,
+                "group_state": "", "protocol_type": "", "protocol_data": "", "members": [],
+                "authorized_operations": operations}
+    return {"error_code": 0, "group_id": group_id, "group_state": GroupState.DEAD.value,
+            "authorized_operations": operations}
+
+
+@serves(ApiKey.LIST_GROUPS, 0, 5)
 async def list_groups(ctx: RequestContext, request: Any) -> dict:
-    """Every live group to a principal that may Describe the cluster, else those it may Describe."""
+    """Every live group to a principal that may Describe the cluster, else those it may
+    Describe. v4 filters by state (KIP-518), v5 by type (KIP-848: ``classic``,
+    ``consumer``), both case-insensitive as Kafka compares them; v4+ answers each
+    group's state, v5 its type."""
     everything = authorization.allowed(ctx, ApiKey.LIST_GROUPS, C, CLUSTER_NAME, audit=False)
+    states = {s.lower() for s in getattr(request, "states_filter", ())}
+    types = {t.lower() for t in getattr(request, "types_filter", ())}
     return {"error_code": 0, "groups": [
-        {"group_id": group.group_id, "protocol_type": group.protocol_type or ""}
-        for group in ctx.engine.groups.list_groups() if group.state is not GroupState.DEAD
+        {"group_id": group.group_id, "protocol_type": "consumer" if group.consumer else group.protocol_type or "",
+         "group_state": group.state_name, "group_type": group.group_type}
+        for group in ctx.engine.groups.list_groups() if group.live
+        and (not states or group.state_name.lower() in states)
+        and (not types or group.group_type in types)
         and (everything or authorization.allowed(ctx, ApiKey.LIST_GROUPS, G, group.group_id, audit=False))]}
 
 

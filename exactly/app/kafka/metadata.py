@@ -6,6 +6,7 @@ the last two is always this broker."""
 from __future__ import annotations
 
 import re
+import uuid
 from typing import Any
 
 from exactly.app.kafka import authorization
@@ -50,7 +51,7 @@ def _broker(ctx: RequestContext) -> dict:
     return {"node_id": ctx.node.node_id, "host": ctx.node.host, "port": ctx.node.port, "rack": None}
 
 
-@serves(ApiKey.METADATA, 0, 8)
+@serves(ApiKey.METADATA, 0, 12)
 async def metadata(ctx: RequestContext, request: Any) -> dict:
     """Brokers (this one) and topics; a requested topic that does not exist is created
     when ``auto.create.topics.enable`` and the client allow it (``num.partitions``) and
@@ -63,7 +64,9 @@ async def metadata(ctx: RequestContext, request: Any) -> dict:
         names = [name for name in engine.topics.topic_names()
                  if authorization.allowed(ctx, ApiKey.METADATA, T, name, audit=False)]
     else:
-        names = list(dict.fromkeys(t.name for t in wanted))
+        # v10+ may name a topic by id alone (KIP-516): a consumer group's assignment does
+        names = list(dict.fromkeys(t.name if t.name is not None else _name_of(ctx, getattr(t, "topic_id", None))
+                                   for t in wanted))
     allow_create = getattr(request, "allow_auto_topic_creation", True) and engine.config.auto_create_topics_enable
     asked = getattr(request, "include_topic_authorized_operations", False)
     topics = [await _topic_metadata(ctx, name, allow_create, asked) for name in names]
@@ -71,6 +74,11 @@ async def metadata(ctx: RequestContext, request: Any) -> dict:
             "controller_id": ctx.node.node_id, "topics": topics,
             "cluster_authorized_operations": authorization.authorized_operations(
                 ctx, C, CLUSTER_NAME, getattr(request, "include_cluster_authorized_operations", False))}
+
+
+def _name_of(ctx: RequestContext, topic_id: Any) -> str:
+    """The name of the topic with this id; "" (UNKNOWN_TOPIC_OR_PARTITION) when none has it."""
+    return (ctx.engine.groups.topic_name(topic_id) if topic_id is not None else None) or ""
 
 
 async def _topic_metadata(ctx: RequestContext, name: str, allow_create: bool, asked: bool) -> dict:
@@ -92,7 +100,7 @@ async def _topic_metadata(ctx: RequestContext, name: str, allow_create: bool, as
         except KafkaError as e:
             return {"error_code": error_code(e), "name": name, "partitions": []}
     node = ctx.node.node_id
-    return {"error_code": 0, "name": name, "is_internal": info.internal,
+    return {"error_code": 0, "name": name, "topic_id": uuid.UUID(info.topic_id), "is_internal": info.internal,
             "topic_authorized_operations": authorization.authorized_operations(ctx, T, name, asked), "partitions": [
         {"error_code": 0, "partition_index": p, "leader_id": node, "leader_epoch": LEADER_EPOCH,
          "replica_nodes": [node], "isr_nodes": [node], "offline_replicas": []}

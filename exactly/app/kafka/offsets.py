@@ -109,23 +109,25 @@ def commit_results(offsets: dict, errors: dict | BaseException, unknown: list[tu
     return by_topic(entries + unknown)
 
 
-@serves(ApiKey.OFFSET_COMMIT, 2, 7)
+@serves(ApiKey.OFFSET_COMMIT, 2, 9)
 async def offset_commit(ctx: RequestContext, request: Any) -> dict:
     """Read on the group (else GROUP_AUTHORIZATION_FAILED for every partition) and on
-    each topic (else TOPIC_AUTHORIZATION_FAILED for its partitions)."""
+    each topic (else TOPIC_AUTHORIZATION_FAILED for its partitions). In a consumer group
+    (KIP-848) the generation is the member epoch, and its members must commit with v9+
+    (UNSUPPORTED_VERSION otherwise, as Kafka answers)."""
     if not authorization.allowed(ctx, ApiKey.OFFSET_COMMIT, G, request.group_id):
         return {"topics": refused_offsets(request.topics, authorization.denial(G, request.group_id))}
     offsets, unknown = requested_offsets(ctx, ApiKey.OFFSET_COMMIT, request.topics)
     try:
         errors: dict | BaseException = await ctx.engine.groups.commit_offsets(
             request.group_id, offsets, request.generation_id_or_member_epoch, request.member_id,
-            getattr(request, "group_instance_id", None)) if offsets else {}
+            getattr(request, "group_instance_id", None), ctx.version) if offsets else {}
     except KafkaError as e:
         errors = e
     return {"topics": commit_results(offsets, errors, unknown)}
 
 
-@serves(ApiKey.OFFSET_FETCH, 1, 7)
+@serves(ApiKey.OFFSET_FETCH, 1, 9)
 async def offset_fetch(ctx: RequestContext, request: Any) -> dict:
     """Describe on the group (else GROUP_AUTHORIZATION_FAILED) and on each topic: a topic
     asked for and not describable is TOPIC_AUTHORIZATION_FAILED, one of "all offsets"
@@ -143,14 +145,33 @@ async def offset_fetch(ctx: RequestContext, request: Any) -> dict:
 
 
 async def _offset_fetch(ctx: RequestContext, request: Any) -> dict:
-    authorization.check(ctx, ApiKey.OFFSET_FETCH, G, request.group_id)
-    wanted = None if request.topics is None else [
-        (topic.name, p) for topic in request.topics for p in topic.partition_indexes]
+    """From v8 several groups, each with its own error; from v9 each names its member
+    and member epoch, checked in a consumer group (STALE_MEMBER_EPOCH, UNKNOWN_MEMBER_ID)."""
+    if ctx.version < 8:
+        return {"error_code": 0, "topics": await _fetch_group(
+            ctx, request.group_id, request.topics, getattr(request, "require_stable", False))}
+    groups = []
+    for group in request.groups:
+        try:
+            topics = await _fetch_group(ctx, group.group_id, group.topics, request.require_stable,
+                                        getattr(group, "member_id", None), getattr(group, "member_epoch", -1))
+        except KafkaError as e:
+            groups.append({"group_id": group.group_id, "topics": [], "error_code": e.code})
+            continue
+        groups.append({"group_id": group.group_id, "topics": topics, "error_code": 0})
+    return {"groups": groups}
+
+
+async def _fetch_group(ctx: RequestContext, group_id: str, topics: Any, require_stable: bool,
+                       member_id: str | None = None, member_epoch: int = -1) -> list[dict]:
+    authorization.check(ctx, ApiKey.OFFSET_FETCH, G, group_id)
+    wanted = None if topics is None else [
+        (topic.name, p) for topic in topics for p in topic.partition_indexes]
     visible = {name: authorization.allowed(ctx, ApiKey.OFFSET_FETCH, T, name, audit=wanted is not None)
                for name in {t for t, _ in wanted or ()}}
     fetched = await ctx.engine.groups.fetch_offsets(
-        request.group_id, None if wanted is None else [tp for tp in wanted if visible[tp[0]]],
-        getattr(request, "require_stable", False))
+        group_id, None if wanted is None else [tp for tp in wanted if visible[tp[0]]], require_stable,
+        member_id, member_epoch)
     entries = [(topic, {"partition_index": partition, "committed_offset": found.offset,
                         "committed_leader_epoch": found.leader_epoch, "metadata": found.metadata,
                         "error_code": error_code(found.error)})
@@ -159,4 +180,4 @@ async def _offset_fetch(ctx: RequestContext, request: Any) -> dict:
     denied = [(topic, {"partition_index": partition, "committed_offset": -1, "committed_leader_epoch": -1,
                        "metadata": None, "error_code": authorization.denial(T, topic).code})
               for topic, partition in wanted or () if not visible[topic]]
-    return {"error_code": 0, "topics": by_topic(entries + denied)}
+    return by_topic(entries + denied)

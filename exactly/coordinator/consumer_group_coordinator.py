@@ -1,0 +1,421 @@
+"""ConsumerGroupHeartbeat and the timers of KIP-848 consumer groups.
+
+Kafka's ``GroupMetadataManager.consumerGroupHeartbeat``, answered as Kafka answers it:
+
+* An invalid request is INVALID_REQUEST: an empty group id; from v1 an empty member
+  id (the client makes its own); a join (epoch 0) without a rebalance timeout,
+  without a subscription (topic names or a regex) or with owned partitions; epoch
+  -2 (a static member leaving for a moment) without an instance id. An assignor
+  not in ``group.consumer.assignors``: UNSUPPORTED_ASSIGNOR; a regex that does
+  not compile: INVALID_REGULAR_EXPRESSION.
+* A group that does not exist, asked with an epoch other than 0, or a classic
+  group with members: GROUP_ID_NOT_FOUND (the classic->consumer migration of a
+  live group is not implemented; an *empty* classic group -- offsets only --
+  becomes a consumer group, its offsets kept).
+* An unknown member: UNKNOWN_MEMBER_ID; an instance id that another member id
+  now holds: FENCED_INSTANCE_ID; an epoch ahead of the member's, or behind it
+  other than by the previous epoch of a member that owns no more than its
+  assignment (its last answer was lost): FENCED_MEMBER_EPOCH -- the member
+  rejoins with epoch 0. A static member joining while another member id holds
+  its instance id, unless that one left with epoch -2: UNRELEASED_INSTANCE_ID.
+* Epoch -1 leaves (the group epoch moves, its partitions are free); -2 keeps
+  a static member's assignment for its session timeout, for a new member id
+  with the same instance id to take over at once, without a rebalance.
+
+Otherwise the member's subscription is updated; a new member, a changed
+subscription or a change of the subscribed topics (a topic created that a regex
+matches, partitions added, a topic deleted) bumps the group epoch; the target
+assignment is recomputed when behind it; the member is reconciled
+(``consumer_group.reconcile``); the records of the change are made durable; and
+the answer carries the member epoch, the heartbeat interval and -- when it
+changed, on a join, or on a full request -- the member's assignment.
+
+Timers (``tick``): a member that sends no heartbeat for ``group.consumer.session.timeout.ms``
+is fenced (removed, the group epoch moves); one that must revoke partitions and
+has not within its rebalance timeout is fenced too.
+
+Regular expressions are RE2/J's in Kafka and Python's ``re`` here, matched whole
+(``fullmatch``, as RE2/J's ``matches``) against every non-internal topic. For the
+patterns clients use (literals, ``.``, ``*``, ``+``, ``?``, classes, groups,
+alternation, ``\\d``/``\\w``) they agree; Python accepts back-references and
+look-arounds that RE2/J refuses, and RE2/J's ``\\pN``-style classes without
+braces are not Python's. Unlike Kafka, which resolves a regex in the background,
+the topics are resolved on every heartbeat.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import uuid
+from dataclasses import dataclass, replace
+from typing import Callable, Protocol
+
+from exactly.coordinator import consumer_group_records as records
+from exactly.coordinator.assignors import ASSIGNORS
+from exactly.coordinator.consumer_group import (
+    JOIN_EPOCH,
+    LEAVE_EPOCH,
+    NO_PARTITIONS,
+    STATIC_LEAVE_EPOCH,
+    ConsumerGroup,
+    ConsumerMember,
+    MemberState,
+    Partitions,
+    reconcile,
+)
+from exactly.storage.clock import Clock
+from exactly.storage.errors import (
+    FencedInstanceIdError,
+    FencedMemberEpochError,
+    InvalidRegularExpressionError,
+    InvalidRequestError,
+    KafkaError,
+    UnknownMemberIdError,
+    UnreleasedInstanceIdError,
+    UnsupportedAssignorError,
+)
+
+log = logging.getLogger(__name__)
+
+
+class ConsumerGroupIO(Protocol):
+    """What the consumer group protocol needs of the engine (on its loop)."""
+
+    async def append_offsets_log(self, partition: int, records: list[tuple[bytes, bytes | None]],
+                                 producer_id: int = -1, producer_epoch: int = -1) -> None: ...
+
+    def topic_id(self, topic: str) -> uuid.UUID | None:
+        """The topic's id, None if it does not exist."""
+
+    def topic_name(self, topic_id: uuid.UUID) -> str | None:
+        """The name of the topic with this id, None if none has it."""
+
+    def partition_counts(self, topics: list[str]) -> dict[str, int]:
+        """Partitions per existing topic (unknown ones left out)."""
+
+    def topic_names(self) -> list[str]:
+        """Every topic that is not internal (what a regex subscription can match)."""
+
+
+@dataclass(frozen=True)
+class ConsumerGroupConfig:
+    """The ``group.consumer.*`` configs: Kafka's names (dots as underscores) and defaults."""
+
+    group_consumer_session_timeout_ms: int = 45_000
+    group_consumer_heartbeat_interval_ms: int = 5_000
+    #: the server-side assignors, the first the default (Kafka: ``uniform,range``)
+    group_consumer_assignors: str = "uniform,range"
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    """A ConsumerGroupHeartbeat's fields; None means "unchanged since the last heartbeat"."""
+
+    group_id: str
+    member_id: str
+    member_epoch: int
+    instance_id: str | None = None
+    rack_id: str | None = None
+    rebalance_timeout_ms: int = -1
+    subscribed_topic_names: tuple[str, ...] | None = None
+    subscribed_topic_regex: str | None = None
+    server_assignor: str | None = None
+    owned: Partitions | None = None
+    client_id: str = ""
+    client_host: str = ""
+    #: v1+: the client makes its member id
+    member_id_required: bool = True
+
+
+@dataclass(frozen=True)
+class HeartbeatAnswer:
+    member_id: str
+    member_epoch: int
+    heartbeat_interval_ms: int
+    #: None: unchanged, not sent
+    assignment: Partitions | None
+
+
+class ConsumerGroupCoordinator:
+    """The consumer group protocol of every group; ``groups`` maps a group id to its
+    :class:`ConsumerGroup` (the group coordinator's groups hold them)."""
+
+    def __init__(self, config: ConsumerGroupConfig, io: ConsumerGroupIO, clock: Clock,
+                 partition_of: Callable[[str], int]) -> None:
+        self.config = config
+        self.io = io
+        self.clock = clock
+        self.partition_of = partition_of
+        self.assignors = [name.strip() for name in config.group_consumer_assignors.split(",") if name.strip()]
+        unknown = [name for name in self.assignors if name not in ASSIGNORS]
+        if unknown or not self.assignors:
+            raise ValueError(f"group.consumer.assignors: unknown assignor(s) {unknown}; known: {sorted(ASSIGNORS)}")
+        #: members whose fencing is under way (so the timers schedule it once)
+        self._fencing: set[tuple[str, str]] = set()
+
+    # -- validation ------------------------------------------------------------------------
+
+    def validate(self, request: Heartbeat) -> None:
+        """Kafka's throwIfConsumerGroupHeartbeatRequestIsInvalid."""
+        if not request.group_id:
+            raise InvalidRequestError("GroupId can't be empty.")
+        if request.member_id_required and not request.member_id:
+            raise InvalidRequestError("MemberId can't be empty.")
+        if request.instance_id == "":
+            raise InvalidRequestError("InstanceId can't be empty.")
+        epoch = request.member_epoch
+        if epoch == JOIN_EPOCH:
+            if request.rebalance_timeout_ms == -1:
+                raise InvalidRequestError("RebalanceTimeoutMs must be provided in first request.")
+            if request.owned:
+                raise InvalidRequestError("TopicPartitions must be empty when (re-)joining.")
+            if request.subscribed_topic_names is None and request.subscribed_topic_regex is None:
+                raise InvalidRequestError("SubscribedTopicNames or SubscribedTopicRegex must be set in first request.")
+        elif epoch == STATIC_LEAVE_EPOCH:
+            if request.instance_id is None:
+                raise InvalidRequestError("InstanceId can't be null when MemberEpoch is -2.")
+        elif epoch < LEAVE_EPOCH:
+            raise InvalidRequestError(f"MemberEpoch {epoch} is invalid.")
+        if request.server_assignor is not None and request.server_assignor not in self.assignors:
+            raise UnsupportedAssignorError(
+                f"ServerAssignor {request.server_assignor} is not supported. Supported assignors: "
+                f"{', '.join(self.assignors)}.")
+        if request.subscribed_topic_regex is not None:
+            _compile(request.subscribed_topic_regex)
+
+    # -- the heartbeat ---------------------------------------------------------------------
+
+    async def heartbeat(self, group: ConsumerGroup, request: Heartbeat) -> HeartbeatAnswer:
+        """One validated heartbeat of ``group`` (see the module docstring)."""
+        async with group.lock:
+            if request.member_epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
+                return await self._leave(group, request)
+            return await self._heartbeat(group, request)
+
+    async def _heartbeat(self, group: ConsumerGroup, request: Heartbeat) -> HeartbeatAnswer:
+        now = self.clock.now_ms()
+        new = group.copy()
+        member, is_new = self._member(new, request)
+        updated = replace(
+            member, client_id=request.client_id, client_host=request.client_host,
+            instance_id=request.instance_id if request.instance_id is not None else member.instance_id,
+            rack_id=request.rack_id if request.rack_id is not None else member.rack_id,
+            rebalance_timeout_ms=(request.rebalance_timeout_ms if request.rebalance_timeout_ms != -1
+                                  else member.rebalance_timeout_ms),
+            subscribed_topic_names=(tuple(sorted(set(request.subscribed_topic_names)))
+                                    if request.subscribed_topic_names is not None
+                                    else member.subscribed_topic_names),
+            subscribed_topic_regex=(request.subscribed_topic_regex or None
+                                    if request.subscribed_topic_regex is not None
+                                    else member.subscribed_topic_regex),
+            server_assignor=request.server_assignor if request.server_assignor is not None else member.server_assignor)
+        bump = is_new or _subscription(updated) != _subscription(member)
+        new.members[updated.member_id] = updated
+        partitions = self._subscribed_partitions(new)
+        subscription_hash = records.metadata_hash(partitions)
+        if bump or subscription_hash != new.subscription_hash:
+            new.group_epoch += 1
+            new.subscription_hash = subscription_hash
+        if new.group_epoch > new.assignment_epoch:
+            self._assign(new, partitions)
+        reconciled = reconcile(updated, new.assignment_epoch, new.target.get(updated.member_id, NO_PARTITIONS),
+                               request.owned, new.owners(excluding=updated.member_id))
+        new.members[reconciled.member_id] = reconciled
+        await self._write(group, new)
+        self._restart_timers(group, member, reconciled, now)
+        full = request.member_epoch == JOIN_EPOCH or (
+            request.rebalance_timeout_ms != -1 and request.owned is not None
+            and (request.subscribed_topic_names is not None or request.subscribed_topic_regex is not None))
+        changed = is_new or reconciled.assigned != member.assigned
+        return HeartbeatAnswer(reconciled.member_id, reconciled.member_epoch,
+                               self.config.group_consumer_heartbeat_interval_ms,
+                               reconciled.assigned if full or changed else None)
+
+    def _member(self, group: ConsumerGroup, request: Heartbeat) -> tuple[ConsumerMember, bool]:
+        """The member the heartbeat is from (a new one on a join), its epoch checked."""
+        member_id, instance_id = request.member_id, request.instance_id
+        if request.member_epoch == JOIN_EPOCH:
+            if instance_id is not None:
+                static = group.static_member(instance_id)
+                if static is not None and static.member_id != member_id:
+                    if static.member_epoch != STATIC_LEAVE_EPOCH:
+                        raise UnreleasedInstanceIdError(
+                            f"Static member {static.member_id} with instance id {instance_id} is not released yet.")
+                    return self._replace_static(group, static, member_id), False
+            if member_id in group.members:
+                # the member rejoins (it lost its epoch): its old incarnation's partitions go
+                del group.members[member_id]
+            return ConsumerMember(member_id), True
+        member = group.members.get(member_id)
+        if instance_id is not None:
+            static = group.static_member(instance_id)
+            if static is None:
+                raise UnknownMemberIdError(f"Instance id {instance_id} is unknown.")
+            if static.member_id != member_id:
+                raise FencedInstanceIdError(
+                    f"Static member {member_id} with instance id {instance_id} was fenced by member {static.member_id}.")
+        if member is None:
+            raise UnknownMemberIdError(f"Member {member_id} is not a member of group {group.group_id}.")
+        _check_epoch(member, request.member_epoch, request.owned)
+        return member, False
+
+    @staticmethod
+    def _replace_static(group: ConsumerGroup, old: ConsumerMember, member_id: str) -> ConsumerMember:
+        """A static member back under a new member id takes over its predecessor's
+        epoch and assignment (Kafka's replace of a static member): no rebalance."""
+        del group.members[old.member_id]
+        target = group.target.pop(old.member_id, NO_PARTITIONS)
+        group.target[member_id] = target
+        epoch = old.previous_member_epoch if old.member_epoch == STATIC_LEAVE_EPOCH else old.member_epoch
+        return replace(old, member_id=member_id, member_epoch=epoch)
+
+    def _subscribed_partitions(self, group: ConsumerGroup) -> dict[str, int]:
+        """Partition count of every existing topic a member subscribes to, by name or regex."""
+        topics = {t for m in group.members.values() for t in m.subscribed_topic_names}
+        patterns = {m.subscribed_topic_regex for m in group.members.values() if m.subscribed_topic_regex}
+        if patterns:
+            names = self.io.topic_names()
+            for pattern in patterns:
+                compiled = _compile(pattern)
+                topics.update(name for name in names if compiled.fullmatch(name))
+        return self.io.partition_counts(sorted(topics))
+
+    def _assign(self, group: ConsumerGroup, partitions: dict[str, int]) -> None:
+        """A new target assignment at the group epoch, by the assignor the members prefer."""
+        subscriptions = {m.member_id: self._topics_of(m, partitions) for m in group.members.values()}
+        group.target = dict(ASSIGNORS[self.assignor_for(group)](subscriptions, partitions, group.target))
+        group.assignment_epoch = group.group_epoch
+
+    def assignor_for(self, group: ConsumerGroup) -> str:
+        """Kafka's preferred server assignor: the one most members ask for, else the first configured."""
+        wanted = [m.server_assignor for m in group.members.values() if m.server_assignor]
+        return max(sorted(set(wanted)), key=wanted.count) if wanted else self.assignors[0]
+
+    @staticmethod
+    def _topics_of(member: ConsumerMember, partitions: dict[str, int]) -> frozenset[str]:
+        topics = {t for t in member.subscribed_topic_names if t in partitions}
+        if member.subscribed_topic_regex:
+            compiled = _compile(member.subscribed_topic_regex)
+            topics.update(t for t in partitions if compiled.fullmatch(t))
+        return frozenset(topics)
+
+    async def _leave(self, group: ConsumerGroup, request: Heartbeat) -> HeartbeatAnswer:
+        member_id = request.member_id
+        if request.instance_id is not None:
+            static = group.static_member(request.instance_id)
+            if static is None:
+                raise UnknownMemberIdError(f"Instance id {request.instance_id} is unknown.")
+            if static.member_id != member_id:
+                raise FencedInstanceIdError(f"Instance id {request.instance_id} is held by {static.member_id}.")
+        member = group.members.get(member_id)
+        if member is None:
+            raise UnknownMemberIdError(f"Member {member_id} is not a member of group {group.group_id}.")
+        new = group.copy()
+        if request.member_epoch == STATIC_LEAVE_EPOCH:
+            previous = member.member_epoch if member.member_epoch != STATIC_LEAVE_EPOCH else member.previous_member_epoch
+            new.members[member_id] = replace(member, member_epoch=STATIC_LEAVE_EPOCH, previous_member_epoch=previous,
+                                             pending_revocation=NO_PARTITIONS,
+                                             state=MemberState.STABLE)
+        else:
+            _remove(new, member_id)
+        await self._write(group, new)
+        group.rebalance_deadlines.pop(member_id, None)
+        if request.member_epoch == LEAVE_EPOCH:
+            group.session_deadlines.pop(member_id, None)
+        return HeartbeatAnswer(member_id, request.member_epoch, self.config.group_consumer_heartbeat_interval_ms, None)
+
+    def _restart_timers(self, group: ConsumerGroup, before: ConsumerMember, after: ConsumerMember, now: int) -> None:
+        """The session restarts; a member that must now revoke gets its rebalance timeout."""
+        group.session_deadlines[after.member_id] = now + self.config.group_consumer_session_timeout_ms
+        if after.state is MemberState.UNREVOKED_PARTITIONS:
+            if before.state is not MemberState.UNREVOKED_PARTITIONS or after.member_id not in group.rebalance_deadlines:
+                group.rebalance_deadlines[after.member_id] = now + max(after.rebalance_timeout_ms, 0)
+        else:
+            group.rebalance_deadlines.pop(after.member_id, None)
+
+    async def _write(self, group: ConsumerGroup, new: ConsumerGroup) -> None:
+        """Make the records from ``group`` to ``new`` durable, then take ``new``'s state."""
+        written = records.records_between(group, new, self.io.topic_id)
+        if written:
+            await self.io.append_offsets_log(self.partition_of(group.group_id), written)
+        group.apply(new)
+
+    # -- removal -----------------------------------------------------------------------------
+
+    async def remove_all(self, group: ConsumerGroup) -> None:
+        """Tombstones for the whole group (DeleteGroups, or a classic member taking over
+        an empty group)."""
+        async with group.lock:
+            written = records.records_between(group, None, self.io.topic_id)
+            await self.io.append_offsets_log(self.partition_of(group.group_id), written)
+
+    def tick(self, groups: list[ConsumerGroup]) -> None:
+        """Fence the members whose session or rebalance timeout ran out."""
+        now = self.clock.now_ms()
+        for group in groups:
+            expired = {m for m, deadline in group.session_deadlines.items() if now >= deadline}
+            expired |= {m for m, deadline in group.rebalance_deadlines.items() if now >= deadline}
+            for member_id in expired:
+                key = (group.group_id, member_id)
+                if key not in self._fencing:
+                    self._fencing.add(key)
+                    asyncio.get_running_loop().create_task(self._fence(group, member_id))
+
+    def next_deadline_ms(self, groups: list[ConsumerGroup]) -> int | None:
+        deadlines = [d for g in groups for ds in (g.session_deadlines, g.rebalance_deadlines) for d in ds.values()]
+        return min(deadlines, default=None)
+
+    async def _fence(self, group: ConsumerGroup, member_id: str) -> None:
+        try:
+            async with group.lock:
+                now = self.clock.now_ms()
+                due = min(group.session_deadlines.get(member_id, now + 1),
+                          group.rebalance_deadlines.get(member_id, now + 1))
+                if member_id not in group.members or due > now:
+                    return  # it heartbeat meanwhile, or left
+                log.info("member %s of consumer group %s is fenced: its session or rebalance timed out",
+                         member_id, group.group_id)
+                new = group.copy()
+                _remove(new, member_id)
+                await self._write(group, new)
+                group.session_deadlines.pop(member_id, None)
+                group.rebalance_deadlines.pop(member_id, None)
+        except KafkaError as e:
+            log.warning("fencing member %s of group %s failed: %s", member_id, group.group_id, e)
+        finally:
+            self._fencing.discard((group.group_id, member_id))
+
+
+def _remove(group: ConsumerGroup, member_id: str) -> None:
+    """The member is gone: its partitions are free and the group epoch moves."""
+    del group.members[member_id]
+    group.target.pop(member_id, None)
+    group.group_epoch += 1
+
+
+def _subscription(member: ConsumerMember) -> tuple[object, ...]:
+    return member.subscribed_topic_names, member.subscribed_topic_regex, member.server_assignor
+
+
+def _check_epoch(member: ConsumerMember, epoch: int, owned: Partitions | None) -> None:
+    """Kafka's throwIfMemberEpochIsInvalid: an epoch ahead of the member's is fenced; one
+    behind is fenced unless it is the previous epoch and the member owns no more than
+    its assignment (the answer that moved it on was lost)."""
+    if epoch > member.member_epoch:
+        raise FencedMemberEpochError(
+            f"The consumer group member has a greater member epoch ({epoch}) than the one known by the "
+            f"group coordinator ({member.member_epoch}). The member must abandon all its partitions and rejoin.")
+    if epoch < member.member_epoch and (epoch != member.previous_member_epoch or owned is None
+                                        or not owned <= member.assigned):
+        raise FencedMemberEpochError(
+            f"The consumer group member has a smaller member epoch ({epoch}) than the one known by the "
+            f"group coordinator ({member.member_epoch}). The member must abandon all its partitions and rejoin.")
+
+
+def _compile(pattern: str) -> re.Pattern[str]:
+    try:
+        return re.compile(pattern)
+    except re.error as e:
+        raise InvalidRegularExpressionError(f"SubscribedTopicRegex {pattern!r} is not a valid regular expression: {e}") from None
