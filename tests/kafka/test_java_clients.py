@@ -147,3 +147,35 @@ def test_kafka_streams_exactly_once_v2_counts_exactly_once(brokers: tuple[Peer, 
                                                           tmp_path: Path) -> None:
     kafka, exactly = both(brokers, word_count(java_programs, tmp_path, unique("streams")))
     assert kafka == exactly == "COUNTS {apple=20, banana=20, cherry=20}"
+
+
+def kip848_consumer(java: JavaPrograms, t: str) -> Callable[[Peer], list[tuple[int, str]]]:
+    """The Java console consumer with ``group.protocol=consumer`` (KIP-848) reads a topic
+    through a group; then kafka-consumer-groups lists the group's type and describes its
+    committed offsets."""
+    def run(peer: Peer) -> list[tuple[int, str]]:
+        create_topics(peer, {t: (4, {})})
+        producer = Producer({"bootstrap.servers": peer.bootstrap})
+        for i in range(20):
+            producer.produce(t, str(i).encode(), partition=i % 4)
+        assert producer.flush(30) == 0
+        group = ["--bootstrap-server", peer.bootstrap, "--group", t + "-g"]
+        done = java.run("KafkaTools", TOOLS + "consumer.ConsoleConsumer", *group, "--topic", t, "--from-beginning",
+                        "--max-messages", "20", "--command-property", "group.protocol=consumer", "---",
+                        TOOLS + "consumer.group.ConsumerGroupCommand", *group, "--describe", "---",
+                        TOOLS + "consumer.group.ConsumerGroupCommand", "--bootstrap-server", peer.bootstrap,
+                        "--list", "--type")
+        assert done.returncode == 0, done.stderr[-3000:]
+        consumed, described, listed = tool_outputs(done.stdout)
+        lines = [line for line in listed[1].splitlines() if line.startswith(t + "-g ") or line.startswith("GROUP")]
+        return [(consumed[0], " ".join(sorted(consumed[1].split()))), normalize(described),
+                (listed[0], re.sub(r" +", " ", "\n".join(lines)))]
+    return run
+
+
+def test_the_java_consumer_with_the_consumer_group_protocol_reads_alike(
+        brokers: tuple[Peer, Peer], java_programs: JavaPrograms) -> None:
+    kafka, exactly = both(brokers, kip848_consumer(java_programs, unique("kip848")))
+    assert exactly == kafka
+    assert exactly[0] == (0, " ".join(sorted(str(i) for i in range(20))))
+    assert "Consumer" in exactly[2][1]
