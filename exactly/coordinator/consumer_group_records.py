@@ -35,7 +35,7 @@ from __future__ import annotations
 import hashlib
 import uuid
 from dataclasses import replace
-from typing import Callable, Mapping, Protocol
+from typing import Any, Callable, Mapping, Protocol
 
 from exactly.coordinator.consumer_group import ConsumerGroup, ConsumerMember, MemberState, Partitions
 from exactly.coordinator.schema import (
@@ -114,11 +114,11 @@ def _key(kind: int, group_id: str, member_id: str | None = None) -> bytes:
     return INT16.fmt.pack(kind) + MEMBER_KEY.encode({"group_id": group_id, "member_id": member_id})
 
 
-def _value(schema: Schema, fields: dict) -> bytes:
+def _value(schema: Schema, fields: dict[str, Any]) -> bytes:
     return INT16.fmt.pack(VALUE_VERSION) + schema.encode(fields)
 
 
-def _topic_partitions(partitions: Partitions, topic_id: TopicIds) -> list[dict]:
+def _topic_partitions(partitions: Partitions, topic_id: TopicIds) -> list[dict[str, Any]]:
     by_topic: dict[str, list[int]] = {}
     for topic, partition in sorted(partitions):
         by_topic.setdefault(topic, []).append(partition)
@@ -130,8 +130,8 @@ def _topic_partitions(partitions: Partitions, topic_id: TopicIds) -> list[dict]:
     return entries
 
 
-def _partitions(entries: list[dict] | None, topic_name: TopicNames) -> Partitions:
-    result = set()
+def _partitions(entries: list[dict[str, Any]] | None, topic_name: TopicNames) -> Partitions:
+    result: set[tuple[str, int]] = set()
     for entry in entries or ():
         name = topic_name(uuid.UUID(bytes=entry["topic_id"]))
         if name is not None:

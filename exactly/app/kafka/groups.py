@@ -135,7 +135,7 @@ async def consumer_group_heartbeat(ctx: RequestContext, request: Any) -> dict:
 
 def _by_name(ctx: RequestContext, topic_partitions: Iterable[Any]) -> Partitions:
     """Partitions named by topic id, by topic name (unknown ids left out)."""
-    owned = set()
+    owned: set[tuple[str, int]] = set()
     for entry in topic_partitions:
         name = ctx.engine.groups.topic_name(entry.topic_id) if entry.topic_id is not None else None
         if name is not None:
