@@ -67,14 +67,14 @@ def refused(broker: Broker, name: str, member_id: str, epoch: int, **fields: Any
 
 
 def consumer(broker: Broker, group_id: str = "g") -> ConsumerGroup:
-    group = broker.engine._group_coordinator.describe(group_id)
+    group = broker.engine.groups.coordinator.describe(group_id)
     assert group is not None and group.consumer is not None
     return group.consumer
 
 
 def tick(broker: Broker) -> None:
     async def run() -> None:
-        broker.engine._group_coordinator.tick()
+        broker.engine.groups.coordinator.tick()
     broker.engine.call(run, timeout=DEADLINE_S)
 
 
@@ -175,7 +175,7 @@ def test_epochs_ahead_or_stale_are_fenced_and_unknown_members_refused(broker):
 
 def test_a_classic_group_with_members_is_not_a_consumer_group(broker):
     async def join() -> None:
-        broker.engine._group_coordinator.groups["classic"] = gm = broker.engine._group_coordinator._group("classic")
+        broker.engine.groups.coordinator.groups["classic"] = gm = broker.engine.groups.coordinator._group("classic")
         gm.members["m"] = None  # type: ignore[assignment]
     broker.engine.call(join, timeout=DEADLINE_S)
     refused(broker, "GROUP_ID_NOT_FOUND", "a", 0, group_id="classic")
@@ -208,7 +208,7 @@ def test_a_member_that_does_not_revoke_within_its_rebalance_timeout_is_fenced(br
 
 def test_the_next_deadline_is_the_earliest_session(broker, clock):
     heartbeat(broker, "a", 0)
-    assert broker.engine._group_coordinator.next_deadline_ms() == clock.now_ms() + SESSION_MS
+    assert broker.engine.groups.coordinator.next_deadline_ms() == clock.now_ms() + SESSION_MS
 
 
 # -- static members --------------------------------------------------------------------------------
@@ -286,7 +286,7 @@ def test_a_deleted_consumer_group_stays_deleted_after_a_restart(open_broker, bro
     heartbeat(broker, "a", -1)
     broker.engine.call(broker.engine.groups.delete_group, "g", timeout=DEADLINE_S)
     broker.close()
-    assert open_broker().engine._group_coordinator.describe("g") is None
+    assert open_broker().engine.groups.coordinator.describe("g") is None
 
 
 # -- the assignors and the records, as properties ------------------------------------------------------
