@@ -1,7 +1,8 @@
 """The pages a new user opens first -- Topics, History, Transactions, Clients, a
 group and a transaction -- in a real browser (Debian Chromium driven by Playwright,
 as tests/test_browser.py), at 1440 and 390 px: no horizontal overflow of the page,
-every table row whole (each cell's box spans its row's), and the expected rows
+every table row whole (each cell's box spans its row's; on a phone a table of cards'
+cells each inside its card), and the expected rows
 there. One broker, one server and one browser for the whole module (start-up is the
 slow part). Screenshots go to ``test-artifacts/`` (``first-hour-<page>-<width>.png``).
 """
@@ -31,15 +32,20 @@ PAGES = {
 }
 
 #: every table row's cells, as boxes: a cell cut from its row (a display:flex cell) or
-#: a page wider than the viewport shows here
+#: a page wider than the viewport shows here. A table of cards (class "cards": on a phone
+#: each row a grid, its cells lines of it) keeps its rows whole when every cell shown is
+#: inside its card
 LAYOUT = """() => ({
   overflow: document.documentElement.scrollWidth - document.documentElement.clientWidth,
   wide: [...document.querySelectorAll('body *')].filter(el => el.getBoundingClientRect().right
     > document.documentElement.clientWidth + 1).slice(0, 4).map(el => el.outerHTML.slice(0, 80)),
   cut: [...document.querySelectorAll('table.table tbody tr')].flatMap(row => {
     const r = row.getBoundingClientRect();
+    const card = row.closest('table').classList.contains('cards') && getComputedStyle(row).display === 'grid';
     return [...row.children].filter(cell => {
       const c = cell.getBoundingClientRect();
+      if (card) return getComputedStyle(cell).display !== 'none' && (c.top < r.top - 1 || c.bottom > r.bottom + 1
+        || c.left < r.left - 1 || c.right > r.right + 1);
       return getComputedStyle(cell).display !== 'table-cell' || Math.abs(c.top - r.top) > 1
         || Math.abs(c.bottom - r.bottom) > 1;
     }).map(cell => row.outerHTML.slice(0, 80) + ' / ' + cell.outerHTML.slice(0, 60));

@@ -6,7 +6,8 @@
   after the Abort the LSO is free and the lag counts the record that was waiting.
 * Refreshes morph the page in place: keyboard focus, a table's scroll position and a
   text selection survive two refreshes (counted from htmx's own events, not slept).
-* At 390 px the timeline's labels do not overlap and a wide table shows it scrolls.
+* At 390 px the timeline's labels do not overlap and a wide table shows it scrolls
+  (records are cards there: tests/test_console_layouts_browser.py).
 
 Screenshots go to ``test-artifacts/`` (``answers-*.png``); like tests/test_browser.py
 this fails, never skips, without Chromium and Playwright.
@@ -107,11 +108,12 @@ def test_focus_scroll_and_selection_survive_refreshes(console, chromium, name, w
         page.evaluate(COUNT_REFRESHES)
         # focus: the Abort button of the open transaction
         page.locator('button[data-abort="stuck-tx"]').first.focus()
-        # scroll: the page down to the records, the records table sideways where it is wider
-        records = page.locator("table.records")
-        records.scroll_into_view_if_needed()
+        # scroll: the page down to the segments, their table sideways where it is wider (a
+        # phone shows records as cards, which never scroll sideways)
+        segments = page.locator("table.segments")
+        segments.scroll_into_view_if_needed()
         page.evaluate("() => window.scrollBy(0, 120)")
-        sideways = records.evaluate("t => { t.scrollLeft = 90; return t.scrollLeft; }")
+        sideways = segments.evaluate("t => { t.scrollLeft = 90; return t.scrollLeft; }")
         page_y = page.evaluate("() => window.scrollY")
         assert page_y > 0
         # select: the transactional id in the producers table
@@ -127,7 +129,7 @@ def test_focus_scroll_and_selection_survive_refreshes(console, chromium, name, w
         assert page.evaluate("() => document.activeElement && document.activeElement.dataset.abort") == "stuck-tx"
         assert page.evaluate("() => window.getSelection().toString()") == "stuck-tx"
         assert page.evaluate("() => window.scrollY") == page_y
-        assert records.evaluate("t => t.scrollLeft") == sideways
+        assert segments.evaluate("t => t.scrollLeft") == sideways
         if name == "phone":
             assert sideways == 90  # the table really is wider than the screen there
         page.screenshot(path=str(ARTIFACTS / f"answers-refresh-kept-{name}.png"))
@@ -184,7 +186,7 @@ def test_at_390_px_the_timeline_reads_and_wide_tables_show_they_scroll(console, 
         page.screenshot(path=str(ARTIFACTS / "answers-timeline-phone.png"))
 
         page.goto(base + "/topics/orders/partitions/0")
-        table = page.locator("table.records")
+        table = page.locator("table.segments")
         wide = table.evaluate("t => ({scroll: t.scrollWidth, client: t.clientWidth, "
                               "overflow: getComputedStyle(t).overflowX, "
                               "hint: getComputedStyle(t).backgroundImage})")

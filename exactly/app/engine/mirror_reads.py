@@ -61,6 +61,26 @@ def finished_transactions(db: "SqlEngine", txn_id: str = "", outcome: str = "", 
     return [{"transactional_id": r.transactional_id, **_finished(r)} for r in rows], total
 
 
+def committed_with(db: "SqlEngine", offsets_partition: str) -> dict[str, set[str]]:
+    """The transactional ids whose committed transactions spanned ``offsets_partition``
+    (a group's ``__consumer_offsets-N``: AddOffsetsToTxn adds it, so they committed
+    offsets there), each with the topics those transactions wrote (internal ones left
+    out), from the mirror's ``transactions`` table; read on the caller's thread."""
+    from sqlalchemy import select
+
+    from exactly.coordinator.mirror_models import FinishedTransaction as T
+
+    found: dict[str, set[str]] = {}
+    query = (select(T.transactional_id, T.partitions)
+             .where(T.outcome == "COMMIT", T.partitions.contains(json.dumps(offsets_partition))))
+    with db.connect() as connection:
+        for txn_id, partitions in connection.execute(query):
+            topics = {_topic_partition(tp)["topic_name"] for tp in json.loads(partitions)}
+            found.setdefault(txn_id, set()).update(t for t in topics if not t.startswith("__"))
+        connection.rollback()
+    return found
+
+
 def _finished(r: Any) -> dict[str, Any]:
     """A finished transaction's row as the readers answer it."""
     return {"producer_id": r.producer_id, "producer_epoch": r.producer_epoch, "outcome": r.outcome,

@@ -305,6 +305,12 @@ async def group(engine: "Engine", group_id: str) -> dict[str, Any]:
             "offsets": offsets}
 
 
+async def offsets_partition(engine: "Engine", group_id: str) -> int:
+    """The ``__consumer_offsets`` partition of ``group_id``: where its offsets are
+    committed, and what AddOffsetsToTxn adds to a transaction committing them."""
+    return engine.groups.coordinator.partition_of(group_id)
+
+
 def assigned_partitions(group: GroupMetadata) -> set[tuple[str, int]]:
     """The partitions the group's current assignment gives its members (decoded from
     the consumer protocol; none for another protocol)."""
