@@ -27,6 +27,8 @@ BOOTSTRAP ?= 127.0.0.1:9092
 #: sockets, child processes and JVMs starting -- so one worker per core leaves about
 #: half the CPU idle (measured: 15 CPU-minutes in a 17-minute run on 2 cores)
 TEST_WORKERS ?= $(shell echo $$(( 2 * $$(nproc 2>/dev/null || echo 1) )))
+#: runs of the whole suite `make soak-tests` makes, each under CPU load
+N ?= 5
 
 CHROMIUM := /usr/bin/chromium
 KCAT     := /usr/bin/kcat
@@ -36,9 +38,10 @@ CURL     := /usr/bin/curl
 JQ       := /usr/bin/jq
 MVN      := /usr/bin/mvn
 JAVAC    := /usr/bin/javac
+STRESS_NG := /usr/bin/stress-ng
 SUDO     := $(shell [ "$$(id -u)" = 0 ] || ! command -v sudo >/dev/null 2>&1 || echo sudo)
 
-.PHONY: run test check bench install pipeline clean
+.PHONY: run test check soak-tests bench install pipeline clean
 
 $(BROKER_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -83,6 +86,14 @@ test: $(TEST_STAMP) $(CHROMIUM) $(KCAT) $(JAVA) $(JDBC_JAR) $(CURL) $(JQ) $(SPAR
 check: $(TEST_STAMP)
 	env -u PYTHONDONTWRITEBYTECODE $(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) -m fast
 
+## soak-tests: the flake hunt -- the whole suite N times (`make soak-tests N=5`), as `make test`
+## runs it, with every core kept busy beside it (Debian's stress-ng, installed here when it
+## can be; else one spinning Python process per core), then every test that failed in any
+## run, with how many runs it failed in (bench/soak_tests.py; record the summary in bench/RESULTS.md)
+soak-tests: $(TEST_STAMP) $(CHROMIUM) $(KCAT) $(JAVA) $(JDBC_JAR) $(CURL) $(JQ) $(SPARK_ARCHIVE) $(KAFKA_JARS)
+	-@$(MAKE) --no-print-directory $(STRESS_NG)
+	env -u PYTHONDONTWRITEBYTECODE $(PY) bench/soak_tests.py --runs $(N) -- -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
+
 $(SPARK_ARCHIVE): $(TEST_STAMP) $(JAVA) $(JDBC_JAR)
 	$(PY) -m tests.spark.class_archive $@ || echo "no archive of Spark's classes: the tests' JVMs start without one"
 
@@ -117,6 +128,8 @@ $(MVN):
 	$(call apt-install,maven)
 $(JAVAC):
 	$(call apt-install,default-jdk-headless)
+$(STRESS_NG):
+	$(call apt-install,stress-ng)
 
 ## pipeline: the end-to-end Spark pipeline on the broker `make run` serves (start it first,
 ## in another terminal): install what Spark needs, copy the topic pipeline-in to
