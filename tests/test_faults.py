@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import threading
 import time
 from typing import Any, Iterator
 
@@ -395,3 +396,29 @@ def test_a_split_request_is_answered_once_per_partition(layout: dict[str, set[in
     answered = [(t["name"], p["index"], p["error_code"]) for t in answer["responses"]
                 for p in t["partition_responses"]]
     assert sorted(answered) == sorted((t, p, 19 if (t, p) in faulted else 0) for t, p in every)
+
+
+# -- the coordinators' own writes -----------------------------------------------------------------
+
+
+def test_a_coordinators_own_writes_meet_only_the_faults_that_name_them(kafka: KafkaBroker) -> None:
+    """A transaction's markers are a WriteTxnMarkers request, as in Kafka: a fault naming
+    it holds them (the commit waits, the LSO with it) until removed; a fault on every
+    Produce is the clients' and leaves the coordinator's writes alone."""
+    name, broker = topic(kafka), kafka.broker
+    every_produce = broker.faults.add(api="Produce", error="NOT_ENOUGH_REPLICAS")
+    txn = broker.producer(transactional_id=f"{name}-tx")  # embedded: its requests skip the listener
+    txn.init_transactions()
+    txn.begin_transaction()
+    txn.send(name, b"held", partition=0).get(timeout=10)
+    held = broker.faults.add(api="WriteTxnMarkers", topic=name, action="no-answer")
+    committing = threading.Thread(target=txn.commit_transaction, daemon=True)
+    committing.start()
+    eventually(lambda: held.fired == 1, 10, "the marker write to meet its fault")
+    assert committing.is_alive() and broker.list_offsets(name, 0, -1, "read_committed") == 0
+    held.remove()
+    committing.join(10)
+    assert not committing.is_alive()
+    assert broker.list_offsets(name, 0, -1, "read_committed") == broker.list_offsets(name, 0, -1) == 2
+    assert every_produce.fired == 0  # the transaction log's appends and the marker are not a client's Produce
+    txn.close()

@@ -21,6 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from exactly.app import Broker
+from exactly.coordinator import offsets_log
 from exactly.coordinator.group_coordinator import JoinResult
 from exactly.coordinator.group_metadata import (
     VALID_PREVIOUS,
@@ -407,8 +408,10 @@ def test_a_waiting_sync_fails_when_a_new_rebalance_starts(broker):
     assert {r.generation for r in results} == {b.generation + 1}
 
 
-def test_a_failed_store_of_the_assignment_fails_every_waiting_member(broker, monkeypatch):
-    from exactly.storage.errors import KafkaStorageError
+def test_a_failed_store_of_the_assignment_fails_every_waiting_member(broker):
+    """The leader's SyncGroup stores the assignment in __consumer_offsets; a disk that
+    refuses it fails the leader and every waiting follower with NOT_COORDINATOR (Kafka's
+    answer to a failed group write: the members find the coordinator and rejoin)."""
     a = outcome(broker, join(broker, "g"))
     sync_everyone(broker, "g", [a])
     t_b = join(broker, "g")
@@ -416,16 +419,14 @@ def test_a_failed_store_of_the_assignment_fails_every_waiting_member(broker, mon
     leader, follower = (ra, rb) if ra.member_id == ra.leader else (rb, ra)
     waiting = spawn(broker, gc(broker).sync_group, "g", follower.generation, follower.member_id)
 
-    async def failing_append(*args, **kwargs):
-        raise KafkaStorageError("disk gone")
-    monkeypatch.setattr(gc(broker).io, "append_offsets_log", failing_append)
-    with kafka_error("KAFKA_STORAGE_ERROR", 56):
+    disk = broker.faults.add(api="Produce", topic=offsets_log.TOPIC, error="KAFKA_STORAGE_ERROR")
+    with kafka_error("NOT_COORDINATOR", 16):
         call(broker, gc(broker).sync_group, "g", leader.generation, leader.member_id,
              {leader.member_id: b"L", follower.member_id: b"F"})
-    with kafka_error("KAFKA_STORAGE_ERROR", 56):
+    with kafka_error("NOT_COORDINATOR", 16):
         outcome(broker, waiting)
     assert group(broker, "g").state is G.PREPARING_REBALANCE  # Kafka rebalances at once
-    monkeypatch.undo()
+    disk.remove()
     # the members rejoin and the next generation completes normally
     results = finish_rebalance(broker, "g", [leader.member_id, follower.member_id])
     got = sync_everyone(broker, "g", results)
@@ -963,17 +964,13 @@ def test_a_restarted_static_members_new_id_is_durable(open_broker):
     assert g.members[new.member_id].assignment == b"to:" + formed.members[0].encode()
 
 
-def test_a_failed_store_of_a_static_members_new_id_keeps_the_old_one(broker, monkeypatch):
+def test_a_failed_store_of_a_static_members_new_id_keeps_the_old_one(broker):
     """Kafka reverts the replacement when the group cannot be stored: the old member id
     stays the instance's, and the JoinGroup gets the error (the client joins again)."""
-    from exactly.storage.errors import KafkaStorageError
     formed = form_group(broker, "g", 1, instance_ids=["i-a"])
     (old,) = formed.members
-
-    async def failing_append(*args, **kwargs):
-        raise KafkaStorageError("disk gone")
-    monkeypatch.setattr(gc(broker).io, "append_offsets_log", failing_append)
-    with kafka_error("KAFKA_STORAGE_ERROR", 56):
+    broker.faults.add(api="Produce", topic=offsets_log.TOPIC, error="KAFKA_STORAGE_ERROR")  # the disk refuses the group's write
+    with kafka_error("NOT_COORDINATOR", 16):
         outcome(broker, join(broker, "g", instance_id="i-a"))
     g = group(broker, "g")
     assert (g.state, list(g.members), g.static_members, g.leader) == (G.STABLE, [old], {"i-a": old}, old)

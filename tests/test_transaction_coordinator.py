@@ -11,7 +11,6 @@ internal append path, then a reopen.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -32,7 +31,6 @@ from exactly.storage.errors import (
     InvalidTransactionTimeoutError,
     InvalidTxnStateError,
     KafkaError,
-    KafkaStorageError,
     NotCoordinatorError,
     OperationNotAttemptedError,
     ProducerFencedError,
@@ -198,27 +196,20 @@ def ids_in_partitions() -> dict[int, list[str]]:
 
 
 class MarkerGate:
-    """Holds every marker write of the coordinator until opened, so a transaction
-    stays in PrepareCommit/PrepareAbort as long as the test needs."""
+    """Holds every marker write of the coordinator until opened -- a WriteTxnMarkers fault
+    that never answers (exactly/app/faults/internal_writes.py) -- so a transaction stays
+    in PrepareCommit/PrepareAbort as long as the test needs."""
 
-    def __init__(self, broker: Broker, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.engine = broker.engine
-        io = broker.engine.transactions.coordinator.io
-        original = io.write_marker
+    def __init__(self, broker: Broker) -> None:
+        self.fault = broker.faults.add(api="WriteTxnMarkers", action="no-answer")
 
-        async def make_event() -> asyncio.Event:
-            return asyncio.Event()
-        self.event = broker.engine.call(make_event)
-        self.held = 0
-
-        async def gated(*args: Any, **kwargs: Any) -> Any:
-            self.held += 1
-            await self.event.wait()
-            return await original(*args, **kwargs)
-        monkeypatch.setattr(io, "write_marker", gated)
+    @property
+    def held(self) -> int:
+        """How many marker writes met the gate."""
+        return self.fault.fired
 
     def open(self) -> None:
-        self.engine.submit(self.event.set)
+        self.fault.remove()
 
     def __enter__(self) -> "MarkerGate":
         return self
@@ -484,11 +475,11 @@ def test_adding_the_same_partitions_again_writes_nothing(broker):
     assert describe(broker, "a").partitions == {(T, 0), (T, 1), ("more", 0)}
 
 
-def test_add_partitions_while_the_last_transaction_completes_is_concurrent_transactions(broker, monkeypatch):
+def test_add_partitions_while_the_last_transaction_completes_is_concurrent_transactions(broker):
     p = producer(broker, "a")
     p.begin(0)
     p.send(0, b"x")
-    with MarkerGate(broker, monkeypatch):
+    with MarkerGate(broker):
         commit = in_background(broker, "end_txn", "a", p.pid, p.epoch, True)
         wait_for_state(broker, "a", S.PREPARE_COMMIT)
         expect(ConcurrentTransactionsError, 51, "CONCURRENT_TRANSACTIONS", add, broker, "a", p.pid, p.epoch, (T, 1))
@@ -612,11 +603,11 @@ def test_end_txn_with_an_old_epoch_is_producer_fenced(broker):
     assert describe(broker, "a").state is S.EMPTY
 
 
-def test_end_txn_while_completing_waits_for_the_same_command_and_refuses_the_opposite(broker, monkeypatch):
+def test_end_txn_while_completing_waits_for_the_same_command_and_refuses_the_opposite(broker):
     p = producer(broker, "a")
     p.begin(0)
     p.send(0, b"x")
-    with MarkerGate(broker, monkeypatch) as gate:
+    with MarkerGate(broker) as gate:
         first = in_background(broker, "end_txn", "a", p.pid, p.epoch, True)
         wait_for_state(broker, "a", S.PREPARE_COMMIT)
         expect(InvalidTxnStateError, 48, "INVALID_TXN_STATE", end, broker, "a", p.pid, p.epoch, False)
@@ -788,7 +779,7 @@ def test_a_transactional_batch_to_a_partition_not_in_the_transaction_is_invalid_
     assert committed(broker) == [b"fine"]
 
 
-def test_a_timeout_abort_whose_log_write_fails_is_finished_by_a_later_run(broker, clock, monkeypatch):
+def test_a_timeout_abort_whose_log_write_fails_is_finished_by_a_later_run(broker, clock):
     """The fence happens in memory first, so the zombie is refused at once; a failed
     PrepareAbort write leaves PrepareEpochFence, which the next run finishes -- one
     id's failure never stops the others."""
@@ -797,15 +788,9 @@ def test_a_timeout_abort_whose_log_write_fails_is_finished_by_a_later_run(broker
     a.send(0, b"a")
     b.begin(1)
     b.send(1, b"b")
-    io = broker.engine.transactions.coordinator.io
-    healthy = io.append_txn_log
-    failing: set[bytes] = {transaction_log.encode_key("a"), transaction_log.encode_key("b")}
-
-    async def flaky(partition: int, key: bytes, value: bytes | None, headers=()) -> int:
-        if key in failing:
-            raise KafkaStorageError("disk on fire")
-        return await healthy(partition, key, value, headers)
-    monkeypatch.setattr(io, "append_txn_log", flaky)
+    # each id's writes to __transaction_state fail as a broken disk fails them
+    failing = {txn_id: broker.faults.add(api="Produce", topic=transaction_log.TOPIC, transactional_id=txn_id,
+                                         error="KAFKA_STORAGE_ERROR") for txn_id in ("a", "b")}
     clock.advance(1_001)
     broker.engine.call(broker.engine.jobs.abort_timed_out_transactions)
     for txn, partition in ((a, 0), (b, 1)):
@@ -814,11 +799,11 @@ def test_a_timeout_abort_whose_log_write_fails_is_finished_by_a_later_run(broker
         expect(InvalidProducerEpochError, 47, "INVALID_PRODUCER_EPOCH", txn.send, partition, b"late")
         expect(ProducerFencedError, 90, "PRODUCER_FENCED", end, broker, txn.txn_id, txn.pid, txn.epoch, True)
     expect(ConcurrentTransactionsError, 51, "CONCURRENT_TRANSACTIONS", init, broker, "a")
-    failing.discard(transaction_log.encode_key("b"))  # "a" keeps failing: "b" must not wait for it
+    failing["b"].remove()  # "a" keeps failing: "b" must not wait for it
     assert broker.engine.call(broker.engine.jobs.abort_timed_out_transactions) == ["b"]
     assert wait_for_state(broker, "b", S.COMPLETE_ABORT).producer_epoch == b.epoch + 1
     assert describe(broker, "a").state is S.PREPARE_EPOCH_FENCE
-    failing.clear()
+    failing["a"].remove()
     assert broker.engine.call(broker.engine.jobs.abort_timed_out_transactions) == ["a"]
     assert wait_for_state(broker, "a", S.COMPLETE_ABORT).producer_epoch == a.epoch + 1
     assert [e for _, _, e, _ in markers(broker, 0)] == [a.epoch + 1]

@@ -18,7 +18,6 @@ with the broker closed, and the broker is opened on that directory.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import re
 import threading
@@ -137,10 +136,6 @@ def describe(broker: Broker, txn_id: str):
     return on_loop(broker, lambda: broker.engine.transactions.coordinator.describe(txn_id))
 
 
-async def _event() -> asyncio.Event:
-    return asyncio.Event()
-
-
 # -- KIP-890: a transactional batch needs its producer's Ongoing transaction --------------------
 
 
@@ -252,19 +247,12 @@ def test_the_transactional_id_of_the_request_must_own_the_producer_id(broker):
     assert b.pid != a.pid
 
 
-def test_a_batch_while_the_transaction_completes_is_concurrent_transactions(broker, monkeypatch):
+def test_a_batch_while_the_transaction_completes_is_concurrent_transactions(broker):
     """PrepareCommit: the markers are going out; a late batch must not slip in (Kafka
     answers CONCURRENT_TRANSACTIONS, retriable)."""
     txn = RawTxn(broker, "a")
     txn.send(T, 0, b"in")
-    gate = broker.engine.call(_event)
-    io = broker.engine.transactions.coordinator.io
-    original = io.write_marker
-
-    async def held(*args: Any, **kwargs: Any) -> None:
-        await gate.wait()
-        await original(*args, **kwargs)
-    monkeypatch.setattr(io, "write_marker", held)
+    held = broker.faults.add(api="WriteTxnMarkers", action="no-answer")  # the markers wait until it is removed
     ending = broker.engine.schedule(broker.engine.transactions.coordinator.end_txn, "a", txn.pid, txn.epoch, True)
     try:
         eventually(lambda: describe(broker, "a").state is S.PREPARE_COMMIT, 5, "PrepareCommit")
@@ -273,7 +261,7 @@ def test_a_batch_while_the_transaction_completes_is_concurrent_transactions(brok
                txn.batch(T, 0, [SimpleRecord(b"late")]))
         assert footprint(broker) == before
     finally:
-        broker.engine.submit(gate.set)
+        held.remove()
     ending.result(10)
     assert committed(broker) == [b"in"]
     assert_not_pinned(broker)

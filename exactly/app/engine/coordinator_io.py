@@ -11,6 +11,9 @@ Kafka's ``GroupMetadataManager`` answers it for OffsetCommit, TxnOffsetCommit an
 SyncGroup: clients look the coordinator up again and retry, where KAFKA_STORAGE_ERROR
 would fail a Java consumer's commit for good. (The transaction coordinator answers a
 refused write of its own log COORDINATOR_NOT_AVAILABLE, also retriable.)
+
+Each write first meets the faults installed for it (``exactly/app/faults/internal_writes.py``:
+a marker is a WriteTxnMarkers request, an append a Produce to the internal topic).
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ from __future__ import annotations
 import uuid
 from typing import TYPE_CHECKING
 
+from exactly.app.faults import internal_writes
+from exactly.app.faults.fault import WRITE_TXN_MARKERS, api_key
 from exactly.coordinator import consumer_protocol, offsets_log, transaction_log
 from exactly.coordinator.producer_id_manager import ProducerIdBlock
 from exactly.coordinator.schema import SchemaError
@@ -26,6 +31,8 @@ from exactly.storage.record_batch import SimpleRecord, encode_batch
 
 if TYPE_CHECKING:
     from exactly.app.engine import Engine
+
+PRODUCE = api_key("Produce")
 
 
 class EngineCoordinatorIO:
@@ -37,12 +44,15 @@ class EngineCoordinatorIO:
     async def append_txn_log(self, partition: int, key: bytes, value: bytes | None,
                              headers: transaction_log.Headers = ()) -> int:
         await self.engine.topics.ensure_internal_topic(transaction_log.TOPIC)
+        await internal_writes.meet(self.engine.faults, PRODUCE, transaction_log.TOPIC, partition,
+                                   transaction_log.decode(key, None).transactional_id)
         batch = encode_batch([SimpleRecord(value, key=key, headers=headers, timestamp=self.engine.clock.now_ms())])
         result = await self.engine.partitions.append_internal(transaction_log.TOPIC, partition, batch)
         return result.base_offset
 
     async def write_marker(self, topic: str, partition: int, producer_id: int, producer_epoch: int,
                            coordinator_epoch: int, commit: bool) -> None:
+        await internal_writes.meet(self.engine.faults, WRITE_TXN_MARKERS, topic, partition)
         await self.engine.partitions.write_txn_marker(topic, partition, producer_id, producer_epoch,
                                            coordinator_epoch, commit)
 
@@ -117,6 +127,7 @@ class EngineCoordinatorIO:
                                                                          producer_id, producer_epoch),
                                  transactional=True)
         try:
+            await internal_writes.meet(self.engine.faults, PRODUCE, offsets_log.TOPIC, partition)
             await self.engine.partitions.append_internal(offsets_log.TOPIC, partition, batch)
         except KafkaStorageError as e:
             raise NotCoordinatorError(f"the group's log cannot be written: {e}") from e

@@ -35,6 +35,9 @@ API_NAMES: dict[int, str] = {key: "".join(w.capitalize() for w in name.split("_"
 #: API name, lower case -> key (``endtxn``: a name is looked up without case or underscores)
 _API_KEYS: dict[str, int] = {name.lower(): key for key, name in API_NAMES.items()}
 
+#: the request a transaction coordinator sends a partition's leader to write its markers
+WRITE_TXN_MARKERS = _API_KEYS["writetxnmarkers"]
+
 
 class Action(enum.Enum):
     """What a fault does to a request it matches."""
@@ -75,6 +78,13 @@ class Match:
     group: str | None = None
     #: the request's transactional id (``*``: any request naming one)
     transactional_id: str | None = None
+
+    @property
+    def names_internal_write(self) -> bool:
+        """Whether it names a coordinator's own write by what it writes: WriteTxnMarkers, or
+        an internal topic (``__transaction_state``, ``__consumer_offsets``) -- the only faults
+        that match those writes, so a fault on every Produce leaves the coordinators alone."""
+        return WRITE_TXN_MARKERS in self.api_keys or (self.topic or "").startswith("__")
 
     def partition_matches(self, topic: str, partition: int) -> bool:
         return (self.topic is None or self.topic == topic) and (self.partition is None or self.partition == partition)
@@ -222,6 +232,12 @@ class Fault:
         return 0.0 if self.expires is None else max(0.0, self.expires - time.monotonic())
 
     @property
+    def active(self) -> bool:
+        """Installed, and its window (if any) not over."""
+        return (self._registry is not None and self in self._registry.installed
+                and (self.expires is None or time.monotonic() < self.expires))
+
+    @property
     def exhausted(self) -> bool:
         return self.spec.count is not None and self.fired >= self.spec.count
 
@@ -298,13 +314,17 @@ class Faults:
     def get(self, fault_id: int) -> Fault | None:
         return next((f for f in self.list() if f.id == fault_id), None)
 
-    def fire(self, facts: RequestFacts) -> Fault | None:
+    def fire(self, facts: RequestFacts, internal: bool = False) -> Fault | None:
         """The first installed fault that matches ``facts`` and has budget left, counted
-        as fired; None when none acts on this request."""
+        as fired; None when none acts on this request. ``internal``: the request is a
+        coordinator's own write (``exactly/app/faults/internal_writes.py``), which only a
+        fault naming such writes matches (:attr:`Match.names_internal_write`)."""
         now = time.monotonic()
         with self._lock:
             for fault in self.installed:
                 if fault.expires is not None and now >= fault.expires:
+                    continue
+                if internal and not fault.spec.match.names_internal_write:
                     continue
                 if fault.exhausted or not fault.spec.matches(facts):
                     continue
