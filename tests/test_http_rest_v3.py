@@ -30,9 +30,7 @@ from exactly.app.http.server import HttpServer
 from exactly.app.kafka import attach as attach_kafka
 from exactly.coordinator import consumer_protocol
 from exactly.coordinator.group_metadata import CommittedOffset
-from exactly.coordinator.transaction_coordinator import TransactionCoordinator
 from exactly.storage.clock import FakeClock
-from exactly.storage.errors import CoordinatorLoadInProgressError
 from tests.conftest import SMALL_INTERNAL_TOPICS
 from tests.docs import section
 # the HTTP API tests' fixtures (app, api, topics), used here by name, not copied
@@ -231,16 +229,16 @@ def test_errors_carry_the_proxy_s_code_and_status_and_kafka_s_name(topics: Api) 
     assert unknown_path.json["error_code"] == 404 and unknown_path.json["kafka_error_code"] is None
 
 
-def test_a_retriable_broker_error_is_503_with_the_proxy_s_retriable_code(
-        topics: Api, monkeypatch: pytest.MonkeyPatch) -> None:
-    async def loading(*args, **kwargs):
-        raise CoordinatorLoadInProgressError("__transaction_state is loading")
-
-    monkeypatch.setattr(TransactionCoordinator, "init_producer_id", loading)
+def test_a_retriable_broker_error_is_503_with_the_proxy_s_retriable_code(topics: Api, broker: Broker) -> None:
+    # the coordinator's write of the new id to __transaction_state meets a disk that refuses it:
+    # the coordinator answers COORDINATOR_NOT_AVAILABLE (retriable), as Kafka's does
+    disk = broker.faults.add(api="Produce", topic="__transaction_state", error="KAFKA_STORAGE_ERROR", count=1)
     response = topics.client.post(f"{topics.base}/transactions/tx/init", json={})
     assert (response.status_code, response.headers["Retry-After"]) == (503, "1")
-    assert response.json == {"error_code": 50003, "message": "__transaction_state is loading",
-                             "error_name": "COORDINATOR_LOAD_IN_PROGRESS", "kafka_error_code": 14}
+    assert response.json == {"error_code": 50003,
+                             "message": f"could not write the transaction log: fault {disk.id} on __transaction_state-2",
+                             "error_name": "COORDINATOR_NOT_AVAILABLE", "kafka_error_code": 15}
+    assert topics.client.post(f"{topics.base}/transactions/tx/init", json={}).status_code == 200  # the retry
 
 
 # -- produce ------------------------------------------------------------------------------------
