@@ -22,7 +22,6 @@ group coordinator forever (librdkafka #5511; docs/testing.md).
 from __future__ import annotations
 
 import itertools
-import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -31,6 +30,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer
 from examples.test_exactly_once_app import CLIENT, close, retried, rewind
 from exactly.app.server import Server
 from exactly.app.testing import lineage
+from tests.waiting import eventually
 
 #: records per transaction, at most
 BATCH = 4
@@ -132,14 +132,15 @@ class Application:
             producer = self._producer()
             if self.bugs.output_outside:
                 plain = Producer({"bootstrap.servers": self.broker.bootstrap, "enable.idempotence": True, **CLIENT})
-            deadline = time.monotonic() + deadline_s
-            while self.bugs.stop_after is None or self.committed_transactions < self.bugs.stop_after:
-                assert time.monotonic() < deadline, "the application did not reach the end of its input"
+
+            def step() -> bool:
+                """One batch in one transaction; True once the input's end (or ``stop_after``) is reached."""
+                nonlocal producer
+                if self.bugs.stop_after is not None and self.committed_transactions >= self.bugs.stop_after:
+                    return True
                 batch = [m for m in consumer.consume(BATCH, 0.1) if m.error() is None]
                 if not batch:
-                    if all(tp.offset >= ends[tp.partition] for tp in consumer.position(partitions)):
-                        return
-                    continue
+                    return all(tp.offset >= ends[tp.partition] for tp in consumer.position(partitions))
                 try:
                     self._transact(producer, plain, consumer, batch)
                 except KafkaException as e:
@@ -152,6 +153,8 @@ class Application:
                         raise
                     if not self.bugs.no_rewind:
                         rewind(consumer)
+                return False
+            eventually(step, deadline_s, "the application to reach the end of its input", interval=0)
         finally:
             consumer.close()
             for client in (producer, plain):

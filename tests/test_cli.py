@@ -6,7 +6,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -14,6 +13,7 @@ import pytest
 from exactly.app import Broker
 from exactly.storage import filenames
 from tests.conftest import data_batch, producer_id
+from tests.waiting import eventually
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -32,16 +32,17 @@ def serve(data_dir: Path, *extra: str, kafka_port: int | None = None,
 
 
 def wait_for_line(proc: subprocess.Popen, needle: str, timeout: float = 30) -> str:
-    deadline = time.monotonic() + timeout
-    seen = []
-    while time.monotonic() < deadline:
+    """The first line of ``proc``'s stdout holding ``needle`` (a line at a time: the
+    deadline is for the output stalling; the test's timeout bounds a blocked read)."""
+    seen: list[str] = []
+
+    def printed() -> str | None:
         line = proc.stdout.readline()
         if not line and proc.poll() is not None:
-            break
+            pytest.fail(f"{needle!r} not printed before the process exited ({proc.returncode}); got {seen!r}")
         seen.append(line)
-        if needle in line:
-            return line
-    raise AssertionError(f"{needle!r} not printed within {timeout}s; got {seen!r}")
+        return line if needle in line else None
+    return eventually(printed, timeout, f"{needle!r} to be printed", interval=0)
 
 
 def run_to_exit(proc: subprocess.Popen, timeout: float = 30) -> tuple[int, str, str]:

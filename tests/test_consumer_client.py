@@ -58,10 +58,8 @@ def values(records: list[ConsumerRecord]) -> list[bytes]:
 def poll_until(c: Consumer, count: int, deadline_s: float = DEADLINE_S) -> list[ConsumerRecord]:
     """Poll until ``count`` records came back; fail at the deadline."""
     got: list[ConsumerRecord] = []
-    deadline = time.monotonic() + deadline_s
-    while len(got) < count:
-        assert time.monotonic() < deadline, f"only {len(got)} of {count} records before the deadline"
-        got += c.poll(timeout_ms=100)
+    eventually(lambda: got.extend(c.poll(timeout_ms=100)) or len(got) >= count, deadline_s, f"{count} records",
+               interval=0)
     return got
 
 
@@ -577,11 +575,14 @@ def test_poll_returns_within_its_timeout_while_the_group_waits_for_another_membe
     poller.join(DEADLINE_S)
     assert not poller.is_alive(), "b.poll(200 ms) blocked on a rebalance that needs a.poll()"
     assert outcome == [[]]
-    deadline = time.monotonic() + DEADLINE_S
-    while not (a.assignment() and b.assignment() and len(set(a.assignment()) | set(b.assignment())) == 2):
-        assert time.monotonic() < deadline, "a and b never shared the partitions"
+
+    def shared() -> bool:
+        if a.assignment() and b.assignment() and len(set(a.assignment()) | set(b.assignment())) == 2:
+            return True
         a.poll(timeout_ms=20)
         b.poll(timeout_ms=20)
+        return False
+    eventually(shared, DEADLINE_S, "a and b to share the partitions", interval=0)
     assert a.group_metadata().generation_id == b.group_metadata().generation_id
 
 
@@ -615,13 +616,12 @@ def test_closing_a_member_whose_join_is_still_waiting_lets_the_group_carry_on(br
     assert b.poll(timeout_ms=50) == []  # its join waits for a to rejoin
     b.close()
     a_id = a.group_metadata().member_id
-    deadline = time.monotonic() + DEADLINE_S
-    while True:
+
+    def settled_without_b() -> Any:
         a.poll(timeout_ms=20)
         group = broker.engine.groups.coordinator.describe("g")
-        if group.state.value == "Stable" and a.group_metadata().generation_id == group.generation:
-            break
-        assert time.monotonic() < deadline, "the group never settled without b"
+        return group if group.state.value == "Stable" and a.group_metadata().generation_id == group.generation else None
+    group = eventually(settled_without_b, DEADLINE_S, "the group to settle without b", interval=0)
     assert list(group.members) == [a_id]
     assert a.assignment() == [("t", 0), ("t", 1)]
 

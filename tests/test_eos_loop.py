@@ -30,7 +30,6 @@ import random
 import signal
 import subprocess
 import sys
-import time
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Callable
@@ -158,11 +157,15 @@ def read_output(broker: Broker) -> dict[int, list[tuple[bytes, tuple[int, int]]]
     consumer.seek_to_beginning()
     ends = {tp: broker.list_offsets(*tp, -1, "read_committed") for tp in partitions}
     seen: dict[int, list[tuple[bytes, tuple[int, int]]]] = defaultdict(list)
-    deadline = time.monotonic() + STALL_DEADLINE_S
-    while any(consumer.position(tp) < end for tp, end in ends.items()):
-        assert time.monotonic() < deadline, "the read_committed consumer stopped short of the LSO"
+
+    def at_the_end() -> bool:
+        if all(consumer.position(tp) >= end for tp, end in ends.items()):
+            return True
         for record in consumer.poll(timeout_ms=100):
             seen[record.partition].append((record.key, parse_output(record.value)))
+        return False
+    eventually(at_the_end, STALL_DEADLINE_S, "the read_committed consumer to reach the LSO", interval=0,
+               progress=lambda: sum(len(records) for records in seen.values()))
     consumer.close()
     return seen
 

@@ -9,7 +9,6 @@ import json
 import signal
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -18,6 +17,7 @@ from typing import Any, Iterator
 import pytest
 
 from tests.test_cli import REPO, free_port
+from tests.waiting import eventually
 
 
 class Served:
@@ -29,15 +29,13 @@ class Served:
         self.proc = subprocess.Popen(
             [sys.executable, str(REPO / "run.py"), "--data-dir", str(data_dir), "--kafka-port", str(free_port()),
              "--http-port", str(self.port)], cwd=REPO, stdout=subprocess.PIPE, stderr=self._log, text=True)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
+
+        def started() -> bool:
             line = self.proc.stdout.readline()
-            if "console and HTTP API on" in line:
-                break
             if not line and self.proc.poll() is not None:
-                raise AssertionError(f"the server exited with {self.proc.returncode}; see {log}")
-        else:
-            raise AssertionError(f"the server did not start within 60s; see {log}")
+                pytest.fail(f"the server exited with {self.proc.returncode}; see {log}")
+            return "console and HTTP API on" in line
+        eventually(started, 60, f"the server to start (see {log})", interval=0)
         self.cluster = self.call("GET", "/v3/clusters")[1]["data"][0]["cluster_id"]
 
     def call(self, method: str, path: str, body: Any = None,

@@ -4,7 +4,6 @@ transaction timed out by the broker, and a consumer group that rebalances."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Iterator
 
@@ -132,17 +131,19 @@ def test_consume_transform_produce_is_exactly_once_with_aborts(kafka: KafkaBroke
     producer = Producer(config(kafka, **{"transactional.id": "ctp-1"}))
     producer.init_transactions(30)
     transactions, aborted = 0, 0
-    deadline = time.monotonic() + 90
 
     def done() -> bool:
         committed = consumer.committed([TopicPartition("in", p) for p in range(3)], timeout=10)
         return sum(max(tp.offset, 0) for tp in committed) == len(inputs)
 
-    while not done():
-        assert time.monotonic() < deadline, "the pipeline did not finish"
+    def transform() -> bool:
+        """One transaction of the loop (every third aborted and rewound); True once done."""
+        nonlocal transactions, aborted
+        if done():
+            return True
         messages = [m for m in consumer.consume(num_messages=7, timeout=0.5) if not m.error()]
         if not messages:
-            continue
+            return False
         producer.begin_transaction()
         for message in messages:
             producer.produce("out", message.value().upper(), key=message.key(), partition=message.partition())
@@ -157,6 +158,8 @@ def test_consume_transform_produce_is_exactly_once_with_aborts(kafka: KafkaBroke
                 consumer.seek(TopicPartition(tp.topic, tp.partition, tp.offset if tp.offset >= 0 else OFFSET_BEGINNING))
         else:
             producer.commit_transaction(30)
+        return False
+    eventually(transform, 90, "the pipeline to finish", interval=0)
     consumer.close()
     assert aborted >= 1
     output = read_all(kafka, "out", 3)
@@ -211,14 +214,13 @@ def test_a_group_of_read_committed_consumers_rebalances_as_members_come_and_go(k
 
     def settle(members: list[Consumer]) -> list[set[int]]:
         """Poll every member until their assignments split the six partitions among them."""
-        deadline = time.monotonic() + 60
-        while True:
+        def split() -> list[set[int]] | None:
             for consumer in members:
                 consumer.poll(0.05)
             assignments = [{tp.partition for tp in consumer.assignment()} for consumer in members]
-            if (sorted(p for a in assignments for p in a) == list(range(6)) and all(assignments)):
-                return assignments
-            assert time.monotonic() < deadline, f"no settled assignment: {assignments}"
+            return assignments if sorted(p for a in assignments for p in a) == list(range(6)) and all(assignments) \
+                else None
+        return eventually(split, 60, f"{len(members)} members to split the six partitions", interval=0)
 
     first, second = member("c1"), member("c2")
     assert [len(a) for a in settle([first, second])] == [3, 3]

@@ -9,7 +9,6 @@ two cover both ends of every advertised range."""
 from __future__ import annotations
 
 import asyncio
-import time
 from pathlib import Path
 from typing import Iterator
 
@@ -21,6 +20,7 @@ from kafka.admin import ConfigResource, KafkaAdminClient, NewTopic
 from kafka.structs import OffsetAndMetadata
 
 from tests.kafka_support import KafkaBroker
+from tests.waiting import eventually
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -47,11 +47,12 @@ def subscribed(topic: str, **config: object) -> KafkaConsumer:
 def drain(consumer: KafkaConsumer, expected: int, timeout: float = 60) -> list[bytes]:
     """Poll until ``expected`` values arrived (and a short quiet poll finds no more)."""
     values: list[bytes] = []
-    deadline = time.monotonic() + timeout
-    while len(values) < expected:
-        assert time.monotonic() < deadline, f"only {len(values)} of {expected} values"
+
+    def arrived() -> bool:
         for records in consumer.poll(timeout_ms=200).values():
             values.extend(r.value for r in records)
+        return len(values) >= expected
+    eventually(arrived, timeout, f"{expected} values", interval=0)
     for records in consumer.poll(timeout_ms=500).values():
         values.extend(r.value for r in records)
     return values

@@ -25,7 +25,7 @@ from exactly.coordinator.group_metadata import CommittedOffset
 from exactly.storage.clock import FakeClock
 from exactly.storage.errors import KafkaError, TransactionAbortableError
 from tests.conftest import FROZEN, SMALL_INTERNAL_TOPICS, jobs_config
-from tests.waiting import returns_within
+from tests.waiting import eventually, returns_within
 
 DEADLINE_S = 10
 TP = ("in", 0)
@@ -122,10 +122,8 @@ def open_transaction_with_offsets(broker: Broker, offset: int, group: ConsumerGr
 
 def poll_until(c: Consumer, count: int) -> list:
     got: list = []
-    deadline = time.monotonic() + DEADLINE_S
-    while len(got) < count:
-        assert time.monotonic() < deadline, f"only {len(got)} of {count} records"
-        got += c.poll(timeout_ms=100)
+    eventually(lambda: got.extend(c.poll(timeout_ms=100)) or len(got) >= count, DEADLINE_S, f"{count} records",
+               interval=0)
     return got
 
 
@@ -163,10 +161,13 @@ def test_a_zombie_with_the_old_generation_is_fenced_at_txn_offset_commit(broker,
     newcomer.subscribe(["in"])
     joiner = threading.Thread(target=lambda: newcomer.poll(timeout_ms=3000), daemon=True)
     joiner.start()
-    deadline = time.monotonic() + DEADLINE_S
-    while zombie.group_metadata().generation_id == stale.generation_id or joiner.is_alive():
-        assert time.monotonic() < deadline, "the rebalance did not complete"
+
+    def rebalanced() -> bool:
+        if zombie.group_metadata().generation_id != stale.generation_id and not joiner.is_alive():
+            return True
         zombie.poll(timeout_ms=20)
+        return False
+    eventually(rebalanced, DEADLINE_S, "the rebalance to complete", interval=0)
     group = broker.engine.groups.coordinator.describe("g")
     assert stale.member_id in group.members and group.generation > stale.generation_id
 

@@ -23,6 +23,7 @@ from kio.schema.errors import ErrorCode
 
 from exactly.app.spark.kafka_client import KafkaConnection
 from exactly.storage.record_batch import decode_batch, iter_headers
+from tests.waiting import eventually
 
 #: API keys, by Kafka's names
 PRODUCE, FETCH, LIST_OFFSETS, METADATA, OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR = 0, 1, 2, 3, 8, 9, 10
@@ -202,11 +203,8 @@ def create_topics(peer: Peer, topics: Mapping[str, tuple[int, Mapping[str, str]]
     every_partition = {"replica_id": -1, "isolation_level": 0, "topics": [
         {"name": name, "partitions": [{"partition_index": p, "timestamp": -1, "current_leader_epoch": -1}
                                       for p in range(partitions)]} for name, (partitions, _) in topics.items()]}
-    deadline = time.monotonic() + 30
-    while not all(p["error_code"] == 0 for t in peer.request(LIST_OFFSETS, 5, every_partition)["topics"]
-                  for p in t["partitions"]):
-        assert time.monotonic() < deadline, f"{peer.name}: {list(topics)} not led after 30 s"
-        time.sleep(0.02)
+    eventually(lambda: all(p["error_code"] == 0 for t in peer.request(LIST_OFFSETS, 5, every_partition)["topics"]
+                           for p in t["partitions"]), 30, f"{peer.name} to lead {list(topics)}", interval=0.02)
 
 
 def produce(connection: KafkaConnection, topic: str, partition: int, batch: bytes, acks: int = -1,

@@ -7,7 +7,6 @@ epoch per transaction for them (KIP-890 part 2 needs EndTxn v5, issue 31)."""
 
 from __future__ import annotations
 
-import time
 from typing import Any, Callable
 
 import pytest
@@ -38,6 +37,7 @@ from tests.kafka.differential import (
     subscription,
     unique,
 )
+from tests.waiting import eventually
 
 pytestmark = [pytest.mark.xdist_group("real-kafka"), pytest.mark.slow, pytest.mark.timeout(120)]
 SETTLED = ("Empty", "Ongoing", "CompleteCommit", "CompleteAbort")
@@ -63,10 +63,10 @@ class Producer:
         """InitProducerId, asked again while it answers CONCURRENT_TRANSACTIONS (Kafka's
         answer while it aborts the transaction the new instance fences: pinned in
         test_a_new_instance_gets_its_epoch_at_once_on_exactly)."""
-        deadline = time.monotonic() + 30
-        while (answer := init_producer_id(self.connection, self.transactional_id, timeout_ms))["error_code"] == 51:
-            assert time.monotonic() < deadline, "CONCURRENT_TRANSACTIONS for 30 s"
-            time.sleep(0.05)
+        def answered() -> dict | None:
+            answer = init_producer_id(self.connection, self.transactional_id, timeout_ms)
+            return None if answer["error_code"] == 51 else answer
+        answer = eventually(answered, 30, "an answer other than CONCURRENT_TRANSACTIONS", interval=0.05)
         self.steps[step] = self.normalize(answer)
         if answer["error_code"] == 0:
             self.pid, self.epoch = answer["producer_id"], answer["producer_epoch"]
@@ -113,10 +113,8 @@ class Producer:
 
 
 def wait_for(condition: Callable[[], bool], what: str, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"no {what} within {timeout} s"
-        time.sleep(0.02)
+    """:func:`~tests.waiting.eventually` as the scenarios here name it: what first."""
+    eventually(condition, timeout, what, interval=0.02)
 
 
 def commit_abort_and_fencing(peer: Peer, t: str) -> dict[str, Any]:
