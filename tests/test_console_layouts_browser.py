@@ -113,6 +113,12 @@ def _scenario(broker: Broker) -> list[Any]:
     return [plain, enrich, billing, stuck]
 
 
+def show(page: Any, url: str, ready: str) -> None:
+    """Open ``url`` and wait until the first element ``ready`` finds is there."""
+    page.goto(url, wait_until="domcontentloaded")
+    page.locator(ready).first.wait_for()
+
+
 def _shot(page: Any, name: str, width: int) -> None:
     shot = ARTIFACTS / f"layout-{name}-{width}.png"
     page.evaluate("() => window.scrollTo(0, 0)")
@@ -124,8 +130,7 @@ def _shot(page: Any, name: str, width: int) -> None:
 def test_transactions_abort_covers_no_outcome_badge(console, chromium, width: int):  # noqa: F811
     _, base = console
     with open_page(chromium, width) as (page, problems):
-        page.goto(base + "/transactions", wait_until="domcontentloaded")
-        page.locator('tr[data-txn="stuck-tx"] button[data-abort]').wait_for()
+        show(page, base + "/transactions", 'tr[data-txn="stuck-tx"] button[data-abort]')
         badges = on_screen_and_uncovered(page, "tr[data-txn] [data-last-outcome] .pill, tr[data-txn] [data-state] .pill")
         assert {b["text"] for b in badges} >= {"COMMIT", "ABORT", "Ongoing"}, badges
         on_screen_and_uncovered(page, "tr[data-txn] td:first-child a")   # the key: each transactional id
@@ -148,8 +153,7 @@ def test_records_key_value_and_read_committed_state_read_without_a_sideways_scro
     _, base = console
     with open_page(chromium, width) as (page, problems):
         for topic, states in (("orders", {"visible"}), ("payments", {"committed", "aborted · never delivered"})):
-            page.goto(f"{base}/topics/{topic}/partitions/0/records", wait_until="domcontentloaded")
-            page.locator("table.records tr[data-offset]").first.wait_for()
+            show(page, f"{base}/topics/{topic}/partitions/0/records", "table.records tr[data-offset]")
             # at 1440 px a long value is cut with an ellipsis on purpose (its record's page has it
             # whole); on a phone the card has the width to show it
             on_screen_and_uncovered(page, RECORD_CELLS, whole_text=width < 760)
@@ -158,8 +162,7 @@ def test_records_key_value_and_read_committed_state_read_without_a_sideways_scro
             keys = {b["text"] for b in on_screen_and_uncovered(page, f"{RECORD} [data-key]")}
             assert any("customer-1" in k or "invoice-7" in k for k in keys), keys
             _shot(page, f"records-{topic}", width)
-        page.goto(base + "/topics/orders/partitions/0", wait_until="domcontentloaded")
-        page.locator("table.records [data-value]").first.wait_for()
+        show(page, base + "/topics/orders/partitions/0", "table.records [data-value]")
         on_screen_and_uncovered(page, "table.records [data-key], table.records [data-value], "
                                       "table.records [data-rc] .pill", whole_text=width < 760)
         _shot(page, "partition", width)
@@ -170,8 +173,7 @@ def test_records_key_value_and_read_committed_state_read_without_a_sideways_scro
 def test_the_overviews_abort_says_on_the_screen_which_transaction_it_aborts(console, chromium, width: int):  # noqa: F811
     _, base = console
     with open_page(chromium, width) as (page, problems):
-        page.goto(base + "/", wait_until="domcontentloaded")
-        page.locator('.blockers button[data-abort="stuck-tx"]').wait_for()
+        show(page, base + "/", '.blockers button[data-abort="stuck-tx"]')
         abort, = on_screen_and_uncovered(page, '.blockers button[data-abort="stuck-tx"]')
         if width < 760:   # its row's "Held by" is scrolled out of view beside the sticky action
             assert "stuck-tx" in abort["text"], abort
