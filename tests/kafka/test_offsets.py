@@ -12,6 +12,7 @@ import time
 from typing import Any
 
 import pytest
+from confluent_kafka import Consumer, TopicPartition
 
 from exactly.storage.record_batch import SimpleRecord, encode_batch
 from tests.kafka.differential import (
@@ -30,6 +31,7 @@ from tests.kafka.differential import (
     plain,
     produce,
     retry,
+    unique,
 )
 from tests.kafka.test_admin import DELETE, SET, TOPIC
 
@@ -140,3 +142,21 @@ def test_message_format_version_is_refused_as_kafka_4_refuses_it(brokers: tuple[
     kafka, exactly = compared(brokers, message_format_version, "format-version")
     assert kafka["alter"]["responses"][0]["error_code"] == 40
     assert exactly == kafka
+
+
+def test_a_consumer_seeking_by_time_starts_at_the_record(kafka_and_exactly: Peer) -> None:
+    """librdkafka's test 0054 with confluent-kafka: ``offsets_for_times`` in the middle of
+    a batch answers the record's offset, so the consumer reads nothing older."""
+    t = unique("seek-by-time")
+    create_topics(kafka_and_exactly, {t: (1, {})})
+    produce(kafka_and_exactly.connection(), t, 0,
+            encode_batch([SimpleRecord(b"v%d" % i, timestamp=ts) for i, ts in enumerate(TIMES)]))
+    consumer = Consumer(kafka_and_exactly.config(**{"group.id": t, "enable.auto.commit": False}))
+    try:
+        found = [consumer.offsets_for_times([TopicPartition(t, 0, ts)], timeout=30)[0] for ts in (TIMES[1], TIMES[2] + 1)]
+        assert [(p.offset, p.error) for p in found] == [(1, None), (-1, None)]
+        consumer.assign([found[0]])
+        first = consumer.poll(30)
+        assert (first.offset(), first.value(), first.timestamp()[1]) == (1, b"v1", TIMES[1])
+    finally:
+        consumer.close()
