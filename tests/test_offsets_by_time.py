@@ -15,8 +15,9 @@ from hypothesis import strategies as st
 from exactly.storage.clock import FakeClock
 from exactly.storage.compression import Compression
 from exactly.storage.partition_log import PartitionLog
-from exactly.storage.record_batch import SimpleRecord, decode_batch, encode_batch
+from exactly.storage.record_batch import SimpleRecord, decode_batch, encode_batch, record_times
 from tests.storage_log import DurableLogs
+from tests.test_record_batch_properties import arb_encoded_batch
 
 T = "t"
 PID = 1000
@@ -38,6 +39,14 @@ def test_a_time_inside_a_batch_finds_its_record_not_the_batch(tmp_path: Path) ->
         assert log.offset_for_timestamp(1000000000000) == (2, 1500000000000)
         assert log.offset_for_timestamp(1500000000001) is None
         assert log.offset_of_max_timestamp() == (2, 1500000000000)
+
+
+@settings(max_examples=200, deadline=None)
+@given(batch=arb_encoded_batch)
+def test_the_lean_walk_reads_every_records_offset_and_time_as_the_decoder_does(batch: bytes) -> None:
+    """``record_times`` steps over keys, values and headers; what it reads is what
+    ``decode_batch`` decodes, compressed or not, LogAppendTime or not."""
+    assert list(record_times(batch)) == [(r.offset, r.timestamp) for r in decode_batch(batch).records]
 
 
 def records(log: PartitionLog) -> Iterator[tuple[int, int]]:

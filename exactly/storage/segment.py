@@ -26,7 +26,7 @@ from typing import Callable, Iterator
 from exactly.storage import filenames
 from exactly.storage.errors import CorruptMessageError, InvalidRecordError, InvariantViolation, KafkaError
 from exactly.storage.offset_index import CorruptIndexError, OffsetIndex
-from exactly.storage.record_batch import HEADER_SIZE, BatchHeader, Record, decode_batch, read_header, validate_batch
+from exactly.storage.record_batch import HEADER_SIZE, BatchHeader, read_header, record_times, validate_batch
 from exactly.storage.time_index import TimeIndex
 from exactly.storage.txn_index import AbortedTxn, TransactionIndex
 
@@ -196,8 +196,7 @@ class LogSegment:
             return None
         for location in self.headers_from(start.position):
             if location.header.max_timestamp >= timestamp:
-                found = self._first_record(location, lambda record: record.timestamp >= timestamp
-                                           and record.offset >= starting_offset)
+                found = self._first_record(location, lambda offset, ts: ts >= timestamp and offset >= starting_offset)
                 if found is not None:
                     return found
         return None
@@ -212,14 +211,15 @@ class LogSegment:
         start = self.find(self._offset_of_max_timestamp)
         for location in self.headers_from(start.position if start else 0):
             if location.header.max_timestamp == target:
-                return self._first_record(location, lambda record: record.timestamp == target)
+                return self._first_record(location, lambda _, ts: ts == target)
         return None
 
-    def _first_record(self, location: BatchLocation, wanted: Callable[[Record], bool]) -> tuple[int, int] | None:
+    def _first_record(self, location: BatchLocation,
+                      wanted: Callable[[int, int], bool]) -> tuple[int, int] | None:
         """``(offset, timestamp)`` of the first record of the batch at ``location`` that
         is ``wanted`` (with LogAppendTime every record has the batch's max timestamp)."""
-        batch = decode_batch(self.pread(location.position, location.header.size), verify_crc=False)
-        return next(((record.offset, record.timestamp) for record in batch.records if wanted(record)), None)
+        times = record_times(self.pread(location.position, location.header.size))
+        return next(((offset, ts) for offset, ts in times if wanted(offset, ts)), None)
 
     # -- durability and lifecycle -----------------------------------------------
 
