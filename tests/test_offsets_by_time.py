@@ -1,7 +1,8 @@
 """ListOffsets by time at the storage layer: the first record at or after a time and the
 record with the largest timestamp, found through the sparse time and offset indexes,
 checked against a brute-force walk of every record of the log -- across segment rolls,
-compression, transactions and their markers, a moved log start and a reopened log."""
+compression, transactions and their markers, a moved log start and a log reopened after
+a clean or an unclean shutdown."""
 
 from __future__ import annotations
 
@@ -76,10 +77,11 @@ step = st.one_of(
 
 @settings(max_examples=60, deadline=None)
 @given(steps=st.lists(step, max_size=25), index_interval=st.sampled_from([1, 120, 4096]),
-       segment_bytes=st.sampled_from([300, 900, 1 << 20]), log_start=st.integers(0, 40), reopen=st.booleans(),
+       segment_bytes=st.sampled_from([300, 900, 1 << 20]), log_start=st.integers(0, 40),
+       reopen=st.sampled_from([None, "clean", "unclean"]),
        append_time=st.booleans(), targets=st.lists(st.integers(0, 65), min_size=1, max_size=12))
 def test_lookups_by_time_answer_what_a_walk_of_every_record_answers(
-        steps: list, index_interval: int, segment_bytes: int, log_start: int, reopen: bool, append_time: bool,
+        steps: list, index_interval: int, segment_bytes: int, log_start: int, reopen: str | None, append_time: bool,
         targets: list[int]) -> None:
     config = {"index.interval.bytes": index_interval, "segment.bytes": segment_bytes,
               "message.timestamp.type": "LogAppendTime" if append_time else "CreateTime"}
@@ -103,8 +105,8 @@ def test_lookups_by_time_answer_what_a_walk_of_every_record_answers(
                 clock.advance(1)
             log = logs.log(T)
             log.delete_records(min(log_start, log.high_watermark))
-            if reopen:
-                logs.close()
+            if reopen is not None:  # clean: the indexes are trusted; unclean: rebuilt by recovery
+                logs.logs.close(clean=reopen == "clean")
                 logs = DurableLogs(directory, clock=clock)
                 log = logs.log(T)
             for committed in (False, True):
