@@ -4,10 +4,10 @@ to (OffsetCommit, OffsetFetch).
 ListOffsets answers -1 (latest) with the high watermark, or the last stable offset
 under read_committed; -2 (earliest) with the log start offset; -3 (v7+, KIP-734) with
 the first record of the largest timestamp; a timestamp with the first record at or
-after it (-1 when there is none): the record's own offset and timestamp, not its batch's. OffsetFetch with
-``require_stable`` answers UNSTABLE_OFFSET_COMMIT for a partition whose group has
-transactional offsets pending, and the consumer retries until the transaction
-ends (librdkafka's read_committed consumers ask for this).
+after it (-1 when there is none): the record's own offset and timestamp, not its
+batch's. OffsetFetch with ``require_stable`` answers UNSTABLE_OFFSET_COMMIT for a
+partition whose group has transactional offsets pending, and the consumer retries
+until the transaction ends (librdkafka's read_committed consumers ask for this).
 """
 
 from __future__ import annotations
@@ -15,8 +15,6 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any, Callable, Iterable
 
-from exactly.app.kafka import authorization
-from exactly.app.kafka.api import LEADER_EPOCH, ApiKey, RequestContext, check_leader_epoch, error_code, serves
 from exactly.app.engine.partitions import (
     EARLIEST_LOCAL_TIMESTAMP,
     EARLIEST_PENDING_UPLOAD_TIMESTAMP,
@@ -25,6 +23,8 @@ from exactly.app.engine.partitions import (
     LATEST_TIMESTAMP,
     MAX_TIMESTAMP,
 )
+from exactly.app.kafka import authorization
+from exactly.app.kafka.api import LEADER_EPOCH, ApiKey, RequestContext, check_leader_epoch, error_code, serves
 from exactly.app.kafka.authorization import G, T
 from exactly.coordinator.group_metadata import CommittedOffset
 from exactly.storage.errors import (
