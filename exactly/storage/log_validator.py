@@ -87,7 +87,8 @@ def _refuse(error: type[InvalidRecordError] | type[InvalidTimestampError], recor
     ``processRecordErrors``: the answer lists each record's index and why, and the
     message shows the first three as Kafka's ``RecordError.toString`` does)."""
     if record_errors:
-        shown = ", ".join(f"RecordError(batchIndex={index}, message='{message}')" for index, message in record_errors[:3])
+        shown = ", ".join(f"RecordError(batchIndex={index}, message='{message}')"
+                          for index, message in record_errors[:3])
         raise error(f"One or more records have been rejected due to {len(record_errors)} record errors in total, "
                     f"and only showing the first three errors at most: [{shown}]", record_errors)
 

@@ -61,8 +61,10 @@ def by_time(peer: Peer, t: str) -> dict[str, Any]:
     connection = peer.connection()
     steps: dict[str, Any] = {}
     produce(connection, t, 0, encode_batch([SimpleRecord(b"v%d" % i, timestamp=ts) for i, ts in enumerate(TIMES)]))
-    produce(connection, t, 0, encode_batch([SimpleRecord(b"tie", timestamp=TIMES[-1]), SimpleRecord(b"old", timestamp=5)]))
-    produce(connection, t + "-appended", 0, encode_batch([SimpleRecord(b"a", timestamp=1), SimpleRecord(b"b", timestamp=2)]))
+    produce(connection, t, 0, encode_batch([SimpleRecord(b"tie", timestamp=TIMES[-1]),
+                                            SimpleRecord(b"old", timestamp=5)]))
+    produce(connection, t + "-appended", 0, encode_batch([SimpleRecord(b"a", timestamp=1),
+                                                          SimpleRecord(b"b", timestamp=2)]))
     for version in (1, 5, 6, 7, 8, 9, 10, 11):
         for timestamp in ASKED:
             steps[f"v{version} at {timestamp}"] = list_offsets(peer, t, timestamp, version)
@@ -130,8 +132,10 @@ def message_format_version(peer: Peer, t: str) -> dict[str, Any]:
         steps[f"incremental {op}"] = peer.request(INCREMENTAL_ALTER_CONFIGS, 1, {"validate_only": False, "resources": [
             {"resource_type": TOPIC, "resource_name": t, "configs": [{**old, "config_operation": op}]}]})
     steps["described"] = peer.request(DESCRIBE_CONFIGS, 2, {"include_synonyms": True, "resources": [
-        {"resource_type": TOPIC, "resource_name": t, "configuration_keys": ["message.format.version", "retention.ms"]}]})
-    messages = [r.get("error_message") for step in steps.values() for r in step.get("topics", step.get("responses", []))]
+        {"resource_type": TOPIC, "resource_name": t,
+         "configuration_keys": ["message.format.version", "retention.ms"]}]})
+    messages = [r.get("error_message") for step in steps.values()
+                for r in step.get("topics", step.get("responses", []))]
     return {**Normalizer()(steps), "messages": messages}
 
 
@@ -153,7 +157,8 @@ def test_a_consumer_seeking_by_time_starts_at_the_record(kafka_and_exactly: Peer
             encode_batch([SimpleRecord(b"v%d" % i, timestamp=ts) for i, ts in enumerate(TIMES)]))
     consumer = Consumer(kafka_and_exactly.config(**{"group.id": t, "enable.auto.commit": False}))
     try:
-        found = [consumer.offsets_for_times([TopicPartition(t, 0, ts)], timeout=30)[0] for ts in (TIMES[1], TIMES[2] + 1)]
+        found = [consumer.offsets_for_times([TopicPartition(t, 0, ts)], timeout=30)[0]
+                 for ts in (TIMES[1], TIMES[2] + 1)]
         assert [(p.offset, p.error) for p in found] == [(1, None), (-1, None)]
         consumer.assign([found[0]])
         first = consumer.poll(30)
