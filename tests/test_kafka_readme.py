@@ -4,12 +4,12 @@ and versions is what the handlers declare."""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pytest
 
 from exactly.app.kafka import APIS
+from tests.api_table import newest, regenerated, rows
 from tests.docs import blocks, run_readme_example, section
 from tests.kafka_support import KafkaBroker
 
@@ -23,7 +23,13 @@ def test_the_exactly_once_example_runs_as_written(tmp_path: Path) -> None:
 
 
 def test_the_table_of_apis_is_what_the_handlers_declare() -> None:
-    rows = re.findall(r"^\| \w+ \((\d+)\) \| (\d+)(?:-(\d+))? \|",
-                      section("docs/kafka-clients.md", "Settings, APIs and versions"), re.M)
-    documented = {int(key): (int(low), int(high or low)) for key, low, high in rows}
-    assert documented == {api.key: (api.min_version, api.max_version) for api in APIS.values() if api.advertised}
+    text = section("docs/kafka-clients.md", "Settings, APIs and versions")
+    assert regenerated(text) == text, "a handler's @serves changed: run .venv/bin/python -m tests.api_table"
+    assert set(APIS) <= {row.key for row in rows(text)}, "every API served has a row"
+
+
+def test_every_api_served_below_kafkas_versions_says_why() -> None:
+    """"why lower" is there exactly where Exactly serves less than Kafka 4.4's newest
+    version (or not at all), so a raised version cannot leave a stale reason behind."""
+    for row in rows(section("docs/kafka-clients.md", "Settings, APIs and versions")):
+        assert bool(row.why_lower) == (newest(row.versions) < newest(row.kafka)), row

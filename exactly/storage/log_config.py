@@ -90,7 +90,7 @@ class LogConfig:
         for key, raw in values.items():
             attr = key.replace(".", "_")
             if attr not in known:
-                raise InvalidConfigError(f"unknown topic config {key!r}")
+                raise InvalidConfigError(f"Unknown topic config name: {key}")  # Kafka's words
             changes[attr] = coerce(key, raw, known[attr].type)
         config = replace(base or cls(), **changes)
         config.validate()

@@ -380,9 +380,11 @@ class LogManager:
         ``topics.json`` is rewritten (the commit point) and every partition log obeys
         the new config. The owner runs one topic change at a time."""
         info = self.topic(name)
-        unknown = sorted(set(changes) - set(self.defaults.to_kafka()))
+        # as on Kafka: setting a name it does not know (Kafka 4 removed message.format.version)
+        # is INVALID_CONFIG, deleting one is nothing to do
+        unknown = sorted(k for k, v in changes.items() if v is not None and k not in self.defaults.to_kafka())
         if unknown:
-            raise InvalidConfigError(f"unknown topic config {unknown[0]!r}")
+            raise InvalidConfigError(f"Unknown topic config name: {unknown[0]}")
         overrides = self.altered_overrides(info, changes)
         config = LogConfig.from_kafka(overrides, base=self.defaults)  # raises INVALID_CONFIG
         return self._alter_steps(replace(info, overrides=overrides), config)

@@ -84,10 +84,13 @@ def validate(batch: bytes, config: LogConfig, topic_partition: str, now: int) ->
 
 def _refuse(error: type[InvalidRecordError] | type[InvalidTimestampError], record_errors: list[tuple[int, str]]) -> None:
     """Raise ``error`` for the batch's refused records, if any (Kafka's
-    ``processRecordErrors``: the answer lists each record's index and why)."""
+    ``processRecordErrors``: the answer lists each record's index and why, and the
+    message shows the first three as Kafka's ``RecordError.toString`` does)."""
     if record_errors:
+        shown = ", ".join(f"RecordError(batchIndex={index}, message='{message}')"
+                          for index, message in record_errors[:3])
         raise error(f"One or more records have been rejected due to {len(record_errors)} record errors in total, "
-                    f"and only showing the first three errors at most: {record_errors[:3]}", record_errors)
+                    f"and only showing the first three errors at most: [{shown}]", record_errors)
 
 
 def recompressed(batch: bytes, header: BatchHeader, config: LogConfig) -> tuple[bytes, BatchHeader]:

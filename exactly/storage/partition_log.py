@@ -453,14 +453,27 @@ class PartitionLog:
     def offset_for_timestamp(self, timestamp: int, read_committed: bool = False) -> tuple[int, int] | None:
         """``(offset, timestamp)`` of the first record with a timestamp >= ``timestamp``
         that a reader at this isolation level may see; None if there is none."""
-        upper = self.last_stable_offset if read_committed else self.high_watermark
         for segment in self.segments:
             if segment.max_timestamp < timestamp:
                 continue
             found = segment.find_by_timestamp(timestamp, self.log_start_offset)
             if found is not None:
-                return found if found[0] < upper else None
+                return self._fetchable(found, read_committed)
         return None
+
+    def offset_of_max_timestamp(self, read_committed: bool = False) -> tuple[int, int] | None:
+        """``(offset, timestamp)`` of the first record with the log's largest timestamp
+        (ListOffsets -3, KIP-734), None if a reader at this isolation level may not see
+        it yet. As Kafka's, from the segment with the largest max timestamp (the first
+        of equals), whatever the log start offset."""
+        segment = max(self.segments, key=lambda s: s.max_timestamp, default=None)
+        found = segment.max_timestamp_record() if segment is not None else None
+        return self._fetchable(found, read_committed) if found is not None else None
+
+    def _fetchable(self, found: tuple[int, int], read_committed: bool) -> tuple[int, int] | None:
+        """``found`` if its offset is below the high watermark (the LSO when read_committed)."""
+        upper = self.last_stable_offset if read_committed else self.high_watermark
+        return found if found[0] < upper else None
 
     # -- durability ---------------------------------------------------------------------
 

@@ -539,6 +539,29 @@ def _walk_records(data: bytes, header: BatchHeader) -> Iterator[_RawRecord]:
             f"its last record has offset delta {previous_delta}")
 
 
+def record_times(buf: Buffer, max_uncompressed: int = DEFAULT_MAX_SIZE) -> Iterator[tuple[int, int]]:
+    """``(offset, timestamp)`` of each record of one stored batch, in order, read lazily
+    (ListOffsets by time stops at the first record it wants): each record's Length,
+    TimestampDelta and OffsetDelta, its key, value and headers stepped over. The batch
+    was validated when it was appended, so only what is read is checked (a damaged
+    one raises InvalidRecordError). With LogAppendTime every record has the batch's
+    MaxTimestamp, as Kafka's readers report it."""
+    header = _read_whole_header(buf)
+    if header.compression is Compression.NONE:
+        data, pos = (buf if isinstance(buf, bytes) else bytes(buf)), HEADER_SIZE
+    else:
+        data, pos = decompress(header.compression, memoryview(buf)[HEADER_SIZE:], max_size=max_uncompressed), 0
+    append_time = header.max_timestamp if header.timestamp_type == LOG_APPEND_TIME else None
+    for _ in range(header.record_count):
+        length, pos = decode_varint(data, pos)
+        end = pos + length
+        timestamp_delta, after = decode_varint(data, pos + 1)  # after the Attributes byte
+        offset_delta, _ = decode_varint(data, after)
+        yield (header.base_offset + offset_delta,
+               header.base_timestamp + timestamp_delta if append_time is None else append_time)
+        pos = end
+
+
 def _decode_records(data: bytes, header: BatchHeader) -> tuple[Record, ...]:
     """Every record in ``data`` (the uncompressed records section), checked."""
     append_time = header.max_timestamp if header.timestamp_type == LOG_APPEND_TIME else None

@@ -26,7 +26,7 @@ from typing import Callable, Iterator
 from exactly.storage import filenames
 from exactly.storage.errors import CorruptMessageError, InvalidRecordError, InvariantViolation, KafkaError
 from exactly.storage.offset_index import CorruptIndexError, OffsetIndex
-from exactly.storage.record_batch import HEADER_SIZE, BatchHeader, read_header, validate_batch
+from exactly.storage.record_batch import HEADER_SIZE, BatchHeader, read_header, record_times, validate_batch
 from exactly.storage.time_index import TimeIndex
 from exactly.storage.txn_index import AbortedTxn, TransactionIndex
 
@@ -181,18 +181,45 @@ class LogSegment:
         return None
 
     def find_by_timestamp(self, timestamp: int, starting_offset: int = 0) -> tuple[int, int] | None:
-        """``(offset, timestamp)`` of the first record batch with max timestamp >= ``timestamp``,
-        found through the time index, at ``starting_offset`` (the log start) or after;
-        None if every batch is older."""
+        """``(offset, timestamp)`` of the first record with a timestamp >= ``timestamp``
+        at ``starting_offset`` (the log start) or after; None if every record is older.
+
+        As Kafka's ``LogSegment.findOffsetByTimestamp``: the time index points at a
+        batch at or before the first candidate; the batches from there are stepped
+        over by header until one whose max timestamp is new enough, and that batch's
+        records are walked for the first record that is (a batch's first record may
+        well be older than the time asked for). Control batches count: Kafka's
+        markers carry the time they were written, and a lookup may answer one."""
         _, from_offset = self.time_index.lookup(timestamp)
         start = self.find(max(from_offset, starting_offset))
         if start is None:
             return None
         for location in self.headers_from(start.position):
-            header = location.header
-            if header.max_timestamp >= timestamp and not header.is_control:
-                return max(header.base_offset, starting_offset), header.max_timestamp
+            if location.header.max_timestamp >= timestamp:
+                found = self._first_record(location, lambda offset, ts: ts >= timestamp and offset >= starting_offset)
+                if found is not None:
+                    return found
         return None
+
+    def max_timestamp_record(self) -> tuple[int, int] | None:
+        """``(offset, timestamp)`` of the first record carrying the segment's max
+        timestamp (KIP-734's ListOffsets -3, as Kafka 3.8+ answers it: the record's
+        own offset, not its batch's); None for a segment without timestamps."""
+        if self.max_timestamp < 0:
+            return None
+        target = self.max_timestamp
+        start = self.find(self._offset_of_max_timestamp)
+        for location in self.headers_from(start.position if start else 0):
+            if location.header.max_timestamp == target:
+                return self._first_record(location, lambda _, ts: ts == target)
+        return None
+
+    def _first_record(self, location: BatchLocation,
+                      wanted: Callable[[int, int], bool]) -> tuple[int, int] | None:
+        """``(offset, timestamp)`` of the first record of the batch at ``location`` that
+        is ``wanted`` (with LogAppendTime every record has the batch's max timestamp)."""
+        times = record_times(self.pread(location.position, location.header.size))
+        return next(((offset, ts) for offset, ts in times if wanted(offset, ts)), None)
 
     # -- durability and lifecycle -----------------------------------------------
 

@@ -52,8 +52,15 @@ log = logging.getLogger(__name__)
 
 READ_UNCOMMITTED = IsolationLevel.READ_UNCOMMITTED.label
 READ_COMMITTED = IsolationLevel.READ_COMMITTED.label
+#: ListOffsets' special timestamps (Kafka's ``ListOffsetsRequest``): the end, the log start,
+#: the record with the largest timestamp (KIP-734), the local log start (KIP-405), the
+#: last tiered offset (KIP-1005) and the earliest offset pending upload (KIP-1023)
 LATEST_TIMESTAMP = -1
 EARLIEST_TIMESTAMP = -2
+MAX_TIMESTAMP = -3
+EARLIEST_LOCAL_TIMESTAMP = -4
+LATEST_TIERED_TIMESTAMP = -5
+EARLIEST_PENDING_UPLOAD_TIMESTAMP = -6
 
 
 @dataclass(frozen=True, slots=True)
@@ -371,17 +378,25 @@ class Partitions:
 
     def list_offsets(self, topic: str, partition: int, timestamp: int,
                      isolation_level: str | int = READ_UNCOMMITTED) -> OffsetAndTimestamp:
-        """Kafka's ListOffsets: -1 latest (the LSO when read_committed), -2 earliest,
-        otherwise the first offset with a timestamp >= ``timestamp`` (-1 if none)."""
+        """Kafka's ListOffsets: -1 latest (the LSO when read_committed), -2 earliest
+        (and -4, the local log start: every segment is local), -3 the first record with
+        the largest timestamp, -5 and -6 (tiered storage's) -1 as Kafka answers them
+        without it; otherwise the first record with a timestamp >= ``timestamp``. Found
+        records are the ones a reader at this isolation level may see (-1 if none)."""
         committed = isolation_is_committed(isolation_level)
         log_ = self._logs.log(topic, partition)
         if timestamp == LATEST_TIMESTAMP:
             return OffsetAndTimestamp(log_.last_stable_offset if committed else log_.high_watermark, -1)
-        if timestamp == EARLIEST_TIMESTAMP:
+        if timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
             return OffsetAndTimestamp(log_.log_start_offset, -1)
-        if timestamp < 0:
+        if timestamp in (LATEST_TIERED_TIMESTAMP, EARLIEST_PENDING_UPLOAD_TIMESTAMP):
+            return OffsetAndTimestamp(-1, -1)
+        if timestamp == MAX_TIMESTAMP:
+            found = log_.offset_of_max_timestamp(read_committed=committed)
+        elif timestamp >= 0:
+            found = log_.offset_for_timestamp(timestamp, read_committed=committed)
+        else:
             raise InvalidRequestError(f"unsupported ListOffsets timestamp {timestamp}")
-        found = log_.offset_for_timestamp(timestamp, read_committed=committed)
         return OffsetAndTimestamp(*found) if found else OffsetAndTimestamp(-1, -1)
 
     def has_partition(self, topic: str, partition: int) -> bool:

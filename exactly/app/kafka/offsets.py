@@ -2,22 +2,37 @@
 to (OffsetCommit, OffsetFetch).
 
 ListOffsets answers -1 (latest) with the high watermark, or the last stable offset
-under read_committed; -2 (earliest) with the log start offset; a timestamp with the
-first offset at or after it (-1 when there is none). OffsetFetch with
-``require_stable`` answers UNSTABLE_OFFSET_COMMIT for a partition whose group has
-transactional offsets pending, and the consumer retries until the transaction
-ends (librdkafka's read_committed consumers ask for this).
+under read_committed; -2 (earliest) with the log start offset; -3 (v7+, KIP-734) with
+the first record of the largest timestamp; a timestamp with the first record at or
+after it (-1 when there is none): the record's own offset and timestamp, not its
+batch's. OffsetFetch with ``require_stable`` answers UNSTABLE_OFFSET_COMMIT for a
+partition whose group has transactional offsets pending, and the consumer retries
+until the transaction ends (librdkafka's read_committed consumers ask for this).
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any, Callable, Iterable
 
+from exactly.app.engine.partitions import (
+    EARLIEST_LOCAL_TIMESTAMP,
+    EARLIEST_PENDING_UPLOAD_TIMESTAMP,
+    EARLIEST_TIMESTAMP,
+    LATEST_TIERED_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    MAX_TIMESTAMP,
+)
 from exactly.app.kafka import authorization
 from exactly.app.kafka.api import LEADER_EPOCH, ApiKey, RequestContext, check_leader_epoch, error_code, serves
 from exactly.app.kafka.authorization import G, T
 from exactly.coordinator.group_metadata import CommittedOffset
-from exactly.storage.errors import KafkaError, UnknownTopicOrPartitionError
+from exactly.storage.errors import (
+    InvalidRequestError,
+    KafkaError,
+    UnknownTopicOrPartitionError,
+    UnsupportedVersionError,
+)
 
 
 def by_topic(entries: Iterable[tuple[str, object]], topic_key: str = "name", partitions_key: str = "partitions",
@@ -29,16 +44,42 @@ def by_topic(entries: Iterable[tuple[str, object]], topic_key: str = "name", par
     return [{topic_key: topic, partitions_key: partitions} for topic, partitions in grouped.items()]
 
 
-@serves(ApiKey.LIST_OFFSETS, 1, 5)
+#: the first ListOffsets version that knows each special timestamp (Kafka's
+#: ``ReplicaManager.timestampMinSupportedVersion``); any other negative one, or one
+#: older than its version, is UNSUPPORTED_VERSION for that partition
+TIMESTAMP_SINCE = {LATEST_TIMESTAMP: 0, EARLIEST_TIMESTAMP: 0, MAX_TIMESTAMP: 7, EARLIEST_LOCAL_TIMESTAMP: 8,
+                   LATEST_TIERED_TIMESTAMP: 9, EARLIEST_PENDING_UPLOAD_TIMESTAMP: 11}
+
+
+def check_timestamp(version: int, timestamp: int) -> None:
+    """UNSUPPORTED_VERSION for a special timestamp ListOffsets ``version`` does not know."""
+    since = 0 if timestamp >= 0 else TIMESTAMP_SINCE.get(timestamp)
+    if since is None or version < since:
+        raise UnsupportedVersionError(f"ListOffsets v{version} does not support timestamp {timestamp}")
+
+
+@serves(ApiKey.LIST_OFFSETS, 1, 11)
 async def list_offsets(ctx: RequestContext, request: Any) -> dict:
+    """Each partition's offset for its timestamp (``Partitions.list_offsets``). A
+    partition asked for twice is answered once, INVALID_REQUEST, as Kafka does. v10's
+    ``timeout`` bounds a wait for remote (tiered) storage, which Exactly has not: every
+    answer is immediate, so it never expires."""
     isolation = getattr(request, "isolation_level", 0)
-    entries = []
+    asked = Counter((topic.name, wanted.partition_index) for topic in request.topics for wanted in topic.partitions)
+    entries, answered = [], set()
     for topic in request.topics:
         for wanted in topic.partitions:
+            key = (topic.name, wanted.partition_index)
+            if key in answered:
+                continue
             entry = {"partition_index": wanted.partition_index, "error_code": 0, "timestamp": -1,
                      "offset": -1, "leader_epoch": -1}
             try:
                 authorization.check(ctx, ApiKey.LIST_OFFSETS, T, topic.name)
+                if asked[key] > 1:
+                    answered.add(key)
+                    raise InvalidRequestError(f"{topic.name}-{wanted.partition_index} is asked for more than once")
+                check_timestamp(ctx.version, wanted.timestamp)
                 check_leader_epoch(getattr(wanted, "current_leader_epoch", -1))
                 found = ctx.engine.partitions.list_offsets(topic.name, wanted.partition_index, wanted.timestamp,
                                                 isolation)
