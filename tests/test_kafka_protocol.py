@@ -95,7 +95,7 @@ def test_an_unknown_api_or_unsupported_version_closes_only_that_connection(kafka
     bad.sock.sendall(struct.pack(">ihhih", 10, 9999, 0, 1, -1))
     assert bad.closed_by_peer()
     old = raw_connection(kafka.port, client_id="bad")
-    old.send(ApiKey.METADATA, 9, {"topics": []})  # Metadata v9+ is not served: Kafka closes
+    old.sock.sendall(struct.pack(">ihhih", 10, ApiKey.METADATA, 99, 1, -1))  # Metadata v99: Kafka closes
     assert old.closed_by_peer()
     good = raw_connection(kafka.port)
     assert good.request(ApiKey.METADATA, 8, {"topics": None}).brokers[0].port == kafka.port
