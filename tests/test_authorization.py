@@ -32,7 +32,7 @@ from exactly.storage.errors import (
     TransactionalIdAuthorizationFailedError,
 )
 from tests.conftest import data_batch
-from tests.kafka_support import KafkaBroker, raw_connection
+from tests.kafka_support import TWO_PHASE_COMMIT, KafkaBroker, raw_connection
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -50,7 +50,7 @@ def acl(resource_type: ResourceType, name: str, operation: AclOperation, permiss
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
-    with KafkaBroker(tmp_path_factory.mktemp("authz") / "data", **STANDARD) as k:
+    with KafkaBroker(tmp_path_factory.mktemp("authz") / "data", **STANDARD, **TWO_PHASE_COMMIT) as k:
         for name in ("vis-1", "vis-2", "hid-1"):
             k.engine.call(k.engine.topics.create_topic, name, 1)
         yield k

@@ -49,6 +49,10 @@ thing where Kafka has one -- docs/operations.md's "Metrics and logs" repeats thi
   Kafka's ``failed-authentication-total``.
 * ``authorization_denials_total{resource_type,operation}`` -- requests the authorizer
   denied, from the Kafka listener or the HTTP API (each logged once a minute at most).
+* ``two_phase_transactions_open``, ``two_phase_transaction_oldest_age_seconds`` --
+  KIP-939 two-phase transactions (enable2Pc) open now and the age of the oldest: no
+  timeout ends them, so an alert on the age is what finds one an external coordinator
+  forgot (the operator's abort ends it).
 * ``active_transactional_ids{state}`` -- transactional ids with a transaction open
   now (Ongoing, PrepareCommit, PrepareAbort, PrepareEpochFence); completed ones are
   not active.
@@ -148,6 +152,13 @@ class BrokerCollector(Collector):
         for state, count in snap["transactional_ids"].items():
             active.add_metric([state], count)
         yield active
+        open_two_phase, oldest_two_phase = snap["two_phase"]
+        yield GaugeMetricFamily("exactly_two_phase_transactions_open",
+                                "Open KIP-939 two-phase transactions: no timeout ends them, an operator's abort does",
+                                value=open_two_phase)
+        yield GaugeMetricFamily("exactly_two_phase_transaction_oldest_age_seconds",
+                                "How long the oldest open two-phase transaction has been open (0: none)",
+                                value=oldest_two_phase)
         completed = CounterMetricFamily("exactly_transactions_completed", "Transactions completed since start",
                                         labels=["outcome"])
         for outcome, count in snap["completed"].items():

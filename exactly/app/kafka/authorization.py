@@ -67,9 +67,10 @@ TABLE: dict[int, tuple[Rule, ...]] = {
     ApiKey.CREATE_TOPICS: (Rule(C, O.CREATE), Rule(T, O.CREATE)),
     ApiKey.DELETE_TOPICS: (Rule(T, O.DELETE),),
     ApiKey.DELETE_RECORDS: (Rule(T, O.DELETE),),
-    # a transactional id: Write on it; none (idempotent): IdempotentWrite on the cluster or
-    # Write on any topic (KIP-679)
-    ApiKey.INIT_PRODUCER_ID: (Rule(X, O.WRITE), Rule(C, O.IDEMPOTENT_WRITE), Rule(T, O.WRITE)),
+    # a transactional id: Write on it, and for enable2Pc (KIP-939) TwoPhaseCommit on it too;
+    # none (idempotent): IdempotentWrite on the cluster or Write on any topic (KIP-679)
+    ApiKey.INIT_PRODUCER_ID: (Rule(X, O.WRITE), Rule(X, O.TWO_PHASE_COMMIT), Rule(C, O.IDEMPOTENT_WRITE),
+                              Rule(T, O.WRITE)),
     ApiKey.OFFSET_FOR_LEADER_EPOCH: (Rule(T, O.DESCRIBE),),
     ApiKey.ADD_PARTITIONS_TO_TXN: (Rule(X, O.WRITE), Rule(T, O.WRITE)),
     ApiKey.ADD_OFFSETS_TO_TXN: (Rule(X, O.WRITE), Rule(G, O.READ)),

@@ -47,7 +47,7 @@ async def init_producer_id(ctx: RequestContext, request: Any) -> dict:
     coordinator = ctx.engine.transactions
     enable_2pc = getattr(request, "enable2_pc", False)
     try:
-        _authorize_init(ctx, request.transactional_id)
+        _authorize_init(ctx, request.transactional_id, enable_2pc)
         kept = None
         if getattr(request, "keep_prepared_txn", False):
             if not enable_2pc:
@@ -68,11 +68,17 @@ async def init_producer_id(ctx: RequestContext, request: Any) -> dict:
             "ongoing_txn_producer_id": -1, "ongoing_txn_producer_epoch": -1}
 
 
-def _authorize_init(ctx: RequestContext, transactional_id: str | None) -> None:
-    """Write on the transactional id; an idempotent producer's (none): IdempotentWrite on
-    the cluster or Write on any topic (Kafka 3's rule, KIP-679), else CLUSTER_AUTHORIZATION_FAILED."""
+def _authorize_init(ctx: RequestContext, transactional_id: str | None, enable_2pc: bool) -> None:
+    """Write on the transactional id, and with enable2Pc (which keepPreparedTxn needs)
+    TwoPhaseCommit on it too: a two-phase transaction never times out, so only a principal
+    an operator trusts with holding LSOs may open one (KIP-939, Kafka's
+    ``handleInitProducerIdRequest``: TRANSACTIONAL_ID_AUTHORIZATION_FAILED either way).
+    An idempotent producer's (none): IdempotentWrite on the cluster or Write on any topic
+    (Kafka 3's rule, KIP-679), else CLUSTER_AUTHORIZATION_FAILED."""
     if transactional_id is not None:
-        authorization.check(ctx, ApiKey.INIT_PRODUCER_ID, X, transactional_id)
+        authorization.check(ctx, ApiKey.INIT_PRODUCER_ID, X, transactional_id, AclOperation.WRITE)
+        if enable_2pc:
+            authorization.check(ctx, ApiKey.INIT_PRODUCER_ID, X, transactional_id, AclOperation.TWO_PHASE_COMMIT)
     elif not (authorization.allowed(ctx, ApiKey.INIT_PRODUCER_ID, C, CLUSTER_NAME, audit=False)
               or authorization.allowed_on_any(ctx, ApiKey.INIT_PRODUCER_ID, T, AclOperation.WRITE)):
         raise authorization.refused(ctx, ApiKey.INIT_PRODUCER_ID, C, CLUSTER_NAME)

@@ -77,6 +77,8 @@ class AclOperation(enum.IntEnum):
     IDEMPOTENT_WRITE = 12
     CREATE_TOKENS = 13
     DESCRIBE_TOKENS = 14
+    #: KIP-939: an InitProducerId with enable2Pc (or keepPreparedTxn) on the transactional id
+    TWO_PHASE_COMMIT = 15
 
 
 class AclPermissionType(enum.IntEnum):
@@ -191,7 +193,7 @@ SUPPORTED_OPERATIONS: dict[ResourceType, frozenset[AclOperation]] = {
     ResourceType.GROUP: frozenset({_O.READ, _O.DESCRIBE, _O.DELETE}),
     ResourceType.CLUSTER: frozenset({_O.CREATE, _O.CLUSTER_ACTION, _O.DESCRIBE_CONFIGS, _O.ALTER_CONFIGS,
                                      _O.IDEMPOTENT_WRITE, _O.ALTER, _O.DESCRIBE}),
-    ResourceType.TRANSACTIONAL_ID: frozenset({_O.DESCRIBE, _O.WRITE}),
+    ResourceType.TRANSACTIONAL_ID: frozenset({_O.DESCRIBE, _O.WRITE, _O.TWO_PHASE_COMMIT}),
     ResourceType.DELEGATION_TOKEN: frozenset({_O.DESCRIBE}),
     ResourceType.USER: frozenset({_O.CREATE_TOKENS, _O.DESCRIBE_TOKENS}),
 }
