@@ -34,6 +34,18 @@ from exactly.storage.errors import (
     TransactionalIdAuthorizationFailedError,
 )
 
+#: topics no client may do anything with, whatever the ACLs, super users and
+#: ``allow.everyone.if.no.acl.found`` say, with or without an authorizer:
+#: ``__cluster_metadata`` holds every user's salt, iterations, StoredKey and ServerKey
+#: (enough to check passwords offline), and Kafka's metadata log is no topic to clients
+NEVER_SERVED_TOPICS = frozenset({cluster_metadata.TOPIC})
+
+
+def never_served(resource_type: ResourceType, name: str) -> bool:
+    """Whether the resource is one no client may touch (:data:`NEVER_SERVED_TOPICS`)."""
+    return resource_type is ResourceType.TOPIC and name in NEVER_SERVED_TOPICS
+
+
 #: appends key/value records (None: a tombstone) to ``__cluster_metadata``, durably
 MetadataWriter = Callable[[list[tuple[bytes, bytes | None]]], Awaitable[None]]
 
@@ -79,8 +91,11 @@ class Access:
         with no authorizer configured (``exactly/app/security/authorizer.py`` has the rules). A
         denial is counted and logged (rate-limited) with the ``surface`` that asked
         (``kafka``, ``http``), unless ``audit`` is false: a check that only filters what
-        is listed (Metadata of all topics, ListGroups), as Kafka's ``logIfDenied=false``."""
-        if self._authorizer is None or self._authorizer.authorize(principal, host, operation, resource_type, name):
+        is listed (Metadata of all topics, ListGroups), as Kafka's ``logIfDenied=false``.
+        A topic of :data:`NEVER_SERVED_TOPICS` is refused to everyone, first."""
+        if never_served(resource_type, name):
+            pass
+        elif self._authorizer is None or self._authorizer.authorize(principal, host, operation, resource_type, name):
             return True
         if audit:
             self.authorization_denied(principal, host, operation, resource_type, name, surface)
@@ -104,6 +119,8 @@ class Access:
         """What the principal may do on the resource, of what its type supports (for
         Metadata's and DescribeGroups' ``authorized_operations``): everything it supports
         with no authorizer configured, as Kafka's ``AuthHelper.authorizedOperations``."""
+        if never_served(resource_type, name):
+            return frozenset()
         if self._authorizer is None:
             return SUPPORTED_OPERATIONS.get(resource_type, frozenset())
         return self._authorizer.authorized_operations(principal, host, resource_type, name)
@@ -111,6 +128,8 @@ class Access:
     def explain(self, principal: KafkaPrincipal | str, host: str, operation: AclOperation,
                 resource_type: ResourceType, name: str) -> Decision:
         """:meth:`authorize`'s answer and what decided it (the console's "who may do what")."""
+        if never_served(resource_type, name):
+            return Decision(False, Reason.NEVER_SERVED)
         if self._authorizer is None:
             return Decision(True, Reason.NO_AUTHORIZER)
         return self._authorizer.explain(principal, host, operation, resource_type, name)
