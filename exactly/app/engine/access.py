@@ -20,7 +20,7 @@ from exactly.app.config import BrokerConfig
 from exactly.app.engine.counters import EngineCounters
 from exactly.app.engine.loop_bridge import LoopBridge
 from exactly.app.engine.principals import DenialLog, OpenTransactions, ProducerIdRate, ProducerOwners
-from exactly.app.security.acl import SUPPORTED_OPERATIONS, AclBinding, AclBindingFilter, AclOperation, ResourceType
+from exactly.app.security.acl import CLUSTER_NAME, SUPPORTED_OPERATIONS, AclBinding, AclBindingFilter, AclOperation, ResourceType
 from exactly.app.security.authorizer import Decision, Reason, StandardAuthorizer
 from exactly.app.security.credentials import ScramCredentials
 from exactly.app.security.principal import USER_TYPE, KafkaPrincipal
@@ -75,6 +75,8 @@ class Access:
         """Install what ``__cluster_metadata`` holds (before the loop runs)."""
         for credential in image.scram_credentials.values():
             self.scram_credentials.put(credential)
+        for producer_id, principal in image.producer_owners.items():
+            self._producer_owners.bind(producer_id, principal)
         if self._authorizer is not None:
             for acl_id, acl in image.acls.items():
                 self._authorizer.add_acl(acl_id, AclBinding.from_record(acl))
@@ -136,16 +138,43 @@ class Access:
 
     # -- producer ids and transactions per principal ---------------------------------------------
 
-    def bind_producer(self, producer_id: int, principal: KafkaPrincipal | None) -> None:
-        """``producer_id`` was handed to ``principal`` (InitProducerId, keepPreparedTxn):
-        from now on it writes under it, and nobody else (:meth:`check_producer_owner`)."""
-        if principal is not None and self._authorizer is not None:
-            self._producer_owners.bind(producer_id, str(principal))
+    async def bind_producer(self, producer_id: int, principal: KafkaPrincipal | None) -> None:
+        """``producer_id`` is handed to ``principal`` (InitProducerId, keepPreparedTxn):
+        from now on it writes under it, and nobody else (:meth:`check_producer_owner`),
+        across restarts too -- the binding is durable in ``__cluster_metadata`` before
+        the caller answers (the bindings forgotten to make room are tombstoned with it).
+        Kafka binds no producer id to a principal: its idempotent producers' ids can be
+        taken over by any writer of the topic, which is what this closes.
+        :raise KafkaError: the write failed; the id is not handed out."""
+        if principal is None or self._authorizer is None:
+            return
+        owner = str(principal)
+        if self._producer_owners.owner(producer_id) == owner:
+            return
+        forgotten = self._producer_owners.bind(producer_id, owner)
+        await self._write_metadata(
+            [(cluster_metadata.encode_owner_key(producer_id), cluster_metadata.encode_owner_value(producer_id, owner))]
+            + [(cluster_metadata.encode_owner_key(old), None) for old in forgotten])
+
+    def may_see_producer(self, principal: KafkaPrincipal | str, host: str, producer_id: int,
+                         transactional_id: str | None) -> bool:
+        """Whether DescribeProducers (any face) shows ``principal`` this producer's state:
+        Kafka shows every producer to whoever may Read the topic, and so does this for a
+        transactional producer (its id is useless without Write on its transactional id)
+        and for the principal's own. An idempotent producer of another principal (or of
+        nobody) is shown only to a principal with Describe on the cluster: its id, epoch
+        and sequence are all a writer of the topic needs to write as it."""
+        if self._authorizer is None or transactional_id is not None:
+            return True
+        if self._producer_owners.owner(producer_id) == str(principal):
+            return True
+        return self._authorizer.authorize(principal, host, AclOperation.DESCRIBE, ResourceType.CLUSTER,
+                                          CLUSTER_NAME)
 
     def check_producer_owner(self, producer_id: int, principal: KafkaPrincipal, transactional: bool) -> None:
         """With the authorizer on, refuse a producer id that InitProducerId handed to
-        another principal (``exactly/app/engine/principals.py``: in memory; after a restart the
-        first principal to use an id owns it). The errors are the ones clients treat as
+        another principal (``exactly/app/engine/principals.py``: durable, so the same after a
+        restart; an id nobody is bound to is owned by the first principal to use it). The errors are the ones clients treat as
         fatal authorization failures, never retried: TRANSACTIONAL_ID_AUTHORIZATION_FAILED
         for a transactional producer's id (what it gets for a transactional id it may not
         write), CLUSTER_AUTHORIZATION_FAILED for an idempotent one's (what Kafka answers

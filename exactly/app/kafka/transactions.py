@@ -242,7 +242,10 @@ async def describe_transactions(ctx: RequestContext, request: Any) -> dict:
 
 @serves(ApiKey.DESCRIBE_PRODUCERS, 0, 0)
 async def describe_producers(ctx: RequestContext, request: Any) -> dict:
-    """The producer state of each partition: who is writing, and who holds the LSO."""
+    """The producer state of each partition: who is writing, and who holds the LSO --
+    another principal's idempotent producers only to a principal with Describe on the
+    cluster (``Access.may_see_producer``)."""
+    access, host = ctx.engine.access, ctx.connection.host
     entries = []
     for topic in request.topics:
         for partition in topic.partition_indexes:
@@ -257,5 +260,6 @@ async def describe_producers(ctx: RequestContext, request: Any) -> dict:
                 {"producer_id": p["producer_id"], "producer_epoch": p["producer_epoch"],
                  "last_sequence": p["last_sequence"], "last_timestamp": p["last_timestamp"],
                  "coordinator_epoch": p["coordinator_epoch"],
-                 "current_txn_start_offset": p["current_transaction_start_offset"]} for p in producers]}))
+                 "current_txn_start_offset": p["current_transaction_start_offset"]} for p in producers
+                if access.may_see_producer(ctx.principal, host, p["producer_id"], p["transactional_id"])]}))
     return {"topics": by_topic(entries)}
