@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import uuid
 from typing import Awaitable, Callable, Iterator
 
@@ -24,7 +25,7 @@ from exactly.app.security.acl import CLUSTER_NAME, SUPPORTED_OPERATIONS, AclBind
 from exactly.app.security.authorizer import Decision, Reason, StandardAuthorizer
 from exactly.app.security.credentials import ScramCredentials
 from exactly.app.security.principal import USER_TYPE, KafkaPrincipal
-from exactly.app.security.scram import ScramMechanism, password_matches
+from exactly.app.security.scram import ScramMechanism, dummy_credential, password_matches
 from exactly.coordinator import cluster_metadata
 from exactly.storage.errors import (
     ClusterAuthorizationFailedError,
@@ -33,6 +34,8 @@ from exactly.storage.errors import (
     ThrottlingQuotaExceededError,
     TransactionalIdAuthorizationFailedError,
 )
+
+log = logging.getLogger(__name__)
 
 #: topics no client may do anything with, whatever the ACLs, super users and
 #: ``allow.everyone.if.no.acl.found`` say, with or without an authorizer:
@@ -45,6 +48,9 @@ def never_served(resource_type: ResourceType, name: str) -> bool:
     """Whether the resource is one no client may touch (:data:`NEVER_SERVED_TOPICS`)."""
     return resource_type is ResourceType.TOPIC and name in NEVER_SERVED_TOPICS
 
+
+#: the principal label of a failed login whose user does not exist
+UNKNOWN_PRINCIPAL = "unknown"
 
 #: appends key/value records (None: a tombstone) to ``__cluster_metadata``, durably
 MetadataWriter = Callable[[list[tuple[bytes, bytes | None]]], Awaitable[None]]
@@ -70,6 +76,9 @@ class Access:
         self._producer_id_rate = ProducerIdRate(config.exactly_producer_id_rate_per_principal)
         self._open_transactions = OpenTransactions(config.exactly_max_open_transactions_per_principal,
                                                    transaction_open)
+        #: what a password check of an unknown user derives against (:meth:`check_password`)
+        self._dummy_credential = dummy_credential()
+        self._failed_login_delay_s = config.connection_failed_authentication_delay_ms / 1000
 
     def load(self, image: cluster_metadata.MetadataImage) -> None:
         """Install what ``__cluster_metadata`` holds (before the loop runs)."""
@@ -293,15 +302,36 @@ class Access:
 
     async def check_password(self, user: str, password: str) -> KafkaPrincipal | None:
         """``User:<user>`` when ``password`` is the user's (against any of its SCRAM
-        credentials), else None. PBKDF2 runs on a worker thread, not the loop."""
-        for credential in self.scram_credentials.of_user(user):
-            if await asyncio.to_thread(password_matches, credential, password):
+        credentials), else None. PBKDF2 runs on a worker thread, not the loop; for an
+        unknown user it runs against a dummy credential, so the answer takes as long
+        (the time does not tell which users exist)."""
+        credentials = self.scram_credentials.of_user(user)
+        for credential in credentials or [self._dummy_credential]:
+            if await asyncio.to_thread(password_matches, credential, password) and credentials:
                 return KafkaPrincipal(USER_TYPE, user)
         return None
+
+    async def login_failed(self, face: str, mechanism: str, user: str | None, known: bool = False) -> None:
+        """The one policy for a failed login on every face (``kafka`` SASL, ``http``
+        Basic or Bearer, the ``console``'s form): counted in
+        ``exactly_authentication_failures_total{face,mechanism,principal}`` -- the
+        principal when it exists (``known``, or it has a credential), else ``unknown``,
+        so guessed names cannot grow the metric -- logged, and answered only after
+        ``connection.failed.authentication.delay.ms`` (Kafka's delay, which slows guessing
+        on each connection or request thread alike)."""
+        principal = (str(KafkaPrincipal(USER_TYPE, user)) if user and (known or self.scram_credentials.of_user(user))
+                     else UNKNOWN_PRINCIPAL)
+        self._counters.authentication_failed(face, mechanism, principal)
+        log.info("%s: failed authentication of %s with %s", face, principal, mechanism)
+        await asyncio.sleep(self._failed_login_delay_s)
 
     def authenticate_password(self, user: str, password: str) -> KafkaPrincipal | None:
         """:meth:`check_password` for a thread other than the loop's (HTTP Basic); blocks."""
         return self._bridge.call(self.check_password, user, password)
+
+    def record_failed_login(self, face: str, mechanism: str, user: str | None, known: bool = False) -> None:
+        """:meth:`login_failed` for a thread other than the loop's; blocks for the delay."""
+        self._bridge.call(self.login_failed, face, mechanism, user, known)
 
 
 def _refusal(acl: AclBinding | AclBindingFilter) -> KafkaError | None:

@@ -44,9 +44,10 @@ thing where Kafka has one -- docs/operations.md's "Metrics and logs" repeats thi
   (``max.partitions.per.request``) or past ``exactly.max.partitions``, Kafka
   connections over ``max.connections`` or ``max.connections.per.ip``, producer ids
   and open transactions past the per-principal limits.
-* ``authentication_failures_total{mechanism}`` -- failed SASL logins on the Kafka
-  listeners (wrong password, unknown user, a refused SCRAM exchange), by mechanism;
-  Kafka's ``failed-authentication-total``.
+* ``authentication_failures_total{face,mechanism,principal}`` -- failed logins on every
+  face: SASL on the Kafka listeners (wrong password, unknown user, a refused SCRAM
+  exchange), HTTP Basic or Bearer, the console's form; ``principal`` is ``unknown`` for a
+  user that does not exist. Kafka's ``failed-authentication-total``.
 * ``authorization_denials_total{resource_type,operation}`` -- requests the authorizer
   denied, from the Kafka listener or the HTTP API (each logged once a minute at most).
 * ``two_phase_transactions_open``, ``two_phase_transaction_oldest_age_seconds`` --
@@ -206,10 +207,11 @@ class BrokerCollector(Collector):
         for limit, count in snap["limit_refusals"].items():
             refusals.add_metric([limit], count)
         yield refusals
-        failures = CounterMetricFamily("exactly_authentication_failures", "Failed SASL logins by mechanism",
-                                       labels=["mechanism"])
-        for mechanism, count in sorted(snap["authentication_failures"].items()):
-            failures.add_metric([mechanism], count)
+        failures = CounterMetricFamily("exactly_authentication_failures",
+                                       "Failed logins by face (kafka, http, console), mechanism and principal "
+                                       "(unknown: no such user)", labels=["face", "mechanism", "principal"])
+        for labels, count in sorted(snap["authentication_failures"].items()):
+            failures.add_metric(list(labels), count)
         yield failures
         denials = CounterMetricFamily("exactly_authorization_denials", "Requests the authorizer denied",
                                       labels=["resource_type", "operation"])

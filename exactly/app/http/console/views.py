@@ -34,7 +34,7 @@ from werkzeug.exceptions import HTTPException, NotFound
 
 from exactly.app.engine import mirror_reads, read_models
 from exactly.app.http import current_engine, current_settings, mirror_db
-from exactly.app.http.auth import password_principal
+from exactly.app.http.auth import login_required, password_principal
 from exactly.app.http.errors import log_mirror_error, log_server_error, status_for
 from exactly.app.http.console.history import History, chart
 from exactly.app.http.access import OPEN, kafka
@@ -336,15 +336,16 @@ def login():
     error = None
     settings = current_settings()
     if request.method == "POST":
-        principal = password_principal(request.form.get("user", ""), request.form.get("password", ""))
+        principal = password_principal(request.form.get("user", ""), request.form.get("password", ""),
+                                       face="console", mechanism="FORM")
         if principal is not None:
             session.clear()
             session["principal"] = str(principal)
             target = request.args.get("next", "/")
             return redirect(target if is_local(target) else url_for("ui.overview"))
-        error = ("That user and password do not sign in." if settings.token
-                 else "This broker has no token: the console is open.")
+        error = "That user and password do not sign in."
     return render_template("login.html", error=error, token_configured=bool(settings.token),
+                           login_required=login_required(),
                            token_user=KafkaPrincipal.parse(settings.token_principal).name)
 
 
