@@ -184,13 +184,14 @@ class AclBindingFilter:
                 and self.permission_type in (AclPermissionType.ANY, entry.permission_type))
 
 
-#: the operations that mean something on each resource type (Kafka's ``AclEntry.supportedOperations``):
+#: the operations that mean something on each resource type (Kafka 4.4's ``AclEntry.supportedOperations``,
+#: KIP-848's group configs and KIP-939's TwoPhaseCommit included):
 #: what an "authorized operations" answer (Metadata, DescribeGroups, DescribeCluster) is made of
 _O = AclOperation
 SUPPORTED_OPERATIONS: dict[ResourceType, frozenset[AclOperation]] = {
     ResourceType.TOPIC: frozenset({_O.READ, _O.WRITE, _O.CREATE, _O.DESCRIBE, _O.DELETE, _O.ALTER,
                                    _O.DESCRIBE_CONFIGS, _O.ALTER_CONFIGS}),
-    ResourceType.GROUP: frozenset({_O.READ, _O.DESCRIBE, _O.DELETE}),
+    ResourceType.GROUP: frozenset({_O.READ, _O.DESCRIBE, _O.DELETE, _O.DESCRIBE_CONFIGS, _O.ALTER_CONFIGS}),
     ResourceType.CLUSTER: frozenset({_O.CREATE, _O.CLUSTER_ACTION, _O.DESCRIBE_CONFIGS, _O.ALTER_CONFIGS,
                                      _O.IDEMPOTENT_WRITE, _O.ALTER, _O.DESCRIBE}),
     ResourceType.TRANSACTIONAL_ID: frozenset({_O.DESCRIBE, _O.WRITE, _O.TWO_PHASE_COMMIT}),
