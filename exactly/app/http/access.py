@@ -223,7 +223,24 @@ def require(resource_type: ResourceType, names: Iterable[str]) -> None:
     _check(_declared(Where.BODY, resource_type), names)
 
 
+def may(operation: str, resource_type: str, name: str) -> bool:
+    """Whether this request's principal may do ``operation`` (Kafka's name: ``WRITE``) on
+    the resource (``TOPIC``, ``orders``): what a page asks before it offers an action, so
+    that a principal is shown only the buttons that would work. Not audited: nothing was
+    attempted."""
+    engine = current_engine()
+    resource, op = ResourceType[resource_type], AclOperation[operation]
+    if never_served(resource, name):
+        return False
+    if not engine.access.authorizer_enabled:
+        return True
+    return engine.call(lambda: engine.access.authorize(str(request_principal()), request.remote_addr or "", op,
+                                                       resource, name, surface="http", audit=False))
+
+
 def init_app(app: Flask) -> None:
+    app.jinja_env.globals["may"] = may
+
     @app.before_request
     def _authorize() -> None:
         """After authentication: the needs of the cluster, of any resource and of a

@@ -239,7 +239,13 @@ def _setup(state) -> None:
         return response
 
 
+#: a scrape names every topic, group and principal's failed logins: what a principal may
+#: see of the whole broker, Describe on the cluster (a Prometheus scraper logs in as a user
+#: granted it, with HTTP Basic, or with the token)
+SCRAPE = access.own(access.O.DESCRIBE)
+
+
 @bp.get("/metrics")
-@access.requires(access.OPEN)
+@access.requires(SCRAPE)
 def metrics() -> Response:
     return Response(generate_latest(current_app.extensions["exactly.metrics"]), mimetype=CONTENT_TYPE_LATEST)

@@ -33,14 +33,15 @@ from flask import Response, current_app, redirect, render_template, request, ses
 from werkzeug.exceptions import HTTPException, NotFound
 
 from exactly.app.engine import mirror_reads, read_models
-from exactly.app.http import current_engine, current_settings, mirror_db
+from exactly.app.http import access, current_engine, current_settings, mirror_db
 from exactly.app.http.auth import login_required, password_principal
 from exactly.app.http.errors import log_mirror_error, log_server_error, status_for
 from exactly.app.http.console.history import History, chart
-from exactly.app.http.access import OPEN, kafka
+from exactly.app.http.access import OPEN, TOPIC, kafka
 from exactly.app.http.console.blueprint import (BROKER_WIDE, FRAGMENTS, ON_GROUP, ON_TOPIC, ON_TXN, actor, back, bp,
                                                 call, done, duration, is_local, page, render, view)
 from exactly.app.kafka.wire import ApiKey
+from exactly.app.security.acl import CLUSTER_NAME
 from exactly.app.security.principal import KafkaPrincipal
 from exactly.coordinator.transaction_state import TWO_PHASE_COMMIT_TIMEOUT_MS, AbortCause, TransactionState
 from exactly.storage import errors as e
@@ -138,8 +139,12 @@ def percent(part: int | None, whole: int | None) -> int:
 # -- pages ----------------------------------------------------------------------------------
 
 
-@page("/", BROKER_WIDE)
+@page("/", kafka(ApiKey.METADATA, access.listed(TOPIC)))
 def overview():
+    """The broker at a glance -- for a principal that may Describe the cluster (it shows
+    every topic, transaction and group); any other lands on the topics it may Describe."""
+    if not access.may("DESCRIBE", "CLUSTER", CLUSTER_NAME):
+        return redirect(url_for("ui.topics"))
     data = call(read_models.dashboard)
     counts = None
     db = mirror_db()
