@@ -49,6 +49,9 @@ def never_served(resource_type: ResourceType, name: str) -> bool:
     return resource_type is ResourceType.TOPIC and name in NEVER_SERVED_TOPICS
 
 
+#: PBKDF2 derivations of password checks (PLAIN, HTTP Basic, the console) running at once
+PASSWORD_DERIVATIONS_AT_ONCE = 1
+
 #: the principal label of a failed login whose user does not exist
 UNKNOWN_PRINCIPAL = "unknown"
 
@@ -79,6 +82,7 @@ class Access:
         #: what a password check of an unknown user derives against (:meth:`check_password`)
         self._dummy_credential = dummy_credential()
         self._failed_login_delay_s = config.connection_failed_authentication_delay_ms / 1000
+        self._derivations = asyncio.Semaphore(PASSWORD_DERIVATIONS_AT_ONCE)
 
     def load(self, image: cluster_metadata.MetadataImage) -> None:
         """Install what ``__cluster_metadata`` holds (before the loop runs)."""
@@ -304,10 +308,14 @@ class Access:
         """``User:<user>`` when ``password`` is the user's (against any of its SCRAM
         credentials), else None. PBKDF2 runs on a worker thread, not the loop; for an
         unknown user it runs against a dummy credential, so the answer takes as long
-        (the time does not tell which users exist)."""
+        (the time does not tell which users exist). One derivation runs at a time
+        (:data:`PASSWORD_DERIVATIONS_AT_ONCE`), so password guessing from any number of
+        connections or HTTP threads takes at most one core from producers and consumers."""
         credentials = self.scram_credentials.of_user(user)
         for credential in credentials or [self._dummy_credential]:
-            if await asyncio.to_thread(password_matches, credential, password) and credentials:
+            async with self._derivations:
+                matches = await asyncio.to_thread(password_matches, credential, password)
+            if matches and credentials:
                 return KafkaPrincipal(USER_TYPE, user)
         return None
 
