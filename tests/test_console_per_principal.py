@@ -92,3 +92,21 @@ def test_metrics_need_describe_on_the_cluster(broker: Broker, team: FlaskClient)
     assert refused.status_code == 403 and b"team-a" not in refused.data
     scraped = api.get("/metrics", headers={"Authorization": "Bearer s3cret"})
     assert scraped.status_code == 200 and b"exactly_partition_high_watermark" in scraped.data
+
+
+def test_transactions_groups_and_the_navigation_show_what_the_principal_may_see(
+        broker: Broker, team: FlaskClient) -> None:
+    engine = broker.engine
+    for txn_id in ("team-tx", "other-tx"):
+        engine.call(engine.transactions.init_producer_id, txn_id, 60_000)
+    binding = model.AclBinding(model.ResourcePattern(ResourceType.TRANSACTIONAL_ID, "team-", PatternType.PREFIXED),
+                               model.AccessControlEntry("User:team", "*", AclOperation.WRITE, AclPermissionType.ALLOW))
+    assert engine.call(engine.access.create_acls, [binding]) == [None]
+    transactions = team.get("/transactions")
+    assert transactions.status_code == 200
+    html = transactions.get_data(as_text=True)
+    assert 'data-txn="team-tx"' in html and "other-tx" not in html
+    assert team.get("/groups").status_code == 200
+    nav = team.get("/topics").get_data(as_text=True)
+    assert 'href="/transactions"' in nav and 'href="/access"' in nav
+    assert 'href="/faults"' not in nav and 'href="/acls"' not in nav and 'href="/clients"' not in nav

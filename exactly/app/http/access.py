@@ -238,8 +238,16 @@ def may(operation: str, resource_type: str, name: str) -> bool:
                                                        resource, name, surface="http", audit=False))
 
 
+def may_open(endpoint: str) -> bool:
+    """Whether this request's principal meets ``endpoint``'s needs of the cluster (those
+    checked before a view runs): what the console's navigation asks before it links a page."""
+    return all(_allowed(need, (CLUSTER_NAME,), audit=False) for need in needs_of(current_app, endpoint)
+               if need.place.where is Where.CLUSTER)
+
+
 def init_app(app: Flask) -> None:
     app.jinja_env.globals["may"] = may
+    app.jinja_env.globals["may_open"] = may_open
 
     @app.before_request
     def _authorize() -> None:

@@ -37,7 +37,7 @@ from exactly.app.http import access, current_engine, current_settings, mirror_db
 from exactly.app.http.auth import login_required, password_principal
 from exactly.app.http.errors import log_mirror_error, log_server_error, status_for
 from exactly.app.http.console.history import History, chart
-from exactly.app.http.access import OPEN, TOPIC, kafka
+from exactly.app.http.access import GROUP, OPEN, TOPIC, TXN, kafka
 from exactly.app.http.console.blueprint import (BROKER_WIDE, FRAGMENTS, ON_GROUP, ON_TOPIC, ON_TXN, actor, back, bp,
                                                 call, done, duration, is_local, page, render, view)
 from exactly.app.kafka.wire import ApiKey
@@ -166,13 +166,16 @@ def storage_banner():
     return render_template("fragments/storage.html")
 
 
-@page("/transactions", BROKER_WIDE)
+@page("/transactions", kafka(ApiKey.LIST_TRANSACTIONS, access.listed(TXN)))
 def transactions():
-    """Every transactional id, by state (``?state=``) and id substring (``?q=``), with
-    its commits and aborts counted from the mirror's history."""
+    """Every transactional id the principal may Describe (as ListTransactions filters
+    them), by state (``?state=``) and id substring (``?q=``), with its commits and aborts
+    counted from the mirror's history."""
     state = request.args.get("state", "")
     q = request.args.get("q", "").strip()[:200]
     everything = call(read_models.transactions)
+    described = access.visible(TXN, (t["transactional_id"] for t in everything))
+    everything = [t for t in everything if t["transactional_id"] in described]
     counts = {s: sum(1 for t in everything if t["state"] == s) for s in STATES}
     if state == "open":
         shown = [t for t in everything if t["state"] in OPEN_STATES]
@@ -276,9 +279,13 @@ def partition(topic: str, partition: int):
                    chart=chart(samples, now), now_ms=now)
 
 
-@page("/groups", BROKER_WIDE)
+@page("/groups", kafka(ApiKey.LIST_GROUPS, access.listed(GROUP), or_cluster=True))
 def groups():
-    return render("groups", groups=call(read_models.groups_summary))
+    """The groups the principal may Describe (every one with Describe on the cluster), as
+    ListGroups lists them."""
+    everything = call(read_models.groups_summary)
+    described = access.visible(GROUP, (g["group_id"] for g in everything))
+    return render("groups", groups=[g for g in everything if g["group_id"] in described])
 
 
 @page("/clients", BROKER_WIDE)
