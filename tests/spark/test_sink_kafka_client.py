@@ -160,7 +160,7 @@ def test_a_broker_that_does_not_auto_create_refuses_the_sink_s_topic_with_what_t
 def test_two_phase_commit_refused_when_the_broker_disables_it(tmp_path: Path) -> None:
     with KafkaBroker(tmp_path / "data", **{"transaction.two.phase.commit.enable": False}) as served, \
             KafkaClient(served.bootstrap) as client:
-        with pytest.raises(TransactionalIdAuthorizationFailedError):
+        with pytest.raises(TransactionalIdAuthorizationFailedError, match="transaction.two.phase.commit.enable"):
             client.init_producer_id("t")
 
 
