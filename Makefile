@@ -60,10 +60,10 @@ $(TEST_STAMP): $(BROKER_STAMP)
 ## install: the environment with everything (the tests' tools and PySpark included)
 install: $(TEST_STAMP)
 
-## run: create the environment, install the broker alone (no test tools, no PySpark), migrate the SQLite mirror, start the broker on ./data (127.0.0.1)
+## run: create the environment, install the broker alone (no test tools, no PySpark), migrate the SQLite mirror, start the broker on ./data (127.0.0.1), with KIP-939 two-phase commit on for `make pipeline`'s sink
 run: $(BROKER_STAMP)
 	$(PY) -m exactly db upgrade --data-dir $(DATA_DIR)
-	$(PY) run.py --data-dir $(DATA_DIR) $(ARGS)
+	$(PY) run.py --data-dir $(DATA_DIR) --config transaction.two.phase.commit.enable=true $(ARGS)
 
 ## test: install everything the tests need (the environment with the Kafka clients and
 ## PySpark, Debian's chromium for the browser test, kcat for the Kafka tests, Java and

@@ -2,7 +2,7 @@
 """Produce and fetch throughput on the Kafka port with the authorizer on and 1,000 ACLs,
 against the same broker without an authorizer (the Security issue's goal: within 5%).
 
-    .venv/bin/python bench/bench_authorizer_wire.py           # about a minute
+    .venv/bin/python bench/bench_authorizer_wire.py           # a few minutes
     .venv/bin/python bench/bench_authorizer_wire.py --quick   # for checking the script
 
 One broker per configuration, in this process (the listener on its own loop, as
@@ -11,14 +11,24 @@ One broker per configuration, in this process (the listener on its own loop, as
 back. With the authorizer on, the broker holds ``bench_authorizer.py``'s 1,000 ACLs plus
 the three the client needs (Write and Read on the ``bench-`` topic prefix, Read on the
 group), so every Produce partition, Fetch partition and Metadata topic is checked
-against them. The configurations alternate, each first in every other round; each
-figure is the median of its rounds.
+against them.
+
+The question is a difference of a few percent on a shared machine, so the design is
+what can answer it (issue 29, item 7): each configuration first runs one untimed
+warm-up round (the process's cold start -- imports, the first broker, the client
+library's first connection -- is paid there, not by whichever configuration comes
+first); then paired rounds, the two configurations back to back in each, the order
+alternating; each pair gives one ratio on/off, so a drift of the machine's load over the
+run hits both sides of a pair alike. The figure is the mean of the pairs' ratios with a
+95% confidence interval (a seeded bootstrap of the pairs), and the verdict says whether
+the interval excludes a cost above 5%.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import random
 import statistics
 import sys
 import tempfile
@@ -101,21 +111,44 @@ def consume(bootstrap: str, messages: int) -> float:
     return messages * len(VALUE) / seconds / 1e6
 
 
+def confidence_interval(ratios: list[float], resamples: int = 10_000, seed: int = 29) -> tuple[float, float]:
+    """95% bootstrap (percentile) interval of the mean of ``ratios``, seeded: the same
+    figures give the same interval."""
+    rng = random.Random(seed)
+    means = sorted(statistics.fmean(rng.choices(ratios, k=len(ratios))) for _ in range(resamples))
+    return means[int(0.025 * resamples)], means[int(0.975 * resamples) - 1]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--pairs", type=int, default=12)
+    parser.add_argument("--messages", type=int, default=15_000)
     args = parser.parse_args()
-    messages, rounds = (2_000, 1) if args.quick else (30_000, 6)
+    messages, pairs = (1_000, 2) if args.quick else (args.messages, args.pairs)
+    ratios: list[tuple[float, float]] = []
     figures: dict[bool, list[tuple[float, float]]] = {False: [], True: []}
     with tempfile.TemporaryDirectory(dir=ROOT / "bench") as work:
-        for n in range(rounds):
-            for authorizer in ((False, True) if n % 2 == 0 else (True, False)):  # neither always first
-                figures[authorizer].append(run_round(Path(work) / f"{n}-{authorizer}", authorizer, messages))
-    print(f"{messages} x 1 KiB, {PARTITIONS} partitions, median of {rounds} rounds, MB/s: off / on (1,003 ACLs)")
+        for authorizer in (False, True):  # warm-up, untimed
+            run_round(Path(work) / f"warm-{authorizer}", authorizer, messages)
+        for n in range(pairs):
+            order = (False, True) if n % 2 == 0 else (True, False)
+            pair = {authorizer: run_round(Path(work) / f"{n}-{authorizer}", authorizer, messages)
+                    for authorizer in order}
+            for authorizer, figure in pair.items():
+                figures[authorizer].append(figure)
+            ratios.append((pair[True][0] / pair[False][0], pair[True][1] / pair[False][1]))
+    print(f"{messages} x 1 KiB, {PARTITIONS} partitions, a warm-up round each, then {pairs} paired rounds "
+          f"(order alternating); MB/s medians off / on (1,003 ACLs); on/off: mean of the pairs' ratios, "
+          f"95% bootstrap CI")
     for i, what in enumerate(("idempotent produce, acks=all", "fetch, read_uncommitted")):
         off = statistics.median(f[i] for f in figures[False])
         on = statistics.median(f[i] for f in figures[True])
-        print(f"  {what:32s} {off:7.1f} / {on:7.1f}  ({(on - off) / off:+.1%})")
+        pair_ratios = [r[i] - 1 for r in ratios]
+        low, high = confidence_interval(pair_ratios)
+        verdict = ("within 5%" if low > -0.05 else "a cost above 5% not excluded")
+        print(f"  {what:32s} {off:7.1f} / {on:7.1f}   {statistics.fmean(pair_ratios):+.1%} "
+              f"[{low:+.1%}, {high:+.1%}]  {verdict}")
 
 
 if __name__ == "__main__":

@@ -19,6 +19,8 @@ from exactly.app.spark.kafka_client import KafkaConnection
 
 #: internal topics of 3 partitions instead of 50, as tests/conftest.py does
 CONFIG = {"transaction.state.log.num.partitions": 3, "offsets.topic.num.partitions": 3}
+#: KIP-939 two-phase commit, off by default as in Kafka: what the Spark sink's brokers need
+TWO_PHASE_COMMIT = {"transaction.two.phase.commit.enable": True}
 
 
 def free_port() -> int:

@@ -15,6 +15,7 @@ import pytest
 
 from exactly.app.cli.main import main
 from exactly.app.security.acl import AclBindingFilter, AclOperation, AclPermissionType, PatternType, ResourceType
+from tests.acl_command_table import VERDICTS
 from tests.kafka_support import KafkaBroker
 
 pytestmark = pytest.mark.timeout(120)
@@ -78,8 +79,9 @@ def test_add_list_and_remove_as_kafka_acls_sh(kafka: KafkaBroker) -> None:
 
     assert acls(kafka, "--remove", "--allow-principal", "User:svc", "--operation", "ClusterAction", "--cluster",
                 "--force").returncode == 0
-    assert acls(kafka, "--remove", "--topic", "orders", "--resource-pattern-type", "prefixed").returncode == 0
-    assert acls(kafka, "--remove", "--topic", "t", "--transactional-id", "tx", "--group", "billing").returncode == 0
+    assert acls(kafka, "--remove", "--topic", "orders", "--resource-pattern-type", "prefixed", "--force").returncode == 0
+    assert acls(kafka, "--remove", "--topic", "t", "--transactional-id", "tx", "--group", "billing",
+                "--force").returncode == 0
     assert held(kafka) == {(R.CLUSTER, "kafka-cluster", T.LITERAL, "User:svc", "*", O.IDEMPOTENT_WRITE, P.ALLOW)}
 
 
@@ -100,3 +102,33 @@ def test_refusals_are_one_line_and_non_zero(kafka: KafkaBroker, tmp_path: Path) 
     with KafkaBroker(tmp_path / "off") as off:
         disabled = acls(off, "--list")
         assert disabled.returncode == 1 and "SECURITY_DISABLED" in disabled.stderr
+
+
+@pytest.mark.parametrize("flags,accepted", VERDICTS, ids=[" ".join(flags) for flags, _ in VERDICTS])
+def test_it_refuses_what_kafka_acls_sh_refuses(kafka: KafkaBroker, flags: tuple[str, ...], accepted: bool) -> None:
+    """The table of kafka-acls.sh's verdicts (tests/acl_command_table.py); a refusal
+    adds nothing -- ``--idempotent`` without ``--producer`` made the principal an
+    administrator (ALL on the topic and the cluster)."""
+    done = acls(kafka, *flags)
+    assert (done.returncode == 0) is accepted, done.stderr
+    if not accepted:
+        assert held(kafka) == set() and len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+def test_it_prints_what_kafka_acls_sh_prints(kafka: KafkaBroker, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Byte for byte as Kafka 4.4's AclCommand: --add, --list, and --remove's question
+    (answered from stdin; nothing printed with --force)."""
+    entry = "(principal=User:z, host=*, operation=READ, permissionType=ALLOW)"
+    pattern = "`ResourcePattern(resourceType=GROUP, name=g, patternType=LITERAL)`"
+    added = acls(kafka, "--add", "--allow-principal", "User:z", "--operation", "Read", "--group", "g")
+    assert added.stdout == f"Adding ACLs for resource {pattern}: \n \t{entry}\n\n"
+    assert acls(kafka, "--list", "--group", "g").stdout == f"Current ACLs for resource {pattern}:\n\t{entry}\n\n"
+    monkeypatch.setattr(sys, "stdin", io.StringIO("n\n"))
+    kept = acls(kafka, "--remove", "--allow-principal", "User:z", "--operation", "Read", "--group", "g")
+    assert kept.stdout == f"Are you sure you want to remove ACLs: \n \t{entry} \n from resource filter {pattern}? (y/n)\n"
+    assert len(held(kafka)) == 1, "answered n: nothing removed"
+    monkeypatch.setattr(sys, "stdin", io.StringIO("y\n"))
+    removed = acls(kafka, "--remove", "--group", "g")
+    assert removed.stdout == f"Are you sure you want to delete all ACLs for resource filter {pattern}? (y/n)\n"
+    assert held(kafka) == set()
+    assert acls(kafka, "--remove", "--force", "--group", "nothing").stdout == ""

@@ -121,7 +121,8 @@ def test_without_an_authorizer_acl_apis_answer_security_disabled(tmp_path: Path)
         assert deleted.filter_results[0].error_code == SecurityDisabledError.code
         assert kafka.engine.access.authorize("User:anyone", "h", acl.AclOperation.WRITE, acl.ResourceType.TOPIC, "t")
         assert kafka.engine.access.authorized_operations("User:anyone", "h", acl.ResourceType.GROUP, "g") == {
-            acl.AclOperation.READ, acl.AclOperation.DESCRIBE, acl.AclOperation.DELETE}
+            acl.AclOperation.READ, acl.AclOperation.DESCRIBE, acl.AclOperation.DELETE, acl.AclOperation.DESCRIBE_CONFIGS,
+            acl.AclOperation.ALTER_CONFIGS}
         assert "__cluster_metadata" not in kafka.engine.topics.topic_names()
 
 

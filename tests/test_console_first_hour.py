@@ -21,7 +21,7 @@ from exactly.coordinator.mirror_db import reader_engine
 from exactly.storage.clock import FakeClock
 from exactly.storage.errors import UnknownTopicOrPartitionError
 from tests.conftest import FROZEN, SMALL_INTERNAL_TOPICS
-from tests.kafka_support import KafkaBroker
+from tests.kafka_support import TWO_PHASE_COMMIT, KafkaBroker
 from tests.waiting import eventually
 
 pytestmark = pytest.mark.timeout(120)
@@ -30,7 +30,7 @@ pytestmark = pytest.mark.timeout(120)
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
     with Broker(tmp_path_factory.mktemp("first-hour") / "data", clock=FakeClock(),
-                **SMALL_INTERNAL_TOPICS, **FROZEN) as b:
+                **SMALL_INTERNAL_TOPICS, **FROZEN, **TWO_PHASE_COMMIT) as b:
         yield b
 
 

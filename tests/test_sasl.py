@@ -59,10 +59,15 @@ def metrics(kafka: ListenersBroker) -> Any:
 
 
 def failures(metrics: Any) -> dict[str, float]:
-    """``exactly_authentication_failures_total`` by mechanism, scraped from ``/metrics``."""
+    """``exactly_authentication_failures_total`` by mechanism (every face and principal
+    summed), scraped from ``/metrics``."""
     text = metrics.get("/metrics").get_data(True)
-    return {s.labels["mechanism"]: s.value for family in text_string_to_metric_families(text)
-            for s in family.samples if s.name == "exactly_authentication_failures_total"}
+    found: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.name == "exactly_authentication_failures_total":
+                found[s.labels["mechanism"]] = found.get(s.labels["mechanism"], 0) + s.value
+    return found
 
 
 def principals(kafka: ListenersBroker, client_id: str) -> set[KafkaPrincipal]:

@@ -21,7 +21,7 @@ from exactly.coordinator.transaction_state import TWO_PHASE_COMMIT_TIMEOUT_MS, T
 from exactly.storage.clock import FakeClock
 from exactly.storage.record_batch import SimpleRecord, encode_batch
 from exactly.storage.read_committed import read_records
-from tests.kafka_support import KafkaBroker, raw_connection
+from tests.kafka_support import TWO_PHASE_COMMIT, KafkaBroker, raw_connection
 from tests.storage_log import DurableLogs
 
 pytestmark = pytest.mark.timeout(60)
@@ -90,7 +90,7 @@ def lso(kafka: KafkaBroker, topic: str) -> int:
 
 @pytest.fixture
 def kafka(tmp_path: Path) -> Iterator[KafkaBroker]:
-    with KafkaBroker(tmp_path / "data", clock=FakeClock(), **{"exactly.jobs.enable": False}) as k:
+    with KafkaBroker(tmp_path / "data", clock=FakeClock(), **{"exactly.jobs.enable": False, **TWO_PHASE_COMMIT}) as k:
         k.broker.create_topic("out", 1)
         yield k
 
@@ -121,14 +121,15 @@ def test_a_prepared_transaction_is_kept_and_completed_by_whoever_holds_its_outco
 def test_a_two_phase_transaction_never_times_out_and_survives_a_restart(tmp_path: Path) -> None:
     clock = FakeClock()
     config = {"clock": clock, "exactly.jobs.enable": False}
-    with KafkaBroker(tmp_path / "data", **config) as kafka:
+    with KafkaBroker(tmp_path / "data", **config, **TWO_PHASE_COMMIT) as kafka:
         kafka.broker.create_topic("out", 1)
         with closing(raw_connection(kafka.port)) as raw:
             prepared = write_open_transaction(raw, "task-0", "out", [b"a"])
         clock.advance(30 * 24 * HOUR_MS)  # past even Int32.MAX ms (24.8 days)
         coordinator = kafka.broker.engine.transactions.coordinator
         assert kafka.broker.engine.call(coordinator.abort_timed_out_transactions) == []
-    with KafkaBroker(tmp_path / "data", **config) as kafka, closing(raw_connection(kafka.port)) as raw:
+    with KafkaBroker(tmp_path / "data", **config, **TWO_PHASE_COMMIT) as kafka, \
+            closing(raw_connection(kafka.port)) as raw:
         kept = init(raw, "task-0", keep=True)
         assert (kept.ongoing_txn_producer_id, kept.ongoing_txn_producer_epoch) == prepared
         assert end_txn(raw, "task-0", kept.producer_id, kept.producer_epoch, commit=False) == 0
@@ -160,8 +161,9 @@ def test_an_ordinary_transaction_is_not_kept(kafka: KafkaBroker, raw: KafkaConne
     assert lso(kafka, "out") == 2
 
 
-def test_two_phase_commit_is_refused_when_the_broker_disables_it(tmp_path: Path) -> None:
-    with KafkaBroker(tmp_path / "data", **{"transaction.two.phase.commit.enable": False}) as kafka, \
+def test_two_phase_commit_is_refused_by_default_as_in_kafka(tmp_path: Path) -> None:
+    """``transaction.two.phase.commit.enable`` is false unless the operator turns it on."""
+    with KafkaBroker(tmp_path / "data") as kafka, \
             closing(raw_connection(kafka.port)) as raw:
         assert init(raw, "task-0").error_code == 53  # TRANSACTIONAL_ID_AUTHORIZATION_FAILED
         assert init(raw, "task-0", keep=True).error_code == 53
@@ -207,12 +209,13 @@ def test_the_fence_of_keep_prepared_survives_a_restart(tmp_path: Path) -> None:
     """The bumped epoch is in the transaction log (its tagged fields), so a restart
     neither lets the old writer back in nor loses the recovering client's epoch."""
     config = {"clock": FakeClock(), "exactly.jobs.enable": False}
-    with KafkaBroker(tmp_path / "data", **config) as kafka:
+    with KafkaBroker(tmp_path / "data", **config, **TWO_PHASE_COMMIT) as kafka:
         kafka.broker.create_topic("out", 1)
         with closing(raw_connection(kafka.port)) as raw:
             prepared = write_open_transaction(raw, "task-0", "out", [b"prepared"])
             kept = init(raw, "task-0", keep=True)
-    with KafkaBroker(tmp_path / "data", **config) as kafka, closing(raw_connection(kafka.port)) as raw:
+    with KafkaBroker(tmp_path / "data", **config, **TWO_PHASE_COMMIT) as kafka, \
+            closing(raw_connection(kafka.port)) as raw:
         assert produce(raw, "task-0", "out", prepared, 1, [b"late"]) == INVALID_PRODUCER_EPOCH
         assert end_txn(raw, "task-0", *prepared, commit=True) == PRODUCER_FENCED
         assert end_txn(raw, "task-0", kept.producer_id, kept.producer_epoch, commit=True) == 0
@@ -234,7 +237,7 @@ def test_keep_prepared_at_the_last_epoch_gives_the_client_a_new_producer_id(tmp_
     gets a new producer id at epoch 0 (NextProducerId), the markers still carry the pair
     the data was written with, and completion moves the id to the new producer."""
     data = tmp_path / "data"
-    with KafkaBroker(data) as kafka:
+    with KafkaBroker(data, **TWO_PHASE_COMMIT) as kafka:
         kafka.broker.create_topic("out", 1)
         partitions = kafka.engine.config.transaction_state_log_num_partitions
         with closing(raw_connection(kafka.port)) as raw:
@@ -247,7 +250,7 @@ def test_keep_prepared_at_the_last_epoch_gives_the_client_a_new_producer_id(tmp_
                 frozenset({("out", 0)}), 1_000, 1_000)), key=transaction_log.encode_key("task-0"))]))
         logs.produce("out", 0, encode_batch([SimpleRecord(b"prepared")], producer_id=exhausted[0],
                                             producer_epoch=exhausted[1], base_sequence=0, transactional=True))
-    with KafkaBroker(data) as kafka, closing(raw_connection(kafka.port)) as raw:
+    with KafkaBroker(data, **TWO_PHASE_COMMIT) as kafka, closing(raw_connection(kafka.port)) as raw:
         kept = init(raw, "task-0", keep=True)
         assert (kept.ongoing_txn_producer_id, kept.ongoing_txn_producer_epoch) == exhausted
         assert kept.producer_id != exhausted[0] and kept.producer_epoch == 0

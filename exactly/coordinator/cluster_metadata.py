@@ -1,5 +1,6 @@
-"""Records of ``__cluster_metadata``: the ACLs and the users' SCRAM credentials,
-durable across restarts (docs/formats.md §14a, §14b).
+"""Records of ``__cluster_metadata``: the ACLs, the users' SCRAM credentials and the
+principal each producer id was handed to, durable across restarts (docs/formats.md
+§14a, §14b, §14c).
 
 Kafka (KRaft) keeps both in its metadata log ``__cluster_metadata``; this broker keeps
 the same records, in Kafka's metadata-record frame, on a compacted internal topic of
@@ -12,6 +13,8 @@ compacted-topic form of Kafka's ``RemoveAccessControlEntryRecord`` and
                 Id(uuid)
     Key   v0 => Version(int16: 0) RecordType(int16: 11, UserScramCredentialRecord's api key)
                 Name(string) Mechanism(int8)
+    Key   v0 => Version(int16: 0) RecordType(int16: 10000, Exactly's ProducerIdOwnerRecord)
+                ProducerId(int64)
     Value    => FrameVersion(uvarint: 0) ApiKey(uvarint: 6 or 11) Version(uvarint: 0)
                 AccessControlEntryRecord v0 (flexible) => Id(uuid) ResourceType(int8)
                     ResourceName(compact string) PatternType(int8) Principal(compact string)
@@ -19,7 +22,17 @@ compacted-topic form of Kafka's ``RemoveAccessControlEntryRecord`` and
                 UserScramCredentialRecord v0 (flexible) => Name(compact string)
                     Mechanism(int8) Salt(compact bytes) StoredKey(compact bytes)
                     ServerKey(compact bytes) Iterations(int32) TaggedFields
-    null value: the ACL of that id, or the credential of that user and mechanism, was removed
+                ProducerIdOwnerRecord v0 (flexible) => ProducerId(int64) Principal(compact string)
+                    TaggedFields
+    null value: the ACL of that id, or the credential of that user and mechanism, was
+    removed; the producer id is no longer remembered
+
+A ProducerIdOwnerRecord is Exactly's own (Kafka binds no producer id to a principal:
+any writer of a topic may send a batch under any producer id there). It is written,
+durably, before InitProducerId answers an authenticated principal with the authorizer
+on, so a producer id is its principal's after a restart as before
+(``exactly/app/engine/access.py``); its type is far above Kafka's metadata record
+api keys.
 
 The codes are Kafka's (``exactly/app/security/acl.py`` and ``exactly/app/security/scram.py`` name
 them); this module keeps them as plain numbers, so the coordinator layer knows nothing
@@ -36,6 +49,7 @@ from exactly.coordinator.schema import (
     INT8,
     INT16,
     INT32,
+    INT64,
     MAX_STRING_BYTES,
     NULLABLE_BYTES,
     STRING,
@@ -57,12 +71,16 @@ KEY_VERSION = 0
 ACCESS_CONTROL_ENTRY_RECORD = 6
 #: Kafka's metadata record api key of a UserScramCredentialRecord
 USER_SCRAM_CREDENTIAL_RECORD = 11
+#: Exactly's record of the principal a producer id belongs to (no Kafka record has this key)
+PRODUCER_ID_OWNER_RECORD = 10000
 FRAME_VERSION = 0
 RECORD_VERSION = 0
 
 RECORD_TYPE = Schema(("record_type", INT16))
 KEY = Schema(("record_type", INT16), ("id", UUID))
 SCRAM_KEY = Schema(("record_type", INT16), ("name", STRING), ("mechanism", INT8))
+OWNER_KEY = Schema(("record_type", INT16), ("producer_id", INT64))
+PRODUCER_ID_OWNER = flexible(Schema(("producer_id", INT64), ("principal", STRING)))
 #: the longest user name a credential's key holds (a STRING: an int16 length)
 MAX_SCRAM_NAME_BYTES = MAX_STRING_BYTES
 FRAME = Schema(("frame_version", UNSIGNED_VARINT), ("api_key", UNSIGNED_VARINT), ("version", UNSIGNED_VARINT))
@@ -116,10 +134,12 @@ class ScramCredentialRecord:
 @dataclass
 class MetadataImage:
     """What a log of ``__cluster_metadata`` records leaves: the ACLs by id, the
-    credentials by (user name, mechanism code)."""
+    credentials by (user name, mechanism code), the producer ids' principals (in the
+    order they were last written)."""
 
     acls: dict[bytes, AclRecord] = field(default_factory=dict)
     scram_credentials: dict[tuple[str, int], ScramCredentialRecord] = field(default_factory=dict)
+    producer_owners: dict[int, str] = field(default_factory=dict)
 
 
 def encode_key(acl_id: bytes) -> bytes:
@@ -141,18 +161,38 @@ def encode_scram_value(record: ScramCredentialRecord) -> bytes:
         dict(zip(USER_SCRAM_CREDENTIAL.names, astuple(record))))
 
 
+def encode_owner_key(producer_id: int) -> bytes:
+    return INT16.fmt.pack(KEY_VERSION) + OWNER_KEY.encode(
+        {"record_type": PRODUCER_ID_OWNER_RECORD, "producer_id": producer_id})
+
+
+def encode_owner_value(producer_id: int, principal: str) -> bytes:
+    return _frame(PRODUCER_ID_OWNER_RECORD) + PRODUCER_ID_OWNER.encode(
+        {"producer_id": producer_id, "principal": principal})
+
+
+def decode_owner(key: bytes | None, value: bytes | None) -> tuple[int, str | None]:
+    """(producer id, principal; None for a tombstone). :raise SchemaError: not one."""
+    k = decode_versioned(key, KEY_VERSION, OWNER_KEY, "__cluster_metadata key")
+    if k["record_type"] != PRODUCER_ID_OWNER_RECORD:
+        raise SchemaError(f"unknown __cluster_metadata record type {k['record_type']}")
+    if value is None:
+        return k["producer_id"], None
+    return k["producer_id"], PRODUCER_ID_OWNER.decode_all(_body(value, PRODUCER_ID_OWNER_RECORD))["principal"]
+
+
 def _frame(api_key: int) -> bytes:
     return FRAME.encode({"frame_version": FRAME_VERSION, "api_key": api_key, "version": RECORD_VERSION})
 
 
 def record_type(key: bytes | None) -> int:
-    """The record type a key names (6 ACL, 11 SCRAM credential).
+    """The record type a key names (6 ACL, 11 SCRAM credential, 10000 producer id owner).
     :raise SchemaError: not a key of a known version or type."""
     version, body = versioned(key)
     if version != KEY_VERSION:
         raise SchemaError(f"unsupported __cluster_metadata key version {version}")
     found: int = RECORD_TYPE.decode(memoryview(body), 0)[0]["record_type"]
-    if found not in (ACCESS_CONTROL_ENTRY_RECORD, USER_SCRAM_CREDENTIAL_RECORD):
+    if found not in (ACCESS_CONTROL_ENTRY_RECORD, USER_SCRAM_CREDENTIAL_RECORD, PRODUCER_ID_OWNER_RECORD):
         raise SchemaError(f"unknown __cluster_metadata record type {found}")
     return found
 
@@ -203,8 +243,13 @@ def replay(records: Iterable[tuple[bytes | None, bytes | None]]) -> MetadataImag
     cannot read."""
     image = MetadataImage()
     for key, value in records:
-        if record_type(key) == ACCESS_CONTROL_ENTRY_RECORD:
+        found = record_type(key)
+        if found == ACCESS_CONTROL_ENTRY_RECORD:
             _apply(image.acls, decode_key(key), decode_value(value))
+        elif found == PRODUCER_ID_OWNER_RECORD:
+            producer_id, principal = decode_owner(key, value)
+            image.producer_owners.pop(producer_id, None)
+            _apply(image.producer_owners, producer_id, principal)
         else:
             _apply(image.scram_credentials, decode_scram_key(key), decode_scram_value(value))
     return image

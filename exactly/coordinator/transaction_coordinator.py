@@ -231,10 +231,10 @@ class CoordinatorConfig:
     transaction_state_log_num_partitions: int = 50
     transaction_max_timeout_ms: int = 900_000
     transactional_id_expiration_ms: int = 7 * 24 * 3600 * 1000
-    #: KIP-939's broker switch for InitProducerId's enable2Pc. Kafka's default is false
-    #: (it guards the TWO_PHASE_COMMIT ACL); Exactly has no ACLs and its Spark sink
-    #: commits through it, so on by default.
-    transaction_two_phase_commit_enable: bool = True
+    #: KIP-939's broker switch for InitProducerId's enable2Pc, off as in Kafka: a
+    #: two-phase transaction never times out (the Kafka face also asks TwoPhaseCommit on
+    #: the transactional id); the Spark sink needs it on.
+    transaction_two_phase_commit_enable: bool = False
 
 
 class TransactionCoordinator:

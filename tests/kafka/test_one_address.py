@@ -8,6 +8,7 @@ two-phase commit, which Kafka 4.4.0 does not serve (pinned below)."""
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -17,7 +18,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from tests.docs import blocks, run_readme_example, section
 from tests.kafka.differential import Peer, unique
 from tests.kafka.test_transactions import wait_for
-from tests.kafka_support import read_to_end
+from tests.kafka_support import TWO_PHASE_COMMIT, KafkaBroker, read_to_end
 
 pytestmark = [pytest.mark.xdist_group("real-kafka"), pytest.mark.slow, pytest.mark.timeout(180)]
 
@@ -60,17 +61,24 @@ def test_the_testing_guides_application_processes_exactly_once_on_kafka(
     assert sorted(paid) == sorted(b"paid order %d" % n for n in range(app.ORDERS))
 
 
-def test_the_spark_sinks_two_phase_commit_is_not_served_by_kafka_4_4(brokers: tuple[Peer, Peer]) -> None:
+def test_the_spark_sinks_two_phase_commit_is_not_served_by_kafka_4_4(
+        brokers: tuple[Peer, Peer], exactly_broker_config: dict, tmp_path: Path) -> None:
     """The exactly-once Spark sink prepares each task's transaction with KIP-939's
     InitProducerId v6 (``enable2Pc``) and completes it from the driver with
     ``keepPreparedTxn``. Kafka 4.4.0 serves InitProducerId up to v5 and closes the
     connection at v6; with ``unstable.api.versions.enable=true`` and
     ``transaction.two.phase.commit.enable=true`` it takes ``enable2Pc`` but answers
-    ``keepPreparedTxn`` UNSUPPORTED_VERSION, so the sink cannot commit on it yet."""
+    ``keepPreparedTxn`` UNSUPPORTED_VERSION, so the sink cannot commit on it yet. Exactly
+    serves both once ``transaction.two.phase.commit.enable`` is on (off by default, as in
+    Kafka: its shared broker here refuses ``enable2Pc``)."""
     from exactly.app.spark.kafka_client import KafkaClient
+    from exactly.storage.errors import TransactionalIdAuthorizationFailedError
 
     kafka, exactly = brokers
-    with KafkaClient(exactly.bootstrap) as client:
+    with KafkaClient(exactly.bootstrap) as client, pytest.raises(TransactionalIdAuthorizationFailedError):
+        client.init_producer_id(unique("2pc"))
+    with KafkaBroker(tmp_path / "data", **exactly_broker_config, **TWO_PHASE_COMMIT) as enabled, \
+            KafkaClient(enabled.bootstrap) as client:
         assert client.init_producer_id(unique("2pc")).producer_epoch == 0
     with KafkaClient(kafka.bootstrap, timeout=2) as client, pytest.raises(ConnectionError):
         client.init_producer_id(unique("2pc"))

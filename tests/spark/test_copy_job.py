@@ -23,7 +23,7 @@ import pytest
 from exactly.app.spark.copy_job import expected_output
 from exactly.app.spark.kafka_client import KafkaClient
 from exactly.app.spark.sink import CRASH_AT_ENV
-from tests.kafka_support import KafkaBroker, read_to_end
+from tests.kafka_support import TWO_PHASE_COMMIT, KafkaBroker, read_to_end
 
 ROOT = Path(__file__).resolve().parents[2]
 SEED = 300
@@ -35,7 +35,7 @@ RUN_TIMEOUT = 420
 
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[KafkaBroker]:
-    with KafkaBroker(tmp_path / "data") as broker:
+    with KafkaBroker(tmp_path / "data", **TWO_PHASE_COMMIT) as broker:
         yield broker
 
 

@@ -23,7 +23,7 @@ from exactly.coordinator.mirror_db import reader_engine
 from exactly.coordinator.producer_id_manager import BODY, VERSION
 from exactly.storage.checked_file import write_fields
 from exactly.storage.filenames import PRODUCER_ID_BLOCK
-from tests.kafka_support import KafkaBroker
+from tests.kafka_support import TWO_PHASE_COMMIT, KafkaBroker
 from tests.waiting import eventually
 
 pytestmark = pytest.mark.timeout(180)
@@ -37,7 +37,7 @@ def start_broker(data: Path, **config: Any) -> KafkaBroker:
     """A served broker whose first producer id is FIRST_PRODUCER_ID."""
     data.mkdir(parents=True)
     write_fields(data / PRODUCER_ID_BLOCK, VERSION, BODY, FIRST_PRODUCER_ID)
-    return KafkaBroker(data, **config)
+    return KafkaBroker(data, **{**TWO_PHASE_COMMIT, **config})
 
 
 def client_config(kafka: KafkaBroker, **extra: object) -> dict:

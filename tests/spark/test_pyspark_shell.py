@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.docs import REPO, page
-from tests.kafka_support import KafkaBroker
+from tests.kafka_support import TWO_PHASE_COMMIT, KafkaBroker
 
 
 PAGE = "docs/spark.md"
@@ -51,7 +51,7 @@ def readme_command() -> str:
 @pytest.mark.timeout(420)
 def test_the_docs_pyspark_shell_reads_writes_and_reads_jdbc(tmp_path: Path) -> None:
     command = readme_command()
-    with KafkaBroker(tmp_path / "data") as served:
+    with KafkaBroker(tmp_path / "data", **TWO_PHASE_COMMIT) as served:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("PYSPARK", "PYTHONPATH", "SPARK_"))}
         env.update(EXACTLY_BOOTSTRAP=served.bootstrap, EXACTLY_DB=str(tmp_path / "data" / "exactly.db"))
         done = subprocess.run(["bash", "-c", command], input=SCRIPT, cwd=REPO, env=env, capture_output=True,

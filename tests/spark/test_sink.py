@@ -13,14 +13,14 @@ from typing import Iterator
 import pytest
 
 from exactly.app.spark.kafka_client import KafkaClient
-from tests.kafka_support import KafkaBroker, read_to_end
+from tests.kafka_support import TWO_PHASE_COMMIT, KafkaBroker, read_to_end
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[KafkaBroker]:
-    with KafkaBroker(tmp_path / "data") as broker:
+    with KafkaBroker(tmp_path / "data", **TWO_PHASE_COMMIT) as broker:
         broker.broker.create_topic("out", partitions=2)
         yield broker
 

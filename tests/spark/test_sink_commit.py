@@ -19,7 +19,7 @@ from exactly.app.spark.kafka_admin import admin_for
 from exactly.app.spark.kafka_client import KafkaClient, TransactionalProducer
 from exactly.app.spark.sink import PreparedTransactionLost, SinkLog, TaskCommit, TopicStreamWriter, TxnIds
 from exactly.storage.record_batch import SimpleRecord
-from tests.kafka_support import KafkaBroker, read_to_end
+from tests.kafka_support import TWO_PHASE_COMMIT, KafkaBroker, read_to_end
 
 QUERY = "3f1c0e52-0000-4000-8000-000000000001"
 SCHEMA = StructType([StructField("value", StringType())])
@@ -27,7 +27,7 @@ SCHEMA = StructType([StructField("value", StringType())])
 
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[KafkaBroker]:
-    with KafkaBroker(tmp_path / "data") as broker:
+    with KafkaBroker(tmp_path / "data", **TWO_PHASE_COMMIT) as broker:
         broker.broker.create_topic("out", partitions=2)
         yield broker
 
@@ -153,7 +153,7 @@ class Died(Exception):
 
 @pytest.fixture(scope="module")
 def shared_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
-    with KafkaBroker(tmp_path_factory.mktemp("stateful") / "data") as broker:
+    with KafkaBroker(tmp_path_factory.mktemp("stateful") / "data", **TWO_PHASE_COMMIT) as broker:
         yield broker
 
 

@@ -21,14 +21,14 @@ from exactly.storage.errors import (
     UnknownTopicOrPartitionError,
 )
 from exactly.storage.record_batch import SimpleRecord
-from tests.kafka_support import KafkaBroker, read_to_end
+from tests.kafka_support import TWO_PHASE_COMMIT, KafkaBroker, read_to_end
 
 INT32_MAX_MS = 2**31 - 1
 
 
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[KafkaBroker]:
-    with KafkaBroker(tmp_path / "data") as broker:
+    with KafkaBroker(tmp_path / "data", **TWO_PHASE_COMMIT) as broker:
         broker.broker.create_topic("out", partitions=2)
         yield broker
 
@@ -146,7 +146,7 @@ def test_the_sink_s_missing_topic_is_created_as_kafka_s_auto_creation_would(serv
 
 
 def test_a_broker_that_does_not_auto_create_refuses_the_sink_s_topic_with_what_to_do(tmp_path: Path) -> None:
-    with KafkaBroker(tmp_path / "data", **{"auto.create.topics.enable": False}) as served, \
+    with KafkaBroker(tmp_path / "data", **{"auto.create.topics.enable": False, **TWO_PHASE_COMMIT}) as served, \
             KafkaClient(served.bootstrap, timeout=10) as client:
         producer = TransactionalProducer(client, "t")
         producer.begin()
@@ -160,7 +160,7 @@ def test_a_broker_that_does_not_auto_create_refuses_the_sink_s_topic_with_what_t
 def test_two_phase_commit_refused_when_the_broker_disables_it(tmp_path: Path) -> None:
     with KafkaBroker(tmp_path / "data", **{"transaction.two.phase.commit.enable": False}) as served, \
             KafkaClient(served.bootstrap) as client:
-        with pytest.raises(TransactionalIdAuthorizationFailedError):
+        with pytest.raises(TransactionalIdAuthorizationFailedError, match="transaction.two.phase.commit.enable"):
             client.init_producer_id("t")
 
 

@@ -3,24 +3,33 @@
 The flags are kafka-acls.sh's: ``--add`` / ``--remove`` / ``--list``; resources
 ``--topic`` (repeatable), ``--group``, ``--transactional-id``, ``--cluster``, with
 ``--resource-pattern-type literal|prefixed`` (``match`` and ``any`` too for
-``--list`` and ``--remove``); entries ``--allow-principal`` / ``--deny-principal``
-(repeatable), ``--allow-host`` / ``--deny-host`` (default ``*``), ``--operation``
-(repeatable; default All) or the ``--producer`` / ``--consumer`` shortcuts;
-``--principal`` narrows ``--list``. As kafka-acls.sh, it talks to a running broker
-(``--bootstrap-server``, ``--command-config`` for a SASL or TLS listener:
-``exactly/app/cli/admin_connection.py``): CreateAcls, DescribeAcls, DeleteAcls. Unlike it,
-``--remove`` never asks for confirmation (``--force`` is accepted for scripts
-written for it).
+``--list`` and ``--remove``; any case); entries ``--allow-principal`` /
+``--deny-principal`` (repeatable), ``--allow-host`` / ``--deny-host`` (default ``*``),
+``--operation`` (repeatable; default All) or the ``--producer`` (``--idempotent``) /
+``--consumer`` shortcuts; ``--principal`` narrows ``--list``. As kafka-acls.sh, it
+talks to a running broker (``--bootstrap-server``, ``--command-config`` for a SASL or
+TLS listener: ``exactly/app/cli/admin_connection.py``): CreateAcls, DescribeAcls,
+DeleteAcls.
+
+It refuses what Kafka 4.4's ``AclCommand`` refuses, with its messages, before
+connecting (:func:`check`: ``tests/test_acls_cli.py`` holds the table of flag
+combinations with kafka-acls.sh's verdict for each, and checks it against the real
+``AclCommand`` when Kafka's jars are there); it prints what ``AclCommand`` prints:
+"Adding ACLs for resource" on ``--add``, "Current ACLs for resource" on ``--list``, and
+on ``--remove`` the question "Are you sure ...? (y/n)" answered from stdin, or nothing
+with ``--force``.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Iterable
 
 from exactly.app.cli import admin_connection
 from exactly.app.security.acl import (
     CLUSTER_NAME,
+    SUPPORTED_OPERATIONS,
     WILDCARD_HOST,
     AccessControlEntry,
     AclBinding,
@@ -52,6 +61,18 @@ def _operation(text: str) -> AclOperation:
     raise argparse.ArgumentTypeError(f"unknown operation {text!r}")
 
 
+def _pattern_type(text: str) -> str:
+    """kafka-acls.sh's pattern types, in any case (``PREFIXED``, ``Prefixed``)."""
+    wanted = text.lower()
+    if wanted not in PATTERN_TYPES:
+        raise argparse.ArgumentTypeError(f"unknown resource pattern type {text!r}: {', '.join(PATTERN_TYPES)}")
+    return wanted
+
+
+#: the pattern types kafka-acls.sh takes (match and any only filter: --list, --remove)
+PATTERN_TYPES = ("literal", "prefixed", "match", "any")
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     admin_connection.add_arguments(parser)
     action = parser.add_mutually_exclusive_group(required=True)
@@ -61,30 +82,75 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--group", action="append", default=[])
     parser.add_argument("--transactional-id", action="append", default=[])
     parser.add_argument("--cluster", action="store_true")
-    parser.add_argument("--resource-pattern-type", default="literal",
-                        choices=[p.name.lower() for p in (PatternType.LITERAL, PatternType.PREFIXED,
-                                                          PatternType.MATCH, PatternType.ANY)])
+    parser.add_argument("--resource-pattern-type", default="literal", type=_pattern_type)
     for flag in ("--allow-principal", "--deny-principal", "--allow-host", "--deny-host", "--principal"):
         parser.add_argument(flag, action="append", default=[])
     parser.add_argument("--operation", action="append", default=[], type=_operation)
     parser.add_argument("--producer", action="store_true")
     parser.add_argument("--consumer", action="store_true")
     parser.add_argument("--idempotent", action="store_true", help="with --producer: IdempotentWrite on the cluster")
-    parser.add_argument("--force", action="store_true", help="accepted for kafka-acls.sh scripts; never asks")
+    parser.add_argument("--force", action="store_true", help="--remove without asking (y/n) first")
+
+
+def _refuse(message: str) -> SystemExit:
+    return SystemExit(f"exactly acls: {message}")
+
+
+def check(args: argparse.Namespace) -> None:
+    """Refuse what kafka-acls.sh (Kafka 4.4's ``AclCommandOptions.checkArgs`` and
+    ``AclCommand``'s per-resource checks) refuses, with its message.
+
+    :raise SystemExit: exit code 1 and the message, as ``AclCommand``'s usage errors."""
+    shortcut = "producer" if args.producer else "consumer" if args.consumer else None
+    if args.list:
+        for flag in ("producer", "consumer", "allow_host", "allow_principal", "deny_host", "deny_principal"):
+            if getattr(args, flag):
+                raise _refuse(f'Option "[list]" can\'t be used with option "[{flag.replace("_", "-")}]"')
+    if shortcut:
+        for flag in ("operation", "deny_principal", "deny_host"):
+            if getattr(args, flag):
+                raise _refuse(f'Option "[{shortcut}]" can\'t be used with option "[{flag.replace("_", "-")}]"')
+    if args.idempotent and not args.producer:
+        raise _refuse("The --idempotent option is only available if --producer is set")
+    if args.producer and not args.topic:
+        raise _refuse("With --producer you must specify a --topic")
+    if args.consumer and (not args.topic or not args.group
+                          or (not args.producer and (args.cluster or args.transactional_id))):
+        raise _refuse("With --consumer you must specify a --topic and a --group and no --cluster or "
+                      "--transactional-id option should be specified.")
+    if args.add and args.resource_pattern_type not in ("literal", "prefixed"):
+        raise _refuse(f"A '--resource-pattern-type' value of '{args.resource_pattern_type.upper()}' is not valid "
+                      "when adding acls.")
+    if args.add and not (args.allow_principal or args.deny_principal):
+        raise _refuse("You must specify one of: --allow-principal, --deny-principal when trying to add ACLs.")
+    if (args.add or args.remove) and not _patterns(args):
+        raise _refuse("You must provide at least one resource: --topic <topic> or --cluster or --group <group> or "
+                      "--transactional-id <transactional-id>")
+    for resource_type in {p.resource_type for p in _patterns(args)}:
+        supported = SUPPORTED_OPERATIONS[resource_type] | {O.ALL}
+        if not set(_operations(args, resource_type)) <= supported:
+            raise _refuse(f"ResourceType {resource_type.name} only supports operations "
+                          f"[{', '.join(sorted(op.name for op in supported))}]")
 
 
 def _patterns(args: argparse.Namespace) -> list[ResourcePattern]:
     pattern_type = PatternType[args.resource_pattern_type.upper()]
     named = ((ResourceType.TOPIC, args.topic), (ResourceType.GROUP, args.group),
              (ResourceType.TRANSACTIONAL_ID, args.transactional_id),
-             (ResourceType.CLUSTER, [CLUSTER_NAME] if args.cluster or args.idempotent else []))
+             (ResourceType.CLUSTER, [CLUSTER_NAME] if args.cluster or (args.producer and args.idempotent) else []))
     return [ResourcePattern(rtype, name, pattern_type) for rtype, names in named for name in names]
 
 
 def _operations(args: argparse.Namespace, resource_type: ResourceType) -> tuple[AclOperation, ...]:
+    """The operations of the entries on the resource type: the shortcuts' (both, with
+    --producer and --consumer), IdempotentWrite on the cluster only with --producer
+    --idempotent (check refuses it otherwise), or --operation (default All)."""
     if args.producer or args.consumer:
-        ops = (PRODUCER if args.producer else CONSUMER).get(resource_type, ())
-        return (O.IDEMPOTENT_WRITE,) if resource_type is ResourceType.CLUSTER else ops
+        if resource_type is ResourceType.CLUSTER:
+            return (O.IDEMPOTENT_WRITE,)
+        ops = (PRODUCER.get(resource_type, ()) if args.producer else ()) + (
+            CONSUMER.get(resource_type, ()) if args.consumer else ())
+        return tuple(dict.fromkeys(ops))
     return tuple(args.operation) or (O.ALL,)
 
 
@@ -95,6 +161,11 @@ def _entries(args: argparse.Namespace, resource_type: ResourceType) -> list[Acce
         entries += [AccessControlEntry(principal, host, op, permission) for principal in principals
                     for host in hosts or [WILDCARD_HOST] for op in _operations(args, resource_type)]
     return entries
+
+
+def _entries_text(bindings: Iterable[AclBinding]) -> str:
+    """AclCommand's list of entries: a tab before each, one a line."""
+    return "\n\t".join(_describe(b) for b in bindings)
 
 
 def _describe(binding: AclBinding) -> str:
@@ -157,37 +228,46 @@ def _list(admin: AclAdmin, args: argparse.Namespace) -> None:
             if not args.principal or binding.entry.principal in args.principal:
                 found.setdefault(binding.pattern, []).append(binding)
     for pattern, bindings in found.items():
-        print(f"Current ACLs for resource `{_pattern_text(pattern)}`: ")
-        print("".join(f" \t{_describe(b)} \n" for b in bindings))
+        print(f"Current ACLs for resource `{_pattern_text(pattern)}`:\n\t{_entries_text(bindings)}\n")
 
 
 def _add(admin: AclAdmin, args: argparse.Namespace) -> None:
-    if args.resource_pattern_type not in ("literal", "prefixed"):
-        raise SystemExit("exactly acls: --add takes --resource-pattern-type literal or prefixed")
     bindings = [AclBinding(p, e) for p in _patterns(args) for e in _entries(args, p.resource_type)]
-    if not bindings:
-        raise SystemExit("exactly acls: --add needs a resource and --allow-principal or --deny-principal")
     for pattern in dict.fromkeys(b.pattern for b in bindings):
-        print(f"Adding ACLs for resource `{_pattern_text(pattern)}`: ")
-        print("".join(f" \t{_describe(b)} \n" for b in bindings if b.pattern == pattern))
+        print(f"Adding ACLs for resource `{_pattern_text(pattern)}`: \n \t"
+              f"{_entries_text(b for b in bindings if b.pattern == pattern)}\n")
     admin.create(bindings)
-    _list(admin, args)
+
+
+def _confirmed(question: str) -> bool:
+    """AclCommand's ``confirmAction``: the question, then a line of stdin; only y goes on."""
+    print(question, flush=True)
+    return sys.stdin.readline().strip().lower() == "y"
 
 
 def _remove(admin: AclAdmin, args: argparse.Namespace) -> None:
-    patterns = _patterns(args)
-    if not patterns:
-        raise SystemExit("exactly acls: --remove needs a resource (--topic, --group, --transactional-id, --cluster)")
+    """Per resource, AclCommand's question (skipped with --force), then DeleteAcls."""
     filters = []
-    for p in patterns:
+    for p in _patterns(args):
         entries = _entries(args, p.resource_type)
+        if entries:
+            question = (f"Are you sure you want to remove ACLs: \n \t"
+                        f"{_entries_text(AclBinding(p, e) for e in entries)} \n from resource filter "
+                        f"`{_pattern_text(p)}`? (y/n)")
+        else:
+            question = f"Are you sure you want to delete all ACLs for resource filter `{_pattern_text(p)}`? (y/n)"
+        if not args.force and not _confirmed(question):
+            continue
         filters += [AclBindingFilter(p.resource_type, p.name, p.pattern_type, e.principal, e.host, e.operation,
                                      e.permission_type) for e in entries] or [
             AclBindingFilter(p.resource_type, p.name, p.pattern_type)]
-    admin.delete(filters)
+    if filters:
+        admin.delete(filters)
 
 
 def run(args: argparse.Namespace) -> int:
-    """The ``exactly acls`` command; 1 with one line on stderr when the broker refuses."""
+    """The ``exactly acls`` command; 1 with one line on stderr when it is refused (by
+    :func:`check`, before connecting, or by the broker)."""
+    check(args)
     action = _add if args.add else _remove if args.remove else _list
     return admin_connection.run_command(args, "acls", lambda connection: action(AclAdmin(connection), args))

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import uuid
 from typing import Awaitable, Callable, Iterator
 
@@ -20,11 +21,11 @@ from exactly.app.config import BrokerConfig
 from exactly.app.engine.counters import EngineCounters
 from exactly.app.engine.loop_bridge import LoopBridge
 from exactly.app.engine.principals import DenialLog, OpenTransactions, ProducerIdRate, ProducerOwners
-from exactly.app.security.acl import SUPPORTED_OPERATIONS, AclBinding, AclBindingFilter, AclOperation, ResourceType
+from exactly.app.security.acl import CLUSTER_NAME, SUPPORTED_OPERATIONS, AclBinding, AclBindingFilter, AclOperation, ResourceType
 from exactly.app.security.authorizer import Decision, Reason, StandardAuthorizer
 from exactly.app.security.credentials import ScramCredentials
 from exactly.app.security.principal import USER_TYPE, KafkaPrincipal
-from exactly.app.security.scram import ScramMechanism, password_matches
+from exactly.app.security.scram import ScramMechanism, dummy_credential, password_matches
 from exactly.coordinator import cluster_metadata
 from exactly.storage.errors import (
     ClusterAuthorizationFailedError,
@@ -33,6 +34,26 @@ from exactly.storage.errors import (
     ThrottlingQuotaExceededError,
     TransactionalIdAuthorizationFailedError,
 )
+
+log = logging.getLogger(__name__)
+
+#: topics no client may do anything with, whatever the ACLs, super users and
+#: ``allow.everyone.if.no.acl.found`` say, with or without an authorizer:
+#: ``__cluster_metadata`` holds every user's salt, iterations, StoredKey and ServerKey
+#: (enough to check passwords offline), and Kafka's metadata log is no topic to clients
+NEVER_SERVED_TOPICS = frozenset({cluster_metadata.TOPIC})
+
+
+def never_served(resource_type: ResourceType, name: str) -> bool:
+    """Whether the resource is one no client may touch (:data:`NEVER_SERVED_TOPICS`)."""
+    return resource_type is ResourceType.TOPIC and name in NEVER_SERVED_TOPICS
+
+
+#: PBKDF2 derivations of password checks (PLAIN, HTTP Basic, the console) running at once
+PASSWORD_DERIVATIONS_AT_ONCE = 1
+
+#: the principal label of a failed login whose user does not exist
+UNKNOWN_PRINCIPAL = "unknown"
 
 #: appends key/value records (None: a tombstone) to ``__cluster_metadata``, durably
 MetadataWriter = Callable[[list[tuple[bytes, bytes | None]]], Awaitable[None]]
@@ -58,11 +79,17 @@ class Access:
         self._producer_id_rate = ProducerIdRate(config.exactly_producer_id_rate_per_principal)
         self._open_transactions = OpenTransactions(config.exactly_max_open_transactions_per_principal,
                                                    transaction_open)
+        #: what a password check of an unknown user derives against (:meth:`check_password`)
+        self._dummy_credential = dummy_credential()
+        self._failed_login_delay_s = config.connection_failed_authentication_delay_ms / 1000
+        self._derivations = asyncio.Semaphore(PASSWORD_DERIVATIONS_AT_ONCE)
 
     def load(self, image: cluster_metadata.MetadataImage) -> None:
         """Install what ``__cluster_metadata`` holds (before the loop runs)."""
         for credential in image.scram_credentials.values():
             self.scram_credentials.put(credential)
+        for producer_id, principal in image.producer_owners.items():
+            self._producer_owners.bind(producer_id, principal)
         if self._authorizer is not None:
             for acl_id, acl in image.acls.items():
                 self._authorizer.add_acl(acl_id, AclBinding.from_record(acl))
@@ -79,8 +106,11 @@ class Access:
         with no authorizer configured (``exactly/app/security/authorizer.py`` has the rules). A
         denial is counted and logged (rate-limited) with the ``surface`` that asked
         (``kafka``, ``http``), unless ``audit`` is false: a check that only filters what
-        is listed (Metadata of all topics, ListGroups), as Kafka's ``logIfDenied=false``."""
-        if self._authorizer is None or self._authorizer.authorize(principal, host, operation, resource_type, name):
+        is listed (Metadata of all topics, ListGroups), as Kafka's ``logIfDenied=false``.
+        A topic of :data:`NEVER_SERVED_TOPICS` is refused to everyone, first."""
+        if never_served(resource_type, name):
+            pass
+        elif self._authorizer is None or self._authorizer.authorize(principal, host, operation, resource_type, name):
             return True
         if audit:
             self.authorization_denied(principal, host, operation, resource_type, name, surface)
@@ -104,6 +134,8 @@ class Access:
         """What the principal may do on the resource, of what its type supports (for
         Metadata's and DescribeGroups' ``authorized_operations``): everything it supports
         with no authorizer configured, as Kafka's ``AuthHelper.authorizedOperations``."""
+        if never_served(resource_type, name):
+            return frozenset()
         if self._authorizer is None:
             return SUPPORTED_OPERATIONS.get(resource_type, frozenset())
         return self._authorizer.authorized_operations(principal, host, resource_type, name)
@@ -111,22 +143,51 @@ class Access:
     def explain(self, principal: KafkaPrincipal | str, host: str, operation: AclOperation,
                 resource_type: ResourceType, name: str) -> Decision:
         """:meth:`authorize`'s answer and what decided it (the console's "who may do what")."""
+        if never_served(resource_type, name):
+            return Decision(False, Reason.NEVER_SERVED)
         if self._authorizer is None:
             return Decision(True, Reason.NO_AUTHORIZER)
         return self._authorizer.explain(principal, host, operation, resource_type, name)
 
     # -- producer ids and transactions per principal ---------------------------------------------
 
-    def bind_producer(self, producer_id: int, principal: KafkaPrincipal | None) -> None:
-        """``producer_id`` was handed to ``principal`` (InitProducerId, keepPreparedTxn):
-        from now on it writes under it, and nobody else (:meth:`check_producer_owner`)."""
-        if principal is not None and self._authorizer is not None:
-            self._producer_owners.bind(producer_id, str(principal))
+    async def bind_producer(self, producer_id: int, principal: KafkaPrincipal | None) -> None:
+        """``producer_id`` is handed to ``principal`` (InitProducerId, keepPreparedTxn):
+        from now on it writes under it, and nobody else (:meth:`check_producer_owner`),
+        across restarts too -- the binding is durable in ``__cluster_metadata`` before
+        the caller answers (the bindings forgotten to make room are tombstoned with it).
+        Kafka binds no producer id to a principal: its idempotent producers' ids can be
+        taken over by any writer of the topic, which is what this closes.
+        :raise KafkaError: the write failed; the id is not handed out."""
+        if principal is None or self._authorizer is None:
+            return
+        owner = str(principal)
+        if self._producer_owners.owner(producer_id) == owner:
+            return
+        forgotten = self._producer_owners.bind(producer_id, owner)
+        await self._write_metadata(
+            [(cluster_metadata.encode_owner_key(producer_id), cluster_metadata.encode_owner_value(producer_id, owner))]
+            + [(cluster_metadata.encode_owner_key(old), None) for old in forgotten])
+
+    def may_see_producer(self, principal: KafkaPrincipal | str, host: str, producer_id: int,
+                         transactional_id: str | None) -> bool:
+        """Whether DescribeProducers (any face) shows ``principal`` this producer's state:
+        Kafka shows every producer to whoever may Read the topic, and so does this for a
+        transactional producer (its id is useless without Write on its transactional id)
+        and for the principal's own. An idempotent producer of another principal (or of
+        nobody) is shown only to a principal with Describe on the cluster: its id, epoch
+        and sequence are all a writer of the topic needs to write as it."""
+        if self._authorizer is None or transactional_id is not None:
+            return True
+        if self._producer_owners.owner(producer_id) == str(principal):
+            return True
+        return self._authorizer.authorize(principal, host, AclOperation.DESCRIBE, ResourceType.CLUSTER,
+                                          CLUSTER_NAME)
 
     def check_producer_owner(self, producer_id: int, principal: KafkaPrincipal, transactional: bool) -> None:
         """With the authorizer on, refuse a producer id that InitProducerId handed to
-        another principal (``exactly/app/engine/principals.py``: in memory; after a restart the
-        first principal to use an id owns it). The errors are the ones clients treat as
+        another principal (``exactly/app/engine/principals.py``: durable, so the same after a
+        restart; an id nobody is bound to is owned by the first principal to use it). The errors are the ones clients treat as
         fatal authorization failures, never retried: TRANSACTIONAL_ID_AUTHORIZATION_FAILED
         for a transactional producer's id (what it gets for a transactional id it may not
         write), CLUSTER_AUTHORIZATION_FAILED for an idempotent one's (what Kafka answers
@@ -245,15 +306,40 @@ class Access:
 
     async def check_password(self, user: str, password: str) -> KafkaPrincipal | None:
         """``User:<user>`` when ``password`` is the user's (against any of its SCRAM
-        credentials), else None. PBKDF2 runs on a worker thread, not the loop."""
-        for credential in self.scram_credentials.of_user(user):
-            if await asyncio.to_thread(password_matches, credential, password):
+        credentials), else None. PBKDF2 runs on a worker thread, not the loop; for an
+        unknown user it runs against a dummy credential, so the answer takes as long
+        (the time does not tell which users exist). One derivation runs at a time
+        (:data:`PASSWORD_DERIVATIONS_AT_ONCE`), so password guessing from any number of
+        connections or HTTP threads takes at most one core from producers and consumers."""
+        credentials = self.scram_credentials.of_user(user)
+        for credential in credentials or [self._dummy_credential]:
+            async with self._derivations:
+                matches = await asyncio.to_thread(password_matches, credential, password)
+            if matches and credentials:
                 return KafkaPrincipal(USER_TYPE, user)
         return None
+
+    async def login_failed(self, face: str, mechanism: str, user: str | None, known: bool = False) -> None:
+        """The one policy for a failed login on every face (``kafka`` SASL, ``http``
+        Basic or Bearer, the ``console``'s form): counted in
+        ``exactly_authentication_failures_total{face,mechanism,principal}`` -- the
+        principal when it exists (``known``, or it has a credential), else ``unknown``,
+        so guessed names cannot grow the metric -- logged, and answered only after
+        ``connection.failed.authentication.delay.ms`` (Kafka's delay, which slows guessing
+        on each connection or request thread alike)."""
+        principal = (str(KafkaPrincipal(USER_TYPE, user)) if user and (known or self.scram_credentials.of_user(user))
+                     else UNKNOWN_PRINCIPAL)
+        self._counters.authentication_failed(face, mechanism, principal)
+        log.info("%s: failed authentication of %s with %s", face, principal, mechanism)
+        await asyncio.sleep(self._failed_login_delay_s)
 
     def authenticate_password(self, user: str, password: str) -> KafkaPrincipal | None:
         """:meth:`check_password` for a thread other than the loop's (HTTP Basic); blocks."""
         return self._bridge.call(self.check_password, user, password)
+
+    def record_failed_login(self, face: str, mechanism: str, user: str | None, known: bool = False) -> None:
+        """:meth:`login_failed` for a thread other than the loop's; blocks for the delay."""
+        self._bridge.call(self.login_failed, face, mechanism, user, known)
 
 
 def _refusal(acl: AclBinding | AclBindingFilter) -> KafkaError | None:

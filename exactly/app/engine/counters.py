@@ -78,16 +78,17 @@ class EngineCounters:
     kafka_requests: dict[str, LatencyHistogram] = field(default_factory=dict)
     #: limit name (:data:`LIMITS`) -> what it refused: requests, or connections
     limit_refusals: dict[str, int] = field(default_factory=lambda: dict.fromkeys(LIMITS, 0))
-    #: SASL mechanism -> logins that failed with it (wrong password, unknown user, bad exchange)
-    authentication_failures: dict[str, int] = field(default_factory=dict)
+    #: (face, mechanism, principal or "unknown") -> logins that failed (wrong password, unknown user, bad exchange)
+    authentication_failures: dict[tuple[str, str, str], int] = field(default_factory=dict)
     #: (resource type, operation) -> requests the authorizer denied, from any face
     authorization_denials: dict[tuple[str, str], int] = field(default_factory=dict)
 
     def limit_refused(self, limit: str) -> None:
         self.limit_refusals[limit] += 1
 
-    def authentication_failed(self, mechanism: str) -> None:
-        self.authentication_failures[mechanism] = self.authentication_failures.get(mechanism, 0) + 1
+    def authentication_failed(self, face: str, mechanism: str, principal: str) -> None:
+        key = (face, mechanism, principal)
+        self.authentication_failures[key] = self.authentication_failures.get(key, 0) + 1
 
     def authorization_denied(self, resource_type: str, operation: str) -> None:
         key = (resource_type, operation)

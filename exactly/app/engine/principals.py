@@ -6,12 +6,15 @@ without flooding, whose producer id is whose, and the abuse limits of a shared b
   loop cannot flood the log, and at most :data:`DENIAL_LINES_PER_INTERVAL` lines in all
   per interval, so neither can one probing many names (the rest are summed up in one line).
 * :class:`ProducerOwners` -- the principal each producer id was handed to by
-  InitProducerId (issue 15, item 5: the seeds leave PID hijacking as future work). In
-  memory only: after a restart an id is unbound until a principal uses it, and the
-  first one to (InitProducerId, or a batch carrying it) owns it again. A transactional
-  id's producer id is protected across restarts anyway: a Produce naming the
-  transactional id must be authorized for it, and the engine checks that the batch's
-  producer id is that transactional id's (``Engine._verify_producer``).
+  InitProducerId (issue 15, item 5: the seeds leave PID hijacking as future work).
+  Durable: ``Access.bind_producer`` writes each binding to ``__cluster_metadata``
+  before InitProducerId answers, and the engine loads them at start, so after a
+  restart the refusals are the ones before (issue 29, item 2). An id nobody is bound to
+  (handed out with the authorizer off, or forgotten past :data:`OWNERS_REMEMBERED`) is
+  owned by the first principal to use it. A transactional id's producer id is also
+  protected by its transactional id: a Produce naming it must be authorized for it, and
+  the engine checks that the batch's producer id is that transactional id's
+  (``Engine._verify_producer``).
 * :class:`ProducerIdRate` -- KIP-936's idea: at most ``rate`` new producer ids per
   principal per second (``exactly.producer.id.rate.per.principal``).
 * :class:`OpenTransactions` -- the transactional ids a principal has a transaction
@@ -35,8 +38,8 @@ DENIAL_LOG_INTERVAL_S = 60.0
 DENIALS_REMEMBERED = 10_000
 #: denial lines logged per interval at most
 DENIAL_LINES_PER_INTERVAL = 100
-#: producer ids whose owner is remembered; past it the oldest binding is forgotten
-#: (and that id is then unbound, see the module docstring)
+#: producer ids whose owner is remembered; past it the oldest binding is forgotten, in
+#: memory and on disk (and that id is then unbound, see the module docstring)
 OWNERS_REMEMBERED = 100_000
 
 
@@ -84,11 +87,19 @@ class ProducerOwners:
     def __init__(self) -> None:
         self._owners: dict[int, str] = {}
 
-    def bind(self, producer_id: int, principal: str) -> None:
+    def bind(self, producer_id: int, principal: str) -> list[int]:
+        """Returns the producer ids forgotten to make room (the oldest bound)."""
         self._owners.pop(producer_id, None)
         self._owners[producer_id] = principal  # the newest last: the oldest goes first
-        if len(self._owners) > OWNERS_REMEMBERED:
-            del self._owners[next(iter(self._owners))]
+        forgotten = []
+        while len(self._owners) > OWNERS_REMEMBERED:
+            oldest = next(iter(self._owners))
+            del self._owners[oldest]
+            forgotten.append(oldest)
+        return forgotten
+
+    def owner(self, producer_id: int) -> str | None:
+        return self._owners.get(producer_id)
 
     def claim(self, producer_id: int, principal: str) -> bool:
         """Whether ``principal`` may use the producer id: it owns it, or nobody does

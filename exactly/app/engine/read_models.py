@@ -671,10 +671,13 @@ def _partition_metrics(engine: "Engine") -> dict[str, Any]:
     """Per partition, late transactions, group lags, transactional ids by open state."""
     tc = engine.transactions.coordinator
     by_state = {state.display: 0 for state in TransactionState if state.is_open}
+    now = engine.clock.now_ms()
+    two_phase_ages = []  # KIP-939: open two-phase transactions, which no timeout ends
     for meta in tc.txns.values():
         if meta.state.is_open:
             by_state[meta.state.display] += 1
-    now = engine.clock.now_ms()
+            if meta.txn_timeout_ms == TWO_PHASE_COMMIT_TIMEOUT_MS and meta.txn_start_timestamp >= 0:
+                two_phase_ages.append((now - meta.txn_start_timestamp) / 1000)
     return {
         "partitions": [(log.topic, str(log.partition), len(log.producer_state.producers), log.high_watermark,
                         log.last_stable_offset, log.log_start_offset, log.high_watermark - log.last_stable_offset,
@@ -683,6 +686,7 @@ def _partition_metrics(engine: "Engine") -> dict[str, Any]:
                     for _, log in engine.partitions.logs()),
         "group_lags": _group_lags(engine),
         "transactional_ids": by_state,
+        "two_phase": (len(two_phase_ages), max(two_phase_ages, default=0)),
         "completed": dict(tc.completed),
     }
 

@@ -68,7 +68,7 @@ class Transactions:
             self._access.check_producer_id_rate(principal)
         handed_out = await self.coordinator.init_producer_id(
             transactional_id, transaction_timeout_ms, producer_id, producer_epoch, enable_2pc)
-        self._access.bind_producer(handed_out[0], principal)
+        await self._access.bind_producer(handed_out[0], principal)
         return handed_out
 
     async def keep_prepared_transaction(self, transactional_id: str, principal: KafkaPrincipal | None = None
@@ -78,7 +78,7 @@ class Transactions:
         and writes the next ones."""
         kept = await self.coordinator.keep_prepared_transaction(transactional_id)
         if kept is not None:
-            self._access.bind_producer(kept.producer_id, principal)
+            await self._access.bind_producer(kept.producer_id, principal)
         return kept
 
     async def add_partitions_to_txn(self, transactional_id: str, producer_id: int, producer_epoch: int,

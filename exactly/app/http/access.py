@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, TypeVar
 from flask import Flask, current_app, request
 
 from exactly.app.http import current_engine
+from exactly.app.engine.access import never_served
 from exactly.app.http.auth import request_principal
 from exactly.app.kafka.authorization import Rule, rule
 from exactly.app.security.acl import CLUSTER_NAME, DENIED, AclOperation, ResourceType
@@ -191,8 +192,8 @@ def _allowed(need: Need, names: Iterable[str], audit: bool) -> list[str]:
     """Which of ``names`` this request's principal may act on under ``need``."""
     wanted = list(dict.fromkeys(names))
     engine = current_engine()
-    if not engine.access.authorizer_enabled:  # everything is allowed: no trip to the loop
-        return wanted
+    if not engine.access.authorizer_enabled:  # everything is allowed (but what no client sees): no trip to the loop
+        return [name for name in wanted if not never_served(need.rules[0].resource_type, name)]
     return engine.call(_permitted, engine, str(request_principal()), request.remote_addr or "", need, wanted,
                        audit)
 
@@ -222,7 +223,32 @@ def require(resource_type: ResourceType, names: Iterable[str]) -> None:
     _check(_declared(Where.BODY, resource_type), names)
 
 
+def may(operation: str, resource_type: str, name: str) -> bool:
+    """Whether this request's principal may do ``operation`` (Kafka's name: ``WRITE``) on
+    the resource (``TOPIC``, ``orders``): what a page asks before it offers an action, so
+    that a principal is shown only the buttons that would work. Not audited: nothing was
+    attempted."""
+    engine = current_engine()
+    resource, op = ResourceType[resource_type], AclOperation[operation]
+    if never_served(resource, name):
+        return False
+    if not engine.access.authorizer_enabled:
+        return True
+    return engine.call(lambda: engine.access.authorize(str(request_principal()), request.remote_addr or "", op,
+                                                       resource, name, surface="http", audit=False))
+
+
+def may_open(endpoint: str) -> bool:
+    """Whether this request's principal meets ``endpoint``'s needs of the cluster (those
+    checked before a view runs): what the console's navigation asks before it links a page."""
+    return all(_allowed(need, (CLUSTER_NAME,), audit=False) for need in needs_of(current_app, endpoint)
+               if need.place.where is Where.CLUSTER)
+
+
 def init_app(app: Flask) -> None:
+    app.jinja_env.globals["may"] = may
+    app.jinja_env.globals["may_open"] = may_open
+
     @app.before_request
     def _authorize() -> None:
         """After authentication: the needs of the cluster, of any resource and of a

@@ -15,7 +15,17 @@ password of ``http.auth.token.principal`` (``User:admin`` by default); every pas
 is checked in one place, :func:`password_principal`.
 
 Console writes (the Abort button) always need the session's CSRF token, sent as the
-``csrf_token`` form field or the ``X-CSRF-Token`` header (htmx sends the header).
+``csrf_token`` form field or the ``X-CSRF-Token`` header (htmx sends the header). The
+login form is protected against login CSRF (another site's page signing the browser in
+as the attacker) by refusing a ``POST /login`` a browser sends from another site
+(``Sec-Fetch-Site``/``Origin``, below): there is no session to hold a token yet.
+
+A failed login on any face -- HTTP Basic or Bearer, the console's form, SASL on the
+Kafka port -- follows one policy (``Access.login_failed``): answered only after
+``connection.failed.authentication.delay.ms``, counted in
+``exactly_authentication_failures_total`` with the face, mechanism and principal; an
+unknown user's password is derived against a dummy credential, so the time does not
+tell which users exist.
 API writes need a JSON body: a cross-site form cannot send ``application/json``
 without a CORS preflight this server never grants. A write a browser sends from
 another site's page (``Sec-Fetch-Site``/``Origin``) is refused outright (403), so an
@@ -67,16 +77,25 @@ def csrf_token() -> str:
     return session["csrf"]
 
 
-def password_principal(user: str, password: str) -> KafkaPrincipal | None:
+def password_principal(user: str, password: str, face: str = "http", mechanism: str = "BASIC"
+                       ) -> KafkaPrincipal | None:
     """Who ``user`` with ``password`` is, or None: the one place a password is checked
     (HTTP Basic and the console's login both come here). The broker's token is the
     password of its principal's name (``admin`` for ``User:admin``); every other user is
-    checked against the SCRAM credentials the Kafka port's SASL logins use."""
+    checked against the SCRAM credentials the Kafka port's SASL logins use (against a
+    dummy one for an unknown user: the same time). A failure goes through the login
+    policy of every face (``Access.login_failed``: counted with the principal, answered
+    after ``connection.failed.authentication.delay.ms``)."""
     settings = current_settings()
     principal = KafkaPrincipal.parse(settings.token_principal)
-    if settings.token and user == principal.name and _same(password, settings.token):
+    is_token_user = bool(settings.token) and user == principal.name
+    if is_token_user and _same(password, settings.token):
         return principal
-    return current_engine().access.authenticate_password(user, password)
+    access = current_engine().access
+    found = access.authenticate_password(user, password)
+    if found is None:
+        access.record_failed_login(face, mechanism, user, known=is_token_user)
+    return found
 
 
 def login_required() -> bool:
@@ -96,7 +115,11 @@ def header_principal(authorization: str) -> KafkaPrincipal | None:
         return None
     if scheme == "bearer":
         settings = current_settings()
-        return KafkaPrincipal.parse(settings.token_principal) if _same(credentials, settings.token) else None
+        principal = KafkaPrincipal.parse(settings.token_principal)
+        if settings.token and _same(credentials, settings.token):
+            return principal
+        current_engine().access.record_failed_login("http", "BEARER", principal.name, known=bool(settings.token))
+        return None
     if scheme == "basic":
         try:
             user, sep, password = base64.b64decode(credentials, validate=True).decode().partition(":")
@@ -155,6 +178,8 @@ def init_app(app: Flask) -> None:
             g.principal = KafkaPrincipal.parse(session["principal"])
         elif not path.startswith(OPEN_PATHS) and login_required():
             return redirect(url_for("ui.login", next=path))
+        if request.method == "POST" and path == "/login" and _cross_site():
+            abort(403, "the console does not take logins from another site's pages (login CSRF)")
         if request.method == "POST" and path != "/login":
             sent = request.form.get("csrf_token") or request.headers.get("X-CSRF-Token")
             if not _same(sent, session.get("csrf", "")) or not session.get("csrf"):

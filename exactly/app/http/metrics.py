@@ -44,11 +44,16 @@ thing where Kafka has one -- docs/operations.md's "Metrics and logs" repeats thi
   (``max.partitions.per.request``) or past ``exactly.max.partitions``, Kafka
   connections over ``max.connections`` or ``max.connections.per.ip``, producer ids
   and open transactions past the per-principal limits.
-* ``authentication_failures_total{mechanism}`` -- failed SASL logins on the Kafka
-  listeners (wrong password, unknown user, a refused SCRAM exchange), by mechanism;
-  Kafka's ``failed-authentication-total``.
+* ``authentication_failures_total{face,mechanism,principal}`` -- failed logins on every
+  face: SASL on the Kafka listeners (wrong password, unknown user, a refused SCRAM
+  exchange), HTTP Basic or Bearer, the console's form; ``principal`` is ``unknown`` for a
+  user that does not exist. Kafka's ``failed-authentication-total``.
 * ``authorization_denials_total{resource_type,operation}`` -- requests the authorizer
   denied, from the Kafka listener or the HTTP API (each logged once a minute at most).
+* ``two_phase_transactions_open``, ``two_phase_transaction_oldest_age_seconds`` --
+  KIP-939 two-phase transactions (enable2Pc) open now and the age of the oldest: no
+  timeout ends them, so an alert on the age is what finds one an external coordinator
+  forgot (the operator's abort ends it).
 * ``active_transactional_ids{state}`` -- transactional ids with a transaction open
   now (Ongoing, PrepareCommit, PrepareAbort, PrepareEpochFence); completed ones are
   not active.
@@ -148,6 +153,13 @@ class BrokerCollector(Collector):
         for state, count in snap["transactional_ids"].items():
             active.add_metric([state], count)
         yield active
+        open_two_phase, oldest_two_phase = snap["two_phase"]
+        yield GaugeMetricFamily("exactly_two_phase_transactions_open",
+                                "Open KIP-939 two-phase transactions: no timeout ends them, an operator's abort does",
+                                value=open_two_phase)
+        yield GaugeMetricFamily("exactly_two_phase_transaction_oldest_age_seconds",
+                                "How long the oldest open two-phase transaction has been open (0: none)",
+                                value=oldest_two_phase)
         completed = CounterMetricFamily("exactly_transactions_completed", "Transactions completed since start",
                                         labels=["outcome"])
         for outcome, count in snap["completed"].items():
@@ -195,10 +207,11 @@ class BrokerCollector(Collector):
         for limit, count in snap["limit_refusals"].items():
             refusals.add_metric([limit], count)
         yield refusals
-        failures = CounterMetricFamily("exactly_authentication_failures", "Failed SASL logins by mechanism",
-                                       labels=["mechanism"])
-        for mechanism, count in sorted(snap["authentication_failures"].items()):
-            failures.add_metric([mechanism], count)
+        failures = CounterMetricFamily("exactly_authentication_failures",
+                                       "Failed logins by face (kafka, http, console), mechanism and principal "
+                                       "(unknown: no such user)", labels=["face", "mechanism", "principal"])
+        for labels, count in sorted(snap["authentication_failures"].items()):
+            failures.add_metric(list(labels), count)
         yield failures
         denials = CounterMetricFamily("exactly_authorization_denials", "Requests the authorizer denied",
                                       labels=["resource_type", "operation"])
@@ -226,7 +239,13 @@ def _setup(state) -> None:
         return response
 
 
+#: a scrape names every topic, group and principal's failed logins: what a principal may
+#: see of the whole broker, Describe on the cluster (a Prometheus scraper logs in as a user
+#: granted it, with HTTP Basic, or with the token)
+SCRAPE = access.own(access.O.DESCRIBE)
+
+
 @bp.get("/metrics")
-@access.requires(access.OPEN)
+@access.requires(SCRAPE)
 def metrics() -> Response:
     return Response(generate_latest(current_app.extensions["exactly.metrics"]), mimetype=CONTENT_TYPE_LATEST)

@@ -12,13 +12,13 @@ Kafka's rules kept here:
 * a principal that may not Describe a topic gets TOPIC_AUTHORIZATION_FAILED for it
   whether it exists or not (no existence leak), never UNKNOWN_TOPIC_OR_PARTITION;
 * the denial's error is the resource type's (:data:`DENIED`);
-* ``__cluster_metadata`` (ACLs, credentials) is visible only to a principal with
-  ClusterAction on the cluster, and then as an internal topic; nobody produces to it
-  (the engine refuses every internal topic, as control batches).
+* ``__cluster_metadata`` (ACLs, credentials) is refused to every principal on every
+  API, whatever the ACLs, super users and ``allow.everyone.if.no.acl.found`` say, and
+  with no authorizer too (``Access.authorize``: it holds every user's SCRAM keys, and
+  Kafka's metadata log is no topic to clients); nobody produces to it (the engine
+  refuses every internal topic, as control batches).
 
-With no authorizer configured every check passes (``Access.authorize``) but that last
-one: without an authorizer nobody has ClusterAction to show, and the topic stays hidden
-(it holds SCRAM credentials once SASL stores them there).
+With no authorizer configured every other check passes (``Access.authorize``).
 """
 
 from __future__ import annotations
@@ -28,7 +28,6 @@ from dataclasses import dataclass
 from exactly.app.kafka.api import ApiKey, RequestContext
 from exactly.app.security.acl import CLUSTER_NAME, DENIED, AclOperation, ResourceType
 from exactly.app.security.authorizer import operations_bit_field
-from exactly.coordinator import cluster_metadata
 from exactly.storage.errors import KafkaError
 
 
@@ -67,9 +66,10 @@ TABLE: dict[int, tuple[Rule, ...]] = {
     ApiKey.CREATE_TOPICS: (Rule(C, O.CREATE), Rule(T, O.CREATE)),
     ApiKey.DELETE_TOPICS: (Rule(T, O.DELETE),),
     ApiKey.DELETE_RECORDS: (Rule(T, O.DELETE),),
-    # a transactional id: Write on it; none (idempotent): IdempotentWrite on the cluster or
-    # Write on any topic (KIP-679)
-    ApiKey.INIT_PRODUCER_ID: (Rule(X, O.WRITE), Rule(C, O.IDEMPOTENT_WRITE), Rule(T, O.WRITE)),
+    # a transactional id: Write on it, and for enable2Pc (KIP-939) TwoPhaseCommit on it too;
+    # none (idempotent): IdempotentWrite on the cluster or Write on any topic (KIP-679)
+    ApiKey.INIT_PRODUCER_ID: (Rule(X, O.WRITE), Rule(X, O.TWO_PHASE_COMMIT), Rule(C, O.IDEMPOTENT_WRITE),
+                              Rule(T, O.WRITE)),
     ApiKey.OFFSET_FOR_LEADER_EPOCH: (Rule(T, O.DESCRIBE),),
     ApiKey.ADD_PARTITIONS_TO_TXN: (Rule(X, O.WRITE), Rule(T, O.WRITE)),
     ApiKey.ADD_OFFSETS_TO_TXN: (Rule(X, O.WRITE), Rule(G, O.READ)),
@@ -99,9 +99,6 @@ TABLE: dict[int, tuple[Rule, ...]] = {
 }
 
 
-#: topics only a principal with ClusterAction on the cluster sees
-HIDDEN_TOPICS = frozenset({cluster_metadata.TOPIC})
-
 #: an "authorized operations" field nobody asked for (Kafka's ``Integer.MIN_VALUE``)
 NOT_REQUESTED = -2**31
 
@@ -122,11 +119,8 @@ def allowed(ctx: RequestContext, api: int, resource_type: ResourceType, name: st
     """May the request's principal do what ``api`` needs on the resource? ``audit``
     false for a check that only filters a listing (not logged, not counted)."""
     r = rule(api, resource_type, operation)
-    engine, principal, host = ctx.engine, ctx.principal, ctx.connection.host
-    if resource_type is T and name in HIDDEN_TOPICS and not (engine.access.authorizer_enabled and engine.access.authorize(
-            principal, host, O.CLUSTER_ACTION, C, CLUSTER_NAME, audit=audit)):
-        return False
-    return engine.access.authorize(principal, host, r.operation, resource_type, name, audit=audit)
+    return ctx.engine.access.authorize(ctx.principal, ctx.connection.host, r.operation, resource_type, name,
+                                       audit=audit)
 
 
 def allowed_to_create(ctx: RequestContext, api: int, topic: str) -> bool:

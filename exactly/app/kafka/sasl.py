@@ -18,7 +18,6 @@ has not is closed at its next request.
 
 from __future__ import annotations
 
-import asyncio
 import enum
 import logging
 import time
@@ -92,6 +91,8 @@ class SaslSession:
         self.state = SaslState.HANDSHAKE
         self.mechanism: str | None = None
         self._scram: ScramExchange | None = None
+        #: the user name a PLAIN token named (for a failure's record)
+        self._attempted: str | None = None
         #: who authenticated (kept through a re-authentication, which must name the same)
         self.principal: KafkaPrincipal | None = None
         #: time.monotonic() when the session ends (KIP-368); None: never
@@ -136,6 +137,7 @@ class SaslSession:
             user = self._scram.user
         else:
             user, password = parse_plain(token)
+            self._attempted = user
             if await self.engine.access.check_password(user, password) is None:
                 raise SaslAuthenticationFailedError("Authentication failed: Invalid username or password")
             answer = b""
@@ -152,12 +154,13 @@ class SaslSession:
         return answer, principal
 
     async def fail(self, error: SaslAuthenticationFailedError, client: object) -> None:
-        """Count and log a failed login, wait ``connection.failed.authentication.delay.ms``
-        (slowing guessing), and mark the connection for closing."""
-        self.engine.counters.authentication_failed(self.mechanism or "unknown")
+        """Mark the connection for closing and apply the login policy of every face
+        (``Access.login_failed``: counted with the principal, answered after
+        ``connection.failed.authentication.delay.ms``)."""
         log.info("kafka: failed authentication of %s with %s: %s", client, self.mechanism, error)
         self.transition(SaslState.FAILED)
-        await asyncio.sleep(self.engine.config.connection_failed_authentication_delay_ms / 1000)
+        attempted = self._scram.attempted if self._scram is not None else self._attempted
+        await self.engine.access.login_failed("kafka", self.mechanism or "unknown", attempted)
 
 
 def _session(ctx: RequestContext) -> SaslSession:

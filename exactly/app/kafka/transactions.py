@@ -47,7 +47,7 @@ async def init_producer_id(ctx: RequestContext, request: Any) -> dict:
     coordinator = ctx.engine.transactions
     enable_2pc = getattr(request, "enable2_pc", False)
     try:
-        _authorize_init(ctx, request.transactional_id)
+        _authorize_init(ctx, request.transactional_id, enable_2pc)
         kept = None
         if getattr(request, "keep_prepared_txn", False):
             if not enable_2pc:
@@ -68,11 +68,17 @@ async def init_producer_id(ctx: RequestContext, request: Any) -> dict:
             "ongoing_txn_producer_id": -1, "ongoing_txn_producer_epoch": -1}
 
 
-def _authorize_init(ctx: RequestContext, transactional_id: str | None) -> None:
-    """Write on the transactional id; an idempotent producer's (none): IdempotentWrite on
-    the cluster or Write on any topic (Kafka 3's rule, KIP-679), else CLUSTER_AUTHORIZATION_FAILED."""
+def _authorize_init(ctx: RequestContext, transactional_id: str | None, enable_2pc: bool) -> None:
+    """Write on the transactional id, and with enable2Pc (which keepPreparedTxn needs)
+    TwoPhaseCommit on it too: a two-phase transaction never times out, so only a principal
+    an operator trusts with holding LSOs may open one (KIP-939, Kafka's
+    ``handleInitProducerIdRequest``: TRANSACTIONAL_ID_AUTHORIZATION_FAILED either way).
+    An idempotent producer's (none): IdempotentWrite on the cluster or Write on any topic
+    (Kafka 3's rule, KIP-679), else CLUSTER_AUTHORIZATION_FAILED."""
     if transactional_id is not None:
-        authorization.check(ctx, ApiKey.INIT_PRODUCER_ID, X, transactional_id)
+        authorization.check(ctx, ApiKey.INIT_PRODUCER_ID, X, transactional_id, AclOperation.WRITE)
+        if enable_2pc:
+            authorization.check(ctx, ApiKey.INIT_PRODUCER_ID, X, transactional_id, AclOperation.TWO_PHASE_COMMIT)
     elif not (authorization.allowed(ctx, ApiKey.INIT_PRODUCER_ID, C, CLUSTER_NAME, audit=False)
               or authorization.allowed_on_any(ctx, ApiKey.INIT_PRODUCER_ID, T, AclOperation.WRITE)):
         raise authorization.refused(ctx, ApiKey.INIT_PRODUCER_ID, C, CLUSTER_NAME)
@@ -236,7 +242,10 @@ async def describe_transactions(ctx: RequestContext, request: Any) -> dict:
 
 @serves(ApiKey.DESCRIBE_PRODUCERS, 0, 0)
 async def describe_producers(ctx: RequestContext, request: Any) -> dict:
-    """The producer state of each partition: who is writing, and who holds the LSO."""
+    """The producer state of each partition: who is writing, and who holds the LSO --
+    another principal's idempotent producers only to a principal with Describe on the
+    cluster (``Access.may_see_producer``)."""
+    access, host = ctx.engine.access, ctx.connection.host
     entries = []
     for topic in request.topics:
         for partition in topic.partition_indexes:
@@ -251,5 +260,6 @@ async def describe_producers(ctx: RequestContext, request: Any) -> dict:
                 {"producer_id": p["producer_id"], "producer_epoch": p["producer_epoch"],
                  "last_sequence": p["last_sequence"], "last_timestamp": p["last_timestamp"],
                  "coordinator_epoch": p["coordinator_epoch"],
-                 "current_txn_start_offset": p["current_transaction_start_offset"]} for p in producers]}))
+                 "current_txn_start_offset": p["current_transaction_start_offset"]} for p in producers
+                if access.may_see_producer(ctx.principal, host, p["producer_id"], p["transactional_id"])]}))
     return {"topics": by_topic(entries)}

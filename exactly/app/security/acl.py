@@ -77,6 +77,8 @@ class AclOperation(enum.IntEnum):
     IDEMPOTENT_WRITE = 12
     CREATE_TOKENS = 13
     DESCRIBE_TOKENS = 14
+    #: KIP-939: an InitProducerId with enable2Pc (or keepPreparedTxn) on the transactional id
+    TWO_PHASE_COMMIT = 15
 
 
 class AclPermissionType(enum.IntEnum):
@@ -182,16 +184,17 @@ class AclBindingFilter:
                 and self.permission_type in (AclPermissionType.ANY, entry.permission_type))
 
 
-#: the operations that mean something on each resource type (Kafka's ``AclEntry.supportedOperations``):
+#: the operations that mean something on each resource type (Kafka 4.4's ``AclEntry.supportedOperations``,
+#: KIP-848's group configs and KIP-939's TwoPhaseCommit included):
 #: what an "authorized operations" answer (Metadata, DescribeGroups, DescribeCluster) is made of
 _O = AclOperation
 SUPPORTED_OPERATIONS: dict[ResourceType, frozenset[AclOperation]] = {
     ResourceType.TOPIC: frozenset({_O.READ, _O.WRITE, _O.CREATE, _O.DESCRIBE, _O.DELETE, _O.ALTER,
                                    _O.DESCRIBE_CONFIGS, _O.ALTER_CONFIGS}),
-    ResourceType.GROUP: frozenset({_O.READ, _O.DESCRIBE, _O.DELETE}),
+    ResourceType.GROUP: frozenset({_O.READ, _O.DESCRIBE, _O.DELETE, _O.DESCRIBE_CONFIGS, _O.ALTER_CONFIGS}),
     ResourceType.CLUSTER: frozenset({_O.CREATE, _O.CLUSTER_ACTION, _O.DESCRIBE_CONFIGS, _O.ALTER_CONFIGS,
                                      _O.IDEMPOTENT_WRITE, _O.ALTER, _O.DESCRIBE}),
-    ResourceType.TRANSACTIONAL_ID: frozenset({_O.DESCRIBE, _O.WRITE}),
+    ResourceType.TRANSACTIONAL_ID: frozenset({_O.DESCRIBE, _O.WRITE, _O.TWO_PHASE_COMMIT}),
     ResourceType.DELEGATION_TOKEN: frozenset({_O.DESCRIBE}),
     ResourceType.USER: frozenset({_O.CREATE_TOKENS, _O.DESCRIBE_TOKENS}),
 }

@@ -85,6 +85,8 @@ class Reason(enum.Enum):
     NO_ACL_ALLOWED = "no ACL names the resource, and allow.everyone.if.no.acl.found=true"
     NO_ACL_DENIED = "no ACL names the resource (allow.everyone.if.no.acl.found=false)"
     NOT_ALLOWED = "ACLs name the resource, but none allows this principal this operation"
+    NEVER_SERVED = ("__cluster_metadata holds the users' credentials: no client reads it, whatever the ACLs "
+                    "(Kafka's metadata log is no topic to clients)")
 
 
 @dataclass(frozen=True, slots=True)

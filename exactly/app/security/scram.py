@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import enum
 import hmac
+import secrets
 from typing import Callable
 
 import scramp
@@ -85,6 +86,17 @@ def password_matches(credential: ScramCredentialRecord, password: str) -> bool:
     return hmac.compare_digest(derived.stored_key, credential.stored_key)
 
 
+#: this process's secret for the made-up credentials of unknown users (the same fake salt
+#: for one name on every attempt, unpredictable to clients)
+_FAKE_SECRET = secrets.token_bytes(32)
+
+
+def dummy_credential() -> ScramCredentialRecord:
+    """A credential no password matches, with the default iterations: what a password
+    check derives against for an unknown user, so that it takes as long as for a known one."""
+    return new_credential("\u0000unknown", ScramMechanism.SCRAM_SHA_256, secrets.token_urlsafe(24), MIN_ITERATIONS)
+
+
 #: how a SCRAM exchange finds a user's credential for its mechanism (None: no such user)
 CredentialLookup = Callable[[str, ScramMechanism], "ScramCredentialRecord | None"]
 
@@ -102,13 +114,20 @@ class ScramExchange:
         self._first_done = False
         #: the authenticated user, once the exchange is complete
         self.user: str | None = None
+        #: the user name the client-first message claimed (known or not), for the failure's record
+        self.attempted: str | None = None
         self._claimed: str | None = None
 
     def _auth_info(self, username: str) -> tuple[bytes, bytes, bytes, int]:
+        """The user's credential; for an unknown user a made-up one (RFC 5802 §9: the
+        exchange goes on and fails at the proof, so a client cannot tell a missing user
+        from a wrong password by the server-first message or the time)."""
         name = username  # scramp has undone RFC 5802's saslname escapes
+        self.attempted = name
         credential = self._lookup(name, self.mechanism)
         if credential is None:
-            raise scramp.ScramException(f"unknown user {name!r}")
+            fake = hmac.new(_FAKE_SECRET, f"{self.mechanism.mechanism_name}:{name}".encode(), "sha256").digest()
+            return fake, fake, fake, MIN_ITERATIONS  # the proof is refused before the keys matter
         self._claimed = name
         return credential.salt, credential.stored_key, credential.server_key, credential.iterations
 
@@ -124,6 +143,8 @@ class ScramExchange:
             if self.user is not None:
                 raise scramp.ScramException("the exchange is already complete")
             self._accept_doubled_client_nonce(message)
+            if self._claimed is None:
+                raise scramp.ScramException(f"unknown user {self.attempted!r}")
             self._server.set_client_final(message)
             answer = self._server.get_server_final().encode()
         except (scramp.ScramException, UnicodeDecodeError, ValueError, TypeError, IndexError, KeyError) as e:

@@ -187,7 +187,8 @@ class KafkaClient:
                 "producer_id": -1, "producer_epoch": -1,
                 "enable2_pc": enable_2pc, "keep_prepared_txn": keep_prepared_txn},
                 self.coordinator(transactional_id))
-            _check(int(response.error_code), f"InitProducerId({transactional_id!r})")
+            _check(int(response.error_code), f"InitProducerId({transactional_id!r})" + (
+                TWO_PHASE_COMMIT_HINT if enable_2pc else ""))
             return InitResult(response.producer_id, response.producer_epoch,
                               response.ongoing_txn_producer_id, response.ongoing_txn_producer_epoch)
         return self.retrying(call)
@@ -427,6 +428,11 @@ class KafkaConnection:
 
     def close(self) -> None:
         self.sock.close()
+
+
+#: what a refused two-phase InitProducerId most likely means (KIP-939's two guards)
+TWO_PHASE_COMMIT_HINT = (" with enable2Pc (the broker needs transaction.two.phase.commit.enable=true, false by "
+                         "default; with an authorizer, Write and TwoPhaseCommit on the transactional id)")
 
 
 def _check(code: int, what: str) -> None:

@@ -19,6 +19,7 @@ from flask import Blueprint, abort, g, jsonify, request
 from exactly.app.engine import read_models
 from exactly.app.http import access, current_engine, errors
 from exactly.app.http.access import OPEN, TOPIC, kafka, listed
+from exactly.app.http.auth import request_principal
 from exactly.app.http.api import (acls, audit, configs, document, events, faults, groups, models, records, transactions)
 from exactly.app.http.api.route import (BROKER_PATH, CHANGES, CLUSTER_PATH, ON_TOPIC, PARTITION_PATH, TOPIC_PATH,
                                         Route, declare)
@@ -341,13 +342,24 @@ def producer_resource(topic: str, partition: int, producer: dict) -> dict:
 DESCRIBE_PRODUCERS = kafka(ApiKey.DESCRIBE_PRODUCERS, ON_TOPIC)
 
 
+def _visible_producers(topic_name: str, partition_id: int) -> list[dict]:
+    """The partition's producers this request's principal may see (``Access.may_see_producer``)."""
+    engine = current_engine()
+    principal, host = str(request_principal()), request.remote_addr or ""
+
+    async def visible() -> list[dict]:
+        producers = await read_models.producers(engine, topic_name, partition_id)
+        return [p for p in producers
+                if engine.access.may_see_producer(principal, host, p["producer_id"], p["transactional_id"])]
+    return engine.call(visible)
+
+
 @declare(bp, Route("get", PARTITION_PATH + "/producers", "List producers", "Partition", 200,
                    models.listing(models.Producer), description="DescribeProducers: the partition's producer state.",
                    needs=DESCRIBE_PRODUCERS))
 def list_producers(topic_name: str, partition_id: int):
     """DescribeProducers: who wrote to the partition, and which of them hold it open."""
-    engine = current_engine()
-    producers = engine.call(read_models.producers, engine, topic_name, partition_id)
+    producers = _visible_producers(topic_name, partition_id)
     return jsonify(listing("KafkaProducerList", ("topics", topic_name, "partitions", partition_id, "producers"),
                            [producer_resource(topic_name, partition_id, p) for p in producers]))
 
@@ -355,8 +367,7 @@ def list_producers(topic_name: str, partition_id: int):
 @declare(bp, Route("get", PARTITION_PATH + "/producers/{producer_id}", "Get producer", "Partition", 200,
                    models.Producer, needs=DESCRIBE_PRODUCERS))
 def get_producer(topic_name: str, partition_id: int, producer_id: int):
-    engine = current_engine()
-    producers = engine.call(read_models.producers, engine, topic_name, partition_id)
+    producers = _visible_producers(topic_name, partition_id)
     found = next((p for p in producers if p["producer_id"] == producer_id), None)
     if found is None:
         abort(404, f"{topic_name}-{partition_id} has no state for producer {producer_id}")

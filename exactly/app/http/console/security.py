@@ -18,7 +18,7 @@ from typing import Any
 from flask import render_template, request, url_for
 
 from exactly.app.engine import mirror_reads
-from exactly.app.http import current_engine, mirror_db
+from exactly.app.http import access as http_access, current_engine, mirror_db
 from exactly.app.http.api import models
 from exactly.app.http.api.acls import acl_binding, acl_filter, create
 from exactly.app.http.auth import request_principal
@@ -155,13 +155,21 @@ def who_may(engine, principal: str, host: str) -> list[dict[str, Any]]:
     return rows
 
 
-@view("/access", kafka(ApiKey.DESCRIBE_ACLS))  # it shows the ACLs behind each answer
+@view("/access", kafka(ApiKey.DESCRIBE_ACLS, http_access.body(ResourceType.CLUSTER)))
 def access():
-    principal = request.args.get("principal", "").strip() or str(request_principal())
+    """Who may do what, and why. About oneself anyone may ask (the rows of what one may
+    do something with: the ACLs behind them name oneself or everyone); about another
+    principal it needs what DescribeAcls needs, as it shows the ACLs behind each answer."""
+    me = str(request_principal())
+    principal = request.args.get("principal", "").strip() or me
     host = request.args.get("host", "").strip() or (request.remote_addr or "*")
     KafkaPrincipal.parse(principal)  # INVALID_REQUEST (a 400 page) unless Type:name
+    if principal != me or host != (request.remote_addr or "*"):
+        http_access.require(ResourceType.CLUSTER, [CLUSTER_NAME])
     engine = current_engine()
     rows = engine.call(who_may, engine, principal, host)
+    if not http_access.may("DESCRIBE", "CLUSTER", CLUSTER_NAME):
+        rows = [r for r in rows if any(decision.allowed for _, decision in r["decisions"])]
     sections = [(t.name, OPERATIONS_SHOWN[t], [r for r in rows if r["resource_type"] == t.name])
                 for t in OPERATIONS_SHOWN]
     return render_template("access.html", principal=principal, host=host, sections=sections,

@@ -36,7 +36,7 @@ from exactly.app.engine import READ_COMMITTED, READ_UNCOMMITTED, read_models, re
 from exactly.app.http import access, current_engine
 from exactly.app.http.access import TOPIC, TXN, kafka
 from exactly.app.http.console.record_view import FORMATS, show
-from exactly.app.http.console.blueprint import BROKER_WIDE, FRAGMENTS, ON_TOPIC, back, call, done, page, render, view
+from exactly.app.http.console.blueprint import FRAGMENTS, ON_TOPIC, back, call, done, page, render, view
 from exactly.app.kafka.wire import ApiKey
 from exactly.storage import errors as e
 
@@ -59,16 +59,19 @@ def kafka_message(error: e.KafkaError) -> str:
 TOPIC_SORTS = {"name": "topic_name", "partitions": "partitions_count", "messages": "messages", "size": "size_bytes"}
 
 
-@page("/topics", BROKER_WIDE)
+@page("/topics", kafka(ApiKey.METADATA, access.listed(TOPIC)))
 def topics():
-    """Every topic (internal ones on ``?internal=1``), filtered by a name substring
-    (``?q=``) and sorted (``?sort=name|partitions|messages|size``, ``?order=desc``)."""
+    """Every topic the principal may Describe, as Metadata lists them (internal ones on
+    ``?internal=1``), filtered by a name substring (``?q=``) and sorted
+    (``?sort=name|partitions|messages|size``, ``?order=desc``)."""
     q = request.args.get("q", "").strip()[:200]
     sort = request.args.get("sort", "name")
     sort = sort if sort in TOPIC_SORTS else "name"
     descending = request.args.get("order") == "desc"
     internal = request.args.get("internal") == "1"
     everything = call(read_models.topics_summary)
+    described = access.visible(TOPIC, (t["topic_name"] for t in everything))
+    everything = [t for t in everything if t["topic_name"] in described]
     shown = [t for t in everything if (internal or not t["is_internal"]) and q.lower() in t["topic_name"].lower()]
     shown.sort(key=lambda t: t[TOPIC_SORTS[sort]], reverse=descending)
     return render("topics", topics=shown, total=sum(1 for t in everything if internal or not t["is_internal"]),

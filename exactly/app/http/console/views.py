@@ -33,14 +33,15 @@ from flask import Response, current_app, redirect, render_template, request, ses
 from werkzeug.exceptions import HTTPException, NotFound
 
 from exactly.app.engine import mirror_reads, read_models
-from exactly.app.http import current_engine, current_settings, mirror_db
-from exactly.app.http.auth import password_principal
+from exactly.app.http import access, current_engine, current_settings, mirror_db
+from exactly.app.http.auth import login_required, password_principal
 from exactly.app.http.errors import log_mirror_error, log_server_error, status_for
 from exactly.app.http.console.history import History, chart
-from exactly.app.http.access import OPEN, kafka
+from exactly.app.http.access import GROUP, OPEN, TOPIC, TXN, kafka
 from exactly.app.http.console.blueprint import (BROKER_WIDE, FRAGMENTS, ON_GROUP, ON_TOPIC, ON_TXN, actor, back, bp,
                                                 call, done, duration, is_local, page, render, view)
 from exactly.app.kafka.wire import ApiKey
+from exactly.app.security.acl import CLUSTER_NAME
 from exactly.app.security.principal import KafkaPrincipal
 from exactly.coordinator.transaction_state import TWO_PHASE_COMMIT_TIMEOUT_MS, AbortCause, TransactionState
 from exactly.storage import errors as e
@@ -138,8 +139,12 @@ def percent(part: int | None, whole: int | None) -> int:
 # -- pages ----------------------------------------------------------------------------------
 
 
-@page("/", BROKER_WIDE)
+@page("/", kafka(ApiKey.METADATA, access.listed(TOPIC)))
 def overview():
+    """The broker at a glance -- for a principal that may Describe the cluster (it shows
+    every topic, transaction and group); any other lands on the topics it may Describe."""
+    if not access.may("DESCRIBE", "CLUSTER", CLUSTER_NAME):
+        return redirect(url_for("ui.topics"))
     data = call(read_models.dashboard)
     counts = None
     db = mirror_db()
@@ -161,13 +166,16 @@ def storage_banner():
     return render_template("fragments/storage.html")
 
 
-@page("/transactions", BROKER_WIDE)
+@page("/transactions", kafka(ApiKey.LIST_TRANSACTIONS, access.listed(TXN)))
 def transactions():
-    """Every transactional id, by state (``?state=``) and id substring (``?q=``), with
-    its commits and aborts counted from the mirror's history."""
+    """Every transactional id the principal may Describe (as ListTransactions filters
+    them), by state (``?state=``) and id substring (``?q=``), with its commits and aborts
+    counted from the mirror's history."""
     state = request.args.get("state", "")
     q = request.args.get("q", "").strip()[:200]
     everything = call(read_models.transactions)
+    described = access.visible(TXN, (t["transactional_id"] for t in everything))
+    everything = [t for t in everything if t["transactional_id"] in described]
     counts = {s: sum(1 for t in everything if t["state"] == s) for s in STATES}
     if state == "open":
         shown = [t for t in everything if t["state"] in OPEN_STATES]
@@ -271,9 +279,13 @@ def partition(topic: str, partition: int):
                    chart=chart(samples, now), now_ms=now)
 
 
-@page("/groups", BROKER_WIDE)
+@page("/groups", kafka(ApiKey.LIST_GROUPS, access.listed(GROUP), or_cluster=True))
 def groups():
-    return render("groups", groups=call(read_models.groups_summary))
+    """The groups the principal may Describe (every one with Describe on the cluster), as
+    ListGroups lists them."""
+    everything = call(read_models.groups_summary)
+    described = access.visible(GROUP, (g["group_id"] for g in everything))
+    return render("groups", groups=[g for g in everything if g["group_id"] in described])
 
 
 @page("/clients", BROKER_WIDE)
@@ -336,15 +348,16 @@ def login():
     error = None
     settings = current_settings()
     if request.method == "POST":
-        principal = password_principal(request.form.get("user", ""), request.form.get("password", ""))
+        principal = password_principal(request.form.get("user", ""), request.form.get("password", ""),
+                                       face="console", mechanism="FORM")
         if principal is not None:
             session.clear()
             session["principal"] = str(principal)
             target = request.args.get("next", "/")
             return redirect(target if is_local(target) else url_for("ui.overview"))
-        error = ("That user and password do not sign in." if settings.token
-                 else "This broker has no token: the console is open.")
+        error = "That user and password do not sign in."
     return render_template("login.html", error=error, token_configured=bool(settings.token),
+                           login_required=login_required(),
                            token_user=KafkaPrincipal.parse(settings.token_principal).name)
 
 
