@@ -28,6 +28,7 @@ from exactly.app.security.authorizer import AUTHORIZER_CLASS_NAMES, StandardAuth
 from exactly.app.security.principal import KafkaPrincipal
 from exactly.app.security.sasl_plain import PLAIN
 from exactly.app.security.scram import ScramMechanism
+from exactly.coordinator.features import TRANSACTION_VERSIONS
 from exactly.coordinator.group_coordinator import GroupConfig
 from exactly.coordinator.transaction_coordinator import CoordinatorConfig
 from exactly.storage.errors import InvalidConfigError, InvalidRequestError
@@ -224,6 +225,9 @@ class BrokerConfig(CoordinatorConfig, GroupConfig):
                      "exactly_producer_id_rate_per_principal", "exactly_max_open_transactions_per_principal"):
             if getattr(config, name) < 0:
                 raise InvalidConfigError(f"{name.replace('_', '.')} must be >= 0")
+        if config.transaction_version not in TRANSACTION_VERSIONS:
+            raise InvalidConfigError(f"transaction.version must be one of {list(TRANSACTION_VERSIONS)}, "
+                                     f"got {config.transaction_version}")
         config.advertised_listener()  # a malformed address is an error now, not at the first client
         config.listener_specs("127.0.0.1", 0)
         config.enabled_mechanisms()

@@ -77,7 +77,9 @@ table to it both ways)::
     Ongoing            <- Empty, Ongoing, CompleteCommit, CompleteAbort
                                                                      : AddPartitionsToTxn, AddOffsetsToTxn
     PrepareCommit      <- Ongoing                                     : EndTxn(commit)
-    PrepareAbort       <- Ongoing, PrepareEpochFence                  : EndTxn(abort), fencing, timeout
+    PrepareAbort       <- Ongoing, PrepareEpochFence, Empty, CompleteCommit, CompleteAbort
+                                                                     : EndTxn(abort), fencing, timeout;
+                                                                       the last three: EndTxn v5(abort)
     CompleteCommit     <- PrepareCommit                               : every COMMIT marker durable
     CompleteAbort      <- PrepareAbort                                : every ABORT marker durable
     Dead               <- Empty, CompleteCommit, CompleteAbort        : transactional.id.expiration.ms
@@ -103,7 +105,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Protocol
 
-from exactly.coordinator import offsets_log, transaction_log
+from exactly.coordinator import features, offsets_log, transaction_log
 from exactly.coordinator.producer_id_manager import BLOCK_SIZE, ProducerIdBlock, ProducerIdManager
 from exactly.coordinator.schema import MAX_STRING_BYTES, SchemaError
 from exactly.coordinator.transaction_state import (
@@ -235,6 +237,11 @@ class CoordinatorConfig:
     #: two-phase transaction never times out (the Kafka face also asks TwoPhaseCommit on
     #: the transactional id); the Spark sink needs it on.
     transaction_two_phase_commit_enable: bool = False
+    #: the finalized level of the ``transaction.version`` feature (KIP-584), as Kafka's
+    #: ``kafka-storage format --feature transaction.version=N`` sets it: 2 is KIP-890 part 2
+    #: (clients add partitions implicitly, EndTxn bumps the epoch), 1 and 0 make clients
+    #: use the earlier protocol (``exactly/coordinator/features.py``)
+    transaction_version: int = 2
 
 
 class TransactionCoordinator:
@@ -268,6 +275,8 @@ class TransactionCoordinator:
         self.coordinator_epoch = self._bump_coordinator_epoch(max_seen_coordinator_epoch)
         self.producer_ids = self._producer_id_manager()
         self._id_block_lock = asyncio.Lock()
+        #: transactional ids with a transition to Ongoing being written (``_write_add``)
+        self._adding: dict[str, asyncio.Event] = {}
 
     # -- start-up -----------------------------------------------------------------------
 
@@ -330,8 +339,10 @@ class TransactionCoordinator:
 
     def _materialise(self, txn_id: str, transit: TxnTransitMetadata,
                      current: TransactionMetadata | None) -> None:
-        last_pid = current.producer_id if current and current.producer_id != transit.producer_id else (
-            current.last_producer_id if current else NO_PRODUCER_ID)
+        last_pid = transit.last_producer_id
+        if last_pid == NO_PRODUCER_ID:  # a value v0: derived from the records before it
+            last_pid = current.producer_id if current and current.producer_id != transit.producer_id else (
+                current.last_producer_id if current else NO_PRODUCER_ID)
         # the last epoch is not in the log (value v0): -1, as Kafka loads it, so no
         # instance fenced before the restart can pass for a retried KIP-360 bump
         meta = TransactionMetadata(
@@ -340,6 +351,7 @@ class TransactionCoordinator:
             transit.state, set(transit.partitions), transit.txn_start_timestamp,
             transit.txn_last_update_timestamp, abort_reason=transit.abort_reason,
             next_producer_id=transit.next_producer_id, next_producer_epoch=transit.next_producer_epoch,
+            client_transaction_version=transit.client_transaction_version,
             fenced=_fenced_by(transit) or (current.fenced if current is not None
                                            and current.producer_id == transit.producer_id else None))
         if current is not None and current.producer_id != meta.producer_id:
@@ -567,6 +579,39 @@ class TransactionCoordinator:
         """AddPartitionsToTxn: the error per partition (None for success)."""
         return await self._add_partitions(transactional_id, producer_id, producer_epoch, set(partitions))
 
+    async def add_partition_implicitly(self, producer_id: int, producer_epoch: int, topic: str, partition: int,
+                                       transactional_id: str | None = None) -> None:
+        """Transaction version 2 (KIP-890 part 2): a Produce v12+ batch, or a
+        TxnOffsetCommit v5+ (the group's ``__consumer_offsets`` partition), adds its
+        partition to the producer's transaction itself -- starting one, after an
+        EndTxn -- as Kafka's broker does through AddPartitionsToTxn. The producer must
+        be the transactional id's current one at its current epoch, so a late write of
+        an earlier transaction (whose EndTxn bumped the epoch) is refused, never added
+        to the next: answered as :meth:`verify_transaction` answers. Adds of one
+        transaction in flight at once (a producer's pipelined batches to several
+        partitions) wait for each other instead of answering CONCURRENT_TRANSACTIONS."""
+        while True:
+            meta = self._verified_meta(producer_id, producer_epoch, transactional_id)
+            adding = self._adding.get(meta.transactional_id)
+            if adding is not None:
+                await adding.wait()
+                continue
+            if meta.state is S.ONGOING and (topic, partition) in meta.partitions:
+                return
+            if meta.state is S.DEAD:
+                raise InvalidProducerIdMappingError(f"transactional id {meta.transactional_id!r} has expired")
+            await self._write_add(meta, meta.prepare_add_partitions({(topic, partition)}, self.clock.now_ms(),
+                                                                    features.TRANSACTION_VERSION_2))
+
+    async def _write_add(self, meta: TransactionMetadata, transit: TxnTransitMetadata) -> None:
+        """Write a transition to Ongoing, letting implicit adds wait for it (``_adding``)."""
+        done = self._adding[meta.transactional_id] = asyncio.Event()
+        try:
+            await self._write(meta, transit)
+        finally:
+            del self._adding[meta.transactional_id]
+            done.set()
+
     async def _add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
                               wanted: set[TopicPartition], check_exists: bool = True,
                               ) -> dict[TopicPartition, KafkaError | None]:
@@ -583,7 +628,7 @@ class TransactionCoordinator:
         if meta.kept:
             raise InvalidTxnStateError(_KEPT_TAKES_NOTHING.format(txn_id=transactional_id))
         if not (meta.state is S.ONGOING and wanted <= meta.partitions):
-            await self._write(meta, meta.prepare_add_partitions(wanted, self.clock.now_ms()))
+            await self._write_add(meta, meta.prepare_add_partitions(wanted, self.clock.now_ms()))
         return {tp: None for tp in wanted}
 
     async def add_offsets(self, transactional_id: str, producer_id: int, producer_epoch: int,
@@ -603,11 +648,19 @@ class TransactionCoordinator:
     # -- EndTxn ---------------------------------------------------------------------------
 
     async def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                      commit: bool) -> None:
-        """EndTxn: commit or abort, returning once the outcome is durable everywhere."""
+                      commit: bool, transaction_version: int = 0) -> tuple[int, int]:
+        """EndTxn: commit or abort, returning once the outcome is durable everywhere;
+        returns the producer id and epoch the client goes on with. ``transaction_version``
+        is the request's (2 from EndTxn v5, Kafka's ``transactionVersionForEndTxn``):
+        then the epoch is bumped (a new producer id once it is exhausted), a retry is
+        one naming the epoch before the bump, and an abort with no transaction open
+        still bumps it (``_validate_end_txn``)."""
         started = time.perf_counter()
-        meta = self._validate_producer(transactional_id, producer_id, producer_epoch)
+        tv2 = transaction_version >= features.TRANSACTION_VERSION_2
+        meta, retry = self._validate_end_txn(transactional_id, producer_id, producer_epoch, tv2)
         command = "commit" if commit else "abort"
+        matching_prepare = S.PREPARE_COMMIT if commit else S.PREPARE_ABORT
+        matching_complete = S.COMPLETE_COMMIT if commit else S.COMPLETE_ABORT
         while True:
             state = meta.state
             if meta.pending_state is not None:
@@ -616,25 +669,55 @@ class TransactionCoordinator:
                         f"transactional id {transactional_id!r} is being updated")
                 await self._await_completion(meta)
                 continue
-            if state is S.ONGOING:
+            if state is S.ONGOING and not retry or tv2 and not commit and not retry and state in (
+                    S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT):
+                if tv2 and is_epoch_exhausted(meta.producer_epoch) and self.producer_ids.exhausted:
+                    await self._durable_id_block()
+                    continue  # the world may have moved while the block was written
+                next_id = self._take_producer_id() if tv2 and is_epoch_exhausted(meta.producer_epoch) \
+                    else NO_PRODUCER_ID
+                version = transaction_version if tv2 else None
                 if commit:
-                    await self._write(meta, meta.prepare_abort_or_commit(True, self.clock.now_ms()))
+                    await self._write(meta, meta.prepare_abort_or_commit(True, self.clock.now_ms(),
+                                                                         transaction_version=version,
+                                                                         next_producer_id=next_id))
                 else:
                     await self._prepare_abort(meta, AbortReason(
-                        AbortCause.CLIENT, f"EndTxn(abort) from producer {producer_id} epoch {producer_epoch}"))
+                        AbortCause.CLIENT, f"EndTxn(abort) from producer {producer_id} epoch {producer_epoch}"),
+                        version, next_id)
                 self._start_completion(meta)
                 await self._await_completion(meta)
                 self.observer.transaction_ended(commit, time.perf_counter() - started)
-                return
-            matching_prepare = S.PREPARE_COMMIT if commit else S.PREPARE_ABORT
-            matching_complete = S.COMPLETE_COMMIT if commit else S.COMPLETE_ABORT
-            if state is matching_prepare:
+                return meta.client_producer_id, meta.client_producer_epoch
+            if state is matching_prepare and (retry or not tv2):
                 await self._await_completion(meta)
-                return
-            if state is matching_complete:
-                return  # a retry after completion: the seed's "return OK"
+                return meta.client_producer_id, meta.client_producer_epoch
+            if state is matching_complete and (retry or not tv2):
+                # a retry after completion: the seed's "return OK"
+                return meta.client_producer_id, meta.client_producer_epoch
             raise InvalidTxnStateError(
-                f"cannot {command} transactional id {transactional_id!r} in state {state.display}")
+                f"cannot {command} transactional id {transactional_id!r} in state {state.display}"
+                f"{' (a retry of an earlier EndTxn)' if retry else ''}")
+
+    def _validate_end_txn(self, txn_id: str, producer_id: int, producer_epoch: int,
+                          tv2: bool) -> tuple[TransactionMetadata, bool]:
+        """The transactional id's metadata, and whether the EndTxn is a retry of one
+        that already bumped the epoch (transaction version 2, Kafka's
+        retryOnEpochBump/retryOnOverflow): it names the epoch before the bump, or the
+        previous producer id at its last epoch when the bump moved to a new id. Every
+        other epoch is fenced -- also the epoch an abort of the coordinator (timeout,
+        a new instance) fenced, which a retry would otherwise resemble."""
+        if not tv2:
+            return self._validate_producer(txn_id, producer_id, producer_epoch), False
+        self._check_coordinator(txn_id)
+        meta = self.txns.get(txn_id)
+        fenced = meta is not None and meta.fenced is not None and meta.fenced[0] == producer_epoch
+        if meta is not None and not fenced and not meta.kept and meta.state is not S.ONGOING:
+            if (producer_id == meta.producer_id and producer_epoch + 1 == meta.producer_epoch
+                    or producer_id == meta.last_producer_id and is_epoch_exhausted(producer_epoch)
+                    and meta.producer_epoch == 0):
+                return meta, True
+        return self._validate_producer(txn_id, producer_id, producer_epoch), False
 
     # -- completion (markers) ----------------------------------------------------------
 
@@ -783,9 +866,13 @@ class TransactionCoordinator:
         self._start_completion(meta)
         await self._await_completion(meta)
 
-    async def _prepare_abort(self, meta: TransactionMetadata, reason: AbortReason) -> None:
-        """Write PrepareAbort with ``reason`` (the decision), and say so in one log line."""
-        await self._write(meta, meta.prepare_abort_or_commit(False, self.clock.now_ms(), reason))
+    async def _prepare_abort(self, meta: TransactionMetadata, reason: AbortReason,
+                             transaction_version: int | None = None, next_producer_id: int = NO_PRODUCER_ID) -> None:
+        """Write PrepareAbort with ``reason`` (the decision), and say so in one log line;
+        ``transaction_version`` and ``next_producer_id`` as for
+        :meth:`TransactionMetadata.prepare_abort_or_commit`."""
+        await self._write(meta, meta.prepare_abort_or_commit(False, self.clock.now_ms(), reason,
+                                                             transaction_version, next_producer_id))
         log.info("aborting transaction %r (producer %d epoch %d; %s): cause=%s actor=%s",
                  meta.transactional_id, meta.producer_id, meta.producer_epoch,
                  ", ".join(f"{t}-{p}" for t, p in sorted(meta.partitions)) or "no partitions",
@@ -963,6 +1050,25 @@ class TransactionCoordinator:
         INVALID_TXN_STATE, as every client in scope does here. An id that expired is
         forgotten, so its producer id is unknown: INVALID_PRODUCER_ID_MAPPING.
         """
+        meta = self._verified_meta(producer_id, producer_epoch, transactional_id)
+        if meta.state is not S.ONGOING or (topic, partition) not in meta.partitions:
+            raise InvalidTxnStateError(
+                f"{topic}-{partition} is not part of an ongoing transaction of {meta.transactional_id!r} "
+                f"(state {meta.state.display}); call AddPartitionsToTxn first")
+
+    def needs_partition(self, producer_id: int, producer_epoch: int, topic: str, partition: int,
+                        transactional_id: str | None = None) -> bool:
+        """Whether a transactional batch must wait for :meth:`add_partition_implicitly`
+        (transaction version 2): its partition is not in the producer's Ongoing
+        transaction yet, or a transition to Ongoing is being written."""
+        meta = self._verified_meta(producer_id, producer_epoch, transactional_id)
+        return (meta.transactional_id in self._adding or meta.state is not S.ONGOING
+                or (topic, partition) not in meta.partitions)
+
+    def _verified_meta(self, producer_id: int, producer_epoch: int,
+                       transactional_id: str | None) -> TransactionMetadata:
+        """The metadata of the producer's transactional id, if the producer id and epoch
+        are its current ones and it may take data (see :meth:`verify_transaction`)."""
         txn_id = self._by_producer_id.get(producer_id) if transactional_id is None else transactional_id
         if txn_id is not None:
             self._check_coordinator(txn_id)
@@ -980,10 +1086,7 @@ class TransactionCoordinator:
             raise InvalidTxnStateError(_KEPT_TAKES_NOTHING.format(txn_id=txn_id))
         if meta.state.is_prepared or (meta.pending_state is not None and meta.pending_state.is_prepared):
             raise ConcurrentTransactionsError(f"the transaction of {txn_id!r} is completing")
-        if meta.state is not S.ONGOING or (topic, partition) not in meta.partitions:
-            raise InvalidTxnStateError(
-                f"{topic}-{partition} is not part of an ongoing transaction of {txn_id!r} "
-                f"(state {meta.state.display}); call AddPartitionsToTxn first")
+        return meta
 
     def verify_idempotent(self, producer_id: int) -> None:
         """An idempotent batch must carry a producer id this broker handed out, and not

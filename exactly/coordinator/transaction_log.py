@@ -16,10 +16,15 @@ added its tagged fields, KIP-939 uses them): the fields above in compact form, t
 tagged fields a reader that does not know them skips::
 
     Value v1 => ... as v0, compact ... _tagged_fields
-      tag 0 PreviousProducerId(int64, default -1)   not written by Exactly
+      tag 0 PreviousProducerId(int64, default -1)   the producer id before the last rotation
+                                                    (epoch exhausted): a retried EndTxn or
+                                                    InitProducerId of it is recognised
       tag 1 NextProducerId(int64, default -1)       KIP-939: the producer id keepPreparedTxn
-      tag 3 NextProducerEpoch(int16, default -1)    gave the recovering client, and its epoch
-      tag 2 ClientTransactionVersion(int16, default 0)  not written (transaction version 0)
+      tag 3 NextProducerEpoch(int16, default -1)    gave the recovering client, and its epoch;
+                                                    transaction version 2: the id the client
+                                                    moves to at completion (epoch -1)
+      tag 2 ClientTransactionVersion(int16, default 0)  the transaction version of the
+                                                    client's last request (2: KIP-890 part 2)
 
 A kept two-phase transaction (InitProducerId with keepPreparedTxn) keeps the
 producer id and epoch its data was written with in ProducerId/ProducerEpoch, as
@@ -137,8 +142,10 @@ def encode_value(transit: TxnTransitMetadata) -> bytes:
         "transaction_partitions": [{"topic": t, "partition_ids": p} for t, p in by_topic.items()],
         "transaction_last_update_timestamp_ms": transit.txn_last_update_timestamp,
         "transaction_start_timestamp_ms": transit.txn_start_timestamp,
+        "previous_producer_id": transit.last_producer_id,
         "next_producer_id": transit.next_producer_id,
         "next_producer_epoch": transit.next_producer_epoch,
+        "client_transaction_version": transit.client_transaction_version,
     }
     tagged = any(fields.get(f.name, f.default) != f.default for f in VALUE_V1.tagged or ())
     version = VALUE_VERSION_TAGGED if tagged else VALUE_VERSION
@@ -181,11 +188,13 @@ def decode(key: bytes | None, value: bytes | None, headers: Headers = ()) -> Txn
     partitions = frozenset((tp["topic"], p) for tp in v["transaction_partitions"] or ()
                            for p in tp["partition_ids"] or ())
     return TxnLogRecord(transactional_id, TxnTransitMetadata(
-        producer_id=v["producer_id"], last_producer_id=-1, producer_epoch=v["producer_epoch"],
+        producer_id=v["producer_id"], last_producer_id=v.get("previous_producer_id", NO_PRODUCER_ID),
+        producer_epoch=v["producer_epoch"],
         last_producer_epoch=NO_PRODUCER_EPOCH, txn_timeout_ms=v["transaction_timeout_ms"],
         state=state, partitions=partitions,
         txn_start_timestamp=v["transaction_start_timestamp_ms"],
         txn_last_update_timestamp=v["transaction_last_update_timestamp_ms"],
         abort_reason=_abort_reason(headers) if state.outcome is ControlType.ABORT else None,
         next_producer_id=v.get("next_producer_id", NO_PRODUCER_ID),
-        next_producer_epoch=v.get("next_producer_epoch", NO_PRODUCER_EPOCH)))
+        next_producer_epoch=v.get("next_producer_epoch", NO_PRODUCER_EPOCH),
+        client_transaction_version=v.get("client_transaction_version", 0)))

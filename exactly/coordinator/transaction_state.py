@@ -13,9 +13,17 @@ Every change is two-phase, so that nothing in memory moves before the log says s
    time never goes back) and only then applies it. If the write failed,
    :meth:`TransactionMetadata.abort_transition` drops the pending state instead.
 
-We implement one transaction protocol: Kafka's "v1" (KIP-98 plus KIP-360 epoch
-bumps); markers carry the producer's current epoch, and a timed-out transaction is
-aborted with the epoch bumped once so its zombie is fenced.
+Two transaction protocols, chosen per request by its version as Kafka chooses them
+(``client_transaction_version``, which the log keeps): version 0/1 (KIP-98 plus KIP-360
+epoch bumps), where markers carry the producer's current epoch, and version 2 (KIP-890
+part 2), where every EndTxn bumps the epoch at its PrepareCommit/PrepareAbort -- the
+markers carry the bumped epoch, so a late write of the ended transaction is refused
+everywhere -- and, once that epoch is exhausted, the client moves to
+``next_producer_id`` at epoch 0 when the transaction completes (the old id is kept as
+``last_producer_id``, Kafka's PreviousProducerId, so a retried EndTxn is recognised).
+Version 2 may also abort a transaction that has no partition (the client cannot know
+whether its Produce added one), from Empty, CompleteCommit or CompleteAbort. Either way
+a timed-out transaction is aborted with the epoch bumped once so its zombie is fenced.
 
 KIP-939's keepPreparedTxn (``prepare_keep_prepared``) gives a two-phase transaction
 two identities, as Kafka does: ``producer_id``/``producer_epoch`` stay the ones its
@@ -124,7 +132,7 @@ VALID_PREVIOUS: dict[TransactionState, frozenset[TransactionState]] = {
     S.EMPTY: frozenset({S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT}),
     S.ONGOING: frozenset({S.ONGOING, S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT}),
     S.PREPARE_COMMIT: frozenset({S.ONGOING}),
-    S.PREPARE_ABORT: frozenset({S.ONGOING, S.PREPARE_EPOCH_FENCE}),
+    S.PREPARE_ABORT: frozenset({S.ONGOING, S.PREPARE_EPOCH_FENCE, S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT}),
     S.COMPLETE_COMMIT: frozenset({S.PREPARE_COMMIT}),
     S.COMPLETE_ABORT: frozenset({S.PREPARE_ABORT}),
     S.DEAD: frozenset({S.EMPTY, S.COMPLETE_COMMIT, S.COMPLETE_ABORT}),
@@ -200,9 +208,12 @@ class TxnTransitMetadata:
     #: why the transaction is (being) aborted: PrepareAbort and CompleteAbort only
     abort_reason: AbortReason | None = None
     #: KIP-939: the producer id and epoch keepPreparedTxn gave the recovering client
-    #: (-1: the transaction has one identity)
+    #: (-1: the transaction has one identity); transaction version 2: the producer id the
+    #: client moves to when this transaction completes (its epoch exhausted), epoch -1
     next_producer_id: int = NO_PRODUCER_ID
     next_producer_epoch: int = NO_PRODUCER_EPOCH
+    #: the transaction version of the client's last request (0: KIP-98/KIP-360, 2: KIP-890 part 2)
+    client_transaction_version: int = 0
 
 
 @dataclass
@@ -224,9 +235,11 @@ class TransactionMetadata:
     #: the last epoch an abort fenced, and why: a call with that epoch is told the reason
     #: (a producer whose transaction timed out learns that, not only that it is fenced)
     fenced: tuple[int, AbortReason] | None = None
-    #: KIP-939: see the module docstring (-1: none)
+    #: KIP-939, transaction version 2: see the module docstring (-1: none)
     next_producer_id: int = NO_PRODUCER_ID
     next_producer_epoch: int = NO_PRODUCER_EPOCH
+    #: the transaction version of the client's last request (see TxnTransitMetadata)
+    client_transaction_version: int = 0
 
     @property
     def two_phase_commit(self) -> bool:
@@ -272,7 +285,8 @@ class TransactionMetadata:
             txn_timeout_ms=self.txn_timeout_ms, state=self.state,
             partitions=frozenset(self.partitions), txn_start_timestamp=self.txn_start_timestamp,
             txn_last_update_timestamp=self.txn_last_update_timestamp, abort_reason=self.abort_reason,
-            next_producer_id=self.next_producer_id, next_producer_epoch=self.next_producer_epoch)
+            next_producer_id=self.next_producer_id, next_producer_epoch=self.next_producer_epoch,
+            client_transaction_version=self.client_transaction_version)
 
     def prepare_increment_epoch(self, txn_timeout_ms: int, now_ms: int,
                                 remember_last_epoch: bool = False) -> TxnTransitMetadata:
@@ -329,22 +343,38 @@ class TransactionMetadata:
         return self._prepare(S.ONGOING, next_producer_id=next_id, next_producer_epoch=next_epoch,
                              txn_last_update_timestamp=now_ms)
 
-    def prepare_add_partitions(self, partitions: set[tuple[str, int]], now_ms: int) -> TxnTransitMetadata:
-        """AddPartitionsToTxn / AddOffsetsToTxn: state Ongoing with the union of partitions;
-        the transaction timer starts with the first partition."""
+    def prepare_add_partitions(self, partitions: set[tuple[str, int]], now_ms: int,
+                               transaction_version: int = 0) -> TxnTransitMetadata:
+        """AddPartitionsToTxn / AddOffsetsToTxn, or (``transaction_version`` 2) a Produce
+        or TxnOffsetCommit adding its partition: state Ongoing with the union of
+        partitions; the transaction timer starts with the first partition."""
         starting = not self.state.is_open
         return self._prepare(
             S.ONGOING,
             partitions=frozenset(partitions if starting else self.partitions | partitions),
             txn_start_timestamp=now_ms if starting else self.txn_start_timestamp,
-            txn_last_update_timestamp=now_ms)
+            txn_last_update_timestamp=now_ms, client_transaction_version=transaction_version)
 
-    def prepare_abort_or_commit(self, commit: bool, now_ms: int,
-                                reason: AbortReason | None = None) -> TxnTransitMetadata:
+    def prepare_abort_or_commit(self, commit: bool, now_ms: int, reason: AbortReason | None = None,
+                                transaction_version: int | None = None,
+                                next_producer_id: int = NO_PRODUCER_ID) -> TxnTransitMetadata:
         """EndTxn (or the coordinator's own abort): PrepareCommit or PrepareAbort
-        (with why, ``reason``)."""
+        (with why, ``reason``). An EndTxn of ``transaction_version`` 2 bumps the epoch
+        (the markers carry the new one) and, when the current epoch is exhausted, names
+        ``next_producer_id``, which the client gets at completion; it may abort a
+        transaction with no partition (started now, as Kafka counts it). The
+        coordinator's own aborts (None) keep the version the client last used."""
+        bump = transaction_version is not None and transaction_version >= 2 and not self.kept
+        changes: dict[str, Any] = {}
+        if bump:
+            changes = {"producer_epoch": self.producer_epoch + 1, "last_producer_epoch": self.producer_epoch,
+                       "next_producer_id": next_producer_id}
+        if not self.state.is_open:
+            changes["txn_start_timestamp"] = now_ms
+        if transaction_version is not None:
+            changes["client_transaction_version"] = transaction_version
         return self._prepare(S.PREPARE_COMMIT if commit else S.PREPARE_ABORT,
-                             txn_last_update_timestamp=now_ms, abort_reason=None if commit else reason)
+                             txn_last_update_timestamp=now_ms, abort_reason=None if commit else reason, **changes)
 
     def prepare_complete(self, now_ms: int, fenced_epoch: int = NO_PRODUCER_EPOCH) -> TxnTransitMetadata:
         """Every marker is durable: CompleteCommit or CompleteAbort, partitions cleared;
@@ -353,6 +383,13 @@ class TransactionMetadata:
         the partition had seen a higher one) moves the epoch there, so the producer's
         next epoch is one every partition accepts."""
         target = S.COMPLETE_COMMIT if self.state is S.PREPARE_COMMIT else S.COMPLETE_ABORT
+        if self.next_producer_id != NO_PRODUCER_ID and not self.kept:
+            # transaction version 2 at an exhausted epoch: the client moves to the next
+            # producer id; the last epoch stays the one it last held (MAX - 1), as in Kafka
+            return self._prepare(target, partitions=frozenset(), txn_last_update_timestamp=now_ms,
+                                 producer_id=self.next_producer_id, producer_epoch=0,
+                                 last_producer_id=self.producer_id, last_producer_epoch=self.producer_epoch - 1,
+                                 next_producer_id=NO_PRODUCER_ID, next_producer_epoch=NO_PRODUCER_EPOCH)
         epoch = self.client_producer_epoch
         if self.client_producer_id == self.producer_id:
             epoch = max(epoch, fenced_epoch)
@@ -401,6 +438,7 @@ class TransactionMetadata:
         self.abort_reason = transit.abort_reason
         self.next_producer_id = transit.next_producer_id
         self.next_producer_epoch = transit.next_producer_epoch
+        self.client_transaction_version = transit.client_transaction_version
         self.pending_state = None
 
     def abort_transition(self) -> None:

@@ -133,6 +133,9 @@ class Partitions:
         self._transactions = transaction_coordinator
         self._groups = group_coordinator
         self._commits: dict[tuple[str, int], GroupCommit] = {}
+        #: (topic, partition, producer id) -> resolved once the producer's last batch there
+        #: that adds its partition implicitly (or waits behind one that does) is appended
+        self._implicit_adds: dict[tuple[str, int, int], asyncio.Future[None]] = {}
         #: partition (None: any partition) -> futures waiting for its high watermark to move
         self._data_waiters: dict[tuple[str, int] | None, list[asyncio.Future[None]]] = {}
 
@@ -188,8 +191,8 @@ class Partitions:
     # -- produce ---------------------------------------------------------------------------------
 
     def start_produce(self, topic: str, partition: int, batch: bytes, acks: int = -1,
-                      transactional_id: str | None = None, principal: KafkaPrincipal | None = None
-                      ) -> Future[AppendResult]:
+                      transactional_id: str | None = None, principal: KafkaPrincipal | None = None,
+                      add_to_transaction: bool = False) -> Future[AppendResult]:
         """Append one producer batch (on the loop); the future resolves to its
         AppendResult -- with acks=-1 once it is fsynced. A transactional batch must
         belong to its producer's Ongoing transaction on this partition (KIP-890,
@@ -198,7 +201,13 @@ class Partitions:
         batch must carry a producer id this broker handed out, and not a transactional
         id's (``verify_idempotent``): every face -- Kafka's Produce, the HTTP records
         endpoint, the embedded API -- comes through here. With the authorizer on, the
-        batch's producer id must be ``principal``'s (``Access.check_producer_owner``)."""
+        batch's producer id must be ``principal``'s (``Access.check_producer_owner``).
+
+        ``add_to_transaction`` (Produce v12+ under ``transaction.version`` 2, KIP-890
+        part 2): a transactional batch whose partition is not in its producer's
+        transaction yet adds it first (``TransactionCoordinator.add_partition_implicitly``),
+        and the producer's batches behind it to that partition wait, so they are
+        appended in the order they came."""
         started = time.perf_counter()
         self._counters.produce_requests += 1
         if acks not in (-1, 0, 1):
@@ -207,6 +216,43 @@ class Partitions:
             raise InvalidTopicError(f"clients may not produce to the internal topic {topic}")
         log_ = self._logs.log(topic, partition)
         header = read_header(batch)
+        if add_to_transaction and header.is_transactional and not header.is_control:
+            key = (topic, partition, header.producer_id)
+            if key in self._implicit_adds or self._transactions.needs_partition(
+                    header.producer_id, header.producer_epoch, topic, partition, transactional_id):
+                return self._produce_after_add(key, log_, header, batch, acks, transactional_id, principal, started)
+        return self._append_produce(log_, header, batch, acks, transactional_id, principal, started)
+
+    def _produce_after_add(self, key: tuple[str, int, int], log_: PartitionLog, header: BatchHeader, batch: bytes,
+                           acks: int, transactional_id: str | None, principal: KafkaPrincipal | None,
+                           started: float) -> Future[AppendResult]:
+        """:meth:`start_produce` of a batch that adds its partition to the transaction
+        (or waits behind one that does)."""
+        previous = self._implicit_adds.get(key)
+        appended = self._implicit_adds[key] = self._loop.create_future()
+
+        async def add_then_append() -> AppendResult:
+            try:
+                if previous is not None:
+                    await asyncio.wait([previous])
+                with self._access.admitted(principal, self._transactions.transactional_id_of(header.producer_id)
+                                           or transactional_id or ""):
+                    await self._transactions.add_partition_implicitly(
+                        header.producer_id, header.producer_epoch, log_.topic, log_.partition, transactional_id)
+                durable = self._append_produce(log_, header, batch, acks, transactional_id, principal, started)
+            finally:
+                appended.set_result(None)
+                if self._implicit_adds.get(key) is appended:
+                    del self._implicit_adds[key]
+            return await asyncio.wrap_future(durable)
+
+        return asyncio.run_coroutine_threadsafe(add_then_append(), self._loop)
+
+    def _append_produce(self, log_: PartitionLog, header: BatchHeader, batch: bytes, acks: int,
+                        transactional_id: str | None, principal: KafkaPrincipal | None,
+                        started: float) -> Future[AppendResult]:
+        """The rest of :meth:`start_produce`: checks and the append, in one loop step."""
+        topic, partition = log_.topic, log_.partition
         self._verify_producer(header, topic, partition, transactional_id)
         if principal is not None and header.producer_id >= 0:
             self._access.check_producer_owner(header.producer_id, principal, header.is_transactional)

@@ -18,6 +18,7 @@ from typing import Iterable, Mapping, Sequence
 from exactly.app.engine.access import Access
 from exactly.app.engine.partitions import Partitions
 from exactly.app.security.principal import KafkaPrincipal
+from exactly.coordinator import offsets_log
 from exactly.coordinator.group_coordinator import GroupCoordinator
 from exactly.coordinator.group_metadata import CommittedOffset
 from exactly.coordinator.internal_topics import INTERNAL_TOPICS
@@ -95,10 +96,19 @@ class Transactions:
     async def txn_offset_commit(self, transactional_id: str, group_id: str, producer_id: int,
                                 producer_epoch: int, offsets: dict[tuple[str, int], CommittedOffset],
                                 generation: int = -1, member_id: str = "", group_instance_id: str | None = None,
-                                principal: KafkaPrincipal | None = None) -> dict[tuple[str, int], KafkaError | None]:
-        """TxnOffsetCommit: the group coordinator keeps the offsets pending until the marker."""
+                                principal: KafkaPrincipal | None = None, add_to_transaction: bool = False
+                                ) -> dict[tuple[str, int], KafkaError | None]:
+        """TxnOffsetCommit: the group coordinator keeps the offsets pending until the
+        marker. ``add_to_transaction`` (v5, transaction version 2): the group's
+        ``__consumer_offsets`` partition joins the transaction first, as AddOffsetsToTxn
+        would have added it."""
         if principal is not None:
             self._access.check_producer_owner(producer_id, principal, transactional=True)
+        if add_to_transaction:
+            with self._access.admitted(principal, transactional_id):
+                await self.coordinator.add_partition_implicitly(
+                    producer_id, producer_epoch, offsets_log.TOPIC, self._groups.partition_of(group_id),
+                    transactional_id)
         return await self._groups.txn_commit_offsets(
             transactional_id, group_id, producer_id, producer_epoch, offsets, generation, member_id,
             group_instance_id)

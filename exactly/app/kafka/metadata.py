@@ -14,6 +14,7 @@ from exactly.app.kafka.api import APIS, LEADER_EPOCH, ApiKey, RequestContext, er
 from exactly.app.kafka.authorization import C, G, T, X
 from exactly.app.kafka.wire import CoordinatorType
 from exactly.app.security.acl import CLUSTER_NAME
+from exactly.coordinator import features
 from exactly.storage.errors import (
     InvalidRequestError,
     KafkaError,
@@ -34,7 +35,8 @@ SOFTWARE_NAME_VERSION = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?"
 @serves(ApiKey.API_VERSIONS, 0, 4)
 async def api_versions(ctx: RequestContext, request: Any) -> dict:
     """Every advertised API with the versions its handler declared; INVALID_REQUEST
-    (and nothing recorded) for a v3+ client software name or version Kafka would refuse."""
+    (and nothing recorded) for a v3+ client software name or version Kafka would refuse;
+    from v3 the supported and finalized features (``exactly/coordinator/features.py``)."""
     name = getattr(request, "client_software_name", "")
     version = getattr(request, "client_software_version", "")
     if ctx.version >= 3:
@@ -44,7 +46,8 @@ async def api_versions(ctx: RequestContext, request: Any) -> dict:
                                           f"{SOFTWARE_NAME_VERSION.pattern}")
     ctx.connection.software_name, ctx.connection.software_version = name, version
     return {"api_keys": [{"api_key": api.key, "min_version": api.min_version, "max_version": api.max_version}
-                         for api in sorted(APIS.values(), key=lambda a: a.key) if api.advertised]}
+                         for api in sorted(APIS.values(), key=lambda a: a.key) if api.advertised],
+            **features.api_versions_fields(ctx.engine.config.transaction_version, ctx.version)}
 
 
 def _broker(ctx: RequestContext) -> dict:

@@ -21,6 +21,7 @@ from exactly.app.kafka import authorization
 from exactly.app.kafka.api import CLOSE, ApiKey, RequestContext, error_code, serves
 from exactly.app.kafka.authorization import T, X
 from exactly.app.kafka.codec import millis
+from exactly.coordinator import features
 from exactly.storage.errors import (
     InvalidRecordError,
     KafkaError,
@@ -33,9 +34,12 @@ from exactly.storage.record_batch import read_header
 log = logging.getLogger(__name__)
 
 
-@serves(ApiKey.PRODUCE, 3, 9)
+@serves(ApiKey.PRODUCE, 3, 12)
 async def produce(ctx: RequestContext, request: Any) -> Any:
+    """v12 is KIP-890 part 2's: with ``transaction.version`` 2 finalized, a transactional
+    batch adds its partition to the transaction itself (``Partitions.start_produce``)."""
     engine = ctx.engine
+    add_to_transaction = ctx.version >= 12 and features.implicit_add(engine.config.transaction_version)
     partitions = [(topic.name, data.index, data.records) for topic in request.topic_data
                   for data in topic.partition_data]
     refused = _refusal(ctx, request.transactional_id, partitions)
@@ -51,7 +55,7 @@ async def produce(ctx: RequestContext, request: Any) -> Any:
                 raise InvalidRecordError("a produce request must carry one record batch per partition")
             outcome: Any = asyncio.wrap_future(engine.partitions.start_produce(topic, partition, bytes(records),
                                                                     request.acks, request.transactional_id,
-                                                                    ctx.principal))
+                                                                    ctx.principal, add_to_transaction))
         except KafkaError as e:
             outcome = e
         started.append((topic, partition, outcome))

@@ -26,6 +26,7 @@ from exactly.app.kafka.authorization import C, G, T, X
 from exactly.app.kafka.codec import millis
 from exactly.app.kafka.offsets import by_topic, commit_results, refused_offsets, requested_offsets
 from exactly.app.security.acl import CLUSTER_NAME, AclOperation
+from exactly.coordinator import features
 from exactly.coordinator.transaction_state import TransactionState
 from exactly.storage.errors import (
     ClusterAuthorizationFailedError,
@@ -121,22 +122,28 @@ async def add_offsets_to_txn(ctx: RequestContext, request: Any) -> dict:
     return {"error_code": 0}
 
 
-@serves(ApiKey.END_TXN, 0, 3)
+@serves(ApiKey.END_TXN, 0, 5)
 async def end_txn(ctx: RequestContext, request: Any) -> dict:
-    """Returns once the markers are durable: read_committed consumers see the outcome."""
+    """Returns once the markers are durable: read_committed consumers see the outcome.
+    v5 is transaction version 2 (KIP-890 part 2; Kafka's ``transactionVersionForEndTxn``,
+    whatever the finalized level): the epoch is bumped, and the producer id and epoch to
+    go on with are answered."""
     try:
         authorization.check(ctx, ApiKey.END_TXN, X, request.transactional_id)
-        await ctx.engine.transactions.end_txn(
-            request.transactional_id, request.producer_id, request.producer_epoch, request.committed)
+        producer_id, producer_epoch = await ctx.engine.transactions.end_txn(
+            request.transactional_id, request.producer_id, request.producer_epoch, request.committed,
+            features.TRANSACTION_VERSION_2 if ctx.version >= 5 else 0)
     except KafkaError as e:
-        return {"error_code": fenced_code(e, ctx.version, 2)}
-    return {"error_code": 0}
+        return {"error_code": fenced_code(e, ctx.version, 2), "producer_id": -1, "producer_epoch": -1}
+    return {"error_code": 0, "producer_id": producer_id, "producer_epoch": producer_epoch}
 
 
-@serves(ApiKey.TXN_OFFSET_COMMIT, 0, 3)
+@serves(ApiKey.TXN_OFFSET_COMMIT, 0, 5)
 async def txn_offset_commit(ctx: RequestContext, request: Any) -> dict:
     """Offsets pending until the transaction's marker; v3 carries the group generation
-    and member so a zombie from an older generation is fenced (KIP-447). Write on the
+    and member so a zombie from an older generation is fenced (KIP-447); v5 (with
+    ``transaction.version`` 2 finalized) adds the group to the transaction itself, the
+    AddOffsetsToTxn a KIP-890 part 2 client no longer sends. Write on the
     transactional id and Read on the group, else that error for every partition; Read
     on each topic, else TOPIC_AUTHORIZATION_FAILED for its partitions."""
     try:
@@ -149,7 +156,8 @@ async def txn_offset_commit(ctx: RequestContext, request: Any) -> dict:
         errors: dict | BaseException = await ctx.engine.transactions.txn_offset_commit(
             request.transactional_id, request.group_id, request.producer_id, request.producer_epoch, offsets,
             getattr(request, "generation_id", -1), getattr(request, "member_id", ""),
-            getattr(request, "group_instance_id", None), ctx.principal) if offsets else {}
+            getattr(request, "group_instance_id", None), ctx.principal,
+            ctx.version >= 5 and features.implicit_add(ctx.engine.config.transaction_version)) if offsets else {}
     except KafkaError as e:
         errors = e
     # TxnOffsetCommit never answers PRODUCER_FENCED at the versions served

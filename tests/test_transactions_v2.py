@@ -1,0 +1,342 @@
+"""Transactions version 2 (KIP-890 part 2) on the wire, and the features that announce it.
+
+A raw client speaks exactly what a Kafka 4 client sends: ApiVersions (the finalized
+``transaction.version``), InitProducerId, Produce v12 and TxnOffsetCommit v5 with no
+AddPartitionsToTxn / AddOffsetsToTxn before them, EndTxn v5 (whose answer carries the
+bumped epoch). The late-write scenarios -- a Produce or TxnOffsetCommit of transaction
+N arriving after transaction N+1 began -- are refused on both versions, and nothing of
+them reaches a read_committed reader or the group's offsets.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from exactly.app.kafka.wire import ApiKey
+from exactly.coordinator import features
+from exactly.coordinator.transaction_state import TransactionState
+from exactly.storage.record_batch import ControlType, SimpleRecord, encode_batch
+from tests.kafka_support import SOFTWARE, KafkaBroker, raw_connection
+
+S = TransactionState
+T = "tv2"
+GROUP = "tv2-group"
+INVALID_PRODUCER_EPOCH = 47
+INVALID_TXN_STATE = 48
+PRODUCER_FENCED = 90
+
+
+@pytest.fixture
+def kafka(tmp_path: Path) -> Iterator[KafkaBroker]:
+    with KafkaBroker(tmp_path / "data") as k:
+        k.broker.create_topic(T, partitions=2)
+        yield k
+
+
+@pytest.fixture
+def kafka_tv1(tmp_path: Path) -> Iterator[KafkaBroker]:
+    with KafkaBroker(tmp_path / "data", **{"transaction.version": 1}) as k:
+        k.broker.create_topic(T, partitions=2)
+        yield k
+
+
+class RawProducer:
+    """A transactional producer over one raw connection, at the versions it is given."""
+
+    def __init__(self, kafka: KafkaBroker, txn_id: str, produce_version: int = 12, end_version: int = 5) -> None:
+        self.conn = raw_connection(kafka.port)
+        self.txn_id = txn_id
+        self.produce_version, self.end_version = produce_version, end_version
+        answer = self.conn.request(ApiKey.INIT_PRODUCER_ID, 5, {"transactional_id": txn_id,
+                                                                "transaction_timeout": 60_000})
+        assert answer.error_code == 0
+        self.pid, self.epoch = answer.producer_id, answer.producer_epoch
+        self.sequences: dict[tuple[str, int], int] = {}
+
+    def batch(self, partition: int, *values: bytes, epoch: int | None = None) -> bytes:
+        epoch = self.epoch if epoch is None else epoch
+        seq = self.sequences.get((T, partition), 0)
+        self.sequences[(T, partition)] = seq + len(values)
+        return encode_batch([SimpleRecord(v) for v in values], producer_id=self.pid, producer_epoch=epoch,
+                            base_sequence=seq, transactional=True)
+
+    def produce(self, partition: int, batch: bytes) -> int:
+        answer = self.conn.request(ApiKey.PRODUCE, self.produce_version, {
+            "transactional_id": self.txn_id, "acks": -1, "timeout": 10_000,
+            "topic_data": [{"name": T, "partition_data": [{"index": partition, "records": batch}]}]})
+        return answer.responses[0].partition_responses[0].error_code
+
+    def add_partitions(self, *partitions: int) -> None:
+        answer = self.conn.request(ApiKey.ADD_PARTITIONS_TO_TXN, 3, {
+            "v3_and_below_transactional_id": self.txn_id, "v3_and_below_producer_id": self.pid,
+            "v3_and_below_producer_epoch": self.epoch,
+            "v3_and_below_topics": [{"name": T, "partitions": list(partitions)}]})
+        codes = {p.partition_index: p.partition_error_code
+                 for t in answer.results_by_topic_v3_and_below for p in t.results_by_partition}
+        assert set(codes.values()) == {0}, codes
+
+    def commit_offsets(self, offset: int, version: int = 5, epoch: int | None = None) -> int:
+        answer = self.conn.request(ApiKey.TXN_OFFSET_COMMIT, version, {
+            "transactional_id": self.txn_id, "group_id": GROUP, "producer_id": self.pid,
+            "producer_epoch": self.epoch if epoch is None else epoch,
+            "topics": [{"name": T, "partitions": [{"partition_index": 0, "committed_offset": offset,
+                                                   "committed_metadata": ""}]}]})
+        return answer.topics[0].partitions[0].error_code
+
+    def add_offsets(self) -> None:
+        answer = self.conn.request(ApiKey.ADD_OFFSETS_TO_TXN, 3, {
+            "transactional_id": self.txn_id, "producer_id": self.pid, "producer_epoch": self.epoch,
+            "group_id": GROUP})
+        assert answer.error_code == 0
+
+    def end(self, commit: bool, epoch: int | None = None) -> Any:
+        answer = self.conn.request(ApiKey.END_TXN, self.end_version, {
+            "transactional_id": self.txn_id, "producer_id": self.pid,
+            "producer_epoch": self.epoch if epoch is None else epoch, "committed": commit})
+        if answer.error_code == 0 and self.end_version >= 5:
+            self.pid, self.epoch = answer.producer_id, answer.producer_epoch
+            self.sequences.clear()  # a new epoch starts every partition at sequence 0
+        return answer
+
+    def close(self) -> None:
+        self.conn.sock.close()
+
+
+def committed_values(kafka: KafkaBroker, partition: int = 0) -> list[bytes]:
+    from exactly.storage.read_committed import read_records
+    r = kafka.broker.fetch(T, partition, 0, isolation_level="read_committed")
+    return [rec.value for rec in read_records(r.records, 0, True, r.aborted_transactions or ()).records]
+
+
+def committed_offset(kafka: KafkaBroker) -> int:
+    conn = raw_connection(kafka.port)
+    try:
+        answer = conn.request(ApiKey.OFFSET_FETCH, 7, {"group_id": GROUP, "require_stable": True,
+                                                       "topics": [{"name": T, "partition_indexes": [0]}]})
+        return answer.topics[0].partitions[0].committed_offset
+    finally:
+        conn.sock.close()
+
+
+def state(kafka: KafkaBroker, txn_id: str) -> Any:
+    async def run() -> Any:
+        return kafka.engine.transactions.describe_transaction(txn_id)
+    return kafka.engine.call(run)
+
+
+# -- ApiVersions features --------------------------------------------------------------------
+
+
+def api_versions(kafka: KafkaBroker, version: int) -> Any:
+    conn = raw_connection(kafka.port)
+    try:
+        return conn.request(ApiKey.API_VERSIONS, version, SOFTWARE)
+    finally:
+        conn.sock.close()
+
+
+def test_api_versions_v4_reports_the_features_a_kafka_4_node_reports(kafka: KafkaBroker) -> None:
+    """Kafka 4.4's single node (tests/kafka's fixture) answers transaction.version 0-2
+    finalized 2, group.version 0-1 and metadata.version 7-33 finalized 33."""
+    answer = api_versions(kafka, 4)
+    supported = {f.name: (f.min_version, f.max_version) for f in answer.supported_features}
+    finalized = {f.name: (f.min_version_level, f.max_version_level) for f in answer.finalized_features}
+    assert supported == {"transaction.version": (0, 2), "group.version": (0, 1), "metadata.version": (7, 33)}
+    assert finalized["transaction.version"] == (2, 2) and finalized["metadata.version"] == (33, 33)
+    assert finalized.get("group.version", (0, 0)) == (features.GROUP_VERSION_LEVEL,) * 2
+    assert answer.finalized_features_epoch >= 0
+    # v3 leaves out what starts at 0, as Kafka's does (older clients read 0 as unsupported)
+    assert [f.name for f in api_versions(kafka, 3).supported_features] == ["metadata.version"]
+
+
+def test_transaction_version_is_pinned_by_config(kafka_tv1: KafkaBroker) -> None:
+    finalized = {f.name: f.max_version_level for f in api_versions(kafka_tv1, 4).finalized_features}
+    assert finalized["transaction.version"] == 1
+
+
+def test_a_transaction_version_out_of_range_is_refused(tmp_path: Path) -> None:
+    from exactly.app.config import BrokerConfig
+    from exactly.storage.errors import InvalidConfigError
+    with pytest.raises(InvalidConfigError, match="transaction.version must be one of"):
+        BrokerConfig.from_kafka({"transaction.version": 3})
+
+
+# -- the transaction-version-2 flow ----------------------------------------------------------
+
+
+def test_a_tv2_transaction_needs_no_add_requests_and_endtxn_bumps_the_epoch(kafka: KafkaBroker) -> None:
+    p = RawProducer(kafka, "tv2-flow")
+    try:
+        start_epoch = p.epoch
+        assert p.produce(0, p.batch(0, b"a", b"b")) == 0  # Produce v12 added the partition
+        assert p.produce(1, p.batch(1, b"c")) == 0
+        assert state(kafka, "tv2-flow").partitions == {(T, 0), (T, 1)}
+        assert state(kafka, "tv2-flow").client_transaction_version == 2
+        assert p.commit_offsets(2) == 0  # TxnOffsetCommit v5 added the group
+        answer = p.end(commit=True)
+        assert (answer.error_code, answer.producer_epoch) == (0, start_epoch + 1)
+        assert committed_values(kafka, 0) == [b"a", b"b"] and committed_values(kafka, 1) == [b"c"]
+        assert committed_offset(kafka) == 2
+        # the markers carry the bumped epoch
+        records = kafka.broker.fetch(T, 0, 0).records
+        from exactly.storage.record_batch import iter_headers
+        marker_epochs = [h.producer_epoch for _, h in iter_headers(records) if h.is_control]
+        assert marker_epochs == [start_epoch + 1]
+        # the next transaction starts at the new epoch, sequences from 0
+        assert p.produce(0, p.batch(0, b"d")) == 0
+        assert p.end(commit=False).producer_epoch == start_epoch + 2
+        assert committed_values(kafka, 0) == [b"a", b"b"]
+    finally:
+        p.close()
+
+
+def test_a_retried_endtxn_v5_gets_the_same_answer_and_bumps_nothing(kafka: KafkaBroker) -> None:
+    p = RawProducer(kafka, "tv2-retry")
+    try:
+        old_pid, old_epoch = p.pid, p.epoch
+        p.produce(0, p.batch(0, b"x"))
+        first = p.end(commit=True)
+        again = p.conn.request(ApiKey.END_TXN, 5, {"transactional_id": "tv2-retry", "producer_id": old_pid,
+                                                   "producer_epoch": old_epoch, "committed": True})
+        assert (again.error_code, again.producer_id, again.producer_epoch) == (0, first.producer_id,
+                                                                               first.producer_epoch)
+        # an abort named with the old epoch is no retry of that commit
+        wrong = p.conn.request(ApiKey.END_TXN, 5, {"transactional_id": "tv2-retry", "producer_id": old_pid,
+                                                   "producer_epoch": old_epoch, "committed": False})
+        assert wrong.error_code == INVALID_TXN_STATE
+        assert state(kafka, "tv2-retry").producer_epoch == old_epoch + 1
+    finally:
+        p.close()
+
+
+def test_a_tv2_abort_with_nothing_added_still_bumps_the_epoch(kafka: KafkaBroker) -> None:
+    """A Kafka 4 client cannot know whether its Produce added a partition; its abort
+    must fence that Produce anyway."""
+    p = RawProducer(kafka, "tv2-empty-abort")
+    try:
+        epoch = p.epoch
+        late = p.batch(0, b"in flight")
+        answer = p.end(commit=False)
+        assert (answer.error_code, answer.producer_epoch) == (0, epoch + 1)
+        assert state(kafka, "tv2-empty-abort").state is S.COMPLETE_ABORT
+        assert p.produce(0, late) == INVALID_PRODUCER_EPOCH  # the write that was in flight
+        assert kafka.broker.list_offsets(T, 0, -1) == 0
+    finally:
+        p.close()
+
+
+def test_clients_of_version_0_and_1_are_served_unchanged(kafka: KafkaBroker) -> None:
+    """Produce v9, AddPartitionsToTxn, AddOffsetsToTxn, TxnOffsetCommit v3, EndTxn v3: no
+    implicit add, no epoch bump, on a broker that finalizes version 2."""
+    p = RawProducer(kafka, "tv1-client", produce_version=9, end_version=3)
+    try:
+        epoch = p.epoch
+        assert p.produce(0, p.batch(0, b"unadded")) == INVALID_TXN_STATE  # verified, not added
+        p.sequences.clear()
+        p.add_partitions(0)
+        assert p.produce(0, p.batch(0, b"a")) == 0
+        p.add_offsets()
+        assert p.commit_offsets(1, version=3) == 0
+        assert p.end(commit=True).error_code == 0
+        assert state(kafka, "tv1-client").producer_epoch == epoch
+        assert state(kafka, "tv1-client").client_transaction_version == 0
+        assert committed_values(kafka) == [b"a"] and committed_offset(kafka) == 1
+    finally:
+        p.close()
+
+
+def test_with_transaction_version_1_finalized_produce_v12_is_only_verified(kafka_tv1: KafkaBroker) -> None:
+    p = RawProducer(kafka_tv1, "tv1-cluster")
+    try:
+        assert p.produce(0, p.batch(0, b"x")) == INVALID_TXN_STATE
+        assert p.commit_offsets(1) == INVALID_TXN_STATE
+        assert kafka_tv1.broker.list_offsets(T, 0, -1) == 0
+    finally:
+        p.close()
+
+
+# -- late writes of transaction N after N+1 began ---------------------------------------------
+
+
+def test_tv2_a_late_produce_and_offset_commit_of_the_previous_transaction_are_refused(kafka: KafkaBroker) -> None:
+    p = RawProducer(kafka, "tv2-late")
+    try:
+        old_epoch = p.epoch
+        p.produce(0, p.batch(0, b"n"))
+        late_batch = encode_batch([SimpleRecord(b"late")], producer_id=p.pid, producer_epoch=old_epoch,
+                                  base_sequence=1, transactional=True)
+        p.end(commit=True)  # transaction N
+        p.produce(0, p.batch(0, b"n+1"))  # transaction N+1 began, partition 0 in it
+        assert p.produce(0, late_batch) == INVALID_PRODUCER_EPOCH
+        assert p.produce(1, late_batch) == INVALID_PRODUCER_EPOCH  # a partition N+1 does not have
+        assert p.commit_offsets(99, epoch=old_epoch) == INVALID_PRODUCER_EPOCH
+        p.end(commit=True)
+        assert committed_values(kafka, 0) == [b"n", b"n+1"] and committed_values(kafka, 1) == []
+        assert committed_offset(kafka) == -1
+    finally:
+        p.close()
+
+
+def test_tv1_a_late_produce_and_offset_commit_of_the_previous_transaction_are_refused(kafka: KafkaBroker) -> None:
+    """Version 0/1: the client's abort bumps the epoch through InitProducerId (KIP-360),
+    as Kafka's producer does after a request timed out, so N's late writes carry an
+    epoch that is not N+1's."""
+    p = RawProducer(kafka, "tv1-late", produce_version=9, end_version=3)
+    try:
+        old_epoch = p.epoch
+        p.add_partitions(0)
+        late_batch = p.batch(0, b"late")  # sent, timed out at the client, still on its way
+        assert p.end(commit=False).error_code == 0
+        bumped = p.conn.request(ApiKey.INIT_PRODUCER_ID, 4, {
+            "transactional_id": "tv1-late", "transaction_timeout": 60_000, "producer_id": p.pid,
+            "producer_epoch": old_epoch})
+        assert (bumped.error_code, bumped.producer_epoch) == (0, old_epoch + 1)
+        p.epoch = bumped.producer_epoch
+        p.sequences.clear()
+        p.add_partitions(0, 1)
+        p.add_offsets()
+        assert p.produce(0, p.batch(0, b"n+1")) == 0
+        assert p.produce(0, late_batch) == INVALID_PRODUCER_EPOCH
+        assert p.commit_offsets(99, version=3, epoch=old_epoch) == INVALID_PRODUCER_EPOCH
+        assert p.end(commit=True).error_code == 0
+        assert committed_values(kafka, 0) == [b"n+1"] and committed_offset(kafka) == -1
+    finally:
+        p.close()
+
+
+def test_pipelined_tv2_batches_to_new_partitions_are_appended_in_order(kafka: KafkaBroker) -> None:
+    """Five batches to two partitions, sent before any answer: the first of each
+    partition adds it, the others wait behind it, and every sequence lands in order."""
+    p = RawProducer(kafka, "tv2-pipeline")
+    try:
+        batches = [(i % 2, p.batch(i % 2, b"v%d" % i)) for i in range(6)]
+        for partition, batch in batches:
+            p.conn.send(ApiKey.PRODUCE, 12, {
+                "transactional_id": p.txn_id, "acks": -1, "timeout": 10_000,
+                "topic_data": [{"name": T, "partition_data": [{"index": partition, "records": batch}]}]})
+        codes = [p.conn.receive(ApiKey.PRODUCE, 12)[1].responses[0].partition_responses[0].error_code
+                 for _ in batches]
+        assert codes == [0] * 6
+        p.end(commit=True)
+        assert committed_values(kafka, 0) == [b"v0", b"v2", b"v4"]
+        assert committed_values(kafka, 1) == [b"v1", b"v3", b"v5"]
+    finally:
+        p.close()
+
+
+def test_markers_of_a_tv2_commit_are_control_batches_of_the_bumped_epoch(kafka: KafkaBroker) -> None:
+    p = RawProducer(kafka, "tv2-markers")
+    try:
+        epoch = p.epoch
+        p.produce(1, p.batch(1, b"x"))
+        p.end(commit=True)
+        from exactly.storage.record_batch import decode_batch, decode_control_record, iter_headers
+        records = kafka.broker.fetch(T, 1, 0).records
+        controls = [(decode_control_record(decode_batch(records[pos:pos + h.size]).records[0])[0], h.producer_epoch)
+                    for pos, h in iter_headers(records) if h.is_control]
+        assert controls == [(ControlType.COMMIT, epoch + 1)]
+    finally:
+        p.close()
