@@ -121,7 +121,7 @@ def test_init_transactions_twice_is_illegal_state(txn, broker):
         txn.init_transactions()  # would otherwise abort its own transaction behind its back
     txn.send(T, b"x", partition=0)
     txn.commit_transaction()
-    assert txn.producer_epoch == epoch and values(broker, 0) == [b"x"]
+    assert txn.producer_epoch == epoch + 1 and values(broker, 0) == [b"x"]  # transaction version 2: EndTxn bumped it
 
 
 def test_a_record_that_is_not_bytes_or_has_a_negative_timestamp_is_refused_at_send(broker):

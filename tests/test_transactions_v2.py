@@ -340,3 +340,138 @@ def test_markers_of_a_tv2_commit_are_control_batches_of_the_bumped_epoch(kafka: 
         assert controls == [(ControlType.COMMIT, epoch + 1)]
     finally:
         p.close()
+
+
+# -- the coordinator: exhaustion, the log's fields, a restart ----------------------------------
+
+from exactly.app import Broker  # noqa: E402
+from exactly.coordinator import transaction_log  # noqa: E402
+from exactly.coordinator.transaction_state import TxnTransitMetadata  # noqa: E402
+from exactly.storage.clock import FakeClock  # noqa: E402
+from exactly.storage.errors import InvalidProducerIdMappingError, InvalidTxnStateError  # noqa: E402
+from exactly.storage.record_batch import MAX_PRODUCER_EPOCH  # noqa: E402
+from tests.conftest import SMALL_INTERNAL_TOPICS  # noqa: E402
+from tests.test_transaction_coordinator import append_txn_log, call, init, txn_log_records  # noqa: E402
+
+LAST = MAX_PRODUCER_EPOCH - 1
+TV2 = features.TRANSACTION_VERSION_2
+
+
+def add_implicitly(broker: Broker, pid: int, epoch: int, partition: int, txn_id: str) -> None:
+    call(broker, "add_partition_implicitly", pid, epoch, T, partition, txn_id)
+
+
+def end_v2(broker: Broker, txn_id: str, pid: int, epoch: int, commit: bool) -> tuple[int, int]:
+    return call(broker, "end_txn", txn_id, pid, epoch, commit, TV2)
+
+
+@pytest.fixture
+def coordinator_broker(tmp_path: Path) -> Iterator[Broker]:
+    with Broker(tmp_path / "data", clock=FakeClock(), **SMALL_INTERNAL_TOPICS) as b:
+        b.create_topic(T, partitions=2)
+        yield b
+
+
+def test_an_exhausted_epoch_moves_to_the_next_producer_id_recorded_in_the_log(tmp_path: Path) -> None:
+    """EndTxn v5 at the last usable epoch: the markers carry MAX, the log's PrepareCommit
+    names NextProducerId, the client gets it at epoch 0; CompleteCommit keeps the old id
+    as PreviousProducerId, so a retry with the old id and epoch is still recognised --
+    also after a restart."""
+    data, clock = tmp_path / "data", FakeClock()
+    with Broker(data, clock=clock, **SMALL_INTERNAL_TOPICS) as b:
+        b.create_topic(T, partitions=1)
+        pid, _ = init(b, "x")
+        append_txn_log(b, "x", TxnTransitMetadata(pid, -1, LAST - 1, -1, 60_000, S.EMPTY, frozenset(), -1,
+                                                  clock.now_ms()))
+    with Broker(data, clock=clock, **SMALL_INTERNAL_TOPICS) as b:
+        assert init(b, "x") == (pid, LAST)
+        add_implicitly(b, pid, LAST, 0, "x")
+        new_pid, new_epoch = end_v2(b, "x", pid, LAST, True)
+        assert new_pid != pid and new_epoch == 0
+        prepare, complete = [r.transit for r in txn_log_records(b, "x")][-2:]
+        assert (prepare.state, prepare.producer_id, prepare.producer_epoch, prepare.next_producer_id) == (
+            S.PREPARE_COMMIT, pid, MAX_PRODUCER_EPOCH, new_pid)
+        assert prepare.client_transaction_version == TV2
+        assert (complete.state, complete.producer_id, complete.producer_epoch, complete.last_producer_id) == (
+            S.COMPLETE_COMMIT, new_pid, 0, pid)
+        assert end_v2(b, "x", pid, LAST, True) == (new_pid, 0)  # a retry
+    with Broker(data, clock=clock, **SMALL_INTERNAL_TOPICS) as b:
+        assert end_v2(b, "x", pid, LAST, True) == (new_pid, 0)  # a retry after a restart
+        with pytest.raises(InvalidProducerIdMappingError):  # the old id at any other epoch: Kafka's answer
+            end_v2(b, "x", pid, LAST - 1, True)
+        add_implicitly(b, new_pid, 0, 0, "x")
+        assert end_v2(b, "x", new_pid, 0, True) == (new_pid, 1)
+
+
+def test_the_log_keeps_the_client_transaction_version_and_a_v0_client_writes_v0(
+        coordinator_broker: Broker) -> None:
+    b = coordinator_broker
+    pid, epoch = init(b, "v2")
+    add_implicitly(b, pid, epoch, 0, "v2")
+    end_v2(b, "v2", pid, epoch, True)
+    records = [r.transit for r in txn_log_records(b, "v2")]
+    assert [(t.state, t.client_transaction_version) for t in records] == [
+        (S.EMPTY, 0), (S.ONGOING, TV2), (S.PREPARE_COMMIT, TV2), (S.COMPLETE_COMMIT, TV2)]
+    pid0, epoch0 = init(b, "v0")
+    call(b, "add_partitions", "v0", pid0, epoch0, [(T, 0)])
+    call(b, "end_txn", "v0", pid0, epoch0, True)
+    partition = transaction_log.partition_for("v0", 3)
+    raw = b.fetch(transaction_log.TOPIC, partition, 0).records
+    from exactly.storage.record_batch import decode_batch, iter_headers
+    versions = [int.from_bytes(rec.value[:2], "big") for pos, h in iter_headers(raw)
+                for rec in decode_batch(raw[pos:pos + h.size]).records
+                if transaction_log.decode(rec.key, rec.value).transactional_id == "v0"]
+    assert versions == [0, 0, 0, 0]  # byte for byte what a version 0/1 client always got
+
+
+def test_a_commit_in_progress_at_a_crash_completes_with_the_bumped_epoch(tmp_path: Path) -> None:
+    """The PrepareCommit (bumped epoch, version 2) is in the log, nothing after it: the
+    next start writes the markers with that epoch and the client's retry is answered."""
+    data, clock = tmp_path / "data", FakeClock()
+    with Broker(data, clock=clock, **SMALL_INTERNAL_TOPICS) as b:
+        b.create_topic(T, partitions=1)
+        pid, epoch = init(b, "crash")
+        add_implicitly(b, pid, epoch, 0, "crash")
+        meta = b.engine._transaction_coordinator.txns["crash"]
+        prepare = meta.prepare_abort_or_commit(True, clock.now_ms(), transaction_version=TV2)
+        meta.abort_transition()
+        append_txn_log(b, "crash", prepare)  # the decision, and then the crash
+    with Broker(data, clock=clock, **SMALL_INTERNAL_TOPICS) as b:
+        assert end_v2(b, "crash", pid, epoch, True) == (pid, epoch + 1)
+        from tests.test_transaction_coordinator import markers
+        assert [(kind, e) for kind, _, e, _ in markers(b, 0, T)] == [(ControlType.COMMIT, epoch + 1)]
+        with pytest.raises(InvalidTxnStateError):
+            end_v2(b, "crash", pid, epoch + 1, True)  # nothing open at the new epoch
+
+
+# -- the embedded producer ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("version", [2, 1])
+def test_the_embedded_producer_uses_the_finalized_transaction_version(tmp_path: Path, version: int) -> None:
+    with Broker(tmp_path / "data", clock=FakeClock(), **SMALL_INTERNAL_TOPICS,
+                **{"transaction.version": version}) as b:
+        b.create_topic(T, partitions=2)
+        p = b.producer(transactional_id="embedded")
+        p.init_transactions()
+        epoch = p.producer_epoch
+        for i in range(3):
+            p.begin_transaction()
+            p.send(T, b"v%d" % i, partition=i % 2)
+            p.send_offsets_to_transaction({(T, 0): i + 1}, "embedded-group")
+            p.commit_transaction()
+        p.begin_transaction()
+        p.send(T, b"aborted", partition=0)
+        p.abort_transaction()
+        p.close()
+        meta = call(b, "describe", "embedded")
+        if version == 2:
+            assert (p.producer_epoch, meta.client_transaction_version) == (epoch + 4, TV2)
+        else:
+            assert (p.producer_epoch, meta.client_transaction_version) == (epoch, 0)
+        from exactly.storage.read_committed import read_records
+        values = []
+        for partition in (0, 1):
+            r = b.fetch(T, partition, 0, isolation_level="read_committed")
+            values += [rec.value for rec in read_records(r.records, 0, True, r.aborted_transactions or ()).records]
+        assert sorted(values) == [b"v0", b"v1", b"v2"]

@@ -172,6 +172,7 @@ class Producer:
                 raise IllegalStateError(f"init_transactions was already called (state {self._txn.state.value})")
             self._init_producer_id()
             with self._lock:
+                self._txn.transaction_version = self.engine.config.transaction_version
                 self._txn.transition_to(State.READY)
 
     def begin_transaction(self) -> None:
@@ -228,14 +229,20 @@ class Producer:
                 self._init_producer_id(bump=True)
 
     def _end(self, commit: bool) -> None:
+        """EndTxn, if the coordinator knows of the transaction; with transaction version
+        2 its answer is the epoch (or producer id) the next transaction uses."""
         if self._txn.has_transaction_data:
             try:
-                self._sender.call_coordinator(self.engine.transactions.end_txn, self.transactional_id,
-                                              self.producer_id, self.producer_epoch, commit)
+                bumped = self._sender.call_coordinator(self.engine.transactions.end_txn, self.transactional_id,
+                                                       self.producer_id, self.producer_epoch, commit,
+                                                       self._txn.transaction_version)
             except InvalidTxnStateError as e:  # the coordinator disagrees about our transaction: fatal
                 with self._lock:
                     self._txn.set_fatal(e)
                 raise
+            if self._txn.implicit_adds:
+                with self._lock:
+                    self._sender.reset_producer(*bumped)
         with self._lock:
             self._txn.transaction_ended()
 
@@ -249,18 +256,18 @@ class Producer:
                 self._txn.require(State.IN_TRANSACTION, "send offsets")
             meta = _group_metadata(group_metadata)
             try:
-                if meta.group_id not in self._txn.txn_groups:
+                if meta.group_id not in self._txn.txn_groups and not self._txn.implicit_adds:
                     self._sender.call_coordinator(self.engine.transactions.add_offsets_to_txn,
                                                   self.transactional_id, self.producer_id, self.producer_epoch,
                                                   meta.group_id)
-                    self._txn.txn_groups.add(meta.group_id)
+                self._txn.txn_groups.add(meta.group_id)  # (version 2: the TxnOffsetCommit adds it)
                 committed = {tp: CommittedOffset(o.offset, o.metadata, o.leader_epoch,
                                                  self.engine.clock.now_ms())
                              for tp, o in ((tp, _offset(v)) for tp, v in offsets.items())}
                 errors = self._sender.call_coordinator(
                     self.engine.transactions.txn_offset_commit, self.transactional_id, meta.group_id,
                     self.producer_id, self.producer_epoch, committed, meta.generation_id, meta.member_id,
-                    meta.group_instance_id)
+                    meta.group_instance_id, None, self._txn.implicit_adds)
                 first = next((e for e in errors.values() if e is not None), None)
                 if first is not None:
                     raise first

@@ -145,7 +145,7 @@ class Sender:
             data = batch.encode(self.txn.transactional, self.config.compression)
             try:
                 future = self.engine.submit(self.engine.partitions.start_produce, batch.topic, batch.partition,
-                                            data, self.config.acks)
+                                            data, self.config.acks, None, None, self.txn.implicit_adds)
             except (KafkaError, RuntimeError) as e:  # the engine (or its loop) is closed: nothing will go
                 error = e if isinstance(e, KafkaError) else KafkaStorageError(f"the broker is closed: {e}")
                 self.acc.landed(partition_queue, batch)

@@ -17,6 +17,11 @@ Kafka's table, because our producer lets a failed EndTxn be tried again:
 CommittingTransaction -> InTransaction (a failed commit, commit or abort it again) and
 AbortingTransaction -> AbortableError (a failed abort, abort it again).
 
+With transaction version 2 (KIP-890 part 2, the broker's finalized
+``transaction.version``: ``transaction_version``), as Kafka 4's client: a partition joins
+the transaction with its first batch (Produce with ``add_to_transaction``), a group with
+its TxnOffsetCommit, and EndTxn answers the bumped epoch the next transaction uses.
+
 Not thread-safe: the producer's lock guards it (the producer and its sender share it).
 """
 
@@ -99,6 +104,13 @@ class TransactionManager:
         #: KIP-360: an idempotent producer bumps its epoch once nothing is in flight; a
         #: transactional one after its abort
         self.bump_required = False
+        #: the transaction version in use (2: KIP-890 part 2), set at init_transactions
+        self.transaction_version = 0
+
+    @property
+    def implicit_adds(self) -> bool:
+        """Transaction version 2: the broker adds partitions and groups itself."""
+        return self.transaction_version >= 2
 
     @property
     def transactional(self) -> bool:
@@ -189,6 +201,9 @@ class TransactionManager:
     def maybe_add_partition(self, tp: TopicPartition) -> bool:
         """A send of the transaction went to ``tp``: True if it must be added (AddPartitionsToTxn)."""
         if not self.transactional or tp in self.txn_partitions or tp in self.partitions_to_add:
+            return False
+        if self.implicit_adds:  # its first batch adds it
+            self.txn_partitions.add(tp)
             return False
         self.partitions_to_add.add(tp)
         return True
