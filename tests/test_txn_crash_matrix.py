@@ -27,6 +27,10 @@ During Transaction Completion):
   output partition's LSO reaches its high watermark;
 * the application restarted on top of it processes the rest of the input, and the
   end result -- every input exactly once -- survives one more restart.
+
+Every scenario runs with transaction version 2 (KIP-890 part 2, the default: the
+client's EndTxn bumps the epoch, so the settled epoch is one higher and the retried
+EndTxn names the epoch before the bump) and with version 1 (``transaction.version=1``).
 """
 
 from __future__ import annotations
@@ -134,7 +138,8 @@ class SideFile:
 
     @property
     def producer(self) -> tuple[int, int]:
-        _, pid, epoch = next(line for line in self.lines if line.startswith("producer ")).split()
+        """The producer id and epoch as the target transaction began."""
+        _, pid, epoch = [line for line in self.lines if line.startswith("producer ")][-1].split()
         return int(pid), int(epoch)
 
     def txn_ranges(self, n: int) -> dict[int, range]:
@@ -165,10 +170,11 @@ class SideFile:
         return [line for line in self.after_armed() if line.startswith("durable-marker ")]
 
 
-def run_child(data_dir: Path, side_path: Path, scenario: str) -> SideFile:
-    """Run the child until it kills itself; its side file."""
+def run_child(data_dir: Path, side_path: Path, scenario: str, version: int = 2) -> SideFile:
+    """Run the child (its broker finalizing transaction ``version``) until it kills itself;
+    its side file."""
     child = subprocess.Popen([sys.executable, "-m", "tests.txn_crash_child", str(data_dir),
-                              str(side_path), scenario],
+                              str(side_path), scenario, str(version)],
                              cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         try:
@@ -231,16 +237,20 @@ def survivors(broker: Broker, tp: TopicPartition) -> int:
     return sum(record.value == SURVIVOR for record in read.records)
 
 
-def carry_on(broker: Broker, pid: int, epoch: int, sequences: dict[TopicPartition, int]) -> None:
+def carry_on(broker: Broker, pid: int, epoch: int, sequences: dict[TopicPartition, int], version: int) -> None:
     """The seed's client that outlived the coordinator: having had OK for its retried
-    EndTxn, it goes on with the same producer id, epoch and sequences."""
+    EndTxn, it goes on with the same producer id, epoch and sequences -- version 2: the
+    epoch the retry answered, every sequence from 0, its partitions added by its batches."""
     tc = broker.engine.transactions.coordinator
-    errors = broker.engine.call(tc.add_partitions, TXN_ID, pid, epoch, sorted(sequences))
-    assert all(error is None for error in errors.values()), errors
+    if version < 2:
+        errors = broker.engine.call(tc.add_partitions, TXN_ID, pid, epoch, sorted(sequences))
+        assert all(error is None for error in errors.values()), errors
     for tp, sequence in sorted(sequences.items()):
-        broker.produce(*tp, encode_batch([SimpleRecord(SURVIVOR, key=SURVIVOR)], producer_id=pid,
-                                         producer_epoch=epoch, base_sequence=sequence, transactional=True))
-    broker.engine.call(tc.end_txn, TXN_ID, pid, epoch, True)
+        broker.engine.submit(broker.engine.partitions.start_produce, *tp, encode_batch(
+            [SimpleRecord(SURVIVOR, key=SURVIVOR)], producer_id=pid, producer_epoch=epoch,
+            base_sequence=sequence if version < 2 else 0, transactional=True), -1, None, None,
+            version >= 2).result(10)
+    broker.engine.call(tc.end_txn, TXN_ID, pid, epoch, True, version)
     assert {tp: survivors(broker, tp) for tp in sequences} == {tp: 1 for tp in sequences}
 
 
@@ -315,15 +325,17 @@ def test_every_transaction_touches_every_output_partition() -> None:
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.parametrize("version", [2, 1])
 @pytest.mark.parametrize("scenario", sorted(SCENARIOS))
-def test_restart_finishes_the_transaction_as_decided(tmp_path: Path, scenario: str) -> None:
+def test_restart_finishes_the_transaction_as_decided(tmp_path: Path, scenario: str, version: int) -> None:
     expected = EXPECTED[scenario]
+    config = {**CONFIG, "transaction.version": version}
     data_dir, side_path = tmp_path / "data", tmp_path / "side"
     prepare(data_dir)
     after = SCENARIOS[scenario].after
-    side = run_child(data_dir, side_path, after or scenario)
+    side = run_child(data_dir, side_path, after or scenario, version)
     if after is not None:  # and again, in the middle of the roll-forward
-        roll_forward = run_child(data_dir, tmp_path / "side-roll-forward", scenario)
+        roll_forward = run_child(data_dir, tmp_path / "side-roll-forward", scenario, version)
         assert len(roll_forward.markers_after_armed()) == 1, roll_forward.lines
         assert roll_forward.decided is None, "the roll-forward must not decide anything anew"
 
@@ -335,8 +347,10 @@ def test_restart_finishes_the_transaction_as_decided(tmp_path: Path, scenario: s
     before = inputs_of(side.txn_ranges(TARGET_TXN - 1))
     target = inputs_of(side.txn_ranges(TARGET_TXN))
     committed = before | target if expected.decided == "commit" else before
+    # version 2: the client's own EndTxn bumped the epoch (the coordinator's aborts bump as before)
+    client_bump = int(version >= 2 and SCENARIOS[after or scenario].ending in ("commit", "abort"))
 
-    with Broker(data_dir, **CONFIG) as broker:
+    with Broker(data_dir, **config) as broker:
         tc = broker.engine.transactions.coordinator
         if expected.recover is not None:
             # never prepared: the transaction is still open and holds everything back
@@ -357,7 +371,7 @@ def test_restart_finishes_the_transaction_as_decided(tmp_path: Path, scenario: s
         eventually(lambda: state_of(broker).state is expected.settled, SETTLE_DEADLINE_S,
                    f"{expected.settled.display} (stuck in {state_of(broker).state.display}?)")
         settled = state_of(broker)
-        assert (settled.producer_id, settled.producer_epoch) == (pid, epoch + expected.epoch_bumps)
+        assert (settled.producer_id, settled.producer_epoch) == (pid, epoch + expected.epoch_bumps + client_bump)
         assert not settled.partitions
         check_outcome(broker, committed, before | target)
 
@@ -367,10 +381,11 @@ def test_restart_finishes_the_transaction_as_decided(tmp_path: Path, scenario: s
         else:
             # the child's producer, had it outlived the broker, retries EndTxn: OK with the
             # decided command, INVALID_TXN_STATE with the other; then it carries on
-            broker.engine.call(tc.end_txn, TXN_ID, pid, epoch, expected.decided == "commit")
+            answered = broker.engine.call(tc.end_txn, TXN_ID, pid, epoch, expected.decided == "commit", version)
+            assert answered == (pid, epoch + client_bump)
             with pytest.raises(InvalidTxnStateError):
-                broker.engine.call(tc.end_txn, TXN_ID, pid, epoch, expected.decided != "commit")
-            carry_on(broker, pid, epoch, side.sequences)
+                broker.engine.call(tc.end_txn, TXN_ID, pid, epoch, expected.decided != "commit", version)
+            carry_on(broker, pid, epoch + client_bump, side.sequences, version)
             check_outcome(broker, committed, before | target)
 
         # the application restarts on top of it and finishes the input, exactly once
@@ -378,7 +393,7 @@ def test_restart_finishes_the_transaction_as_decided(tmp_path: Path, scenario: s
         assert state_of(broker).state is S.COMPLETE_COMMIT
         check_outcome(broker, all_inputs(), all_inputs())
 
-    with Broker(data_dir, **CONFIG) as broker:  # and it all survives another restart
+    with Broker(data_dir, **config) as broker:  # and it all survives another restart
         assert state_of(broker).state is S.COMPLETE_COMMIT
         check_outcome(broker, all_inputs(), all_inputs())
         assert committed_offsets(broker) == {p: RECORDS_PER_PARTITION for p in range(INPUT_PARTITIONS)}

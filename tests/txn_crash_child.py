@@ -3,7 +3,7 @@ application that SIGKILLs itself at a chosen point inside the transaction coordi
 
 Run from the repository root, on a directory made by :func:`prepare`::
 
-    python -m tests.txn_crash_child DATA_DIR SIDE_FILE SCENARIO
+    python -m tests.txn_crash_child DATA_DIR SIDE_FILE SCENARIO [TRANSACTION_VERSION]
 
 It opens ``Broker(DATA_DIR)``, joins the group ``GROUP`` with a read_committed
 consumer on ``INPUT`` and runs transactions with the transactional id ``TXN_ID``:
@@ -11,7 +11,9 @@ each takes the next ``TXN_SIZE`` records of every input partition, sends two
 transformed copies of each (to ``out-a`` by key, to ``out-b`` by input offset, so
 every transaction touches every output partition) and commits the consumer's
 offsets with ``send_offsets_to_transaction``. Transaction 0 commits normally; the
-crash point of SCENARIO (:data:`SCENARIOS`) is armed for transaction 1.
+crash point of SCENARIO (:data:`SCENARIOS`) is armed for transaction 1. The broker
+finalizes TRANSACTION_VERSION (2 unless given), which the embedded producer follows:
+with 2, no AddPartitionsToTxn/AddOffsetsToTxn and an epoch bump at every EndTxn.
 
 Crash points are injected by wrapping the coordinator IO (EngineCoordinatorIO,
 the engine's ``transaction_coordinator.io``, which the transaction and group
@@ -23,7 +25,8 @@ scenario crashed, armed from the start, and dies in the middle of the roll-forwa
 SIDE_FILE gets one flushed line per fact, written before the next step can happen
 (a write the kernel has is not lost by SIGKILL)::
 
-    producer <producer id> <epoch>                 init_transactions returned
+    producer <producer id> <epoch>                 init_transactions returned, and again as the
+                                                   target transaction begins (version 2 bumped it)
     txn <n> <partition>:<first>-<end> ...          transaction n takes these input offsets
     sequences <topic>:<partition>:<next> ...       the producer's next sequence per partition
     armed <scenario>                               the crash point is live from here on
@@ -316,11 +319,11 @@ def describe_txn(n: int, batch: dict[tuple[str, int], list]) -> str:
     return f"txn {n} {ranges}"
 
 
-def run(data_dir: Path, side: SideFile, name: str) -> None:
+def run(data_dir: Path, side: SideFile, name: str, version: int) -> None:
     """Transaction 0 commits; transaction 1 ends the scenario's way with its crash point armed."""
     scenario = SCENARIOS[name]
     points = CrashPoints(side, name)
-    broker = Broker(data_dir, **CONFIG)
+    broker = Broker(data_dir, **CONFIG, **{"transaction.version": version})
     producer = broker.producer(transactional_id=TXN_ID, transaction_timeout_ms=scenario.txn_timeout_ms)
     producer.init_transactions()
     side.line(f"producer {producer.producer_id} {producer.producer_epoch}")
@@ -330,6 +333,8 @@ def run(data_dir: Path, side: SideFile, name: str) -> None:
     sent: Counter[tuple[str, int]] = Counter()  # a sequence per record: the next sequence, per partition
     for n, batch in enumerate(transactions[:TARGET_TXN + 1]):
         side.line(describe_txn(n, batch))
+        if n == TARGET_TXN:
+            side.line(f"producer {producer.producer_id} {producer.producer_epoch}")
         producer.begin_transaction()
         sent.update(send_outputs(producer, [r for records in batch.values() for r in records]))
         if n == TARGET_TXN:
@@ -353,17 +358,18 @@ def run(data_dir: Path, side: SideFile, name: str) -> None:
             broker.producer(transactional_id=TXN_ID).init_transactions()
 
 
-def recover(data_dir: Path, side: SideFile, name: str, timeout_s: float = 20.0) -> None:
+def recover(data_dir: Path, side: SideFile, name: str, version: int, timeout_s: float = 20.0) -> None:
     """Open the crashed directory with the crash point armed from the start, so the
     roll-forward the engine begins on opening is what gets killed."""
     points = CrashPoints(side, name)
     points.arm()
-    Broker(data_dir, **CONFIG)
+    Broker(data_dir, **CONFIG, **{"transaction.version": version})
     threading.Event().wait(timeout_s)  # the roll-forward kills us long before this
 
 
 def main(argv: Sequence[str]) -> int:
     data_dir, side_path, name = Path(argv[0]), Path(argv[1]), argv[2]
+    version = int(argv[3]) if len(argv) > 3 else 2
     if name not in SCENARIOS:
         sys.exit(f"unknown scenario {name!r}; known: {', '.join(SCENARIOS)}")
     # a child the test lost track of dies by itself
@@ -373,9 +379,9 @@ def main(argv: Sequence[str]) -> int:
     with open(side_path, "a") as f:
         side = SideFile(f)
         if SCENARIOS[name].after is None:
-            run(data_dir, side, name)
+            run(data_dir, side, name, version)
         else:
-            recover(data_dir, side, name)
+            recover(data_dir, side, name, version)
         side.line("no-crash")
     return 3
 
