@@ -242,12 +242,13 @@ def test_only_a_kip360_bump_remembers_the_previous_epoch():
 # -- random sequences against the model -------------------------------------------------
 
 PREPARES = ["increment_epoch", "new_producer_id", "add_partitions", "commit", "abort",
-            "complete", "dead", "fence"]
+            "complete", "dead", "fence", "commit_v2", "abort_v2"]
 
 
 def model_target(state: S, prepare: str) -> S:
     return {"increment_epoch": S.EMPTY, "new_producer_id": S.EMPTY, "add_partitions": S.ONGOING,
             "commit": S.PREPARE_COMMIT, "abort": S.PREPARE_ABORT,
+            "commit_v2": S.PREPARE_COMMIT, "abort_v2": S.PREPARE_ABORT,
             "complete": S.COMPLETE_COMMIT if state is S.PREPARE_COMMIT else S.COMPLETE_ABORT,
             "dead": S.DEAD, "fence": S.PREPARE_EPOCH_FENCE}[prepare]
 
@@ -279,6 +280,9 @@ class TransitionMachine(RuleBasedStateMachine):
             "complete": lambda: self.meta.prepare_complete(self.now),
             "dead": lambda: self.meta.prepare_dead(self.now),
             "fence": lambda: self.meta.prepare_fence_epoch(self.now),
+            # transaction version 2 (EndTxn v5): the epoch bumped at the decision
+            "commit_v2": lambda: self.meta.prepare_abort_or_commit(True, self.now, transaction_version=2),
+            "abort_v2": lambda: self.meta.prepare_abort_or_commit(False, self.now, transaction_version=2),
         }
         if self.transit is not None:
             with pytest.raises(ConcurrentTransactionsError):
@@ -289,6 +293,9 @@ class TransitionMachine(RuleBasedStateMachine):
         else:
             self.transit = calls[prepare]()
             assert self.transit.state is target and self.meta.pending_state is target
+            if prepare.endswith("_v2"):
+                assert self.transit.producer_epoch == before.producer_epoch + 1
+                assert self.transit.client_transaction_version == 2
             if prepare == "new_producer_id":
                 self.next_pid += 1
         assert self.meta.snapshot() == before  # a prepare never moves the state
