@@ -347,7 +347,8 @@ def test_a_committed_transaction_becomes_one_row_with_the_prepared_partitions(
     assert rows(mirror.path, "SELECT * FROM transactions") == [{
         "id": 1, "transactional_id": "billing", "producer_id": 7, "producer_epoch": 0, "outcome": "COMMIT",
         "partitions": '["orders-0", "orders-1", "payments-1"]', "start_ms": T0 + 10, "end_ms": T0 + 40,
-        "log_partition": partition, "log_offset": complete_at, "abort_cause": None, "abort_actor": None}]
+        "log_partition": partition, "log_offset": complete_at, "abort_cause": None, "abort_actor": None,
+        "transaction_version": 0}]
     [current] = rows(mirror.path, "SELECT * FROM transactional_ids")
     assert (current["state"], current["partitions"], current["txn_start_ms"], current["source_offset"]) == (
         "CompleteCommit", "[]", T0 + 10, complete_at)
@@ -692,9 +693,9 @@ def test_check_constraints_of_the_migration_are_the_ones_generated_from_the_enum
         from_models.dispose()
 
 
-TXN_ID_ROW = "INSERT INTO transactional_ids VALUES ('t', 1, 0, :value, 60000, '[]', -1, 0, 0, 0)"
-FINISHED_ROW = "INSERT INTO transactions VALUES (1, 't', 1, 0, :value, '[]', 0, 1, 0, 0, NULL, NULL)"
-ABORTED_ROW = "INSERT INTO transactions VALUES (1, 't', 1, 0, 'ABORT', '[]', 0, 1, 0, 0, :value, 'me')"
+TXN_ID_ROW = "INSERT INTO transactional_ids VALUES ('t', 1, 0, :value, 60000, '[]', -1, 0, 0, 0, 0)"
+FINISHED_ROW = "INSERT INTO transactions VALUES (1, 't', 1, 0, :value, '[]', 0, 1, 0, 0, NULL, NULL, 0)"
+ABORTED_ROW = "INSERT INTO transactions VALUES (1, 't', 1, 0, 'ABORT', '[]', 0, 1, 0, 0, :value, 'me', 0)"
 OFFSET_ROW = "INSERT INTO group_offsets VALUES ('g', 't', 0, :producer, :value, 5, '', 0, 0, 0)"
 
 

@@ -475,3 +475,42 @@ def test_the_embedded_producer_uses_the_finalized_transaction_version(tmp_path: 
             r = b.fetch(T, partition, 0, isolation_level="read_committed")
             values += [rec.value for rec in read_records(r.records, 0, True, r.aborted_transactions or ()).records]
         assert sorted(values) == [b"v0", b"v1", b"v2"]
+
+
+# -- the SQLite mirror and the console -------------------------------------------------------
+
+
+def test_the_mirror_shows_which_transaction_version_each_transaction_used(coordinator_broker: Broker) -> None:
+    import sqlite3
+    b = coordinator_broker
+    pid, epoch = init(b, "mirror-v2")
+    add_implicitly(b, pid, epoch, 0, "mirror-v2")
+    end_v2(b, "mirror-v2", pid, epoch, True)
+    pid0, epoch0 = init(b, "mirror-v0")
+    call(b, "add_partitions", "mirror-v0", pid0, epoch0, [(T, 1)])
+    call(b, "end_txn", "mirror-v0", pid0, epoch0, False)
+    b.mirror.catch_up()
+    with sqlite3.connect(b.mirror.path) as db:
+        finished = dict(db.execute("SELECT transactional_id, transaction_version FROM transactions"))
+        current = dict(db.execute("SELECT transactional_id, transaction_version FROM transactional_ids"))
+    assert finished == {"mirror-v2": 2, "mirror-v0": 0}
+    assert current == {"mirror-v2": 2, "mirror-v0": 0}
+
+
+def test_the_console_shows_the_transaction_version(coordinator_broker: Broker) -> None:
+    import re
+
+    from exactly.app.http import create_app
+    b = coordinator_broker
+    pid, epoch = init(b, "console-v2")
+    add_implicitly(b, pid, epoch, 0, "console-v2")
+    end_v2(b, "console-v2", pid, epoch, True)
+    pid0, epoch0 = init(b, "console-v0")
+    call(b, "add_partitions", "console-v0", pid0, epoch0, [(T, 1)])
+    b.mirror.catch_up()
+    client = create_app(b.engine, test_config={"TESTING": True}).test_client()
+    listing = client.get("/transactions").get_data(as_text=True)
+    rows = dict(re.findall(r'data-txn="([^"]+)".*?data-transaction-version="(\d)"', listing, re.S))
+    assert rows == {"console-v0": "0", "console-v2": "2"}
+    detail = client.get("/transactions/console-v2").get_data(as_text=True)
+    assert 'data-transaction-version="2"' in detail

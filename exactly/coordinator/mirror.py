@@ -160,6 +160,7 @@ def txn_id_row(transactional_id: str, transit: TxnTransitMetadata, partition: in
             "timeout_ms": transit.txn_timeout_ms, "partitions": partitions_json(transit.partitions),
             "txn_start_ms": transit.txn_start_timestamp,
             "last_update_ms": transit.txn_last_update_timestamp,
+            "transaction_version": transit.client_transaction_version,
             "source_partition": partition, "source_offset": offset}
 
 
@@ -178,7 +179,8 @@ def finished_row(transactional_id: str, transit: TxnTransitMetadata,
             "end_ms": transit.txn_last_update_timestamp,
             "log_partition": partition, "log_offset": offset,
             "abort_cause": transit.abort_reason.cause.value if transit.abort_reason else None,
-            "abort_actor": transit.abort_reason.actor if transit.abort_reason else None}
+            "abort_actor": transit.abort_reason.actor if transit.abort_reason else None,
+            "transaction_version": transit.client_transaction_version}
 
 
 def producer_row(transactional_id: str, transit: TxnTransitMetadata) -> Row:

@@ -77,6 +77,8 @@ class TransactionalId(Base):
     #: -1 when no transaction has started
     txn_start_ms: Mapped[int] = mapped_column(BigInteger)
     last_update_ms: Mapped[int] = mapped_column(BigInteger)
+    #: the transaction version of the client's last request (2: KIP-890 part 2, 0: earlier)
+    transaction_version: Mapped[int] = mapped_column(BigInteger, server_default="0")
     #: where the record is: partition and offset in ``__transaction_state``
     source_partition: Mapped[int] = mapped_column(Integer)
     source_offset: Mapped[int] = mapped_column(BigInteger)
@@ -110,6 +112,8 @@ class FinishedTransaction(Base):
     #: the CompleteAbort record's headers; NULL for a commit, or an abort logged without them
     abort_cause: Mapped[str | None] = mapped_column(Text, nullable=True)
     abort_actor: Mapped[str | None] = mapped_column(Text, nullable=True)
+    #: the transaction version it ran with (2: KIP-890 part 2, an epoch bump at its end; 0: earlier)
+    transaction_version: Mapped[int] = mapped_column(BigInteger, server_default="0")
 
 
 class ProducerId(Base):

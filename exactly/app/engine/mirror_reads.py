@@ -26,7 +26,7 @@ def transaction_history(db: "SqlEngine", txn_id: str, limit: int = 20) -> list[d
     from exactly.coordinator.mirror_models import FinishedTransaction as T
 
     query = (select(T.producer_id, T.producer_epoch, T.outcome, T.partitions, T.start_ms, T.end_ms,
-                    T.abort_cause, T.abort_actor)
+                    T.abort_cause, T.abort_actor, T.transaction_version)
              .where(T.transactional_id == txn_id).order_by(T.end_ms.desc(), T.id.desc()).limit(limit))
     with db.connect() as connection:
         rows = connection.execute(query).all()
@@ -52,7 +52,7 @@ def finished_transactions(db: "SqlEngine", txn_id: str = "", outcome: str = "", 
     if cause:
         where.append(T.abort_cause == cause)
     query = (select(T.transactional_id, T.producer_id, T.producer_epoch, T.outcome, T.partitions, T.start_ms,
-                    T.end_ms, T.abort_cause, T.abort_actor)
+                    T.end_ms, T.abort_cause, T.abort_actor, T.transaction_version)
              .where(*where).order_by(T.end_ms.desc(), T.id.desc()).limit(limit).offset(offset))
     with db.connect() as connection:
         rows = connection.execute(query).all()
@@ -86,7 +86,8 @@ def _finished(r: Any) -> dict[str, Any]:
     return {"producer_id": r.producer_id, "producer_epoch": r.producer_epoch, "outcome": r.outcome,
             "partitions": [_topic_partition(tp) for tp in json.loads(r.partitions)],
             "start_ms": r.start_ms, "end_ms": r.end_ms,
-            "abort_cause": r.abort_cause, "abort_actor": r.abort_actor}
+            "abort_cause": r.abort_cause, "abort_actor": r.abort_actor,
+            "transaction_version": r.transaction_version}
 
 
 def outcome_counts(db: "SqlEngine") -> dict[str, dict[str, int]]:

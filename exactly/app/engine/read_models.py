@@ -233,6 +233,7 @@ def _transaction(txn_id: str, meta, now_ms: int) -> dict[str, Any]:
     return {"transactional_id": txn_id, "state": meta.state.display, "activity": activity,
             "last_outcome": meta.state.outcome.name if meta.state.is_complete else None,
             "two_phase_commit": meta.txn_timeout_ms == TWO_PHASE_COMMIT_TIMEOUT_MS,
+            "transaction_version": meta.client_transaction_version,
             "producer_id": meta.producer_id,
             "producer_epoch": meta.producer_epoch, "transaction_timeout_ms": meta.txn_timeout_ms,
             "transaction_start_ms": meta.txn_start_timestamp if open_ else None,

@@ -876,6 +876,9 @@ class Transaction(Resource):
     last_outcome: Optional[Literal[OUTCOMES]] = Field(description=(
         "how the last transaction ended, while idle after one; null otherwise"))
     two_phase_commit: bool = Field(description="a KIP-939 two-phase-commit producer (no transaction timeout)")
+    transaction_version: Int(0, 2) = Field(description=(
+        "the transaction version of its client's last request: 2 is KIP-890 part 2 (partitions added by "
+        "Produce, the epoch bumped at every EndTxn), 0 the earlier protocol"))
     producer_id: Int(-1)
     producer_epoch: Int(-1, INT16_MAX)
     transaction_timeout_ms: Int(-1, INT32_MAX)
@@ -896,6 +899,7 @@ class FinishedTransaction(BaseModel):
     abort_cause: Optional[Literal[ABORT_CAUSES]] = Field(
         description="why it was aborted; null for a commit")
     abort_actor: Optional[str] = Field(description="who aborted it, and from where")
+    transaction_version: Int(0, 2) = Field(description="2: KIP-890 part 2, 0: the earlier protocol")
 
 
 class TransactionDetail(Transaction):
