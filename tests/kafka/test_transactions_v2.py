@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import re
 import time
-from typing import Any
+from pathlib import Path
+from typing import Any, Iterator
 
 import pytest
 
+from exactly.coordinator.transaction_state import TransactionState
 from exactly.storage.record_batch import SimpleRecord, encode_batch
 from tests.kafka.differential import (
     END_TXN,
@@ -143,3 +145,40 @@ def test_kafka_features_describe_shows_transaction_version_2(brokers: tuple[Peer
     assert {name: kafka[name] for name in ("transaction.version", "metadata.version")} == {
         name: exactly[name] for name in ("transaction.version", "metadata.version")}
     assert exactly["group.version"]["SupportedMaxVersion"] == kafka["group.version"]["SupportedMaxVersion"]
+
+
+@pytest.fixture(params=[2, 1], ids=["tv2", "tv1"])
+def versioned_exactly(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Any, int]]:
+    """A fresh Exactly finalizing transaction version 2, then 1 (beside the shared settings)."""
+    from exactly.app.testing import broker
+    from tests.kafka.conftest import SHARED_CONFIG
+    with broker(tmp_path / "exactly-data", **SHARED_CONFIG, **{"transaction.version": request.param}) as server:
+        yield server, request.param
+
+
+def test_kafkas_java_producer_follows_the_finalized_transaction_version(
+        versioned_exactly: tuple[Any, int]) -> None:
+    """Kafka 4.4's own producer (ProducerPerformance, committing every 50 ms) against
+    Exactly: with version 2 finalized it sends no AddPartitionsToTxn and takes the epoch
+    every EndTxn v5 bumps; pinned at 1 it keeps its epoch. Every record is committed."""
+    exactly_broker, version = versioned_exactly
+    peer = Peer("exactly", exactly_broker.bootstrap)
+    create_topics(peer, {"perf": (2, {})})
+    done = run_tool("org.apache.kafka.tools.ProducerPerformance", "--topic", "perf", "--num-records", "3000",
+                    "--record-size", "100", "--throughput", "-1", "--transactional-id", "perf-tx",
+                    "--transaction-duration-ms", "50", "--producer-props",
+                    f"bootstrap.servers={exactly_broker.bootstrap}", timeout=90)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    engine = exactly_broker.engine
+
+    async def describe() -> Any:
+        return engine.transactions.describe_transaction("perf-tx")
+    meta = engine.call(describe)
+    assert meta.state is TransactionState.COMPLETE_COMMIT
+    if version == 2:
+        assert meta.client_transaction_version == 2 and meta.producer_epoch >= 2  # bumped per transaction
+    else:
+        assert (meta.client_transaction_version, meta.producer_epoch) == (0, 0)
+    counts = [engine.call(engine.partitions.partition_offsets, "perf", p) for p in (0, 1)]
+    assert sum(c.last_stable_offset for c in counts) >= 3000
+    peer.close()
