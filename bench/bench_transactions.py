@@ -15,6 +15,10 @@
                  (PREPARE written, markers on every partition durable, COMPLETE durable).
 3. startup    -- Broker(...) over a data directory holding 10,000 transactional ids
                  (goal: coordinator start < 2 s).
+4. wire       -- (``--wire``) Kafka 4.4's Java producer (ProducerPerformance, 1 KiB
+                 records, acks=all) over the Kafka protocol: idempotent, then
+                 transactional with a transaction per 100 ms on a broker finalizing
+                 transaction version 1 and on one finalizing 2.
 
 The trials of the throughput variants are interleaved so drift in the disk's speed
 affects them alike; each figure is the median of its trials.
@@ -151,17 +155,67 @@ def bench_startup(workdir: Path, sizes: Sizes) -> float:
     return startup
 
 
+def perf_test(bootstrap: str, topic: str, records: int, transactional_id: str | None) -> float:
+    """ProducerPerformance (Kafka's Java producer) to ``topic``; MB/s."""
+    from tests.kafka.real_kafka import run_tool
+
+    extra = ["--transactional-id", transactional_id, "--transaction-duration-ms", "100"] if transactional_id else []
+    done = run_tool("org.apache.kafka.tools.ProducerPerformance", "--topic", topic, "--num-records", str(records),
+                    "--record-size", str(len(RECORD)), "--throughput", "-1", *extra, "--command-property",
+                    f"bootstrap.servers={bootstrap}", "acks=all", "enable.idempotence=true", timeout=600)
+    summary = [line for line in done.stdout.splitlines() if "records sent" in line and "99.9th" in line]
+    if done.returncode != 0 or not summary:
+        raise RuntimeError(f"ProducerPerformance failed:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
+    return float(summary[-1].split(" records/sec")[0].rsplit(",", 1)[1]) * len(RECORD) / 1e6
+
+
+def bench_wire(workdir: Path, sizes: Sizes) -> dict[str, float]:
+    from exactly.app.testing import broker as served
+
+    records = 20_000 if sizes is QUICK else 150_000
+    variants = {"idempotent": (2, False), "TV1 transactional, a transaction per 100 ms": (1, True),
+                "TV2 transactional, a transaction per 100 ms": (2, True)}
+    rates: dict[str, list[float]] = {name: [] for name in variants}
+    with served(workdir / "wire-tv1", **{"transaction.version": 1}) as tv1, \
+            served(workdir / "wire-tv2", **{"transaction.version": 2}) as tv2:
+        servers = {1: tv1, 2: tv2}
+        for trial in range(max(sizes.trials - 1, 1)):
+            for n, (name, (version, transactional)) in enumerate(variants.items()):
+                server = servers[version]
+                topic = f"wire-{trial}-{n}"
+                server.broker.create_topic(topic, partitions=2)
+                rates[name].append(perf_test(server.bootstrap, topic, records,
+                                             f"wire-{trial}-{n}" if transactional else None))
+    base = statistics.median(rates["idempotent"])
+    print(f"\n[4] wire: Kafka 4.4's Java producer (ProducerPerformance), {records:,} x 1 KiB, acks=all, 2 partitions")
+    results = {}
+    for name in variants:
+        rate = statistics.median(rates[name])
+        results[name] = rate
+        print(f"  {name:<45} {rate:8.2f} MB/s  ({rate / base:6.1%} of idempotent)"
+              f"  [{min(rates[name]):.2f}..{max(rates[name]):.2f}]")
+    return results
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="small sizes, for checking the script")
+    parser.add_argument("--wire", action="store_true", help="only [4]: Kafka's Java producer over the wire")
     parser.add_argument("--workdir", type=Path, default=ROOT / "bench" / ".work")
     args = parser.parse_args(argv)
     sizes = QUICK if args.quick else FULL
     workdir = args.workdir / f"txn-{datetime.datetime.now():%H%M%S}"
     workdir.mkdir(parents=True)
     print(f"date:    {datetime.datetime.now().isoformat(timespec='seconds')}")
-    print(f"command: python bench/bench_transactions.py{' --quick' if args.quick else ''}")
+    print(f"command: python bench/bench_transactions.py{' --quick' if args.quick else ''}"
+          f"{' --wire' if args.wire else ''}")
     print(f"python:  {platform.python_implementation()} {platform.python_version()} on {platform.platform()}")
+    if args.wire:
+        try:
+            bench_wire(workdir, sizes)
+        finally:
+            shutil.rmtree(workdir, ignore_errors=True)
+        return 0
     try:
         throughput = bench_throughput(workdir, sizes)
         startup = bench_startup(workdir, sizes)
