@@ -432,7 +432,7 @@ def test_a_commit_in_progress_at_a_crash_completes_with_the_bumped_epoch(tmp_pat
         b.create_topic(T, partitions=1)
         pid, epoch = init(b, "crash")
         add_implicitly(b, pid, epoch, 0, "crash")
-        meta = b.engine._transaction_coordinator.txns["crash"]
+        meta = b.engine.transactions.coordinator.txns["crash"]
         prepare = meta.prepare_abort_or_commit(True, clock.now_ms(), transaction_version=TV2)
         meta.abort_transition()
         append_txn_log(b, "crash", prepare)  # the decision, and then the crash

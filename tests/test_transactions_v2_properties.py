@@ -45,7 +45,7 @@ class CoordinatorMachine(RuleBasedStateMachine):
         self.broker = Broker(Path(self.dir.name) / "data", clock=FakeClock(), **SMALL_INTERNAL_TOPICS,
                              **{"transaction.version": version})
         self.broker.create_topic(T, partitions=PARTITIONS)
-        self.tc = self.broker.engine._transaction_coordinator
+        self.tc = self.broker.engine.transactions.coordinator
         self.pid, self.epoch = self.call("init_producer_id", TXN_ID, 60_000)
         self.committed: dict[int, list[bytes]] = {p: [] for p in range(PARTITIONS)}
         self.pending: dict[int, list[bytes]] = {p: [] for p in range(PARTITIONS)}

@@ -43,8 +43,9 @@ METADATA_VERSION = "metadata.version"
 TRANSACTION_VERSION_2 = 2
 #: the transaction versions this broker supports (Kafka 4.4's: 0-2)
 TRANSACTION_VERSIONS = range(0, 3)
-#: ``group.version`` as finalized here: 1 once ConsumerGroupHeartbeat (KIP-848) is served
-GROUP_VERSION_LEVEL = 0
+#: ``group.version`` as finalized here: 1, the KIP-848 consumer group protocol
+#: (ConsumerGroupHeartbeat, ConsumerGroupDescribe) is served
+GROUP_VERSION_LEVEL = 1
 #: Kafka 4.4's range of ``metadata.version`` (3.3-IV3 to 4.4-IV?), and the level its new node finalizes
 METADATA_VERSIONS = range(7, 34)
 
