@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Any
 
 TRANSACTION_VERSION = "transaction.version"
 GROUP_VERSION = "group.version"
@@ -73,7 +74,7 @@ def features(transaction_version: int) -> tuple[Feature, ...]:
     )
 
 
-def api_versions_fields(transaction_version: int, version: int) -> dict:
+def api_versions_fields(transaction_version: int, version: int) -> dict[str, Any]:
     """ApiVersions' feature fields at request ``version`` (none before v3). As Kafka's, v3
     leaves out features whose supported range starts at 0 (older clients read 0 as
     "not supported")."""
