@@ -113,7 +113,7 @@ def bench_throughput(workdir: Path, sizes: Sizes) -> dict[str, float]:
         results[name] = rate
         print(f"  {name:<40} {rate:8.2f} MB/s  ({rate / base:6.1%} of idempotent)"
               f"  [{min(rates[name]):.2f}..{max(rates[name]):.2f}]")
-    print("\n[2] commit latency: commit_transaction = EndTxn .. COMPLETE durable")
+    print("\n[2] commit latency: commit_transaction = flush + EndTxn .. COMPLETE durable")
     for name in list(variants)[1:]:
         values = sorted(latencies[name])
         p50 = values[len(values) // 2] * 1000

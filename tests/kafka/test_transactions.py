@@ -3,7 +3,8 @@ field by field: commit and abort, the LSO and the aborted transactions a read_co
 fetch gets, DescribeTransactions / ListTransactions / DescribeProducers, fencing by a
 new instance, the timeout, TxnOffsetCommit with ``require_stable`` and KIP-447's
 generation fencing. Requests go at Kafka 3's versions (EndTxn v3): Kafka 4 keeps its
-epoch per transaction for them (KIP-890 part 2 needs EndTxn v5, issue 31)."""
+epoch per transaction for them; KIP-890 part 2 (EndTxn v5, Produce v12) is compared in
+tests/kafka/test_transactions_v2.py."""
 
 from __future__ import annotations
 
