@@ -9,6 +9,11 @@ producer hears PRODUCER_FENCED only from request versions that know that error
 INVALID_PRODUCER_EPOCH from older ones -- librdkafka sends AddPartitionsToTxn and
 AddOffsetsToTxn at v0, aiokafka everything at v0.
 
+Transaction version 2 (KIP-890 part 2) is chosen per request, as Kafka chooses it: EndTxn
+v5 bumps the epoch and answers it (whatever the finalized ``transaction.version``);
+TxnOffsetCommit v5 adds the group's partition itself when ``transaction.version`` 2 is
+finalized (``exactly/coordinator/features.py``), as Produce v12 adds its partition.
+
 WriteTxnMarkers from a client is Kafka's partition-level abort (KIP-664's
 ``Admin.abortTransaction``): the open transaction is ended through
 ``Partitions.abort_hanging_transaction``; a COMMIT marker is refused.
