@@ -327,6 +327,27 @@ def test_pipelined_tv2_batches_to_new_partitions_are_appended_in_order(kafka: Ka
         p.close()
 
 
+def test_pipelined_batches_of_a_fenced_producer_are_all_refused_and_none_appended(kafka: KafkaBroker) -> None:
+    """A new instance fenced the producer: its batches, pipelined behind the one whose
+    implicit add is refused, are refused too, and nothing reaches the log."""
+    p = RawProducer(kafka, "tv2-fenced")
+    try:
+        batches = [p.batch(0, b"z%d" % i) for i in range(3)]
+        newcomer = RawProducer(kafka, "tv2-fenced")  # InitProducerId: the epoch moves on
+        newcomer.close()
+        for batch in batches:
+            p.conn.send(ApiKey.PRODUCE, 12, {
+                "transactional_id": p.txn_id, "acks": -1, "timeout": 10_000,
+                "topic_data": [{"name": T, "partition_data": [{"index": 0, "records": batch}]}]})
+        codes = [p.conn.receive(ApiKey.PRODUCE, 12)[1].responses[0].partition_responses[0].error_code
+                 for _ in batches]
+        assert codes == [INVALID_PRODUCER_EPOCH] * 3
+        assert kafka.broker.list_offsets(T, 0, -1) == 0
+        assert state(kafka, "tv2-fenced").state is S.EMPTY
+    finally:
+        p.close()
+
+
 def test_markers_of_a_tv2_commit_are_control_batches_of_the_bumped_epoch(kafka: KafkaBroker) -> None:
     p = RawProducer(kafka, "tv2-markers")
     try:
