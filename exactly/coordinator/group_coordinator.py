@@ -368,12 +368,16 @@ class GroupCoordinator:
         return await self.consumer.heartbeat(group.consumer, request)
 
     def _validate_consumer_commit(self, consumer: ConsumerGroup, member_id: str, member_epoch: int,
-                                  transactional: bool, api_version: int) -> None:
+                                  transactional: bool, api_version: int, group_instance_id: str | None = None) -> None:
         """Kafka's ConsumerGroup.validateOffsetCommit: a commit without a member epoch only
-        while the group has no members; otherwise a member's, at its current epoch
-        (STALE_MEMBER_EPOCH; ILLEGAL_GENERATION in a TxnOffsetCommit, whose clients
-        know no other), and a non-transactional one over OffsetCommit v9+."""
+        while the group has no members, or a TxnOffsetCommit without group metadata (no
+        member id, epoch -1: a producer given only the group id); otherwise a member's,
+        at its current epoch (STALE_MEMBER_EPOCH; ILLEGAL_GENERATION in a TxnOffsetCommit
+        below v6, which Kafka's validateTransactionalOffsetCommit answers instead), and a
+        non-transactional one over OffsetCommit v9+."""
         if member_epoch < 0 and not consumer.members:
+            return
+        if transactional and member_epoch == -1 and not member_id and group_instance_id is None:
             return
         member = consumer.members.get(member_id)
         if member is None:
@@ -825,7 +829,7 @@ class GroupCoordinator:
         self.io.verify_transaction(transactional_id, producer_id, producer_epoch, self.partition_of(group_id))
         group = self._group(group_id)
         if group.consumer is not None:
-            self._validate_consumer_commit(group.consumer, member_id, generation, True, 9)
+            self._validate_consumer_commit(group.consumer, member_id, generation, True, 9, group_instance_id)
         else:
             self._validate_commit(group, generation, member_id, group_instance_id, transactional=True)
         return await self._append_offsets(group, offsets, producer_id, producer_epoch)
