@@ -260,8 +260,35 @@ async def transaction(engine: "Engine", txn_id: str) -> dict[str, Any]:
 
 async def groups(engine: "Engine") -> list[dict[str, Any]]:
     return [{"group_id": g.group_id, "state": g.state.value, "generation": g.generation,
-             "protocol_type": g.protocol_type, "protocol": g.protocol, "members": len(g.members)}
+             "protocol_type": g.protocol_type, "protocol": g.protocol, "members": len(g.members),
+             **_consumer_side(engine, g, members=False)}
             for g in sorted(engine.groups.coordinator.groups.values(), key=lambda g: g.group_id)]
+
+
+def _consumer_side(engine: "Engine", g: GroupMetadata, members: bool = True) -> dict[str, Any]:
+    """The group's type (Kafka's ``classic`` or ``consumer``) and, for a KIP-848 group, what
+    replaces the classic fields: its state, group and assignment epochs (``generation``
+    is the group epoch, the protocol its assignor) and, with ``members``, each member's
+    epoch, reconciliation state, partitions (owned, still to revoke) and target."""
+    c = g.consumer
+    if c is None:
+        return {"type": "classic"}
+    side: dict[str, Any] = {"type": "consumer", "state": c.state.value, "generation": c.group_epoch,
+                            "assignment_epoch": c.assignment_epoch, "protocol_type": "consumer",
+                            "protocol": engine.groups.coordinator.consumer.assignor_for(c), "members": len(c.members)}
+    if members:
+        side["members"] = [{
+            "member_id": m.member_id, "group_instance_id": m.instance_id, "client_id": m.client_id,
+            "client_host": m.client_host, "session_timeout_ms": engine.groups.coordinator.config.group_consumer_session_timeout_ms,
+            "member_epoch": m.member_epoch, "member_state": m.state.name,
+            "assignment": _partitions(m.assigned), "pending_revocation": _partitions(m.pending_revocation),
+            "target_assignment": _partitions(c.target.get(m.member_id, frozenset()))}
+            for m in sorted(c.members.values(), key=lambda m: m.member_id)]
+    return side
+
+
+def _partitions(partitions: frozenset[tuple[str, int]]) -> list[dict[str, Any]]:
+    return [{"topic_name": t, "partition_id": p} for t, p in sorted(partitions)]
 
 
 async def group(engine: "Engine", group_id: str) -> dict[str, Any]:
@@ -303,7 +330,7 @@ async def group(engine: "Engine", group_id: str) -> dict[str, Any]:
                          "client_id": m.client_id, "client_host": m.client_host,
                          "session_timeout_ms": m.session_timeout_ms,
                          "assignment": _assignment(g.protocol_type, m.assignment)} for m in g.members.values()],
-            "offsets": offsets}
+            "offsets": offsets, **_consumer_side(engine, g)}
 
 
 async def offsets_partition(engine: "Engine", group_id: str) -> int:
@@ -315,6 +342,8 @@ async def offsets_partition(engine: "Engine", group_id: str) -> int:
 def assigned_partitions(group: GroupMetadata) -> set[tuple[str, int]]:
     """The partitions the group's current assignment gives its members (decoded from
     the consumer protocol; none for another protocol)."""
+    if group.consumer is not None:
+        return {tp for m in group.consumer.members.values() for tp in m.owns()}
     return {(a["topic_name"], a["partition_id"]) for m in group.members.values()
             for a in _assignment(group.protocol_type, m.assignment) or ()}
 

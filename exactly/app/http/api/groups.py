@@ -52,7 +52,9 @@ def _group(group: dict[str, Any], **extra: Any) -> dict[str, Any]:
     group_id = group["group_id"]
     return resource("KafkaConsumerGroup", ("consumer-groups", group_id), _group_crn(group_id),
                     cluster_id=cluster_id(), consumer_group_id=group_id,
-                    is_simple=not group["protocol_type"], type="CLASSIC", is_mixed_consumer_group=False,
+                    is_simple=not group["protocol_type"], type=group["type"].upper(),
+                    # Exactly has no online migration: a group is of one protocol or the other
+                    is_mixed_consumer_group=False,
                     partition_assignor=group["protocol"] or "",
                     state=_state(group["state"]), coordinator=related("brokers", current_engine().topics.node_id),
                     consumers=related("consumer-groups", group_id, "consumers"),
@@ -87,7 +89,7 @@ def list_groups():
 def describe_group(group_id: str):
     group = _describe(group_id)
     return jsonify(_group(group, protocol=group["protocol"], leader=group["leader"], members=group["members"],
-                          offsets=group["offsets"]))
+                          offsets=group["offsets"], assignment_epoch=group.get("assignment_epoch")))
 
 
 # -- consumers and their assignments ----------------------------------------------------

@@ -27,6 +27,7 @@ from exactly.app.faults.events import Coordinator, Event
 from exactly.app.faults.fault import Action
 from exactly.app.http.api.codec import MAX_TIME_MS
 from exactly.app.security.acl import SUPPORTED_OPERATIONS, AclOperation, AclPermissionType, PatternType, ResourceType
+from exactly.coordinator.consumer_group import ConsumerGroupState
 from exactly.coordinator.group_metadata import GroupState
 from exactly.coordinator.transaction_state import AbortCause, TransactionState
 from exactly.storage.log_config import LogConfig
@@ -54,7 +55,9 @@ ISOLATION_LEVELS = (READ_COMMITTED, READ_UNCOMMITTED)
 STATES = tuple(state.display for state in TransactionState)
 OUTCOMES = tuple(sorted({state.outcome.name for state in TransactionState if state.outcome is not None}))
 ABORT_CAUSES = tuple(cause.value for cause in AbortCause)
-GROUP_STATES = tuple(state.name for state in GroupState)
+#: a classic group's states, then those only a KIP-848 group has
+GROUP_STATES = tuple(dict.fromkeys([*(state.name for state in GroupState),
+                                    *(state.name for state in ConsumerGroupState)]))
 #: Confluent's ConsumerGroupType values
 GROUP_TYPES = ("CLASSIC", "CONSUMER", "SHARE", "UNKNOWN")
 CONFIG_NAMES = tuple(sorted(LogConfig().to_kafka()))
@@ -726,6 +729,13 @@ class GroupMember(BaseModel):
     session_timeout_ms: Int()
     assignment: Optional[list[TopicPartition]] = Field(description=(
         "the member's partitions; null for a group of another protocol than the consumer's"))
+    member_epoch: Optional[Int(-2, INT32_MAX)] = Field(None, description="a KIP-848 group's member epoch")
+    member_state: Optional[Literal["STABLE", "UNREVOKED_PARTITIONS", "UNRELEASED_PARTITIONS"]] = Field(
+        None, description="where a KIP-848 member is in its reconciliation")
+    pending_revocation: Optional[list[TopicPartition]] = Field(None, description=(
+        "a KIP-848 member's partitions it still owns and must revoke"))
+    target_assignment: Optional[list[TopicPartition]] = Field(None, description=(
+        "a KIP-848 member's partitions in the group's target assignment, which it converges on"))
 
 
 class PendingOffset(BaseModel):
@@ -774,8 +784,8 @@ class ConsumerGroup(Resource):
     cluster_id: str
     consumer_group_id: str
     is_simple: bool
-    #: the rebalance protocol the group uses (Confluent's ConsumerGroupType); this broker
-    #: speaks the classic one (KIP-848's CONSUMER groups are another issue's)
+    #: the rebalance protocol the group uses (Confluent's ConsumerGroupType): CLASSIC or
+    #: CONSUMER (KIP-848)
     type: Literal[GROUP_TYPES]
     #: whether members of both protocols share the group: never, with one protocol
     is_mixed_consumer_group: bool
@@ -793,6 +803,8 @@ class ConsumerGroupSummary(ConsumerGroup):
 
 
 class ConsumerGroupDetail(ConsumerGroup):
+    assignment_epoch: Optional[Int(0, INT32_MAX)] = Field(None, description=(
+        "a KIP-848 group's target assignment epoch (its generation_id is the group epoch)"))
     protocol: Optional[str]
     leader: Optional[str]
     members: list[GroupMember]
