@@ -432,6 +432,10 @@ class UnacceptableCredentialError(KafkaError, code=93, name="UNACCEPTABLE_CREDEN
     """Requested credential would not meet criteria for acceptability."""
 
 
+class UnknownTopicIdError(KafkaError, code=100, name="UNKNOWN_TOPIC_ID", retriable=True):
+    """No topic has this id (KIP-516): it never had, or the topic was deleted."""
+
+
 class TransactionalIdNotFoundError(KafkaError, code=105, name="TRANSACTIONAL_ID_NOT_FOUND"):
     """The transactional id cannot be found."""
 

@@ -12,7 +12,9 @@ until the transaction ends (librdkafka's read_committed consumers ask for this).
 
 from __future__ import annotations
 
+import uuid
 from collections import Counter
+from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
 from exactly.app.engine.partitions import (
@@ -30,6 +32,7 @@ from exactly.coordinator.group_metadata import CommittedOffset
 from exactly.storage.errors import (
     InvalidRequestError,
     KafkaError,
+    UnknownTopicIdError,
     UnknownTopicOrPartitionError,
     UnsupportedVersionError,
 )
@@ -133,10 +136,51 @@ def requested_offsets(ctx: RequestContext, api: ApiKey, topics: Any) -> tuple[di
     return offsets, unknown
 
 
-def refused_offsets(topics: Any, error: KafkaError) -> list[dict]:
+def refused_offsets(topics: Any, error: KafkaError, topic_key: str = "name") -> list[dict]:
     """An offset commit's answer when the whole request is refused: ``error`` for every partition."""
-    return [{"name": t.name, "partitions": [{"partition_index": p.partition_index, "error_code": error.code}
-                                            for p in t.partitions]} for t in topics]
+    return [{topic_key: getattr(t, topic_key), "partitions": [
+        {"partition_index": p.partition_index, "error_code": error.code} for p in t.partitions]} for t in topics]
+
+
+@dataclass(frozen=True)
+class NamedTopic:
+    """A request's topic named by id (OffsetCommit and OffsetFetch v10), with its name."""
+
+    name: str
+    topic_id: uuid.UUID
+    partitions: Any = ()
+    partition_indexes: Any = ()
+
+
+def named_by_id(ctx: RequestContext, topics: Any, partitions: str) -> tuple[list[NamedTopic], list[dict]]:
+    """v10 names topics by id (KIP-848): the topics a name is found for, and for each id
+    no topic has an answer of UNKNOWN_TOPIC_ID for its partitions, as Kafka's KafkaApis
+    answers before anything else is checked."""
+    named, unknown = [], []
+    for topic in topics:
+        name = ctx.engine.groups.topic_name(topic.topic_id)
+        entries = getattr(topic, partitions)
+        if name is None:
+            error = UnknownTopicIdError(f"no topic has the id {topic.topic_id}")
+            unknown.append({"topic_id": topic.topic_id, "partitions": [
+                {"partition_index": p if partitions == "partition_indexes" else p.partition_index,
+                 "error_code": error.code, **({"committed_offset": -1, "committed_leader_epoch": -1, "metadata": ""}
+                                              if partitions == "partition_indexes" else {})} for p in entries]})
+        else:
+            named.append(NamedTopic(name, topic.topic_id, **{partitions: entries}))
+    return named, unknown
+
+
+def by_topic_id(ctx: RequestContext, answer: list[dict]) -> list[dict]:
+    """An answer's topics (``name``) named by id for v10; a topic no longer there (deleted
+    while answering, or an offset of a deleted topic in "all offsets") is left out, as
+    Kafka leaves out a topic whose id is the zero uuid."""
+    named = []
+    for topic in answer:
+        info = ctx.engine.topics.topic_info(topic["name"])
+        if info is not None:
+            named.append({"topic_id": uuid.UUID(info.topic_id), "partitions": topic["partitions"]})
+    return named
 
 
 def commit_results(offsets: dict, errors: dict | BaseException, unknown: list[tuple[str, dict]],
@@ -150,25 +194,30 @@ def commit_results(offsets: dict, errors: dict | BaseException, unknown: list[tu
     return by_topic(entries + unknown)
 
 
-@serves(ApiKey.OFFSET_COMMIT, 2, 9)
+@serves(ApiKey.OFFSET_COMMIT, 2, 10)
 async def offset_commit(ctx: RequestContext, request: Any) -> dict:
     """Read on the group (else GROUP_AUTHORIZATION_FAILED for every partition) and on
     each topic (else TOPIC_AUTHORIZATION_FAILED for its partitions). In a consumer group
     (KIP-848) the generation is the member epoch, and its members must commit with v9+
-    (UNSUPPORTED_VERSION otherwise, as Kafka answers)."""
+    (UNSUPPORTED_VERSION otherwise, as Kafka answers). v10 names topics by id: an id no
+    topic has is UNKNOWN_TOPIC_ID."""
+    by_id = ctx.version >= 10
     if not authorization.allowed(ctx, ApiKey.OFFSET_COMMIT, G, request.group_id):
-        return {"topics": refused_offsets(request.topics, authorization.denial(G, request.group_id))}
-    offsets, unknown = requested_offsets(ctx, ApiKey.OFFSET_COMMIT, request.topics)
+        return {"topics": refused_offsets(request.topics, authorization.denial(G, request.group_id),
+                                          "topic_id" if by_id else "name")}
+    topics, unknown_ids = named_by_id(ctx, request.topics, "partitions") if by_id else (request.topics, [])
+    offsets, unknown = requested_offsets(ctx, ApiKey.OFFSET_COMMIT, topics)
     try:
         errors: dict | BaseException = await ctx.engine.groups.commit_offsets(
             request.group_id, offsets, request.generation_id_or_member_epoch, request.member_id,
             getattr(request, "group_instance_id", None), ctx.version) if offsets else {}
     except KafkaError as e:
         errors = e
-    return {"topics": commit_results(offsets, errors, unknown)}
+    answer = commit_results(offsets, errors, unknown)
+    return {"topics": unknown_ids + by_topic_id(ctx, answer) if by_id else answer}
 
 
-@serves(ApiKey.OFFSET_FETCH, 1, 9)
+@serves(ApiKey.OFFSET_FETCH, 1, 10)
 async def offset_fetch(ctx: RequestContext, request: Any) -> dict:
     """Describe on the group (else GROUP_AUTHORIZATION_FAILED) and on each topic: a topic
     asked for and not describable is TOPIC_AUTHORIZATION_FAILED, one of "all offsets"
@@ -191,15 +240,19 @@ async def _offset_fetch(ctx: RequestContext, request: Any) -> dict:
     if ctx.version < 8:
         return {"error_code": 0, "topics": await _fetch_group(
             ctx, request.group_id, request.topics, getattr(request, "require_stable", False))}
+    by_id = ctx.version >= 10
     groups = []
     for group in request.groups:
+        wanted, unknown_ids = (named_by_id(ctx, group.topics, "partition_indexes")
+                               if by_id and group.topics is not None else (group.topics, []))
         try:
-            topics = await _fetch_group(ctx, group.group_id, group.topics, request.require_stable,
+            topics = await _fetch_group(ctx, group.group_id, wanted, request.require_stable,
                                         getattr(group, "member_id", None), getattr(group, "member_epoch", -1))
         except KafkaError as e:
             groups.append({"group_id": group.group_id, "topics": [], "error_code": e.code})
             continue
-        groups.append({"group_id": group.group_id, "topics": topics, "error_code": 0})
+        groups.append({"group_id": group.group_id, "error_code": 0,
+                       "topics": unknown_ids + by_topic_id(ctx, topics) if by_id else topics})
     return {"groups": groups}
 
 
