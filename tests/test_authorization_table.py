@@ -105,6 +105,10 @@ DENIED: dict[int, tuple[int, dict, Any]] = {
     ApiKey.DESCRIBE_TRANSACTIONS: (0, {"transactional_ids": ["tx"]}, TXN_DENIED),
     ApiKey.LIST_TRANSACTIONS: (1, {"state_filters": [], "producer_id_filters": [], "duration_filter": -1},
                                FILTERED),
+    ApiKey.CONSUMER_GROUP_HEARTBEAT: (1, {"group_id": "g", "member_id": "m1", "member_epoch": 0,
+                                          "rebalance_timeout": 30000, "subscribed_topic_names": [T],
+                                          "topic_partitions": []}, GROUP_DENIED),
+    ApiKey.CONSUMER_GROUP_DESCRIBE: (1, {"group_ids": ["g"], "include_authorized_operations": False}, GROUP_DENIED),
 }
 
 
