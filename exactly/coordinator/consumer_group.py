@@ -94,6 +94,16 @@ class ConsumerMember:
 
 
 @dataclass
+class ResolvedRegexes:
+    """What the group's regex subscriptions matched, when, among which topics (not
+    persisted: matched again after a restart, as Kafka does when its records are gone)."""
+
+    matched: dict[str, frozenset[str]] = field(default_factory=dict)
+    topics: frozenset[str] = frozenset()
+    resolved_at_ms: int = 0
+
+
+@dataclass
 class ConsumerGroup:
     """The consumer-protocol side of a group; its offsets stay on ``GroupMetadata``."""
 
@@ -110,6 +120,8 @@ class ConsumerGroup:
     #: must revoke is fenced unless it has
     session_deadlines: dict[str, int] = field(default_factory=dict)
     rebalance_deadlines: dict[str, int] = field(default_factory=dict)
+    #: not persisted: the topics the regex subscriptions match (``ConsumerGroupCoordinator._resolved``)
+    regexes: ResolvedRegexes = field(default_factory=ResolvedRegexes, compare=False)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False, compare=False)
 
     @property

@@ -39,8 +39,11 @@ Regular expressions are RE2/J's in Kafka and Python's ``re`` here, matched whole
 patterns clients use (literals, ``.``, ``*``, ``+``, ``?``, classes, groups,
 alternation, ``\\d``/``\\w``) they agree; Python accepts back-references and
 look-arounds that RE2/J refuses, and RE2/J's ``\\pN``-style classes without
-braces are not Python's. Unlike Kafka, which resolves a regex in the background,
-the topics are resolved on every heartbeat.
+braces are not Python's. A regex matches only the topics the principal of the
+heartbeat that resolves it may Describe (Kafka's TopicRegexResolver). Unlike Kafka,
+which resolves in the background (at most every 10 s), the topics are resolved on the
+heartbeat that finds a regex new, the set of topics changed, or
+``group.consumer.regex.refresh.interval.ms`` passed.
 """
 
 from __future__ import annotations
@@ -107,6 +110,9 @@ class ConsumerGroupConfig:
     group_consumer_heartbeat_interval_ms: int = 5_000
     #: the server-side assignors, the first the default (Kafka: ``uniform,range``)
     group_consumer_assignors: str = "uniform,range"
+    #: how long a regex subscription's topics are kept before they are matched again
+    #: (they are sooner when a regex or the set of topics changes)
+    group_consumer_regex_refresh_interval_ms: int = 600_000
 
 
 @dataclass(frozen=True)
@@ -127,6 +133,9 @@ class Heartbeat:
     client_host: str = ""
     #: v1+: the client makes its member id
     member_id_required: bool = True
+    #: the topics the member's principal may Describe (None: every topic): what the
+    #: group's regexes match when this heartbeat resolves them, as Kafka filters them
+    describable: Callable[[str], bool] | None = None
 
 
 @dataclass(frozen=True)
@@ -213,7 +222,7 @@ class ConsumerGroupCoordinator:
             server_assignor=request.server_assignor if request.server_assignor is not None else member.server_assignor)
         bump = is_new or _subscription(updated) != _subscription(member)
         new.members[updated.member_id] = updated
-        partitions = self._subscribed_partitions(new)
+        partitions = self._subscribed_partitions(new, request.describable)
         subscription_hash = records.metadata_hash(partitions)
         if bump or subscription_hash != new.subscription_hash:
             new.group_epoch += 1
@@ -271,16 +280,32 @@ class ConsumerGroupCoordinator:
         epoch = old.previous_member_epoch if old.member_epoch == STATIC_LEAVE_EPOCH else old.member_epoch
         return replace(old, member_id=member_id, member_epoch=epoch)
 
-    def _subscribed_partitions(self, group: ConsumerGroup) -> dict[str, int]:
+    def _subscribed_partitions(self, group: ConsumerGroup,
+                               describable: Callable[[str], bool] | None = None) -> dict[str, int]:
         """Partition count of every existing topic a member subscribes to, by name or regex."""
         topics = {t for m in group.members.values() for t in m.subscribed_topic_names}
         patterns = {m.subscribed_topic_regex for m in group.members.values() if m.subscribed_topic_regex}
         if patterns:
-            names = self.io.topic_names()
             for pattern in patterns:
-                compiled = _compile(pattern)
-                topics.update(name for name in names if compiled.fullmatch(name))
+                topics.update(self._resolved(group, patterns, describable)[pattern])
         return self.io.partition_counts(sorted(topics))
+
+    def _resolved(self, group: ConsumerGroup, patterns: set[str],
+                  describable: Callable[[str], bool] | None) -> dict[str, frozenset[str]]:
+        """The topics each of the group's regexes matches, of those the principal of the
+        heartbeat that resolves them may Describe (Kafka's TopicRegexResolver). Kept until
+        a regex is added, the set of topics changes, or
+        ``group.consumer.regex.refresh.interval.ms`` passes, so that members of principals
+        that see different topics do not move the group epoch back and forth."""
+        regexes = group.regexes
+        names = frozenset(self.io.topic_names())
+        now = self.clock.now_ms()
+        if (not patterns <= regexes.matched.keys() or names != regexes.topics
+                or now >= regexes.resolved_at_ms + self.config.group_consumer_regex_refresh_interval_ms):
+            visible = [n for n in sorted(names) if describable is None or describable(n)]
+            regexes.matched = {p: frozenset(n for n in visible if _compile(p).fullmatch(n)) for p in patterns}
+            regexes.topics, regexes.resolved_at_ms = names, now
+        return regexes.matched
 
     def _assign(self, group: ConsumerGroup, partitions: dict[str, int]) -> None:
         """A new target assignment at the group epoch, by the assignor the members prefer."""

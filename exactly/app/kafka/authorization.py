@@ -94,7 +94,7 @@ TABLE: dict[int, tuple[Rule, ...]] = {
     ApiKey.DESCRIBE_TRANSACTIONS: (Rule(X, O.DESCRIBE),),
     # filtered: the transactional ids the principal may Describe
     ApiKey.LIST_TRANSACTIONS: (Rule(X, O.DESCRIBE),),
-    ApiKey.CONSUMER_GROUP_HEARTBEAT: (Rule(G, O.READ),),
+    ApiKey.CONSUMER_GROUP_HEARTBEAT: (Rule(G, O.READ), Rule(T, O.DESCRIBE)),
     ApiKey.CONSUMER_GROUP_DESCRIBE: (Rule(G, O.DESCRIBE),),
 }
 

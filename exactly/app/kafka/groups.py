@@ -117,13 +117,18 @@ async def consumer_group_heartbeat(ctx: RequestContext, request: Any) -> dict:
     assignment. From v1 the client makes its member id (an empty one is INVALID_REQUEST)."""
     try:
         authorization.check(ctx, ApiKey.CONSUMER_GROUP_HEARTBEAT, G, request.group_id)
+        for topic in request.subscribed_topic_names or ():
+            # Kafka's KafkaApis: every topic subscribed by name must be describable
+            authorization.check(ctx, ApiKey.CONSUMER_GROUP_HEARTBEAT, T, topic)
         owned = None if request.topic_partitions is None else _by_name(ctx, request.topic_partitions)
         answer = await ctx.engine.groups.consumer_group_heartbeat(Heartbeat(
             request.group_id, request.member_id, request.member_epoch, request.instance_id, request.rack_id,
             millis(request.rebalance_timeout),
             None if request.subscribed_topic_names is None else tuple(request.subscribed_topic_names),
             request.subscribed_topic_regex, request.server_assignor, owned, ctx.client_id or "",
-            f"/{ctx.connection.host}", member_id_required=ctx.version >= 1))
+            f"/{ctx.connection.host}", member_id_required=ctx.version >= 1,
+            describable=lambda topic: authorization.allowed(ctx, ApiKey.CONSUMER_GROUP_HEARTBEAT, T, topic,
+                                                            audit=False)))
     except KafkaError as e:
         return {"error_code": e.code, "error_message": str(e), "member_id": request.member_id or None,
                 "member_epoch": -1, "heartbeat_interval": 0}
