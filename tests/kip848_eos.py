@@ -2,8 +2,8 @@
 tests/kip848_eos_child.py): the input written, members started, restarted and killed,
 progress read from the group's committed offsets, and the output checked -- every
 input record in ``OUTPUT`` exactly once, in input order per partition, and the
-group's committed offsets at the input's end. The same on Exactly (with broker
-SIGKILLs, tests/test_consumer_group_eos.py) and on Kafka 4.4 (tests/kafka/)."""
+group's committed offsets at the input's end. Run on Kafka 4.4 and Exactly alike by
+tests/kafka/test_consumer_group_eos.py."""
 
 from __future__ import annotations
 
@@ -44,10 +44,6 @@ class Member:
             self.process = subprocess.Popen([sys.executable, "-m", "tests.kip848_eos_child", bootstrap, str(slot)],
                                             cwd=REPO, stdout=subprocess.DEVNULL, stderr=log,
                                             env={**os.environ, "PYTHONPATH": str(REPO)})
-
-    def kill(self) -> None:
-        self.process.send_signal(signal.SIGKILL)
-        self.process.wait(30)
 
     def stop(self) -> None:
         """SIGTERM: it finishes its transaction and leaves the group."""

@@ -1,7 +1,6 @@
 """A consume-transform-produce application with confluent-kafka's KIP-848 consumer
 (``group.protocol=consumer``) and a transactional producer: the member that
-tests/test_consumer_group_eos.py and tests/kafka/test_consumer_group_eos.py run, restart
-and SIGKILL. Run from the repository root::
+tests/kafka/test_consumer_group_eos.py runs and replaces. Run from the repository root::
 
     python -m tests.kip848_eos_child BOOTSTRAP SLOT
 
