@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import os
 import subprocess
 import sys
-import tempfile
+import shutil
 import time
 from pathlib import Path
 
@@ -30,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 from tests.kafka.conftest import SHARED_CONFIG  # noqa: E402
 from tests.kafka.real_kafka import RealKafka  # noqa: E402
 from tests.kafka.test_transactions_system import BROKER_CONFIG, bounce  # noqa: E402
-from tests.kafka.transactions_system import TransactionsSystemTest  # noqa: E402
+from tests.kafka.transactions_system import TRANSACTION_TIMEOUT_MS, TransactionsSystemTest  # noqa: E402
 from tests.kafka_fuzz import ServedBroker  # noqa: E402
 
 #: the bounces in turn
@@ -50,11 +51,13 @@ def schedule(bounces: int, copiers: int, broker: bool) -> list[tuple[float, str]
     return plan
 
 
-def soak(bootstrap: str, messages: int, plan: list[tuple[float, str]], transaction_size: int,
+def soak(bootstrap: str, args: argparse.Namespace, plan: list[tuple[float, str]],
          broker: ServedBroker | None) -> dict[str, float]:
     """Runs the scenario; the seconds each part took and the records' counts."""
     figures: dict[str, float] = {}
-    scenario = TransactionsSystemTest(bootstrap, "soak", messages, transaction_size=transaction_size)
+    messages = args.messages
+    scenario = TransactionsSystemTest(bootstrap, "soak", messages, transaction_size=args.transaction_size,
+                                      transaction_timeout_ms=args.transaction_timeout_ms)
     try:
         scenario.create_topics()
         started = time.monotonic()
@@ -87,27 +90,37 @@ def main() -> int:
     parser.add_argument("--messages", type=int, default=100_000)
     parser.add_argument("--bounces", type=int, default=20)
     parser.add_argument("--transaction-size", type=int, default=750, help="Kafka's system test's (default 750)")
+    parser.add_argument("--transaction-timeout-ms", type=int, default=TRANSACTION_TIMEOUT_MS,
+                        help="the copiers' (Kafka's system test: 40000)")
+    parser.add_argument("--workdir", type=Path, default=ROOT / "bench" / ".work",
+                        help="where the brokers' data goes (kept if the run fails)")
     parser.add_argument("--kafka", action="store_true", help="also the copy on Apache Kafka, copier bounces only")
     args = parser.parse_args()
     revision = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
                               text=True).stdout.strip()
     print(f"# {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, {' '.join(sys.argv)}, git {revision}")
     failed = False
-    with tempfile.TemporaryDirectory(prefix="soak-") as work:
-        broker = ServedBroker(Path(work) / "exactly", **BROKER_CONFIG)
+    work = args.workdir / f"soak-{os.getpid()}"
+    work.mkdir(parents=True)
+    try:
+        broker = ServedBroker(work / "exactly", **BROKER_CONFIG)
         broker.start()
         try:
             plan = schedule(args.bounces, 2, broker=True)
             print(f"Exactly: {args.messages} records, {len(plan)} bounces")
-            failed |= report(lambda: soak(f"127.0.0.1:{broker.port}", args.messages, plan, args.transaction_size,
-                                          broker), errors=broker.errors)
+            failed |= report(lambda: soak(f"127.0.0.1:{broker.port}", args, plan, broker), errors=broker.errors)
         finally:
             broker.stop(kill=True)
         if args.kafka:
             with RealKafka(Path(work) / "kafka", SHARED_CONFIG) as kafka:
                 plan = schedule(args.bounces, 2, broker=False)
                 print(f"Apache Kafka: {args.messages} records, {len(plan)} bounces (copiers only)")
-                failed |= report(lambda: soak(kafka.bootstrap, args.messages, plan, args.transaction_size, None))
+                failed |= report(lambda: soak(kafka.bootstrap, args, plan, None))
+    finally:
+        if failed:
+            print(f"the brokers' data and logs are kept in {work}")
+        else:
+            shutil.rmtree(work)
     return 1 if failed else 0
 
 

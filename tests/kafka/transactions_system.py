@@ -81,10 +81,11 @@ class TransactionsSystemTest:
     ``<name>-output`` and the copiers' group ``<name>-copiers``."""
 
     def __init__(self, bootstrap: str, name: str, messages: int, partitions: int = 2,
-                 transaction_size: int = 20) -> None:
+                 transaction_size: int = 20, transaction_timeout_ms: int = TRANSACTION_TIMEOUT_MS) -> None:
         self.bootstrap = bootstrap
         self.input, self.output, self.group = name + "-input", name + "-output", name + "-copiers"
         self.messages, self.partitions, self.transaction_size = messages, partitions, transaction_size
+        self.transaction_timeout_ms = transaction_timeout_ms
         self.copiers: list[Copier] = []
         #: every copier process started, killed ones included (their stderr for a failure)
         self.started: list[Copier] = []
@@ -181,7 +182,7 @@ class TransactionsSystemTest:
                           "--input-topic", self.input, "--input-partition", str(partition),
                           "--output-topic", self.output, "--max-messages", "-1",
                           "--transaction-size", str(self.transaction_size),
-                          "--transaction-timeout", str(TRANSACTION_TIMEOUT_MS),
+                          "--transaction-timeout", str(self.transaction_timeout_ms),
                           "--use-group-metadata", "--enable-random-aborts"]),
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=java_env())
         copier = Copier(transactional_id, partition, process)
