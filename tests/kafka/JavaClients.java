@@ -52,7 +52,8 @@ import org.apache.kafka.common.serialization.StringSerializer;
 /**
  * Kafka's Java client against a broker, every step printing one line that is the same on
  * any broker that serves Kafka's protocol as Kafka does: {@code JavaClients <bootstrap>
- * <name prefix> [<client properties file>]} (the file: security settings, for SASL_SSL).
+ * <name prefix> [<client properties file> [<step>,...]]} (the file: security settings,
+ * for SASL_SSL, or "-"; the steps: the names they print, all by default).
  *
  * <p>An idempotent producer writes the input; a transactional consume-transform-produce
  * loop (KIP-447: the consumer's group metadata in each transaction) copies it upper-cased,
@@ -72,6 +73,7 @@ public final class JavaClients {
     private final String in, out, tx, group;
     private final Properties security = new Properties();
     private final Admin admin;
+    private final Set<String> steps;
 
     private JavaClients(String[] args) throws Exception {
         bootstrap = args[0];
@@ -79,7 +81,8 @@ public final class JavaClients {
         out = args[1] + "-out";
         tx = args[1] + "-tx";
         group = args[1] + "-group";
-        if (args.length > 2) {
+        steps = args.length > 3 ? Set.of(args[3].split(",")) : Set.of();
+        if (args.length > 2 && !args[2].equals("-")) {
             try (var reader = new java.io.FileReader(args[2])) {
                 security.load(reader);
             }
@@ -111,6 +114,9 @@ public final class JavaClients {
     }
 
     private void step(String name, Step step) {
+        if (!steps.isEmpty() && !steps.contains(name)) {
+            return;
+        }
         long started = System.currentTimeMillis();
         try {
             step.run();
