@@ -101,28 +101,35 @@ def kafka_tools(java: JavaPrograms, t: str, tmp_path: Path) -> Callable[[Peer], 
                         timeout=200)
         assert done.returncode == 0, done.stderr[-3000:]
         del held  # fenced by forceTerminateTransaction
-        return [normalize((status, text.replace(t, "<t>"))) for status, text in tool_outputs(done.stdout)]
+        outputs = tool_outputs(done.stdout)
+        # ours, in order (the real Kafka's other groups are other tests')
+        status, listed = outputs[GROUPS_LISTED]
+        outputs[GROUPS_LISTED] = status, "".join(sorted(line for line in listed.splitlines(True) if line.startswith(t)))
+        return [normalize((status, text.replace(t, "<t>"))) for status, text in outputs]
     return run
 
 
 #: what differs between two runs of a tool, on any broker: producer ids (the real Kafka
 #: serves the whole session), a transaction's duration, the perf tools' figures, the
 #: data directory
-_RUN = [(re.compile(r"(?m)^(<t>-tx2?) (\d+) \d+ "), r"\1 \2 <pid> "), (re.compile(r"(?m)^1 (<t>-tx2) \d+ "), r"1 \1 <pid> "),
-        (re.compile(r"<time> \d+ "), "<time> <duration> "), (re.compile(r'"logDir":"[^"]+"'), '"logDir":"<dir>"'),
+_RUN = [(re.compile(r"(?m)^(<t>-tx2?) (\d+) \d+ "), r"\1 \2 <pid> "),
+        (re.compile(r"(?m)^1 (<t>-tx2) \d+ "), r"1 \1 <pid> "),
+        (re.compile(r"<time> \d+ "), "<time> <duration> "),
+        (re.compile(r'"logDir":"[^"]+"'), '"logDir":"<dir>"'),
         (re.compile(r"(?m)^(\d+ records sent, ).*$"), r"\1<figures>"),
-        (re.compile(r"(?m)^[\d-]+ [\d:]+, [\d-]+ [\d:]+, ([\d.]+), [\d.]+, (\d+), .*$"), r"<start>, <end>, \1, <MB.sec>, \2, <figures>")]
+        (re.compile(r"(?m)^[\d-]+ [\d:]+, [\d-]+ [\d:]+, ([\d.]+), [\d.]+, (\d+), .*$"),
+         r"<start>, <end>, \1, <MB.sec>, \2, <figures>")]
 
 
 def same_on_any_run(tool: tuple[int, str]) -> tuple[int, str]:
-    """A tool's output without what differs between runs, its rows in order (kafka-transactions
-    list, kafka-consumer-groups --reset-offsets and kafka-log-dirs print them in a hash
-    map's order)."""
+    """A tool's output without what differs between runs, its rows in order
+    (kafka-transactions list, kafka-consumer-groups --reset-offsets and --delete-offsets,
+    and kafka-log-dirs print them in a hash map's order)."""
     status, text = tool
     for pattern, replacement in _RUN:
         text = pattern.sub(replacement, text)
     lines = text.split("\n")
-    header = next((i + 1 for i, line in enumerate(lines) if line.startswith(("TransactionalId ", "GROUP "))), None)
+    header = next((i + 1 for i, line in enumerate(lines) if line.startswith(("TransactionalId ", "GROUP ", "TOPIC "))), None)
     if header is not None:
         lines[header:-1] = sorted(lines[header:-1])
     for i, line in enumerate(lines):
@@ -187,7 +194,7 @@ EXPECTED = [
     "start.time, end.time, data.consumed.in.MB, MB.sec, data.consumed.in.nMsg, nMsg.sec, rebalance.time.ms, "
     "fetch.time.ms, fetch.MB.sec, fetch.nMsg.sec\n<start>, <end>, 0.0477, <MB.sec>, 500, <figures>\n",
 ]
-DESCRIBE_TOPIC, FEATURES = 3, 28
+DESCRIBE_TOPIC, GROUPS_LISTED, FEATURES = 3, 19, 28
 
 
 def test_kafkas_cli_tools_print_the_same_on_exactly_as_on_kafka(brokers: tuple[Peer, Peer],
