@@ -27,7 +27,7 @@ MESSAGES = 3000
 
 #: (progress of every copier, what happens then): the broker SIGKILLed, restarted
 #: cleanly, SIGKILLed again; each copier replaced (after SIGKILL, after SIGTERM), the
-#: broker bounced while the replacement waits for its predecessor's transaction to time out
+#: broker restarted while the replacement may still wait for its predecessor's transaction
 BOUNCES = [(0.1, "kill broker"), (0.3, "kill copier 0"), (0.3, "restart broker"), (0.6, "stop copier 1"),
            (0.6, "kill broker")]
 #: the transaction timeout is looked for every half second (Kafka's fixture does the same)

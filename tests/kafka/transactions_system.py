@@ -39,10 +39,11 @@ OUTPUT_PARTITIONS = 3
 #: the copier's transaction timeout: longer than a broker's restart (a transaction open
 #: across one must not time out: the coordinator would abort it and fence the copier,
 #: on Kafka as on Exactly -- a clean restart took 11 s on a loaded 2-core machine), and
-#: as short as that allows: a copier killed mid-transaction holds its successor up until
-#: the transaction times out (the successor's consumer reads its committed offset before
-#: its producer fences the predecessor, and a read_committed consumer's offset waits for
-#: pending ones, KIP-447). Kafka's system test: 40 s.
+#: as short as that allows: a copier killed between sending its offsets and committing
+#: holds its successor up until the transaction times out (the successor's consumer
+#: reads its committed offset before its producer fences the predecessor, and a
+#: read_committed consumer's offset waits for pending ones, KIP-447). Kafka's system
+#: test: 40 s.
 TRANSACTION_TIMEOUT_MS = 20_000
 #: the lines of a copier's standard error (its client's warnings) kept for a failure's message
 ERROR_LINES = 200
@@ -78,6 +79,43 @@ class Copier:
                 and self.status["remaining"] == 0)
 
 
+class ConcurrentReader:
+    """A read_committed consumer of ``topic`` on a thread, counting the values it reads
+    until stopped; it rides through broker restarts."""
+
+    def __init__(self, config: dict[str, Any], topic: str) -> None:
+        self.read: Counter = Counter()
+        self.errors: list = []
+        self._stop = threading.Event()
+        self._consumer = Consumer({**config, "isolation.level": "read_committed", "auto.offset.reset": "earliest",
+                                   "enable.auto.commit": False})
+        self._consumer.subscribe([topic])
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        while not self._stop.is_set():
+            message = self._consumer.poll(0.2)
+            if message is None:
+                continue
+            if message.error():
+                self.errors.append(message.error())
+            else:
+                self.read[message.value().decode()] += 1
+        self._consumer.close()
+
+    def values(self, at_least: int, timeout: float = 120) -> Counter:
+        """What it read, once that is ``at_least`` values (or its reading stalls)."""
+        eventually(lambda: sum(self.read.values()) >= at_least, timeout, f"the concurrent reader to read {at_least}",
+                   interval=0.1, progress=lambda: sum(self.read.values()))
+        self.stop()
+        return self.read
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(30)
+
+
 class TransactionsSystemTest:
     """The scenario on the broker at ``bootstrap`` with topics ``<name>-input`` and
     ``<name>-output`` and the copiers' group ``<name>-copiers``."""
@@ -92,6 +130,7 @@ class TransactionsSystemTest:
         #: every copier process started, killed ones included (their stderr for a failure)
         self.started: list[Copier] = []
         self.ends: list[int] = []
+        self.concurrent: ConcurrentReader | None = None
 
     def client(self, **extra: Any) -> dict[str, Any]:
         return {"bootstrap.servers": self.bootstrap, "broker.address.family": "v4", **extra}
@@ -105,19 +144,23 @@ class TransactionsSystemTest:
         assert created == {self.input: None, self.output: None}, created
 
     def seed(self, timeout: float = 120) -> None:
-        """VerifiableProducer writes 0 .. messages-1 (idempotent, acks=all); every one acked."""
+        """VerifiableProducer writes 0 .. messages-1 (idempotent, acks=all), keyed by 100
+        keys in turn so that both partitions get about half; every one acked."""
         done = subprocess.run(java_command([TOOLS + "VerifiableProducer", "--bootstrap-server", self.bootstrap,
                                             "--topic", self.input, "--max-messages", str(self.messages),
-                                            "--acks", "-1"]),
+                                            "--acks", "-1", "--repeating-keys", "100"]),
                               capture_output=True, text=True, timeout=timeout, env=java_env())
         summary = [json.loads(line) for line in done.stdout.splitlines() if '"tool_data"' in line]
         assert done.returncode == 0 and summary and summary[-1]["acked"] == self.messages, \
             f"VerifiableProducer: exit {done.returncode}, {summary}\n{done.stderr[-3000:]}"
         self.ends = self._end_offsets(self.input, self.partitions)
-        assert sum(self.ends) == self.messages, self.ends
+        assert sum(self.ends) == self.messages and min(self.ends) > self.messages // 4, self.ends
 
     def start_copiers(self) -> None:
+        """The copiers, and beside them a read_committed consumer of the output (Kafka's
+        test's concurrent consumer: it reads through the bounces)."""
         self.copiers = [self._copier(partition) for partition in range(self.partitions)]
+        self.concurrent = ConcurrentReader(self.client(**{"group.id": self.group + "-concurrent"}), self.output)
 
     def kill_copier(self, index: int, hard: bool = True) -> None:
         """SIGKILL (or SIGTERM: the copier's clean shutdown) copier ``index``, then start
@@ -158,17 +201,21 @@ class TransactionsSystemTest:
                                                         self.output, partitions, timeout=120))
 
     def check_exactly_once(self) -> Counter:
-        """Every input value in the output exactly once under read_committed; returns
+        """Every input value in the output exactly once under read_committed, for a
+        consumer reading after the copy and for the one that read during it; returns
         read_uncommitted's count (aborted copies included)."""
-        committed = self.output_values()
         expected = Counter(str(i) for i in range(self.messages))
-        missing, duplicated = expected - committed, committed - expected
-        assert not missing and not duplicated, (
-            f"{len(missing)} input records missing (e.g. {sorted(missing)[:5]}), "
-            f"{sum(duplicated.values())} extra (e.g. {sorted(duplicated)[:5]}) of {self.messages}")
+        for who, committed in (("read after the copy", self.output_values()),
+                               ("read during the copy", self.concurrent.values(self.messages))):
+            missing, duplicated = expected - committed, committed - expected
+            assert not missing and not duplicated, (
+                f"{who}: {len(missing)} input records missing (e.g. {sorted(missing)[:5]}), "
+                f"{sum(duplicated.values())} extra (e.g. {sorted(duplicated)[:5]}) of {self.messages}")
         return self.output_values("read_uncommitted")
 
     def stop(self) -> None:
+        if self.concurrent is not None:
+            self.concurrent.stop()
         for copier in self.started:
             if copier.process.poll() is None:
                 copier.process.kill()
