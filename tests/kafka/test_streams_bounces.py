@@ -5,7 +5,8 @@ still being written, the application is killed with SIGKILL and started again on
 state directory (its store restored from the changelog), and on Exactly the broker is
 SIGKILLed and restarted too. The output, read with read_committed, is each word's count
 going up -- never a count twice (Streams' cache may leave some out) -- to exactly the
-number of times the word was written. On the real Kafka (whose fixture cannot restart) the same
+number of times the word was written; the changelog is compacted, and Streams purged the
+repartition topic (DeleteRecords). On the real Kafka (whose fixture cannot restart) the same
 with the application's crash only.
 """
 
@@ -19,7 +20,8 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, ConfigResource
 
 from tests.kafka.differential import Peer, create_topics, unique
 from tests.kafka.jars import classpath
@@ -112,6 +114,24 @@ def crash_and_count(java: JavaPrograms, bootstrap: str, name: str, state: Path,
     assert sorted(counts) == sorted(WORDS)
     for word, seen in counts.items():
         assert seen == sorted(set(seen)) and seen[-1] == PER_WORD, f"{word}: {seen}"
+    internal_topics_as_streams_made_them(bootstrap, name)
+
+
+def internal_topics_as_streams_made_them(bootstrap: str, application: str) -> None:
+    """The store's changelog is compacted, and Streams purged what it had consumed of
+    the repartition topic (DeleteRecords: its log start offset moved)."""
+    client = {"bootstrap.servers": bootstrap, "broker.address.family": "v4"}
+    changelog = ConfigResource("topic", application + "-counts-changelog")
+    admin = AdminClient(client)
+    configs = admin.describe_configs([changelog])[changelog].result(30)
+    assert configs["cleanup.policy"].value == "compact"
+    consumer = Consumer({**client, "group.id": application + "-check"})
+    try:
+        repartition = application + "-counts-repartition"
+        starts = [consumer.get_watermark_offsets(TopicPartition(repartition, p), timeout=30)[0] for p in range(3)]
+    finally:
+        consumer.close()
+    assert max(starts) > 0, f"{repartition}: log start offsets {starts}"
 
 
 def test_kafka_streams_counts_exactly_once_through_its_crash_and_exactlys(java_programs: JavaPrograms,
