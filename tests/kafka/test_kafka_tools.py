@@ -121,6 +121,10 @@ _RUN = [(re.compile(r"(?m)^(<t>-tx2?) (\d+) \d+ "), r"\1 \2 <pid> "),
          r"<start>, <end>, \1, <MB.sec>, \2, <figures>")]
 
 
+#: the first words of the tables whose rows come in a hash map's order
+TABLE_HEADERS = ("TransactionalId ", "GROUP ", "TOPIC ")
+
+
 def same_on_any_run(tool: tuple[int, str]) -> tuple[int, str]:
     """A tool's output without what differs between runs, its rows in order
     (kafka-transactions list, kafka-consumer-groups --reset-offsets and --delete-offsets,
@@ -129,7 +133,7 @@ def same_on_any_run(tool: tuple[int, str]) -> tuple[int, str]:
     for pattern, replacement in _RUN:
         text = pattern.sub(replacement, text)
     lines = text.split("\n")
-    header = next((i + 1 for i, line in enumerate(lines) if line.startswith(("TransactionalId ", "GROUP ", "TOPIC "))), None)
+    header = next((i + 1 for i, line in enumerate(lines) if line.startswith(TABLE_HEADERS)), None)
     if header is not None:
         lines[header:-1] = sorted(lines[header:-1])
     for i, line in enumerate(lines):
