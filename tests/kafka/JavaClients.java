@@ -113,6 +113,24 @@ public final class JavaClients {
         void run() throws Exception;
     }
 
+    private interface Read<T> {
+        T get() throws Exception;
+    }
+
+    /**
+     * {@code read}'s answer once {@code done} holds of it (or after {@link #WAIT}): Kafka's
+     * broker learns of a change from its controller a moment after the admin call answers.
+     */
+    private static <T> T eventually(Read<T> read, java.util.function.Predicate<T> done) throws Exception {
+        long deadline = System.currentTimeMillis() + WAIT.toMillis();
+        T value = read.get();
+        while (!done.test(value) && System.currentTimeMillis() < deadline) {
+            Thread.sleep(50);
+            value = read.get();
+        }
+        return value;
+    }
+
     private void step(String name, Step step) {
         if (!steps.isEmpty() && !steps.contains(name)) {
             return;
@@ -143,7 +161,8 @@ public final class JavaClients {
 
     private void topics() throws Exception {
         admin.createTopics(List.of(new NewTopic(in, 2, (short) 1), new NewTopic(out, 2, (short) 1))).all().get();
-        Set<String> listed = admin.listTopics().names().get();
+        Set<String> listed = eventually(() -> admin.listTopics().names().get(),
+            names -> names.containsAll(List.of(in, out)));
         Map<String, TopicDescription> described = admin.describeTopics(List.of(in, out)).allTopicNames().get();
         print("topics: listed " + (listed.containsAll(List.of(in, out))) + ", partitions "
             + described.get(in).partitions().size() + " " + described.get(out).partitions().size()
@@ -155,7 +174,8 @@ public final class JavaClients {
         admin.incrementalAlterConfigs(Map.of(topic, List.of(
             new AlterConfigOp(new ConfigEntry("retention.ms", "3600000"), AlterConfigOp.OpType.SET),
             new AlterConfigOp(new ConfigEntry("cleanup.policy", "delete"), AlterConfigOp.OpType.SET)))).all().get();
-        ConfigEntry retention = admin.describeConfigs(List.of(topic)).all().get().get(topic).get("retention.ms");
+        ConfigEntry retention = eventually(() -> admin.describeConfigs(List.of(topic)).all().get().get(topic)
+            .get("retention.ms"), entry -> entry.value().equals("3600000"));
         ConfigResource broker = new ConfigResource(ConfigResource.Type.BROKER, "1");
         ConfigEntry partitions = admin.describeConfigs(List.of(broker)).all().get().get(broker).get("num.partitions");
         print("configs: retention.ms " + retention.value() + " " + retention.source()
@@ -164,7 +184,8 @@ public final class JavaClients {
 
     private void partitions() throws Exception {
         admin.createPartitions(Map.of(out, NewPartitions.increaseTo(3))).all().get();
-        int count = admin.describeTopics(List.of(out)).allTopicNames().get().get(out).partitions().size();
+        int count = eventually(() -> admin.describeTopics(List.of(out)).allTopicNames().get().get(out).partitions()
+            .size(), n -> n == 3);
         print("partitions: " + out.substring(out.lastIndexOf('-') + 1) + " now " + count);
     }
 
@@ -183,15 +204,17 @@ public final class JavaClients {
         admin.createAcls(List.of(binding)).all().get();
         AclBindingFilter filter = new AclBindingFilter(
             new ResourcePatternFilter(ResourceType.TOPIC, in, PatternType.ANY), AccessControlEntryFilter.ANY);
-        Collection<AclBinding> described = admin.describeAcls(filter).values().get();
+        Collection<AclBinding> described = eventually(() -> admin.describeAcls(filter).values().get(),
+            acls -> !acls.isEmpty());
         Collection<AclBinding> deleted = admin.deleteAcls(List.of(filter)).all().get();
-        Collection<AclBinding> after = admin.describeAcls(filter).values().get();
+        Collection<AclBinding> after = eventually(() -> admin.describeAcls(filter).values().get(), Collection::isEmpty);
         print("acls: described " + described + ", deleted " + deleted.size() + ", left " + after.size());
     }
 
     private void deleteTopics() throws Exception {
         admin.deleteTopics(List.of(in, out)).all().get();
-        Set<String> listed = admin.listTopics().names().get();
+        Set<String> listed = eventually(() -> admin.listTopics().names().get(),
+            names -> !(names.contains(in) || names.contains(out)));
         print("delete topics: gone " + !(listed.contains(in) || listed.contains(out)));
     }
 

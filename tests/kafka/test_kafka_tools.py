@@ -59,8 +59,11 @@ def kafka_tools(java: JavaPrograms, t: str, tmp_path: Path) -> Callable[[Peer], 
         offsets.write_text(json.dumps({"version": 1, "partitions": [{"topic": t, "partition": 0, "offset": 1}]}))
         server = ["--bootstrap-server", peer.bootstrap]
         new, perf = t + "-new", t + "-perf"
+        # (an ACL's --list comes several tools after its --add and --remove: Kafka's broker
+        # learns of the change from its controller a moment after the command answers)
         runs = [
             ["TopicCommand", *server, "--create", "--topic", new, "--partitions", "2", "--replication-factor", "1"],
+            ["AclCommand", *server, "--add", "--allow-principal", "User:alice", "--operation", "Read", "--topic", new],
             ["TopicCommand", *server, "--alter", "--topic", new, "--partitions", "3"],
             ["TopicCommand", *server, "--list", "--topic", new],
             ["TopicCommand", *server, "--describe", "--topic", new],
@@ -70,11 +73,9 @@ def kafka_tools(java: JavaPrograms, t: str, tmp_path: Path) -> Callable[[Peer], 
              "--delete-config", "cleanup.policy"],
             ["ConfigCommand", *server, "--describe", "--entity-type", "topics", "--entity-name", new],
             ["ConfigCommand", *server, "--describe", "--entity-type", "brokers", "--entity-name", "1"],
-            ["AclCommand", *server, "--add", "--allow-principal", "User:alice", "--operation", "Read", "--topic", new],
             ["AclCommand", *server, "--list", "--topic", new],
             ["AclCommand", *server, "--remove", "--allow-principal", "User:alice", "--operation", "Read",
              "--topic", new, "--force"],
-            ["AclCommand", *server, "--list", "--topic", new],
             ["TransactionsCommand", *server, "list", "--transactional-id-pattern", re.escape(t) + ".*"],
             ["TransactionsCommand", *server, "describe", "--transactional-id", t + "-tx2"],
             ["TransactionsCommand", *server, "describe-producers", "--topic", t, "--partition", "1"],
@@ -82,6 +83,7 @@ def kafka_tools(java: JavaPrograms, t: str, tmp_path: Path) -> Callable[[Peer], 
             ["TransactionsCommand", *server, "abort", "--topic", t, "--partition", "0", "--start-offset", "3"],
             ["TransactionsCommand", *server, "forceTerminateTransaction", "--transactionalId", t + "-tx2"],
             ["TransactionsCommand", *server, "describe", "--transactional-id", t + "-tx2"],
+            ["AclCommand", *server, "--list", "--topic", new],
             ["consumer.group.ConsumerGroupCommand", *server, "--list"],
             ["consumer.group.ConsumerGroupCommand", *server, "--describe", "--group", t + "-g"],
             ["consumer.group.ConsumerGroupCommand", *server, "--reset-offsets", "--group", t + "-g", "--topic", t,
@@ -149,6 +151,8 @@ def same_on_any_run(tool: tuple[int, str]) -> tuple[int, str]:
 #: the tools' output on Exactly (normalized), in the order :func:`kafka_tools` runs them
 EXPECTED = [
     "Created topic <t>-new.\n",
+    "Adding ACLs for resource `ResourcePattern(resourceType=TOPIC, name=<t>-new, patternType=LITERAL)`:\n"
+    " (principal=User:alice, host=*, operation=READ, permissionType=ALLOW)\n\n",
     "",
     "<t>-new\n",
     "Topic: <t>-new PartitionCount: 3 ReplicationFactor: 1 Configs:\n"
@@ -159,11 +163,8 @@ EXPECTED = [
     "Dynamic configs for topic <t>-new are:\n"
     " retention.ms=3600000 sensitive=false synonyms={DYNAMIC_TOPIC_CONFIG:retention.ms=3600000}\n",
     "Dynamic configs for broker 1 are:\n",
-    "Adding ACLs for resource `ResourcePattern(resourceType=TOPIC, name=<t>-new, patternType=LITERAL)`:\n"
-    " (principal=User:alice, host=*, operation=READ, permissionType=ALLOW)\n\n",
     "Current ACLs for resource `ResourcePattern(resourceType=TOPIC, name=<t>-new, patternType=LITERAL)`:\n"
     " (principal=User:alice, host=*, operation=READ, permissionType=ALLOW)\n\n",
-    "",
     "",
     "TransactionalId Coordinator ProducerId TransactionState\n<t>-tx 1 <pid> Ongoing\n<t>-tx2 1 <pid> Ongoing\n",
     "CoordinatorId TransactionalId ProducerId ProducerEpoch TransactionState TransactionTimeoutMs "
@@ -177,6 +178,7 @@ EXPECTED = [
     "CoordinatorId TransactionalId ProducerId ProducerEpoch TransactionState TransactionTimeoutMs "
     "CurrentTransactionStartTimeMs TransactionDurationMs TopicPartitions\n"
     "1 <t>-tx2 <pid> 2 Empty 30000 None None\n",
+    "",
     "<t>-g\n<t>-g2\n",
     "\nGROUP TOPIC PARTITION CURRENT-OFFSET LOG-END-OFFSET LAG CONSUMER-ID HOST CLIENT-ID\n"
     "<t>-g <t> 0 2 6 4 - - -\n",
@@ -198,7 +200,7 @@ EXPECTED = [
     "start.time, end.time, data.consumed.in.MB, MB.sec, data.consumed.in.nMsg, nMsg.sec, rebalance.time.ms, "
     "fetch.time.ms, fetch.MB.sec, fetch.nMsg.sec\n<start>, <end>, 0.0477, <MB.sec>, 500, <figures>\n",
 ]
-DESCRIBE_TOPIC, GROUPS_LISTED, FEATURES = 3, 19, 28
+DESCRIBE_TOPIC, GROUPS_LISTED, FEATURES = 4, 19, 28
 
 
 def test_kafkas_cli_tools_print_the_same_on_exactly_as_on_kafka(brokers: tuple[Peer, Peer],
