@@ -86,7 +86,8 @@ def test_a_transactional_java_application_and_the_tools_over_sasl_ssl_with_acls(
     header = ("CoordinatorId TransactionalId ProducerId ProducerEpoch TransactionState TransactionTimeoutMs "
               "CurrentTransactionStartTimeMs TransactionDurationMs TopicPartitions\n")
     assert described[0][0] == described[1][0] == 0
-    assert re.fullmatch(re.escape(header) + r"1 app-tx 1 0 CompleteCommit 60000 <time> \d+\n", described[0][1])
+    # (the epoch: bumped by every EndTxn with transaction.version 2)
+    assert re.fullmatch(re.escape(header) + r"1 app-tx 1 \d+ CompleteCommit 60000 <time> \d+\n", described[0][1])
     assert described[1][1].rsplit(" ", 1)[0] == described[0][1].rsplit(" ", 1)[0], "alice may describe her id"
     assert described[2] == (0, "TransactionalId Coordinator ProducerId TransactionState\napp-tx 1 1 CompleteCommit\n")
     assert "(principal=User:alice, host=*, operation=WRITE, permissionType=ALLOW)" in described[3][1]

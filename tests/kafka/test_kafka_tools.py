@@ -112,12 +112,13 @@ def kafka_tools(java: JavaPrograms, t: str, tmp_path: Path) -> Callable[[Peer], 
 
 
 #: what differs between two runs of a tool, on any broker: producer ids (the real Kafka
-#: serves the whole session), a transaction's duration, the perf tools' figures, the
-#: data directory
+#: serves the whole session), a transaction's duration, the features' epoch (Kafka's: an
+#: offset of its metadata log), the perf tools' figures, the data directory
 _RUN = [(re.compile(r"(?m)^(<t>-tx2?) (\d+) \d+ "), r"\1 \2 <pid> "),
         (re.compile(r"(?m)^1 (<t>-tx2) \d+ "), r"1 \1 <pid> "),
         (re.compile(r"<time> \d+ "), "<time> <duration> "),
         (re.compile(r'"logDir":"[^"]+"'), '"logDir":"<dir>"'),
+        (re.compile(r"Epoch: \S+"), "Epoch: <epoch>"),
         (re.compile(r"(?m)^(\d+ records sent, ).*$"), r"\1<figures>"),
         (re.compile(r"(?m)^[\d-]+ [\d:]+, [\d-]+ [\d:]+, ([\d.]+), [\d.]+, (\d+), .*$"),
          r"<start>, <end>, \1, <MB.sec>, \2, <figures>")]
@@ -193,7 +194,10 @@ EXPECTED = [
     '{"brokers":[{"broker":1,"logDirs":[{"partitions":[{"partition":"<t>-0","size":314,"offsetLag":0,'
     '"isFuture":false},{"partition":"<t>-1","size":151,"offsetLag":0,"isFuture":false}],"error":null,'
     '"logDir":"<dir>"}]}],"version":1}\n',
-    "",
+    "".join(f"Feature: {name} SupportedMinVersion: {low} SupportedMaxVersion: {high} FinalizedVersionLevel: {high} "
+            "Epoch: <epoch>\n" for name, low, high in (("group.version", 0, 1),
+                                                       ("metadata.version", "3.3-IV3", "4.4-IV2"),
+                                                       ("transaction.version", 0, 2))),
     "Option --producer-props has been deprecated and will be removed in a future version. Use --command-property "
     "instead.\n500 records sent, <figures>\n",
     "Warning: --messages is deprecated. Use --num-records instead.\n"
@@ -209,9 +213,12 @@ def test_kafkas_cli_tools_print_the_same_on_exactly_as_on_kafka(brokers: tuple[P
                       for outputs in both(brokers, kafka_tools(java_programs, unique("cli"), tmp_path)))
     assert all(status == 0 for status, _ in exactly + kafka), (exactly, kafka)
     assert [text for _, text in exactly] == EXPECTED
-    # what Kafka 4 prints beyond Kafka 3's protocol (issue 31): topic ids and ELR fields;
-    # and feature levels, which Exactly does not advertise in ApiVersions
+    # what Kafka 4 prints beyond Exactly's protocol (issue 31): the ELR fields; and the
+    # features Exactly does not have (KIP-966's ELR, KRaft, share and Streams groups)
     kafka[DESCRIBE_TOPIC] = normalize((0, without_kafka_4s_topic_fields(kafka[DESCRIBE_TOPIC][1])))
-    assert "Feature: transaction.version" in kafka[FEATURES][1]
-    kafka[FEATURES] = exactly[FEATURES]
+    kafkas_only = [line for line in kafka[FEATURES][1].splitlines(True) if line not in exactly[FEATURES][1]]
+    assert [line.split()[1] for line in kafkas_only] == ["eligible.leader.replicas.version", "kraft.version",
+                                                         "share.version", "streams.version"]
+    kafka[FEATURES] = (kafka[FEATURES][0], "".join(line for line in kafka[FEATURES][1].splitlines(True)
+                                                   if line not in kafkas_only))
     assert exactly == kafka
