@@ -270,9 +270,10 @@ class ServedBroker:
         self.port = 0
         self.proc: subprocess.Popen | None = None
 
-    def start(self, timeout: float = 60) -> None:
-        """Start (or restart) the broker on a fresh port; returns once it serves."""
-        self.port = free_port()
+    def start(self, timeout: float = 60, port: int | None = None) -> None:
+        """Start (or restart) the broker on ``port`` (by default a fresh one: a restart on
+        the same port is what clients with a fixed bootstrap list meet); returns once it serves."""
+        self.port = port or free_port()
         args = [sys.executable, "-m", "exactly", "serve", "--data-dir", str(self.data_dir),
                 "--kafka-port", str(self.port), "--http-port", str(free_port())]
         for key, value in {**CONFIG, **self.config}.items():

@@ -41,9 +41,14 @@ public final class StreamsWordCount {
         config.put(StreamsConfig.PROCESSING_GUARANTEE_CONFIG, StreamsConfig.EXACTLY_ONCE_V2);
         config.put(StreamsConfig.STATE_DIR_CONFIG, stateDir);
         config.put(StreamsConfig.COMMIT_INTERVAL_MS_CONFIG, 100);
+        // consumed repartition records deleted (DeleteRecords) at a commit a second after the last
+        config.put(StreamsConfig.REPARTITION_PURGE_INTERVAL_MS_CONFIG, 1000);
         config.put(StreamsConfig.DEFAULT_KEY_SERDE_CLASS_CONFIG, Serdes.StringSerde.class);
         config.put(StreamsConfig.DEFAULT_VALUE_SERDE_CLASS_CONFIG, Serdes.StringSerde.class);
         config.put(StreamsConfig.consumerPrefix(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG), "earliest");
+        // an instance killed with SIGKILL leaves the group within seconds, not Kafka's 45
+        config.put(StreamsConfig.consumerPrefix(ConsumerConfig.SESSION_TIMEOUT_MS_CONFIG), 6000);
+        config.put(StreamsConfig.consumerPrefix(ConsumerConfig.HEARTBEAT_INTERVAL_MS_CONFIG), 1500);
 
         StreamsBuilder builder = new StreamsBuilder();
         builder.<String, String>stream(input)

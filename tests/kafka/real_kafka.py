@@ -106,7 +106,7 @@ class RealKafka:
             self.proc = subprocess.Popen(
                 ["setpriv", "--pdeathsig", "KILL", "java", *self.jvm, f"-Dlog4j2.configurationFile={LOG4J}",
                  "-cp", classpath(), "kafka.Kafka", str(properties)],
-                stdout=log, stderr=subprocess.STDOUT, env=_java_env(), start_new_session=True)
+                stdout=log, stderr=subprocess.STDOUT, env=java_env(), start_new_session=True)
         deadline = time.monotonic() + timeout
         while STARTED not in (run := self.log()[self._log_start:]):
             if self.proc.poll() is not None or time.monotonic() > deadline:
@@ -180,13 +180,19 @@ class JavaPrograms:
 
 def _run_java(args: list[str], jvm: tuple[str, ...], timeout: float,
               class_path: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(["setpriv", "--pdeathsig", "KILL", "java", *jvm,
-                           f"-Dlog4j2.configurationFile={LOG4J}", "-Dkafka.log.level=WARN",
-                           "-Dkafka.log.target=SYSTEM_ERR", "-cp", class_path or classpath(), *args],
-                          capture_output=True, text=True, timeout=timeout, env=_java_env())
+    return subprocess.run(java_command(args, jvm, class_path), capture_output=True, text=True, timeout=timeout,
+                          env=java_env())
 
 
-def _java_env() -> dict[str, str]:
+def java_command(args: list[str], jvm: tuple[str, ...] = TOOL_JVM, class_path: str | None = None) -> list[str]:
+    """The command line of a tool's JVM (killed with the test process, its log at WARN
+    on stderr): for a tool that runs beside the test (``subprocess.Popen`` with
+    :func:`java_env`) rather than to its end (:func:`run_tool`)."""
+    return ["setpriv", "--pdeathsig", "KILL", "java", *jvm, f"-Dlog4j2.configurationFile={LOG4J}",
+            "-Dkafka.log.level=WARN", "-Dkafka.log.target=SYSTEM_ERR", "-cp", class_path or classpath(), *args]
+
+
+def java_env() -> dict[str, str]:
     """The environment without JAVA_TOOL_OPTIONS (the Spark tests' class archive and
     options are not Kafka's, and the JVM would announce them on stderr)."""
     return {k: v for k, v in os.environ.items() if k != "JAVA_TOOL_OPTIONS"}
