@@ -122,8 +122,8 @@ def test_delete_records_moves_the_log_start_alike(brokers: tuple[Peer, Peer]) ->
 
 
 def configs_scenario(ask: Any, t: str) -> None:
-    def describe(step: str, name: str, keys: list[str] | None, resource: int = TOPIC) -> None:
-        ask(step, DESCRIBE_CONFIGS, 2, {"include_synonyms": True, "resources": [
+    def describe(step: str, name: str, keys: list[str] | None, resource: int = TOPIC) -> dict:
+        return ask(step, DESCRIBE_CONFIGS, 2, {"include_synonyms": True, "resources": [
             {"resource_type": resource, "resource_name": name, "configuration_keys": keys}]})
 
     def incremental(step: str, *changes: tuple[str, int, str | None], name: str = t) -> None:
@@ -134,11 +134,13 @@ def configs_scenario(ask: Any, t: str) -> None:
         "configs": [{"name": "retention.ms", "value": "1000000"}, {"name": "cleanup.policy", "value": "compact"}]}]})
     keys = ["retention.ms", "cleanup.policy", "max.message.bytes", "segment.ms", "segment.bytes", "compression.type",
             "message.timestamp.type", "min.compaction.lag.ms", "delete.retention.ms", "no.such.config"]
-    describe("described", t, keys)
+    # Kafka's broker learns of a topic's configs from its controller a moment after the
+    # change is answered (on a loaded machine, after the next Describe): ask until it has
+    settled(lambda: value_of(describe("described", t, keys), "retention.ms") == "1000000")
     describe("missing topic", t + "-missing", None)
     incremental("incremental", ("cleanup.policy", APPEND, "delete"), ("retention.ms", DELETE, None),
                 ("max.message.bytes", SET, "2000"))
-    describe("after incremental", t, keys)
+    settled(lambda: value_of(describe("after incremental", t, keys), "max.message.bytes") == "2000")
     incremental("subtract", ("cleanup.policy", SUBTRACT, "compact"))
     incremental("not a number", ("max.message.bytes", SET, "abc"))
     incremental("unknown name", ("no.such.config", SET, "1"))
@@ -146,11 +148,16 @@ def configs_scenario(ask: Any, t: str) -> None:
     incremental("missing topic", ("retention.ms", SET, "1"), name=t + "-missing")
     ask("alter", ALTER_CONFIGS, 1, {"resources": [{"resource_type": TOPIC, "resource_name": t, "configs": [
         {"name": "segment.ms", "value": "3600000"}]}]})
-    describe("after alter", t, keys)
+    settled(lambda: value_of(describe("after alter", t, keys), "segment.ms") == "3600000")
     describe("broker", "1", ["num.partitions", "auto.create.topics.enable", "message.max.bytes", "log.cleanup.policy",
                              "transaction.max.timeout.ms", "log.retention.ms", "offsets.topic.num.partitions",
                              "log.segment.bytes"], BROKER)
     describe("another broker", "7", None, BROKER)
+
+
+def value_of(described: dict, name: str) -> str | None:
+    """The value of config ``name`` in a DescribeConfigs answer for one resource."""
+    return next((c["value"] for c in described["results"][0]["configs"] if c["name"] == name), None)
 
 
 def test_configs_sources_and_synonyms_answer_alike(brokers: tuple[Peer, Peer]) -> None:
