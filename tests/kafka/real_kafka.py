@@ -24,7 +24,7 @@ import subprocess
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Mapping
+from typing import IO, Any, Mapping
 
 from tests.kafka.jars import classpath
 from tests.kafka_support import free_port
@@ -177,13 +177,22 @@ class JavaPrograms:
     def run(self, main_class: str, *args: str, timeout: float = 90) -> subprocess.CompletedProcess:
         return _run_java([main_class, *args], TOOL_JVM, timeout, f"{self.directory}:{classpath()}")
 
+    def start(self, main_class: str, *args: str, stderr: IO[bytes]) -> subprocess.Popen:
+        """One of them left running, its standard input and output binary pipes (the
+        caller talks to it, and kills it), its standard error into ``stderr``."""
+        return subprocess.Popen(_java_command([main_class, *args], TOOL_JVM, f"{self.directory}:{classpath()}"),
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, env=_java_env())
+
 
 def _run_java(args: list[str], jvm: tuple[str, ...], timeout: float,
               class_path: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(["setpriv", "--pdeathsig", "KILL", "java", *jvm,
-                           f"-Dlog4j2.configurationFile={LOG4J}", "-Dkafka.log.level=WARN",
-                           "-Dkafka.log.target=SYSTEM_ERR", "-cp", class_path or classpath(), *args],
-                          capture_output=True, text=True, timeout=timeout, env=_java_env())
+    return subprocess.run(_java_command(args, jvm, class_path), capture_output=True, text=True, timeout=timeout,
+                          env=_java_env())
+
+
+def _java_command(args: list[str], jvm: tuple[str, ...], class_path: str | None = None) -> list[str]:
+    return ["setpriv", "--pdeathsig", "KILL", "java", *jvm, f"-Dlog4j2.configurationFile={LOG4J}",
+            "-Dkafka.log.level=WARN", "-Dkafka.log.target=SYSTEM_ERR", "-cp", class_path or classpath(), *args]
 
 
 def _java_env() -> dict[str, str]:
