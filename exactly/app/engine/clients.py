@@ -14,8 +14,10 @@ from typing import Iterator, Protocol
 
 class ConnectedClient(Protocol):
     """What a connection tells about its client (Kafka's names: client id, KIP-511's
-    software name and version, the transactional id and producer id it last used)."""
+    software name and version, the transactional id and producer id it last used) and
+    who it authenticated as (its ``KafkaPrincipal``: ``str()`` gives ``User:alice``)."""
 
+    principal: object
     client_id: str | None
     software_name: str
     software_version: str
