@@ -17,7 +17,6 @@ class ConnectedClient(Protocol):
     software name and version, the transactional id and producer id it last used) and
     who it authenticated as (its ``KafkaPrincipal``: ``str()`` gives ``User:alice``)."""
 
-    principal: object
     client_id: str | None
     software_name: str
     software_version: str
@@ -28,6 +27,10 @@ class ConnectedClient(Protocol):
     last_request_ms: int
     transactional_id: str | None
     producer_id: int
+
+    @property
+    def principal(self) -> object:
+        """Who it authenticated as (read only here: its ``str()`` is what is shown)."""
 
     def reset(self) -> None:
         """Drop the connection at once, unanswered."""

@@ -54,11 +54,11 @@ def finished_transactions(db: "SqlEngine", txn_id: str = "", outcome: str = "", 
     transactional id (or only those ``among``), or those containing ``txn_id``; one
     ``outcome`` (COMMIT, ABORT) and one abort ``cause`` (an ``AbortCause`` value) when
     given. Read on the caller's thread, like :func:`transaction_history`."""
-    from sqlalchemy import func, select
+    from sqlalchemy import ColumnElement, func, select
 
     from exactly.coordinator.mirror_models import FinishedTransaction as T
 
-    where = [] if among is None else [T.transactional_id.in_(list(among))]
+    where: list[ColumnElement[bool]] = [] if among is None else [T.transactional_id.in_(list(among))]
     if txn_id:
         where.append(T.transactional_id.contains(txn_id, autoescape=True))
     if outcome:
