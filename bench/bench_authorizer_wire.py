@@ -34,6 +34,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Callable
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -111,11 +112,12 @@ def consume(bootstrap: str, messages: int) -> float:
     return messages * len(VALUE) / seconds / 1e6
 
 
-def confidence_interval(ratios: list[float], resamples: int = 10_000, seed: int = 29) -> tuple[float, float]:
-    """95% bootstrap (percentile) interval of the mean of ``ratios``, seeded: the same
-    figures give the same interval."""
+def confidence_interval(ratios: list[float], resamples: int = 10_000, seed: int = 29,
+                        statistic: Callable[[list[float]], float] = statistics.fmean) -> tuple[float, float]:
+    """95% bootstrap (percentile) interval of the ``statistic`` (the mean) of ``ratios``,
+    seeded: the same figures give the same interval."""
     rng = random.Random(seed)
-    means = sorted(statistics.fmean(rng.choices(ratios, k=len(ratios))) for _ in range(resamples))
+    means = sorted(statistic(rng.choices(ratios, k=len(ratios))) for _ in range(resamples))
     return means[int(0.025 * resamples)], means[int(0.975 * resamples) - 1]
 
 

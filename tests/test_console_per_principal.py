@@ -10,18 +10,24 @@ login page asking for a token the broker does not have, ``/metrics`` open to
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Iterator
 
 import pytest
+from confluent_kafka import Producer
 from flask.testing import FlaskClient
 
 from exactly.app import Broker
+from exactly.app.engine import mirror_reads
 from exactly.app.http import HttpSettings, create_app
 from exactly.app.security import acl as model
 from exactly.app.security.acl import AclOperation, AclPermissionType, PatternType, ResourceType
 from exactly.app.security.scram import ScramMechanism, new_credential
+from exactly.coordinator.mirror_db import reader_engine
 from tests.conftest import FROZEN, SMALL_INTERNAL_TOPICS
+from tests.sasl_support import ListenersBroker
+from tests.waiting import eventually
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -109,4 +115,79 @@ def test_transactions_groups_and_the_navigation_show_what_the_principal_may_see(
     assert team.get("/groups").status_code == 200
     nav = team.get("/topics").get_data(as_text=True)
     assert 'href="/transactions"' in nav and 'href="/access"' in nav
-    assert 'href="/faults"' not in nav and 'href="/acls"' not in nav and 'href="/clients"' not in nav
+    assert 'href="/clients"' in nav and 'href="/history"' in nav
+    assert 'href="/faults"' not in nav and 'href="/acls"' not in nav
+
+
+# -- the clients and history pages: a team member's own connections and transactions --------
+
+
+def allow(engine, resource_type: ResourceType, name: str, operation: AclOperation) -> None:
+    binding = model.AclBinding(model.ResourcePattern(resource_type, name, PatternType.PREFIXED),
+                               model.AccessControlEntry("User:team", "*", operation, AclPermissionType.ALLOW))
+    assert engine.call(engine.access.create_acls, [binding]) == [None]
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ListenersBroker]:
+    """A broker with a PLAINTEXT listener for its operator (User:ANONYMOUS, a super user
+    here) and a SASL one for ``team`` (Read and Describe on ``team-*``) and ``admin``;
+    a transaction each of ``team-tx`` (on ``team-a`` and ``secret``) and ``other-tx``
+    (on ``secret``), finished and mirrored."""
+    with ListenersBroker(tmp_path_factory.mktemp("shared") / "data",
+                         "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
+                         **{**STANDARD, "super.users": "User:admin;User:ANONYMOUS"}) as kafka:
+        for user in ("team", "admin"):
+            kafka.add_user(user, user + "-secret")
+        allow(kafka.engine, ResourceType.TOPIC, "team-", AclOperation.READ)
+        allow(kafka.engine, ResourceType.TRANSACTIONAL_ID, "team-", AclOperation.DESCRIBE)
+        for name in ("team-a", "secret"):
+            kafka.broker.create_topic(name, 1)
+        for txn_id, topics in (("team-tx", ("team-a", "secret")), ("other-tx", ("secret",))):
+            producer = Producer(kafka.confluent("PLAINTEXT", **{"transactional.id": txn_id}))
+            producer.init_transactions(10)
+            producer.begin_transaction()
+            for topic in topics:
+                producer.produce(topic, b"x")
+            producer.commit_transaction(10)
+            del producer  # destroyed: no client outlives the fixture's test
+        db = reader_engine(kafka.broker.mirror.path)
+        eventually(lambda: kafka.broker.mirror.catch_up() >= 0 and mirror_reads.finished_transactions(db)[1] == 2,
+                   10, "the mirror to read both commits")
+        db.dispose()
+        yield kafka
+
+
+def console(kafka: ListenersBroker, user: str) -> FlaskClient:
+    client = create_app(kafka.engine, HttpSettings(), test_config={"TESTING": True},
+                        mirror=kafka.broker.mirror).test_client()
+    assert client.post("/login", data={"user": user, "password": user + "-secret"}).status_code == 302
+    return client
+
+
+def test_history_lists_the_transactions_and_partitions_the_principal_may_describe(shared: ListenersBroker) -> None:
+    team = console(shared, "team").get("/history")
+    assert team.status_code == 200
+    html = team.get_data(as_text=True)
+    assert re.findall(r'data-finished="([^"]+)"', html) == ["team-tx"]
+    assert "team-a" in html and "secret" not in html and "1 finished" in html
+    everything = console(shared, "admin").get("/history").get_data(as_text=True)
+    assert sorted(re.findall(r'data-finished="([^"]+)"', everything)) == ["other-tx", "team-tx"]
+    assert "secret" in everything
+
+
+def test_clients_shows_a_principal_its_own_connections(shared: ListenersBroker) -> None:
+    mine = Producer(shared.confluent("SASL_PLAINTEXT", "SCRAM-SHA-256", "team", "team-secret",
+                                     **{"client.id": "team-app"}))
+    theirs = Producer(shared.confluent("PLAINTEXT", **{"client.id": "operator-app"}))
+    try:
+        for producer in (mine, theirs):
+            producer.list_topics(timeout=10)
+        team = console(shared, "team").get("/clients")
+        everyone = console(shared, "admin").get("/clients").get_data(as_text=True)
+    finally:
+        del mine, theirs, producer
+    assert team.status_code == 200
+    html = team.get_data(as_text=True)
+    assert 'data-client="team-app" data-principal="User:team"' in html and "operator-app" not in html
+    assert 'data-client="team-app"' in everyone and 'data-client="operator-app" data-principal="User:ANONYMOUS"' in everyone

@@ -24,7 +24,7 @@ import subprocess
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Mapping
+from typing import IO, Any, Mapping
 
 from tests.kafka.jars import classpath
 from tests.kafka_support import free_port
@@ -176,6 +176,12 @@ class JavaPrograms:
 
     def run(self, main_class: str, *args: str, timeout: float = 90) -> subprocess.CompletedProcess:
         return _run_java([main_class, *args], TOOL_JVM, timeout, f"{self.directory}:{classpath()}")
+
+    def start(self, main_class: str, *args: str, stderr: IO[bytes]) -> subprocess.Popen:
+        """One of them left running, its standard input and output binary pipes (the
+        caller talks to it, and kills it), its standard error into ``stderr``."""
+        return subprocess.Popen(java_command([main_class, *args], TOOL_JVM, f"{self.directory}:{classpath()}"),
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, env=java_env())
 
 
 def _run_java(args: list[str], jvm: tuple[str, ...], timeout: float,

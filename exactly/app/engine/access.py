@@ -25,7 +25,7 @@ from exactly.app.security.acl import CLUSTER_NAME, SUPPORTED_OPERATIONS, AclBind
 from exactly.app.security.authorizer import Decision, Reason, StandardAuthorizer
 from exactly.app.security.credentials import ScramCredentials
 from exactly.app.security.principal import USER_TYPE, KafkaPrincipal
-from exactly.app.security.scram import ScramMechanism, dummy_credential, password_matches
+from exactly.app.security.scram import SCRAM_MECHANISMS, ScramMechanism, dummy_credential, password_matches
 from exactly.coordinator import cluster_metadata
 from exactly.storage.errors import (
     ClusterAuthorizationFailedError,
@@ -79,8 +79,9 @@ class Access:
         self._producer_id_rate = ProducerIdRate(config.exactly_producer_id_rate_per_principal)
         self._open_transactions = OpenTransactions(config.exactly_max_open_transactions_per_principal,
                                                    transaction_open)
-        #: what a password check of an unknown user derives against (:meth:`check_password`)
-        self._dummy_credential = dummy_credential()
+        #: what a password check derives against for a mechanism the user has no
+        #: credential of (:meth:`check_password`)
+        self._dummy_credentials = {m: dummy_credential(m) for m in SCRAM_MECHANISMS}
         self._failed_login_delay_s = config.connection_failed_authentication_delay_ms / 1000
         self._derivations = asyncio.Semaphore(PASSWORD_DERIVATIONS_AT_ONCE)
 
@@ -306,16 +307,19 @@ class Access:
 
     async def check_password(self, user: str, password: str) -> KafkaPrincipal | None:
         """``User:<user>`` when ``password`` is the user's (against any of its SCRAM
-        credentials), else None. PBKDF2 runs on a worker thread, not the loop; for an
-        unknown user it runs against a dummy credential, so the answer takes as long
-        (the time does not tell which users exist). One derivation runs at a time
-        (:data:`PASSWORD_DERIVATIONS_AT_ONCE`), so password guessing from any number of
-        connections or HTTP threads takes at most one core from producers and consumers."""
-        credentials = self.scram_credentials.of_user(user)
-        for credential in credentials or [self._dummy_credential]:
+        credentials), else None. PBKDF2 runs on a worker thread, not the loop, once per
+        SCRAM mechanism -- against the user's credential of it, or a dummy one where the
+        user has none (an unknown user: every one) -- so a refusal takes as long whoever
+        the user is (the time does not tell which users exist; bench/bench_login.py).
+        One derivation runs at a time (:data:`PASSWORD_DERIVATIONS_AT_ONCE`), so password
+        guessing from any number of connections or HTTP threads takes at most one core
+        from producers and consumers."""
+        known = {ScramMechanism(c.mechanism): c for c in self.scram_credentials.of_user(user)}
+        for mechanism in SCRAM_MECHANISMS:
+            credential = known.get(mechanism, self._dummy_credentials[mechanism])
             async with self._derivations:
                 matches = await asyncio.to_thread(password_matches, credential, password)
-            if matches and credentials:
+            if matches and mechanism in known:
                 return KafkaPrincipal(USER_TYPE, user)
         return None
 

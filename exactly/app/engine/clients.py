@@ -14,7 +14,8 @@ from typing import Iterator, Protocol
 
 class ConnectedClient(Protocol):
     """What a connection tells about its client (Kafka's names: client id, KIP-511's
-    software name and version, the transactional id and producer id it last used)."""
+    software name and version, the transactional id and producer id it last used) and
+    who it authenticated as (its ``KafkaPrincipal``: ``str()`` gives ``User:alice``)."""
 
     client_id: str | None
     software_name: str
@@ -26,6 +27,10 @@ class ConnectedClient(Protocol):
     last_request_ms: int
     transactional_id: str | None
     producer_id: int
+
+    @property
+    def principal(self) -> object:
+        """Who it authenticated as (read only here: its ``str()`` is what is shown)."""
 
     def reset(self) -> None:
         """Drop the connection at once, unanswered."""

@@ -8,7 +8,7 @@ engine, ``exactly.coordinator.mirror_db.reader_engine``), never on the engine's 
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Collection
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine as SqlEngine
@@ -34,17 +34,31 @@ def transaction_history(db: "SqlEngine", txn_id: str, limit: int = 20) -> list[d
     return [_finished(r) for r in rows]
 
 
-def finished_transactions(db: "SqlEngine", txn_id: str = "", outcome: str = "", cause: str = "",
-                          limit: int = 50, offset: int = 0) -> tuple[list[dict[str, Any]], int]:
-    """A page of finished transactions, newest first, and how many match: every
-    transactional id, or those containing ``txn_id``; one ``outcome`` (COMMIT, ABORT)
-    and one abort ``cause`` (an ``AbortCause`` value) when given. Read on the caller's
-    thread, like :func:`transaction_history`."""
-    from sqlalchemy import func, select
+def finished_transactional_ids(db: "SqlEngine") -> list[str]:
+    """Every transactional id with a finished transaction in the mirror (what a page of
+    them is filtered by, as ListTransactions filters its ids)."""
+    from sqlalchemy import select
 
     from exactly.coordinator.mirror_models import FinishedTransaction as T
 
-    where = []
+    with db.connect() as connection:
+        ids = list(connection.execute(select(T.transactional_id).distinct()).scalars())
+        connection.rollback()
+    return ids
+
+
+def finished_transactions(db: "SqlEngine", txn_id: str = "", outcome: str = "", cause: str = "",
+                          limit: int = 50, offset: int = 0,
+                          among: Collection[str] | None = None) -> tuple[list[dict[str, Any]], int]:
+    """A page of finished transactions, newest first, and how many match: every
+    transactional id (or only those ``among``), or those containing ``txn_id``; one
+    ``outcome`` (COMMIT, ABORT) and one abort ``cause`` (an ``AbortCause`` value) when
+    given. Read on the caller's thread, like :func:`transaction_history`."""
+    from sqlalchemy import ColumnElement, func, select
+
+    from exactly.coordinator.mirror_models import FinishedTransaction as T
+
+    where: list[ColumnElement[bool]] = [] if among is None else [T.transactional_id.in_(list(among))]
     if txn_id:
         where.append(T.transactional_id.contains(txn_id, autoescape=True))
     if outcome:

@@ -370,10 +370,11 @@ def _assignment(protocol_type: str | None, data: bytes) -> list[dict[str, Any]] 
 
 
 async def kafka_clients(engine: "Engine") -> list[dict[str, Any]]:
-    """Connected Kafka clients, oldest first: who they say they are (client id; software
-    name and version from ApiVersions v3+), where from, since when, how many requests,
-    when the last came, and the transactional id and producer id they last used."""
-    return sorted(({"client_id": c.client_id, "client_software_name": c.software_name,
+    """Connected Kafka clients, oldest first: who they authenticated as, who they say
+    they are (client id; software name and version from ApiVersions v3+), where from,
+    since when, how many requests, when the last came, and the transactional id and
+    producer id they last used."""
+    return sorted(({"principal": str(c.principal), "client_id": c.client_id, "client_software_name": c.software_name,
                     "client_software_version": c.software_version, "address": c.address, "host": c.host,
                     "connected_since_ms": c.since_ms, "requests": c.requests,
                     "last_request_ms": c.last_request_ms, "transactional_id": c.transactional_id,
@@ -388,7 +389,7 @@ CLIENT_INSTANCE_WINDOW_MS = 5_000
 
 async def client_instances(engine: "Engine") -> list[dict[str, Any]]:
     """Connected clients, one row per client instance, oldest first. The rule: the
-    connections with the same client id, host, software name and version, opened within
+    connections with the same principal, client id, host, software name and version, opened within
     :data:`CLIENT_INSTANCE_WINDOW_MS` of the instance's first one, are one instance.
     Each with the transactional ids and producer ids its connections used and the
     consumer groups whose members have its client id and host."""
@@ -398,11 +399,11 @@ async def client_instances(engine: "Engine") -> list[dict[str, Any]]:
             members.setdefault((m.client_id, m.client_host.removeprefix("/")), set()).add(g.group_id)
     instances: list[dict[str, Any]] = []
     for c in await kafka_clients(engine):
-        key = (c["client_id"], c["host"], c["client_software_name"], c["client_software_version"])
+        key = (c["principal"], c["client_id"], c["host"], c["client_software_name"], c["client_software_version"])
         same = next((i for i in reversed(instances) if i["key"] == key
                      and c["connected_since_ms"] - i["connected_since_ms"] <= CLIENT_INSTANCE_WINDOW_MS), None)
         if same is None:
-            same = {"key": key, **{k: c[k] for k in ("client_id", "host", "client_software_name",
+            same = {"key": key, **{k: c[k] for k in ("principal", "client_id", "host", "client_software_name",
                                                      "client_software_version", "connected_since_ms")},
                     "connections": [], "requests": 0, "last_request_ms": c["last_request_ms"],
                     "transactional_ids": set(), "producer_ids": set(),

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from exactly.app.security.scram import ScramMechanism
+from exactly.app.security.scram import SCRAM_MECHANISMS, ScramMechanism
 from exactly.coordinator.cluster_metadata import ScramCredentialRecord
 
 
@@ -30,7 +30,7 @@ class ScramCredentials:
 
     def of_user(self, user: str) -> list[ScramCredentialRecord]:
         """The user's credentials, SCRAM-SHA-256 first; empty for an unknown user."""
-        return [c for m in (ScramMechanism.SCRAM_SHA_256, ScramMechanism.SCRAM_SHA_512)
+        return [c for m in SCRAM_MECHANISMS
                 if (c := self._credentials.get((user, m))) is not None]
 
     def users(self) -> list[str]:

@@ -44,6 +44,10 @@ class ScramMechanism(enum.IntEnum):
         return next((m for m in cls if m.mechanism_name == mechanism_name and m is not cls.UNKNOWN), cls.UNKNOWN)
 
 
+#: the mechanisms a user may have a credential of, in the order they are checked
+SCRAM_MECHANISMS = (ScramMechanism.SCRAM_SHA_256, ScramMechanism.SCRAM_SHA_512)
+
+
 def new_credential(user: str, mechanism: ScramMechanism, password: str, iterations: int = MIN_ITERATIONS,
                    salt: bytes | None = None) -> ScramCredentialRecord:
     """A salted credential for ``password`` (a random salt unless one is given).
@@ -91,10 +95,11 @@ def password_matches(credential: ScramCredentialRecord, password: str) -> bool:
 _FAKE_SECRET = secrets.token_bytes(32)
 
 
-def dummy_credential() -> ScramCredentialRecord:
-    """A credential no password matches, with the default iterations: what a password
-    check derives against for an unknown user, so that it takes as long as for a known one."""
-    return new_credential("\u0000unknown", ScramMechanism.SCRAM_SHA_256, secrets.token_urlsafe(24), MIN_ITERATIONS)
+def dummy_credential(mechanism: ScramMechanism) -> ScramCredentialRecord:
+    """A credential of ``mechanism`` no password matches, with the default iterations:
+    what a password check derives against where the user has none of that mechanism,
+    so that it takes as long for an unknown user as for a known one."""
+    return new_credential("\u0000unknown", mechanism, secrets.token_urlsafe(24), MIN_ITERATIONS)
 
 
 #: how a SCRAM exchange finds a user's credential for its mechanism (None: no such user)

@@ -6,9 +6,10 @@ What a view needs is declared where it is registered (``exactly/app/http/access.
 what the Kafka API of the same act needs (a topic's page: Metadata's Describe on the
 topic; its record browser: Fetch's Read; New topic: CreateTopics' Create on the
 topic or on the cluster), or, for a page Kafka has no API for, a rule of its own --
-the broker-wide pages (overview, lists, clients) show every topic, transaction and
-group at once, so they need Describe on the Cluster (as ListGroups does to list
-every group).
+the broker-wide pages (the audit) show every topic, transaction and group at
+once, so they need Describe on the Cluster (as ListGroups does to list every group);
+the lists (topics, transactions, groups, history, clients) show what the principal
+may Describe.
 
 The console's views live beside it: ``views.py`` (overview, transactions, groups,
 sign-in, error pages), ``topics.py`` (topics, the record browser, produce),

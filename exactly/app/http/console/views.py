@@ -34,11 +34,11 @@ from werkzeug.exceptions import HTTPException, NotFound
 
 from exactly.app.engine import mirror_reads, read_models
 from exactly.app.http import access, current_engine, current_settings, mirror_db
-from exactly.app.http.auth import login_required, password_principal
+from exactly.app.http.auth import login_required, password_principal, request_principal
 from exactly.app.http.errors import log_mirror_error, log_server_error, status_for
 from exactly.app.http.console.history import History, chart
 from exactly.app.http.access import GROUP, OPEN, TOPIC, TXN, kafka
-from exactly.app.http.console.blueprint import (BROKER_WIDE, FRAGMENTS, ON_GROUP, ON_TOPIC, ON_TXN, actor, back, bp,
+from exactly.app.http.console.blueprint import (FRAGMENTS, ON_GROUP, ON_TOPIC, ON_TXN, actor, back, bp,
                                                 call, done, duration, is_local, page, render, view)
 from exactly.app.kafka.wire import ApiKey
 from exactly.app.security.acl import CLUSTER_NAME
@@ -216,11 +216,14 @@ def transaction(txn_id: str):
                    mirror=db is not None, timeline=_timeline(detail["state"]))
 
 
-@page("/history", BROKER_WIDE)
+@page("/history", kafka(ApiKey.LIST_TRANSACTIONS, access.listed(TXN)) + kafka(ApiKey.METADATA, access.listed(TOPIC)))
 def history():
     """Finished transactions from the SQLite mirror, newest first, a page at a time:
-    filtered by transactional id (a substring, ``?txn=``), ``?outcome=COMMIT|ABORT``
-    and abort ``?cause=`` (an ``AbortCause`` value)."""
+    those of the transactional ids the principal may Describe (as ListTransactions
+    filters them), each with the partitions of the topics it may Describe (as
+    DescribeTransactions leaves out the others); filtered by transactional id (a
+    substring, ``?txn=``), ``?outcome=COMMIT|ABORT`` and abort ``?cause=`` (an
+    ``AbortCause`` value)."""
     txn = request.args.get("txn", "").strip()[:200]
     outcome = request.args.get("outcome", "")
     outcome = outcome if outcome in ("COMMIT", "ABORT") else ""
@@ -232,10 +235,15 @@ def history():
     db = mirror_db()
     if db is not None:
         try:
+            ids = set(mirror_reads.finished_transactional_ids(db))
+            described = access.visible(TXN, ids)
             rows, total = mirror_reads.finished_transactions(db, txn, outcome, cause, HISTORY_LIMIT,
-                                                             (number - 1) * HISTORY_LIMIT)
+                                                             (number - 1) * HISTORY_LIMIT,
+                                                             None if described == ids else described)
         except Exception as failure:  # the mirror is optional: say so on the page
             error = f"reference {log_server_error(failure)} in the broker's log"
+        topics = access.visible(TOPIC, {p["topic_name"] for r in rows for p in r["partitions"]})
+        rows = [{**r, "partitions": [p for p in r["partitions"] if p["topic_name"] in topics]} for r in rows]
     filters = {"txn": txn, "outcome": outcome, "cause": cause}
     return render("history", rows=rows, total=total, error=error, mirror=db is not None, number=number,
                    pages=max(1, -(-total // HISTORY_LIMIT)), causes=list(AbortCause), **filters,
@@ -288,9 +296,21 @@ def groups():
     return render("groups", groups=[g for g in everything if g["group_id"] in described])
 
 
-@page("/clients", BROKER_WIDE)
+@page("/clients", kafka(ApiKey.LIST_GROUPS, access.listed(GROUP), or_cluster=True)
+      + kafka(ApiKey.LIST_TRANSACTIONS, access.listed(TXN)))
 def clients():
-    return render("clients", clients=call(read_models.client_instances), now_ms=current_engine().clock.now_ms(),
+    """The connected clients: every one for a principal that may Describe the cluster,
+    else those that authenticated as the principal itself (Kafka has no API listing
+    connections); each with the transactional ids and groups the principal may Describe
+    (as ListTransactions and ListGroups filter them)."""
+    everyone = access.may("DESCRIBE", "CLUSTER", CLUSTER_NAME)
+    me = str(request_principal())
+    shown = [c for c in call(read_models.client_instances) if everyone or c["principal"] == me]
+    txns = access.visible(TXN, {t for c in shown for t in c["transactional_ids"]})
+    groups = access.visible(GROUP, {g for c in shown for g in c["groups"]})
+    shown = [{**c, "transactional_ids": [t for t in c["transactional_ids"] if t in txns],
+              "groups": [g for g in c["groups"] if g in groups]} for c in shown]
+    return render("clients", clients=shown, everyone=everyone, now_ms=current_engine().clock.now_ms(),
                    window_ms=read_models.CLIENT_INSTANCE_WINDOW_MS)
 
 
