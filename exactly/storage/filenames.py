@@ -9,6 +9,7 @@ sorts numerically, with one file per suffix::
     00000000000000000000.timeindex  sparse time index (exactly/storage/time_index.py)
     00000000000000000000.txnindex   aborted transactions (exactly/storage/txn_index.py)
     00000000000000000123.snapshot   producer state at offset 123 (exactly/storage/producer_snapshot.py)
+    partition.metadata              the topic's id (exactly/storage/partition_metadata.py)
 
 A file being deleted is first renamed with ``.deleted`` appended; a file being
 written whole is written as ``.tmp`` then renamed. Both are cleaned up on start.
@@ -53,6 +54,9 @@ DELETED_SUFFIX = ".deleted"
 TEMP_SUFFIX = ".tmp"
 CLEANED_SUFFIX = ".cleaned"
 SWAP_SUFFIX = ".swap"
+
+#: Partition-directory level file (Kafka's name): the topic id.
+PARTITION_METADATA = "partition.metadata"
 
 #: Segment file suffixes, log first.
 SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)

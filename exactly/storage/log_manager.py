@@ -10,7 +10,8 @@ Layout (Kafka's names where Kafka has the file)::
       log-start-offset-checkpoint         per partition: the first offset still held
       cleaner-offset-checkpoint           per compacted partition: offsets below are cleaned
       topics.json                         topic registry: partitions, config overrides, topic id
-      <topic>-<partition>/                one PartitionLog each (exactly/storage/partition_log.py)
+      <topic>-<partition>/                one PartitionLog each (exactly/storage/partition_log.py),
+        partition.metadata                with its topic's id (exactly/storage/partition_metadata.py)
 
 Kafka keeps its topic registry in the metadata quorum; a single node keeps it in
 ``topics.json``, written atomically. ``.kafka_cleanshutdown`` is removed at start, so
@@ -37,7 +38,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
-from exactly.storage import filenames
+from exactly.storage import filenames, partition_metadata, topic_id
 from exactly.storage.atomic_file import fsync_dir, write_atomically
 from exactly.storage.background import RunSteps, Steps, run_inline
 from exactly.storage.checkpoint import CorruptCheckpointError, read_checkpoint, write_checkpoint
@@ -104,7 +105,8 @@ def _lock_holder(fd: int) -> str:
 class TopicInfo:
     name: str
     partitions: int
-    topic_id: str
+    #: KIP-516's id (``exactly/storage/topic_id.py``): a topic created again gets a new one
+    topic_id: uuid.UUID
     overrides: dict[str, Any]
     internal: bool = False
 
@@ -170,7 +172,7 @@ class TopicCreation:
                 shutil.rmtree(directory, ignore_errors=True)
                 logs.append(PartitionLog(directory, self.info.name, partition, self.config, self.clock,
                                          clean_shutdown=True))
-                fsync_dir(directory)
+                partition_metadata.write(directory, self.info.topic_id)
             fsync_dir(self.data_dir)
             self.topics.run()
         except OSError as e:
@@ -301,21 +303,33 @@ class LogManager:
             raw = json.loads(path.read_text())
         except (OSError, ValueError) as e:
             raise KafkaStorageError(f"cannot read the topic registry {path}: {e}") from e
-        return {name: TopicInfo(name=name, partitions=t["partitions"], topic_id=t["topic_id"],
-                                overrides=t.get("config", {}), internal=t.get("internal", False))
-                for name, t in raw.items()}
+        try:
+            return {name: TopicInfo(name=name, partitions=t["partitions"], topic_id=topic_id.parse(t["topic_id"]),
+                                    overrides=t.get("config", {}), internal=t.get("internal", False))
+                    for name, t in raw.items()}
+        except (KeyError, TypeError, ValueError) as e:
+            raise KafkaStorageError(f"cannot read the topic registry {path}: {e!r}") from e
 
     def _topics_write(self, topics: Iterable[TopicInfo]) -> TopicsWrite:
-        raw = {t.name: {"partitions": t.partitions, "topic_id": t.topic_id, "config": t.overrides,
+        raw = {t.name: {"partitions": t.partitions, "topic_id": topic_id.to_string(t.topic_id), "config": t.overrides,
                         "internal": t.internal} for t in topics}
         return TopicsWrite(self.data_dir / filenames.TOPICS_FILE, json.dumps(raw, indent=2, sort_keys=True).encode())
 
     def _open_log(self, info: TopicInfo, partition: int, recovery_point: int,
                   log_start_offset: int, clean: bool, cleaner_checkpoint: int = 0) -> PartitionLog:
-        return PartitionLog(self.data_dir / filenames.partition_dir_name(info.name, partition),
-                            info.name, partition, self.topic_config(info.name), self.clock,
+        """Open one partition (at start, before the event loop runs); its
+        ``partition.metadata`` is written if a directory from before topic ids lacks it,
+        and one naming another topic id refuses the start (InconsistentTopicIdError)."""
+        directory = self.data_dir / filenames.partition_dir_name(info.name, partition)
+        log_ = PartitionLog(directory, info.name, partition, self.topic_config(info.name), self.clock,
                             recovery_point=recovery_point, log_start_offset=log_start_offset,
                             clean_shutdown=clean, cleaner_checkpoint=cleaner_checkpoint)
+        try:
+            partition_metadata.ensure(directory, info.topic_id)
+        except BaseException:
+            log_.close(clean=False)
+            raise
+        return log_
 
     @property
     def background(self) -> RunSteps:
@@ -351,7 +365,7 @@ class LogManager:
             raise InvalidPartitionsError(f"number of partitions must be at least 1, got {partitions!r}")
         overrides = {k: str(v) for k, v in (config or {}).items()}
         log_config = LogConfig.from_kafka(overrides, base=self.defaults)  # raises INVALID_CONFIG
-        info = TopicInfo(name, partitions, str(uuid.uuid4()), overrides, internal)
+        info = TopicInfo(name, partitions, topic_id.new_topic_id(), overrides, internal)
         return self._create_steps(info, log_config)
 
     def _create_steps(self, info: TopicInfo, config: LogConfig, first_partition: int = 0) -> Steps[TopicInfo]:

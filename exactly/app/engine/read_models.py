@@ -56,7 +56,7 @@ async def topics(engine: "Engine", include_internal: bool = False) -> list[dict[
         if info.internal and not include_internal:
             continue
         partitions = [_partition(engine.partitions.log(name, p)) for p in range(info.partitions)]
-        result.append({"topic_name": name, "topic_id": info.topic_id, "is_internal": info.internal,
+        result.append({"topic_name": name, "topic_id": topic_id.to_string(info.topic_id), "is_internal": info.internal,
                        "partitions_count": info.partitions, "configs": dict(info.overrides),
                        "partitions": partitions})
     return result
@@ -87,7 +87,7 @@ async def topics_summary(engine: "Engine") -> list[dict[str, Any]]:
 
 async def topic(engine: "Engine", name: str) -> dict[str, Any]:
     info = engine.topics.topic(name)
-    return {"topic_name": name, "topic_id": info.topic_id, "is_internal": info.internal,
+    return {"topic_name": name, "topic_id": topic_id.to_string(info.topic_id), "is_internal": info.internal,
             "partitions_count": info.partitions, "configs": dict(info.overrides),
             "effective_configs": engine.topics.topic_config(name).to_kafka(),
             "partitions": [_partition(engine.partitions.log(name, p)) for p in range(info.partitions)]}
