@@ -27,6 +27,7 @@ from exactly.coordinator.internal_topics import INTERNAL_TOPICS
 from exactly.coordinator.schema import SchemaError
 from exactly.coordinator.transaction_state import TWO_PHASE_COMMIT_TIMEOUT_MS, TransactionState
 from exactly.storage.aborted_transactions import AbortedTransactionTracker
+from exactly.storage import topic_id
 from exactly.storage.errors import GroupIdNotFoundError, OffsetOutOfRangeError, TransactionalIdNotFoundError
 from exactly.storage.log_config import LogConfig
 from exactly.storage.partition_log import PartitionLog
