@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import uuid
 from typing import Any, Awaitable, Callable, Mapping
 
 from exactly.app.config import BrokerConfig
@@ -89,6 +90,12 @@ class Topics:
         """A copy of the topic, or None if it does not exist."""
         info = self._logs.topics.get(name)
         return _copied(info) if info is not None else None
+
+    def names_by_id(self, topic_ids: Any) -> dict[uuid.UUID, str]:
+        """The name of each of ``topic_ids`` that is a topic's id now (KIP-516: an id
+        of a deleted topic, even one created again since, is none's)."""
+        wanted = set(topic_ids)
+        return {info.topic_id: name for name, info in self._logs.topics.items() if info.topic_id in wanted}
 
     def describe_topic(self, name: str) -> TopicInfo:
         """A copy of the topic; UNKNOWN_TOPIC_OR_PARTITION if it does not exist."""

@@ -20,15 +20,17 @@ package; :func:`error_code` turns one into the wire code, here at the edge.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Mapping, Protocol
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterable, Mapping, Protocol
 
 from kio.index import api_key_map
 
 from exactly.app.kafka.wire import ApiKey
 from exactly.app.security.principal import KafkaPrincipal
 from exactly.storage.errors import (
+    FencedLeaderEpochError,
     InvalidProducerEpochError,
     KafkaError,
+    NotLeaderOrFollowerError,
     ProducerFencedError,
     UnknownLeaderEpochError,
     UnknownServerError,
@@ -140,3 +142,25 @@ def check_leader_epoch(current_leader_epoch: int) -> None:
     epoch (-1: unknown, not checked). Ours is always 0, so none is ever older."""
     if current_leader_epoch > LEADER_EPOCH:
         raise UnknownLeaderEpochError(f"leader epoch {current_leader_epoch} is newer than {LEADER_EPOCH}")
+
+
+#: the errors after which Produce v10+ and Fetch v12+ say who leads the partition now (KIP-951)
+_LEADER_MOVED = (NotLeaderOrFollowerError, FencedLeaderEpochError)
+#: KIP-951's "no leader known" (``LeaderIdAndEpoch`` of -1, -1)
+NO_LEADER = {"leader_id": -1, "leader_epoch": -1}
+
+
+def current_leader(ctx: RequestContext, error: BaseException | None) -> dict:
+    """KIP-951's ``CurrentLeader`` of a partition answered with ``error``: this node, at
+    the one leader epoch, when the error says the client's leader is wrong; else unknown."""
+    if isinstance(error, _LEADER_MOVED):
+        return {"leader_id": ctx.node.node_id, "leader_epoch": LEADER_EPOCH}
+    return NO_LEADER
+
+
+def node_endpoints(ctx: RequestContext, partitions: Iterable[Mapping[str, Any]]) -> list[dict]:
+    """KIP-951's ``NodeEndpoints``: the endpoint of every leader a partition's
+    ``current_leader`` names (this node, if any does)."""
+    if any(p.get("current_leader", NO_LEADER)["leader_id"] == ctx.node.node_id for p in partitions):
+        return [{"node_id": ctx.node.node_id, "host": ctx.node.host, "port": ctx.node.port, "rack": None}]
+    return []

@@ -22,7 +22,7 @@ log = logging.getLogger(__name__)
 
 async def handle(faults: Faults, api_key: int, handler: Handler, ctx: RequestContext, body: Any) -> Any:
     """The answer to one request: the handler's, or what the fault that fires on it makes of it."""
-    fault = faults.fire(shapes.facts(api_key, ctx.client_id, str(ctx.principal), body))
+    fault = faults.fire(shapes.facts(api_key, ctx.client_id, str(ctx.principal), body, _ids(ctx)))
     if fault is None:
         return await handler(ctx, body)
     action = fault.spec.action
@@ -46,14 +46,20 @@ async def _error(fault: Fault, api_key: int, handler: Handler, ctx: RequestConte
     if getattr(body, "acks", None) == 0:
         return None  # Produce with acks=0 is never answered, an error neither
     match = fault.spec.match
-    partitions = shapes.partitions_of(body)
+    ids = _ids(ctx)
+    partitions = shapes.partitions_of(body, ids)
     faulted = tuple(tp for tp in partitions if not match.by_partition or match.partition_matches(*tp))
-    answer = shapes.error_answer(api_key, ctx.version, fault.spec.error.code, body, faulted)
+    answer = shapes.error_answer(api_key, ctx.version, fault.spec.error.code, body, faulted, ids)
     if answer is None:
         log.warning("fault %d: %s v%d has no error field to carry %s; closing the connection instead",
                     fault.id, api_key, ctx.version, fault.spec.error.name)
         return CLOSE
     if len(faulted) == len(partitions):
         return answer
-    real = await handler(ctx, shapes.without(body, lambda t, p: (t, p) in faulted))
+    real = await handler(ctx, shapes.without(body, lambda t, p: (t, p) in faulted, ids))
     return shapes.merge(api_key, ctx.version, real, answer)
+
+
+def _ids(ctx: RequestContext) -> shapes.TopicIds:
+    """Every topic's name by its id, for a request that names topics by id."""
+    return shapes.TopicIds({info.topic_id: name for name, info in ctx.engine.topics.items()})

@@ -7,7 +7,8 @@ One rule per kind of field, read from the types kio gives every message field:
 * the **groups**: top-level fields typed ``GroupId`` (or a tuple of them, as
   DescribeGroups has);
 * the **partitions**: the first top-level tuple of entities that have a
-  ``TopicName`` field and a tuple of partitions -- entities with an index field
+  ``TopicName`` field (or, from Fetch v13, a ``topic_id``: KIP-516's id, matched by
+  the name of the topic that has it, :class:`TopicIds`) and a tuple of partitions -- entities with an index field
   (``index``, ``partition_index``, ``partition``), or bare int32s; the response's
   partitions the same way, their error being the field typed ``ErrorCode``.
 
@@ -25,8 +26,9 @@ from __future__ import annotations
 import dataclasses
 import functools
 import typing
-from dataclasses import dataclass
-from typing import Any, Callable
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
 
 from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
@@ -34,6 +36,7 @@ from kio.schema.types import GroupId, TopicName, TransactionalId
 
 from exactly.app.faults.fault import RequestFacts
 from exactly.app.kafka.wire import CoordinatorType
+from exactly.storage import topic_id
 
 FIND_COORDINATOR = 10
 #: FindCoordinator's key types
@@ -57,6 +60,37 @@ class Partitioned:
     index: str | None
     #: (responses) the partition entity's error field
     error: str | None
+    #: the name field is a topic id (KIP-516)
+    by_id: bool = False
+
+
+@dataclass(frozen=True)
+class TopicIds:
+    """The topic names of the ids a request gives (Fetch v13+), and back: a fault
+    matches a topic by name whichever way a request names it. An id no topic has
+    goes by its text (``topic_id.to_string``), which no fault's topic can be."""
+
+    names: Mapping[uuid.UUID, str] = field(default_factory=dict)
+
+    def name(self, id_: uuid.UUID) -> str:
+        return self.names.get(id_) or topic_id.to_string(id_)
+
+    def id(self, name: str) -> uuid.UUID:
+        return next((i for i, n in self.names.items() if n == name), None) or topic_id.parse(name)
+
+
+NO_IDS = TopicIds()
+
+
+def _key(shape: Partitioned, topic: Any, ids: TopicIds) -> str:
+    """The name of a request's topic entity."""
+    value = getattr(topic, shape.name)
+    return ids.name(value) if shape.by_id else value
+
+
+def _keyed(shape: Partitioned, name: str, ids: TopicIds) -> Any:
+    """A topic entity's name field's value for the topic ``name``."""
+    return ids.id(name) if shape.by_id else name
 
 
 def _element(hint: Any) -> Any:
@@ -100,16 +134,18 @@ def partitioned(cls: type) -> Partitioned | None:
             continue
         topic_hints = _hints(topic_cls)
         name = next((n for n, h in topic_hints.items() if h is TopicName), None)
+        by_id = name is None and topic_hints.get("topic_id") is uuid.UUID
+        name = "topic_id" if by_id else name
         partitions = next((n for n, h in topic_hints.items() if _element(h) is not None), None)
         if name is None or partitions is None:
             continue
         partition_cls = _element(topic_hints[partitions])
         if not _is_struct(partition_cls):
-            return Partitioned(topics, name, partitions, None, None)
+            return Partitioned(topics, name, partitions, None, None, by_id)
         fields = _hints(partition_cls)
         index = next((n for n in INDEX_NAMES if n in fields), None)
         error = next((n for n, h in fields.items() if h is ErrorCode), None)
-        return Partitioned(topics, name, partitions, index, error) if index else None
+        return Partitioned(topics, name, partitions, index, error, by_id) if index else None
     return None
 
 
@@ -122,12 +158,12 @@ def _named_fields(cls: type) -> tuple[tuple[str, ...], tuple[str, ...]]:
     return groups, txn_ids
 
 
-def partitions_of(body: Any) -> tuple[TopicPartition, ...]:
+def partitions_of(body: Any, ids: TopicIds = NO_IDS) -> tuple[TopicPartition, ...]:
     """Every (topic, partition) a request names."""
     shape = partitioned(_entity_class(body))
     if shape is None:
         return ()
-    return tuple((getattr(topic, shape.name), _index(shape, p))
+    return tuple((_key(shape, topic, ids), _index(shape, p))
                  for topic in getattr(body, shape.topics) or ()
                  for p in getattr(topic, shape.partitions))
 
@@ -136,7 +172,7 @@ def _index(shape: Partitioned, partition: Any) -> int:
     return int(partition if shape.index is None else getattr(partition, shape.index))
 
 
-def facts(api_key: int, client_id: str | None, principal: str, body: Any) -> RequestFacts:
+def facts(api_key: int, client_id: str | None, principal: str, body: Any, ids: TopicIds = NO_IDS) -> RequestFacts:
     """What a fault can match in this request."""
     if api_key == FIND_COORDINATOR:
         keys = tuple(getattr(body, "coordinator_keys", None) or (body.key,))
@@ -149,16 +185,16 @@ def facts(api_key: int, client_id: str | None, principal: str, body: Any) -> Req
         value = getattr(body, name)
         groups.extend(value if isinstance(value, tuple) else () if value is None else (value,))
     txn_id = next((getattr(body, n) for n in txn_fields if getattr(body, n)), None)
-    return RequestFacts(api_key, client_id, principal, partitions_of(body), tuple(groups), txn_id)
+    return RequestFacts(api_key, client_id, principal, partitions_of(body, ids), tuple(groups), txn_id)
 
 
-def without(body: Any, dropped: Callable[[str, int], bool]) -> Any:
+def without(body: Any, dropped: Callable[[str, int], bool], ids: TopicIds = NO_IDS) -> Any:
     """The request without the partitions ``dropped`` says so of (topics left empty go too)."""
     shape = partitioned(_entity_class(body))
     assert shape is not None
     topics = []
     for topic in getattr(body, shape.topics):
-        name = getattr(topic, shape.name)
+        name = _key(shape, topic, ids)
         kept = tuple(p for p in getattr(topic, shape.partitions) if not dropped(name, _index(shape, p)))
         if kept:
             topics.append(dataclasses.replace(topic, **{shape.partitions: kept}))
@@ -166,14 +202,14 @@ def without(body: Any, dropped: Callable[[str, int], bool]) -> Any:
 
 
 def error_answer(api_key: int, version: int, code: int, body: Any,
-                 faulted: tuple[TopicPartition, ...]) -> dict[str, Any] | None:
+                 faulted: tuple[TopicPartition, ...], ids: TopicIds = NO_IDS) -> dict[str, Any] | None:
     """The answer of ``code`` for the faulted part of a request: per partition where
     the response has partitions, per key for FindCoordinator v4, else the top-level
     ``error_code``; None when the response has no place for an error."""
     response_cls = load_response_schema(api_key, version)
     shape = partitioned(response_cls)
     if shape is not None and shape.index is not None and shape.error is not None and faulted:
-        return {shape.topics: _topics(shape, shape.index, shape.error, code, faulted)}
+        return {shape.topics: _topics(shape, shape.index, shape.error, code, faulted, ids)}
     if api_key == FIND_COORDINATOR and version >= 4:
         return {"coordinators": [{"key": key, "error_code": code, "node_id": -1, "host": "", "port": -1}
                                  for key in body.coordinator_keys]}
@@ -183,11 +219,11 @@ def error_answer(api_key: int, version: int, code: int, body: Any,
 
 
 def _topics(shape: Partitioned, index: str, error: str, code: int,
-            faulted: tuple[TopicPartition, ...]) -> list[dict[str, Any]]:
+            faulted: tuple[TopicPartition, ...], ids: TopicIds) -> list[dict[str, Any]]:
     by_topic: dict[str, list[dict[str, Any]]] = {}
     for topic, partition in faulted:
         by_topic.setdefault(topic, []).append({index: partition, error: code})
-    return [{shape.name: topic, shape.partitions: entries} for topic, entries in by_topic.items()]
+    return [{shape.name: _keyed(shape, topic, ids), shape.partitions: entries} for topic, entries in by_topic.items()]
 
 
 def merge(api_key: int, version: int, real: Any, faulted: dict[str, Any]) -> Any:

@@ -15,10 +15,12 @@ from exactly.app.kafka.authorization import C, G, T, X
 from exactly.app.kafka.wire import CoordinatorType
 from exactly.app.security.acl import CLUSTER_NAME
 from exactly.coordinator import features
+from exactly.storage import topic_id
 from exactly.storage.errors import (
     InvalidRequestError,
     KafkaError,
     TopicAlreadyExistsError,
+    UnknownTopicIdError,
     UnknownTopicOrPartitionError,
     UnsupportedEndpointTypeError,
 )
@@ -54,40 +56,70 @@ def _broker(ctx: RequestContext) -> dict:
     return {"node_id": ctx.node.node_id, "host": ctx.node.host, "port": ctx.node.port, "rack": None}
 
 
-@serves(ApiKey.METADATA, 0, 12)
+@serves(ApiKey.METADATA, 0, 13)
 async def metadata(ctx: RequestContext, request: Any) -> dict:
     """Brokers (this one) and topics; a requested topic that does not exist is created
     when ``auto.create.topics.enable`` and the client allow it (``num.partitions``) and
     the principal may Create it. All topics: those the principal may Describe; a topic
     named and not describable is TOPIC_AUTHORIZATION_FAILED, existing or not. From v8
-    the principal's authorized operations on each topic and the cluster, when asked."""
+    the principal's authorized operations on each topic (and, v8 to v10, the cluster),
+    when asked; from v10 each topic's id (KIP-516); from v12 topics asked for by id (an
+    id no topic has: UNKNOWN_TOPIC_ID; an id is never created), as Kafka 4's broker
+    answers them: when any topic is asked for by id, the names given are not looked at."""
     engine = ctx.engine
     wanted = request.topics
+    ids: list[uuid.UUID] = []
+    unknown_ids: list[dict] = []
     if wanted is None or (ctx.version == 0 and not wanted):
         names = [name for name in engine.topics.topic_names()
                  if authorization.allowed(ctx, ApiKey.METADATA, T, name, audit=False)]
     else:
-        # v10+ may name a topic by id alone (KIP-516): a consumer group's assignment does
-        names = list(dict.fromkeys(t.name if t.name is not None else _name_of(ctx, getattr(t, "topic_id", None))
-                                   for t in wanted))
-    allow_create = getattr(request, "allow_auto_topic_creation", True) and engine.config.auto_create_topics_enable
+        ids = list(dict.fromkeys(t.topic_id for t in wanted
+                                 if getattr(t, "topic_id", None) not in (None, topic_id.ZERO)))
+        if ids and ctx.version < 12:
+            return _refused(ctx, request, InvalidRequestError(
+                f"Topic IDs are not supported in requests for version {ctx.version}"))
+        if not ids and any(t.name is None for t in wanted):
+            return _refused(ctx, request, InvalidRequestError("a topic is asked for by name, or (v12+) by id"))
+        if ids:
+            named = engine.topics.names_by_id(ids)
+            names = [named[i] for i in ids if i in named]
+            unknown_ids = [_error_topic(UnknownTopicIdError(f"no topic has the id {topic_id.to_string(i)}"), None, i)
+                           for i in ids if i not in named]
+        else:
+            names = list(dict.fromkeys(t.name for t in wanted))
+    allow_create = (not ids and getattr(request, "allow_auto_topic_creation", True)
+                    and engine.config.auto_create_topics_enable)
     asked = getattr(request, "include_topic_authorized_operations", False)
-    topics = [await _topic_metadata(ctx, name, allow_create, asked) for name in names]
+    topics = [await _topic_metadata(ctx, name, allow_create, asked, by_id=bool(ids)) for name in names]
     return {"brokers": [_broker(ctx)], "cluster_id": engine.topics.cluster_id,
-            "controller_id": ctx.node.node_id, "topics": topics,
+            "controller_id": ctx.node.node_id, "topics": topics + unknown_ids, "error_code": 0,
             "cluster_authorized_operations": authorization.authorized_operations(
                 ctx, C, CLUSTER_NAME, getattr(request, "include_cluster_authorized_operations", False))}
 
 
-def _name_of(ctx: RequestContext, topic_id: Any) -> str:
-    """The name of the topic with this id; "" (UNKNOWN_TOPIC_OR_PARTITION) when none has it."""
-    return (ctx.engine.groups.topic_name(topic_id) if topic_id is not None else None) or ""
+def _refused(ctx: RequestContext, request: Any, error: KafkaError) -> dict:
+    """A request refused as a whole, as Kafka's ``MetadataRequest.getErrorResponse``
+    answers it: each topic asked for with the error."""
+    return {"brokers": [_broker(ctx)], "cluster_id": ctx.engine.topics.cluster_id,
+            "controller_id": ctx.node.node_id, "error_code": 0,
+            "topics": [_error_topic(error, t.name or "", getattr(t, "topic_id", None) or topic_id.ZERO)
+                       for t in request.topics]}
 
 
-async def _topic_metadata(ctx: RequestContext, name: str, allow_create: bool, asked: bool) -> dict:
+def _error_topic(error: KafkaError, name: str | None, id_: uuid.UUID = topic_id.ZERO) -> dict:
+    return {"error_code": error_code(error), "name": name, "topic_id": id_, "is_internal": False, "partitions": []}
+
+
+async def _topic_metadata(ctx: RequestContext, name: str, allow_create: bool, asked: bool,
+                          by_id: bool = False) -> dict:
+    """One topic's answer; ``by_id``: it was asked for by id, so an error answers the
+    id, not the name (Kafka: ids are not sensitive, names may be)."""
     engine = ctx.engine
     if not authorization.allowed(ctx, ApiKey.METADATA, T, name):
-        return {"error_code": authorization.denial(T, name).code, "name": name, "partitions": []}
+        denied = engine.topics.topic_info(name) if by_id else None
+        return _error_topic(authorization.denial(T, name), None if by_id else name,
+                            denied.topic_id if denied is not None else topic_id.ZERO)
     info = engine.topics.topic_info(name)
     if info is None:
         try:
@@ -101,9 +133,9 @@ async def _topic_metadata(ctx: RequestContext, name: str, allow_create: bool, as
         except TopicAlreadyExistsError:
             info = engine.topics.describe_topic(name)
         except KafkaError as e:
-            return {"error_code": error_code(e), "name": name, "partitions": []}
+            return _error_topic(e, name)
     node = ctx.node.node_id
-    return {"error_code": 0, "name": name, "topic_id": uuid.UUID(info.topic_id), "is_internal": info.internal,
+    return {"error_code": 0, "name": name, "topic_id": info.topic_id, "is_internal": info.internal,
             "topic_authorized_operations": authorization.authorized_operations(ctx, T, name, asked), "partitions": [
         {"error_code": 0, "partition_index": p, "leader_id": node, "leader_epoch": LEADER_EPOCH,
          "replica_nodes": [node], "isr_nodes": [node], "offline_replicas": []}
