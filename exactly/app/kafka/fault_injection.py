@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
 from typing import Any
 
 from exactly.app.kafka import fault_shapes as shapes
@@ -61,5 +62,11 @@ async def _error(fault: Fault, api_key: int, handler: Handler, ctx: RequestConte
 
 
 def _ids(ctx: RequestContext) -> shapes.TopicIds:
-    """Every topic's name by its id, for a request that names topics by id."""
-    return shapes.TopicIds({info.topic_id: name for name, info in ctx.engine.topics.items()})
+    """Topic names by id and back, for a request that names topics by id."""
+    topics = ctx.engine.topics
+
+    def id_of(name: str) -> uuid.UUID | None:
+        info = topics.topic_info(name)
+        return None if info is None else info.topic_id
+
+    return shapes.TopicIds(topics.names_by_id, id_of)

@@ -27,8 +27,8 @@ import dataclasses
 import functools
 import typing
 import uuid
-from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Mapping
 
 from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
@@ -70,13 +70,16 @@ class TopicIds:
     matches a topic by name whichever way a request names it. An id no topic has
     goes by its text (``topic_id.to_string``), which no fault's topic can be."""
 
-    names: Mapping[uuid.UUID, str] = field(default_factory=dict)
+    #: the names of those of some ids that are topics' (``Topics.names_by_id``)
+    names_by_id: Callable[[Iterable[uuid.UUID]], Mapping[uuid.UUID, str]] = lambda ids: {}
+    #: the id of a topic, None if there is no such topic
+    id_of: Callable[[str], uuid.UUID | None] = lambda name: None
 
     def name(self, id_: uuid.UUID) -> str:
-        return self.names.get(id_) or topic_id.to_string(id_)
+        return self.names_by_id([id_]).get(id_) or topic_id.to_string(id_)
 
     def id(self, name: str) -> uuid.UUID:
-        return next((i for i, n in self.names.items() if n == name), None) or topic_id.parse(name)
+        return self.id_of(name) or topic_id.parse(name)
 
 
 NO_IDS = TopicIds()
