@@ -15,6 +15,7 @@ from exactly.app.kafka.authorization import C, G, T, X
 from exactly.app.kafka.wire import CoordinatorType
 from exactly.app.security.acl import CLUSTER_NAME
 from exactly.coordinator import features
+from exactly.coordinator.internal_topics import INTERNAL_TOPICS
 from exactly.storage import topic_id
 from exactly.storage.errors import (
     InvalidRequestError,
@@ -134,12 +135,74 @@ async def _topic_metadata(ctx: RequestContext, name: str, allow_create: bool, as
             info = engine.topics.describe_topic(name)
         except KafkaError as e:
             return _error_topic(e, name)
-    node = ctx.node.node_id
     return {"error_code": 0, "name": name, "topic_id": info.topic_id, "is_internal": info.internal,
-            "topic_authorized_operations": authorization.authorized_operations(ctx, T, name, asked), "partitions": [
-        {"error_code": 0, "partition_index": p, "leader_id": node, "leader_epoch": LEADER_EPOCH,
-         "replica_nodes": [node], "isr_nodes": [node], "offline_replicas": []}
-        for p in range(info.partitions)]}
+            "topic_authorized_operations": authorization.authorized_operations(ctx, T, name, asked),
+            "partitions": [_partition(ctx, p) for p in range(info.partitions)]}
+
+
+#: Kafka's ``max.request.partition.size.limit`` default: the most partitions one
+#: DescribeTopicPartitions answer holds, whatever the request's limit
+MAX_REQUEST_PARTITION_SIZE_LIMIT = 2000
+
+
+@serves(ApiKey.DESCRIBE_TOPIC_PARTITIONS, 0, 0)
+async def describe_topic_partitions(ctx: RequestContext, request: Any) -> dict:
+    """KIP-966's paginated Metadata (``kafka-topics --describe`` uses it): the topics
+    named (none: every topic the principal may Describe) in name order, from the
+    cursor's topic and partition on, at most ``ResponsePartitionLimit`` partitions (and
+    :data:`MAX_REQUEST_PARTITION_SIZE_LIMIT`); ``NextCursor`` says where the next page
+    starts. A topic named and not describable is TOPIC_AUTHORIZATION_FAILED (after the
+    others, as Kafka's ``DescribeTopicPartitionsRequestHandler`` answers), one named
+    and unknown UNKNOWN_TOPIC_OR_PARTITION; nothing is ever created."""
+    cursor = request.cursor
+    start = "" if cursor is None else cursor.topic_name
+    if cursor is not None and cursor.partition_index < 0:
+        raise InvalidRequestError(f"Invalid partition index: {cursor.partition_index}")
+    every = not request.topics
+    if every:
+        names = {name for name in ctx.engine.topics.topic_names() if name >= start}
+    else:
+        names = {t.name for t in request.topics if t.name >= start}
+        if cursor is not None and cursor.topic_name not in names:
+            raise InvalidRequestError(f"DescribeTopicPartitionsRequest topic list should contain the cursor topic: "
+                                      f"{cursor.topic_name}")
+    allowed = {name for name in names if authorization.allowed(ctx, ApiKey.DESCRIBE_TOPIC_PARTITIONS, T, name,
+                                                               audit=not every)}
+    remaining = max(min(MAX_REQUEST_PARTITION_SIZE_LIMIT, request.response_partition_limit), 1)
+    topics: list[dict] = []
+    next_cursor = None
+    for name in sorted(allowed):
+        if remaining == 0:
+            next_cursor = {"topic_name": name, "partition_index": 0}
+            break
+        info = ctx.engine.topics.topic_info(name)
+        if info is None:
+            if not every:
+                topics.append({**_error_topic(UnknownTopicOrPartitionError(f"topic {name!r} does not exist"), name),
+                               "topic_authorized_operations": authorization.NOT_REQUESTED})
+            continue
+        first = cursor.partition_index if cursor is not None and name == cursor.topic_name else 0
+        last = min(info.partitions, first + remaining)
+        topics.append({"error_code": 0, "name": name, "topic_id": info.topic_id, "is_internal": info.internal,
+                       "topic_authorized_operations": authorization.authorized_operations(ctx, T, name, True),
+                       "partitions": [_partition(ctx, p, elr=True) for p in range(first, last)]})
+        if last < info.partitions:
+            next_cursor = {"topic_name": name, "partition_index": last}
+            break
+        remaining -= max(last - first, 0)
+    topics += [{**_error_topic(authorization.denial(T, name), name), "is_internal": name in INTERNAL_TOPICS,
+                "topic_authorized_operations": authorization.NOT_REQUESTED}
+               for name in sorted(names - allowed) if not every]
+    return {"topics": topics, "next_cursor": next_cursor}
+
+
+def _partition(ctx: RequestContext, index: int, elr: bool = False) -> dict:
+    """A partition of this node: it leads it and holds its one replica, in sync. ``elr``:
+    with KIP-966's eligible leader replicas (none: the ISR is every replica)."""
+    node = ctx.node.node_id
+    partition = {"error_code": 0, "partition_index": index, "leader_id": node, "leader_epoch": LEADER_EPOCH,
+                 "replica_nodes": [node], "isr_nodes": [node], "offline_replicas": []}
+    return {**partition, "eligible_leader_replicas": [], "last_known_elr": []} if elr else partition
 
 
 @serves(ApiKey.FIND_COORDINATOR, 0, 4)

@@ -131,10 +131,9 @@ def _field(field: dataclasses.Field, compact: bool) -> _Field:
             element = _Field(field.name, _Kind.ENTITY, plan=plan, size=plan.min_size)
         return _array(field.name, compact, nullable, element)
     if isinstance(shape, EntityField):
-        if nullable:
-            raise TypeError(f"{field.name}: nullable structs are not in any served request")
-        plan = _plan(shape.type_)
-        return _Field(field.name, _Kind.ENTITY, plan=plan, size=plan.min_size)
+        plan = _plan(shape.type_)  # nullable (DescribeTopicPartitions' Cursor): an int8 marker first, -1 null
+        return _Field(field.name, _Kind.ENTITY, nullable=nullable, plan=plan,
+                      size=1 if nullable else plan.min_size)
     if isinstance(shape, PrimitiveTupleField):
         element_type = typing.get_args(typing.get_args(field.type)[0] if nullable else field.type)[0]
         element = _primitive(field.name, field.metadata["kafka_type"], compact, _is_nullable(element_type))
@@ -180,6 +179,12 @@ def _scan_field(plan: _Plan, field: _Field, buf: bytes | memoryview, pos: int, e
         return pos + field.size
     if kind is _Kind.ENTITY:
         assert field.plan is not None, "an ENTITY field has its plan"
+        if field.nullable:
+            if pos >= end:
+                raise FrameError(f"{plan.name}.{field.name}: the request ends 1 byte early")
+            marker, pos = buf[pos], pos + 1
+            if marker == 0xFF:
+                return pos  # null
         return _scan_entity(field.plan, buf, pos, end, drops)
     count, pos = _length(plan, field, buf, pos, end)
     if count <= 0:
