@@ -17,6 +17,7 @@ Each face changes topics through the same engine operations: ``create_topic``,
 from __future__ import annotations
 
 import enum
+import uuid
 from typing import Any, Awaitable, Callable
 
 from exactly.app.config import static_config_change
@@ -27,6 +28,7 @@ from exactly.app.kafka import authorization
 from exactly.app.kafka.api import ApiKey, RequestContext, error_code, serves
 from exactly.app.kafka.authorization import C, T
 from exactly.app.security.acl import CLUSTER_NAME
+from exactly.storage import topic_id
 from exactly.storage.errors import (
     InvalidConfigError,
     InvalidPartitionsError,
@@ -35,13 +37,19 @@ from exactly.storage.errors import (
     InvalidRequestError,
     KafkaError,
     PolicyViolationError,
+    UnknownTopicIdError,
 )
 
 TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4
 
 
-@serves(ApiKey.CREATE_TOPICS, 2, 4)
+@serves(ApiKey.CREATE_TOPICS, 2, 7)
 async def create_topics(ctx: RequestContext, request: Any) -> dict:
+    """Each topic created (or, ``validate_only``, checked); from v5 (KIP-525) the answer
+    gives what it was created with -- partitions, replication factor and every config
+    as DescribeConfigs shows it, or, to a principal that may not DescribeConfigs the
+    topic, TOPIC_AUTHORIZATION_FAILED as ``TopicConfigErrorCode`` -- and from v7 its id
+    (KIP-516; none for a topic only validated)."""
     partitions = sum(max(_requested_partitions(ctx, t), 0) for t in request.topics)
     return {"topics": _over_the_request_limit(ctx, request.topics, partitions)
             or await _each_topic(request.topics, lambda topic: _create(ctx, topic, request.validate_only))}
@@ -57,16 +65,16 @@ def _over_the_request_limit(ctx: RequestContext, topics: Any, partitions: int) -
     return None
 
 
-async def _each_topic(topics: Any, change: Callable[[Any], Awaitable[str | None]]) -> list[dict]:
-    """Each topic's result of ``change`` (its note, or its error), a topic named twice
-    in the request INVALID_REQUEST."""
+async def _each_topic(topics: Any, change: Callable[[Any], Awaitable[dict]]) -> list[dict]:
+    """Each topic's result of ``change`` (its answer's fields, or its error), a topic
+    named twice in the request INVALID_REQUEST."""
     names = [t.name for t in topics]
     results = []
     for topic in topics:
         try:
             if names.count(topic.name) > 1:
                 raise InvalidRequestError(f"topic {topic.name!r} appears more than once in the request")
-            results.append({"name": topic.name, "error_code": 0, "error_message": await change(topic)})
+            results.append({"name": topic.name, "error_code": 0, "error_message": None, **await change(topic)})
         except KafkaError as e:
             results.append({"name": topic.name, "error_code": error_code(e), "error_message": str(e)})
     return results
@@ -80,9 +88,10 @@ def _requested_partitions(ctx: RequestContext, topic: Any) -> int:
     return ctx.engine.config.num_partitions if topic.num_partitions == -1 else topic.num_partitions
 
 
-async def _create(ctx: RequestContext, topic: Any, validate_only: bool) -> str | None:
-    """Create one topic (Create on the cluster or on the topic); returns the note of a
-    replication factor accepted with one replica."""
+async def _create(ctx: RequestContext, topic: Any, validate_only: bool) -> dict:
+    """Create one topic (Create on the cluster or on the topic); returns its answer's
+    fields: the note of a replication factor accepted with one replica, and (v5+) what
+    the topic was created with."""
     engine = ctx.engine
     if not authorization.allowed_to_create(ctx, ApiKey.CREATE_TOPICS, topic.name):
         raise authorization.denial(T, topic.name)
@@ -95,22 +104,57 @@ async def _create(ctx: RequestContext, topic: Any, validate_only: bool) -> str |
         if sorted(a.partition_index for a in topic.assignments) != list(range(len(topic.assignments))):
             raise InvalidPartitionsError("assigned partitions must be 0 .. n-1")
     configs = {c.name: c.value for c in topic.configs if c.value is not None}
-    await engine.topics.create_topic(topic.name, _requested_partitions(ctx, topic), configs, validate_only=validate_only,
-                              replication_factor=topic.replication_factor)
-    return engine.topics.check_replication_factor(topic.replication_factor)
+    created = await engine.topics.create_topic(topic.name, _requested_partitions(ctx, topic), configs,
+                                               validate_only=validate_only, replication_factor=topic.replication_factor)
+    answer = {"error_message": engine.topics.check_replication_factor(topic.replication_factor),
+              "num_partitions": _requested_partitions(ctx, topic), "replication_factor": 1}
+    if created is not None:
+        answer["topic_id"] = created.topic_id
+    if not authorization.allowed(ctx, ApiKey.DESCRIBE_CONFIGS, T, topic.name):
+        return {**answer, "topic_config_error_code": authorization.denial(T, topic.name).code}
+    if created is not None:
+        answer["configs"] = [{"name": c["name"], "value": None if c["is_sensitive"] else c["value"],
+                              "read_only": c["is_read_only"], "config_source": ConfigSource[c["source"]].value,
+                              "is_sensitive": c["is_sensitive"]}
+                             for c in await read_models.topic_configs(ctx.engine, topic.name)]
+    return answer
 
 
-@serves(ApiKey.DELETE_TOPICS, 1, 3)
+@serves(ApiKey.DELETE_TOPICS, 1, 6)
 async def delete_topics(ctx: RequestContext, request: Any) -> dict:
-    results = []
-    for name in request.topic_names:
-        try:
+    """Delete each topic named (v1-5) or, from v6, named or given by id (KIP-516): an id
+    no topic has is UNKNOWN_TOPIC_ID, a topic given both ways or neither INVALID_REQUEST,
+    as Kafka's controller answers them. Each answer gives the topic's name and id."""
+    if ctx.version < 6:
+        wanted = [(name, None) for name in request.topic_names]
+    else:
+        wanted = [(t.name, t.topic_id if t.topic_id not in (None, topic_id.ZERO) else None) for t in request.topics]
+    named = ctx.engine.topics.names_by_id(i for _, i in wanted if i is not None)
+    return {"responses": [await _delete(ctx, name, id_, named) for name, id_ in wanted]}
+
+
+async def _delete(ctx: RequestContext, name: str | None, id_: uuid.UUID | None,
+                  named: dict[uuid.UUID, str]) -> dict:
+    """One topic's deletion, answered with its name and id (those known)."""
+    try:
+        if name is not None and id_ is not None:
+            raise InvalidRequestError("You may not specify both topic name and topic id.")
+        if name is None and id_ is None:
+            raise InvalidRequestError("Neither topic name nor id were specified.")
+        if id_ is not None:
+            if id_ not in named:
+                raise UnknownTopicIdError(f"no topic has the id {topic_id.to_string(id_)}")
+            authorization.check(ctx, ApiKey.DELETE_TOPICS, T, named[id_])
+            name = named[id_]
+        else:
             authorization.check(ctx, ApiKey.DELETE_TOPICS, T, name)
-            await ctx.engine.topics.delete_topic(name)
-            results.append({"name": name, "error_code": 0})
-        except KafkaError as e:
-            results.append({"name": name, "error_code": error_code(e)})
-    return {"responses": results}
+            info = ctx.engine.topics.topic_info(name)
+            id_ = info.topic_id if info is not None else None
+        await ctx.engine.topics.delete_topic(name)
+        return {"name": name, "topic_id": id_ or topic_id.ZERO, "error_code": 0, "error_message": None}
+    except KafkaError as e:
+        return {"name": None if id_ is not None and name is None else name, "topic_id": id_ or topic_id.ZERO,
+                "error_code": error_code(e), "error_message": str(e)}
 
 
 @serves(ApiKey.DESCRIBE_CONFIGS, 1, 2)
@@ -292,7 +336,7 @@ async def create_partitions(ctx: RequestContext, request: Any) -> dict:
             or await _each_topic(request.topics, lambda topic: _grow(ctx, topic, held, request.validate_only))}
 
 
-async def _grow(ctx: RequestContext, topic: Any, held: dict[str, int], validate_only: bool) -> None:
+async def _grow(ctx: RequestContext, topic: Any, held: dict[str, int], validate_only: bool) -> dict:
     authorization.check(ctx, ApiKey.CREATE_PARTITIONS, T, topic.name)
     new = topic.count - held.get(topic.name, topic.count)
     if topic.assignments is not None and new > 0:  # else: the engine's error (unknown topic, no growth)
@@ -303,6 +347,7 @@ async def _grow(ctx: RequestContext, topic: Any, held: dict[str, int], validate_
         if any(list(a.broker_ids) != [node] for a in topic.assignments):
             raise InvalidReplicaAssignmentError(f"every new partition must be assigned to this node ({node}) alone")
     await ctx.engine.topics.create_partitions(topic.name, topic.count, validate_only)
+    return {}
 
 
 @serves(ApiKey.DELETE_RECORDS, 0, 2)
@@ -325,12 +370,13 @@ def _delete_records_result(partition: int, result: LogDeleteRecordsResult) -> di
             "error_code": error_code(result.error)}
 
 
-@serves(ApiKey.DESCRIBE_LOG_DIRS, 1, 4)
+@serves(ApiKey.DESCRIBE_LOG_DIRS, 1, 5)
 async def describe_log_dirs(ctx: RequestContext, request: Any) -> dict:
     """The one log directory and the size of each partition asked for (null topics:
     all), offset lag 0 (the log end is the high watermark's to reach, no replica's)
     and no future log (no AlterReplicaLogDirs). Describe on the cluster, else
-    CLUSTER_AUTHORIZATION_FAILED (v3+; no log directory before)."""
+    CLUSTER_AUTHORIZATION_FAILED (v3+; no log directory before). v5 (KIP-1066): the
+    directory is never cordoned (no ``cordoned.log.dirs``: it takes new partitions)."""
     if not authorization.allowed(ctx, ApiKey.DESCRIBE_LOG_DIRS, C, CLUSTER_NAME):
         return {"error_code": authorization.denial(C, CLUSTER_NAME).code, "results": []}
     topics = None if request.topics is None else [(t.topic, t.partitions) for t in request.topics]
@@ -342,5 +388,5 @@ async def describe_log_dirs(ctx: RequestContext, request: Any) -> dict:
              "is_future_key": False})
     return {"error_code": 0, "results": [{
         "error_code": 0, "log_dir": log_dir.path, "total_bytes": log_dir.total_bytes,
-        "usable_bytes": log_dir.usable_bytes,
+        "usable_bytes": log_dir.usable_bytes, "is_cordoned": False,
         "topics": [{"name": name, "partitions": partitions} for name, partitions in by_topic.items()]}]}

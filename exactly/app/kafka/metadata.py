@@ -231,10 +231,12 @@ def _coordinator(ctx: RequestContext, key_type: int, key: str) -> dict:
             "port": ctx.node.port}
 
 
-@serves(ApiKey.DESCRIBE_CLUSTER, 0, 1)
+@serves(ApiKey.DESCRIBE_CLUSTER, 0, 2)
 async def describe_cluster(ctx: RequestContext, request: Any) -> dict:
     """This node, to a principal that may Describe the cluster; v1 may ask for the
-    controllers' endpoints, which a broker does not give."""
+    controllers' endpoints, which a broker does not give; v2 (KIP-1073) may ask for
+    fenced brokers too: this one is never fenced (``IsFenced`` false), so the answer
+    is the same."""
     authorization.check_cluster(ctx, ApiKey.DESCRIBE_CLUSTER)
     endpoint_type = getattr(request, "endpoint_type", BROKERS_ENDPOINT)
     if endpoint_type != BROKERS_ENDPOINT:
@@ -244,5 +246,6 @@ async def describe_cluster(ctx: RequestContext, request: Any) -> dict:
             "endpoint_type": BROKERS_ENDPOINT,
             "cluster_authorized_operations": authorization.authorized_operations(
                 ctx, C, CLUSTER_NAME, request.include_cluster_authorized_operations),
-            "brokers": [{"broker_id": ctx.node.node_id, "host": ctx.node.host, "port": ctx.node.port}]}
+            "brokers": [{"broker_id": ctx.node.node_id, "host": ctx.node.host, "port": ctx.node.port,
+                         "is_fenced": False}]}
 
