@@ -1,0 +1,146 @@
+"""Topic ids on the wire (KIP-516) and the APIs at Kafka 4's versions that carry them:
+Metadata v10+ gives each topic's id and (v12+) answers ids, CreateTopics v7 returns it,
+Fetch v13+ reads by it, DeleteTopics v6 deletes by it, DescribeTopicPartitions pages
+through topics; an id no topic has -- a deleted topic's, even when one of its name was
+created since -- is UNKNOWN_TOPIC_ID. And what a client does with them: librdkafka
+notices a topic re-created with fewer partitions (its test 0107)."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+from confluent_kafka import KafkaError, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from exactly.app.kafka.wire import ApiKey
+from exactly.storage import filenames, partition_metadata
+from tests.kafka_support import KafkaBroker, raw_connection
+from tests.waiting import eventually
+
+pytestmark = pytest.mark.timeout(120)
+UNKNOWN_TOPIC_OR_PARTITION, OFFSET_OUT_OF_RANGE, INVALID_REQUEST, UNKNOWN_TOPIC_ID = 3, 1, 42, 100
+
+
+@pytest.fixture
+def kafka(tmp_path: Path) -> Iterator[KafkaBroker]:
+    with KafkaBroker(tmp_path / "data") as broker:
+        yield broker
+
+
+def _create(raw, name: str, partitions: int) -> uuid.UUID:
+    response = raw.request(ApiKey.CREATE_TOPICS, 7, {"topics": [{"name": name, "num_partitions": partitions,
+                                                                 "replication_factor": 1}], "timeout": 10_000})
+    assert response.topics[0].error_code == 0
+    return response.topics[0].topic_id
+
+
+def _delete(raw, **topic) -> object:
+    return raw.request(ApiKey.DELETE_TOPICS, 6, {"topics": [{"name": None, **topic}], "timeout": 10_000}).responses[0]
+
+
+def _fetch(raw, topic_id: uuid.UUID, offset: int = 0, last_fetched_epoch: int = -1, version: int = 13):
+    response = raw.request(ApiKey.FETCH, version, {"max_wait": 0, "min_bytes": 1, "max_bytes": 1 << 20, "topics": [
+        {"topic_id": topic_id, "partitions": [{"partition": 0, "fetch_offset": offset, "partition_max_bytes": 1 << 20,
+                                               "last_fetched_epoch": last_fetched_epoch}]}]})
+    return response.responses[0]
+
+
+def test_create_topics_v7_metadata_and_the_partition_files_agree_on_the_id(kafka, tmp_path):
+    raw = raw_connection(kafka.port)
+    created = _create(raw, "orders", 2)
+    described = raw.request(ApiKey.METADATA, 12, {"topics": [{"name": "orders"}]}).topics[0]
+    assert described.topic_id == created and described.error_code == 0
+    by_id = raw.request(ApiKey.METADATA, 12, {"topics": [{"name": None, "topic_id": created}]}).topics[0]
+    assert (by_id.name, len(by_id.partitions)) == ("orders", 2)
+    for p in range(2):
+        assert partition_metadata.read(tmp_path / "data" / filenames.partition_dir_name("orders", p)) == created
+
+
+def test_metadata_answers_an_unknown_id_and_refuses_ids_before_v12(kafka):
+    raw = raw_connection(kafka.port)
+    stranger = uuid.uuid4()
+    answer = raw.request(ApiKey.METADATA, 12, {"topics": [{"name": None, "topic_id": stranger}]}).topics[0]
+    assert (answer.error_code, answer.topic_id, answer.name) == (UNKNOWN_TOPIC_ID, stranger, None)
+    refused = raw.request(ApiKey.METADATA, 10, {"topics": [{"name": "x", "topic_id": stranger}]}).topics[0]
+    assert refused.error_code == INVALID_REQUEST
+    assert raw.request(ApiKey.METADATA, 13, {"topics": []}).error_code == 0
+
+
+def test_a_re_created_topic_has_a_new_id_and_the_old_one_is_unknown_everywhere(kafka):
+    raw = raw_connection(kafka.port)
+    old = _create(raw, "orders", 1)
+    assert _fetch(raw, old).partitions[0].error_code == 0
+    deleted = _delete(raw, topic_id=old)
+    assert (deleted.error_code, deleted.name, deleted.topic_id) == (0, "orders", old)
+    new = _create(raw, "orders", 1)
+    assert new != old
+    assert _fetch(raw, old).partitions[0].error_code == UNKNOWN_TOPIC_ID
+    assert _fetch(raw, new, version=18).partitions[0].error_code == 0
+    assert _delete(raw, topic_id=old).error_code == UNKNOWN_TOPIC_ID
+    assert _delete(raw, name="orders", topic_id=new).error_code == INVALID_REQUEST
+    assert raw.request(ApiKey.METADATA, 12, {"topics": [{"name": None, "topic_id": old}]}).topics[0].error_code \
+        == UNKNOWN_TOPIC_ID
+
+
+def test_fetch_v12_answers_a_diverging_epoch_past_the_log_end(kafka):
+    """KIP-320 in Fetch: a fetcher that last read epoch 0 and asks past where epoch 0
+    ends is told where it ends, with no records; an epoch after the log's is out of range."""
+    raw = raw_connection(kafka.port)
+    topic = _create(raw, "orders", 1)
+    with_epoch = _fetch(raw, topic, offset=5, last_fetched_epoch=0).partitions[0]
+    assert with_epoch.error_code == 0 and with_epoch.records in (b"", None)
+    assert (with_epoch.diverging_epoch.epoch, with_epoch.diverging_epoch.end_offset) == (0, 0)
+    assert _fetch(raw, topic, last_fetched_epoch=3).partitions[0].error_code == OFFSET_OUT_OF_RANGE
+    assert _fetch(raw, topic, last_fetched_epoch=0).partitions[0].diverging_epoch.epoch == -1
+
+
+def test_describe_topic_partitions_pages_through_every_topic_with_its_cursor(kafka):
+    raw = raw_connection(kafka.port)
+    ids = {"a": _create(raw, "a", 3), "b": _create(raw, "b", 2)}
+    seen, cursor = [], None
+    for _ in range(10):
+        page = raw.request(ApiKey.DESCRIBE_TOPIC_PARTITIONS, 0, {"topics": [{"name": "a"}, {"name": "b"}],
+                                                                 "response_partition_limit": 2, "cursor": cursor})
+        seen += [(t.name, t.topic_id, p.partition_index, p.leader_id) for t in page.topics for p in t.partitions]
+        if page.next_cursor is None:
+            break
+        cursor = {"topic_name": page.next_cursor.topic_name, "partition_index": page.next_cursor.partition_index}
+    assert seen == [("a", ids["a"], 0, 1), ("a", ids["a"], 1, 1), ("a", ids["a"], 2, 1),
+                    ("b", ids["b"], 0, 1), ("b", ids["b"], 1, 1)]
+    unknown = raw.request(ApiKey.DESCRIBE_TOPIC_PARTITIONS, 0, {"topics": [{"name": "zz"}],
+                                                                "response_partition_limit": 10})
+    assert unknown.topics[0].error_code == UNKNOWN_TOPIC_OR_PARTITION
+
+
+def test_librdkafka_notices_a_topic_re_created_with_fewer_partitions(kafka):
+    """librdkafka's 0107: a producer that wrote to partition 1 of a topic sees, once the
+    topic is re-created with one partition (a new id), that partition 1 is gone, and
+    keeps writing to partition 0 of the new topic."""
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
+    admin.create_topics([NewTopic("recreated", 2, 1)])["recreated"].result(10)
+    producer = Producer({"bootstrap.servers": kafka.bootstrap, "topic.metadata.refresh.interval.ms": 200,
+                         "message.timeout.ms": 5000})
+    outcomes: list = []
+
+    def produce(partition: int) -> None:
+        producer.produce("recreated", b"v", partition=partition, on_delivery=lambda e, m: outcomes.append(e))
+        producer.flush(10)
+
+    produce(1)
+    assert outcomes == [None]
+    admin.delete_topics(["recreated"])["recreated"].result(10)
+    admin.create_topics([NewTopic("recreated", 1, 1)])["recreated"].result(10)
+
+    def partition_1_refused() -> bool:
+        outcomes.clear()
+        produce(1)
+        return outcomes[0] is not None and outcomes[0].code() == KafkaError._UNKNOWN_PARTITION
+
+    eventually(partition_1_refused, timeout=30)
+    outcomes.clear()
+    produce(0)
+    assert outcomes == [None]
+    assert kafka.engine.partitions.partition_offsets("recreated", 0).high_watermark == 1
