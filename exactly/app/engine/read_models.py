@@ -105,17 +105,22 @@ async def topics_with_configs(engine: "Engine", name: str | None = None) -> list
     return [(t, await topic_configs(engine, t["topic_name"])) for t in listed]
 
 
-async def topic_configs(engine: "Engine", name: str) -> list[dict[str, Any]]:
+async def topic_configs(engine: "Engine", name: str, overrides: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """Every config of a topic, by name, with its effective value and where that
     comes from: set on the topic (DYNAMIC_TOPIC_CONFIG), a broker-wide default given
     at start-up (STATIC_BROKER_CONFIG, e.g. ``--config log.retention.ms=...``) or
     Kafka's default (DEFAULT_CONFIG). Values are strings, as Kafka shows them.
     ``synonyms``: Kafka's, most significant first -- the topic's own value, then the
-    broker-level name's value given at start-up and its default (see :func:`_synonyms`)."""
-    overrides = engine.topics.topic(name).overrides
+    broker-level name's value given at start-up and its default (see :func:`_synonyms`).
+    ``overrides``: those of a topic not created (CreateTopics' validate_only), instead
+    of topic ``name``'s."""
+    if overrides is None:
+        overrides, effective = engine.topics.topic(name).overrides, engine.topics.topic_config(name)
+    else:
+        effective = LogConfig.from_kafka(overrides, base=engine.topics.defaults)
     broker, kafka = engine.topics.defaults.to_kafka(), LogConfig().to_kafka()
     result = []
-    for key, value in sorted(engine.topics.topic_config(name).to_kafka().items()):
+    for key, value in sorted(effective.to_kafka().items()):
         synonyms = [_synonym(key, value, DYNAMIC_TOPIC_CONFIG)] if key in overrides else []
         if key in _BROKER_NAMES:
             synonyms += _synonyms(_BROKER_NAMES[key], broker[key], kafka[key])

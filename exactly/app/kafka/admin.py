@@ -29,6 +29,7 @@ from exactly.app.kafka.api import ApiKey, RequestContext, error_code, serves
 from exactly.app.kafka.authorization import C, T
 from exactly.app.security.acl import CLUSTER_NAME
 from exactly.storage import topic_id
+from exactly.storage.topic_id import new_topic_id
 from exactly.storage.errors import (
     InvalidConfigError,
     InvalidPartitionsError,
@@ -107,16 +108,15 @@ async def _create(ctx: RequestContext, topic: Any, validate_only: bool) -> dict:
     created = await engine.topics.create_topic(topic.name, _requested_partitions(ctx, topic), configs,
                                                validate_only=validate_only, replication_factor=topic.replication_factor)
     answer = {"error_message": engine.topics.check_replication_factor(topic.replication_factor),
-              "num_partitions": _requested_partitions(ctx, topic), "replication_factor": 1}
-    if created is not None:
-        answer["topic_id"] = created.topic_id
+              "num_partitions": _requested_partitions(ctx, topic), "replication_factor": 1,
+              # validate_only: as Kafka's controller, the id the topic would have had (kept nowhere)
+              "topic_id": created.topic_id if created is not None else new_topic_id()}
     if not authorization.allowed(ctx, ApiKey.DESCRIBE_CONFIGS, T, topic.name):
         return {**answer, "topic_config_error_code": authorization.denial(T, topic.name).code}
-    if created is not None:
-        answer["configs"] = [{"name": c["name"], "value": None if c["is_sensitive"] else c["value"],
-                              "read_only": c["is_read_only"], "config_source": ConfigSource[c["source"]].value,
-                              "is_sensitive": c["is_sensitive"]}
-                             for c in await read_models.topic_configs(ctx.engine, topic.name)]
+    described = await read_models.topic_configs(ctx.engine, topic.name, None if created is not None else configs)
+    answer["configs"] = [{"name": c["name"], "value": None if c["is_sensitive"] else c["value"],
+                          "read_only": c["is_read_only"], "config_source": ConfigSource[c["source"]].value,
+                          "is_sensitive": c["is_sensitive"]} for c in described]
     return answer
 
 

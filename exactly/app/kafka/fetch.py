@@ -117,7 +117,8 @@ async def _read_partition(ctx: RequestContext, topic: str | None, id_: uuid.UUID
              "last_stable_offset": -1, "log_start_offset": -1, "preferred_read_replica": -1,
              "aborted_transactions": [] if committed else None, "records": b""}
     try:
-        if topic is None:
+        if topic is None:  # Kafka answers an empty list of aborted transactions there, whatever the isolation
+            entry["aborted_transactions"] = []
             raise UnknownTopicIdError(f"no topic has the id {topic_id.to_string(id_ or topic_id.ZERO)}")
         authorization.check(ctx, ApiKey.FETCH, T, topic)
         check_leader_epoch(getattr(wanted, "current_leader_epoch", -1))
