@@ -17,6 +17,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from exactly.app.kafka.wire import ApiKey
 from exactly.storage import filenames, partition_metadata
+from exactly.storage.record_batch import SimpleRecord, encode_batch
 from tests.kafka_support import KafkaBroker, raw_connection
 from tests.waiting import eventually
 
@@ -122,6 +123,7 @@ def test_librdkafka_notices_a_topic_re_created_with_fewer_partitions(kafka):
     admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
     admin.create_topics([NewTopic("recreated", 2, 1)])["recreated"].result(10)
     producer = Producer({"bootstrap.servers": kafka.bootstrap, "topic.metadata.refresh.interval.ms": 200,
+                         "allow.auto.create.topics": False,
                          "message.timeout.ms": 5000})
     outcomes: list = []
 
@@ -144,3 +146,28 @@ def test_librdkafka_notices_a_topic_re_created_with_fewer_partitions(kafka):
     produce(0)
     assert outcomes == [None]
     assert kafka.engine.partitions.partition_offsets("recreated", 0).high_watermark == 1
+
+
+@pytest.mark.parametrize("api,version", [(ApiKey.FETCH, 16), (ApiKey.PRODUCE, 10)])
+def test_a_leader_that_moved_is_named_with_its_endpoint(kafka, api, version):
+    """KIP-951: NOT_LEADER_OR_FOLLOWER (here a fault's: one node never loses a leader)
+    comes with the partition's current leader and that node's endpoint, so a client
+    retries there without asking Metadata first."""
+    raw = raw_connection(kafka.port)
+    topic = _create(raw, "orders", 2)
+    kafka.broker.faults.add(api="Fetch" if api == ApiKey.FETCH else "Produce", topic="orders", partition=0,
+                            error="NOT_LEADER_OR_FOLLOWER")
+    if api == ApiKey.FETCH:
+        response = raw.request(api, version, {"max_wait": 0, "min_bytes": 0, "max_bytes": 1 << 20, "topics": [
+            {"topic_id": topic, "partitions": [{"partition": p, "fetch_offset": 0, "partition_max_bytes": 1 << 20}
+                                               for p in (0, 1)]}]})
+        partitions = {p.partition_index: p for p in response.responses[0].partitions}
+    else:
+        batch = encode_batch([SimpleRecord(b"v")])
+        response = raw.request(api, version, {"acks": -1, "timeout": 10_000, "topic_data": [
+            {"name": "orders", "partition_data": [{"index": p, "records": batch} for p in (0, 1)]}]})
+        partitions = {p.index: p for p in response.responses[0].partition_responses}
+    assert (partitions[0].error_code, partitions[1].error_code) == (6, 0)
+    assert (partitions[0].current_leader.leader_id, partitions[0].current_leader.leader_epoch) == (1, 0)
+    assert partitions[1].current_leader.leader_id == -1
+    assert [(n.node_id, n.port) for n in response.node_endpoints] == [(1, kafka.port)]

@@ -16,7 +16,15 @@ from typing import Any
 
 from exactly.app.kafka import fault_shapes as shapes
 from exactly.app.faults.fault import Action, Fault, Faults
-from exactly.app.kafka.api import CLOSE, Handler, RequestContext
+from exactly.app.kafka.api import (
+    CLOSE,
+    LEADER_MOVED,
+    ApiKey,
+    Handler,
+    RequestContext,
+    current_leader,
+    node_endpoints,
+)
 
 log = logging.getLogger(__name__)
 
@@ -55,10 +63,30 @@ async def _error(fault: Fault, api_key: int, handler: Handler, ctx: RequestConte
         log.warning("fault %d: %s v%d has no error field to carry %s; closing the connection instead",
                     fault.id, api_key, ctx.version, fault.spec.error.name)
         return CLOSE
+    if fault.spec.error.code in LEADER_MOVED and api_key in _TOLD_LEADER and "responses" in answer:
+        answer = _leader_told(ctx, api_key, answer)
     if len(faulted) == len(partitions):
         return answer
     real = await handler(ctx, shapes.without(body, lambda t, p: (t, p) in faulted, ids))
-    return shapes.merge(api_key, ctx.version, real, answer)
+    merged = shapes.merge(api_key, ctx.version, real, answer)
+    if isinstance(merged, dict) and "node_endpoints" in answer:
+        merged["node_endpoints"] = answer["node_endpoints"]
+    return merged
+
+
+#: where the answers that tell a moved leader (KIP-951) keep their partitions
+_TOLD_LEADER = {ApiKey.PRODUCE: "partition_responses", ApiKey.FETCH: "partitions"}
+
+
+def _leader_told(ctx: RequestContext, api_key: int, answer: dict) -> dict:
+    """An injected NOT_LEADER_OR_FOLLOWER / FENCED_LEADER_EPOCH answered as Kafka answers
+    a leader that moved (KIP-951, Produce v10+ and Fetch v12+): each partition names its
+    leader (this node), whose endpoint the answer gives (older versions drop both)."""
+    partitions = _TOLD_LEADER[ApiKey(api_key)]
+    topics = [{**topic, partitions: [{**p, "current_leader": current_leader(ctx, p["error_code"])}
+                                     for p in topic[partitions]]} for topic in answer["responses"]]
+    return {**answer, "responses": topics,
+            "node_endpoints": node_endpoints(ctx, (p for topic in topics for p in topic[partitions]))}
 
 
 def _ids(ctx: RequestContext) -> shapes.TopicIds:

@@ -136,7 +136,7 @@ async def _read_partition(ctx: RequestContext, topic: str | None, id_: uuid.UUID
                                   IsolationLevel(committed))
     except KafkaError as e:
         entry["error_code"] = error_code(e)
-        entry["current_leader"] = current_leader(ctx, e)
+        entry["current_leader"] = current_leader(ctx, entry["error_code"])
         return entry
     if first or len(result.records) <= limit:
         entry["records"] = result.records

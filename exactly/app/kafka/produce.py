@@ -9,6 +9,10 @@ ongoing transaction on that partition. ``acks=-1`` answers once the batch is
 fsynced, ``acks=1`` once it is appended, ``acks=0`` not at all -- and, as in Kafka,
 an ``acks=0`` request that failed closes the connection, the only way the client
 can learn of it.
+
+v10 (KIP-951): a partition answered NOT_LEADER_OR_FOLLOWER or FENCED_LEADER_EPOCH
+says who leads it now (``CurrentLeader``, with its endpoint in ``NodeEndpoints``),
+so the client need not ask Metadata before it retries.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import logging
 from typing import Any
 
 from exactly.app.kafka import authorization
-from exactly.app.kafka.api import CLOSE, ApiKey, RequestContext, error_code, serves
+from exactly.app.kafka.api import CLOSE, ApiKey, RequestContext, current_leader, error_code, node_endpoints, serves
 from exactly.app.kafka.authorization import T, X
 from exactly.app.kafka.codec import millis
 from exactly.coordinator import features
@@ -125,7 +129,9 @@ def _response(results: list[tuple[str, int, AppendResult | BaseException]], ctx:
             entry = {"index": partition, "error_code": error_code(result), "base_offset": -1,
                      "log_append_time": None, "error_message": str(result),
                      "log_start_offset": getattr(result, "log_start_offset", -1),
+                     "current_leader": current_leader(ctx, error_code(result)),
                      "record_errors": [{"batch_index": index, "batch_index_error_message": message}
                                        for index, message in getattr(result, "record_errors", ())]}
         by_topic.setdefault(topic, []).append(entry)
-    return {"responses": [{"name": topic, "partition_responses": entries} for topic, entries in by_topic.items()]}
+    return {"responses": [{"name": topic, "partition_responses": entries} for topic, entries in by_topic.items()],
+            "node_endpoints": node_endpoints(ctx, (e for entries in by_topic.values() for e in entries))}
