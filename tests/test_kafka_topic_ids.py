@@ -171,3 +171,26 @@ def test_a_leader_that_moved_is_named_with_its_endpoint(kafka, api, version):
     assert (partitions[0].current_leader.leader_id, partitions[0].current_leader.leader_epoch) == (1, 0)
     assert partitions[1].current_leader.leader_id == -1
     assert [(n.node_id, n.port) for n in response.node_endpoints] == [(1, kafka.port)]
+
+
+@pytest.mark.slow
+def test_topic_ids_survive_a_sigkill_of_the_broker(tmp_path):
+    """A topic's id, answered once CreateTopics answered, is the id after the broker
+    process is killed (SIGKILL: no shutdown at all) and started again on its files."""
+    from tests.test_kafka_crash import ServedBroker
+
+    broker = ServedBroker(tmp_path / "data")
+    try:
+        raw = raw_connection(broker.port)
+        created = {name: _create(raw, name, 2) for name in ("first", "second")}
+        raw.close()
+        broker.kill()
+        broker.start()
+        raw = raw_connection(broker.port)
+        described = raw.request(ApiKey.METADATA, 12, {"topics": [{"name": n} for n in created]}).topics
+        assert {t.name: t.topic_id for t in described} == created
+        for name, topic in created.items():
+            for p in range(2):
+                assert partition_metadata.read(tmp_path / "data" / filenames.partition_dir_name(name, p)) == topic
+    finally:
+        broker.kill()
