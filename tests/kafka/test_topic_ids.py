@@ -139,3 +139,29 @@ def test_topic_ids_answer_alike(brokers: tuple[Peer, Peer]) -> None:
     kafka, exactly = compared(brokers, topic_ids_scenario, "topic-ids")
     found = {step: differences(kafka[step], exactly[step]) for step in kafka}
     assert not any(found.values()), "\n".join(f"{step}: {line}" for step, lines in found.items() for line in lines)
+
+
+#: broker configs of every type both brokers know
+BROKER_CONFIGS = ["log.segment.bytes", "log.retention.ms", "log.cleanup.policy", "log.cleaner.min.cleanable.ratio",
+                  "auto.create.topics.enable", "num.partitions", "group.min.session.timeout.ms",
+                  "transaction.max.timeout.ms", "log.retention.check.interval.ms", "sasl.enabled.mechanisms",
+                  "listeners", "connections.max.idle.ms", "log.flush.interval.messages", "advertised.listeners",
+                  "listener.security.protocol.map", "max.connections.per.ip.overrides", "ssl.keystore.type",
+                  "ssl.key.password", "authorizer.class.name", "compression.type", "min.insync.replicas"]
+
+
+def test_describe_configs_v4_gives_kafkas_type_of_each_config(brokers: tuple[Peer, Peer]) -> None:
+    def scenario(peer: Peer, t: str) -> dict:
+        retry(lambda: peer.request(CREATE_TOPICS, 4, {"timeout": 30_000, "topics": [
+            {"name": t, "num_partitions": 1, "replication_factor": 1, "configs": []}]}))
+        topic = peer.request(DESCRIBE_CONFIGS, 4, {"include_synonyms": False, "include_documentation": False,
+                                                   "resources": [{"resource_type": 2, "resource_name": t,
+                                                                  "configuration_keys": sorted(CONFIGS)}]})
+        broker = peer.request(DESCRIBE_CONFIGS, 4, {"include_synonyms": False, "include_documentation": False,
+                                                    "resources": [{"resource_type": 4, "resource_name": "1",
+                                                                   "configuration_keys": BROKER_CONFIGS}]})
+        return {"topic": Normalizer()(topic),
+                "broker types": {c["name"]: (c["config_type"], c["documentation"])
+                                 for c in broker["results"][0]["configs"]}}
+    kafka, exactly = compared(brokers, scenario, "config-types")
+    assert differences(kafka, exactly) == []

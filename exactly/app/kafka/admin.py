@@ -27,6 +27,7 @@ from exactly.app.engine.views import ConfigSource
 from exactly.app.kafka import authorization
 from exactly.app.kafka.api import ApiKey, RequestContext, error_code, serves
 from exactly.app.kafka.authorization import C, T
+from exactly.app.kafka.config_types import config_type
 from exactly.app.security.acl import CLUSTER_NAME
 from exactly.storage import topic_id
 from exactly.storage.topic_id import new_topic_id
@@ -157,8 +158,12 @@ async def _delete(ctx: RequestContext, name: str | None, id_: uuid.UUID | None,
                 "error_code": error_code(e), "error_message": str(e)}
 
 
-@serves(ApiKey.DESCRIBE_CONFIGS, 1, 2)
+@serves(ApiKey.DESCRIBE_CONFIGS, 1, 4)
 async def describe_configs(ctx: RequestContext, request: Any) -> dict:
+    """Each resource's configs (those named, or every one); v1+ their synonyms when
+    asked; v3+ Kafka's type of each (``config_types.py``) and, when asked, its
+    documentation -- which this broker has for none (null, as Kafka answers for a
+    config without any: docs/operations.md describes them)."""
     results = []
     for resource in request.resources:
         entry = {"resource_type": resource.resource_type, "resource_name": resource.resource_name,
@@ -207,7 +212,8 @@ def _config(row: dict, include_synonyms: bool) -> dict:
                 for s in row["synonyms"]] if include_synonyms else []
     return {"name": row["name"], "value": row["value"], "read_only": row["is_read_only"],
             "config_source": ConfigSource[row["source"]].value, "is_sensitive": row["is_sensitive"],
-            "synonyms": synonyms}
+            "synonyms": synonyms, "config_type": config_type(row["name"], row["is_sensitive"]),
+            "documentation": None}
 
 
 # -- AlterConfigs, IncrementalAlterConfigs, CreatePartitions ----------------------------
