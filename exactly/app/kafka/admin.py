@@ -108,10 +108,10 @@ async def _create(ctx: RequestContext, topic: Any, validate_only: bool) -> dict:
     configs = {c.name: c.value for c in topic.configs if c.value is not None}
     created = await engine.topics.create_topic(topic.name, _requested_partitions(ctx, topic), configs,
                                                validate_only=validate_only, replication_factor=topic.replication_factor)
-    answer = {"error_message": engine.topics.check_replication_factor(topic.replication_factor),
-              "num_partitions": _requested_partitions(ctx, topic), "replication_factor": 1,
-              # validate_only: as Kafka's controller, the id the topic would have had (kept nowhere)
-              "topic_id": created.topic_id if created is not None else new_topic_id()}
+    answer: dict[str, Any] = {"error_message": engine.topics.check_replication_factor(topic.replication_factor),
+                              "num_partitions": _requested_partitions(ctx, topic), "replication_factor": 1,
+                              # validate_only: as Kafka's controller, the id it would have had (kept nowhere)
+                              "topic_id": created.topic_id if created is not None else new_topic_id()}
     if not authorization.allowed(ctx, ApiKey.DESCRIBE_CONFIGS, T, topic.name):
         return {**answer, "topic_config_error_code": authorization.denial(T, topic.name).code}
     described = await read_models.topic_configs(ctx.engine, topic.name, None if created is not None else configs)
@@ -138,24 +138,28 @@ async def _delete(ctx: RequestContext, name: str | None, id_: uuid.UUID | None,
                   named: dict[uuid.UUID, str]) -> dict:
     """One topic's deletion, answered with its name and id (those known)."""
     try:
-        if name is not None and id_ is not None:
-            raise InvalidRequestError("You may not specify both topic name and topic id.")
-        if name is None and id_ is None:
-            raise InvalidRequestError("Neither topic name nor id were specified.")
-        if id_ is not None:
-            if id_ not in named:
-                raise UnknownTopicIdError(f"no topic has the id {topic_id.to_string(id_)}")
-            authorization.check(ctx, ApiKey.DELETE_TOPICS, T, named[id_])
-            name = named[id_]
-        else:
-            authorization.check(ctx, ApiKey.DELETE_TOPICS, T, name)
-            info = ctx.engine.topics.topic_info(name)
-            id_ = info.topic_id if info is not None else None
-        await ctx.engine.topics.delete_topic(name)
-        return {"name": name, "topic_id": id_ or topic_id.ZERO, "error_code": 0, "error_message": None}
+        topic = _deleted(name, id_, named)
+        authorization.check(ctx, ApiKey.DELETE_TOPICS, T, topic)
+        if id_ is None:
+            info = ctx.engine.topics.topic_info(topic)
+            id_ = None if info is None else info.topic_id
+        await ctx.engine.topics.delete_topic(topic)
+        return {"name": topic, "topic_id": id_ or topic_id.ZERO, "error_code": 0, "error_message": None}
     except KafkaError as e:
-        return {"name": None if id_ is not None and name is None else name, "topic_id": id_ or topic_id.ZERO,
-                "error_code": error_code(e), "error_message": str(e)}
+        return {"name": name, "topic_id": id_ or topic_id.ZERO, "error_code": error_code(e), "error_message": str(e)}
+
+
+def _deleted(name: str | None, id_: uuid.UUID | None, named: dict[uuid.UUID, str]) -> str:
+    """The topic a DeleteTopics entry names, by name or by id (not both, not neither)."""
+    if name is not None and id_ is not None:
+        raise InvalidRequestError("You may not specify both topic name and topic id.")
+    if id_ is not None:
+        if id_ not in named:
+            raise UnknownTopicIdError(f"no topic has the id {topic_id.to_string(id_)}")
+        return named[id_]
+    if name is None:
+        raise InvalidRequestError("Neither topic name nor id were specified.")
+    return name
 
 
 @serves(ApiKey.DESCRIBE_CONFIGS, 1, 4)

@@ -73,7 +73,7 @@ async def fetch(ctx: RequestContext, request: Any) -> dict:
     loop = asyncio.get_running_loop()  # the engine's: this handler runs on it
     deadline = loop.time() + millis(request.max_wait) / 1000
     names = _topic_names(ctx, request)
-    watched = [(names[i], p.partition) for i, topic in enumerate(request.topics) if names[i] is not None
+    watched = [(name, p.partition) for name, topic in zip(names, request.topics) if name is not None
                for p in topic.partitions]
     while True:
         topics, size, failed = await _read(ctx, request, names)
