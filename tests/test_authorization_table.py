@@ -109,6 +109,8 @@ DENIED: dict[int, tuple[int, dict, Any]] = {
                                           "rebalance_timeout": 30000, "subscribed_topic_names": [T],
                                           "topic_partitions": []}, GROUP_DENIED),
     ApiKey.CONSUMER_GROUP_DESCRIBE: (1, {"group_ids": ["g"], "include_authorized_operations": False}, GROUP_DENIED),
+    ApiKey.DESCRIBE_TOPIC_PARTITIONS: (0, {"topics": [{"name": T}], "response_partition_limit": 10, "cursor": None},
+                                       TOPIC_DENIED),
 }
 
 

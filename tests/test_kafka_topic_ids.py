@@ -194,3 +194,20 @@ def test_topic_ids_survive_a_sigkill_of_the_broker(tmp_path):
                 assert partition_metadata.read(tmp_path / "data" / filenames.partition_dir_name(name, p)) == topic
     finally:
         broker.kill()
+
+
+def test_a_principal_that_may_not_describe_learns_nothing_of_a_topic_by_its_id(tmp_path):
+    """With the authorizer on and no ACL: Metadata by id answers TOPIC_AUTHORIZATION_FAILED
+    for the id (ids are not secret, names may be: no name), DescribeTopicPartitions lists
+    none of the topics, Fetch and DeleteTopics by id are refused."""
+    standard = {"authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer"}
+    with KafkaBroker(tmp_path / "data", **standard) as kafka:
+        info = kafka.engine.call(kafka.engine.topics.create_topic, "secret", 1)
+        raw = raw_connection(kafka.port)
+        by_id = raw.request(ApiKey.METADATA, 12, {"topics": [{"name": None, "topic_id": info.topic_id}]}).topics[0]
+        assert (by_id.error_code, by_id.name, by_id.topic_id) == (29, None, info.topic_id)
+        assert raw.request(ApiKey.DESCRIBE_TOPIC_PARTITIONS, 0, {"topics": [], "response_partition_limit": 10}
+                           ).topics == ()
+        assert _fetch(raw, info.topic_id).partitions[0].error_code == 29
+        assert _delete(raw, topic_id=info.topic_id).error_code == 29
+        assert kafka.engine.topics.topic_info("secret") is not None

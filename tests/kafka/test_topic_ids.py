@@ -39,7 +39,7 @@ RAISED = {
     "SaslHandshake": 17, "SaslAuthenticate": 36, "CreatePartitions": CREATE_PARTITIONS,
     "IncrementalAlterConfigs": 44, "DescribeUserScramCredentials": 50, "AlterUserScramCredentials": 51,
     "DescribeCluster": DESCRIBE_CLUSTER, "DescribeProducers": 61, "DescribeTransactions": 65,
-    "ListTransactions": 66, "DescribeTopicPartitions": DESCRIBE_TOPIC_PARTITIONS,
+    "ListTransactions": 66, "DescribeTopicPartitions": DESCRIBE_TOPIC_PARTITIONS, "OffsetForLeaderEpoch": 23,
 }
 
 

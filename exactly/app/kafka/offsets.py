@@ -94,7 +94,7 @@ async def list_offsets(ctx: RequestContext, request: Any) -> dict:
     return {"topics": by_topic(entries)}
 
 
-@serves(ApiKey.OFFSET_FOR_LEADER_EPOCH, 2, 3)
+@serves(ApiKey.OFFSET_FOR_LEADER_EPOCH, 2, 4)
 async def offset_for_leader_epoch(ctx: RequestContext, request: Any) -> dict:
     """The end offset of a leader epoch. There is one epoch, so any epoch up to ours
     ends where a consumer can read to: the high watermark (KIP-320 validation)."""
