@@ -85,11 +85,10 @@ class EngineCoordinatorIO:
 
     def topic_id(self, topic: str) -> uuid.UUID | None:
         info = self.engine.topics.topic_info(topic)
-        return uuid.UUID(info.topic_id) if info is not None else None
+        return info.topic_id if info is not None else None
 
     def topic_name(self, topic_id: uuid.UUID) -> str | None:
-        text = str(topic_id)
-        return next((name for name, info in self.engine.topics.items() if info.topic_id == text), None)
+        return self.engine.topics.names_by_id([topic_id]).get(topic_id)
 
     def partition_counts(self, topics: list[str]) -> dict[str, int]:
         return self.engine.topics.partition_counts(topics)

@@ -13,7 +13,6 @@ for that member.
 
 from __future__ import annotations
 
-import uuid
 from typing import Any, Iterable
 
 from exactly.app.kafka import authorization
@@ -158,7 +157,7 @@ def _by_id(ctx: RequestContext, partitions: Partitions, with_names: bool = False
         info = ctx.engine.topics.topic_info(topic)
         if info is None:
             continue
-        entry = {"topic_id": uuid.UUID(info.topic_id), "partitions": indexes}
+        entry = {"topic_id": info.topic_id, "partitions": indexes}
         if with_names:
             entry["topic_name"] = topic
         entries.append(entry)
