@@ -238,6 +238,8 @@ class LogManager:
         clean_marker = self.data_dir / filenames.CLEAN_SHUTDOWN_FILE
         self.clean_start = clean_marker.exists()
         self.topics: dict[str, TopicInfo] = self._read_topics()
+        #: every topic's name by its id (KIP-516 requests name topics by id)
+        self.names_by_id: dict[uuid.UUID, str] = {info.topic_id: name for name, info in self.topics.items()}
         recovery_points = self._read_offsets(filenames.RECOVERY_POINT_CHECKPOINT)
         start_offsets = self._read_offsets(filenames.LOG_START_OFFSET_CHECKPOINT)
         cleaned_to = self._read_offsets(filenames.CLEANER_OFFSET_CHECKPOINT) or {}
@@ -373,6 +375,7 @@ class LogManager:
         logs = yield TopicCreation(self.data_dir, info, config, self.clock, self._topics_write([*others, info]),
                                    first_partition)
         self.topics[info.name] = info
+        self.names_by_id[info.topic_id] = info.name
         for partition, log_ in enumerate(logs, start=first_partition):
             log_.background = self._background
             self.logs[(info.name, partition)] = log_
@@ -422,6 +425,7 @@ class LogManager:
         again; returns its logs for the owner to quiesce and pass to :meth:`delete_topic`."""
         info = self.topic(name)
         del self.topics[name]
+        del self.names_by_id[info.topic_id]
         return [self.logs.pop((name, partition)) for partition in range(info.partitions)]
 
     def delete_topic(self, logs: list[PartitionLog]) -> Steps[None]:

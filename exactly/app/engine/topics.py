@@ -94,8 +94,8 @@ class Topics:
     def names_by_id(self, topic_ids: Any) -> dict[uuid.UUID, str]:
         """The name of each of ``topic_ids`` that is a topic's id now (KIP-516: an id
         of a deleted topic, even one created again since, is none's)."""
-        wanted = set(topic_ids)
-        return {info.topic_id: name for name, info in self._logs.topics.items() if info.topic_id in wanted}
+        names = self._logs.names_by_id
+        return {topic_id: names[topic_id] for topic_id in topic_ids if topic_id in names}
 
     def describe_topic(self, name: str) -> TopicInfo:
         """A copy of the topic; UNKNOWN_TOPIC_OR_PARTITION if it does not exist."""
