@@ -281,6 +281,17 @@ def test_an_acl_of_a_filter_value_is_invalid_request_where_kafka_fails_the_whole
                                                      "permission_type": ANY}]})
 
 
+def test_an_alter_configs_naming_a_resource_twice_is_never_answered_by_kafka(brokers: tuple[Peer, Peer]) -> None:
+    """Kafka 4.4 leaves an AlterConfigs naming one resource twice unanswered (the
+    connection waits); Exactly answers INVALID_REQUEST for it, as Kafka's
+    IncrementalAlterConfigs does ("Duplicate resource in request")."""
+    twice = {"validate_only": True, "resources": [{"resource_type": TOPIC, "resource_name": "twice", "configs": []}] * 2}
+    kafka, exactly = brokers
+    with pytest.raises(TimeoutError):
+        kafka.connection(timeout=5).request(ALTER_CONFIGS, 2, twice)
+    assert [r["error_code"] for r in exactly.request(ALTER_CONFIGS, 2, twice)["responses"]] == [42, 42]
+
+
 # -- SCRAM credentials, the cluster ------------------------------------------------------------------
 
 
