@@ -165,3 +165,15 @@ def test_describe_configs_v4_gives_kafkas_type_of_each_config(brokers: tuple[Pee
                                  for c in broker["results"][0]["configs"]}}
     kafka, exactly = compared(brokers, scenario, "config-types")
     assert differences(kafka, exactly) == []
+
+
+def test_describe_configs_documentation_is_kafkas_text_and_null_on_exactly(brokers: tuple[Peer, Peer]) -> None:
+    """Asked for (v3+), Kafka gives each config's documentation; Exactly has none to
+    give (docs/operations.md describes its settings) and answers null."""
+    def scenario(peer: Peer, t: str) -> list:
+        answer = peer.request(DESCRIBE_CONFIGS, 4, {"include_synonyms": False, "include_documentation": True,
+                                                    "resources": [{"resource_type": 4, "resource_name": "1",
+                                                                   "configuration_keys": ["log.retention.ms"]}]})
+        return [c["documentation"] for c in answer["results"][0]["configs"]]
+    kafka, exactly = compared(brokers, scenario, "config-docs")
+    assert len(kafka) == 1 and "log" in kafka[0] and exactly == [None]
