@@ -130,6 +130,11 @@ class RequestWriter:
                     self._value(f.name, f.metadata["kafka_type"], False, compact, path)
             self._note("count", offset, compact, ">i", start, path)
         elif isinstance(shape, EntityField):
+            if nullable:  # a nullable struct (DescribeTopicPartitions' Cursor): an int8 marker first, -1 null
+                if self.rng.random() < 0.5:
+                    self._out += b"\xff"
+                    return None
+                self._out += b"\x01"
             self._entity(shape.type_, compact, path)
         else:
             self._value(f.name, f.metadata["kafka_type"], nullable, compact, path)

@@ -114,6 +114,11 @@ def test_describe_topic_partitions_pages_through_every_topic_with_its_cursor(kaf
     unknown = raw.request(ApiKey.DESCRIBE_TOPIC_PARTITIONS, 0, {"topics": [{"name": "zz"}],
                                                                 "response_partition_limit": 10})
     assert unknown.topics[0].error_code == UNKNOWN_TOPIC_OR_PARTITION
+    for cursor in ({"topic_name": "zz", "partition_index": 0}, {"topic_name": "a", "partition_index": -1}):
+        refused = raw.request(ApiKey.DESCRIBE_TOPIC_PARTITIONS, 0, {"topics": [{"name": "a"}, {"name": "b"}],
+                                                                    "response_partition_limit": 10, "cursor": cursor})
+        assert [(t.name, t.error_code, t.partitions) for t in refused.topics] == [
+            ("a", INVALID_REQUEST, ()), ("b", INVALID_REQUEST, ())], cursor
 
 
 def test_librdkafka_notices_a_topic_re_created_with_fewer_partitions(kafka):

@@ -157,15 +157,15 @@ async def describe_topic_partitions(ctx: RequestContext, request: Any) -> dict:
     cursor = request.cursor
     start = "" if cursor is None else cursor.topic_name
     if cursor is not None and cursor.partition_index < 0:
-        raise InvalidRequestError(f"Invalid partition index: {cursor.partition_index}")
+        return _pages_refused(request, InvalidRequestError(f"Invalid partition index: {cursor.partition_index}"))
     every = not request.topics
     if every:
         names = {name for name in ctx.engine.topics.topic_names() if name >= start}
     else:
         names = {t.name for t in request.topics if t.name >= start}
         if cursor is not None and cursor.topic_name not in names:
-            raise InvalidRequestError(f"DescribeTopicPartitionsRequest topic list should contain the cursor topic: "
-                                      f"{cursor.topic_name}")
+            return _pages_refused(request, InvalidRequestError(
+                f"DescribeTopicPartitionsRequest topic list should contain the cursor topic: {cursor.topic_name}"))
     allowed = {name for name in names if authorization.allowed(ctx, ApiKey.DESCRIBE_TOPIC_PARTITIONS, T, name,
                                                                audit=not every)}
     remaining = max(min(MAX_REQUEST_PARTITION_SIZE_LIMIT, request.response_partition_limit), 1)
@@ -194,6 +194,14 @@ async def describe_topic_partitions(ctx: RequestContext, request: Any) -> dict:
                 "topic_authorized_operations": authorization.NOT_REQUESTED}
                for name in sorted(names - allowed) if not every]
     return {"topics": topics, "next_cursor": next_cursor}
+
+
+def _pages_refused(request: Any, error: KafkaError) -> dict:
+    """A DescribeTopicPartitions refused as a whole, as Kafka's ``getErrorResponse``
+    answers it: each topic asked for with the error (the response has no other place
+    for one)."""
+    return {"topics": [{**_error_topic(error, t.name), "topic_authorized_operations": authorization.NOT_REQUESTED}
+                       for t in request.topics], "next_cursor": None}
 
 
 def _partition(ctx: RequestContext, index: int, elr: bool = False) -> dict:
