@@ -27,6 +27,7 @@ from tests.kafka.differential import (
     compared,
     retry,
 )
+from tests.kafka.test_admin import settled
 
 pytestmark = [pytest.mark.xdist_group("real-kafka"), pytest.mark.slow, pytest.mark.timeout(180)]
 
@@ -106,8 +107,10 @@ def topic_ids_scenario(peer: Peer, t: str) -> dict[str, Any]:
     ask("fetch by id", FETCH, 16, fetched)
     ask("delete by id", DELETE_TOPICS, 6, {"timeout": 30_000, "topics": [{"name": None, "topic_id": topic_id},
                                                                          {"name": t + "-b", "topic_id": None}]})
-    ask("metadata of the deleted id", METADATA, 12, {"allow_auto_topic_creation": False, "topics": [
-        {"name": None, "topic_id": topic_id}]})
+    gone = {"allow_auto_topic_creation": False, "topics": [{"name": None, "topic_id": topic_id}]}
+    # Kafka's broker learns of the deletion from its controller a moment after DeleteTopics answers
+    settled(lambda: peer.request(METADATA, 12, gone)["topics"][0]["error_code"] != 0)
+    ask("metadata of the deleted id", METADATA, 12, gone)
     ask("fetch the deleted id", FETCH, 16, fetched)
     ask("delete the deleted id", DELETE_TOPICS, 6, {"timeout": 30_000, "topics": [{"name": None, "topic_id": topic_id}]})
     return steps
