@@ -16,16 +16,15 @@ it. Its log (Kafka's INFO lines, ``tests/kafka/log4j2.properties``) is ``log_pat
 
 from __future__ import annotations
 
-import base64
 import os
 import shutil
 import signal
 import subprocess
 import time
-import uuid
 from pathlib import Path
 from typing import IO, Any, Mapping
 
+from exactly.storage import topic_id
 from tests.kafka.jars import classpath
 from tests.kafka_support import free_port
 
@@ -98,7 +97,8 @@ class RealKafka:
         properties = self.directory / "server.properties"
         properties.write_text("".join(f"{key}={value}\n" for key, value in self._properties().items()))
         formatted = _run_java(["kafka.tools.StorageTool", "format", "--standalone", "-c", str(properties),
-                                "-t", _base64_uuid(uuid.uuid4().bytes)], TOOL_JVM, timeout=60)
+                                # Kafka's random-uuid: never one starting with "-" (the tool would read an option)
+                                "-t", topic_id.to_string(topic_id.new_topic_id())], TOOL_JVM, timeout=60)
         if formatted.returncode != 0:
             raise RuntimeError(f"kafka-storage format failed:\n{formatted.stdout}{formatted.stderr}")
         self._log_start = self.log_path.stat().st_size if self.log_path.exists() else 0
@@ -203,7 +203,3 @@ def java_env() -> dict[str, str]:
     options are not Kafka's, and the JVM would announce them on stderr)."""
     return {k: v for k, v in os.environ.items() if k != "JAVA_TOOL_OPTIONS"}
 
-
-def _base64_uuid(raw: bytes) -> str:
-    """Kafka's cluster id: a UUID in URL-safe base64 without padding."""
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")

@@ -156,8 +156,8 @@ EXPECTED = [
     " (principal=User:alice, host=*, operation=READ, permissionType=ALLOW)\n\n",
     "",
     "<t>-new\n",
-    "Topic: <t>-new PartitionCount: 3 ReplicationFactor: 1 Configs:\n"
-    + "".join(f" Topic: <t>-new Partition: {p} Leader: 1 Replicas: 1 Isr: 1 Elr: N/A LastKnownElr: N/A\n"
+    "Topic: <t>-new TopicId: <id> PartitionCount: 3 ReplicationFactor: 1 Configs:\n"
+    + "".join(f" Topic: <t>-new Partition: {p} Leader: 1 Replicas: 1 Isr: 1 Elr: LastKnownElr:\n"
               for p in range(3)),
     "Completed updating config for topic <t>-new.\n",
     "Completed updating config for topic <t>-new.\n",
@@ -213,7 +213,7 @@ def test_kafkas_cli_tools_print_the_same_on_exactly_as_on_kafka(brokers: tuple[P
                       for outputs in both(brokers, kafka_tools(java_programs, unique("cli"), tmp_path)))
     assert all(status == 0 for status, _ in exactly + kafka), (exactly, kafka)
     assert [text for _, text in exactly] == EXPECTED
-    # what Kafka 4 prints beyond Exactly's protocol (issue 31): the ELR fields; and the
+    # what Kafka 4 prints beyond Exactly: its cluster-wide min.insync.replicas; and the
     # features Exactly does not have (KIP-966's ELR, KRaft, share and Streams groups)
     kafka[DESCRIBE_TOPIC] = normalize((0, without_kafka_4s_topic_fields(kafka[DESCRIBE_TOPIC][1])))
     kafkas_only = [line for line in kafka[FEATURES][1].splitlines(True) if line not in exactly[FEATURES][1]]

@@ -179,7 +179,7 @@ def by_topic_id(ctx: RequestContext, answer: list[dict]) -> list[dict]:
     for topic in answer:
         info = ctx.engine.topics.topic_info(topic["name"])
         if info is not None:
-            named.append({"topic_id": uuid.UUID(info.topic_id), "partitions": topic["partitions"]})
+            named.append({"topic_id": info.topic_id, "partitions": topic["partitions"]})
     return named
 
 
