@@ -460,3 +460,14 @@ def test_describe_cluster_and_threads_do_not_matter(kafka: KafkaBroker) -> None:
     for t in threads:
         t.join(30)
     assert answers == [kafka.port] * 160
+
+
+def test_a_consumer_group_heartbeat_v0_joins_without_the_regex_field_v1_added(
+        kafka: KafkaBroker, raw: KafkaConnection) -> None:
+    """KIP-848's early-access v0 has no SubscribedTopicRegex: the handler must not read it
+    (it did, and closed the connection on every v0 heartbeat)."""
+    kafka.broker.create_topic("t", 2)
+    joined = raw.request(ApiKey.CONSUMER_GROUP_HEARTBEAT, 0, {
+        "group_id": "g", "member_id": "", "member_epoch": 0, "rebalance_timeout": 30_000,
+        "subscribed_topic_names": ["t"], "topic_partitions": []})
+    assert joined.error_code == 0 and joined.member_id and joined.member_epoch >= 1

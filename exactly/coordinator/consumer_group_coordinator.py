@@ -68,6 +68,7 @@ from exactly.coordinator.consumer_group import (
     Partitions,
     reconcile,
 )
+from exactly.storage import topic_id
 from exactly.storage.clock import Clock
 from exactly.storage.errors import (
     FencedInstanceIdError,
@@ -198,6 +199,9 @@ class ConsumerGroupCoordinator:
 
     async def heartbeat(self, group: ConsumerGroup, request: Heartbeat) -> HeartbeatAnswer:
         """One validated heartbeat of ``group`` (see the module docstring)."""
+        if request.member_epoch == JOIN_EPOCH and not request.member_id:  # v0: the coordinator names it,
+            # with a Kafka Uuid as Kafka does (Uuid.randomUuid(), the generator of topic ids)
+            request = replace(request, member_id=topic_id.to_string(topic_id.new_topic_id()))
         async with group.lock:
             if request.member_epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
                 return await self._leave(group, request)

@@ -124,7 +124,8 @@ async def consumer_group_heartbeat(ctx: RequestContext, request: Any) -> dict:
             request.group_id, request.member_id, request.member_epoch, request.instance_id, request.rack_id,
             millis(request.rebalance_timeout),
             None if request.subscribed_topic_names is None else tuple(request.subscribed_topic_names),
-            request.subscribed_topic_regex, request.server_assignor, owned, ctx.client_id or "",
+            getattr(request, "subscribed_topic_regex", None),  # v1+ (v0 was KIP-848's early access)
+            request.server_assignor, owned, ctx.client_id or "",
             f"/{ctx.connection.host}", member_id_required=ctx.version >= 1,
             describable=lambda topic: authorization.allowed(ctx, ApiKey.CONSUMER_GROUP_HEARTBEAT, T, topic,
                                                             audit=False)))
