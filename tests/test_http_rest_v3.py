@@ -562,7 +562,8 @@ def test_the_one_broker_leads_every_partition(topics: Api, broker: Broker) -> No
 
 def test_broker_configs_are_the_settings_given_at_start_and_hide_secrets(tmp_path: Path) -> None:
     with Broker(tmp_path / "data", **SMALL_INTERNAL_TOPICS, **{"num.partitions": 3,
-                                                                "http.auth.token": "s3cret"}) as broker:
+                                                                "http.auth.token": "s3cret",
+                                                                "ssl.key.password": "k3y-s3cret"}) as broker:
         api = Api(create_app(broker.engine, test_config={"TESTING": True}).test_client(), broker.cluster_id)
         node = broker.engine.topics.node_id
         configs = {c["name"]: c for c in api.get(f"/brokers/{node}/configs")["data"]}
@@ -574,6 +575,8 @@ def test_broker_configs_are_the_settings_given_at_start_and_hide_secrets(tmp_pat
             "is_default"]
         token = configs["http.auth.token"]
         assert token["is_sensitive"] and token["value"] is None and "s3cret" not in json.dumps(token)
+        key_password = configs["ssl.key.password"]  # Kafka's PASSWORD configs: never shown
+        assert key_password["is_sensitive"] and "k3y-s3cret" not in json.dumps(configs)
         assert all(c["is_read_only"] for c in configs.values())
         assert api.error("GET", f"/brokers/{node}/configs/no.such", 404) == "NOT_FOUND"
         assert api.error("GET", f"/brokers/{node + 1}/configs", 404) == "NOT_FOUND"

@@ -69,6 +69,10 @@ _HOURS = {"log.retention.hours": "retention.ms", "log.roll.hours": "segment.ms"}
 #: another name (``log.retention.hours``, ``log.roll.hours``, ``log.roll.jitter.hours``),
 #: so DescribeConfigs shows no value and no DEFAULT_CONFIG synonym for them until set
 NULL_DEFAULTS = frozenset({"log.retention.ms", "log.roll.ms", "log.roll.jitter.ms"})
+#: the settings no client is shown (DescribeConfigs answers null, REST and the console too):
+#: Kafka's PASSWORD configs among this broker's, and Exactly's own secret
+SENSITIVE_CONFIGS = frozenset({"ssl.key.password", "ssl.keystore.key", "ssl.keystore.certificate.chain",
+                               "http.auth.token"})
 #: the settings that are the period of a scheduled job (a period must be positive)
 _PERIODS = ("_interval_ms", "_backoff_ms")
 #: Kafka's Int.MAX default of the connection limits: no limit

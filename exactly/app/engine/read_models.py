@@ -18,7 +18,7 @@ from collections import Counter
 from dataclasses import asdict, fields
 from typing import TYPE_CHECKING, Any, Iterator
 
-from exactly.app.config import NULL_DEFAULTS, TOPIC_DEFAULTS, BrokerConfig
+from exactly.app.config import NULL_DEFAULTS, SENSITIVE_CONFIGS, TOPIC_DEFAULTS, BrokerConfig
 from exactly.app.engine.counters import LatencyHistogram
 from exactly.app.engine.views import ConfigSource
 from exactly.coordinator import consumer_protocol
@@ -132,8 +132,6 @@ async def topic_configs(engine: "Engine", name: str, overrides: dict[str, Any] |
 
 #: topic config -> its broker-level name (Kafka's ``ServerTopicConfigSynonyms``)
 _BROKER_NAMES = {topic: broker for broker, topic in TOPIC_DEFAULTS.items()}
-#: broker configs whose value is never shown
-SENSITIVE_CONFIGS = frozenset({"http.auth.token"})
 
 
 def _synonym(name: str, value: Any, source: str) -> dict[str, Any]:

@@ -11,7 +11,7 @@ import functools
 import typing
 from dataclasses import fields
 
-from exactly.app.config import TOPIC_DEFAULTS, BrokerConfig
+from exactly.app.config import SENSITIVE_CONFIGS, TOPIC_DEFAULTS, BrokerConfig
 from exactly.storage.log_config import LogConfig
 
 
@@ -40,8 +40,6 @@ _INT_MS = frozenset({
 })
 #: Kafka's LONG configs that are not milliseconds
 _LONG = frozenset({"retention.bytes", "flush.messages", "log.retention.bytes", "log.flush.interval.messages"})
-#: Kafka's PASSWORD configs among this broker's (and Exactly's own secret)
-_PASSWORD = frozenset({"ssl.key.password", "ssl.keystore.key", "ssl.keystore.certificate.chain", "http.auth.token"})
 #: Kafka's LIST configs among this broker's
 _LIST = frozenset({"cleanup.policy", "log.cleanup.policy", "leader.replication.throttled.replicas",
                    "follower.replication.throttled.replicas", "sasl.enabled.mechanisms", "listeners", "advertised.listeners"})
@@ -60,7 +58,7 @@ def _declared() -> dict[str, type]:
 def config_type(name: str, sensitive: bool = False) -> ConfigType:
     """Kafka's type of config ``name`` (UNKNOWN for a name this broker does not know)."""
     kind = _declared().get(name)
-    if sensitive or name in _PASSWORD:
+    if sensitive or name in SENSITIVE_CONFIGS:
         return ConfigType.PASSWORD
     if name in _LIST:
         return ConfigType.LIST
