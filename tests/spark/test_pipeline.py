@@ -18,7 +18,7 @@ from confluent_kafka.admin import AdminClient
 
 from exactly.app.spark import broker_check
 from tests.docs import REPO, blocks, page, section
-from tests.kafka_support import KafkaBroker, read_to_end
+from tests.kafka_support import TWO_PHASE_COMMIT, KafkaBroker, read_to_end
 
 PAGE = "docs/spark.md"
 #: two Spark jobs and a report, each a JVM of its own, beside other workers' tests
@@ -72,7 +72,7 @@ def test_the_pipeline_commands_and_the_jdbc_example_run_as_written(tmp_path: Pat
     the copy job fills pipeline-out exactly once, then the report covers its transactions."""
     pipeline = section(PAGE, "Spark: the pipeline, and the mirror over JDBC")
     (commands,), (example,) = blocks(pipeline, "sh"), blocks(pipeline, "python")
-    with KafkaBroker(tmp_path / "data") as kafka:
+    with KafkaBroker(tmp_path / "data", **TWO_PHASE_COMMIT) as kafka:  # as `make run` serves it
         runs = []
         for command in commands.strip().splitlines():
             argv = shlex.split(command.replace("127.0.0.1:9092", kafka.bootstrap))
