@@ -86,6 +86,7 @@ def finish(alice: Client, body: dict[str, Any], first: Any) -> None:
     assert alice.values("orders") == ["order-42", "txn-rec"]
 
 
+@pytest.mark.slow  # 10,001 HTTP calls: ~13 s, a fifth of the fast tier's minute
 def test_another_principals_10001_keyed_calls_do_not_evict_the_victims_key(open_clients) -> None:
     alice, admin = open_clients()
     body, first = victim_records(alice)
