@@ -162,8 +162,11 @@ class Application:
                     close(client)
 
     def _producer(self) -> Producer:
+        # The output goes at the commit's flush (or the trouble's), after the offsets: whether an
+        # abortable Produce error or the offsets reach the transaction first is then no race, and
+        # the aborted transaction always names the input it read (the audit's "seek back" cause)
         producer = Producer({"bootstrap.servers": self.broker.bootstrap, "transactional.id": self.transactional_id,
-                             **CLIENT})
+                             "linger.ms": 10_000, **CLIENT})
         producer.init_transactions(TIMEOUT)
         return producer
 
