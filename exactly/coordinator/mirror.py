@@ -267,9 +267,9 @@ def apply_batch(target: MirrorTarget, topic: str, partition: int, batch: RecordB
                 control, _ = decode_control_record(record)
                 if control in (ControlType.COMMIT, ControlType.ABORT):
                     target.end_txn(partition, header.producer_id, control is ControlType.COMMIT)
-            elif consumer_group_records.record_type(record.key) in consumer_group_records.TYPES:
-                pass  # KIP-848 consumer group state: not mirrored (the console reads it live)
-            else:
+            elif consumer_group_records.record_type(record.key) not in consumer_group_records.TYPES:
+                # a classic group's or an offset commit (KIP-848 groups' records are not mirrored:
+                # the console reads their state live)
                 key = offsets_log.decode_key(record.key)
                 if isinstance(key, offsets_log.GroupKey):
                     target.group_metadata(partition, record.offset, key.group,
