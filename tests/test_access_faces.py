@@ -15,6 +15,7 @@ import re
 from typing import Any, Iterator
 
 import pytest
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from flask.testing import FlaskClient
 
@@ -167,3 +168,48 @@ def test_an_idempotent_producer_id_needs_write_on_any_topic_on_every_face(
     grant(kafka, acl(R.TOPIC, "later-", O.WRITE, PatternType.PREFIXED))  # no such topic yet
     assert init_producer_id(kafka, None) == 0
     assert rest.post(path).status_code == 200
+
+
+def describe_transaction_topics(kafka: KafkaBroker, transactional_id: str) -> list[str]:
+    """DescribeTransactions on the Kafka port: the topics it names of the transaction."""
+    client = raw_connection(kafka.port)
+    try:
+        state, = client.request(ApiKey.DESCRIBE_TRANSACTIONS, 0,
+                                {"transactional_ids": [transactional_id]}).transaction_states
+        assert state.error_code == 0
+        return [t.topic for t in state.topics]
+    finally:
+        client.close()
+
+
+def test_a_transaction_names_only_the_topics_the_principal_may_describe_on_every_face(
+        kafka: KafkaBroker, rest: FlaskClient, console: FlaskClient) -> None:
+    """Describe on a transactional id is not Describe on the topics it writes: Kafka's
+    DescribeTransactions leaves out the partitions of topics the principal may not
+    Describe, and so do the REST answer and the console's transaction page."""
+    kafka.engine.call(kafka.engine.topics.create_topic, "hidden-ledger", 1)
+    writes = [acl(R.TRANSACTIONAL_ID, "t-open", O.WRITE), acl(R.TOPIC, "shared", O.WRITE),
+              acl(R.TOPIC, "hidden-ledger", O.WRITE)]
+    grant(kafka, *writes)
+    producer = Producer({"bootstrap.servers": kafka.bootstrap, "transactional.id": "t-open"})
+    try:
+        producer.init_transactions(10)
+        producer.begin_transaction()
+        for topic in ("shared", "hidden-ledger"):
+            producer.produce(topic, b"x")
+        assert producer.flush(10) == 0
+        assert describe_transaction_topics(kafka, "t-open") == ["hidden-ledger", "shared"]  # Write implies Describe
+        kafka.engine.call(kafka.engine.access.delete_acls, [AclBindingFilter()])
+        grant(kafka, acl(R.TRANSACTIONAL_ID, "t-open", O.DESCRIBE), acl(R.TOPIC, "shared", O.DESCRIBE))
+
+        assert describe_transaction_topics(kafka, "t-open") == ["shared"]
+        answer = rest.get(f"/v3/clusters/{kafka.engine.topics.cluster_id}/transactions/t-open")
+        assert answer.status_code == 200, answer.json
+        assert [p["topic_name"] for p in answer.json["partitions"]] == ["shared"]
+        page = console.get("/transactions/t-open")
+        assert page.status_code == 200
+        assert "shared" in page.get_data(as_text=True) and "hidden-ledger" not in page.get_data(as_text=True)
+        grant(kafka, *writes)
+        producer.abort_transaction(10)
+    finally:
+        del producer  # destroyed: no client outlives the test

@@ -38,6 +38,7 @@ from exactly.app.http import current_engine
 from exactly.app.engine.access import never_served
 from exactly.app.http.auth import request_principal
 from exactly.app.kafka.authorization import Rule, rule
+from exactly.app.kafka.wire import ApiKey
 from exactly.app.security.acl import CLUSTER_NAME, DENIED, AclOperation, ResourceType
 
 if TYPE_CHECKING:
@@ -114,6 +115,10 @@ def kafka(api: int, *places: Place, operation: AclOperation | None = None, or_cl
 def own(operation: AclOperation, place: Place = THE_CLUSTER) -> Needs:
     """An act Kafka has no API for: ``operation`` on the resource at ``place``."""
     return (Need(place, (Rule(place.resource_type, operation),)),)
+
+
+#: what Metadata needs to name a topic: Describe on it
+_DESCRIBE_TOPICS, = kafka(ApiKey.METADATA, listed(TOPIC))
 
 
 # -- declared where the views are registered ------------------------------------------------
@@ -214,6 +219,24 @@ def visible(resource_type: ResourceType, names: Iterable[str]) -> set[str]:
     """Which of ``names`` the view's LIST need lets this request's principal see: a
     list's filter, not logged or counted as a denial (as Kafka's filtered listings)."""
     return set(_allowed(_declared(Where.LIST, resource_type), names, audit=False))
+
+
+def described_topics(names: Iterable[str]) -> set[str]:
+    """Which of the topics ``names`` this request's principal may Describe, whatever the
+    view declares: what a part of every page (the header's badge) may name."""
+    return set(_allowed(_DESCRIBE_TOPICS, names, audit=False))
+
+
+def visible_partitions(rows: list[dict[str, Any]], key: str = "partitions",
+                       mark_hidden: bool = False) -> list[dict[str, Any]]:
+    """``rows`` (transactions, each with ``key``: partitions by ``topic_name``) with only the
+    partitions on topics the view's LIST need of topics lets the principal see, as Kafka's
+    DescribeTransactions leaves the others out; ``mark_hidden``: each row says whether it
+    had others (``partitions_hidden``), so that a page does not call them "not recorded"."""
+    shown = visible(TOPIC, {p["topic_name"] for row in rows for p in row[key]})
+    marks = (lambda row: {"partitions_hidden": any(p["topic_name"] not in shown for p in row[key])}) \
+        if mark_hidden else (lambda row: {})
+    return [{**row, key: [p for p in row[key] if p["topic_name"] in shown], **marks(row)} for row in rows]
 
 
 def require(resource_type: ResourceType, names: Iterable[str]) -> None:

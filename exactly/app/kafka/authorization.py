@@ -91,7 +91,8 @@ TABLE: dict[int, tuple[Rule, ...]] = {
     51: (Rule(C, O.ALTER),),  # AlterUserScramCredentials
     ApiKey.DESCRIBE_CLUSTER: (Rule(C, O.DESCRIBE),),
     ApiKey.DESCRIBE_PRODUCERS: (Rule(T, O.READ),),
-    ApiKey.DESCRIBE_TRANSACTIONS: (Rule(X, O.DESCRIBE),),
+    # each transaction's partitions: only those on topics the principal may Describe (filtered)
+    ApiKey.DESCRIBE_TRANSACTIONS: (Rule(X, O.DESCRIBE), Rule(T, O.DESCRIBE)),
     # filtered: the transactional ids the principal may Describe
     ApiKey.LIST_TRANSACTIONS: (Rule(X, O.DESCRIBE),),
     ApiKey.CONSUMER_GROUP_HEARTBEAT: (Rule(G, O.READ), Rule(T, O.DESCRIBE)),

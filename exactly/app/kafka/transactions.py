@@ -234,7 +234,9 @@ async def list_transactions(ctx: RequestContext, request: Any) -> dict:
 @serves(ApiKey.DESCRIBE_TRANSACTIONS, 0, 0)
 async def describe_transactions(ctx: RequestContext, request: Any) -> dict:
     """Each id's transaction; an id refused or not found gets only its error, the other
-    fields their schema defaults (producer id and epoch 0), as Kafka answers it."""
+    fields their schema defaults (producer id and epoch 0), as Kafka answers it. Its
+    partitions are only those on topics the principal may Describe (Kafka's KafkaApis
+    filters them so): a transaction must not name a topic its reader may not see."""
     coordinator = ctx.engine.transactions
     described = []
     for txn_id in request.transactional_ids:
@@ -245,11 +247,14 @@ async def describe_transactions(ctx: RequestContext, request: Any) -> dict:
         if meta is None:
             described.append({"error_code": TransactionalIdNotFoundError.code, "transactional_id": txn_id})
             continue
+        shown = {topic for topic in {topic for topic, _ in meta.partitions}
+                 if authorization.allowed(ctx, ApiKey.DESCRIBE_TRANSACTIONS, T, topic)}
         described.append({
             "error_code": 0, "transactional_id": txn_id, "transaction_state": meta.state.display,
             "transaction_timeout": meta.txn_timeout_ms, "transaction_start_time": meta.txn_start_timestamp,
             "producer_id": meta.producer_id, "producer_epoch": meta.producer_epoch,
-            "topics": by_topic([(topic, p) for topic, p in sorted(meta.partitions)], topic_key="topic")})
+            "topics": by_topic([(topic, p) for topic, p in sorted(meta.partitions) if topic in shown],
+                               topic_key="topic")})
     return {"transaction_states": described}
 
 

@@ -293,14 +293,17 @@ def list_transactions():
 
 
 @declare(bp, Route("get", TRANSACTION_PATH, "Get transaction", "Transactions", 200, models.TransactionDetail,
-                   query=models.TransactionQuery, needs=kafka(ApiKey.DESCRIBE_TRANSACTIONS, ON_TXN)))
+                   query=models.TransactionQuery,
+                   needs=kafka(ApiKey.DESCRIBE_TRANSACTIONS, ON_TXN, listed(TOPIC))))
 def describe(transactional_id: str):
     """The transaction's state, and ``history``: its finished transactions, newest
-    first, from the SQLite mirror (null when the broker runs without one)."""
+    first, from the SQLite mirror (null when the broker runs without one); partitions
+    only on topics the principal may Describe, as DescribeTransactions answers."""
     limit = query(models.TransactionQuery).history_limit
     engine = current_engine()
-    txn = engine.call(read_models.transaction, engine, transactional_id)
-    return jsonify(transaction_resource(txn, history=_history(transactional_id, limit)))
+    txn, = access.visible_partitions([engine.call(read_models.transaction, engine, transactional_id)])
+    history = _history(transactional_id, limit)
+    return jsonify(transaction_resource(txn, history=None if history is None else access.visible_partitions(history)))
 
 
 def _history(txn_id: str, limit: int) -> list[dict[str, Any]] | None:

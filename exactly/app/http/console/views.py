@@ -65,9 +65,11 @@ def _history() -> History | None:
 
 @bp.app_template_global()
 def status_badge() -> dict[str, Any]:
-    """What the header's live badge says: how many partitions hold read_committed back."""
+    """What the header's live badge says: how many partitions hold read_committed back,
+    of the topics the principal may Describe (the badge is on every page, a signed-out one too)."""
     blockers = call(read_models.lso_blockers)
-    return {"blocked": len(blockers), "topics": sorted({b["topic_name"] for b in blockers})}
+    shown = access.described_topics(b["topic_name"] for b in blockers)
+    return {"blocked": sum(b["topic_name"] in shown for b in blockers), "topics": sorted(shown)}
 
 
 @bp.app_template_global()
@@ -202,14 +204,18 @@ def _outcome_counts() -> dict[str, dict[str, int]] | None:
         return None
 
 
-@page("/transactions/<path:txn_id>", kafka(ApiKey.DESCRIBE_TRANSACTIONS, ON_TXN))
+@page("/transactions/<path:txn_id>", kafka(ApiKey.DESCRIBE_TRANSACTIONS, ON_TXN, access.listed(TOPIC)))
 def transaction(txn_id: str):
-    detail = call(read_models.transaction_detail, txn_id)
+    """A transaction's state, partitions, pending offsets and history: only what is on
+    topics the principal may Describe (DescribeTransactions leaves the others out)."""
+    detail, = access.visible_partitions([call(read_models.transaction_detail, txn_id)], mark_hidden=True)
+    detail, = access.visible_partitions([detail], "pending_offsets")
     history, history_error = None, None
     db = mirror_db()
     if db is not None:
         try:
-            history = mirror_reads.transaction_history(db, txn_id, HISTORY_LIMIT)
+            history = access.visible_partitions(mirror_reads.transaction_history(db, txn_id, HISTORY_LIMIT),
+                                                mark_hidden=True)
         except Exception as error:  # the mirror is optional: the live state still shows
             history_error = f"reference {log_server_error(error)} in the broker's log"
     return render("transaction", txn=detail, history=history, history_error=history_error,
@@ -242,8 +248,7 @@ def history():
                                                              None if described == ids else described)
         except Exception as failure:  # the mirror is optional: say so on the page
             error = f"reference {log_server_error(failure)} in the broker's log"
-        topics = access.visible(TOPIC, {p["topic_name"] for r in rows for p in r["partitions"]})
-        rows = [{**r, "partitions": [p for p in r["partitions"] if p["topic_name"] in topics]} for r in rows]
+        rows = access.visible_partitions(rows, mark_hidden=True)
     filters = {"txn": txn, "outcome": outcome, "cause": cause}
     return render("history", rows=rows, total=total, error=error, mirror=db is not None, number=number,
                    pages=max(1, -(-total // HISTORY_LIMIT)), causes=list(AbortCause), **filters,
