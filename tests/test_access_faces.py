@@ -15,7 +15,7 @@ import re
 from typing import Any, Iterator
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import ConsumerGroupTopicPartitions, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from flask.testing import FlaskClient
 
@@ -213,3 +213,38 @@ def test_a_transaction_names_only_the_topics_the_principal_may_describe_on_every
         producer.abort_transaction(10)
     finally:
         del producer  # destroyed: no client outlives the test
+
+
+def fetch_all_offsets_topics(kafka: KafkaBroker, group_id: str) -> list[str]:
+    """OffsetFetch of all the group's offsets on the Kafka port: the topics it answers."""
+    client = raw_connection(kafka.port)
+    try:
+        answer = client.request(ApiKey.OFFSET_FETCH, 7, {"group_id": group_id, "topics": None})
+        assert answer.error_code == 0
+        return sorted(t.name for t in answer.topics)
+    finally:
+        client.close()
+
+
+def test_a_groups_offsets_show_only_on_topics_the_principal_may_describe_on_every_face(
+        kafka: KafkaBroker, rest: FlaskClient, console: FlaskClient) -> None:
+    """Describe on a group is not Describe on the topics it consumes: OffsetFetch of all
+    its offsets leaves out the topics the principal may not Describe, and so do the REST
+    group, its lags, and the console's group page."""
+    kafka.engine.call(kafka.engine.topics.create_topic, "hidden-orders", 1)
+    grant(kafka, acl(R.GROUP, "g-faces", O.READ), acl(R.TOPIC, "shared", O.READ),
+          acl(R.TOPIC, "hidden-orders", O.READ))
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
+    offsets = ConsumerGroupTopicPartitions("g-faces", [TopicPartition("shared", 0, 0),
+                                                       TopicPartition("hidden-orders", 0, 0)])
+    assert outcomes(admin.alter_consumer_group_offsets([offsets])) == {"g-faces": None}
+    assert fetch_all_offsets_topics(kafka, "g-faces") == ["hidden-orders", "shared"]  # Read implies Describe
+    kafka.engine.call(kafka.engine.access.delete_acls, [AclBindingFilter()])
+    grant(kafka, acl(R.GROUP, "g-faces", O.DESCRIBE), acl(R.TOPIC, "shared", O.DESCRIBE))
+
+    assert fetch_all_offsets_topics(kafka, "g-faces") == ["shared"]
+    group = f"/v3/clusters/{kafka.engine.topics.cluster_id}/consumer-groups/g-faces"
+    assert [o["topic_name"] for o in rest.get(group).json["offsets"]] == ["shared"]
+    assert [lag["topic_name"] for lag in rest.get(group + "/lags").json["data"]] == ["shared"]
+    page = console.get("/groups/g-faces").get_data(as_text=True)
+    assert "shared" in page and "hidden-orders" not in page

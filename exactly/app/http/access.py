@@ -239,6 +239,14 @@ def visible_partitions(rows: list[dict[str, Any]], key: str = "partitions",
     return [{**row, key: [p for p in row[key] if p["topic_name"] in shown], **marks(row)} for row in rows]
 
 
+def visible_offsets(group: dict[str, Any]) -> dict[str, Any]:
+    """A group's detail with the offsets (committed, pending, lags) of only the topics the
+    view's LIST need of topics lets the principal see, as Kafka's OffsetFetch of all a
+    group's offsets leaves out the topics the principal may not Describe."""
+    shown = visible(TOPIC, {o["topic_name"] for o in group["offsets"]})
+    return {**group, "offsets": [o for o in group["offsets"] if o["topic_name"] in shown]}
+
+
 def require(resource_type: ResourceType, names: Iterable[str]) -> None:
     """The view's BODY need of the resource type, for each of ``names``.
 

@@ -27,7 +27,7 @@ from flask import Blueprint, abort, jsonify
 
 from exactly.app.engine import read_models
 from exactly.app.http import access, current_engine
-from exactly.app.http.access import GROUP, kafka, listed
+from exactly.app.http.access import GROUP, TOPIC, kafka, listed
 from exactly.app.http.api import models
 from exactly.app.http.api.resources import cluster_id, crn, listing, related, resource
 from exactly.app.http.api.route import CLUSTER_PATH, GROUP_PATH, ON_GROUP, Route, declare
@@ -37,9 +37,10 @@ bp = Blueprint("groups", __name__)
 
 CONSUMER = GROUP_PATH + "/consumers/{consumer_id}"
 TAG = "Consumer Groups"
-DESCRIBE_GROUP = kafka(ApiKey.DESCRIBE_GROUPS, ON_GROUP)
+#: a group's detail carries its offsets: of the topics the principal may Describe, as OffsetFetch
+DESCRIBE_GROUP = kafka(ApiKey.DESCRIBE_GROUPS, ON_GROUP) + kafka(ApiKey.OFFSET_FETCH, listed(TOPIC))
 #: the lags are of the group's committed offsets, as OffsetFetch reads them
-FETCH_OFFSETS = kafka(ApiKey.OFFSET_FETCH, ON_GROUP)
+FETCH_OFFSETS = kafka(ApiKey.OFFSET_FETCH, ON_GROUP, listed(TOPIC))
 
 
 def _group_crn(group_id: str, *parts: tuple[str, Any]) -> str:
@@ -70,7 +71,7 @@ def _state(kafka_state: str) -> str:
 
 def _describe(group_id: str) -> dict[str, Any]:
     engine = current_engine()
-    return engine.call(read_models.group, engine, group_id)
+    return access.visible_offsets(engine.call(read_models.group, engine, group_id))
 
 
 @declare(bp, Route("get", CLUSTER_PATH + "/consumer-groups", "List consumer groups", TAG, 200,
