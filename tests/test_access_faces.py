@@ -248,3 +248,28 @@ def test_a_groups_offsets_show_only_on_topics_the_principal_may_describe_on_ever
     assert [lag["topic_name"] for lag in rest.get(group + "/lags").json["data"]] == ["shared"]
     page = console.get("/groups/g-faces").get_data(as_text=True)
     assert "shared" in page and "hidden-orders" not in page
+
+
+def test_a_topics_reader_sees_its_producers_but_not_their_transactional_ids(
+        kafka: KafkaBroker, console: FlaskClient) -> None:
+    """Read on a topic shows its records and producers (DescribeProducers: producer ids
+    and epochs), never the transactional ids that wrote them: those need Describe on the
+    transactional id, on the console's record and partition pages too."""
+    grant(kafka, acl(R.TRANSACTIONAL_ID, "t-hidden", O.WRITE), acl(R.TOPIC, "shared", O.WRITE))
+    producer = Producer({"bootstrap.servers": kafka.bootstrap, "transactional.id": "t-hidden"})
+    try:
+        producer.init_transactions(10)
+        producer.begin_transaction()
+        producer.produce("shared", b"written in a transaction")
+        producer.commit_transaction(10)
+    finally:
+        del producer  # destroyed: no client outlives the test
+    kafka.engine.call(kafka.engine.access.delete_acls, [AclBindingFilter()])
+    grant(kafka, acl(R.TOPIC, "shared", O.READ))
+    for path in ("/topics/shared/partitions/0", "/topics/shared/partitions/0/records"):
+        page = console.get(path)
+        assert page.status_code == 200, path
+        html = page.get_data(as_text=True)
+        assert "written in a transaction" in html and "t-hidden" not in html and "data-txn-hidden" in html, path
+    grant(kafka, acl(R.TRANSACTIONAL_ID, "t-hidden", O.DESCRIBE))
+    assert "t-hidden" in console.get("/topics/shared/partitions/0/records").get_data(as_text=True)
