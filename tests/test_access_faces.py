@@ -251,10 +251,10 @@ def test_a_groups_offsets_show_only_on_topics_the_principal_may_describe_on_ever
 
 
 def test_a_topics_reader_sees_its_producers_but_not_their_transactional_ids(
-        kafka: KafkaBroker, console: FlaskClient) -> None:
+        kafka: KafkaBroker, rest: FlaskClient, console: FlaskClient) -> None:
     """Read on a topic shows its records and producers (DescribeProducers: producer ids
     and epochs), never the transactional ids that wrote them: those need Describe on the
-    transactional id, on the console's record and partition pages too."""
+    transactional id, on REST's producers and the console's record and partition pages too."""
     grant(kafka, acl(R.TRANSACTIONAL_ID, "t-hidden", O.WRITE), acl(R.TOPIC, "shared", O.WRITE))
     producer = Producer({"bootstrap.servers": kafka.bootstrap, "transactional.id": "t-hidden"})
     try:
@@ -271,5 +271,9 @@ def test_a_topics_reader_sees_its_producers_but_not_their_transactional_ids(
         assert page.status_code == 200, path
         html = page.get_data(as_text=True)
         assert "written in a transaction" in html and "t-hidden" not in html and "data-txn-hidden" in html, path
+    producers = f"/v3/clusters/{kafka.engine.topics.cluster_id}/topics/shared/partitions/0/producers"
+    named = [p["transactional_id"] for p in rest.get(producers).json["data"]]
+    assert "t-hidden" not in named and None in named
     grant(kafka, acl(R.TRANSACTIONAL_ID, "t-hidden", O.DESCRIBE))
     assert "t-hidden" in console.get("/topics/shared/partitions/0/records").get_data(as_text=True)
+    assert "t-hidden" in [p["transactional_id"] for p in rest.get(producers).json["data"]]

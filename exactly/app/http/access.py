@@ -239,12 +239,23 @@ def visible_partitions(rows: list[dict[str, Any]], key: str = "partitions",
     return [{**row, key: [p for p in row[key] if p["topic_name"] in shown], **marks(row)} for row in rows]
 
 
+def named_transactions(items: list[dict[str, Any]], key: str = "transactional_id") -> list[dict[str, Any]]:
+    """``items`` with ``key`` null where it names a transactional id the view's LIST need
+    of transactional ids does not let the principal see: Kafka names one only to those
+    that may Describe it (DescribeProducers shows a topic's readers producer ids and epochs)."""
+    shown = visible(TXN, {item[key] for item in items if item[key]})
+    return [item if item[key] in shown or not item[key] else {**item, key: None} for item in items]
+
+
 def visible_offsets(group: dict[str, Any]) -> dict[str, Any]:
     """A group's detail with the offsets (committed, pending, lags) of only the topics the
     view's LIST need of topics lets the principal see, as Kafka's OffsetFetch of all a
-    group's offsets leaves out the topics the principal may not Describe."""
+    group's offsets leaves out the topics the principal may not Describe, and the open
+    transactions on them named only as :func:`named_transactions` lets it."""
     shown = visible(TOPIC, {o["topic_name"] for o in group["offsets"]})
-    return {**group, "offsets": [o for o in group["offsets"] if o["topic_name"] in shown]}
+    return {**group, "offsets": [{**o, "pending": named_transactions(o["pending"]),
+                                  "held_by": named_transactions(o["held_by"])}
+                                 for o in group["offsets"] if o["topic_name"] in shown]}
 
 
 def require(resource_type: ResourceType, names: Iterable[str]) -> None:

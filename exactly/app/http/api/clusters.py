@@ -18,7 +18,7 @@ from flask import Blueprint, abort, g, jsonify, request
 
 from exactly.app.engine import read_models
 from exactly.app.http import access, current_engine, errors
-from exactly.app.http.access import OPEN, TOPIC, kafka, listed
+from exactly.app.http.access import OPEN, TOPIC, TXN, kafka, listed
 from exactly.app.http.auth import request_principal
 from exactly.app.http.api import (acls, audit, configs, document, events, faults, groups, models, records, transactions)
 from exactly.app.http.api.route import (BROKER_PATH, CHANGES, CLUSTER_PATH, ON_TOPIC, PARTITION_PATH, TOPIC_PATH,
@@ -91,6 +91,8 @@ def _cluster() -> dict:
 #: what Metadata answers about topics: those the principal may Describe
 DESCRIBE_TOPIC = kafka(ApiKey.METADATA, ON_TOPIC)
 LIST_TOPICS = kafka(ApiKey.METADATA, listed(TOPIC))
+#: transactional ids in an answer: named only to those that may Describe them (DescribeTransactions)
+TXN_NAMES = kafka(ApiKey.DESCRIBE_TRANSACTIONS, listed(TXN))
 
 
 @declare(bp, Route("get", "/v3/clusters", "List clusters", "Cluster", 200, models.listing(models.Cluster), (),
@@ -243,8 +245,10 @@ def delete_topic(topic_name: str):
 
 
 def partition_resource(p: dict) -> dict:
+    """A partition, its open transactions named only as :func:`access.named_transactions` lets."""
     topic, partition = p["topic_name"], p["partition_id"]
     fields = {k: v for k, v in p.items() if k not in ("topic_name", "partition_id")}
+    fields["open_transactions"] = access.named_transactions(p["open_transactions"])
     here = ("topics", topic, "partitions", partition)
     return resource("KafkaPartition", here, crn(topic=topic, partition=partition), cluster_id=cluster_id(),
                     topic_name=topic, partition_id=partition,
@@ -263,7 +267,7 @@ def _replica(topic: str, partition: int) -> dict:
 
 
 @declare(bp, Route("get", TOPIC_PATH + "/partitions", "List partitions", "Partition", 200,
-                   models.listing(models.Partition), needs=DESCRIBE_TOPIC))
+                   models.listing(models.Partition), needs=DESCRIBE_TOPIC + TXN_NAMES))
 def list_partitions(topic_name: str):
     engine = current_engine()
     partitions = engine.call(read_models.topic_partitions, engine, topic_name)
@@ -272,10 +276,12 @@ def list_partitions(topic_name: str):
 
 
 @declare(bp, Route("get", PARTITION_PATH, "Get partition", "Partition", 200, models.Partition,
-                   description="Offsets, and the open transactions holding the LSO back.", needs=DESCRIBE_TOPIC))
+                   description="Offsets, and the open transactions holding the LSO back.",
+                   needs=DESCRIBE_TOPIC + TXN_NAMES))
 def get_partition(topic_name: str, partition_id: int):
     engine = current_engine()
     return jsonify(partition_resource(engine.call(read_models.partition, engine, topic_name, partition_id)))
+
 
 
 @declare(bp, Route("get", PARTITION_PATH + "/replicas", "List replicas", "Partition", 200,
@@ -339,7 +345,7 @@ def producer_resource(topic: str, partition: int, producer: dict) -> dict:
 
 
 #: DescribeProducers
-DESCRIBE_PRODUCERS = kafka(ApiKey.DESCRIBE_PRODUCERS, ON_TOPIC)
+DESCRIBE_PRODUCERS = kafka(ApiKey.DESCRIBE_PRODUCERS, ON_TOPIC) + TXN_NAMES
 
 
 def _visible_producers(topic_name: str, partition_id: int) -> list[dict]:
@@ -351,7 +357,7 @@ def _visible_producers(topic_name: str, partition_id: int) -> list[dict]:
         producers = await read_models.producers(engine, topic_name, partition_id)
         return [p for p in producers
                 if engine.access.may_see_producer(principal, host, p["producer_id"], p["transactional_id"])]
-    return engine.call(visible)
+    return access.named_transactions(engine.call(visible))
 
 
 @declare(bp, Route("get", PARTITION_PATH + "/producers", "List producers", "Partition", 200,

@@ -583,7 +583,8 @@ class BrokerConfig(Resource):
 class OpenTransaction(BaseModel):
     producer_id: Int()
     first_offset: Int()
-    transactional_id: Optional[str] = Field(description="null: no coordinator knows the producer (hanging)")
+    transactional_id: Optional[str] = Field(description=(
+        "null: no coordinator knows the producer (hanging), or a transactional id the principal may not Describe"))
     transaction_start_ms: Optional[TimestampMs]
     transaction_timeout_ms: Optional[Int()]
 
@@ -625,7 +626,8 @@ class Producer(Resource):
     last_timestamp: TimestampMs
     coordinator_epoch: Int(-1, INT32_MAX)
     current_transaction_start_offset: Int(-1, description="-1: no open transaction")
-    transactional_id: Optional[str]
+    transactional_id: Optional[str] = Field(description=(
+        "null: an idempotent producer, or a transactional id the principal may not Describe"))
     connection: Optional[Connection] = Field(description="null: no open Kafka connection uses the producer")
 
 
@@ -740,14 +742,15 @@ class GroupMember(BaseModel):
 
 class PendingOffset(BaseModel):
     producer_id: Int()
-    transactional_id: Optional[str]
+    transactional_id: Optional[str] = Field(description="null: a transactional id the principal may not Describe")
     offset: Int()
 
 
 class HoldingTransaction(BaseModel):
     producer_id: Int()
     producer_epoch: Optional[Int(-1, INT16_MAX)]
-    transactional_id: Optional[str] = Field(None, description="null: no coordinator knows the producer")
+    transactional_id: Optional[str] = Field(None, description=(
+        "null: no coordinator knows the producer, or a transactional id the principal may not Describe"))
     state: Optional[str] = None
     first_offset: Int()
     holds_lso: bool = Field(description="its first offset is the LSO: it is the one holding the partition back")

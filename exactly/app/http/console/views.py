@@ -319,7 +319,8 @@ def clients():
                    window_ms=read_models.CLIENT_INSTANCE_WINDOW_MS)
 
 
-@page("/groups/<path:group_id>", kafka(ApiKey.DESCRIBE_GROUPS, ON_GROUP) + kafka(ApiKey.OFFSET_FETCH, access.listed(TOPIC)))
+@page("/groups/<path:group_id>", kafka(ApiKey.DESCRIBE_GROUPS, ON_GROUP) + kafka(ApiKey.OFFSET_FETCH, access.listed(TOPIC))
+      + kafka(ApiKey.DESCRIBE_TRANSACTIONS, access.listed(TXN)))
 def group(group_id: str):
     """A group's members and its offsets of the topics the principal may Describe (as OffsetFetch)."""
     return render("group", g=access.visible_offsets(call(read_models.group, group_id)))
