@@ -2,8 +2,9 @@
 tests/kip848_eos_child.py): the input written, members started, restarted and killed,
 progress read from the group's committed offsets, and the output checked -- every
 input record in ``OUTPUT`` exactly once, in input order per partition, and the
-group's committed offsets at the input's end. Run on Kafka 4.4 and Exactly alike by
-tests/kafka/test_consumer_group_eos.py."""
+group's committed offsets at the input's end. :func:`through_kills` SIGKILLs the broker
+too: on Exactly (tests/test_consumer_group_eos.py) and on Kafka 4.4
+(tests/kafka/test_consumer_group_eos.py, which also runs a member's replacement on both)."""
 
 from __future__ import annotations
 
@@ -13,12 +14,15 @@ import subprocess
 import sys
 from collections import Counter, defaultdict
 from pathlib import Path
+from typing import Protocol
 
-from confluent_kafka import Producer, TopicPartition
+import pytest
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.kafka_support import read_to_end
-from tests.kip848_eos_child import GROUP, INPUT, OUTPUT, PARTITIONS, input_value, parse_output
+from tests.kip848_eos_child import GROUP, INPUT, OUTPUT, PARTITIONS, client_config, input_value, parse_output
+from tests.waiting import eventually
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -45,6 +49,20 @@ class Member:
                                             cwd=REPO, stdout=subprocess.DEVNULL, stderr=log,
                                             env={**os.environ, "PYTHONPATH": str(REPO)})
 
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGKILL)
+            self.process.wait(30)
+
+    def dump_stacks(self) -> None:
+        """Where a running member is (SIGUSR1: its threads' stacks, to its log)."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGUSR1)
+            try:
+                eventually(lambda: "most recent call first" in self.errors(), 10, "the member's stacks")
+            except pytest.fail.Exception:  # no stacks: the rest of its log says what it can
+                pass
+
     def stop(self) -> None:
         """SIGTERM: it finishes its transaction and leaves the group."""
         if self.process.poll() is None:
@@ -61,15 +79,19 @@ class Member:
 
 
 def committed(bootstrap: str) -> int:
-    """Input records the group has committed (0 while the broker does not answer)."""
-    admin = AdminClient({"bootstrap.servers": bootstrap, "broker.address.family": "v4"})
+    """Input records the group has committed (0 while the broker does not answer), asked
+    by a consumer of the group that does not join it. Not by an AdminClient: its
+    ``list_consumer_group_offsets`` crashes librdkafka 2.16 (SIGSEGV) when the
+    coordinator answers that it is still loading, as Kafka's does after a restart -- the
+    OffsetFetch handler asks for the consumer group of a client that has none."""
+    consumer = Consumer({**client_config(bootstrap), "group.id": GROUP})
     try:
-        from confluent_kafka import ConsumerGroupTopicPartitions
-        request = ConsumerGroupTopicPartitions(GROUP, [TopicPartition(INPUT, p) for p in range(PARTITIONS)])
-        answer = admin.list_consumer_group_offsets([request], request_timeout=5)[GROUP].result(10)
-    except Exception:  # noqa: BLE001 -- the broker is down or restarting: no progress seen
+        offsets = consumer.committed([TopicPartition(INPUT, p) for p in range(PARTITIONS)], 5)
+    except KafkaException:  # the broker is down or restarting: no progress seen
         return 0
-    return sum(max(tp.offset, 0) for tp in answer.topic_partitions if not tp.error)
+    finally:
+        consumer.close()
+    return sum(max(tp.offset, 0) for tp in offsets if not tp.error)
 
 
 def check_exactly_once(bootstrap: str, per_partition: int) -> None:
@@ -90,3 +112,52 @@ def check_exactly_once(bootstrap: str, per_partition: int) -> None:
     for partition, offsets in by_partition.items():
         assert offsets == sorted(offsets), f"{OUTPUT}-{partition} is out of input order"
     assert committed(bootstrap) == PARTITIONS * per_partition
+
+
+class KillableBroker(Protocol):
+    """A broker on a data directory that survives a SIGKILL: ``ServedBroker`` (Exactly's
+    ``run.py``) or ``RealKafka``."""
+
+    @property
+    def bootstrap(self) -> str: ...
+
+    def kill(self) -> None: ...
+
+    def start(self) -> object: ...
+
+
+#: what happens at each eighth of the input: the broker or a member dies (SIGKILL), or a
+#: member is replaced (SIGTERM: it leaves the group); the slot's new process takes over
+EVENTS = ("broker", "member", "broker", "restart", "member", "broker")
+
+
+def through_kills(broker: KillableBroker, logs: Path, per_partition: int) -> None:
+    """Two members process the input while :data:`EVENTS` happen; then the output is
+    checked. Each kill lands while transactions, heartbeats and reconciliations are
+    under way, so the group (members, epochs, target assignment) and the pending
+    transactional offsets are recovered from ``__consumer_offsets`` as a crash left them."""
+    prepare(broker.bootstrap, per_partition)
+    members = [Member(broker.bootstrap, 0, logs), Member(broker.bootstrap, 1, logs)]
+    total = PARTITIONS * per_partition
+    try:
+        for step, action in enumerate(EVENTS, start=1):
+            eventually(lambda: committed(broker.bootstrap) >= total * step // 8, timeout=120, interval=0.5,
+                       what=f"the application to commit {step}/8 of the input before the {action} event")
+            if action == "broker":
+                broker.kill()
+                broker.start()
+            else:
+                old = members.pop(0)
+                old.kill() if action == "member" else old.stop()
+                members.append(Member(broker.bootstrap, old.slot, logs))
+        eventually(lambda: committed(broker.bootstrap) == total, timeout=180, interval=0.5,
+                   what="the application to commit the whole input")
+        for member in members:
+            member.stop()
+        check_exactly_once(broker.bootstrap, per_partition)
+    except BaseException as failure:
+        for member in members:
+            member.dump_stacks()
+            member.kill()
+            failure.add_note(f"member {member.slot}: {member.errors()}")
+        raise

@@ -1,6 +1,7 @@
 """A consume-transform-produce application with confluent-kafka's KIP-848 consumer
 (``group.protocol=consumer``) and a transactional producer: the member that
-tests/kafka/test_consumer_group_eos.py runs and replaces. Run from the repository root::
+tests/test_consumer_group_eos.py and tests/kafka/test_consumer_group_eos.py run, replace
+and SIGKILL (``tests/kip848_eos.py``). Run from the repository root::
 
     python -m tests.kip848_eos_child BOOTSTRAP SLOT
 
@@ -17,6 +18,7 @@ the transaction under way, leaving the group.
 
 from __future__ import annotations
 
+import faulthandler
 import signal
 import sys
 import time
@@ -49,6 +51,17 @@ def parse_output(value: bytes) -> tuple[int, int]:
     return int(partition), int(offset)
 
 
+def client_config(bootstrap: str) -> dict[str, object]:
+    """What a member's consumer and producer both run with. ``metadata.recovery.strategy``
+    ``none``: once its only broker is down (killed), librdkafka (2.16) re-bootstraps,
+    decommissioning the brokers it knew but keeping one cached as the group's
+    coordinator, and ``send_offsets_to_transaction`` then waits for that broker for
+    ever, past its timeout (librdkafka issues 5511 and 5456) -- on Kafka as on Exactly.
+    Without re-bootstrap the broker it knew reconnects."""
+    return {"bootstrap.servers": bootstrap, "broker.address.family": "v4", "reconnect.backoff.max.ms": 500,
+            "metadata.recovery.strategy": "none"}
+
+
 class Application:
     def __init__(self, bootstrap: str, slot: int) -> None:
         self.bootstrap, self.slot = bootstrap, slot
@@ -57,8 +70,7 @@ class Application:
         self.producer: Producer | None = None
 
     def _clients(self) -> None:
-        common = {"bootstrap.servers": self.bootstrap, "broker.address.family": "v4",
-                  "reconnect.backoff.max.ms": 500}
+        common = client_config(self.bootstrap)
         self.producer = Producer({**common, "transactional.id": f"eos-848-{self.slot}",
                                   "transaction.timeout.ms": 60_000})
         self.producer.init_transactions(CALL_TIMEOUT_S)
@@ -99,6 +111,7 @@ class Application:
             self._transaction(batch)
         except KafkaException as e:
             error: KafkaError = e.args[0]
+            print(f"slot {self.slot}: transaction failed: {error}", file=sys.stderr, flush=True)
             if error.fatal() or not error.txn_requires_abort():
                 raise
             self.producer.abort_transaction(CALL_TIMEOUT_S)
@@ -119,6 +132,7 @@ class Application:
                 self.producer.commit_transaction(CALL_TIMEOUT_S)
                 return
             except KafkaException as e:
+                print(f"slot {self.slot}: commit_transaction: {e.args[0]}", file=sys.stderr, flush=True)
                 if not e.args[0].retriable():
                     raise
 
@@ -134,6 +148,7 @@ class Application:
 
 
 def main(argv: list[str]) -> None:
+    faulthandler.register(signal.SIGUSR1)  # where a stuck member is, for the test's failure report
     app = Application(argv[0], int(argv[1]))
 
     def stop(*_: object) -> None:

@@ -278,6 +278,33 @@ def test_a_restart_recovers_epochs_members_and_assignments(open_broker, broker):
     assert fetched[("t", 0)].offset == 5
 
 
+def test_a_member_told_to_revoke_before_a_restart_is_fenced_after_its_rebalance_timeout(open_broker, broker, clock):
+    heartbeat(broker, "a", 0, rebalance_timeout_ms=1_000)
+    heartbeat(broker, "b", 0)
+    heartbeat(broker, "a", 1, owned=partitions(0, 1, 2, 3))  # told to revoke; the broker dies
+    broker.close()
+    reopened = open_broker()
+    tick(reopened)  # the timers of the members loaded from the log
+    clock.advance(1_000)
+    heartbeat(reopened, "b", 2)  # b's session is fine; a is alive but never revokes
+    heartbeat(reopened, "a", 1, owned=partitions(0, 1, 2, 3))
+    tick(reopened)
+    eventually(lambda: "a" not in consumer(reopened).members, DEADLINE_S, "a fenced")
+    assert heartbeat(reopened, "b", 2).assignment == partitions(0, 1, 2, 3)
+
+
+def test_a_member_whose_last_answer_a_crash_swallowed_goes_on_from_its_previous_epoch(open_broker, broker):
+    heartbeat(broker, "a", 0)
+    heartbeat(broker, "b", 0)
+    kept = heartbeat(broker, "a", 1, owned=partitions(0, 1, 2, 3)).assignment
+    heartbeat(broker, "a", 1, owned=kept)  # durable at epoch 2; the broker dies before a hears it
+    broker.close()
+    reopened = open_broker()
+    refused(reopened, "FENCED_MEMBER_EPOCH", "a", 1)  # not saying what it owns: it may own more
+    assert heartbeat(reopened, "a", 1, owned=kept).member_epoch == 2
+    refused(reopened, "FENCED_MEMBER_EPOCH", "a", 3, owned=kept)  # an epoch it was never given
+
+
 def test_a_deleted_consumer_group_stays_deleted_after_a_restart(open_broker, broker):
     heartbeat(broker, "a", 0)
     with pytest.raises(KafkaError) as caught:

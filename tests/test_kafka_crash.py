@@ -43,8 +43,9 @@ def free_port() -> int:
 class ServedBroker:
     """``run.py`` on a data directory; killed with SIGKILL and started again."""
 
-    def __init__(self, data_dir: Path) -> None:
+    def __init__(self, data_dir: Path, config: dict[str, object] | None = None) -> None:
         self.data_dir = data_dir
+        self.config = {**CONFIG, **(config or {})}
         self.port = free_port()
         self.process: subprocess.Popen | None = None
         self.start()
@@ -54,7 +55,7 @@ class ServedBroker:
         return f"127.0.0.1:{self.port}"
 
     def start(self) -> None:
-        configs = [arg for key, value in CONFIG.items() for arg in ("--config", f"{key}={value}")]
+        configs = [arg for key, value in self.config.items() for arg in ("--config", f"{key}={value}")]
         self.process = subprocess.Popen(
             [sys.executable, str(REPO / "run.py"), "--data-dir", str(self.data_dir), "--kafka-port", str(self.port),
              "--http-port", str(free_port()), *configs],

@@ -384,6 +384,7 @@ class ConsumerGroupCoordinator:
         """Fence the members whose session or rebalance timeout ran out."""
         now = self.clock.now_ms()
         for group in groups:
+            self._arm_loaded(group, now)
             expired = {m for m, deadline in group.session_deadlines.items() if now >= deadline}
             expired |= {m for m, deadline in group.rebalance_deadlines.items() if now >= deadline}
             for member_id in expired:
@@ -391,6 +392,16 @@ class ConsumerGroupCoordinator:
                 if key not in self._fencing:
                     self._fencing.add(key)
                     asyncio.get_running_loop().create_task(self._fence(group, member_id))
+
+    def _arm_loaded(self, group: ConsumerGroup, now: int) -> None:
+        """Timers for the members loaded from the log (Kafka's onLoaded): a full session
+        to come back in, and one told to revoke its whole rebalance timeout to do so --
+        else a member that died with the broker would hold its partitions for ever."""
+        for member_id in group.members.keys() - group.session_deadlines.keys():
+            member = group.members[member_id]
+            group.session_deadlines[member_id] = now + self.config.group_consumer_session_timeout_ms
+            if member.state is MemberState.UNREVOKED_PARTITIONS:
+                group.rebalance_deadlines[member_id] = now + max(member.rebalance_timeout_ms, 0)
 
     def next_deadline_ms(self, groups: list[ConsumerGroup]) -> int | None:
         deadlines = [d for g in groups for ds in (g.session_deadlines, g.rebalance_deadlines) for d in ds.values()]

@@ -743,12 +743,7 @@ class GroupCoordinator:
         """Run the groups' timers (the engine calls this often): expired sessions, the
         join phase's deadline, the sync deadline."""
         now = self.clock.now_ms()
-        consumer_groups = self._consumer_groups()
-        for consumer in consumer_groups:
-            for member_id in consumer.members.keys() - consumer.session_deadlines.keys():
-                # loaded from the log: a full session to come back in
-                consumer.session_deadlines[member_id] = now + self.config.group_consumer_session_timeout_ms
-        self.consumer.tick(consumer_groups)
+        self.consumer.tick(self._consumer_groups())
         for group in list(self.groups.values()):
             self._expire_pending_members(group, now)
             self._expire_sessions(group, now)

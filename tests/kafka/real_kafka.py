@@ -72,6 +72,8 @@ class RealKafka:
         self.log_path = self.directory / "kafka.log"
         self.proc: subprocess.Popen | None = None
         self._log_start = 0
+        #: it has served once: the directory is formatted and the ports are its own
+        self._served = False
 
     @property
     def bootstrap(self) -> str:
@@ -80,27 +82,26 @@ class RealKafka:
     # -- life ---------------------------------------------------------------------------
 
     def start(self, timeout: float = 90) -> "RealKafka":
-        """Format the directory, start the JVM and return once it serves; a start that
-        fails or takes longer than ``timeout`` raises with the log's end. A port taken
-        between choosing it and the JVM binding it (another process's) means new ports
-        and a new start, twice at most."""
+        """Format the directory (the first time), start the JVM and return once it serves;
+        a start that fails or takes longer than ``timeout`` raises with the log's end. A
+        port taken between choosing it and the JVM binding it (another process's) means
+        new ports and a new start, twice at most. Started again after :meth:`stop` or
+        :meth:`kill`, it serves the same data on the same ports."""
         for _ in range(3):
             if self._start(timeout):
+                self._served = True
                 return self
+            if self._served:
+                raise RuntimeError(f"Kafka's ports {self.port}, {self.controller_port} were taken while it was "
+                                   f"down (log {self.log_path})")
             self.port, self.controller_port = free_port(), free_port()
         raise RuntimeError(f"Kafka found its ports taken three times (log {self.log_path})")
 
     def _start(self, timeout: float) -> bool:
         """One start on the chosen ports: True once serving, False when a port was taken."""
-        shutil.rmtree(self.directory / "logs", ignore_errors=True)
-        self.directory.mkdir(parents=True, exist_ok=True)
+        if not self._served:
+            self._format()
         properties = self.directory / "server.properties"
-        properties.write_text("".join(f"{key}={value}\n" for key, value in self._properties().items()))
-        formatted = _run_java(["kafka.tools.StorageTool", "format", "--standalone", "-c", str(properties),
-                                # Kafka's random-uuid: never one starting with "-" (the tool would read an option)
-                                "-t", topic_id.to_string(topic_id.new_topic_id())], TOOL_JVM, timeout=60)
-        if formatted.returncode != 0:
-            raise RuntimeError(f"kafka-storage format failed:\n{formatted.stdout}{formatted.stderr}")
         self._log_start = self.log_path.stat().st_size if self.log_path.exists() else 0
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
@@ -118,6 +119,27 @@ class RealKafka:
                                    f"{self.log_path}): {errors[:5]}\n{run[-3000:]}")
             time.sleep(0.05)
         return True
+
+    def _format(self) -> None:
+        """A new cluster on the chosen ports in ``directory/logs`` (whatever an earlier
+        run left there goes)."""
+        shutil.rmtree(self.directory / "logs", ignore_errors=True)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        properties = self.directory / "server.properties"
+        properties.write_text("".join(f"{key}={value}\n" for key, value in self._properties().items()))
+        formatted = _run_java(["kafka.tools.StorageTool", "format", "--standalone", "-c", str(properties),
+                                # Kafka's random-uuid: never one starting with "-" (the tool would read an option)
+                                "-t", topic_id.to_string(topic_id.new_topic_id())], TOOL_JVM, timeout=60)
+        if formatted.returncode != 0:
+            raise RuntimeError(f"kafka-storage format failed:\n{formatted.stdout}{formatted.stderr}")
+
+    def kill(self) -> None:
+        """SIGKILL the JVM -- no controlled shutdown, nothing flushed -- and wait for it
+        to be gone; :meth:`start` then recovers the same data, as after a crash."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.kill()
+        self.proc.wait(30)
 
     def stop(self, timeout: float = 30) -> None:
         """SIGTERM (Kafka's controlled shutdown), SIGKILL after ``timeout``."""

@@ -1,11 +1,12 @@
-"""The KIP-848 exactly-once scenario of tests/test_consumer_group_eos.py on Kafka 4.4 and
-on Exactly alike, without the broker kills (the fixture's Kafka is shared): two
-members of the transactional consume-transform-produce application
-(tests/kip848_eos_child.py, confluent-kafka with ``group.protocol=consumer``), one
-of them replaced half way; every input record is in the output exactly once, in
-order, and the group's committed offsets are at the input's end -- and a zombie's
-TxnOffsetCommit (group metadata from before a rebalance took its partition) is
-fenced with ILLEGAL_GENERATION on both."""
+"""The KIP-848 exactly-once scenario on Kafka 4.4 and on Exactly alike: two members of
+the transactional consume-transform-produce application (tests/kip848_eos_child.py,
+confluent-kafka with ``group.protocol=consumer``), one of them replaced half way, on
+the shared fixture; and through broker SIGKILLs, member kills and replacements on a
+Kafka of the test's own (``through_kills``, which tests/test_consumer_group_eos.py runs
+on Exactly). Every input record is in the output exactly once, in order, and the
+group's committed offsets are at the input's end -- and a zombie's TxnOffsetCommit
+(group metadata from before a rebalance took its partition) is fenced with
+ILLEGAL_GENERATION on both."""
 
 from __future__ import annotations
 
@@ -15,8 +16,10 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from tests.kafka.conftest import SHARED_CONFIG
 from tests.kafka.differential import Peer
-from tests.kip848_eos import Member, check_exactly_once, committed, prepare
+from tests.kafka.real_kafka import RealKafka
+from tests.kip848_eos import Member, check_exactly_once, committed, prepare, through_kills
 from tests.kip848_eos_child import PARTITIONS
 from tests.waiting import eventually
 
@@ -44,6 +47,23 @@ def test_transactional_application_with_consumer_groups_is_exactly_once(kafka_an
             member.stop()
             failure.add_note(f"member {member.slot} on {kafka_and_exactly.name}: {member.errors()}")
         raise
+
+
+@pytest.mark.timeout(600)
+def test_transactional_application_with_consumer_groups_survives_kafkas_sigkills(tmp_path: Path) -> None:
+    # the session and heartbeat of tests/test_consumer_group_eos.py's Exactly (Kafka's minimums are 45 s and 5 s)
+    kafka = RealKafka(tmp_path / "kafka", {**SHARED_CONFIG, "group.consumer.session.timeout.ms": 6000,
+                                           "group.consumer.min.session.timeout.ms": 6000,
+                                           "group.consumer.heartbeat.interval.ms": 500,
+                                           "group.consumer.min.heartbeat.interval.ms": 500})
+    try:
+        kafka.start()
+        through_kills(kafka, tmp_path, PER_PARTITION)
+    except BaseException as failure:
+        failure.add_note(f"Kafka's log: {kafka.log()[-4000:]}")
+        raise
+    finally:
+        kafka.stop()
 
 
 def _partitions(c: Consumer) -> set[int]:
