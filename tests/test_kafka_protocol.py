@@ -72,7 +72,7 @@ def test_api_versions_advertises_every_handler_at_its_declared_versions(raw: Kaf
     advertised = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
     assert advertised == {a.key: (a.min_version, a.max_version) for a in APIS.values() if a.advertised}
     assert advertised[ApiKey.WRITE_TXN_MARKERS] == (1, 1)  # Admin.abortTransaction's, KIP-664
-    assert advertised[ApiKey.PRODUCE] == (3, 12) and advertised[ApiKey.FETCH] == (4, 18)  # Produce v12: KIP-890 part 2
+    assert advertised[ApiKey.PRODUCE] == (3, 13) and advertised[ApiKey.FETCH] == (4, 18)  # Produce v13: topic ids
     assert advertised[ApiKey.INIT_PRODUCER_ID] == (0, 6)  # v3+ KIP-360's epoch bump, v6 KIP-939's 2PC
 
 

@@ -26,7 +26,7 @@ from typing import Any
 
 from exactly.app.engine import read_models
 from exactly.app.kafka import authorization
-from exactly.app.kafka.api import ApiKey, RequestContext, error_code, fenced_code, serves
+from exactly.app.kafka.api import ApiKey, RequestContext, abortable_code, error_code, fenced_code, serves
 from exactly.app.kafka.authorization import C, G, T, X
 from exactly.app.kafka.codec import millis
 from exactly.app.kafka.offsets import by_topic, commit_results, refused_offsets, requested_offsets
@@ -35,10 +35,12 @@ from exactly.coordinator import features
 from exactly.coordinator.transaction_state import TransactionState
 from exactly.storage.errors import (
     ClusterAuthorizationFailedError,
+    InvalidProducerEpochError,
     InvalidRegularExpressionError,
     InvalidRequestError,
     KafkaError,
     OperationNotAttemptedError,
+    ProducerFencedError,
     TransactionalIdNotFoundError,
 )
 
@@ -90,11 +92,17 @@ def _authorize_init(ctx: RequestContext, transactional_id: str | None, enable_2p
         raise authorization.refused(ctx, ApiKey.INIT_PRODUCER_ID, C, CLUSTER_NAME)
 
 
-@serves(ApiKey.ADD_PARTITIONS_TO_TXN, 0, 3)
+#: the first AddPartitionsToTxn version of the brokers' batched form (KIP-890 part 1)
+BROKER_FORM_SINCE = 4
+
+
+@serves(ApiKey.ADD_PARTITIONS_TO_TXN, 0, 5)
 async def add_partitions_to_txn(ctx: RequestContext, request: Any) -> dict:
     """Write on the transactional id (else its error for every partition) and on each
     topic: one denied is TOPIC_AUTHORIZATION_FAILED and the others OPERATION_NOT_ATTEMPTED,
-    nothing added, as in Kafka."""
+    nothing added, as in Kafka. v4+ is the brokers' form: see :func:`_for_brokers`."""
+    if ctx.version >= BROKER_FORM_SINCE:
+        return await _for_brokers(ctx, request)
     txn_id = request.v3_and_below_transactional_id
     wanted = [(topic.name, p) for topic in request.v3_and_below_topics for p in topic.partitions]
     try:
@@ -114,8 +122,44 @@ async def add_partitions_to_txn(ctx: RequestContext, request: Any) -> dict:
     return {"results_by_topic_v3_and_below": by_topic(entries, partitions_key="results_by_partition")}
 
 
-@serves(ApiKey.ADD_OFFSETS_TO_TXN, 0, 3)
+async def _for_brokers(ctx: RequestContext, request: Any) -> dict:
+    """AddPartitionsToTxn v4+ (KIP-890 part 1), which Kafka's brokers send the
+    transaction coordinator -- several transactions at once, each ``VerifyOnly`` (is each
+    partition in the Ongoing transaction? TRANSACTION_ABORTABLE if not, which a v4
+    request gets as INVALID_TXN_STATE) or an add as transaction version 2 makes it.
+    Answered as Kafka's ``handleAddPartitionsToTxnRequest`` answers it: ClusterAction on
+    the cluster, else CLUSTER_AUTHORIZATION_FAILED for the whole request; no topic
+    authorization (the asker is a broker); a fenced epoch is PRODUCER_FENCED."""
+    if not authorization.allowed(ctx, ApiKey.ADD_PARTITIONS_TO_TXN, C, CLUSTER_NAME):
+        return {"error_code": ClusterAuthorizationFailedError.code, "results_by_transaction": []}
+    results = []
+    for txn in request.transactions:
+        wanted = [(topic.name, p) for topic in txn.topics for p in topic.partitions]
+        try:
+            errors = await ctx.engine.transactions.add_partitions_for_broker(
+                txn.transactional_id, txn.producer_id, txn.producer_epoch, wanted, txn.verify_only, ctx.principal)
+        except KafkaError as e:
+            errors = {tp: e for tp in wanted}
+        entries = [(topic, {"partition_index": p, "partition_error_code": _broker_code(errors[topic, p], ctx.version)})
+                   for topic, p in wanted]
+        results.append({"transactional_id": txn.transactional_id,
+                        "topic_results": by_topic(entries, partitions_key="results_by_partition")})
+    return {"error_code": 0, "results_by_transaction": results}
+
+
+def _broker_code(error: KafkaError | None, version: int) -> int:
+    """The coordinator's own answer to a broker: the epoch check is PRODUCER_FENCED (the
+    broker tells its Produce INVALID_PRODUCER_EPOCH); TRANSACTION_ABORTABLE from v5."""
+    code = error_code(error)
+    if code == InvalidProducerEpochError.code:
+        code = ProducerFencedError.code
+    return abortable_code(code, version, 5)
+
+
+@serves(ApiKey.ADD_OFFSETS_TO_TXN, 0, 4)
 async def add_offsets_to_txn(ctx: RequestContext, request: Any) -> dict:
+    """v4 (KIP-890) only says the client knows TRANSACTION_ABORTABLE, which Kafka's
+    coordinator never answers AddOffsetsToTxn: the same answers as v3."""
     try:
         authorization.check(ctx, ApiKey.ADD_OFFSETS_TO_TXN, X, request.transactional_id)
         authorization.check(ctx, ApiKey.ADD_OFFSETS_TO_TXN, G, request.group_id)
@@ -123,7 +167,7 @@ async def add_offsets_to_txn(ctx: RequestContext, request: Any) -> dict:
             request.transactional_id, request.producer_id, request.producer_epoch, request.group_id,
             ctx.principal)
     except KafkaError as e:
-        return {"error_code": fenced_code(e, ctx.version, 2)}
+        return {"error_code": abortable_code(fenced_code(e, ctx.version, 2), ctx.version, 4)}
     return {"error_code": 0}
 
 
@@ -165,8 +209,10 @@ async def txn_offset_commit(ctx: RequestContext, request: Any) -> dict:
             ctx.version >= 5 and features.implicit_add(ctx.engine.config.transaction_version)) if offsets else {}
     except KafkaError as e:
         errors = e
-    # TxnOffsetCommit never answers PRODUCER_FENCED at the versions served
-    return {"topics": commit_results(offsets, errors, unknown, code=lambda e: fenced_code(e, ctx.version, None))}
+    # TxnOffsetCommit never answers PRODUCER_FENCED at the versions served; TRANSACTION_ABORTABLE
+    # (the group's partition not in the transaction) from v4 (KIP-890), INVALID_TXN_STATE before
+    return {"topics": commit_results(offsets, errors, unknown,
+                                     code=lambda e: abortable_code(fenced_code(e, ctx.version, None), ctx.version, 4))}
 
 
 @serves(ApiKey.WRITE_TXN_MARKERS, 1, 1)

@@ -89,6 +89,8 @@ class CoordinatorType(enum.IntEnum):
 
     GROUP = 0
     TRANSACTION = 1
+    #: a share group's partition, ``groupId:topicId:partition`` (KIP-932, FindCoordinator v6)
+    SHARE = 2
 
 _MS = datetime.timedelta(milliseconds=1)
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
