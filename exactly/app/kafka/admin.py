@@ -1,5 +1,5 @@
 """Administration: CreateTopics, DeleteTopics, DescribeConfigs, AlterConfigs,
-IncrementalAlterConfigs, CreatePartitions, DeleteRecords, DescribeLogDirs.
+IncrementalAlterConfigs, CreatePartitions, DeleteRecords, DescribeLogDirs, UpdateFeatures.
 
 One node holds one replica of everything: a replication factor other than 1 (or
 -1, the default) is INVALID_REPLICATION_FACTOR unless exactly.replication.factor.ignore
@@ -28,6 +28,7 @@ from exactly.app.kafka import authorization
 from exactly.app.kafka.api import ApiKey, RequestContext, error_code, serves
 from exactly.app.kafka.authorization import C, T
 from exactly.app.kafka.config_types import config_type
+from exactly.coordinator import features
 from exactly.app.security.acl import CLUSTER_NAME
 from exactly.storage import topic_id
 from exactly.storage.topic_id import new_topic_id
@@ -400,3 +401,28 @@ async def describe_log_dirs(ctx: RequestContext, request: Any) -> dict:
         "error_code": 0, "log_dir": log_dir.path, "total_bytes": log_dir.total_bytes,
         "usable_bytes": log_dir.usable_bytes, "is_cordoned": False,
         "topics": [{"name": name, "partitions": partitions} for name, partitions in by_topic.items()]}]}
+
+
+@serves(ApiKey.UPDATE_FEATURES, 0, 2)
+async def update_features(ctx: RequestContext, request: Any) -> dict:
+    """``kafka-features upgrade|downgrade``: Alter on the cluster, else
+    CLUSTER_AUTHORIZATION_FAILED; the levels change all together or not at all
+    (``FeatureLevels.update``: INVALID_UPDATE_VERSION), durably before the answer;
+    ``validate_only`` (v1) checks only. v0 says a downgrade with ``allow_downgrade``
+    (a safe one), v1+ with ``upgrade_type``. A feature named twice counts once, its
+    first update (Kafka's request keys them by name). As Kafka's, every error is the
+    request's; v0-1 list each feature updated, v2 lists none."""
+    updates: dict[str, tuple[int, int]] = {}
+    for update in request.feature_updates:
+        upgrade_type = getattr(update, "upgrade_type", None)
+        if upgrade_type is None:
+            upgrade_type = features.SAFE_DOWNGRADE if update.allow_downgrade else features.UPGRADE
+        updates.setdefault(update.feature, (update.max_version_level, upgrade_type))
+    try:
+        authorization.check_cluster(ctx, ApiKey.UPDATE_FEATURES)
+        await ctx.engine.features.update([(name, level, kind) for name, (level, kind) in updates.items()],
+                                         getattr(request, "validate_only", False))
+    except KafkaError as e:
+        return {"error_code": e.code, "error_message": str(e), "results": []}
+    return {"error_code": 0, "error_message": None,
+            "results": [{"feature": name, "error_code": 0, "error_message": None} for name in updates]}

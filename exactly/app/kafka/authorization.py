@@ -91,6 +91,7 @@ TABLE: dict[int, tuple[Rule, ...]] = {
     ApiKey.OFFSET_DELETE: (Rule(G, O.DELETE), Rule(T, O.READ)),
     50: (Rule(C, O.DESCRIBE),),  # DescribeUserScramCredentials
     51: (Rule(C, O.ALTER),),  # AlterUserScramCredentials
+    ApiKey.UPDATE_FEATURES: (Rule(C, O.ALTER),),
     ApiKey.DESCRIBE_CLUSTER: (Rule(C, O.DESCRIBE),),
     ApiKey.DESCRIBE_PRODUCERS: (Rule(T, O.READ),),
     # each transaction's partitions: only those on topics the principal may Describe (filtered)

@@ -52,7 +52,7 @@ async def api_versions(ctx: RequestContext, request: Any) -> dict:
     ctx.connection.software_name, ctx.connection.software_version = name, version
     return {"api_keys": [{"api_key": api.key, "min_version": api.min_version, "max_version": api.max_version}
                          for api in sorted(APIS.values(), key=lambda a: a.key) if api.advertised],
-            **features.api_versions_fields(ctx.engine.config.transaction_version, ctx.version)}
+            **features.api_versions_fields(ctx.engine.features.levels, ctx.engine.features.epoch, ctx.version)}
 
 
 def _broker(ctx: RequestContext) -> dict:

@@ -87,7 +87,7 @@ async def produce(ctx: RequestContext, request: Any) -> Any:
     batch adds its partition to the transaction itself (``Partitions.start_produce``)."""
     engine = ctx.engine
     add_to_transaction = ctx.version >= IMPLICIT_ADD_SINCE and features.implicit_add(
-        engine.config.transaction_version)
+        engine.features.transaction_version)
     partitions = [(topic, data.index, data.records) for topic, data in _partitions(ctx, request.topic_data)]
     refused = _refusal(ctx, request.transactional_id, partitions)
     if refused is not None:

@@ -206,7 +206,7 @@ async def txn_offset_commit(ctx: RequestContext, request: Any) -> dict:
             request.transactional_id, request.group_id, request.producer_id, request.producer_epoch, offsets,
             getattr(request, "generation_id", -1), getattr(request, "member_id", ""),
             getattr(request, "group_instance_id", None), ctx.principal,
-            ctx.version >= 5 and features.implicit_add(ctx.engine.config.transaction_version)) if offsets else {}
+            ctx.version >= 5 and features.implicit_add(ctx.engine.features.transaction_version)) if offsets else {}
     except KafkaError as e:
         errors = e
     # TxnOffsetCommit never answers PRODUCER_FENCED at the versions served; TRANSACTION_ABORTABLE
