@@ -125,8 +125,8 @@ async def add_partitions_to_txn(ctx: RequestContext, request: Any) -> dict:
 async def _for_brokers(ctx: RequestContext, request: Any) -> dict:
     """AddPartitionsToTxn v4+ (KIP-890 part 1), which Kafka's brokers send the
     transaction coordinator -- several transactions at once, each ``VerifyOnly`` (is each
-    partition in the Ongoing transaction? TRANSACTION_ABORTABLE if not, which a v4
-    request gets as INVALID_TXN_STATE) or an add as transaction version 2 makes it.
+    partition in the Ongoing transaction? TRANSACTION_ABORTABLE if not, at v4 too) or an
+    add as transaction version 2 makes it.
     Answered as Kafka's ``handleAddPartitionsToTxnRequest`` answers it: ClusterAction on
     the cluster, else CLUSTER_AUTHORIZATION_FAILED for the whole request; no topic
     authorization (the asker is a broker); a fenced epoch is PRODUCER_FENCED."""
@@ -140,20 +140,19 @@ async def _for_brokers(ctx: RequestContext, request: Any) -> dict:
                 txn.transactional_id, txn.producer_id, txn.producer_epoch, wanted, txn.verify_only, ctx.principal)
         except KafkaError as e:
             errors = {tp: e for tp in wanted}
-        entries = [(topic, {"partition_index": p, "partition_error_code": _broker_code(errors[topic, p], ctx.version)})
+        entries = [(topic, {"partition_index": p, "partition_error_code": _broker_code(errors[topic, p])})
                    for topic, p in wanted]
         results.append({"transactional_id": txn.transactional_id,
                         "topic_results": by_topic(entries, partitions_key="results_by_partition")})
     return {"error_code": 0, "results_by_transaction": results}
 
 
-def _broker_code(error: KafkaError | None, version: int) -> int:
-    """The coordinator's own answer to a broker: the epoch check is PRODUCER_FENCED (the
-    broker tells its Produce INVALID_PRODUCER_EPOCH); TRANSACTION_ABORTABLE from v5."""
+def _broker_code(error: KafkaError | None) -> int:
+    """The coordinator's own answer to a broker, at v4 as at v5 (the broker translates
+    for its Produce's client): the epoch check is PRODUCER_FENCED, a partition not in
+    the transaction TRANSACTION_ABORTABLE."""
     code = error_code(error)
-    if code == InvalidProducerEpochError.code:
-        code = ProducerFencedError.code
-    return abortable_code(code, version, 5)
+    return ProducerFencedError.code if code == InvalidProducerEpochError.code else code
 
 
 @serves(ApiKey.ADD_OFFSETS_TO_TXN, 0, 4)
