@@ -214,14 +214,16 @@ async def txn_offset_commit(ctx: RequestContext, request: Any) -> dict:
                                      code=lambda e: abortable_code(fenced_code(e, ctx.version, None), ctx.version, 4))}
 
 
-@serves(ApiKey.WRITE_TXN_MARKERS, 1, 1)
+@serves(ApiKey.WRITE_TXN_MARKERS, 1, 2)
 async def write_txn_markers(ctx: RequestContext, request: Any) -> dict:
     """What a client sends it for: Kafka's ``Admin.abortTransaction`` (KIP-664,
     ``kafka-transactions.sh abort``), an ABORT marker for a producer's open transaction
     on a partition, from a principal with ClusterAction. Here the marker is not written
     as sent: ``Partitions.abort_hanging_transaction`` ends that transaction (through its
     coordinator when a transactional id owns it, aborting it everywhere) and fences
-    the producer. COMMIT markers are the coordinator's alone: INVALID_REQUEST."""
+    the producer -- once the marker's epoch passes Kafka's check against the
+    producer's, which v2's transaction version (KIP-1228) makes strict for version 2.
+    COMMIT markers are the coordinator's alone: INVALID_REQUEST."""
     allowed = authorization.allowed(ctx, ApiKey.WRITE_TXN_MARKERS, C, CLUSTER_NAME)
     actor = f"WriteTxnMarkers from {ctx.principal} at {ctx.connection.host}"
     answered = []
@@ -236,7 +238,9 @@ async def write_txn_markers(ctx: RequestContext, request: Any) -> dict:
                     if marker.transaction_result:
                         raise InvalidRequestError("a client may write ABORT markers only (Admin.abortTransaction): "
                                                   "COMMIT markers are the transaction coordinator's")
-                    await ctx.engine.partitions.abort_hanging_transaction(topic.name, partition, marker.producer_id, actor)
+                    await ctx.engine.partitions.abort_hanging_transaction(
+                        topic.name, partition, marker.producer_id, actor, marker.producer_epoch,
+                        getattr(marker, "transaction_version", 0))
                     error = None
                 except KafkaError as e:
                     error = e
