@@ -99,6 +99,7 @@ DENIED: dict[int, tuple[int, dict, Any]] = {
                                        TOPIC_DENIED),
     ApiKey.OFFSET_DELETE: (0, {"group_id": "g", "topics": [{"name": T, "partitions": [{"partition_index": 0}]}]},
                            GROUP_DENIED),
+    ApiKey.LIST_CONFIG_RESOURCES: (1, {"resource_types": []}, CLUSTER_DENIED),
     ApiKey.UPDATE_FEATURES: (1, {"timeout": 5000, "feature_updates": [
         {"feature": "transaction.version", "max_version_level": 1, "upgrade_type": 2}], "validate_only": False},
                              CLUSTER_DENIED),

@@ -420,6 +420,24 @@ def test_write_txn_markers_v2_checks_the_markers_epoch_by_its_transaction_versio
 # -- admin and operator APIs -------------------------------------------------------------------------------
 
 
+def test_list_config_resources_lists_the_topics_and_this_broker(kafka: KafkaBroker, raw: KafkaConnection) -> None:
+    """KIP-1142: every topic a client may see and broker 1; a type Kafka does not list
+    refuses the request; v0 (client metrics resources) lists none. As Kafka 4.4 answers:
+    tests/kafka/test_list_config_resources.py."""
+    kafka.broker.create_topic("t", 1)
+    raw.request(ApiKey.UPDATE_FEATURES, 1, {"timeout": 5000, "validate_only": False, "feature_updates": [
+        {"feature": "transaction.version", "max_version_level": 2, "upgrade_type": 1}]})  # a record there
+    assert kafka.broker.engine.topics.topic_info("__cluster_metadata") is not None
+    listed = raw.request(ApiKey.LIST_CONFIG_RESOURCES, 1, {"resource_types": []})
+    assert listed.error_code == 0
+    assert {(r.resource_name, r.resource_type) for r in listed.config_resources} >= {("t", 2), ("1", 4)}
+    assert "__cluster_metadata" not in {r.resource_name for r in listed.config_resources}
+    assert [r.resource_name for r in raw.request(ApiKey.LIST_CONFIG_RESOURCES, 1, {"resource_types": [4]})
+            .config_resources] == ["1"]
+    assert raw.request(ApiKey.LIST_CONFIG_RESOURCES, 1, {"resource_types": [2, 99]}).error_code == 35
+    assert raw.request(ApiKey.LIST_CONFIG_RESOURCES, 0, {}).config_resources == ()
+
+
 def test_create_topics_validates_like_kafka(kafka: KafkaBroker, raw: KafkaConnection) -> None:
     def create(name: str, partitions: int = 1, replication: int = 1, validate_only: bool = False,
                configs: dict | None = None) -> tuple[int, str | None]:

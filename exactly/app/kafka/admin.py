@@ -1,5 +1,6 @@
 """Administration: CreateTopics, DeleteTopics, DescribeConfigs, AlterConfigs,
-IncrementalAlterConfigs, CreatePartitions, DeleteRecords, DescribeLogDirs, UpdateFeatures.
+IncrementalAlterConfigs, ListConfigResources, CreatePartitions, DeleteRecords,
+DescribeLogDirs, UpdateFeatures.
 
 One node holds one replica of everything: a replication factor other than 1 (or
 -1, the default) is INVALID_REPLICATION_FACTOR unless exactly.replication.factor.ignore
@@ -22,6 +23,7 @@ from typing import Any, Awaitable, Callable
 
 from exactly.app.config import static_config_change
 from exactly.app.engine import read_models
+from exactly.app.engine.access import NEVER_SERVED_TOPICS
 from exactly.app.engine.partitions import LogDeleteRecordsResult
 from exactly.app.engine.views import ConfigSource
 from exactly.app.kafka import authorization
@@ -41,9 +43,15 @@ from exactly.storage.errors import (
     KafkaError,
     PolicyViolationError,
     UnknownTopicIdError,
+    UnsupportedVersionError,
 )
 
 TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4
+#: Kafka's other config resource types (``ConfigResource.Type``): none of them has configs here
+BROKER_LOGGER_RESOURCE, CLIENT_METRICS_RESOURCE, GROUP_RESOURCE = 8, 16, 32
+#: what ListConfigResources v1 lists when no type is named, and the only types it may be asked for
+LISTED_RESOURCES = (TOPIC_RESOURCE, BROKER_RESOURCE, BROKER_LOGGER_RESOURCE, CLIENT_METRICS_RESOURCE,
+                    GROUP_RESOURCE)
 
 
 @serves(ApiKey.CREATE_TOPICS, 2, 7)
@@ -426,3 +434,30 @@ async def update_features(ctx: RequestContext, request: Any) -> dict:
         return {"error_code": e.code, "error_message": str(e), "results": []}
     return {"error_code": 0, "error_message": None,
             "results": [{"feature": name, "error_code": 0, "error_message": None} for name in updates]}
+
+
+@serves(ApiKey.LIST_CONFIG_RESOURCES, 0, 1)
+async def list_config_resources(ctx: RequestContext, request: Any) -> dict:
+    """KIP-1142: the resources that have configs, to a principal with DescribeConfigs on
+    the cluster (else CLUSTER_AUTHORIZATION_FAILED). v0 was ListClientMetricsResources:
+    client metrics resources only, of which there are none here. v1 lists the types
+    asked for (none: every type Kafka lists) -- every topic (not ``__cluster_metadata``,
+    which no client sees) and this broker; broker loggers, client metrics and groups
+    have no configs here, so none is listed -- and a type Kafka does not list is
+    UNSUPPORTED_VERSION for the whole request, as Kafka answers it."""
+    try:
+        authorization.check_cluster(ctx, ApiKey.LIST_CONFIG_RESOURCES)
+        wanted = list(getattr(request, "resource_types", ())) or list(LISTED_RESOURCES)
+        unknown = [t for t in wanted if t not in LISTED_RESOURCES]
+        if ctx.version >= 1 and unknown:
+            raise UnsupportedVersionError(f"resource types {unknown} are not listed (KIP-1142: "
+                                          f"{list(LISTED_RESOURCES)})")
+    except KafkaError as e:
+        return {"error_code": e.code, "config_resources": []}
+    listed: list[dict] = []
+    if ctx.version >= 1 and BROKER_RESOURCE in wanted:
+        listed.append({"resource_name": str(ctx.node.node_id), "resource_type": BROKER_RESOURCE})
+    if ctx.version >= 1 and TOPIC_RESOURCE in wanted:
+        listed += [{"resource_name": name, "resource_type": TOPIC_RESOURCE}
+                   for name in ctx.engine.topics.topic_names() if name not in NEVER_SERVED_TOPICS]
+    return {"error_code": 0, "config_resources": listed}

@@ -100,6 +100,7 @@ TABLE: dict[int, tuple[Rule, ...]] = {
     ApiKey.LIST_TRANSACTIONS: (Rule(X, O.DESCRIBE),),
     ApiKey.CONSUMER_GROUP_HEARTBEAT: (Rule(G, O.READ), Rule(T, O.DESCRIBE)),
     ApiKey.CONSUMER_GROUP_DESCRIBE: (Rule(G, O.DESCRIBE),),
+    ApiKey.LIST_CONFIG_RESOURCES: (Rule(C, O.DESCRIBE_CONFIGS),),
     # topics listed or named: Describe (KIP-966's paginated Metadata)
     ApiKey.DESCRIBE_TOPIC_PARTITIONS: (Rule(T, O.DESCRIBE),),
 }
