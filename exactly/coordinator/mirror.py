@@ -98,6 +98,8 @@ TopicPartition = tuple[str, int]
 class PartitionStats(TypedDict):
     topic: str
     partition: int
+    #: the topic's id, Kafka's base64 form
+    topic_id: str
     high_watermark: int
     last_stable_offset: int
     log_start_offset: int
