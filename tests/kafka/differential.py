@@ -179,6 +179,19 @@ def retry(call: Callable[[], dict[str, Any]], timeout: float = 30) -> dict[str, 
         time.sleep(0.05)
 
 
+def settled(connection: KafkaConnection, api_key: int, version: int, body: Mapping[str, Any],
+            timeout: float = 30) -> dict[str, Any]:
+    """One request, as :func:`retry` asks it, and again while it answers
+    CONCURRENT_TRANSACTIONS (51): Kafka answers EndTxn before its markers are written,
+    and a transactional request meanwhile gets 51, which a client retries."""
+    answer = retry(lambda: plain(connection.request(api_key, version, body)), timeout)
+    deadline = time.monotonic() + timeout
+    while answer.get("error_code") == 51 and time.monotonic() < deadline:
+        time.sleep(0.05)
+        answer = plain(connection.request(api_key, version, body))
+    return answer
+
+
 def _not_yet(value: Any) -> bool:
     if isinstance(value, dict):
         return value.get("error_code") in NOT_YET or any(_not_yet(v) for v in value.values())

@@ -7,7 +7,6 @@ log. FindCoordinator v6's share group key differs: Kafka 4.4 has a share coordin
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import pytest
@@ -25,8 +24,7 @@ from tests.kafka.differential import (
     Peer,
     compared,
     create_topics,
-    plain,
-    retry,
+    settled,
 )
 from tests.kafka.test_transactions_v2 import whole_log
 
@@ -41,11 +39,7 @@ def abortable_scenario(peer: Peer, name: str) -> dict[str, Any]:
     txn_id, group = name + "-tx", name + "-group"
 
     def ask(step: str, api: int, version: int, body: dict) -> dict:
-        answer = retry(lambda: plain(connection.request(api, version, body)))
-        deadline = time.monotonic() + 30
-        while answer.get("error_code") == 51 and time.monotonic() < deadline:  # the previous EndTxn completing
-            time.sleep(0.05)
-            answer = plain(connection.request(api, version, body))
+        answer = settled(connection, api, version, body)
         steps[step] = normalize(answer)
         return answer
 

@@ -8,7 +8,6 @@ Produce and TxnOffsetCommit of the previous transaction refused -- and Kafka's
 from __future__ import annotations
 
 import re
-import time
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -28,7 +27,7 @@ from tests.kafka.differential import (
     create_topics,
     fetch,
     plain,
-    retry,
+    settled,
 )
 from tests.kafka.real_kafka import run_tool
 
@@ -43,13 +42,7 @@ def tv2_scenario(peer: Peer, name: str) -> dict[str, Any]:
     txn_id, group = name + "-tx", name + "-group"
 
     def ask(step: str, api: int, version: int, body: dict) -> dict:
-        # Kafka answers EndTxn before its markers are written: a retry meanwhile is
-        # CONCURRENT_TRANSACTIONS (51), which a client retries
-        answer = retry(lambda: plain(connection.request(api, version, body)))
-        deadline = time.monotonic() + 30
-        while answer.get("error_code") == 51 and time.monotonic() < deadline:
-            time.sleep(0.05)
-            answer = plain(connection.request(api, version, body))
+        answer = settled(connection, api, version, body)
         steps[step] = normalize(answer)
         return answer
 
