@@ -32,6 +32,7 @@ GROUP = "abortable-group"
 UNKNOWN_TOPIC_OR_PARTITION, COORDINATOR_NOT_AVAILABLE, NOT_ENOUGH_REPLICAS = 3, 15, 19
 INVALID_REQUEST, INVALID_TXN_STATE, CONCURRENT_TRANSACTIONS = 42, 48, 51
 OPERATION_NOT_ATTEMPTED, PRODUCER_FENCED, TRANSACTION_ABORTABLE = 55, 90, 120
+GROUP_AUTHORIZATION_FAILED, CLUSTER_AUTHORIZATION_FAILED = 30, 31
 
 
 @pytest.fixture
@@ -231,3 +232,13 @@ def test_find_coordinator_v5_and_v6(kafka: KafkaBroker) -> None:
     share = _find(kafka, 6, CoordinatorType.SHARE, share_key)
     assert (share.key, share.error_code, share.node_id) == (share_key, COORDINATOR_NOT_AVAILABLE, -1)
     assert _find(kafka, 6, 7, "x").error_code == INVALID_REQUEST
+
+
+def test_a_share_key_needs_cluster_action(tmp_path: Path) -> None:
+    """Kafka's ``getCoordinator``: a share key is looked up by brokers, with ClusterAction
+    on the cluster; without it CLUSTER_AUTHORIZATION_FAILED, before anything else."""
+    standard = {"authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer"}
+    with KafkaBroker(tmp_path / "data", **standard) as kafka:
+        share = _find(kafka, 6, CoordinatorType.SHARE, "share-group:AAAAAAAAAAAAAAAAAAAAAA:0")
+        assert (share.error_code, share.node_id) == (CLUSTER_AUTHORIZATION_FAILED, -1)
+        assert _find(kafka, 6, CoordinatorType.GROUP, "g").error_code == GROUP_AUTHORIZATION_FAILED
