@@ -17,14 +17,12 @@ from tests.kafka.differential import (
     ADD_PARTITIONS_TO_TXN,
     END_TXN,
     FIND_COORDINATOR,
-    INIT_PRODUCER_ID,
     PRODUCE,
     TXN_OFFSET_COMMIT,
-    Normalizer,
     Peer,
+    Recorded,
     compared,
     create_topics,
-    settled,
 )
 from tests.kafka.test_transactions_v2 import whole_log
 
@@ -33,19 +31,10 @@ pytestmark = [pytest.mark.xdist_group("real-kafka"), pytest.mark.slow, pytest.ma
 
 def abortable_scenario(peer: Peer, name: str) -> dict[str, Any]:
     create_topics(peer, {name: (2, {})})
-    normalize = Normalizer()
-    connection = peer.connection()
-    steps: dict[str, Any] = {}
+    recorded = Recorded(peer)
+    normalize, steps, ask = recorded.normalize, recorded.steps, recorded.ask
     txn_id, group = name + "-tx", name + "-group"
-
-    def ask(step: str, api: int, version: int, body: dict) -> dict:
-        answer = settled(connection, api, version, body)
-        steps[step] = normalize(answer)
-        return answer
-
-    init = ask("init", INIT_PRODUCER_ID, 5, {"transactional_id": txn_id, "transaction_timeout": 60_000,
-                                             "producer_id": -1, "producer_epoch": -1})
-    pid, epoch = init["producer_id"], init["producer_epoch"]
+    pid, epoch = recorded.init_producer_id(txn_id)
     sequences: dict[int, int] = {}
 
     def send(step: str, version: int, partition: int, appended: bool) -> None:
