@@ -199,8 +199,8 @@ def _response(results: list[tuple[_Topic, int, AppendResult | BaseException]], c
                      "log_append_time": None, "error_message": message,
                      "log_start_offset": getattr(result, "log_start_offset", -1),
                      "current_leader": current_leader(ctx, code),
-                     "record_errors": [{"batch_index": index, "batch_index_error_message": message}
-                                       for index, message in getattr(result, "record_errors", ())]}
+                     "record_errors": [{"batch_index": index, "batch_index_error_message": text}
+                                       for index, text in getattr(result, "record_errors", ())]}
         by_topic.setdefault(topic, []).append(entry)
     return {"responses": [{"name": topic.name or "", "topic_id": topic.id, "partition_responses": entries}
                           for topic, entries in by_topic.items()],
