@@ -154,3 +154,25 @@ def test_the_level_outlives_a_sigkill_and_clients_follow_it(tmp_path: Path) -> N
         assert _produce_v12(broker.port, "implicit-add") == 0
     finally:
         broker.kill()
+
+
+def test_the_embedded_producer_follows_a_downgrade(tmp_path: Path) -> None:
+    """A producer started after ``transaction.version`` was set to 1 keeps its epoch
+    across transactions (no EndTxn v5 bump); the level is the broker's, not the config's."""
+    from exactly.app import Broker
+
+    with Broker(tmp_path / "data") as b:
+        b.create_topic(T, partitions=1)
+        b.engine.call(b.engine.features.update, [(features.TRANSACTION_VERSION, 1, SAFE_DOWNGRADE)])
+        assert b.engine.config.transaction_version == 2 and b.engine.features.transaction_version == 1
+        p = b.producer(transactional_id="embedded")
+        try:
+            p.init_transactions()
+            epoch = p.producer_epoch
+            for value in (b"a", b"b"):
+                p.begin_transaction()
+                p.send(T, value, partition=0)
+                p.commit_transaction()
+            assert p.producer_epoch == epoch
+        finally:
+            p.close()
