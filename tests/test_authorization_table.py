@@ -99,6 +99,10 @@ DENIED: dict[int, tuple[int, dict, Any]] = {
                                        TOPIC_DENIED),
     ApiKey.OFFSET_DELETE: (0, {"group_id": "g", "topics": [{"name": T, "partitions": [{"partition_index": 0}]}]},
                            GROUP_DENIED),
+    ApiKey.LIST_CONFIG_RESOURCES: (1, {"resource_types": []}, CLUSTER_DENIED),
+    ApiKey.UPDATE_FEATURES: (1, {"timeout": 5000, "feature_updates": [
+        {"feature": "transaction.version", "max_version_level": 1, "upgrade_type": 2}], "validate_only": False},
+                             CLUSTER_DENIED),
     ApiKey.DESCRIBE_CLUSTER: (1, {"include_cluster_authorized_operations": True, "endpoint_type": 1},
                               CLUSTER_DENIED),
     ApiKey.DESCRIBE_PRODUCERS: (0, {"topics": [{"name": T, "partition_indexes": [0]}]}, TOPIC_DENIED),

@@ -71,8 +71,8 @@ def test_api_versions_advertises_every_handler_at_its_declared_versions(raw: Kaf
     assert response.error_code == 0
     advertised = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
     assert advertised == {a.key: (a.min_version, a.max_version) for a in APIS.values() if a.advertised}
-    assert advertised[ApiKey.WRITE_TXN_MARKERS] == (1, 1)  # Admin.abortTransaction's, KIP-664
-    assert advertised[ApiKey.PRODUCE] == (3, 12) and advertised[ApiKey.FETCH] == (4, 18)  # Produce v12: KIP-890 part 2
+    assert advertised[ApiKey.WRITE_TXN_MARKERS] == (1, 2)  # Admin.abortTransaction's, KIP-664
+    assert advertised[ApiKey.PRODUCE] == (3, 13) and advertised[ApiKey.FETCH] == (4, 18)  # Produce v13: topic ids
     assert advertised[ApiKey.INIT_PRODUCER_ID] == (0, 6)  # v3+ KIP-360's epoch bump, v6 KIP-939's 2PC
 
 
@@ -385,7 +385,57 @@ def test_write_txn_markers_from_a_client_aborts_the_open_transaction_and_never_c
     assert marker(commit=False) == 48  # INVALID_TXN_STATE: nothing open any more
 
 
+def test_write_txn_markers_v2_checks_the_markers_epoch_by_its_transaction_version(
+        kafka: KafkaBroker, raw: KafkaConnection) -> None:
+    """KIP-1228: a marker of transaction version 2 must carry an epoch newer than the
+    producer's on the partition (a version 2 coordinator's marker has the bumped one),
+    one of version 0/1 an epoch at least as new; else INVALID_PRODUCER_EPOCH and the
+    transaction stays open. What kafka-transactions.sh abort sends (version 0, the
+    producer's epoch) aborts it."""
+    from tests.raw_txn import RawTxn
+
+    kafka.broker.create_topic("t", 1)
+    RawTxn(kafka.broker, "tx")
+    txn = RawTxn(kafka.broker, "tx")  # the second InitProducerId: epoch 1
+    txn.send("t", 0, b"held")
+
+    def marker(version: int, epoch: int, transaction_version: int = 0) -> int:
+        body = {"markers": [{"producer_id": txn.pid, "producer_epoch": epoch, "transaction_result": False,
+                             "coordinator_epoch": 0, "transaction_version": transaction_version,
+                             "topics": [{"name": "t", "partition_indexes": [0]}]}]}
+        return raw.request(ApiKey.WRITE_TXN_MARKERS, version, body).markers[0].topics[0].partitions[0].error_code
+
+    def stable() -> int:
+        return kafka.broker.list_offsets("t", 0, -1, isolation_level="read_committed")
+
+    assert txn.epoch == 1
+    assert marker(1, txn.epoch - 1) == 47  # INVALID_PRODUCER_EPOCH
+    assert marker(2, txn.epoch - 1, transaction_version=0) == 47
+    assert marker(2, txn.epoch, transaction_version=2) == 47  # version 2: not newer
+    assert stable() == 0 and kafka.broker.engine.transactions.is_open("tx")
+    assert marker(2, txn.epoch, transaction_version=0) == 0
+    assert stable() == 2  # record + ABORT
+
+
 # -- admin and operator APIs -------------------------------------------------------------------------------
+
+
+def test_list_config_resources_lists_the_topics_and_this_broker(kafka: KafkaBroker, raw: KafkaConnection) -> None:
+    """KIP-1142: every topic a client may see and broker 1; a type Kafka does not list
+    refuses the request; v0 (client metrics resources) lists none. As Kafka 4.4 answers:
+    tests/kafka/test_list_config_resources.py."""
+    kafka.broker.create_topic("t", 1)
+    raw.request(ApiKey.UPDATE_FEATURES, 1, {"timeout": 5000, "validate_only": False, "feature_updates": [
+        {"feature": "transaction.version", "max_version_level": 2, "upgrade_type": 1}]})  # a record there
+    assert kafka.broker.engine.topics.topic_info("__cluster_metadata") is not None
+    listed = raw.request(ApiKey.LIST_CONFIG_RESOURCES, 1, {"resource_types": []})
+    assert listed.error_code == 0
+    assert {(r.resource_name, r.resource_type) for r in listed.config_resources} >= {("t", 2), ("1", 4)}
+    assert "__cluster_metadata" not in {r.resource_name for r in listed.config_resources}
+    assert [r.resource_name for r in raw.request(ApiKey.LIST_CONFIG_RESOURCES, 1, {"resource_types": [4]})
+            .config_resources] == ["1"]
+    assert raw.request(ApiKey.LIST_CONFIG_RESOURCES, 1, {"resource_types": [2, 99]}).error_code == 35
+    assert raw.request(ApiKey.LIST_CONFIG_RESOURCES, 0, {}).config_resources == ()
 
 
 def test_create_topics_validates_like_kafka(kafka: KafkaBroker, raw: KafkaConnection) -> None:

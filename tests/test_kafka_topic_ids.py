@@ -1,6 +1,6 @@
 """Topic ids on the wire (KIP-516) and the APIs at Kafka 4's versions that carry them:
 Metadata v10+ gives each topic's id and (v12+) answers ids, CreateTopics v7 returns it,
-Fetch v13+ reads by it, DeleteTopics v6 deletes by it, DescribeTopicPartitions pages
+Fetch v13+ reads by it, Produce v13 writes by it, DeleteTopics v6 deletes by it, DescribeTopicPartitions pages
 through topics; an id no topic has -- a deleted topic's, even when one of its name was
 created since -- is UNKNOWN_TOPIC_ID. And what a client does with them: librdkafka
 notices a topic re-created with fewer partitions (its test 0107)."""
@@ -84,6 +84,32 @@ def test_a_re_created_topic_has_a_new_id_and_the_old_one_is_unknown_everywhere(k
     assert _delete(raw, name="orders", topic_id=new).error_code == INVALID_REQUEST
     assert raw.request(ApiKey.METADATA, 12, {"topics": [{"name": None, "topic_id": old}]}).topics[0].error_code \
         == UNKNOWN_TOPIC_ID
+
+
+def _produce_v13(raw, topic_id: uuid.UUID, value: bytes):
+    records = encode_batch([SimpleRecord(value)])
+    response = raw.request(ApiKey.PRODUCE, 13, {"transactional_id": None, "acks": -1, "timeout": 10_000,
+                                                "topic_data": [{"topic_id": topic_id, "partition_data": [
+                                                    {"index": 0, "records": records}]}]})
+    return response.responses[0]
+
+
+def test_produce_v13_writes_by_topic_id_and_an_old_id_is_unknown(kafka):
+    """KIP-516 in Produce: the answer names the topic by the same id; the id of a deleted
+    topic is UNKNOWN_TOPIC_ID, even when a topic of its name exists again, and nothing of
+    the batch reaches the new one."""
+    raw = raw_connection(kafka.port)
+    old = _create(raw, "orders", 1)
+    written = _produce_v13(raw, old, b"by id")
+    assert (written.topic_id, written.partition_responses[0].error_code) == (old, 0)
+    assert written.partition_responses[0].base_offset == 0
+    assert _delete(raw, topic_id=old).error_code == 0
+    new = _create(raw, "orders", 1)
+    stale = _produce_v13(raw, old, b"to a deleted topic")
+    assert (stale.topic_id, stale.partition_responses[0].error_code) == (old, UNKNOWN_TOPIC_ID)
+    assert stale.partition_responses[0].base_offset == -1
+    assert kafka.broker.list_offsets("orders", 0, -1) == 0
+    assert _produce_v13(raw, new, b"again").partition_responses[0].error_code == 0
 
 
 def test_fetch_v12_answers_a_diverging_epoch_past_the_log_end(kafka):

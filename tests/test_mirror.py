@@ -43,6 +43,7 @@ from exactly.coordinator.mirror_db import (
 from exactly.coordinator.mirror_models import TXN_STATES, Base
 from exactly.coordinator.offsets_log import GroupValue, MemberRecord, OffsetValue
 from exactly.coordinator.transaction_state import TransactionMetadata, TransactionState, TxnTransitMetadata
+from exactly.storage import topic_id
 from exactly.storage.clock import FakeClock
 from exactly.storage.errors import OffsetOutOfRangeError
 from exactly.storage.partition_log import ReadResult
@@ -551,9 +552,10 @@ def test_refresh_stats_snapshots_offsets_and_producers(
     txn.produce("orders", 0, [SimpleRecord(b"a", timestamp=T0)])
     broker.produce("orders", 0, encode_batch([SimpleRecord(b"b"), SimpleRecord(b"c")]))
     mirror.refresh_stats()
+    orders_id = topic_id.to_string(broker.engine.topics.topic_info("orders").topic_id)
     assert rows(mirror.path, "SELECT * FROM partitions WHERE topic = 'orders' AND partition = 0") == [{
         "topic": "orders", "partition": 0, "high_watermark": 3, "last_stable_offset": 0,
-        "log_start_offset": 0, "log_end_offset": 3, "updated_ms": clock.now_ms()}]
+        "log_start_offset": 0, "log_end_offset": 3, "updated_ms": clock.now_ms(), "topic_id": orders_id}]
     assert rows(mirror.path, "SELECT * FROM partition_producers") == [{
         "topic": "orders", "partition": 0, "producer_id": txn.pid, "producer_epoch": 2, "coordinator_epoch": -1,
         "last_sequence": 0, "last_offset": 0, "last_timestamp_ms": T0, "txn_first_offset": 0,
@@ -728,7 +730,7 @@ def test_ids_offsets_epochs_and_times_are_bigint_for_spark(tmp_path: Path) -> No
     db = tmp_path / "exactly.db"
     upgrade(db)
     wide = re.compile(r"(^id$|_id$|_ms$|offset$|epoch$|watermark$|sequence$|^generation$)")
-    text_ids = {"transactional_id", "group_id", "acls.id"}  # an ACL's id is a UUID
+    text_ids = {"transactional_id", "group_id", "acls.id", "topic_id"}  # an ACL's and a topic's id are UUIDs
     engine = reader_engine(db)
     checked = 0
     try:
@@ -759,6 +761,49 @@ def test_downgrade_to_nothing_then_upgrade_again(tmp_path: Path) -> None:
     finally:
         engine.dispose()
     assert upgrade(db) == (None, HEAD)
+
+
+def _migrate(db: Path, revision: str, down: bool = False) -> None:
+    engine = writer_engine(db)
+    try:
+        with engine.begin() as conn:
+            config = alembic_config(db)
+            config.attributes["connection"] = conn
+            (command.downgrade if down else command.upgrade)(config, revision)
+    finally:
+        engine.dispose()
+
+
+def test_revision_0006_adds_topic_ids_to_the_partitions_snapshot_and_keeps_its_rows(
+        tmp_path: Path, clock: FakeClock) -> None:
+    """A database at 0005 keeps its rows through the upgrade (no topic id until the next
+    snapshot, which gives each partition its topic's id -- a new one for a topic created
+    again under its name) and through the downgrade back."""
+    db = tmp_path / "exactly.db"
+    _migrate(db, "0005")
+    row = {"topic": "orders", "partition": 0, "high_watermark": 3, "last_stable_offset": 3,
+           "log_start_offset": 0, "log_end_offset": 3, "updated_ms": T0}
+    engine = writer_engine(db)
+    try:
+        with engine.begin() as conn:
+            conn.execute(text("INSERT INTO partitions VALUES (:topic, :partition, :high_watermark, "
+                              ":last_stable_offset, :log_start_offset, :log_end_offset, :updated_ms)"), row)
+    finally:
+        engine.dispose()
+    assert upgrade(db) == ("0005", HEAD)
+    assert rows(db, "SELECT * FROM partitions") == [{**row, "topic_id": None}]
+    with open_broker(tmp_path / "data", clock) as broker, \
+            Mirror(db, EngineMirrorSource(broker.engine), clock=clock) as mirror:
+        mirror.refresh_stats()
+        first = rows(db, "SELECT topic_id FROM partitions WHERE topic = 'orders' AND partition = 0")[0]["topic_id"]
+        assert first == topic_id.to_string(broker.engine.topics.topic_info("orders").topic_id)
+        broker.engine.call(broker.engine.topics.delete_topic, "orders")
+        broker.engine.call(broker.engine.topics.create_topic, "orders", 3)
+        mirror.refresh_stats()
+        again = rows(db, "SELECT DISTINCT topic_id FROM partitions WHERE topic = 'orders'")
+        assert len(again) == 1 and again[0]["topic_id"] not in (None, first)
+    _migrate(db, "0005", down=True)
+    assert "topic_id" not in rows(db, "SELECT * FROM partitions")[0]
 
 
 def test_the_head_revision_read_from_the_scripts_is_alembic_s() -> None:

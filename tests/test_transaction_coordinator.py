@@ -34,6 +34,7 @@ from exactly.storage.errors import (
     NotCoordinatorError,
     OperationNotAttemptedError,
     ProducerFencedError,
+    TransactionAbortableError,
     UnknownTopicOrPartitionError,
 )
 from exactly.storage.read_committed import read_records
@@ -766,15 +767,17 @@ def test_an_idle_transactional_id_expires_and_comes_back_with_a_new_producer_id(
 
 # -- KIP-890 partition verification -----------------------------------------------------
 
-def test_a_transactional_batch_to_a_partition_not_in_the_transaction_is_invalid_txn_state(broker):
+def test_a_transactional_batch_to_a_partition_not_in_the_transaction_is_transaction_abortable(broker):
+    """Kafka's coordinator answers TRANSACTION_ABORTABLE (KIP-890); the Kafka wire tells
+    clients older than the error INVALID_TXN_STATE (tests/test_kafka_transaction_abortable.py)."""
     p = producer(broker, "a")
-    expect(InvalidTxnStateError, 48, "INVALID_TXN_STATE", p.send, 0, b"no txn at all")
+    expect(TransactionAbortableError, 120, "TRANSACTION_ABORTABLE", p.send, 0, b"no txn at all")
     p.begin(0)
     p.send(0, b"fine")
-    expect(InvalidTxnStateError, 48, "INVALID_TXN_STATE", p.send, 1, b"not added")
+    expect(TransactionAbortableError, 120, "TRANSACTION_ABORTABLE", p.send, 1, b"not added")
     assert hw(broker, 1) == 0 and hw(broker, 0) == 1
     end(broker, "a", p.pid, p.epoch, True)
-    expect(InvalidTxnStateError, 48, "INVALID_TXN_STATE", p.send, 0, b"after the end")
+    expect(TransactionAbortableError, 120, "TRANSACTION_ABORTABLE", p.send, 0, b"after the end")
     assert hw(broker, 0) == 2  # the batch and its marker, nothing after
     assert committed(broker) == [b"fine"]
 

@@ -26,6 +26,7 @@ T = "tv2"
 GROUP = "tv2-group"
 INVALID_PRODUCER_EPOCH = 47
 INVALID_TXN_STATE = 48
+TRANSACTION_ABORTABLE = 120
 PRODUCER_FENCED = 90
 
 
@@ -249,10 +250,12 @@ def test_clients_of_version_0_and_1_are_served_unchanged(kafka: KafkaBroker) -> 
 
 
 def test_with_transaction_version_1_finalized_produce_v12_is_only_verified(kafka_tv1: KafkaBroker) -> None:
+    """Verified, not added: TRANSACTION_ABORTABLE, which Produce v11+ and TxnOffsetCommit
+    v4+ know (KIP-890)."""
     p = RawProducer(kafka_tv1, "tv1-cluster")
     try:
-        assert p.produce(0, p.batch(0, b"x")) == INVALID_TXN_STATE
-        assert p.commit_offsets(1) == INVALID_TXN_STATE
+        assert p.produce(0, p.batch(0, b"x")) == TRANSACTION_ABORTABLE
+        assert p.commit_offsets(1) == TRANSACTION_ABORTABLE
         assert kafka_tv1.broker.list_offsets(T, 0, -1) == 0
     finally:
         p.close()

@@ -43,6 +43,7 @@ from exactly.storage.errors import (
     InvalidTxnStateError,
     KafkaError,
     ProducerFencedError,
+    TransactionAbortableError,
 )
 from exactly.storage.read_committed import read_records
 from exactly.storage.record_batch import (
@@ -193,9 +194,10 @@ STRAYS = {
                                "INVALID_PRODUCER_ID_MAPPING"),
     "transactional id expired": (stray_expired_id, InvalidProducerIdMappingError, 49,
                                  "INVALID_PRODUCER_ID_MAPPING"),
-    "partition not added": (stray_partition_not_added, InvalidTxnStateError, 48, "INVALID_TXN_STATE"),
-    "no transaction open": (stray_no_transaction, InvalidTxnStateError, 48, "INVALID_TXN_STATE"),
-    "transaction already committed": (stray_after_commit, InvalidTxnStateError, 48, "INVALID_TXN_STATE"),
+    "partition not added": (stray_partition_not_added, TransactionAbortableError, 120, "TRANSACTION_ABORTABLE"),
+    "no transaction open": (stray_no_transaction, TransactionAbortableError, 120, "TRANSACTION_ABORTABLE"),
+    "transaction already committed": (stray_after_commit, TransactionAbortableError, 120,
+                                      "TRANSACTION_ABORTABLE"),
 }
 
 
@@ -295,7 +297,7 @@ STRAY_OFFSET_COMMITS = {
                               "INVALID_PRODUCER_ID_MAPPING"),
     "epoch ahead": (lambda a: ("a", a.pid, a.epoch + 1), InvalidProducerEpochError, 47,
                     "INVALID_PRODUCER_EPOCH"),
-    "group not added": (lambda a: ("a", a.pid, a.epoch), InvalidTxnStateError, 48, "INVALID_TXN_STATE"),
+    "group not added": (lambda a: ("a", a.pid, a.epoch), TransactionAbortableError, 120, "TRANSACTION_ABORTABLE"),
 }
 
 
@@ -596,7 +598,7 @@ def test_over_the_kafka_wire_produce_answers_with_the_verification_error(tmp_pat
                 return response.responses[0].partition_responses[0].error_code
             assert produce(0, "a", a.epoch + 1) == 47  # INVALID_PRODUCER_EPOCH
             assert produce(0, "b", a.epoch) == 49      # INVALID_PRODUCER_ID_MAPPING: b's id, a's producer
-            assert produce(1, "a", a.epoch) == 48      # INVALID_TXN_STATE: orders-1 not added
+            assert produce(1, "a", a.epoch) == 48      # INVALID_TXN_STATE at v9 (120 from v11): not added
             assert lso_and_hw(kafka.broker, T, 0) == lso_and_hw(kafka.broker, T, 1) == (0, 0)
             assert produce(0, "a", a.epoch) == 0
             assert b.pid != a.pid

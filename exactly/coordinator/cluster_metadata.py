@@ -1,6 +1,6 @@
-"""Records of ``__cluster_metadata``: the ACLs, the users' SCRAM credentials and the
-principal each producer id was handed to, durable across restarts (docs/formats.md
-§14a, §14b, §14c).
+"""Records of ``__cluster_metadata``: the ACLs, the users' SCRAM credentials, the
+principal each producer id was handed to and the finalized feature levels, durable
+across restarts (docs/formats.md §14a, §14b, §14c, §14d).
 
 Kafka (KRaft) keeps both in its metadata log ``__cluster_metadata``; this broker keeps
 the same records, in Kafka's metadata-record frame, on a compacted internal topic of
@@ -13,19 +13,27 @@ compacted-topic form of Kafka's ``RemoveAccessControlEntryRecord`` and
                 Id(uuid)
     Key   v0 => Version(int16: 0) RecordType(int16: 11, UserScramCredentialRecord's api key)
                 Name(string) Mechanism(int8)
+    Key   v0 => Version(int16: 0) RecordType(int16: 12, FeatureLevelRecord's api key)
+                Name(string)
     Key   v0 => Version(int16: 0) RecordType(int16: 10000, Exactly's ProducerIdOwnerRecord)
                 ProducerId(int64)
-    Value    => FrameVersion(uvarint: 0) ApiKey(uvarint: 6 or 11) Version(uvarint: 0)
+    Value    => FrameVersion(uvarint: 0) ApiKey(uvarint: 6, 11, 12 or 10000) Version(uvarint: 0)
                 AccessControlEntryRecord v0 (flexible) => Id(uuid) ResourceType(int8)
                     ResourceName(compact string) PatternType(int8) Principal(compact string)
                     Host(compact string) Operation(int8) PermissionType(int8) TaggedFields
                 UserScramCredentialRecord v0 (flexible) => Name(compact string)
                     Mechanism(int8) Salt(compact bytes) StoredKey(compact bytes)
                     ServerKey(compact bytes) Iterations(int32) TaggedFields
+                FeatureLevelRecord v0 (flexible) => Name(compact string) FeatureLevel(int16)
+                    TaggedFields
                 ProducerIdOwnerRecord v0 (flexible) => ProducerId(int64) Principal(compact string)
                     TaggedFields
     null value: the ACL of that id, or the credential of that user and mechanism, was
     removed; the producer id is no longer remembered
+
+A FeatureLevelRecord is written by UpdateFeatures (``kafka-features upgrade`` /
+``downgrade``), as Kafka's controller writes it; the last one of a feature is its
+finalized level (level 0: the feature is not finalized).
 
 A ProducerIdOwnerRecord is Exactly's own (Kafka binds no producer id to a principal:
 any writer of a topic may send a batch under any producer id there). It is written,
@@ -71,6 +79,8 @@ KEY_VERSION = 0
 ACCESS_CONTROL_ENTRY_RECORD = 6
 #: Kafka's metadata record api key of a UserScramCredentialRecord
 USER_SCRAM_CREDENTIAL_RECORD = 11
+#: Kafka's metadata record api key of a FeatureLevelRecord
+FEATURE_LEVEL_RECORD = 12
 #: Exactly's record of the principal a producer id belongs to (no Kafka record has this key)
 PRODUCER_ID_OWNER_RECORD = 10000
 FRAME_VERSION = 0
@@ -80,6 +90,8 @@ RECORD_TYPE = Schema(("record_type", INT16))
 KEY = Schema(("record_type", INT16), ("id", UUID))
 SCRAM_KEY = Schema(("record_type", INT16), ("name", STRING), ("mechanism", INT8))
 OWNER_KEY = Schema(("record_type", INT16), ("producer_id", INT64))
+FEATURE_KEY = Schema(("record_type", INT16), ("name", STRING))
+FEATURE_LEVEL = flexible(Schema(("name", STRING), ("feature_level", INT16)))
 PRODUCER_ID_OWNER = flexible(Schema(("producer_id", INT64), ("principal", STRING)))
 #: the longest user name a credential's key holds (a STRING: an int16 length)
 MAX_SCRAM_NAME_BYTES = MAX_STRING_BYTES
@@ -140,6 +152,8 @@ class MetadataImage:
     acls: dict[bytes, AclRecord] = field(default_factory=dict)
     scram_credentials: dict[tuple[str, int], ScramCredentialRecord] = field(default_factory=dict)
     producer_owners: dict[int, str] = field(default_factory=dict)
+    #: the finalized level of each feature an UpdateFeatures changed (0: not finalized)
+    feature_levels: dict[str, int] = field(default_factory=dict)
 
 
 def encode_key(acl_id: bytes) -> bytes:
@@ -181,18 +195,36 @@ def decode_owner(key: bytes | None, value: bytes | None) -> tuple[int, str | Non
     return k["producer_id"], PRODUCER_ID_OWNER.decode_all(_body(value, PRODUCER_ID_OWNER_RECORD))["principal"]
 
 
+def encode_feature_key(name: str) -> bytes:
+    return INT16.fmt.pack(KEY_VERSION) + FEATURE_KEY.encode({"record_type": FEATURE_LEVEL_RECORD, "name": name})
+
+
+def encode_feature_value(name: str, level: int) -> bytes:
+    return _frame(FEATURE_LEVEL_RECORD) + FEATURE_LEVEL.encode({"name": name, "feature_level": level})
+
+
+def decode_feature(value: bytes | None) -> tuple[str, int]:
+    """(feature name, level) of a FeatureLevelRecord. :raise SchemaError: not one."""
+    if value is None:
+        raise SchemaError("a FeatureLevelRecord has no tombstone: level 0 removes a feature")
+    fields = FEATURE_LEVEL.decode_all(_body(value, FEATURE_LEVEL_RECORD))
+    return fields["name"], fields["feature_level"]
+
+
 def _frame(api_key: int) -> bytes:
     return FRAME.encode({"frame_version": FRAME_VERSION, "api_key": api_key, "version": RECORD_VERSION})
 
 
 def record_type(key: bytes | None) -> int:
-    """The record type a key names (6 ACL, 11 SCRAM credential, 10000 producer id owner).
+    """The record type a key names (6 ACL, 11 SCRAM credential, 12 feature level, 10000
+    producer id owner).
     :raise SchemaError: not a key of a known version or type."""
     version, body = versioned(key)
     if version != KEY_VERSION:
         raise SchemaError(f"unsupported __cluster_metadata key version {version}")
     found: int = RECORD_TYPE.decode(memoryview(body), 0)[0]["record_type"]
-    if found not in (ACCESS_CONTROL_ENTRY_RECORD, USER_SCRAM_CREDENTIAL_RECORD, PRODUCER_ID_OWNER_RECORD):
+    if found not in (ACCESS_CONTROL_ENTRY_RECORD, USER_SCRAM_CREDENTIAL_RECORD, FEATURE_LEVEL_RECORD,
+                     PRODUCER_ID_OWNER_RECORD):
         raise SchemaError(f"unknown __cluster_metadata record type {found}")
     return found
 
@@ -238,9 +270,9 @@ def decode_scram_value(value: bytes | None) -> ScramCredentialRecord | None:
 
 
 def replay(records: Iterable[tuple[bytes | None, bytes | None]]) -> MetadataImage:
-    """The ACLs and credentials a log's ``(key, value)`` records leave, in log order
-    (last write wins, a tombstone removes). :raise SchemaError: a record this version
-    cannot read."""
+    """The ACLs, credentials, producer ids' owners and feature levels a log's ``(key,
+    value)`` records leave, in log order (last write wins, a tombstone removes).
+    :raise SchemaError: a record this version cannot read."""
     image = MetadataImage()
     for key, value in records:
         found = record_type(key)
@@ -250,6 +282,9 @@ def replay(records: Iterable[tuple[bytes | None, bytes | None]]) -> MetadataImag
             producer_id, principal = decode_owner(key, value)
             image.producer_owners.pop(producer_id, None)
             _apply(image.producer_owners, producer_id, principal)
+        elif found == FEATURE_LEVEL_RECORD:
+            name, level = decode_feature(value)
+            image.feature_levels[name] = level
         else:
             _apply(image.scram_credentials, decode_scram_key(key), decode_scram_value(value))
     return image

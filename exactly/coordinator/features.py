@@ -24,17 +24,24 @@ only, as v11). Kafka's other single-node features (``kraft.version``,
 left out: they say a cluster has share groups, streams groups or a KRaft quorum,
 which this broker does not.
 
+``transaction.version`` is the one level UpdateFeatures changes (``kafka-features
+upgrade|downgrade --feature transaction.version=N``, :func:`update_refusal` says what
+Kafka's controller refuses); the change is a FeatureLevelRecord in
+``__cluster_metadata`` (``cluster_metadata.py``), so it outlives a restart, and from then
+on the ``transaction.version`` config -- the level a new cluster starts with, as
+``kafka-storage format --feature`` gives it -- no longer applies. ``group.version`` and
+``metadata.version`` stay at their one level here (an update to another is refused).
+
 The finalized features' epoch (``FinalizedFeaturesEpoch``) is, in Kafka, the offset of
-the metadata record that last changed them; here it is the time this process
-started, in ms: later starts (and a ``transaction.version`` changed by a restart) have
-a larger one, and a client keeps the features of the largest epoch it has seen.
+the metadata record that last changed them; here it is the time, in ms, of the last
+change or of this process's start (:func:`next_epoch`): it grows with every change and
+every restart, and a client keeps the features of the largest epoch it has seen.
 """
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Mapping
 
 TRANSACTION_VERSION = "transaction.version"
 GROUP_VERSION = "group.version"
@@ -49,9 +56,10 @@ TRANSACTION_VERSIONS = range(0, 3)
 GROUP_VERSION_LEVEL = 1
 #: Kafka 4.4's range of ``metadata.version`` (3.3-IV3 to 4.4-IV?), and the level its new node finalizes
 METADATA_VERSIONS = range(7, 34)
+METADATA_VERSION_LEVEL = METADATA_VERSIONS.stop - 1
 
-#: FinalizedFeaturesEpoch: this process's start, in ms (see the module docstring)
-FINALIZED_FEATURES_EPOCH = time.time_ns() // 1_000_000
+#: UpdateFeatures' upgrade types (Kafka's ``FeatureUpdate.UpgradeType`` codes)
+UPGRADE, SAFE_DOWNGRADE, UNSAFE_DOWNGRADE = 1, 2, 3
 
 
 @dataclass(frozen=True)
@@ -65,29 +73,70 @@ class Feature:
     finalized: int
 
 
-def features(transaction_version: int) -> tuple[Feature, ...]:
-    """Every feature, with ``transaction.version`` finalized at ``transaction_version``."""
+def initial_levels(transaction_version: int) -> dict[str, int]:
+    """The finalized levels before any UpdateFeatures: ``transaction.version`` from its config."""
+    return {GROUP_VERSION: GROUP_VERSION_LEVEL, METADATA_VERSION: METADATA_VERSION_LEVEL,
+            TRANSACTION_VERSION: transaction_version}
+
+
+def features(levels: Mapping[str, int]) -> tuple[Feature, ...]:
+    """Every feature this broker supports, finalized at ``levels``."""
     return (
-        Feature(GROUP_VERSION, 0, 1, GROUP_VERSION_LEVEL),
-        Feature(METADATA_VERSION, METADATA_VERSIONS.start, METADATA_VERSIONS.stop - 1, METADATA_VERSIONS.stop - 1),
-        Feature(TRANSACTION_VERSION, TRANSACTION_VERSIONS.start, TRANSACTION_VERSIONS.stop - 1, transaction_version),
+        Feature(GROUP_VERSION, 0, 1, levels.get(GROUP_VERSION, 0)),
+        Feature(METADATA_VERSION, METADATA_VERSIONS.start, METADATA_VERSIONS.stop - 1,
+                levels.get(METADATA_VERSION, 0)),
+        Feature(TRANSACTION_VERSION, TRANSACTION_VERSIONS.start, TRANSACTION_VERSIONS.stop - 1,
+                levels.get(TRANSACTION_VERSION, 0)),
     )
 
 
-def api_versions_fields(transaction_version: int, version: int) -> dict[str, Any]:
+def api_versions_fields(levels: Mapping[str, int], epoch: int, version: int) -> dict[str, Any]:
     """ApiVersions' feature fields at request ``version`` (none before v3). As Kafka's, v3
     leaves out features whose supported range starts at 0 (older clients read 0 as
     "not supported")."""
     if version < 3:
         return {}
-    table = features(transaction_version)
+    table = features(levels)
     return {
         "supported_features": [{"name": f.name, "min_version": f.min_version, "max_version": f.max_version}
                                for f in table if version >= 4 or f.min_version > 0],
-        "finalized_features_epoch": FINALIZED_FEATURES_EPOCH,
+        "finalized_features_epoch": epoch,
         "finalized_features": [{"name": f.name, "min_version_level": f.finalized, "max_version_level": f.finalized}
                                for f in table if f.finalized > 0],
     }
+
+
+def update_refusal(name: str, level: int, upgrade_type: int, levels: Mapping[str, int]) -> str | None:
+    """Why an UpdateFeatures may not set ``name`` to ``level`` (None: it may), in the
+    order and words of Kafka's ``FeatureControlManager.updateFeature``: an unknown
+    upgrade type, a level below 0 or outside what is supported, a downgrade asked as
+    an upgrade or an upgrade asked as a downgrade. A feature this broker does not
+    know may only be set to 0 (not finalized), as Kafka's controller allows."""
+    current = levels.get(name, 0)
+    if upgrade_type not in (UPGRADE, SAFE_DOWNGRADE, UNSAFE_DOWNGRADE):
+        reason = "The controller does not support the given upgrade type."
+    elif level < 0:
+        reason = "A feature version cannot be less than 0."
+    elif name == TRANSACTION_VERSION and level not in TRANSACTION_VERSIONS:
+        reason = (f"Local controller only supports versions [{TRANSACTION_VERSIONS.start}-"
+                  f"{TRANSACTION_VERSIONS.stop - 1}].")
+    elif name in (GROUP_VERSION, METADATA_VERSION) and level != current:
+        reason = f"This broker serves {name} {current} only."
+    elif name not in (TRANSACTION_VERSION, GROUP_VERSION, METADATA_VERSION) and level != 0:
+        reason = "Local controller does not support this feature."
+    elif level < current and upgrade_type == UPGRADE:
+        reason = ("Can't downgrade the version of this feature without setting the upgrade type to either "
+                  "safe or unsafe downgrade.")
+    elif level > current and upgrade_type != UPGRADE:
+        reason = "Can't downgrade to a newer version."
+    else:
+        return None
+    return f"Invalid update version {level} for feature {name}. {reason}"
+
+
+def next_epoch(epoch: int, now_ms: int) -> int:
+    """The finalized features' epoch after a change at ``now_ms``: larger than ``epoch``."""
+    return max(epoch + 1, now_ms)
 
 
 def implicit_add(transaction_version: int) -> bool:

@@ -98,6 +98,8 @@ TopicPartition = tuple[str, int]
 class PartitionStats(TypedDict):
     topic: str
     partition: int
+    #: the topic's id, Kafka's base64 form
+    topic_id: str
     high_watermark: int
     last_stable_offset: int
     log_start_offset: int
@@ -240,12 +242,12 @@ class MirrorTarget(Protocol):
 
 def _apply_cluster_metadata(target: MirrorTarget, key: bytes | None, value: bytes | None) -> None:
     """An ACL record, or a SCRAM credential's (its iterations only) of ``__cluster_metadata``;
-    a producer id's owner is not mirrored."""
+    a producer id's owner and a feature's level are not mirrored."""
     found = cluster_metadata.record_type(key)
     if found == cluster_metadata.ACCESS_CONTROL_ENTRY_RECORD:
         target.acl(cluster_metadata.decode_key(key), cluster_metadata.decode_value(value))
         return
-    if found == cluster_metadata.PRODUCER_ID_OWNER_RECORD:
+    if found in (cluster_metadata.PRODUCER_ID_OWNER_RECORD, cluster_metadata.FEATURE_LEVEL_RECORD):
         return
     user_name, mechanism = cluster_metadata.decode_scram_key(key)
     credential = cluster_metadata.decode_scram_value(value)

@@ -154,6 +154,10 @@ class Partition(Base):
 
     topic: Mapped[str] = mapped_column(Text, primary_key=True)
     partition: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    #: the topic's id (KIP-516) in Kafka's base64 form, as the API and console show it: a
+    #: topic deleted and created again under its name has a new one. NULL in rows from
+    #: before revision 0006 until the next snapshot
+    topic_id: Mapped[str | None] = mapped_column(Text)
     high_watermark: Mapped[int] = mapped_column(BigInteger)
     last_stable_offset: Mapped[int] = mapped_column(BigInteger)
     log_start_offset: Mapped[int] = mapped_column(BigInteger)

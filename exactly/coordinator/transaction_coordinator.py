@@ -131,6 +131,7 @@ from exactly.storage.errors import (
     NotCoordinatorError,
     OperationNotAttemptedError,
     ProducerFencedError,
+    TransactionAbortableError,
     TransactionCoordinatorFencedError,
     TransactionalIdAuthorizationFailedError,
     TransactionalIdNotFoundError,
@@ -590,17 +591,26 @@ class TransactionCoordinator:
         to the next: answered as :meth:`verify_transaction` answers. Adds of one
         transaction in flight at once (a producer's pipelined batches to several
         partitions) wait for each other instead of answering CONCURRENT_TRANSACTIONS."""
+        await self.add_partitions_implicitly(producer_id, producer_epoch, {(topic, partition)}, transactional_id)
+
+    async def add_partitions_implicitly(self, producer_id: int, producer_epoch: int,
+                                        partitions: Iterable[TopicPartition],
+                                        transactional_id: str | None = None) -> None:
+        """:meth:`add_partition_implicitly` of several partitions in one transition, as
+        AddPartitionsToTxn v4+ (not ``VerifyOnly``) asks it: Kafka's broker-side add,
+        transaction version 2."""
+        wanted = set(partitions)
         while True:
             meta = self._verified_meta(producer_id, producer_epoch, transactional_id)
             adding = self._adding.get(meta.transactional_id)
             if adding is not None:
                 await adding.wait()
                 continue
-            if meta.state is S.ONGOING and (topic, partition) in meta.partitions:
+            if meta.state is S.ONGOING and wanted <= meta.partitions:
                 return
             if meta.state is S.DEAD:
                 raise InvalidProducerIdMappingError(f"transactional id {meta.transactional_id!r} has expired")
-            await self._write_add(meta, meta.prepare_add_partitions({(topic, partition)}, self.clock.now_ms(),
+            await self._write_add(meta, meta.prepare_add_partitions(wanted, self.clock.now_ms(),
                                                                     features.TRANSACTION_VERSION_2))
 
     async def _write_add(self, meta: TransactionMetadata, transit: TxnTransitMetadata) -> None:
@@ -1045,14 +1055,15 @@ class TransactionCoordinator:
         AddPartitionsToTxnManager turns into INVALID_PRODUCER_EPOCH for a Produce,
         CONCURRENT_TRANSACTIONS while the transaction is in PrepareCommit/PrepareAbort
         (retriable; ReplicaManager shows pre-TV2 producers NOT_ENOUGH_REPLICAS -- the
-        wire's business), and TRANSACTION_ABORTABLE for a partition not in the
-        transaction, which Produce requests of clients that predate that error get as
-        INVALID_TXN_STATE, as every client in scope does here. An id that expired is
-        forgotten, so its producer id is unknown: INVALID_PRODUCER_ID_MAPPING.
+        wire's business), and TRANSACTION_ABORTABLE for a partition not in an Ongoing
+        transaction, which requests of clients that predate that error (Produce below
+        v11, TxnOffsetCommit below v4) get as INVALID_TXN_STATE, as Kafka's
+        AddPartitionsToTxnManager answers them. An id that expired is forgotten, so its
+        producer id is unknown: INVALID_PRODUCER_ID_MAPPING.
         """
         meta = self._verified_meta(producer_id, producer_epoch, transactional_id)
         if meta.state is not S.ONGOING or (topic, partition) not in meta.partitions:
-            raise InvalidTxnStateError(
+            raise TransactionAbortableError(
                 f"{topic}-{partition} is not part of an ongoing transaction of {meta.transactional_id!r} "
                 f"(state {meta.state.display}); call AddPartitionsToTxn first")
 

@@ -432,6 +432,10 @@ class UnacceptableCredentialError(KafkaError, code=93, name="UNACCEPTABLE_CREDEN
     """Requested credential would not meet criteria for acceptability."""
 
 
+class InvalidUpdateVersionError(KafkaError, code=95, name="INVALID_UPDATE_VERSION"):
+    """UpdateFeatures asked for a level the feature cannot be set to (KIP-584)."""
+
+
 class UnknownTopicIdError(KafkaError, code=100, name="UNKNOWN_TOPIC_ID", retriable=True):
     """No topic has this id (KIP-516): it never had, or the topic was deleted."""
 

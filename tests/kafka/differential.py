@@ -179,6 +179,41 @@ def retry(call: Callable[[], dict[str, Any]], timeout: float = 30) -> dict[str, 
         time.sleep(0.05)
 
 
+def settled(connection: KafkaConnection, api_key: int, version: int, body: Mapping[str, Any],
+            timeout: float = 30) -> dict[str, Any]:
+    """One request, as :func:`retry` asks it, and again while it answers
+    CONCURRENT_TRANSACTIONS (51): Kafka answers EndTxn before its markers are written,
+    and a transactional request meanwhile gets 51, which a client retries."""
+    answer = retry(lambda: plain(connection.request(api_key, version, body)), timeout)
+    deadline = time.monotonic() + timeout
+    while answer.get("error_code") == 51 and time.monotonic() < deadline:
+        time.sleep(0.05)
+        answer = plain(connection.request(api_key, version, body))
+    return answer
+
+
+class Recorded:
+    """A scenario's requests on one connection to ``peer``: each answer :func:`settled`,
+    and kept normalized in :attr:`steps` under its step's name."""
+
+    def __init__(self, peer: Peer) -> None:
+        self.normalize = Normalizer()
+        self.connection = peer.connection()
+        self.steps: dict[str, Any] = {}
+
+    def ask(self, step: str, api_key: int, version: int, body: Mapping[str, Any]) -> dict[str, Any]:
+        answer = settled(self.connection, api_key, version, body)
+        self.steps[step] = self.normalize(answer)
+        return answer
+
+    def init_producer_id(self, transactional_id: str) -> tuple[int, int]:
+        """InitProducerId v5 of ``transactional_id`` (step "init"): its producer id and epoch."""
+        init = self.ask("init", INIT_PRODUCER_ID, 5, {"transactional_id": transactional_id,
+                                                      "transaction_timeout": 60_000, "producer_id": -1,
+                                                      "producer_epoch": -1})
+        return init["producer_id"], init["producer_epoch"]
+
+
 def _not_yet(value: Any) -> bool:
     if isinstance(value, dict):
         return value.get("error_code") in NOT_YET or any(_not_yet(v) for v in value.values())

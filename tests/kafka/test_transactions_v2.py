@@ -8,7 +8,6 @@ Produce and TxnOffsetCommit of the previous transaction refused -- and Kafka's
 from __future__ import annotations
 
 import re
-import time
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -18,17 +17,16 @@ from exactly.coordinator.transaction_state import TransactionState
 from exactly.storage.record_batch import SimpleRecord, encode_batch
 from tests.kafka.differential import (
     END_TXN,
-    INIT_PRODUCER_ID,
     OFFSET_FETCH,
     PRODUCE,
     TXN_OFFSET_COMMIT,
     Normalizer,
     Peer,
+    Recorded,
     compared,
     create_topics,
     fetch,
     plain,
-    retry,
 )
 from tests.kafka.real_kafka import run_tool
 
@@ -37,25 +35,10 @@ pytestmark = [pytest.mark.xdist_group("real-kafka"), pytest.mark.slow, pytest.ma
 
 def tv2_scenario(peer: Peer, name: str) -> dict[str, Any]:
     create_topics(peer, {name: (2, {})})
-    normalize = Normalizer()
-    connection = peer.connection()
-    steps: dict[str, Any] = {}
+    recorded = Recorded(peer)
+    normalize, connection, steps, ask = recorded.normalize, recorded.connection, recorded.steps, recorded.ask
     txn_id, group = name + "-tx", name + "-group"
-
-    def ask(step: str, api: int, version: int, body: dict) -> dict:
-        # Kafka answers EndTxn before its markers are written: a retry meanwhile is
-        # CONCURRENT_TRANSACTIONS (51), which a client retries
-        answer = retry(lambda: plain(connection.request(api, version, body)))
-        deadline = time.monotonic() + 30
-        while answer.get("error_code") == 51 and time.monotonic() < deadline:
-            time.sleep(0.05)
-            answer = plain(connection.request(api, version, body))
-        steps[step] = normalize(answer)
-        return answer
-
-    init = ask("init", INIT_PRODUCER_ID, 5, {"transactional_id": txn_id, "transaction_timeout": 60_000,
-                                             "producer_id": -1, "producer_epoch": -1})
-    pid, epoch = init["producer_id"], init["producer_epoch"]
+    pid, epoch = recorded.init_producer_id(txn_id)
     sequences: dict[int, int] = {}
 
     def batch(partition: int, value: bytes, at_epoch: int, sequence: int | None = None) -> bytes:

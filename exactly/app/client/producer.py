@@ -172,7 +172,7 @@ class Producer:
                 raise IllegalStateError(f"init_transactions was already called (state {self._txn.state.value})")
             self._init_producer_id()
             with self._lock:
-                self._txn.transaction_version = self.engine.config.transaction_version
+                self._txn.transaction_version = self.engine.features.transaction_version
                 self._txn.transition_to(State.READY)
 
     def begin_transaction(self) -> None:

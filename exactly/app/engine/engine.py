@@ -26,8 +26,8 @@ touch the disk from the caller's thread, while the loop is not running.
 
 The internal topics ``__transaction_state`` and ``__consumer_offsets`` are created
 when first needed (as Kafka does), compacted, and read back into the coordinators
-when the engine starts; prepared transactions are then rolled forward. The ACLs and
-credentials of ``__cluster_metadata`` are read back the same way
+when the engine starts; prepared transactions are then rolled forward. The ACLs,
+credentials and feature levels of ``__cluster_metadata`` are read back the same way
 (``exactly/coordinator/cluster_metadata.py``); their changes are durable before they apply.
 """
 
@@ -46,6 +46,7 @@ from exactly.app.engine.clients import ConnectedClients
 from exactly.app.engine.coordinator_io import EngineCoordinatorIO
 from exactly.app.engine.counters import EngineCounters
 from exactly.app.engine.disk_space import DiskSpace
+from exactly.app.engine.feature_levels import FeatureLevels
 from exactly.app.engine.groups import Groups
 from exactly.app.engine.jobs import Jobs
 from exactly.app.engine.loop_bridge import LoopBridge
@@ -111,6 +112,8 @@ class Engine:
         self.transactions = Transactions(self._transaction_coordinator, self._group_coordinator, self.access,
                                          self.partitions)
         self.groups = Groups(self._group_coordinator)
+        #: the finalized feature levels (KIP-584), ``transaction.version`` among them
+        self.features = FeatureLevels(config.transaction_version, self.clock, self._append_cluster_metadata)
         self._load_coordinators()
         self._thread = threading.Thread(target=self._run_loop, name="exactly-engine", daemon=True)
         self._closed = False
@@ -142,8 +145,10 @@ class Engine:
                 for _, batch in log_.batches():
                     self._group_coordinator.load_batch(partition, batch)
             elif topic == cluster_metadata.TOPIC:
-                self.access.load(cluster_metadata.replay(
-                    (r.key, r.value) for _, batch in log_.batches() for r in _data_records(batch)))
+                image = cluster_metadata.replay(
+                    (r.key, r.value) for _, batch in log_.batches() for r in _data_records(batch))
+                self.access.load(image)
+                self.features.load(image)
 
     def _started(self) -> None:
         self._transaction_coordinator.resume()
@@ -159,7 +164,7 @@ class Engine:
             self._loop.call_later(delay, self._tick_groups)
 
     async def _append_cluster_metadata(self, records: list[tuple[bytes, bytes | None]]) -> None:
-        """Append ACL or credential records to ``__cluster_metadata`` in one batch, durably."""
+        """Append ACL, credential or feature records to ``__cluster_metadata`` in one batch, durably."""
         if not records:
             return
         await self.topics.ensure_internal_topic(cluster_metadata.TOPIC)

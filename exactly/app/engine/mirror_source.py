@@ -12,6 +12,7 @@ from exactly.app.security.acl import AclBinding
 from exactly.app.security.scram import ScramMechanism
 from exactly.coordinator.cluster_metadata import AclRecord
 from exactly.coordinator.mirror import PartitionStats, ProducerStats
+from exactly.storage import topic_id
 from exactly.storage.partition_log import ReadResult
 
 
@@ -37,7 +38,8 @@ class EngineMirrorSource:
 
     def partition_stats(self) -> list[PartitionStats]:
         async def stats() -> list[PartitionStats]:
-            return [PartitionStats(topic=log.topic, partition=log.partition,
+            ids = {name: topic_id.to_string(info.topic_id) for name, info in self.engine.topics.items()}
+            return [PartitionStats(topic=log.topic, partition=log.partition, topic_id=ids[log.topic],
                                    high_watermark=log.high_watermark,
                                    last_stable_offset=log.last_stable_offset,
                                    log_start_offset=log.log_start_offset,

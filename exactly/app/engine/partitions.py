@@ -27,7 +27,7 @@ from exactly.app.engine.maintenance import Maintenance
 from exactly.app.engine.views import PartitionOffsets
 from exactly.app.engine.worker import Worker
 from exactly.app.security.principal import KafkaPrincipal
-from exactly.coordinator import offsets_log
+from exactly.coordinator import features, offsets_log
 from exactly.coordinator.group_coordinator import GroupCoordinator
 from exactly.coordinator.internal_topics import INTERNAL_TOPICS
 from exactly.coordinator.transaction_coordinator import TransactionCoordinator
@@ -359,7 +359,8 @@ class Partitions:
         return producer_epoch
 
     async def abort_hanging_transaction(self, topic: str, partition: int, producer_id: int,
-                                        actor: str = "an operator") -> HangingAbort:
+                                        actor: str = "an operator", marker_epoch: int | None = None,
+                                        transaction_version: int = 0) -> HangingAbort:
         """Kafka's AbortTransaction (KIP-664), for any producer holding a transaction
         open on one partition, with a fence so that producer cannot carry on:
 
@@ -372,11 +373,17 @@ class Partitions:
           refuses that epoch.
 
         ``actor`` (who asked, from where) goes into the abort's reason (the first case)
-        or its log line (the second).
+        or its log line (the second). ``marker_epoch``: the epoch of a client's ABORT
+        marker (WriteTxnMarkers), checked as Kafka's partition checks a marker's epoch
+        against the producer's: not older, and with ``transaction_version`` 2 (KIP-1228)
+        newer, as a version 2 coordinator's marker carries the bumped epoch; else
+        INVALID_PRODUCER_EPOCH and nothing is aborted.
         """
         log_ = self._logs.log(topic, partition)
         tc = self._transactions
-        _open_transaction(log_, producer_id)
+        entry = _open_transaction(log_, producer_id)
+        if marker_epoch is not None:
+            _check_marker_epoch(log_, entry, marker_epoch, transaction_version)
         txn_id = tc.transactional_id_of(producer_id)
         if txn_id is not None and await tc.settle_for_partition_abort(txn_id, (topic, partition)):
             _open_transaction(log_, producer_id)  # a completion may have ended it meanwhile
@@ -514,6 +521,19 @@ class Partitions:
         sizes = tuple(ReplicaInfo(t, p, log_.size_bytes) for (t, p), log_ in logs)
         total, usable = await self._maintenance.run(one_job(VolumeUsage(self._logs.data_dir)))
         return LogDirInfo(str(self._logs.data_dir.absolute()), total, usable, sizes)
+
+
+def _check_marker_epoch(log_: PartitionLog, entry: ProducerStateEntry, marker_epoch: int,
+                        transaction_version: int) -> None:
+    """Kafka's ``ProducerAppendInfo.checkProducerEpoch`` for a marker: INVALID_PRODUCER_EPOCH
+    for one older than the producer's epoch on the partition, or (transaction version 2)
+    not newer."""
+    tv2 = transaction_version >= features.TRANSACTION_VERSION_2
+    if marker_epoch < entry.producer_epoch or (tv2 and marker_epoch == entry.producer_epoch):
+        raise InvalidProducerEpochError(
+            f"a transaction version {transaction_version} marker at epoch {marker_epoch} for producer "
+            f"{entry.producer_id} on {log_.topic}-{log_.partition}, whose epoch is {entry.producer_epoch}: "
+            f"it must be {'newer' if tv2 else 'at least as new'}")
 
 
 def _open_transaction(log_: PartitionLog, producer_id: int) -> ProducerStateEntry:

@@ -88,6 +88,34 @@ class Transactions:
         with self._access.admitted(principal, transactional_id):
             return await self.coordinator.add_partitions(transactional_id, producer_id, producer_epoch, partitions)
 
+    async def add_partitions_for_broker(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                                        partitions: Iterable[tuple[str, int]], verify_only: bool,
+                                        principal: KafkaPrincipal | None = None
+                                        ) -> dict[tuple[str, int], KafkaError | None]:
+        """AddPartitionsToTxn v4+, the brokers' form (KIP-890): ``verify_only`` answers
+        whether each partition is in the producer's Ongoing transaction (Kafka's
+        ``handleVerifyPartitionsInTransaction``: TRANSACTION_ABORTABLE if not), else the
+        partitions are added as transaction version 2 adds them. Partitions that do not
+        exist: UNKNOWN_TOPIC_OR_PARTITION, the others OPERATION_NOT_ATTEMPTED."""
+        wanted = list(dict.fromkeys(partitions))
+        if not all(self._partitions.has_partition(*tp) for tp in wanted):
+            return {tp: OperationNotAttemptedError("another partition of the transaction does not exist")
+                    if self._partitions.has_partition(*tp) else
+                    UnknownTopicOrPartitionError(f"{tp[0]}-{tp[1]} does not exist") for tp in wanted}
+        if verify_only:
+            errors: dict[tuple[str, int], KafkaError | None] = {}
+            for topic, partition in wanted:
+                try:
+                    self.coordinator.verify_transaction(producer_id, producer_epoch, topic, partition,
+                                                        transactional_id)
+                    errors[topic, partition] = None
+                except KafkaError as e:
+                    errors[topic, partition] = e
+            return errors
+        with self._access.admitted(principal, transactional_id):
+            await self.coordinator.add_partitions_implicitly(producer_id, producer_epoch, wanted, transactional_id)
+        return {tp: None for tp in wanted}
+
     async def add_offsets_to_txn(self, transactional_id: str, producer_id: int, producer_epoch: int,
                                  group_id: str, principal: KafkaPrincipal | None = None) -> tuple[str, int]:
         with self._access.admitted(principal, transactional_id):

@@ -1,5 +1,6 @@
 """Administration: CreateTopics, DeleteTopics, DescribeConfigs, AlterConfigs,
-IncrementalAlterConfigs, CreatePartitions, DeleteRecords, DescribeLogDirs.
+IncrementalAlterConfigs, ListConfigResources, CreatePartitions, DeleteRecords,
+DescribeLogDirs, UpdateFeatures.
 
 One node holds one replica of everything: a replication factor other than 1 (or
 -1, the default) is INVALID_REPLICATION_FACTOR unless exactly.replication.factor.ignore
@@ -22,12 +23,14 @@ from typing import Any, Awaitable, Callable
 
 from exactly.app.config import static_config_change
 from exactly.app.engine import read_models
+from exactly.app.engine.access import NEVER_SERVED_TOPICS
 from exactly.app.engine.partitions import LogDeleteRecordsResult
 from exactly.app.engine.views import ConfigSource
 from exactly.app.kafka import authorization
 from exactly.app.kafka.api import ApiKey, RequestContext, error_code, serves
 from exactly.app.kafka.authorization import C, T
 from exactly.app.kafka.config_types import config_type
+from exactly.coordinator import features
 from exactly.app.security.acl import CLUSTER_NAME
 from exactly.storage import topic_id
 from exactly.storage.topic_id import new_topic_id
@@ -40,9 +43,15 @@ from exactly.storage.errors import (
     KafkaError,
     PolicyViolationError,
     UnknownTopicIdError,
+    UnsupportedVersionError,
 )
 
 TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4
+#: Kafka's other config resource types (``ConfigResource.Type``): none of them has configs here
+BROKER_LOGGER_RESOURCE, CLIENT_METRICS_RESOURCE, GROUP_RESOURCE = 8, 16, 32
+#: what ListConfigResources v1 lists when no type is named, and the only types it may be asked for
+LISTED_RESOURCES = (TOPIC_RESOURCE, BROKER_RESOURCE, BROKER_LOGGER_RESOURCE, CLIENT_METRICS_RESOURCE,
+                    GROUP_RESOURCE)
 
 
 @serves(ApiKey.CREATE_TOPICS, 2, 7)
@@ -400,3 +409,55 @@ async def describe_log_dirs(ctx: RequestContext, request: Any) -> dict:
         "error_code": 0, "log_dir": log_dir.path, "total_bytes": log_dir.total_bytes,
         "usable_bytes": log_dir.usable_bytes, "is_cordoned": False,
         "topics": [{"name": name, "partitions": partitions} for name, partitions in by_topic.items()]}]}
+
+
+@serves(ApiKey.UPDATE_FEATURES, 0, 2)
+async def update_features(ctx: RequestContext, request: Any) -> dict:
+    """``kafka-features upgrade|downgrade``: Alter on the cluster, else
+    CLUSTER_AUTHORIZATION_FAILED; the levels change all together or not at all
+    (``FeatureLevels.update``: INVALID_UPDATE_VERSION), durably before the answer;
+    ``validate_only`` (v1) checks only. v0 says a downgrade with ``allow_downgrade``
+    (a safe one), v1+ with ``upgrade_type``. A feature named twice counts once, its
+    first update (Kafka's request keys them by name). As Kafka's, every error is the
+    request's; v0-1 list each feature updated, v2 lists none."""
+    updates: dict[str, tuple[int, int]] = {}
+    for update in request.feature_updates:
+        upgrade_type = getattr(update, "upgrade_type", None)
+        if upgrade_type is None:
+            upgrade_type = features.SAFE_DOWNGRADE if update.allow_downgrade else features.UPGRADE
+        updates.setdefault(update.feature, (update.max_version_level, upgrade_type))
+    try:
+        authorization.check_cluster(ctx, ApiKey.UPDATE_FEATURES)
+        await ctx.engine.features.update([(name, level, kind) for name, (level, kind) in updates.items()],
+                                         getattr(request, "validate_only", False))
+    except KafkaError as e:
+        return {"error_code": e.code, "error_message": str(e), "results": []}
+    return {"error_code": 0, "error_message": None,
+            "results": [{"feature": name, "error_code": 0, "error_message": None} for name in updates]}
+
+
+@serves(ApiKey.LIST_CONFIG_RESOURCES, 0, 1)
+async def list_config_resources(ctx: RequestContext, request: Any) -> dict:
+    """KIP-1142: the resources that have configs, to a principal with DescribeConfigs on
+    the cluster (else CLUSTER_AUTHORIZATION_FAILED). v0 was ListClientMetricsResources:
+    client metrics resources only, of which there are none here. v1 lists the types
+    asked for (none: every type Kafka lists) -- every topic (not ``__cluster_metadata``,
+    which no client sees) and this broker; broker loggers, client metrics and groups
+    have no configs here, so none is listed -- and a type Kafka does not list is
+    UNSUPPORTED_VERSION for the whole request, as Kafka answers it."""
+    try:
+        authorization.check_cluster(ctx, ApiKey.LIST_CONFIG_RESOURCES)
+        wanted = list(getattr(request, "resource_types", ())) or list(LISTED_RESOURCES)
+        unknown = [t for t in wanted if t not in LISTED_RESOURCES]
+        if ctx.version >= 1 and unknown:
+            raise UnsupportedVersionError(f"resource types {unknown} are not listed (KIP-1142: "
+                                          f"{list(LISTED_RESOURCES)})")
+    except KafkaError as e:
+        return {"error_code": e.code, "config_resources": []}
+    listed: list[dict] = []
+    if ctx.version >= 1 and BROKER_RESOURCE in wanted:
+        listed.append({"resource_name": str(ctx.node.node_id), "resource_type": BROKER_RESOURCE})
+    if ctx.version >= 1 and TOPIC_RESOURCE in wanted:
+        listed += [{"resource_name": name, "resource_type": TOPIC_RESOURCE}
+                   for name in ctx.engine.topics.topic_names() if name not in NEVER_SERVED_TOPICS]
+    return {"error_code": 0, "config_resources": listed}

@@ -29,9 +29,11 @@ from exactly.app.security.principal import KafkaPrincipal
 from exactly.storage.errors import (
     FencedLeaderEpochError,
     InvalidProducerEpochError,
+    InvalidTxnStateError,
     KafkaError,
     NotLeaderOrFollowerError,
     ProducerFencedError,
+    TransactionAbortableError,
     UnknownLeaderEpochError,
     UnknownServerError,
 )
@@ -134,6 +136,16 @@ def fenced_code(error: BaseException | None, version: int, fenced_since: int | N
     code = error_code(error)
     if code == ProducerFencedError.code and (fenced_since is None or version < fenced_since):
         return InvalidProducerEpochError.code
+    return code
+
+
+def abortable_code(code: int, version: int, abortable_since: int) -> int:
+    """A wire code with TRANSACTION_ABORTABLE (KIP-890) answered as INVALID_TXN_STATE to
+    request versions older than ``abortable_since`` -- the first that knows the error
+    (Produce v11, TxnOffsetCommit v4, ...) -- as Kafka's AddPartitionsToTxnManager does
+    for such a client's ``DEFAULT_ERROR`` operation."""
+    if code == TransactionAbortableError.code and version < abortable_since:
+        return InvalidTxnStateError.code
     return code
 
 

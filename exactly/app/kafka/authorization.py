@@ -53,7 +53,8 @@ TABLE: dict[int, tuple[Rule, ...]] = {
     ApiKey.METADATA: (Rule(T, O.DESCRIBE), Rule(C, O.CREATE), Rule(T, O.CREATE)),
     ApiKey.OFFSET_COMMIT: (Rule(G, O.READ), Rule(T, O.READ)),
     ApiKey.OFFSET_FETCH: (Rule(G, O.DESCRIBE), Rule(T, O.DESCRIBE)),
-    ApiKey.FIND_COORDINATOR: (Rule(G, O.DESCRIBE), Rule(X, O.DESCRIBE)),
+    # a share group's key (KIP-932, v6): ClusterAction, the share coordinator's callers are brokers
+    ApiKey.FIND_COORDINATOR: (Rule(G, O.DESCRIBE), Rule(X, O.DESCRIBE), Rule(C, O.CLUSTER_ACTION)),
     ApiKey.JOIN_GROUP: (Rule(G, O.READ),),
     ApiKey.HEARTBEAT: (Rule(G, O.READ),),
     ApiKey.LEAVE_GROUP: (Rule(G, O.READ),),
@@ -71,7 +72,8 @@ TABLE: dict[int, tuple[Rule, ...]] = {
     ApiKey.INIT_PRODUCER_ID: (Rule(X, O.WRITE), Rule(X, O.TWO_PHASE_COMMIT), Rule(C, O.IDEMPOTENT_WRITE),
                               Rule(T, O.WRITE)),
     ApiKey.OFFSET_FOR_LEADER_EPOCH: (Rule(T, O.DESCRIBE),),
-    ApiKey.ADD_PARTITIONS_TO_TXN: (Rule(X, O.WRITE), Rule(T, O.WRITE)),
+    # v4+ is the brokers' form (KIP-890): ClusterAction instead
+    ApiKey.ADD_PARTITIONS_TO_TXN: (Rule(X, O.WRITE), Rule(T, O.WRITE), Rule(C, O.CLUSTER_ACTION)),
     ApiKey.ADD_OFFSETS_TO_TXN: (Rule(X, O.WRITE), Rule(G, O.READ)),
     ApiKey.END_TXN: (Rule(X, O.WRITE),),
     ApiKey.WRITE_TXN_MARKERS: (Rule(C, O.CLUSTER_ACTION),),
@@ -89,6 +91,7 @@ TABLE: dict[int, tuple[Rule, ...]] = {
     ApiKey.OFFSET_DELETE: (Rule(G, O.DELETE), Rule(T, O.READ)),
     50: (Rule(C, O.DESCRIBE),),  # DescribeUserScramCredentials
     51: (Rule(C, O.ALTER),),  # AlterUserScramCredentials
+    ApiKey.UPDATE_FEATURES: (Rule(C, O.ALTER),),
     ApiKey.DESCRIBE_CLUSTER: (Rule(C, O.DESCRIBE),),
     ApiKey.DESCRIBE_PRODUCERS: (Rule(T, O.READ),),
     # each transaction's partitions: only those on topics the principal may Describe (filtered)
@@ -97,6 +100,7 @@ TABLE: dict[int, tuple[Rule, ...]] = {
     ApiKey.LIST_TRANSACTIONS: (Rule(X, O.DESCRIBE),),
     ApiKey.CONSUMER_GROUP_HEARTBEAT: (Rule(G, O.READ), Rule(T, O.DESCRIBE)),
     ApiKey.CONSUMER_GROUP_DESCRIBE: (Rule(G, O.DESCRIBE),),
+    ApiKey.LIST_CONFIG_RESOURCES: (Rule(C, O.DESCRIBE_CONFIGS),),
     # topics listed or named: Describe (KIP-966's paginated Metadata)
     ApiKey.DESCRIBE_TOPIC_PARTITIONS: (Rule(T, O.DESCRIBE),),
 }

@@ -18,6 +18,8 @@ from exactly.coordinator import features
 from exactly.coordinator.internal_topics import INTERNAL_TOPICS
 from exactly.storage import topic_id
 from exactly.storage.errors import (
+    ClusterAuthorizationFailedError,
+    CoordinatorNotAvailableError,
     InvalidRequestError,
     KafkaError,
     TopicAlreadyExistsError,
@@ -50,7 +52,7 @@ async def api_versions(ctx: RequestContext, request: Any) -> dict:
     ctx.connection.software_name, ctx.connection.software_version = name, version
     return {"api_keys": [{"api_key": api.key, "min_version": api.min_version, "max_version": api.max_version}
                          for api in sorted(APIS.values(), key=lambda a: a.key) if api.advertised],
-            **features.api_versions_fields(ctx.engine.config.transaction_version, ctx.version)}
+            **features.api_versions_fields(ctx.engine.features.levels, ctx.engine.features.epoch, ctx.version)}
 
 
 def _broker(ctx: RequestContext) -> dict:
@@ -213,10 +215,16 @@ def _partition(ctx: RequestContext, index: int, elr: bool = False) -> dict:
     return {**partition, "eligible_leader_replicas": [], "last_known_elr": []} if elr else partition
 
 
-@serves(ApiKey.FIND_COORDINATOR, 0, 4)
+#: the first FindCoordinator version that may ask for a share group's coordinator (KIP-932)
+SHARE_SINCE = 6
+
+
+@serves(ApiKey.FIND_COORDINATOR, 0, 6)
 async def find_coordinator(ctx: RequestContext, request: Any) -> dict:
     """This node, for any group id (KeyType 0) or transactional id (1); v4 asks for
-    several keys at once."""
+    several keys at once; v5 (KIP-890) says the client knows TRANSACTION_ABORTABLE,
+    which no lookup answers; v6 may ask for a share group's coordinator (2, KIP-932),
+    which this broker has none of (see :func:`_coordinator`)."""
     key_type = getattr(request, "key_type", CoordinatorType.GROUP)
     if ctx.version >= 4:
         return {"coordinators": [{"key": key, **_coordinator(ctx, key_type, key)}
@@ -225,9 +233,18 @@ async def find_coordinator(ctx: RequestContext, request: Any) -> dict:
 
 
 def _coordinator(ctx: RequestContext, key_type: int, key: str) -> dict:
-    """Describe on the group or the transactional id, else its authorization error."""
+    """Describe on the group or the transactional id, else its authorization error. A
+    share key, as Kafka's ``getCoordinator`` answers it on a node with no share
+    coordinator: INVALID_REQUEST below v6, else ClusterAction on the cluster
+    (CLUSTER_AUTHORIZATION_FAILED) and then COORDINATOR_NOT_AVAILABLE."""
     error: KafkaError | None = None
-    if key_type not in (CoordinatorType.GROUP, CoordinatorType.TRANSACTION):
+    if key_type == CoordinatorType.SHARE and ctx.version >= SHARE_SINCE:
+        if not authorization.allowed(ctx, ApiKey.FIND_COORDINATOR, C, CLUSTER_NAME):
+            error = ClusterAuthorizationFailedError("a share coordinator is looked up with ClusterAction")
+        else:
+            error = CoordinatorNotAvailableError(f"no share coordinator for {key!r}: this broker has no "
+                                                 "share groups (KIP-932)")
+    elif key_type not in (CoordinatorType.GROUP, CoordinatorType.TRANSACTION):
         error = InvalidRequestError(f"unknown coordinator key type {key_type}")
     else:
         resource_type = G if key_type == CoordinatorType.GROUP else X

@@ -13,24 +13,47 @@ can learn of it.
 v10 (KIP-951): a partition answered NOT_LEADER_OR_FOLLOWER or FENCED_LEADER_EPOCH
 says who leads it now (``CurrentLeader``, with its endpoint in ``NodeEndpoints``),
 so the client need not ask Metadata before it retries.
+
+v11 (KIP-890): the client knows TRANSACTION_ABORTABLE, the verification's answer to a
+transactional batch whose partition is not in its producer's Ongoing transaction;
+older versions get INVALID_TXN_STATE, and below v12 a transaction that is completing
+(CONCURRENT_TRANSACTIONS) is NOT_ENOUGH_REPLICAS, retriable without a metadata
+refresh -- Kafka's ReplicaManager's translations for clients that predate them.
+
+v13 (KIP-516) names topics by id; an id no topic has is UNKNOWN_TOPIC_ID.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
+from dataclasses import dataclass
 from typing import Any
 
 from exactly.app.kafka import authorization
-from exactly.app.kafka.api import CLOSE, ApiKey, RequestContext, current_leader, error_code, node_endpoints, serves
+from exactly.app.kafka.api import (
+    CLOSE,
+    ApiKey,
+    RequestContext,
+    abortable_code,
+    current_leader,
+    error_code,
+    node_endpoints,
+    serves,
+)
 from exactly.app.kafka.authorization import T, X
 from exactly.app.kafka.codec import millis
 from exactly.coordinator import features
+from exactly.storage import topic_id
 from exactly.storage.errors import (
+    ConcurrentTransactionsError,
     InvalidRecordError,
     KafkaError,
+    NotEnoughReplicasError,
     RequestTimedOutError,
     TransactionalIdAuthorizationFailedError,
+    UnknownTopicIdError,
 )
 from exactly.storage.partition_log import AppendResult
 from exactly.storage.record_batch import read_header
@@ -38,28 +61,51 @@ from exactly.storage.record_batch import read_header
 log = logging.getLogger(__name__)
 
 
-@serves(ApiKey.PRODUCE, 3, 12)
+#: the first Produce version that knows TRANSACTION_ABORTABLE (KIP-890)
+ABORTABLE_SINCE = 11
+#: the first that may add its partition to the transaction (KIP-890 part 2)
+IMPLICIT_ADD_SINCE = 12
+#: the first that names topics by id (KIP-516)
+BY_ID_SINCE = 13
+
+
+@dataclass(frozen=True)
+class _Topic:
+    """A topic of the request: its name (None for an id no topic has) and, from v13
+    (KIP-516), the id it was named by -- what its response names."""
+
+    name: str | None
+    id: uuid.UUID = topic_id.ZERO
+
+    def __str__(self) -> str:
+        return self.name if self.name is not None else topic_id.to_string(self.id)
+
+
+@serves(ApiKey.PRODUCE, 3, 13)
 async def produce(ctx: RequestContext, request: Any) -> Any:
     """v12 is KIP-890 part 2's: with ``transaction.version`` 2 finalized, a transactional
     batch adds its partition to the transaction itself (``Partitions.start_produce``)."""
     engine = ctx.engine
-    add_to_transaction = ctx.version >= 12 and features.implicit_add(engine.config.transaction_version)
-    partitions = [(topic.name, data.index, data.records) for topic in request.topic_data
-                  for data in topic.partition_data]
+    add_to_transaction = ctx.version >= IMPLICIT_ADD_SINCE and features.implicit_add(
+        engine.features.transaction_version)
+    partitions = [(topic, data.index, data.records) for topic, data in _partitions(ctx, request.topic_data)]
     refused = _refusal(ctx, request.transactional_id, partitions)
     if refused is not None:
         return _response([(topic, partition, refused) for topic, partition, _ in partitions], ctx)
-    writable = {topic: authorization.allowed(ctx, ApiKey.PRODUCE, T, topic) for topic, _, _ in partitions}
-    started: list[tuple[str, int, Any]] = []
+    writable = {topic: authorization.allowed(ctx, ApiKey.PRODUCE, T, topic.name)
+                for topic, _, _ in partitions if topic.name is not None}
+    started: list[tuple[_Topic, int, Any]] = []
     for topic, partition, records in partitions:
         try:
+            if topic.name is None:
+                raise UnknownTopicIdError(f"no topic has the id {topic}")
             if not writable[topic]:
-                raise authorization.denial(T, topic)
+                raise authorization.denial(T, topic.name)
             if not records:
                 raise InvalidRecordError("a produce request must carry one record batch per partition")
-            outcome: Any = asyncio.wrap_future(engine.partitions.start_produce(topic, partition, bytes(records),
-                                                                    request.acks, request.transactional_id,
-                                                                    ctx.principal, add_to_transaction))
+            outcome: Any = asyncio.wrap_future(engine.partitions.start_produce(
+                topic.name, partition, bytes(records), request.acks, request.transactional_id, ctx.principal,
+                add_to_transaction))
         except KafkaError as e:
             outcome = e
         started.append((topic, partition, outcome))
@@ -73,6 +119,16 @@ async def produce(ctx: RequestContext, request: Any) -> Any:
             future.cancel()
     return _response([(topic, partition, _result(outcome, timeout_ms)) for topic, partition, outcome in started],
                      ctx)
+
+
+def _partitions(ctx: RequestContext, topic_data: Any) -> list[tuple[_Topic, Any]]:
+    """Each partition's data with its topic; v13 names topics by id, which are looked up
+    here (Kafka's ``handleProduceRequest``: an id no topic has is UNKNOWN_TOPIC_ID)."""
+    if ctx.version < BY_ID_SINCE:
+        return [(_Topic(topic.name), data) for topic in topic_data for data in topic.partition_data]
+    ids = [topic.topic_id or topic_id.ZERO for topic in topic_data]  # kio reads the zero id as None
+    named = ctx.engine.topics.names_by_id(ids)
+    return [(_Topic(named.get(id_), id_), data) for topic, id_ in zip(topic_data, ids) for data in topic.partition_data]
 
 
 def _refusal(ctx: RequestContext, transactional_id: str | None, partitions: list) -> KafkaError | None:
@@ -106,7 +162,7 @@ def _result(outcome: Any, timeout_ms: int) -> AppendResult | BaseException:
     return outcome.exception() or outcome.result()
 
 
-def _no_response(ctx: RequestContext, started: list[tuple[str, int, Any]]) -> Any:
+def _no_response(ctx: RequestContext, started: list[tuple[_Topic, int, Any]]) -> Any:
     failed = [(topic, partition, outcome) for topic, partition, outcome in started
               if isinstance(outcome, KafkaError)]
     if not failed:
@@ -117,21 +173,35 @@ def _no_response(ctx: RequestContext, started: list[tuple[str, int, Any]]) -> An
     return CLOSE
 
 
-def _response(results: list[tuple[str, int, AppendResult | BaseException]], ctx: RequestContext) -> dict:
-    by_topic: dict[str, list[dict]] = {}
+def _error(result: BaseException, version: int) -> tuple[int, str]:
+    """The code and message a Produce of ``version`` answers ``result`` with: KIP-890's
+    verification errors as Kafka's ReplicaManager translates them for clients that
+    predate them (see the module's docstring)."""
+    code = abortable_code(error_code(result), version, ABORTABLE_SINCE)
+    if code == ConcurrentTransactionsError.code and version < IMPLICIT_ADD_SINCE:
+        return NotEnoughReplicasError.code, ("Unable to verify the partition has been added to the transaction. "
+                                             f"Underlying error: CONCURRENT_TRANSACTIONS ({result})")
+    return code, str(result)
+
+
+def _response(results: list[tuple[_Topic, int, AppendResult | BaseException]], ctx: RequestContext) -> dict:
+    by_topic: dict[_Topic, list[dict]] = {}
     for topic, partition, result in results:
         entry: dict[str, Any]
         if isinstance(result, AppendResult):
             entry = {"index": partition, "error_code": 0, "base_offset": result.base_offset,
                      "log_append_time": result.log_append_time if result.log_append_time >= 0 else None,
-                     "log_start_offset": ctx.engine.partitions.partition_offsets(topic, partition).log_start_offset}
+                     "log_start_offset": ctx.engine.partitions.partition_offsets(
+                         str(topic), partition).log_start_offset}
         else:
-            entry = {"index": partition, "error_code": error_code(result), "base_offset": -1,
-                     "log_append_time": None, "error_message": str(result),
+            code, message = _error(result, ctx.version)
+            entry = {"index": partition, "error_code": code, "base_offset": -1,
+                     "log_append_time": None, "error_message": message,
                      "log_start_offset": getattr(result, "log_start_offset", -1),
-                     "current_leader": current_leader(ctx, error_code(result)),
-                     "record_errors": [{"batch_index": index, "batch_index_error_message": message}
-                                       for index, message in getattr(result, "record_errors", ())]}
+                     "current_leader": current_leader(ctx, code),
+                     "record_errors": [{"batch_index": index, "batch_index_error_message": text}
+                                       for index, text in getattr(result, "record_errors", ())]}
         by_topic.setdefault(topic, []).append(entry)
-    return {"responses": [{"name": topic, "partition_responses": entries} for topic, entries in by_topic.items()],
+    return {"responses": [{"name": topic.name or "", "topic_id": topic.id, "partition_responses": entries}
+                          for topic, entries in by_topic.items()],
             "node_endpoints": node_endpoints(ctx, (e for entries in by_topic.values() for e in entries))}

@@ -380,6 +380,8 @@ class Connection:
             txn_id = body.transactional_id
             producer_id = BatchHeader(*HEADER.unpack_from(records)).producer_id if len(records) >= HEADER.size else -1
         elif api_key == ApiKey.ADD_PARTITIONS_TO_TXN:
+            if not hasattr(body, "v3_and_below_transactional_id"):
+                return  # v4+: a broker's, for several transactions
             txn_id, producer_id = body.v3_and_below_transactional_id, body.v3_and_below_producer_id
         elif api_key in (ApiKey.ADD_OFFSETS_TO_TXN, ApiKey.END_TXN, ApiKey.TXN_OFFSET_COMMIT):
             txn_id, producer_id = body.transactional_id, body.producer_id

@@ -26,7 +26,7 @@ from typing import Any
 
 from exactly.app.engine import read_models
 from exactly.app.kafka import authorization
-from exactly.app.kafka.api import ApiKey, RequestContext, error_code, fenced_code, serves
+from exactly.app.kafka.api import ApiKey, RequestContext, abortable_code, error_code, fenced_code, serves
 from exactly.app.kafka.authorization import C, G, T, X
 from exactly.app.kafka.codec import millis
 from exactly.app.kafka.offsets import by_topic, commit_results, refused_offsets, requested_offsets
@@ -35,10 +35,12 @@ from exactly.coordinator import features
 from exactly.coordinator.transaction_state import TransactionState
 from exactly.storage.errors import (
     ClusterAuthorizationFailedError,
+    InvalidProducerEpochError,
     InvalidRegularExpressionError,
     InvalidRequestError,
     KafkaError,
     OperationNotAttemptedError,
+    ProducerFencedError,
     TransactionalIdNotFoundError,
 )
 
@@ -90,11 +92,17 @@ def _authorize_init(ctx: RequestContext, transactional_id: str | None, enable_2p
         raise authorization.refused(ctx, ApiKey.INIT_PRODUCER_ID, C, CLUSTER_NAME)
 
 
-@serves(ApiKey.ADD_PARTITIONS_TO_TXN, 0, 3)
+#: the first AddPartitionsToTxn version of the brokers' batched form (KIP-890 part 1)
+BROKER_FORM_SINCE = 4
+
+
+@serves(ApiKey.ADD_PARTITIONS_TO_TXN, 0, 5)
 async def add_partitions_to_txn(ctx: RequestContext, request: Any) -> dict:
     """Write on the transactional id (else its error for every partition) and on each
     topic: one denied is TOPIC_AUTHORIZATION_FAILED and the others OPERATION_NOT_ATTEMPTED,
-    nothing added, as in Kafka."""
+    nothing added, as in Kafka. v4+ is the brokers' form: see :func:`_for_brokers`."""
+    if ctx.version >= BROKER_FORM_SINCE:
+        return await _for_brokers(ctx, request)
     txn_id = request.v3_and_below_transactional_id
     wanted = [(topic.name, p) for topic in request.v3_and_below_topics for p in topic.partitions]
     try:
@@ -114,8 +122,43 @@ async def add_partitions_to_txn(ctx: RequestContext, request: Any) -> dict:
     return {"results_by_topic_v3_and_below": by_topic(entries, partitions_key="results_by_partition")}
 
 
-@serves(ApiKey.ADD_OFFSETS_TO_TXN, 0, 3)
+async def _for_brokers(ctx: RequestContext, request: Any) -> dict:
+    """AddPartitionsToTxn v4+ (KIP-890 part 1), which Kafka's brokers send the
+    transaction coordinator -- several transactions at once, each ``VerifyOnly`` (is each
+    partition in the Ongoing transaction? TRANSACTION_ABORTABLE if not, at v4 too) or an
+    add as transaction version 2 makes it.
+    Answered as Kafka's ``handleAddPartitionsToTxnRequest`` answers it: ClusterAction on
+    the cluster, else CLUSTER_AUTHORIZATION_FAILED for the whole request; no topic
+    authorization (the asker is a broker); a fenced epoch is PRODUCER_FENCED."""
+    if not authorization.allowed(ctx, ApiKey.ADD_PARTITIONS_TO_TXN, C, CLUSTER_NAME):
+        return {"error_code": ClusterAuthorizationFailedError.code, "results_by_transaction": []}
+    results = []
+    for txn in request.transactions:
+        wanted = [(topic.name, p) for topic in txn.topics for p in topic.partitions]
+        try:
+            errors = await ctx.engine.transactions.add_partitions_for_broker(
+                txn.transactional_id, txn.producer_id, txn.producer_epoch, wanted, txn.verify_only, ctx.principal)
+        except KafkaError as e:
+            errors = {tp: e for tp in wanted}
+        entries = [(topic, {"partition_index": p, "partition_error_code": _broker_code(errors[topic, p])})
+                   for topic, p in wanted]
+        results.append({"transactional_id": txn.transactional_id,
+                        "topic_results": by_topic(entries, partitions_key="results_by_partition")})
+    return {"error_code": 0, "results_by_transaction": results}
+
+
+def _broker_code(error: KafkaError | None) -> int:
+    """The coordinator's own answer to a broker, at v4 as at v5 (the broker translates
+    for its Produce's client): the epoch check is PRODUCER_FENCED, a partition not in
+    the transaction TRANSACTION_ABORTABLE."""
+    code = error_code(error)
+    return ProducerFencedError.code if code == InvalidProducerEpochError.code else code
+
+
+@serves(ApiKey.ADD_OFFSETS_TO_TXN, 0, 4)
 async def add_offsets_to_txn(ctx: RequestContext, request: Any) -> dict:
+    """v4 (KIP-890) only says the client knows TRANSACTION_ABORTABLE, which Kafka's
+    coordinator never answers AddOffsetsToTxn: the same answers as v3."""
     try:
         authorization.check(ctx, ApiKey.ADD_OFFSETS_TO_TXN, X, request.transactional_id)
         authorization.check(ctx, ApiKey.ADD_OFFSETS_TO_TXN, G, request.group_id)
@@ -123,7 +166,7 @@ async def add_offsets_to_txn(ctx: RequestContext, request: Any) -> dict:
             request.transactional_id, request.producer_id, request.producer_epoch, request.group_id,
             ctx.principal)
     except KafkaError as e:
-        return {"error_code": fenced_code(e, ctx.version, 2)}
+        return {"error_code": abortable_code(fenced_code(e, ctx.version, 2), ctx.version, 4)}
     return {"error_code": 0}
 
 
@@ -162,21 +205,25 @@ async def txn_offset_commit(ctx: RequestContext, request: Any) -> dict:
             request.transactional_id, request.group_id, request.producer_id, request.producer_epoch, offsets,
             getattr(request, "generation_id", -1), getattr(request, "member_id", ""),
             getattr(request, "group_instance_id", None), ctx.principal,
-            ctx.version >= 5 and features.implicit_add(ctx.engine.config.transaction_version)) if offsets else {}
+            ctx.version >= 5 and features.implicit_add(ctx.engine.features.transaction_version)) if offsets else {}
     except KafkaError as e:
         errors = e
-    # TxnOffsetCommit never answers PRODUCER_FENCED at the versions served
-    return {"topics": commit_results(offsets, errors, unknown, code=lambda e: fenced_code(e, ctx.version, None))}
+    # TxnOffsetCommit never answers PRODUCER_FENCED at the versions served; TRANSACTION_ABORTABLE
+    # (the group's partition not in the transaction) from v4 (KIP-890), INVALID_TXN_STATE before
+    return {"topics": commit_results(offsets, errors, unknown,
+                                     code=lambda e: abortable_code(fenced_code(e, ctx.version, None), ctx.version, 4))}
 
 
-@serves(ApiKey.WRITE_TXN_MARKERS, 1, 1)
+@serves(ApiKey.WRITE_TXN_MARKERS, 1, 2)
 async def write_txn_markers(ctx: RequestContext, request: Any) -> dict:
     """What a client sends it for: Kafka's ``Admin.abortTransaction`` (KIP-664,
     ``kafka-transactions.sh abort``), an ABORT marker for a producer's open transaction
     on a partition, from a principal with ClusterAction. Here the marker is not written
     as sent: ``Partitions.abort_hanging_transaction`` ends that transaction (through its
     coordinator when a transactional id owns it, aborting it everywhere) and fences
-    the producer. COMMIT markers are the coordinator's alone: INVALID_REQUEST."""
+    the producer -- once the marker's epoch passes Kafka's check against the
+    producer's, which v2's transaction version (KIP-1228) makes strict for version 2.
+    COMMIT markers are the coordinator's alone: INVALID_REQUEST."""
     allowed = authorization.allowed(ctx, ApiKey.WRITE_TXN_MARKERS, C, CLUSTER_NAME)
     actor = f"WriteTxnMarkers from {ctx.principal} at {ctx.connection.host}"
     answered = []
@@ -191,7 +238,9 @@ async def write_txn_markers(ctx: RequestContext, request: Any) -> dict:
                     if marker.transaction_result:
                         raise InvalidRequestError("a client may write ABORT markers only (Admin.abortTransaction): "
                                                   "COMMIT markers are the transaction coordinator's")
-                    await ctx.engine.partitions.abort_hanging_transaction(topic.name, partition, marker.producer_id, actor)
+                    await ctx.engine.partitions.abort_hanging_transaction(
+                        topic.name, partition, marker.producer_id, actor, marker.producer_epoch,
+                        getattr(marker, "transaction_version", 0))
                     error = None
                 except KafkaError as e:
                     error = e
