@@ -272,15 +272,15 @@ class ServedBroker:
         #: broker configs besides the tests' CONFIG
         self.config = config
         self.log_path = data_dir.with_name(data_dir.name + ".log")
-        self.port = 0
+        self.port = self.http_port = 0
         self.proc: subprocess.Popen | None = None
 
     def start(self, timeout: float = 60, port: int | None = None) -> None:
         """Start (or restart) the broker on ``port`` (by default a fresh one: a restart on
         the same port is what clients with a fixed bootstrap list meet); returns once it serves."""
-        self.port = port or free_port()
+        self.port, self.http_port = port or free_port(), free_port()
         args = [sys.executable, "-m", "exactly", "serve", "--data-dir", str(self.data_dir),
-                "--kafka-port", str(self.port), "--http-port", str(free_port())]
+                "--kafka-port", str(self.port), "--http-port", str(self.http_port)]
         for key, value in {**CONFIG, **self.config}.items():
             args += ["--config", f"{key}={value}"]
         self._log_start = self.log_path.stat().st_size if self.log_path.exists() else 0

@@ -197,13 +197,18 @@ class JavaPrograms:
             raise RuntimeError(f"javac failed:\n{compiled.stdout}{compiled.stderr}")
 
     def run(self, main_class: str, *args: str, timeout: float = 90) -> subprocess.CompletedProcess:
-        return _run_java([main_class, *args], TOOL_JVM, timeout, f"{self.directory}:{classpath()}")
+        return _run_java([main_class, *args], TOOL_JVM, timeout, self.class_path)
 
-    def start(self, main_class: str, *args: str, stderr: IO[bytes]) -> subprocess.Popen:
-        """One of them left running, its standard input and output binary pipes (the
-        caller talks to it, and kills it), its standard error into ``stderr``."""
-        return subprocess.Popen(java_command([main_class, *args], TOOL_JVM, f"{self.directory}:{classpath()}"),
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, env=java_env())
+    def start(self, main_class: str, *args: str, stderr: IO[bytes], stdout: IO[bytes] | int = subprocess.PIPE
+              ) -> subprocess.Popen:
+        """One of them left running (the caller kills it), its standard input a binary
+        pipe, its standard output one too (or ``stdout``), its standard error into ``stderr``."""
+        return subprocess.Popen(java_command([main_class, *args], TOOL_JVM, self.class_path),
+                                stdin=subprocess.PIPE, stdout=stdout, stderr=stderr, env=java_env())
+
+    @property
+    def class_path(self) -> str:
+        return f"{self.directory}:{classpath()}"
 
 
 def _run_java(args: list[str], jvm: tuple[str, ...], timeout: float,
