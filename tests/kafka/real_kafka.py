@@ -24,6 +24,8 @@ import time
 from pathlib import Path
 from typing import IO, Any, Mapping
 
+import pytest
+
 from exactly.storage import topic_id
 from tests.kafka.jars import classpath
 from tests.kafka_support import free_port
@@ -55,6 +57,17 @@ SINGLE_NODE = {
     "share.coordinator.state.topic.replication.factor": "1",
     "share.coordinator.state.topic.min.isr": "1",
 }
+
+
+#: what Kafka's transaction coordinator logs when it completes a transaction without the
+#: markers of partitions that have no leader ("likely deleted", KAFKA-5202). A single
+#: node restarted after a SIGKILL has that window: its controller fences the dead
+#: incarnation's registration (broker.session.timeout.ms after its start) before the new
+#: one is unfenced, and a transaction that was PrepareCommit at the kill completes then
+#: with its markers skipped -- its offsets stay pending in __consumer_offsets and its
+#: output partitions' LSO stays put for ever (every read_committed member waits on
+#: UNSTABLE_OFFSET_COMMIT). Seen once in six runs on a loaded machine.
+MARKERS_SKIPPED = "these partitions are likely deleted already and hence can be skipped"
 
 
 class RealKafka:
@@ -161,6 +174,13 @@ class RealKafka:
     def log(self) -> str:
         """Everything the broker has logged so far."""
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def xfail_if_markers_skipped(self) -> None:
+        """A run through SIGKILLs is Kafka's :data:`MARKERS_SKIPPED` defect, not a finding,
+        if Kafka logged it: the test is marked xfail, naming the line."""
+        skipped = [line for line in self.log().splitlines() if MARKERS_SKIPPED in line]
+        if skipped:
+            pytest.xfail(f"Kafka completed a transaction without its markers after a restart: {skipped[0]}")
 
     def _properties(self) -> dict[str, str]:
         return {

@@ -59,7 +59,8 @@ def test_transactional_application_with_consumer_groups_survives_kafkas_sigkills
     try:
         kafka.start()
         through_kills(kafka, tmp_path, PER_PARTITION)
-    except BaseException as failure:
+    except (AssertionError, pytest.fail.Exception) as failure:  # a stall or a check: Kafka's own defect?
+        kafka.xfail_if_markers_skipped()
         failure.add_note(f"Kafka's log: {kafka.log()[-4000:]}")
         raise
     finally:

@@ -49,15 +49,6 @@ GROUP_CONFIG = {"group.consumer.session.timeout.ms": 6000, "group.consumer.heart
 #: Kafka refuses a session timeout or heartbeat interval below its minimums (45 s, 5 s by default)
 KAFKA_CONFIG = {**GROUP_CONFIG, "group.consumer.min.session.timeout.ms": 6000,
                 "group.consumer.min.heartbeat.interval.ms": 500}
-#: what Kafka's transaction coordinator logs when it completes a transaction without the
-#: markers of partitions that have no leader ("likely deleted", KAFKA-5202). A single
-#: node restarted after a SIGKILL has that window: its controller fences the dead
-#: incarnation's registration (broker.session.timeout.ms after its start) before the new
-#: one is unfenced, and a transaction that was PrepareCommit at the kill completes then
-#: with its markers skipped -- its offsets stay pending in __consumer_offsets and its
-#: output partitions' LSO stays put for ever (every read_committed member waits on
-#: UNSTABLE_OFFSET_COMMIT). Seen once in six runs on a loaded machine.
-MARKERS_SKIPPED = "these partitions are likely deleted already and hence can be skipped"
 #: what happens at each eighth of the input committed: the broker SIGKILLed and restarted, a
 #: member SIGKILLed or stopped (SIGTERM) and replaced under its transactional id
 EVENTS = ["broker", "member", "broker", "stop member", "member", "broker"]
@@ -198,23 +189,16 @@ def test_the_java_clients_transactional_application_is_exactly_once_through_kafk
     def restart() -> None:
         kafka.kill()
         kafka.start()
-        xfail_if_markers_skipped(kafka)
+        kafka.xfail_if_markers_skipped()
     try:
         commits = run_through_kills(java_programs, kafka.bootstrap, restart, tmp_path)
         check_epochs_bumped_per_transaction(kafka.bootstrap, commits)
     except (AssertionError, pytest.fail.Exception) as failure:  # a stall or a check: markers skipped later?
-        xfail_if_markers_skipped(kafka)
+        kafka.xfail_if_markers_skipped()
         failure.add_note("Kafka's log, its end:\n" + "\n".join(kafka.log().splitlines()[-80:]))
         raise
     finally:
         kafka.stop()
-
-
-def xfail_if_markers_skipped(kafka: RealKafka) -> None:
-    """The run is Kafka's :data:`MARKERS_SKIPPED` defect, not a finding, if Kafka logged it."""
-    skipped = [line for line in kafka.log().splitlines() if MARKERS_SKIPPED in line]
-    if skipped:
-        pytest.xfail(f"Kafka completed a transaction without its markers after a restart: {skipped[0]}")
 
 
 def _get_text(url: str) -> str:
