@@ -73,6 +73,9 @@ async def sync_group(ctx: RequestContext, request: Any) -> dict:
     except KafkaError as e:
         return {"error_code": error_code(e), "assignment": b""}
     group = ctx.engine.groups.describe_group(request.group_id)
+    if group is not None and group.consumer is not None:  # a classic member of a consumer group: as it asked
+        return {"error_code": 0, "assignment": assignment, "protocol_type": getattr(request, "protocol_type", None),
+                "protocol_name": getattr(request, "protocol_name", None)}
     return {"error_code": 0, "assignment": assignment, "protocol_type": group and group.protocol_type,
             "protocol_name": group and group.protocol}
 
