@@ -202,7 +202,8 @@ async def consumer_group_describe(ctx: RequestContext, request: Any) -> dict:
                 "assignment": {"topic_partitions": _by_id(ctx, m.assigned, with_names=True)},
                 "target_assignment": {"topic_partitions": _by_id(
                     ctx, consumer.target.get(m.member_id, frozenset()), with_names=True)},
-                "member_type": 1}  # 1: a member of the consumer protocol
+                # KIP-1099: 0 a member of the classic protocol (an online migration), 1 of the consumer's
+                "member_type": 0 if m.classic is not None else 1}
                 for m in consumer.members]})
     return {"groups": described}
 
