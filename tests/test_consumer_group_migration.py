@@ -370,3 +370,17 @@ def test_both_conversions_are_replayed_after_a_restart(open_broker, broker):
     assert (group.generation, group.protocol, sorted(group.members),
             {m: group.members[m].assignment for m in group.members}) == value
     assert call(again, again.engine.groups.fetch_offsets, "g", [("t", 0)])[("t", 0)].offset == 7
+
+
+def test_a_static_consumer_member_replaced_by_its_classic_incarnation_downgrades_without_a_rebalance(broker):
+    leader, follower = classic_group(broker, instance_ids=("i1", "i2"))
+    heartbeat(broker, "a", 0, instance_id="i1")  # i1's consumer-protocol incarnation
+    assert consumer(broker).static_member("i1").classic is None
+    target = consumer(broker).target["a"]
+    epoch = consumer(broker).group_epoch
+    back = join(broker, instance_id="i1")  # i1 back on the classic protocol
+    group = group_of(broker)
+    assert group.consumer is None and group.state is GroupState.STABLE and group.generation == epoch
+    assert back.generation == epoch and group.static_members["i1"] == back.member_id
+    assert sync(broker, back, instance_id="i1") == target  # the replaced member's assignment
+

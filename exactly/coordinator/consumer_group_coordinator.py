@@ -215,9 +215,10 @@ class ClassicJoinAnswer:
 #: a record of ``__consumer_offsets`` (key, value)
 Record = tuple[bytes, bytes | None]
 #: the group coordinator's turning of a consumer group of classic members into a classic
-#: group: given the group and its state without the member that left, it makes that
-#: durable and takes the group over (``consumer_group_migration.py``)
-Downgrade = Callable[[ConsumerGroup, ConsumerGroup], Awaitable[None]]
+#: group: given the group and its state without the member that left (or with the
+#: classic member that replaced it), it makes that durable and takes the group over;
+#: the flag says whether a rebalance starts (``consumer_group_migration.py``)
+Downgrade = Callable[[ConsumerGroup, ConsumerGroup, bool], Awaitable[None]]
 
 
 class ConsumerGroupCoordinator:
@@ -454,7 +455,7 @@ class ConsumerGroupCoordinator:
         """A member is gone (``new`` is the group without it): the group becomes classic
         if only classic members remain and the policy allows it, else ``new`` is written."""
         if may_downgrade(self.migration_policy, new):
-            await self.downgrade(group, new)
+            await self.downgrade(group, new, True)
             group.detached = True
         else:
             await self._write(group, new)
@@ -485,6 +486,14 @@ class ConsumerGroupCoordinator:
                 classic=ClassicMemberMetadata(join.session_timeout_ms, join.protocols))
             owned = frozenset(tp for tp in subscription.owned_partitions if self.io.topic_id(tp[0]) is not None)
             reconciled = self._update_and_reconcile(new, member, updated, is_new, owned, None)
+            replaced = join.instance_id is not None and not join.member_id and not is_new
+            if replaced and may_downgrade(self.migration_policy, new):
+                # the last member of the consumer protocol was a static one, and its classic
+                # incarnation replaced it (Kafka's validateOnlineDowngradeWithReplacedMemberId):
+                # the group is classic, Stable, and the member goes on with its assignment
+                await self.downgrade(group, new, False)
+                group.detached = True
+                return ClassicJoinAnswer(reconciled.member_id, group.group_epoch, join.protocols[0][0])
             await self._write(group, new)
             group.session_deadlines[reconciled.member_id] = now + join.session_timeout_ms
             # it must SyncGroup within its rebalance timeout (Kafka's sync timeout)

@@ -429,12 +429,13 @@ class GroupCoordinator:
         group.state = G.EMPTY
         group.protocol = group.leader = None
 
-    async def _downgrade(self, consumer: ConsumerGroup, remaining: ConsumerGroup) -> None:
-        """The consumer group's last member of the consumer protocol left and only classic
-        members remain (Kafka's convertToClassicGroup): the consumer group's tombstones and
-        the classic group's record are made durable in one append, then the group is
-        classic -- Stable at its group epoch, each member with its target assignment --
-        and a rebalance starts, so that the members rejoin as a classic group."""
+    async def _downgrade(self, consumer: ConsumerGroup, remaining: ConsumerGroup, rebalance: bool) -> None:
+        """The consumer group's last member of the consumer protocol left (or its classic
+        incarnation replaced it) and only classic members remain (Kafka's
+        convertToClassicGroup): the consumer group's tombstones and the classic group's
+        record are made durable in one append, then the group is classic -- Stable at its
+        group epoch, each member with its target assignment -- and, when a member left, a
+        rebalance starts, so that the members rejoin as a classic group."""
         now = self.clock.now_ms()
         classic = consumer_group_migration.to_classic(remaining, consumer.group_epoch, now)
         log.info("consumer group %s becomes a classic group: only members of the classic protocol remain",
@@ -447,7 +448,8 @@ class GroupCoordinator:
         group = self.groups[consumer.group_id]
         group.consumer = None
         _take_classic(group, classic)
-        self._prepare_rebalance(group, now)
+        if rebalance:
+            self._prepare_rebalance(group, now)
 
     def _validate_consumer_commit(self, consumer: ConsumerGroup, member_id: str, member_epoch: int,
                                   transactional: bool, api_version: int, group_instance_id: str | None = None) -> None:
