@@ -16,10 +16,12 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from exactly.app import Broker
-from exactly.coordinator import consumer_protocol
-from exactly.coordinator.consumer_group import ConsumerGroup, MemberState
+from exactly.coordinator import consumer_group_records, consumer_protocol
+from exactly.coordinator.consumer_group import ClassicMemberMetadata, ConsumerGroup, ConsumerMember, MemberState
 from exactly.coordinator.consumer_group_coordinator import Heartbeat, HeartbeatAnswer
 from exactly.coordinator.consumer_group_migration import MigrationPolicy
 from exactly.coordinator.group_coordinator import JoinResult
@@ -384,3 +386,38 @@ def test_a_static_consumer_member_replaced_by_its_classic_incarnation_downgrades
     assert back.generation == epoch and group.static_members["i1"] == back.member_id
     assert sync(broker, back, instance_id="i1") == target  # the replaced member's assignment
 
+
+
+# -- the formats -----------------------------------------------------------------------------------
+
+
+@settings(max_examples=200, deadline=None)
+@given(session=st.integers(0, 2**31 - 1),
+       protocols=st.lists(st.tuples(st.text(max_size=20), st.binary(max_size=64)), max_size=4),
+       classic=st.booleans())
+def test_a_members_classic_metadata_goes_through_its_record_and_back(session, protocols, classic):
+    member = ConsumerMember("m", instance_id="i", subscribed_topic_names=("t",), rebalance_timeout_ms=5,
+                            classic=ClassicMemberMetadata(session, tuple(protocols)) if classic else None)
+    rebuilt: dict[str, ConsumerGroup] = {}
+    key, value = consumer_group_records.member_metadata_record("g", member)
+    consumer_group_records.replay(rebuilt, key, value, lambda _: None)
+    assert rebuilt["g"].members["m"] == member
+
+
+@settings(max_examples=200, deadline=None)
+@given(version=st.integers(0, 5), topics=st.lists(st.text(max_size=10), max_size=4),
+       owned=st.lists(st.tuples(st.sampled_from(["t", "u"]), st.integers(0, 9)), max_size=6),
+       rack=st.none() | st.text(max_size=5))
+def test_a_subscription_of_any_version_is_read_with_its_owned_partitions_and_rack(version, topics, owned, rack):
+    by_topic: dict[str, list[int]] = {}
+    for topic, partition in sorted(set(owned)):
+        by_topic.setdefault(topic, []).append(partition)
+    fields = {"topics": topics, "user_data": None, "owned_partitions": [
+        {"topic": t, "partitions": p} for t, p in by_topic.items()], "generation_id": 3, "rack_id": rack}
+    data = consumer_protocol.INT16.fmt.pack(version) + consumer_protocol.SUBSCRIPTION_V0.encode(fields)
+    for added in range(1, min(version, 3) + 1):
+        data += consumer_protocol.SUBSCRIPTION_ADDED[added].encode(fields)
+    read = consumer_protocol.decode_full_subscription(data + (b"\x00\x07" if version > 3 else b""))
+    assert (read.version, read.topics) == (version, tuple(topics))
+    assert read.owned_partitions == (frozenset(owned) if version >= 1 else frozenset())
+    assert read.rack_id == (rack if version >= 3 else None)
