@@ -421,3 +421,16 @@ def test_a_subscription_of_any_version_is_read_with_its_owned_partitions_and_rac
     assert (read.version, read.topics) == (version, tuple(topics))
     assert read.owned_partitions == (frozenset(owned) if version >= 1 else frozenset())
     assert read.rack_id == (rack if version >= 3 else None)
+
+
+def test_leave_group_removes_a_classic_member_and_an_admin_removes_any_static_member(broker):
+    leader, follower = classic_group(broker, instance_ids=("i1", "i2"))
+    heartbeat(broker, "a", 0, instance_id="i3")
+    leave = broker.engine.groups.leave_group
+    refused("UNKNOWN_MEMBER_ID", call, broker, leave, "g", "a")  # a consumer-protocol member heartbeats -1
+    refused("FENCED_INSTANCE_ID", call, broker, leave, "g", "someone-else", "i1")
+    call(broker, leave, "g", leader.member_id, "i1")
+    assert leader.member_id not in consumer(broker).members
+    call(broker, leave, "g", "", "i3")  # the admin's removal, by instance id alone: the consumer member
+    # only a classic member remains: the group is classic again
+    assert group_of(broker).consumer is None and set(group_of(broker).members) == {follower.member_id}

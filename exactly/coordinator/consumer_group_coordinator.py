@@ -555,9 +555,12 @@ class ConsumerGroupCoordinator:
             raise RebalanceInProgressError(f"group {group.group_id!r} is rebalancing; rejoin")
 
     async def classic_leave(self, group: ConsumerGroup, member_id: str, instance_id: str | None) -> None:
-        """A classic member's LeaveGroup (by member id, or from v3 by instance id alone)."""
+        """A classic member's LeaveGroup (by member id), or from v3 an admin's removal of a
+        static member by its instance id alone (``kafka-consumer-groups --delete``), which
+        may be of either protocol, as in Kafka."""
         async with group.lock:
             _check_attached(group)
+            by_admin = instance_id is not None and not member_id
             if instance_id is not None:
                 static = group.static_member(instance_id)
                 if static is None:
@@ -566,7 +569,7 @@ class ConsumerGroupCoordinator:
                     raise FencedInstanceIdError(f"Instance id {instance_id} is held by {static.member_id}.")
                 member_id = static.member_id
             member = group.members.get(member_id)
-            if member is None or member.classic is None:
+            if member is None or (member.classic is None and not by_admin):
                 raise UnknownMemberIdError(f"Member {member_id} is not a classic member of group {group.group_id}.")
             new = group.copy()
             _remove(new, member_id)
