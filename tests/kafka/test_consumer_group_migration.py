@@ -7,8 +7,9 @@ are replaced one at a time by ``group.protocol=consumer`` members, then back by 
 ones; after each step more input is written and copied by the group as it is then. At each step the group's type and state (ListGroups v5)
 are what Kafka's are -- classic, upgraded to consumer by the first consumer-protocol
 member (the remaining classic member inside it), consumer, consumer with a classic
-member again, and classic once the last consumer-protocol member leaves -- and in the
-end every input record is in the output exactly once, in order, and the group's
+member again, and classic once the last consumer-protocol member leaves -- and so are
+its members' types (ConsumerGroupDescribe v1's KIP-1099 member type; a classic group
+is GROUP_ID_NOT_FOUND there) -- and in the end every input record is in the output exactly once, in order, and the group's
 committed offsets are at the input's end: nothing was lost or duplicated through the
 migrations.
 """
@@ -21,6 +22,10 @@ import pytest
 from confluent_kafka.admin import AdminClient
 
 from tests.kafka.differential import Peer
+
+CONSUMER_GROUP_DESCRIBE = 69
+#: KIP-1099's member types, and ConsumerGroupDescribe's answer for a classic group
+CLASSIC, CONSUMER, NOT_A_CONSUMER_GROUP = 0, 1, "GROUP_ID_NOT_FOUND"
 from tests.kip848_eos import Member, check_exactly_once, committed, prepare, write_input
 from tests.kip848_eos_child import PARTITIONS, names
 from tests.waiting import eventually
@@ -34,6 +39,9 @@ STEPS = [((0, "classic"), (0, "consumer"), "consumer"),
          ((1, "classic"), (1, "consumer"), "consumer"),
          ((0, "consumer"), (0, "classic"), "consumer"),
          ((1, "consumer"), (1, "classic"), "classic")]
+#: the members' types ConsumerGroupDescribe answers at the start and after each step
+MEMBER_TYPES = [NOT_A_CONSUMER_GROUP, [CLASSIC, CONSUMER], [CONSUMER, CONSUMER], [CLASSIC, CONSUMER],
+                NOT_A_CONSUMER_GROUP]
 
 
 def group_type_and_state(bootstrap: str) -> tuple[str, str] | None:
@@ -46,6 +54,15 @@ def group_type_and_state(bootstrap: str) -> tuple[str, str] | None:
     return None
 
 
+def member_types(peer: Peer) -> list[int] | str:
+    """The sorted member types of the group (ConsumerGroupDescribe v1), or its error's name."""
+    described = peer.request(CONSUMER_GROUP_DESCRIBE, 1, {"group_ids": [RUN.group],
+                                                          "include_authorized_operations": False})["groups"][0]
+    if described["error_code"]:
+        return NOT_A_CONSUMER_GROUP if described["error_code"] == 69 else str(described["error_code"])
+    return sorted(m["member_type"] for m in described["members"])
+
+
 def test_a_running_group_migrates_both_ways_member_by_member_exactly_once(kafka_and_exactly: Peer,
                                                                           tmp_path: Path) -> None:
     bootstrap = kafka_and_exactly.bootstrap
@@ -55,19 +72,19 @@ def test_a_running_group_migrates_both_ways_member_by_member_exactly_once(kafka_
     try:
         eventually(lambda: group_type_and_state(bootstrap) == ("classic", "stable")
                    and committed(bootstrap, RUN) == PARTITIONS * CHUNK, 120, "a stable classic group, caught up")
-        seen.append(group_type_and_state(bootstrap))
+        seen.append((group_type_and_state(bootstrap), member_types(kafka_and_exactly)))
         for step, ((slot, _), (_, protocol), expected_type) in enumerate(STEPS, 1):
             members[slot].stop()
             members[slot] = Member(bootstrap, slot, tmp_path, protocol, "migration")
             eventually(lambda: group_type_and_state(bootstrap) == (expected_type, "stable"), 180,
                        f"step {step}: a stable {expected_type} group")
-            seen.append(group_type_and_state(bootstrap))
+            seen.append((group_type_and_state(bootstrap), member_types(kafka_and_exactly)))
             write_input(bootstrap, step * CHUNK, (step + 1) * CHUNK, RUN)
             eventually(lambda: committed(bootstrap, RUN) == PARTITIONS * CHUNK * (step + 1), 180,
                        f"step {step}: the input copied")
         for member in members.values():
             member.stop()
-        assert seen == [("classic", "stable")] + [(t, "stable") for _, _, t in STEPS]
+        assert seen == list(zip([("classic", "stable")] + [(t, "stable") for _, _, t in STEPS], MEMBER_TYPES))
         check_exactly_once(bootstrap, CHUNK * (len(STEPS) + 1), RUN)
     except BaseException as failure:
         for member in members.values():
