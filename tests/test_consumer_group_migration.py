@@ -434,3 +434,19 @@ def test_leave_group_removes_a_classic_member_and_an_admin_removes_any_static_me
     call(broker, leave, "g", "", "i3")  # the admin's removal, by instance id alone: the consumer member
     # only a classic member remains: the group is classic again
     assert group_of(broker).consumer is None and set(group_of(broker).members) == {follower.member_id}
+
+
+def test_an_upgrade_whose_write_fails_leaves_the_classic_group_as_it_was(open_broker, broker):
+    leader, follower = classic_group(broker)
+    broker.faults.add(api="Produce", topic="__consumer_offsets", error="KAFKA_STORAGE_ERROR", count=1)
+    with pytest.raises(KafkaError):
+        heartbeat(broker, "a", 0)
+    group = group_of(broker)
+    assert group.consumer is None and group.state is GroupState.STABLE
+    assert set(group.members) == {leader.member_id, follower.member_id}
+    classic_heartbeat(broker, leader.member_id, leader.generation)  # the classic group goes on
+    assert sync(broker, follower) == partitions(2, 3)
+    heartbeat(broker, "a", 0)  # the retry upgrades it
+    assert set(consumer(broker).members) == {leader.member_id, follower.member_id, "a"}
+    broker.close()
+    assert set(consumer(open_broker()).members) == {leader.member_id, follower.member_id, "a"}
