@@ -68,6 +68,10 @@ Timers, as Kafka counts them (``tick`` runs them):
 * Sync phase -- members that got the new generation but send no SyncGroup within
   the rebalance timeout are removed and the group rebalances.
 
+In a KIP-848 consumer group with members, JoinGroup, SyncGroup, Heartbeat and LeaveGroup
+are a classic member's inside it (``consumer_group_coordinator.py``); a group migrates
+between the two protocols as ``consumer_group_migration.py`` says.
+
 Everything is persisted to ``__consumer_offsets`` before it is applied, and rebuilt
 from it on start as the seed's Consumer Coordinator Startup says (transactional
 offsets held back until their marker).
