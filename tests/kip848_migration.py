@@ -1,6 +1,7 @@
 """The online migration of a running group between the classic and the consumer protocol
 (KIP-848), with real clients: the scenario tests/kafka/test_consumer_group_migration.py
-runs on Kafka 4.4 and Exactly alike.
+runs on Kafka 4.4 and Exactly alike, and tests/test_consumer_group_migration_crash.py on
+Exactly SIGKILLed at two of its steps.
 
 Two members of the transactional consume-transform-produce application
 (tests/kip848_eos_child.py, confluent-kafka) start with ``group.protocol=classic``; they
@@ -20,6 +21,7 @@ nothing was lost or duplicated through the migrations.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable
 
 from confluent_kafka.admin import AdminClient
 
@@ -78,8 +80,11 @@ def observed(peer: Peer) -> tuple[object, ...]:
     return group_type_and_state(peer.bootstrap), member_types(peer), described(peer)
 
 
-def run(peer: Peer, logs: Path, settle_s: float = 180) -> None:
-    """The scenario on ``peer``, its members' logs in ``logs``."""
+def run(peer: Peer, logs: Path, after_step: Callable[[int], None] = lambda step: None,
+        settle_s: float = 180) -> None:
+    """The scenario on ``peer``, its members' logs in ``logs``; ``after_step(step)`` runs once
+    the group settled after each step (0: the start), and the group must then look as it
+    did before more input is written (a broker restart keeps it)."""
     bootstrap = peer.bootstrap
     prepare(bootstrap, CHUNK, RUN)
     members = {slot: Member(bootstrap, slot, logs, "classic", "migration") for slot in (0, 1)}
@@ -87,7 +92,10 @@ def run(peer: Peer, logs: Path, settle_s: float = 180) -> None:
 
     def settles_as(step: int) -> bool:
         """The group looks as expected after ``step`` (the last look kept for the report)."""
-        seen[step:] = [observed(peer)]
+        try:
+            seen[step:] = [observed(peer)]
+        except Exception as e:  # noqa: BLE001 -- the broker is restarting: not yet
+            seen[step:] = [repr(e)]
         return seen[step] == EXPECTED[step]
     try:
         for step in range(len(STEPS) + 1):
@@ -96,6 +104,8 @@ def run(peer: Peer, logs: Path, settle_s: float = 180) -> None:
                 members[slot].stop()
                 members[slot] = Member(bootstrap, slot, logs, protocol, "migration")
             eventually(lambda: settles_as(step), settle_s, f"step {step}: the group as {EXPECTED[step]}")
+            after_step(step)
+            eventually(lambda: settles_as(step), settle_s, f"step {step}, after: the group as {EXPECTED[step]}")
             if step:
                 write_input(bootstrap, step * CHUNK, (step + 1) * CHUNK, RUN)
             eventually(lambda: committed(bootstrap, RUN) == PARTITIONS * CHUNK * (step + 1), settle_s,
