@@ -21,31 +21,39 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.kafka_support import read_to_end
-from tests.kip848_eos_child import GROUP, INPUT, OUTPUT, PARTITIONS, client_config, input_value, parse_output
+from tests.kip848_eos_child import PARTITIONS, Names, client_config, input_value, names, parse_output
 from tests.waiting import eventually
 
 REPO = Path(__file__).resolve().parents[1]
 
 
-def prepare(bootstrap: str, per_partition: int) -> None:
+def prepare(bootstrap: str, per_partition: int, run: Names = names()) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    for future in admin.create_topics([NewTopic(INPUT, PARTITIONS, 1), NewTopic(OUTPUT, PARTITIONS, 1)]).values():
+    for future in admin.create_topics([NewTopic(run.input, PARTITIONS, 1),
+                                       NewTopic(run.output, PARTITIONS, 1)]).values():
         future.result(30)
+    write_input(bootstrap, 0, per_partition, run)
+
+
+def write_input(bootstrap: str, start: int, end: int, run: Names = names()) -> None:
+    """The input records of offsets ``start`` to ``end`` (exclusive) of every partition."""
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5})
-    for offset in range(per_partition):
+    for offset in range(start, end):
         for partition in range(PARTITIONS):
-            producer.produce(INPUT, input_value(partition, offset), key=b"k%d" % (offset % 7), partition=partition)
+            producer.produce(run.input, input_value(partition, offset), key=b"k%d" % (offset % 7),
+                             partition=partition)
     assert producer.flush(60) == 0
 
 
 class Member:
-    """One application process in slot ``slot`` (its transactional id)."""
+    """One application process in slot ``slot`` (its transactional id), of ``protocol``."""
 
-    def __init__(self, bootstrap: str, slot: int, logs: Path) -> None:
+    def __init__(self, bootstrap: str, slot: int, logs: Path, protocol: str = "consumer", prefix: str = "") -> None:
         self.slot = slot
         self.log = logs / f"member-{slot}.log"
         with self.log.open("ab") as log:  # a file, not a pipe: librdkafka's logs never block it
-            self.process = subprocess.Popen([sys.executable, "-m", "tests.kip848_eos_child", bootstrap, str(slot)],
+            self.process = subprocess.Popen([sys.executable, "-m", "tests.kip848_eos_child", bootstrap, str(slot),
+                                             protocol, prefix],
                                             cwd=REPO, stdout=subprocess.DEVNULL, stderr=log,
                                             env={**os.environ, "PYTHONPATH": str(REPO)})
 
@@ -78,15 +86,15 @@ class Member:
         return self.log.read_text(errors="replace")[-3000:]
 
 
-def committed(bootstrap: str) -> int:
+def committed(bootstrap: str, run: Names = names()) -> int:
     """Input records the group has committed (0 while the broker does not answer), asked
     by a consumer of the group that does not join it. Not by an AdminClient: its
     ``list_consumer_group_offsets`` crashes librdkafka 2.16 (SIGSEGV) when the
     coordinator answers that it is still loading, as Kafka's does after a restart -- the
     OffsetFetch handler asks for the consumer group of a client that has none."""
-    consumer = Consumer({**client_config(bootstrap), "group.id": GROUP})
+    consumer = Consumer({**client_config(bootstrap), "group.id": run.group})
     try:
-        offsets = consumer.committed([TopicPartition(INPUT, p) for p in range(PARTITIONS)], 5)
+        offsets = consumer.committed([TopicPartition(run.input, p) for p in range(PARTITIONS)], 5)
     except KafkaException:  # the broker is down or restarting: no progress seen
         return 0
     finally:
@@ -94,9 +102,9 @@ def committed(bootstrap: str) -> int:
     return sum(max(tp.offset, 0) for tp in offsets if not tp.error)
 
 
-def check_exactly_once(bootstrap: str, per_partition: int) -> None:
-    values = read_to_end({"bootstrap.servers": bootstrap, "group.id": "eos-848-verify",
-                          "isolation.level": "read_committed"}, OUTPUT, PARTITIONS, timeout=60,
+def check_exactly_once(bootstrap: str, per_partition: int, run: Names = names()) -> None:
+    values = read_to_end({"bootstrap.servers": bootstrap, "group.id": f"{run.group}-verify",
+                          "isolation.level": "read_committed"}, run.output, PARTITIONS, timeout=60,
                          select=lambda m: (m.partition(), m.value()))
     seen = [(out_partition, parse_output(value)) for out_partition, value in values]
     counts = Counter(source for _, source in seen)
@@ -110,8 +118,8 @@ def check_exactly_once(bootstrap: str, per_partition: int) -> None:
         assert out_partition == in_partition
         by_partition[out_partition].append(offset)
     for partition, offsets in by_partition.items():
-        assert offsets == sorted(offsets), f"{OUTPUT}-{partition} is out of input order"
-    assert committed(bootstrap) == PARTITIONS * per_partition
+        assert offsets == sorted(offsets), f"{run.output}-{partition} is out of input order"
+    assert committed(bootstrap, run) == PARTITIONS * per_partition
 
 
 class KillableBroker(Protocol):

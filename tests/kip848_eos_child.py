@@ -3,7 +3,11 @@
 tests/test_consumer_group_eos.py and tests/kafka/test_consumer_group_eos.py run, replace
 and SIGKILL (``tests/kip848_eos.py``). Run from the repository root::
 
-    python -m tests.kip848_eos_child BOOTSTRAP SLOT
+    python -m tests.kip848_eos_child BOOTSTRAP SLOT [PROTOCOL [PREFIX]]
+
+PROTOCOL is the consumer's ``group.protocol`` (``consumer``, the default, or ``classic``:
+tests/kafka/test_consumer_group_migration.py mixes both in one group); PREFIX names
+the group and topics (:func:`names`) of a scenario that must not share them.
 
 It reads ``INPUT`` (read_committed) in the group ``GROUP`` and, per batch of records,
 writes each record transformed to the same partition of ``OUTPUT`` inside a transaction
@@ -23,6 +27,8 @@ import signal
 import sys
 import time
 
+from dataclasses import dataclass
+
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 GROUP = "eos-848"
@@ -35,6 +41,20 @@ BATCH = 40
 LIFETIME_S = 300
 #: how long one client call may take before the instance is thrown away and made again
 CALL_TIMEOUT_S = 30
+
+
+@dataclass(frozen=True)
+class Names:
+    """The group and the topics of one run of the application."""
+
+    group: str = GROUP
+    input: str = INPUT
+    output: str = OUTPUT
+
+
+def names(prefix: str = "") -> Names:
+    """The default names, or ``<prefix>-`` before each."""
+    return Names(*(f"{prefix}-{n}" if prefix else n for n in (GROUP, INPUT, OUTPUT)))
 
 
 def input_value(partition: int, offset: int) -> bytes:
@@ -63,21 +83,23 @@ def client_config(bootstrap: str) -> dict[str, object]:
 
 
 class Application:
-    def __init__(self, bootstrap: str, slot: int) -> None:
-        self.bootstrap, self.slot = bootstrap, slot
+    def __init__(self, bootstrap: str, slot: int, protocol: str = "consumer", prefix: str = "") -> None:
+        self.bootstrap, self.slot, self.protocol, self.names = bootstrap, slot, protocol, names(prefix)
         self.stopping = False
         self.consumer: Consumer | None = None
         self.producer: Producer | None = None
 
     def _clients(self) -> None:
         common = client_config(self.bootstrap)
-        self.producer = Producer({**common, "transactional.id": f"eos-848-{self.slot}",
+        self.producer = Producer({**common, "transactional.id": f"{self.names.group}-{self.slot}",
                                   "transaction.timeout.ms": 60_000})
         self.producer.init_transactions(CALL_TIMEOUT_S)
-        self.consumer = Consumer({**common, "group.id": GROUP, "group.protocol": "consumer",
+        # a classic member heartbeats every second: that is when it learns to rejoin
+        classic = {"heartbeat.interval.ms": 1_000} if self.protocol == "classic" else {}
+        self.consumer = Consumer({**common, **classic, "group.id": self.names.group, "group.protocol": self.protocol,
                                   "isolation.level": "read_committed", "enable.auto.commit": False,
                                   "auto.offset.reset": "earliest"})
-        self.consumer.subscribe([INPUT])
+        self.consumer.subscribe([self.names.input])
 
     def _close(self) -> None:
         if self.consumer is not None:
@@ -122,10 +144,10 @@ class Application:
         self.producer.begin_transaction()
         next_offsets: dict[int, int] = {}
         for m in batch:
-            self.producer.produce(OUTPUT, transform(m.value()), key=m.key(), partition=m.partition())
+            self.producer.produce(self.names.output, transform(m.value()), key=m.key(), partition=m.partition())
             next_offsets[m.partition()] = m.offset() + 1
         self.producer.send_offsets_to_transaction(
-            [TopicPartition(INPUT, p, o) for p, o in sorted(next_offsets.items())],
+            [TopicPartition(self.names.input, p, o) for p, o in sorted(next_offsets.items())],
             self.consumer.consumer_group_metadata(), CALL_TIMEOUT_S)
         while True:
             try:
@@ -140,16 +162,18 @@ class Application:
         """Back to the committed offsets of the aborted batch's partitions (those still ours)."""
         assert self.consumer is not None
         partitions = sorted({m.partition() for m in batch})
-        committed = self.consumer.committed([TopicPartition(INPUT, p) for p in partitions], CALL_TIMEOUT_S)
+        committed = self.consumer.committed([TopicPartition(self.names.input, p) for p in partitions],
+                                            CALL_TIMEOUT_S)
         assigned = {tp.partition for tp in self.consumer.assignment()}
         for tp in committed:
             if tp.partition in assigned:
-                self.consumer.seek(TopicPartition(INPUT, tp.partition, tp.offset if tp.offset >= 0 else OFFSET_BEGINNING))
+                self.consumer.seek(TopicPartition(self.names.input, tp.partition,
+                                                  tp.offset if tp.offset >= 0 else OFFSET_BEGINNING))
 
 
 def main(argv: list[str]) -> None:
     faulthandler.register(signal.SIGUSR1)  # where a stuck member is, for the test's failure report
-    app = Application(argv[0], int(argv[1]))
+    app = Application(argv[0], int(argv[1]), *argv[2:4])
 
     def stop(*_: object) -> None:
         app.stopping = True

@@ -12,6 +12,7 @@ import pytest
 from confluent_kafka import Consumer, ConsumerGroupState, ConsumerGroupType, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from exactly.app.spark.kafka_client import KafkaConnection
 from tests.kafka_support import KafkaBroker
 from tests.waiting import eventually
 
@@ -89,6 +90,16 @@ def test_tools_see_the_group_as_a_consumer_group(kafka):
     described = admin.describe_consumer_groups(["g"]).get("g").result(10)
     assert described.type == ConsumerGroupType.CONSUMER
     assert [sorted(tp.partition for tp in m.assignment.topic_partitions) for m in described.members] == [[0, 1, 2, 3]]
+    # DescribeGroups, the classic protocol's, describes it as Kafka 4.4 does: as if unknown
+    port = int(kafka.bootstrap.rsplit(":", 1)[1])
+    connection = KafkaConnection("127.0.0.1", port, "raw", 10)
+    try:
+        for version, error in ((5, 0), (6, 69)):  # 69: GROUP_ID_NOT_FOUND
+            group = connection.request(15, version, {"groups": ["g"], "include_authorized_operations": False}).groups[0]
+            assert (group.error_code.value, group.group_state, group.protocol_type, group.members) == (
+                error, "Dead", "", ())
+    finally:
+        connection.close()
     a.close()
 
 

@@ -173,10 +173,12 @@ def test_epochs_ahead_or_stale_are_fenced_and_unknown_members_refused(broker):
     refused(broker, "FENCED_MEMBER_EPOCH", "a", 1, owned=partitions(0, 1, 2, 3))
 
 
-def test_a_classic_group_with_members_is_not_a_consumer_group(broker):
+def test_a_classic_group_with_members_of_another_protocol_type_is_not_a_consumer_group(broker):
+    # (one of the "consumer" protocol type is upgraded: tests/test_consumer_group_migration.py)
     async def join() -> None:
         broker.engine.groups.coordinator.groups["classic"] = gm = broker.engine.groups.coordinator._group("classic")
         gm.members["m"] = None  # type: ignore[assignment]
+        gm.protocol_type = "connect"
     broker.engine.call(join, timeout=DEADLINE_S)
     refused(broker, "GROUP_ID_NOT_FOUND", "a", 0, group_id="classic")
 

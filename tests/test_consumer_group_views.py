@@ -1,12 +1,14 @@
-"""A KIP-848 group as the REST API and the console show it: type CONSUMER (not mixed:
-Exactly has no online migration), its consumer-protocol state, the group and
-assignment epochs, and per member its epoch, reconciliation state, partitions, the
-ones it must still revoke and its target assignment -- mid-rebalance, where they differ."""
+"""A KIP-848 group as the REST API and the console show it: type CONSUMER, its
+consumer-protocol state, the group and assignment epochs, and per member its epoch,
+reconciliation state, partitions, the ones it must still revoke and its target
+assignment -- mid-rebalance, where they differ; a group migrating from the classic
+protocol is mixed, its classic members shown as such."""
 
 from __future__ import annotations
 
 from exactly.app import Broker
 from exactly.app.http import create_app
+from exactly.coordinator import consumer_protocol
 from exactly.coordinator.consumer_group_coordinator import Heartbeat
 
 SUBSCRIBE = dict(rebalance_timeout_ms=30_000, subscribed_topic_names=("t",))
@@ -41,3 +43,25 @@ def test_a_consumer_group_mid_rebalance_on_the_rest_api_and_the_console(broker: 
     page = client.get("/groups/g").get_data(as_text=True)
     assert 'id="consumer-members"' in page and "group epoch 2" in page
     assert 'data-member="a"' in page and "unrevoked partitions" in page and "client-b" in page
+
+
+def test_a_group_migrating_from_the_classic_protocol_is_mixed_its_classic_members_shown_as_such(
+        broker: Broker) -> None:
+    broker.create_topic("t", 4)
+    groups = broker.engine.groups
+    protocols = [("range", consumer_protocol.encode_subscription(["t"]))]
+    joined = broker.engine.call(groups.join_group, "g", "", "consumer", protocols, 10_000, 20_000, None, "classic-c")
+    broker.engine.call(groups.sync_group, "g", joined.generation, joined.member_id,
+                       {joined.member_id: consumer_protocol.encode_assignment([("t", p) for p in range(4)])})
+    _heartbeat(broker, "a", 0, **SUBSCRIBE)  # the group becomes a consumer group, the classic member in it
+    app = create_app(broker.engine, test_config={"TESTING": True})
+    client = app.test_client()
+    group = client.get(f"/v3/clusters/{broker.cluster_id}/consumer-groups/g").get_json()
+    assert (group["type"], group["is_mixed_consumer_group"]) == ("CONSUMER", True)
+    members = {m["member_id"]: m for m in group["members"]}
+    assert (members[joined.member_id]["member_type"], members[joined.member_id]["session_timeout_ms"]) == (
+        "classic", 10_000)
+    assert members["a"]["member_type"] == "consumer"
+    assert len(members[joined.member_id]["assignment"]) == 4  # it kept its partitions
+    page = client.get("/groups/g").get_data(as_text=True)
+    assert page.count("data-member-type") == 1 and "classic protocol" in page

@@ -51,6 +51,21 @@ class MemberState(enum.Enum):
     """It is at the assignment epoch but waits for partitions others still own."""
 
 
+@dataclass(frozen=True)
+class ClassicMemberMetadata:
+    """What a member of the classic protocol inside a consumer group joined with (Kafka's
+    ``ClassicMemberMetadata``, persisted with the member): its session timeout and its
+    JoinGroup protocols, each a name and a ``ConsumerProtocolSubscription``."""
+
+    session_timeout_ms: int
+    protocols: tuple[tuple[str, bytes], ...]
+
+    @property
+    def protocol_name(self) -> str:
+        """The protocol its JoinGroup and SyncGroup answers name: its first."""
+        return self.protocols[0][0] if self.protocols else ""
+
+
 class ConsumerGroupState(enum.Enum):
     """A consumer group's state (Kafka's ``ConsumerGroupState``), derived, never stored."""
 
@@ -79,11 +94,14 @@ class ConsumerMember:
     state: MemberState = MemberState.STABLE
     assigned: Partitions = NO_PARTITIONS
     pending_revocation: Partitions = NO_PARTITIONS
+    #: set for a member of the classic protocol (JoinGroup, SyncGroup, Heartbeat) inside
+    #: the consumer group, which an online migration lets in; None for a KIP-848 member
+    classic: ClassicMemberMetadata | None = None
 
     def metadata(self) -> tuple[object, ...]:
         """What ``ConsumerGroupMemberMetadata`` persists of it."""
         return (self.instance_id, self.rack_id, self.client_id, self.client_host, self.subscribed_topic_names,
-                self.subscribed_topic_regex, self.server_assignor, self.rebalance_timeout_ms)
+                self.subscribed_topic_regex, self.server_assignor, self.rebalance_timeout_ms, self.classic)
 
     def current_assignment(self) -> tuple[object, ...]:
         """What ``ConsumerGroupCurrentMemberAssignment`` persists of it."""
@@ -122,6 +140,9 @@ class ConsumerGroup:
     rebalance_deadlines: dict[str, int] = field(default_factory=dict)
     #: not persisted: the topics the regex subscriptions match (``ConsumerGroupCoordinator._resolved``)
     regexes: ResolvedRegexes = field(default_factory=ResolvedRegexes, compare=False)
+    #: not persisted: the group changed type (an online migration) and this object is no
+    #: longer the group's; a request that waited for its lock meanwhile is retried
+    detached: bool = field(default=False, compare=False)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False, compare=False)
 
     @property

@@ -9,6 +9,8 @@ value is flexible (compact strings and arrays, tagged fields)::
     5 ConsumerGroupMemberMetadata      key: GroupId MemberId
         value: InstanceId? RackId? ClientId ClientHost [SubscribedTopicNames]
                SubscribedTopicRegex? RebalanceTimeoutMs(int32) ServerAssignor?
+               [tag 0: ClassicMemberMetadata? = SessionTimeoutMs(int32)
+                       [SupportedProtocols: Name Metadata(bytes)]]
     6 ConsumerGroupTargetAssignmentMetadata  key: GroupId
         value: AssignmentEpoch(int32)
     7 ConsumerGroupTargetAssignmentMember    key: GroupId MemberId
@@ -37,16 +39,24 @@ import uuid
 from dataclasses import replace
 from typing import Any, Callable, Mapping, Protocol
 
-from exactly.coordinator.consumer_group import ConsumerGroup, ConsumerMember, MemberState, Partitions
+from exactly.coordinator.consumer_group import (
+    ClassicMemberMetadata,
+    ConsumerGroup,
+    ConsumerMember,
+    MemberState,
+    Partitions,
+)
 from exactly.coordinator.schema import (
     INT8,
     INT16,
     INT32,
     INT64,
+    NULLABLE_BYTES,
     NULLABLE_STRING,
     STRING,
     UUID,
     Array,
+    NullableStruct,
     Schema,
     SchemaError,
     TaggedField,
@@ -71,6 +81,11 @@ TOPIC_PARTITIONS = Schema(("topic_id", UUID), ("partitions", Array(INT32)))
 
 GROUP_METADATA_VALUE = flexible(Schema(("epoch", INT32)), tagged=(
     TaggedField(0, "metadata_hash", INT64, 0),))
+#: a member of the classic protocol: its session timeout and JoinGroup protocols (null: a KIP-848 member)
+CLASSIC_MEMBER_METADATA = NullableStruct(flexible(Schema(
+    ("session_timeout_ms", INT32),
+    ("supported_protocols", Array(Schema(("name", STRING), ("metadata", NULLABLE_BYTES)))),
+)))
 MEMBER_METADATA_VALUE = flexible(Schema(
     ("instance_id", NULLABLE_STRING),
     ("rack_id", NULLABLE_STRING),
@@ -80,7 +95,7 @@ MEMBER_METADATA_VALUE = flexible(Schema(
     ("subscribed_topic_regex", NULLABLE_STRING),
     ("rebalance_timeout_ms", INT32),
     ("server_assignor", NULLABLE_STRING),
-))
+), tagged=(TaggedField(0, "classic_member_metadata", CLASSIC_MEMBER_METADATA, None),))
 TARGET_ASSIGNMENT_METADATA_VALUE = flexible(Schema(("assignment_epoch", INT32)))
 TARGET_ASSIGNMENT_MEMBER_VALUE = flexible(Schema(("topic_partitions", Array(TOPIC_PARTITIONS))))
 CURRENT_MEMBER_ASSIGNMENT_VALUE = flexible(Schema(
@@ -139,12 +154,22 @@ def _partitions(entries: list[dict[str, Any]] | None, topic_name: TopicNames) ->
     return frozenset(result)
 
 
+def _classic(value: dict[str, Any] | None) -> ClassicMemberMetadata | None:
+    if value is None:
+        return None
+    return ClassicMemberMetadata(value["session_timeout_ms"], tuple(
+        (p["name"], p["metadata"] or b"") for p in value["supported_protocols"] or ()))
+
+
 def member_metadata_record(group_id: str, member: ConsumerMember) -> Record:
     return _key(MEMBER_METADATA, group_id, member.member_id), _value(MEMBER_METADATA_VALUE, {
         "instance_id": member.instance_id, "rack_id": member.rack_id, "client_id": member.client_id,
         "client_host": member.client_host, "subscribed_topic_names": list(member.subscribed_topic_names),
         "subscribed_topic_regex": member.subscribed_topic_regex,
-        "rebalance_timeout_ms": member.rebalance_timeout_ms, "server_assignor": member.server_assignor})
+        "rebalance_timeout_ms": member.rebalance_timeout_ms, "server_assignor": member.server_assignor,
+        "classic_member_metadata": None if member.classic is None else {
+            "session_timeout_ms": member.classic.session_timeout_ms,
+            "supported_protocols": [{"name": n, "metadata": m} for n, m in member.classic.protocols]}})
 
 
 def records_between(old: ConsumerGroup | None, new: ConsumerGroup | None, topic_id: TopicIds) -> list[Record]:
@@ -248,7 +273,7 @@ def replay(groups: Groups, key: bytes | None, value: bytes | None,
             member, instance_id=v["instance_id"], rack_id=v["rack_id"], client_id=v["client_id"],
             client_host=v["client_host"], subscribed_topic_names=tuple(v["subscribed_topic_names"] or ()),
             subscribed_topic_regex=v["subscribed_topic_regex"], rebalance_timeout_ms=v["rebalance_timeout_ms"],
-            server_assignor=v["server_assignor"])
+            server_assignor=v["server_assignor"], classic=_classic(v["classic_member_metadata"]))
     else:  # CURRENT_MEMBER_ASSIGNMENT
         assert member_id is not None
         member = group.members.get(member_id) or ConsumerMember(member_id)

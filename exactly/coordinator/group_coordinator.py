@@ -68,6 +68,10 @@ Timers, as Kafka counts them (``tick`` runs them):
 * Sync phase -- members that got the new generation but send no SyncGroup within
   the rebalance timeout are removed and the group rebalances.
 
+In a KIP-848 consumer group with members, JoinGroup, SyncGroup, Heartbeat and LeaveGroup
+are a classic member's inside it (``consumer_group_coordinator.py``); a group migrates
+between the two protocols as ``consumer_group_migration.py`` says.
+
 Everything is persisted to ``__consumer_offsets`` before it is applied, and rebuilt
 from it on start as the seed's Consumer Coordinator Startup says (transactional
 offsets held back until their marker).
@@ -83,9 +87,10 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Iterable, Protocol
 
-from exactly.coordinator import consumer_group_records, offsets_log
+from exactly.coordinator import consumer_group_migration, consumer_group_records, consumer_protocol, offsets_log
 from exactly.coordinator.consumer_group import ConsumerGroup
 from exactly.coordinator.consumer_group_coordinator import (
+    ClassicJoin,
     ConsumerGroupConfig,
     ConsumerGroupCoordinator,
     ConsumerGroupIO,
@@ -199,7 +204,7 @@ class GroupCoordinator:
         #: numbers offset records in the order they enter the log (replayed, then appended)
         self._append_order = itertools.count()
         #: the KIP-848 consumer group protocol (ConsumerGroupHeartbeat, its timers)
-        self.consumer = ConsumerGroupCoordinator(config, io, clock, self.partition_of)
+        self.consumer = ConsumerGroupCoordinator(config, io, clock, self.partition_of, self._downgrade)
 
     def partition_of(self, group_id: str) -> int:
         return partition_for(group_id, self.config.offsets_topic_num_partitions)
@@ -247,7 +252,13 @@ class GroupCoordinator:
 
     def _load_group(self, group_id: str, value: offsets_log.GroupValue | None) -> None:
         if value is None:
-            self.groups.pop(group_id, None)
+            # the classic group is gone (deleted, or it became a consumer group): its
+            # offsets are not -- they have their own tombstones (Kafka keeps them apart)
+            group = self.groups.get(group_id)
+            if group is not None:
+                self._reset_classic(group)
+                if not group.committed and not group.pending and group.consumer is None:
+                    del self.groups[group_id]
             return
         group = self._group(group_id)
         group.generation, group.protocol_type = value.generation, value.protocol_type
@@ -289,8 +300,15 @@ class GroupCoordinator:
         MEMBER_ID_REQUIRED and enters the group only when it joins again with it.
         ``support_skipping_assignment`` (v9): a restarted static leader may be told it
         leads, with ``skip_assignment``."""
+        self._check_join(group_id, session_timeout_ms)
+        existing = self.groups.get(group_id)
+        if existing is not None and existing.consumer is not None and existing.consumer.members:
+            return await self._join_consumer_group(existing.consumer, ClassicJoin(
+                member_id, group_instance_id, protocol_type, tuple(protocols), session_timeout_ms,
+                rebalance_timeout_ms if rebalance_timeout_ms > 0 else session_timeout_ms, client_id, client_host,
+                require_known_member_id))
         await self._leave_consumer_protocol(group_id)
-        group = self._group_to_join(group_id, protocol_type, protocols, session_timeout_ms)
+        group = self._group_to_join(group_id, protocol_type, protocols)
         now = self.clock.now_ms()
         timeouts = (session_timeout_ms, rebalance_timeout_ms if rebalance_timeout_ms > 0 else session_timeout_ms)
         if member_id and not (group_instance_id is None and member_id in group.pending_members):
@@ -312,10 +330,8 @@ class GroupCoordinator:
         return await self._update_member_and_rebalance(group, member, protocol_type, protocols, timeouts, now,
                                                        new_member=True)
 
-    def _group_to_join(self, group_id: str, protocol_type: str, protocols: list[tuple[str, bytes]],
-                       session_timeout_ms: int) -> GroupMetadata:
-        """The group a JoinGroup may enter: a valid group id and session timeout, a group
-        not being deleted, protocols its members share."""
+    def _check_join(self, group_id: str, session_timeout_ms: int) -> None:
+        """A JoinGroup's group id and session timeout, checked before anything else."""
         if not group_id:
             raise InvalidGroupIdError("the group id must not be empty")
         if not (self.config.group_min_session_timeout_ms <= session_timeout_ms
@@ -323,6 +339,17 @@ class GroupCoordinator:
             raise InvalidSessionTimeoutError(
                 f"session timeout {session_timeout_ms} ms is outside [{self.config.group_min_session_timeout_ms}, "
                 f"{self.config.group_max_session_timeout_ms}]")
+
+    async def _join_consumer_group(self, consumer: ConsumerGroup, join: ClassicJoin) -> JoinResult:
+        """A classic member joins a consumer group with members (Kafka's
+        classicGroupJoinToConsumerGroup): the broker assigns, so it is answered at once,
+        with no leader and no members' metadata."""
+        answer = await self.consumer.classic_join(consumer, join)
+        return JoinResult(answer.generation, consumer_protocol.PROTOCOL_TYPE, answer.protocol_name, "",
+                          answer.member_id, [])
+
+    def _group_to_join(self, group_id: str, protocol_type: str, protocols: list[tuple[str, bytes]]) -> GroupMetadata:
+        """The group a JoinGroup may enter: a group not being deleted, protocols its members share."""
         group = self._group(group_id)
         if group.state is G.DEAD:
             raise CoordinatorNotAvailableError(f"group {group_id!r} is being deleted")
@@ -333,16 +360,11 @@ class GroupCoordinator:
         return group
 
     async def _leave_consumer_protocol(self, group_id: str) -> None:
-        """A classic JoinGroup to a consumer group: an empty one becomes classic again
-        (its consumer records get tombstones, its offsets stay), as Kafka does; one with
-        members is INCONSISTENT_GROUP_PROTOCOL (the online migration of a live group to
-        the classic protocol is not implemented)."""
+        """A classic JoinGroup to an empty consumer group: it becomes classic again (its
+        consumer records get tombstones, its offsets stay), as Kafka does."""
         group = self.groups.get(group_id)
         if group is None or group.consumer is None:
             return
-        if group.consumer.members:
-            raise InconsistentGroupProtocolError(
-                f"group {group_id!r} is a consumer group with members; classic members cannot join it")
         consumer = group.consumer
         await self.consumer.remove_all(consumer)
         if group.consumer is consumer and not consumer.members:
@@ -361,11 +383,77 @@ class GroupCoordinator:
             group = self._group(request.group_id)
         if group.consumer is None:
             if group.members or group.state is not G.EMPTY:
-                raise GroupIdNotFoundError(f"Group {request.group_id} is not a consumer group.")
+                if request.member_epoch != 0 or not consumer_group_migration.may_upgrade(
+                        self.consumer.migration_policy, group):
+                    raise GroupIdNotFoundError(f"Group {request.group_id} is not a consumer group.")
+                return await self._upgrade(group, request)
             if request.member_epoch != 0:
                 raise GroupIdNotFoundError(f"Group {request.group_id} not found.")
             group.consumer = ConsumerGroup(request.group_id)
         return await self.consumer.heartbeat(group.consumer, request)
+
+    async def _upgrade(self, group: GroupMetadata, request: Heartbeat) -> HeartbeatAnswer:
+        """A member of the consumer protocol joins a classic group with members (Kafka's
+        convertToConsumerGroup): the classic members waiting in JoinGroup or SyncGroup are
+        told REBALANCE_IN_PROGRESS, the group becomes a consumer group of them in memory
+        at once (so that their requests meanwhile are served by it), and the classic
+        group's tombstone, the consumer group's records and the join's are made durable
+        in one append. If that fails the group is classic again, as the log says."""
+        consumer = consumer_group_migration.from_classic(group, self.io.topic_id)
+        log.info("classic group %s becomes a consumer group: member %s joins it with the consumer protocol",
+                 group.group_id, request.member_id)
+        classic = dataclasses.replace(group, members=dict(group.members), static_members=dict(group.static_members))
+        rejoin = RebalanceInProgressError(f"group {group.group_id!r} is becoming a consumer group; rejoin")
+        for member in group.members.values():
+            _fail(member.join_waiter, rejoin)
+            _fail(member.sync_waiter, rejoin)
+            member.join_waiter = member.sync_waiter = None
+        self._reset_classic(group)
+        group.consumer = consumer
+        now = self.clock.now_ms()
+        for member_id, joined in consumer.members.items():
+            assert joined.classic is not None
+            consumer.session_deadlines[member_id] = now + joined.classic.session_timeout_ms
+        try:
+            return await self.consumer.heartbeat(consumer, request, upgraded_from=[
+                (offsets_log.encode_group_key(group.group_id), None)])
+        except BaseException:
+            if group.consumer is consumer and consumer.group_epoch == classic.generation:  # nothing was written
+                consumer.detached = True
+                group.consumer = None
+                _take_classic(group, classic)
+            raise
+
+    @staticmethod
+    def _reset_classic(group: GroupMetadata) -> None:
+        """Forget the classic side of a group that changes type (its offsets stay)."""
+        group.members, group.static_members, group.pending_members = {}, {}, {}
+        group.pending_sync = set()
+        group.initial_delay = None
+        group.state = G.EMPTY
+        group.protocol = group.leader = None
+
+    async def _downgrade(self, consumer: ConsumerGroup, remaining: ConsumerGroup, rebalance: bool) -> None:
+        """The consumer group's last member of the consumer protocol left (or its classic
+        incarnation replaced it) and only classic members remain (Kafka's
+        convertToClassicGroup): the consumer group's tombstones and the classic group's
+        record are made durable in one append, then the group is classic -- Stable at its
+        group epoch, each member with its target assignment -- and, when a member left, a
+        rebalance starts, so that the members rejoin as a classic group."""
+        now = self.clock.now_ms()
+        classic = consumer_group_migration.to_classic(remaining, consumer.group_epoch, now)
+        log.info("consumer group %s becomes a classic group: only members of the classic protocol remain",
+                 consumer.group_id)
+        await self.io.append_offsets_log(
+            self.partition_of(consumer.group_id),
+            consumer_group_records.records_between(consumer, None, self.io.topic_id)
+            + [(offsets_log.encode_group_key(consumer.group_id),
+                offsets_log.encode_group_value(_group_value(classic)))])
+        group = self.groups[consumer.group_id]
+        group.consumer = None
+        _take_classic(group, classic)
+        if rebalance:
+            self._prepare_rebalance(group, now)
 
     def _validate_consumer_commit(self, consumer: ConsumerGroup, member_id: str, member_epoch: int,
                                   transactional: bool, api_version: int, group_instance_id: str | None = None) -> None:
@@ -382,13 +470,15 @@ class GroupCoordinator:
         member = consumer.members.get(member_id)
         if member is None:
             raise UnknownMemberIdError(f"Member {member_id} is not a member of group {consumer.group_id}.")
-        if not transactional and api_version < 9:
+        if not transactional and member.classic is None and api_version < 9:
             raise UnsupportedVersionError("OffsetCommit version 9 or above must be used by members using "
                                           "the modern group protocol")
         if member_epoch != member.member_epoch:
             message = (f"The received member epoch {member_epoch} does not match the expected member "
                        f"epoch {member.member_epoch}.")
-            raise IllegalGenerationError(message) if transactional else StaleMemberEpochError(message)
+            # a classic member's generation is its member epoch: ILLEGAL_GENERATION, as Kafka answers
+            raise (IllegalGenerationError(message) if transactional or member.classic is not None
+                   else StaleMemberEpochError(message))
 
     def _validate_consumer_fetch(self, consumer: ConsumerGroup, member_id: str | None, member_epoch: int) -> None:
         """Kafka's ConsumerGroup.validateOffsetFetch (OffsetFetch v9+ names the member)."""
@@ -655,7 +745,12 @@ class GroupCoordinator:
                          assignments: dict[str, bytes] | None = None, group_instance_id: str | None = None,
                          protocol_type: str | None = None, protocol_name: str | None = None) -> bytes:
         """SyncGroup. The protocol type and name (v5+, when given) must be the group's
-        generation's: INCONSISTENT_GROUP_PROTOCOL otherwise, as Kafka checks them."""
+        generation's: INCONSISTENT_GROUP_PROTOCOL otherwise, as Kafka checks them. In a
+        consumer group, a classic member's SyncGroup (``consumer_group_coordinator.py``)."""
+        consumer = self._consumer_group(group_id)
+        if consumer is not None:
+            return self.consumer.classic_sync(consumer, member_id, group_instance_id, generation,
+                                              protocol_type, protocol_name)
         group, member = self._current_member(group_id, member_id, group_instance_id)
         if generation != group.generation:
             raise IllegalGenerationError(f"generation {generation} is not group {group_id!r}'s {group.generation}")
@@ -698,7 +793,11 @@ class GroupCoordinator:
     async def heartbeat(self, group_id: str, generation: int, member_id: str,
                         group_instance_id: str | None = None) -> None:
         """Kafka's order: member, then generation -- a stale member's heartbeat restarts
-        nothing -- then the session restarts and a rebalance in progress says rejoin."""
+        nothing -- then the session restarts and a rebalance in progress says rejoin. In a
+        consumer group, a classic member's Heartbeat (``consumer_group_coordinator.py``)."""
+        consumer = self._consumer_group(group_id)
+        if consumer is not None:
+            return self.consumer.classic_heartbeat(consumer, member_id, group_instance_id, generation)
         group, member = self._current_member(group_id, member_id, group_instance_id)
         if generation != group.generation:
             raise IllegalGenerationError(f"generation {generation} is not group {group_id!r}'s {group.generation}")
@@ -714,6 +813,8 @@ class GroupCoordinator:
         group = self.groups.get(group_id)
         if group is not None and group.state is G.DEAD:
             raise CoordinatorNotAvailableError(f"group {group_id!r} is being deleted")
+        if group is not None and group.consumer is not None:
+            return await self.consumer.classic_leave(group.consumer, member_id, group_instance_id)
         now = self.clock.now_ms()
         if group is not None and member_id in group.pending_members:
             del group.pending_members[member_id]
@@ -731,6 +832,10 @@ class GroupCoordinator:
         if group.state in (G.STABLE, G.COMPLETING_REBALANCE):
             self._prepare_rebalance(group, now)
         self._maybe_complete_join(group, now)
+
+    def _consumer_group(self, group_id: str) -> ConsumerGroup | None:
+        group = self.groups.get(group_id)
+        return group.consumer if group is not None else None
 
     def _current_member(self, group_id: str, member_id: str,
                         group_instance_id: str | None) -> tuple[GroupMetadata, Member]:
@@ -996,15 +1101,9 @@ class GroupCoordinator:
     # -- persistence ----------------------------------------------------------------------
 
     async def _store_group(self, group: GroupMetadata) -> None:
-        value = offsets_log.GroupValue(
-            group.protocol_type or "", group.generation, group.protocol, group.leader,
-            group.state_timestamp_ms, tuple(offsets_log.MemberRecord(
-                m.member_id, m.group_instance_id, m.client_id, m.client_host, m.rebalance_timeout_ms,
-                m.session_timeout_ms, m.metadata_for(group.protocol or ""), m.assignment)
-                for m in group.members.values()))
         await self.io.append_offsets_log(
             self.partition_of(group.group_id),
-            [(offsets_log.encode_group_key(group.group_id), offsets_log.encode_group_value(value))])
+            [(offsets_log.encode_group_key(group.group_id), offsets_log.encode_group_value(_group_value(group)))])
 
     async def _store_group_quietly(self, group: GroupMetadata) -> None:
         try:
@@ -1031,6 +1130,23 @@ class _ConsumerGroups:
 
     def __delitem__(self, group_id: str) -> None:
         self.coordinator.groups[group_id].consumer = None
+
+
+def _group_value(group: GroupMetadata) -> offsets_log.GroupValue:
+    """What ``__consumer_offsets`` keeps of a classic group (its GroupMetadata record)."""
+    return offsets_log.GroupValue(
+        group.protocol_type or "", group.generation, group.protocol, group.leader,
+        group.state_timestamp_ms, tuple(offsets_log.MemberRecord(
+            m.member_id, m.group_instance_id, m.client_id, m.client_host, m.rebalance_timeout_ms,
+            m.session_timeout_ms, m.metadata_for(group.protocol or ""), m.assignment)
+            for m in group.members.values()))
+
+
+def _take_classic(group: GroupMetadata, classic: GroupMetadata) -> None:
+    """``group`` takes the classic side of ``classic`` (members, generation, protocol, state)."""
+    for name in ("members", "static_members", "state", "generation", "protocol_type", "protocol", "leader",
+                 "state_timestamp_ms"):
+        setattr(group, name, getattr(classic, name))
 
 
 def _fail(waiter: asyncio.Future[Any] | None, error: KafkaError) -> None:

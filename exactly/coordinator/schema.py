@@ -290,6 +290,27 @@ class Schema(Type):
         return value
 
 
+@dataclass(frozen=True)
+class NullableStruct(Type):
+    """A struct that may be null (Kafka's ``nullableVersions`` on a struct field): an int8
+    marker, -1 for null or 1, then the struct."""
+
+    struct: Schema
+
+    def encode(self, value: dict[str, Any] | None, out: bytearray) -> None:
+        if value is None:
+            INT8.encode(-1, out)
+            return
+        INT8.encode(1, out)
+        self.struct.encode(value, out)
+
+    def decode(self, data: memoryview, pos: int) -> tuple[dict[str, Any] | None, int]:
+        marker, pos = INT8.decode(data, pos)
+        if marker < 0:
+            return None, pos
+        return self.struct.decode(data, pos)
+
+
 def flexible(schema: Schema, tagged: tuple[TaggedField, ...] = ()) -> Schema:
     """The flexible version of ``schema`` (KIP-482): the same fields with compact
     strings and arrays, every nested struct flexible, and ``tagged`` at the end."""

@@ -273,17 +273,23 @@ def _consumer_side(engine: "Engine", g: GroupMetadata, members: bool = True) -> 
     """The group's type (Kafka's ``classic`` or ``consumer``) and, for a KIP-848 group, what
     replaces the classic fields: its state, group and assignment epochs (``generation``
     is the group epoch, the protocol its assignor) and, with ``members``, each member's
-    epoch, reconciliation state, partitions (owned, still to revoke) and target."""
+    epoch, reconciliation state, partitions (owned, still to revoke), target and protocol
+    (``member_type``: a ``classic`` member is one an online migration let in)."""
     c = g.consumer
     if c is None:
-        return {"type": "classic"}
+        return {"type": "classic", "mixed": False}
     side: dict[str, Any] = {"type": "consumer", "state": c.state.value, "generation": c.group_epoch,
+                            # members of the classic protocol inside it: a group migrating
+                            "mixed": any(m.classic is not None for m in c.members.values()),
                             "assignment_epoch": c.assignment_epoch, "protocol_type": "consumer",
                             "protocol": engine.groups.coordinator.consumer.assignor_for(c), "members": len(c.members)}
     if members:
         side["members"] = [{
             "member_id": m.member_id, "group_instance_id": m.instance_id, "client_id": m.client_id,
-            "client_host": m.client_host, "session_timeout_ms": engine.groups.coordinator.config.group_consumer_session_timeout_ms,
+            "client_host": m.client_host,
+            "session_timeout_ms": (m.classic.session_timeout_ms if m.classic is not None
+                                   else engine.groups.coordinator.config.group_consumer_session_timeout_ms),
+            "member_type": "classic" if m.classic is not None else "consumer",
             "member_epoch": m.member_epoch, "member_state": m.state.name,
             "assignment": _partitions(m.assigned), "pending_revocation": _partitions(m.pending_revocation),
             "target_assignment": _partitions(c.target.get(m.member_id, frozenset()))}

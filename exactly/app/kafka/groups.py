@@ -73,6 +73,9 @@ async def sync_group(ctx: RequestContext, request: Any) -> dict:
     except KafkaError as e:
         return {"error_code": error_code(e), "assignment": b""}
     group = ctx.engine.groups.describe_group(request.group_id)
+    if group is not None and group.consumer is not None:  # a classic member of a consumer group: as it asked
+        return {"error_code": 0, "assignment": assignment, "protocol_type": getattr(request, "protocol_type", None),
+                "protocol_name": getattr(request, "protocol_name", None)}
     return {"error_code": 0, "assignment": assignment, "protocol_type": group and group.protocol_type,
             "protocol_name": group and group.protocol}
 
@@ -199,7 +202,8 @@ async def consumer_group_describe(ctx: RequestContext, request: Any) -> dict:
                 "assignment": {"topic_partitions": _by_id(ctx, m.assigned, with_names=True)},
                 "target_assignment": {"topic_partitions": _by_id(
                     ctx, consumer.target.get(m.member_id, frozenset()), with_names=True)},
-                "member_type": 1}  # 1: a member of the consumer protocol
+                # KIP-1099: 0 a member of the classic protocol (an online migration), 1 of the consumer's
+                "member_type": 0 if m.classic is not None else 1}
                 for m in consumer.members]})
     return {"groups": described}
 
@@ -218,15 +222,8 @@ async def describe_groups(ctx: RequestContext, request: Any) -> dict:
             continue
         operations = authorization.authorized_operations(ctx, G, group_id, asked)
         group = ctx.engine.groups.describe_group(group_id)
-        if group is None or (group.consumer is not None and ctx.version >= 6):
+        if group is None or group.consumer is not None:
             described.append(_not_classic(ctx.version, group_id, group, operations))
-            continue
-        if group.consumer is not None:
-            # before v6 a consumer group is described as Kafka 4 does: its state and
-            # protocol type, no members (their metadata is the classic protocol's)
-            described.append({"error_code": 0, "group_id": group_id, "group_state": group.state_name,
-                              "authorized_operations": operations, "protocol_type": "consumer",
-                              "protocol_data": "", "members": []})
             continue
         stable = group.state is GroupState.STABLE
         described.append({
@@ -242,12 +239,13 @@ async def describe_groups(ctx: RequestContext, request: Any) -> dict:
 
 
 def _not_classic(version: int, group_id: str, group: GroupView | None, operations: int) -> dict:
-    """DescribeGroups of a group that does not exist -- described as Dead, as Kafka does --
-    or, from v6 (KIP-1043), of a consumer group: GROUP_ID_NOT_FOUND with a message."""
+    """DescribeGroups of a group that does not exist or is a consumer group (KIP-848, its
+    classic members included: ConsumerGroupDescribe describes it) -- described as Dead, as
+    Kafka 4.4 does; from v6 (KIP-1043) Dead with GROUP_ID_NOT_FOUND and a message."""
     if version >= 6:
         message = f"Group {group_id} is not a classic group." if group is not None else f"Group {group_id} not found."
         return {"error_code": GroupIdNotFoundError.code, "error_message": message, "group_id": group_id,
-                "group_state": "", "protocol_type": "", "protocol_data": "", "members": [],
+                "group_state": GroupState.DEAD.value, "protocol_type": "", "protocol_data": "", "members": [],
                 "authorized_operations": operations}
     return {"error_code": 0, "group_id": group_id, "group_state": GroupState.DEAD.value,
             "authorized_operations": operations}

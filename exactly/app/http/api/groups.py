@@ -56,8 +56,8 @@ def _group(group: dict[str, Any], **extra: Any) -> dict[str, Any]:
     return resource("KafkaConsumerGroup", ("consumer-groups", group_id), _group_crn(group_id),
                     cluster_id=cluster_id(), consumer_group_id=group_id,
                     is_simple=not group["protocol_type"], type=group["type"].upper(),
-                    # Exactly has no online migration: a group is of one protocol or the other
-                    is_mixed_consumer_group=False,
+                    # a consumer group with members of the classic protocol (migrating)
+                    is_mixed_consumer_group=group["mixed"],
                     partition_assignor=group["protocol"] or "",
                     state=_state(group["state"]), coordinator=related("brokers", current_engine().topics.node_id),
                     consumers=related("consumer-groups", group_id, "consumers"),

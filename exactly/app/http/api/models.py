@@ -738,6 +738,9 @@ class GroupMember(BaseModel):
         "a KIP-848 member's partitions it still owns and must revoke"))
     target_assignment: Optional[list[TopicPartition]] = Field(None, description=(
         "a KIP-848 member's partitions in the group's target assignment, which it converges on"))
+    member_type: Optional[Literal["classic", "consumer"]] = Field(None, description=(
+        "a KIP-848 group's member: of the consumer protocol, or of the classic one (JoinGroup/SyncGroup, "
+        "let in by an online migration: KIP-1099's member type)"))
 
 
 class PendingOffset(BaseModel):
@@ -790,7 +793,7 @@ class ConsumerGroup(Resource):
     #: the rebalance protocol the group uses (Confluent's ConsumerGroupType): CLASSIC or
     #: CONSUMER (KIP-848)
     type: Literal[GROUP_TYPES]
-    #: whether members of both protocols share the group: never, with one protocol
+    #: a consumer group with members of the classic protocol in it (an online migration)
     is_mixed_consumer_group: bool
     partition_assignor: str
     state: Literal[GROUP_STATES]
