@@ -277,3 +277,27 @@ def test_a_topics_reader_sees_its_producers_but_not_their_transactional_ids(
     grant(kafka, acl(R.TRANSACTIONAL_ID, "t-hidden", O.DESCRIBE))
     assert "t-hidden" in console.get("/topics/shared/partitions/0/records").get_data(as_text=True)
     assert "t-hidden" in [p["transactional_id"] for p in rest.get(producers).json["data"]]
+
+
+def test_a_consumer_groups_members_show_only_the_topics_the_principal_may_describe(
+        kafka: KafkaBroker, rest: FlaskClient, console: FlaskClient) -> None:
+    """A KIP-848 member's assignment on REST and the console: only its partitions of the
+    topics the principal may Describe (the Kafka port refuses the whole group then,
+    tests/test_consumer_group_authorization.py)."""
+    kafka.engine.call(kafka.engine.topics.create_topic, "hidden-848", 1)
+    grant(kafka, acl(R.GROUP, "g-848", O.READ), acl(R.TOPIC, "shared", O.DESCRIBE),
+          acl(R.TOPIC, "hidden-848", O.DESCRIBE))
+    client = raw_connection(kafka.port)
+    try:
+        joined = client.request(ApiKey.CONSUMER_GROUP_HEARTBEAT, 1, {
+            "group_id": "g-848", "member_id": "m-faces", "member_epoch": 0, "rebalance_timeout": 30_000,
+            "topic_partitions": [], "subscribed_topic_names": ["shared", "hidden-848"]})
+    finally:
+        client.close()
+    assert joined.error_code == 0 and len(joined.assignment.topic_partitions) == 2
+    kafka.engine.call(kafka.engine.access.delete_acls, [AclBindingFilter(R.TOPIC, "hidden-848")])
+
+    member, = rest.get(f"/v3/clusters/{kafka.engine.topics.cluster_id}/consumer-groups/g-848").json["members"]
+    assert [p["topic_name"] for p in member["assignment"]] == ["shared"]
+    page = console.get("/groups/g-848").get_data(as_text=True)
+    assert "shared" in page and "hidden-848" not in page

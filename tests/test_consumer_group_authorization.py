@@ -69,3 +69,30 @@ def test_a_topic_subscribed_by_name_must_be_describable(kafka: KafkaBroker) -> N
     assert kafka.engine.groups.describe_group("g") is None or not kafka.engine.groups.describe_group("g").consumer
     joined = heartbeat(kafka, uuid.uuid4().hex, 0, subscribed_topic_names=["orders-eu"])
     assert joined.error_code == 0 and assigned(kafka, joined) == {"orders-eu"}
+
+
+def describe(kafka: KafkaBroker) -> Any:
+    client = raw_connection(kafka.port)
+    try:
+        group, = client.request(ApiKey.CONSUMER_GROUP_DESCRIBE, 1, {"group_ids": ["g"]}).groups
+        return group
+    finally:
+        client.close()
+
+
+def test_a_group_assigned_a_topic_the_principal_may_not_describe_is_not_described(kafka: KafkaBroker) -> None:
+    """ConsumerGroupDescribe of a group with a topic the principal may not Describe is
+    TOPIC_AUTHORIZATION_FAILED, with nothing of the group (Kafka 4.4, KAFKA-18813)."""
+    kafka.engine.call(kafka.engine.access.create_acls, [allow(ResourceType.TOPIC, "orders-us", AclOperation.DESCRIBE)])
+    joined = heartbeat(kafka, uuid.uuid4().hex, 0, subscribed_topic_names=["orders-eu", "orders-us"])
+    assert joined.error_code == 0 and assigned(kafka, joined) == {"orders-eu", "orders-us"}
+    assert describe(kafka).error_code == 0
+    kafka.engine.call(kafka.engine.access.delete_acls, [model.AclBindingFilter(ResourceType.TOPIC, "orders-us")])
+
+    refused = describe(kafka)
+    assert refused.error_code == TopicAuthorizationFailedError.code
+    assert refused.members == () and refused.group_epoch == -1
+    kafka.engine.call(kafka.engine.access.create_acls, [allow(ResourceType.TOPIC, "orders-us", AclOperation.DESCRIBE)])
+    described = describe(kafka)
+    assert described.error_code == 0
+    assert {t.topic_name for m in described.members for t in m.assignment.topic_partitions} == {"orders-eu", "orders-us"}

@@ -247,15 +247,25 @@ def named_transactions(items: list[dict[str, Any]], key: str = "transactional_id
     return [item if item[key] in shown or not item[key] else {**item, key: None} for item in items]
 
 
-def visible_offsets(group: dict[str, Any]) -> dict[str, Any]:
-    """A group's detail with the offsets (committed, pending, lags) of only the topics the
-    view's LIST need of topics lets the principal see, as Kafka's OffsetFetch of all a
-    group's offsets leaves out the topics the principal may not Describe, and the open
+#: a group member's lists of partitions (``read_models.group``): a classic member's assignment
+#: (None outside the consumer protocol), a consumer group member's own and target
+MEMBER_PARTITIONS = ("assignment", "pending_revocation", "target_assignment")
+
+
+def visible_group(group: dict[str, Any]) -> dict[str, Any]:
+    """A group's detail with the offsets (committed, pending, lags) and its members'
+    partitions of only the topics the view's LIST need of topics lets the principal see,
+    as Kafka's OffsetFetch of all a group's offsets leaves out the topics it may not
+    Describe (and ConsumerGroupDescribe refuses such a group whole), and the open
     transactions on them named only as :func:`named_transactions` lets it."""
-    shown = visible(TOPIC, {o["topic_name"] for o in group["offsets"]})
-    return {**group, "offsets": [{**o, "pending": named_transactions(o["pending"]),
-                                  "held_by": named_transactions(o["held_by"])}
-                                 for o in group["offsets"] if o["topic_name"] in shown]}
+    members = group["members"]
+    shown = visible(TOPIC, {o["topic_name"] for o in group["offsets"]}
+                    | {p["topic_name"] for m in members for key in MEMBER_PARTITIONS for p in m.get(key) or ()})
+    return {**group,
+            "offsets": [{**o, "pending": named_transactions(o["pending"]), "held_by": named_transactions(o["held_by"])}
+                        for o in group["offsets"] if o["topic_name"] in shown],
+            "members": [{**m, **{key: [p for p in m[key] if p["topic_name"] in shown]
+                                 for key in MEMBER_PARTITIONS if m.get(key) is not None}} for m in members]}
 
 
 def require(resource_type: ResourceType, names: Iterable[str]) -> None:

@@ -99,7 +99,8 @@ TABLE: dict[int, tuple[Rule, ...]] = {
     # filtered: the transactional ids the principal may Describe
     ApiKey.LIST_TRANSACTIONS: (Rule(X, O.DESCRIBE),),
     ApiKey.CONSUMER_GROUP_HEARTBEAT: (Rule(G, O.READ), Rule(T, O.DESCRIBE)),
-    ApiKey.CONSUMER_GROUP_DESCRIBE: (Rule(G, O.DESCRIBE),),
+    # a group assigned a topic the principal may not Describe: TOPIC_AUTHORIZATION_FAILED (KAFKA-18813)
+    ApiKey.CONSUMER_GROUP_DESCRIBE: (Rule(G, O.DESCRIBE), Rule(T, O.DESCRIBE)),
     ApiKey.LIST_CONFIG_RESOURCES: (Rule(C, O.DESCRIBE_CONFIGS),),
     # topics listed or named: Describe (KIP-966's paginated Metadata)
     ApiKey.DESCRIBE_TOPIC_PARTITIONS: (Rule(T, O.DESCRIBE),),

@@ -24,7 +24,7 @@ from exactly.app.engine.views import GroupView
 from exactly.coordinator.consumer_group import Partitions
 from exactly.coordinator.consumer_group_coordinator import Heartbeat
 from exactly.coordinator.group_metadata import GroupState
-from exactly.storage.errors import GroupIdNotFoundError, KafkaError, MemberIdRequiredError
+from exactly.storage.errors import GroupIdNotFoundError, KafkaError, MemberIdRequiredError, TopicAuthorizationFailedError
 
 #: a JoinGroup leader answer whose members' metadata passes this is encoded off the loop
 ENCODE_OFF_LOOP_BYTES = 1 << 20
@@ -172,7 +172,9 @@ def _by_id(ctx: RequestContext, partitions: Partitions, with_names: bool = False
 async def consumer_group_describe(ctx: RequestContext, request: Any) -> dict:
     """Each consumer group's epochs, assignor, members with their epochs, current and
     target assignments; a group that does not exist or is classic: GROUP_ID_NOT_FOUND,
-    one the principal may not Describe: GROUP_AUTHORIZATION_FAILED."""
+    one the principal may not Describe: GROUP_AUTHORIZATION_FAILED, one assigned a topic
+    the principal may not Describe: TOPIC_AUTHORIZATION_FAILED, with nothing of the group
+    (Kafka's KAFKA-18813: a group must not name a topic its reader may not see)."""
     described = []
     asked = request.include_authorized_operations
     for group_id in request.group_ids:
@@ -189,6 +191,13 @@ async def consumer_group_describe(ctx: RequestContext, request: Any) -> dict:
             described.append({**empty, "error_code": error.code, "error_message": str(error)})
             continue
         consumer = group.consumer
+        topics = {topic for m in consumer.members
+                  for topic, _ in m.assigned | consumer.target.get(m.member_id, frozenset())}
+        if not all(authorization.allowed(ctx, ApiKey.CONSUMER_GROUP_DESCRIBE, T, topic) for topic in sorted(topics)):
+            error = TopicAuthorizationFailedError("The described group uses topics that the client is not "
+                                                  "authorized to describe.")
+            described.append({**empty, "error_code": error.code, "error_message": str(error)})
+            continue
         described.append({
             "error_code": 0, "group_id": group_id, "group_state": consumer.state.value,
             "group_epoch": consumer.group_epoch, "assignment_epoch": consumer.assignment_epoch,

@@ -73,7 +73,7 @@ def _state(kafka_state: str) -> str:
 
 def _describe(group_id: str) -> dict[str, Any]:
     engine = current_engine()
-    return access.visible_offsets(engine.call(read_models.group, engine, group_id))
+    return access.visible_group(engine.call(read_models.group, engine, group_id))
 
 
 @declare(bp, Route("get", CLUSTER_PATH + "/consumer-groups", "List consumer groups", TAG, 200,

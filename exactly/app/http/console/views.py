@@ -323,7 +323,7 @@ def clients():
       + kafka(ApiKey.DESCRIBE_TRANSACTIONS, access.listed(TXN)))
 def group(group_id: str):
     """A group's members and its offsets of the topics the principal may Describe (as OffsetFetch)."""
-    return render("group", g=access.visible_offsets(call(read_models.group, group_id)))
+    return render("group", g=access.visible_group(call(read_models.group, group_id)))
 
 
 # -- writes ---------------------------------------------------------------------------------
