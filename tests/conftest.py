@@ -8,7 +8,7 @@ import gc
 import os
 import time
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -162,6 +162,22 @@ def clock() -> FakeClock:
 def broker(tmp_path: Path, clock: FakeClock, request: pytest.FixtureRequest) -> Iterator[Broker]:
     with Broker(tmp_path / "data", clock=clock, **SMALL_INTERNAL_TOPICS, **jobs_config(request)) as b:
         yield b
+
+
+@pytest.fixture
+def open_broker(tmp_path: Path, clock: FakeClock) -> Iterator[Callable[..., Broker]]:
+    """Open (or, after closing it, reopen) a broker on the test's one data directory with
+    ``config``; whatever is still open at the end is closed."""
+    opened: list[Broker] = []
+
+    def open_(**config: Any) -> Broker:
+        b = Broker(tmp_path / "data", clock=clock, **{**SMALL_INTERNAL_TOPICS, **config})
+        opened.append(b)
+        return b
+
+    yield open_
+    for b in opened:
+        b.close()
 
 
 def data_batch(values: Sequence[bytes], producer_id: int = -1, epoch: int = -1, sequence: int = -1,

@@ -7,8 +7,7 @@ and the coordinator's tick, never by waiting in real time.
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -20,27 +19,11 @@ from exactly.coordinator.assignors import range_, uniform
 from exactly.coordinator.consumer_group import ConsumerGroup, ConsumerGroupState, MemberState
 from exactly.coordinator.consumer_group_coordinator import Heartbeat, HeartbeatAnswer
 from exactly.coordinator.group_metadata import CommittedOffset
-from exactly.storage.clock import FakeClock
 from exactly.storage.errors import KafkaError
-from tests.conftest import SMALL_INTERNAL_TOPICS
 from tests.waiting import eventually
 
 DEADLINE_S = 10
 SESSION_MS = 45_000
-
-
-@pytest.fixture
-def open_broker(tmp_path: Path, clock: FakeClock) -> Iterator[Callable[..., Broker]]:
-    opened: list[Broker] = []
-
-    def open_(**config: Any) -> Broker:
-        b = Broker(tmp_path / "data", clock=clock, **{**SMALL_INTERNAL_TOPICS, **config})
-        opened.append(b)
-        return b
-
-    yield open_
-    for b in opened:
-        b.close()
 
 
 @pytest.fixture

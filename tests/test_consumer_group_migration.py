@@ -12,8 +12,7 @@ waiting in real time.
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -26,9 +25,7 @@ from exactly.coordinator.consumer_group_coordinator import Heartbeat, HeartbeatA
 from exactly.coordinator.consumer_group_migration import MigrationPolicy
 from exactly.coordinator.group_coordinator import JoinResult
 from exactly.coordinator.group_metadata import CommittedOffset, GroupMetadata, GroupState
-from exactly.storage.clock import FakeClock
 from exactly.storage.errors import KafkaError
-from tests.conftest import SMALL_INTERNAL_TOPICS
 from tests.waiting import eventually
 
 DEADLINE_S = 10
@@ -36,20 +33,6 @@ SESSION_MS = 10_000
 REBALANCE_MS = 20_000
 SUBSCRIPTION = consumer_protocol.encode_subscription(["t"])
 PROTOCOLS = [("range", SUBSCRIPTION)]
-
-
-@pytest.fixture
-def open_broker(tmp_path: Path, clock: FakeClock) -> Iterator[Callable[..., Broker]]:
-    opened: list[Broker] = []
-
-    def open_(**config: Any) -> Broker:
-        b = Broker(tmp_path / "data", clock=clock, **{**SMALL_INTERNAL_TOPICS, **config})
-        opened.append(b)
-        return b
-
-    yield open_
-    for b in opened:
-        b.close()
 
 
 @pytest.fixture

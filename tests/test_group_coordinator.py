@@ -13,8 +13,7 @@ import asyncio
 import itertools
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -30,7 +29,6 @@ from exactly.coordinator.group_metadata import (
     GroupState,
     IllegalGroupTransitionError,
 )
-from exactly.storage.clock import FakeClock
 from exactly.storage.errors import KafkaError
 from tests.conftest import SMALL_INTERNAL_TOPICS
 
@@ -42,21 +40,6 @@ G = GroupState
 
 
 # -- harness ------------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def open_broker(tmp_path: Path, clock: FakeClock) -> Iterator[Callable[..., Broker]]:
-    """Open (or reopen) the broker on one data directory; everything opened is closed."""
-    opened: list[Broker] = []
-
-    def open_(**config: Any) -> Broker:
-        b = Broker(tmp_path / "data", clock=clock, **{**SMALL_INTERNAL_TOPICS, **config})
-        opened.append(b)
-        return b
-
-    yield open_
-    for b in opened:
-        b.close()
 
 
 @pytest.fixture
