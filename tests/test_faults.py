@@ -348,6 +348,12 @@ def test_with_no_fault_installed_the_listener_has_nothing_to_check(kafka: KafkaB
     assert stored(kafka, name) == [b"plain"]
 
 
+#: the newest version a client sends, where the broker serves newer ones to brokers only:
+#: AddPartitionsToTxn v4+ is the brokers' batched form (KIP-890), its partitions under
+#: each transaction, which a fault does not look into
+CLIENTS_NEWEST = {"add_partitions_to_txn": 3}
+
+
 def test_shapes_are_derived_for_every_partitioned_api() -> None:
     from kio.index import load_request_schema, load_response_schema
 
@@ -356,9 +362,10 @@ def test_shapes_are_derived_for_every_partitioned_api() -> None:
 
     found = {}
     for key, api in APIS.items():
-        request = partitioned(load_request_schema(key, api.max_version))
+        version = CLIENTS_NEWEST.get(api.name, api.max_version)
+        request = partitioned(load_request_schema(key, version))
         if request is not None:
-            found[api.name] = (request, partitioned(load_response_schema(key, api.max_version)))
+            found[api.name] = (request, partitioned(load_response_schema(key, version)))
     assert {"produce", "fetch", "list_offsets", "offset_commit", "txn_offset_commit", "add_partitions_to_txn",
             "delete_records"} <= set(found)
     for name in ("produce", "fetch", "list_offsets", "txn_offset_commit", "add_partitions_to_txn"):
