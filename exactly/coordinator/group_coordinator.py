@@ -301,16 +301,15 @@ class GroupCoordinator:
         ``support_skipping_assignment`` (v9): a restarted static leader may be told it
         leads, with ``skip_assignment``."""
         self._check_join(group_id, session_timeout_ms)
+        timeouts = (session_timeout_ms, rebalance_timeout_ms if rebalance_timeout_ms > 0 else session_timeout_ms)
         existing = self.groups.get(group_id)
         if existing is not None and existing.consumer is not None and existing.consumer.members:
             return await self._join_consumer_group(existing.consumer, ClassicJoin(
-                member_id, group_instance_id, protocol_type, tuple(protocols), session_timeout_ms,
-                rebalance_timeout_ms if rebalance_timeout_ms > 0 else session_timeout_ms, client_id, client_host,
+                member_id, group_instance_id, protocol_type, tuple(protocols), *timeouts, client_id, client_host,
                 require_known_member_id))
         await self._leave_consumer_protocol(group_id)
         group = self._group_to_join(group_id, protocol_type, protocols)
         now = self.clock.now_ms()
-        timeouts = (session_timeout_ms, rebalance_timeout_ms if rebalance_timeout_ms > 0 else session_timeout_ms)
         if member_id and not (group_instance_id is None and member_id in group.pending_members):
             member = self._validate_member(group, member_id, group_instance_id)
             if self._rejoins_unchanged(group, member, protocols):

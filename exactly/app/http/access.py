@@ -117,8 +117,13 @@ def own(operation: AclOperation, place: Place = THE_CLUSTER) -> Needs:
     return (Need(place, (Rule(place.resource_type, operation),)),)
 
 
-#: what Metadata needs to name a topic: Describe on it
-_DESCRIBE_TOPICS, = kafka(ApiKey.METADATA, listed(TOPIC))
+#: a view that names topics lists those Metadata would: Describe on each
+TOPICS_NAMED = kafka(ApiKey.METADATA, listed(TOPIC))
+#: one that names transactional ids, those DescribeTransactions would (:func:`named_transactions`)
+TXNS_NAMED = kafka(ApiKey.DESCRIBE_TRANSACTIONS, listed(TXN))
+#: what a view showing a group's detail (:func:`visible_group`) declares: its offsets'
+#: topics as OffsetFetch filters them, the transactions they are pending on as named
+GROUP_SHOWN = kafka(ApiKey.OFFSET_FETCH, listed(TOPIC)) + TXNS_NAMED
 
 
 # -- declared where the views are registered ------------------------------------------------
@@ -224,7 +229,7 @@ def visible(resource_type: ResourceType, names: Iterable[str]) -> set[str]:
 def described_topics(names: Iterable[str]) -> set[str]:
     """Which of the topics ``names`` this request's principal may Describe, whatever the
     view declares: what a part of every page (the header's badge) may name."""
-    return set(_allowed(_DESCRIBE_TOPICS, names, audit=False))
+    return set(_allowed(TOPICS_NAMED[0], names, audit=False))
 
 
 def visible_partitions(rows: list[dict[str, Any]], key: str = "partitions",
@@ -234,9 +239,11 @@ def visible_partitions(rows: list[dict[str, Any]], key: str = "partitions",
     DescribeTransactions leaves the others out; ``mark_hidden``: each row says whether it
     had others (``partitions_hidden``), so that a page does not call them "not recorded"."""
     shown = visible(TOPIC, {p["topic_name"] for row in rows for p in row[key]})
-    marks = (lambda row: {"partitions_hidden": any(p["topic_name"] not in shown for p in row[key])}) \
-        if mark_hidden else (lambda row: {})
-    return [{**row, key: [p for p in row[key] if p["topic_name"] in shown], **marks(row)} for row in rows]
+    answer = []
+    for row in rows:
+        kept = [p for p in row[key] if p["topic_name"] in shown]
+        answer.append({**row, key: kept, **({"partitions_hidden": len(kept) < len(row[key])} if mark_hidden else {})})
+    return answer
 
 
 def named_transactions(items: list[dict[str, Any]], key: str = "transactional_id") -> list[dict[str, Any]]:

@@ -18,7 +18,7 @@ from flask import Blueprint, abort, g, jsonify, request
 
 from exactly.app.engine import read_models
 from exactly.app.http import access, current_engine, errors
-from exactly.app.http.access import OPEN, TOPIC, TXN, kafka, listed
+from exactly.app.http.access import OPEN, TOPIC, kafka
 from exactly.app.http.auth import request_principal
 from exactly.app.http.api import (acls, audit, configs, document, events, faults, groups, models, records, transactions)
 from exactly.app.http.api.route import (BROKER_PATH, CHANGES, CLUSTER_PATH, ON_TOPIC, PARTITION_PATH, TOPIC_PATH,
@@ -90,9 +90,7 @@ def _cluster() -> dict:
 
 #: what Metadata answers about topics: those the principal may Describe
 DESCRIBE_TOPIC = kafka(ApiKey.METADATA, ON_TOPIC)
-LIST_TOPICS = kafka(ApiKey.METADATA, listed(TOPIC))
-#: transactional ids in an answer: named only to those that may Describe them (DescribeTransactions)
-TXN_NAMES = kafka(ApiKey.DESCRIBE_TRANSACTIONS, listed(TXN))
+LIST_TOPICS = access.TOPICS_NAMED
 
 
 @declare(bp, Route("get", "/v3/clusters", "List clusters", "Cluster", 200, models.listing(models.Cluster), (),
@@ -267,7 +265,7 @@ def _replica(topic: str, partition: int) -> dict:
 
 
 @declare(bp, Route("get", TOPIC_PATH + "/partitions", "List partitions", "Partition", 200,
-                   models.listing(models.Partition), needs=DESCRIBE_TOPIC + TXN_NAMES))
+                   models.listing(models.Partition), needs=DESCRIBE_TOPIC + access.TXNS_NAMED))
 def list_partitions(topic_name: str):
     engine = current_engine()
     partitions = engine.call(read_models.topic_partitions, engine, topic_name)
@@ -277,11 +275,10 @@ def list_partitions(topic_name: str):
 
 @declare(bp, Route("get", PARTITION_PATH, "Get partition", "Partition", 200, models.Partition,
                    description="Offsets, and the open transactions holding the LSO back.",
-                   needs=DESCRIBE_TOPIC + TXN_NAMES))
+                   needs=DESCRIBE_TOPIC + access.TXNS_NAMED))
 def get_partition(topic_name: str, partition_id: int):
     engine = current_engine()
     return jsonify(partition_resource(engine.call(read_models.partition, engine, topic_name, partition_id)))
-
 
 
 @declare(bp, Route("get", PARTITION_PATH + "/replicas", "List replicas", "Partition", 200,
@@ -345,7 +342,7 @@ def producer_resource(topic: str, partition: int, producer: dict) -> dict:
 
 
 #: DescribeProducers
-DESCRIBE_PRODUCERS = kafka(ApiKey.DESCRIBE_PRODUCERS, ON_TOPIC) + TXN_NAMES
+DESCRIBE_PRODUCERS = kafka(ApiKey.DESCRIBE_PRODUCERS, ON_TOPIC) + access.TXNS_NAMED
 
 
 def _visible_producers(topic_name: str, partition_id: int) -> list[dict]:

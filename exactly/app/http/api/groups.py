@@ -27,7 +27,7 @@ from flask import Blueprint, abort, jsonify
 
 from exactly.app.engine import read_models
 from exactly.app.http import access, current_engine
-from exactly.app.http.access import GROUP, TOPIC, TXN, kafka, listed
+from exactly.app.http.access import GROUP, kafka, listed
 from exactly.app.http.api import models
 from exactly.app.http.api.resources import cluster_id, crn, listing, related, resource
 from exactly.app.http.api.route import CLUSTER_PATH, GROUP_PATH, ON_GROUP, Route, declare
@@ -37,12 +37,10 @@ bp = Blueprint("groups", __name__)
 
 CONSUMER = GROUP_PATH + "/consumers/{consumer_id}"
 TAG = "Consumer Groups"
-#: a group's detail carries its offsets: of the topics the principal may Describe, as OffsetFetch,
-#: and the transactions they are pending on, named as DescribeTransactions would
-OFFSETS_SHOWN = kafka(ApiKey.OFFSET_FETCH, listed(TOPIC)) + kafka(ApiKey.DESCRIBE_TRANSACTIONS, listed(TXN))
-DESCRIBE_GROUP = kafka(ApiKey.DESCRIBE_GROUPS, ON_GROUP) + OFFSETS_SHOWN
+#: a group's detail carries its offsets, shown as ``access.visible_group`` shows them
+DESCRIBE_GROUP = kafka(ApiKey.DESCRIBE_GROUPS, ON_GROUP) + access.GROUP_SHOWN
 #: the lags are of the group's committed offsets, as OffsetFetch reads them
-FETCH_OFFSETS = kafka(ApiKey.OFFSET_FETCH, ON_GROUP) + OFFSETS_SHOWN
+FETCH_OFFSETS = kafka(ApiKey.OFFSET_FETCH, ON_GROUP) + access.GROUP_SHOWN
 
 
 def _group_crn(group_id: str, *parts: tuple[str, Any]) -> str:

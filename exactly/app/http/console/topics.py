@@ -59,7 +59,7 @@ def kafka_message(error: e.KafkaError) -> str:
 TOPIC_SORTS = {"name": "topic_name", "partitions": "partitions_count", "messages": "messages", "size": "size_bytes"}
 
 
-@page("/topics", kafka(ApiKey.METADATA, access.listed(TOPIC)))
+@page("/topics", access.TOPICS_NAMED)
 def topics():
     """Every topic the principal may Describe, as Metadata lists them (internal ones on
     ``?internal=1``), filtered by a name substring (``?q=``) and sorted

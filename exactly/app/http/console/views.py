@@ -27,7 +27,7 @@ import logging
 import re
 import time
 from datetime import datetime, timezone
-from typing import Any, Callable
+from typing import Any
 
 from flask import Response, current_app, redirect, render_template, request, session, url_for
 from werkzeug.exceptions import HTTPException, NotFound
@@ -141,7 +141,7 @@ def percent(part: int | None, whole: int | None) -> int:
 # -- pages ----------------------------------------------------------------------------------
 
 
-@page("/", kafka(ApiKey.METADATA, access.listed(TOPIC)))
+@page("/", access.TOPICS_NAMED)
 def overview():
     """The broker at a glance -- for a principal that may Describe the cluster (it shows
     every topic, transaction and group); any other lands on the topics it may Describe."""
@@ -222,7 +222,7 @@ def transaction(txn_id: str):
                    mirror=db is not None, timeline=_timeline(detail["state"]))
 
 
-@page("/history", kafka(ApiKey.LIST_TRANSACTIONS, access.listed(TXN)) + kafka(ApiKey.METADATA, access.listed(TOPIC)))
+@page("/history", kafka(ApiKey.LIST_TRANSACTIONS, access.listed(TXN)) + access.TOPICS_NAMED)
 def history():
     """Finished transactions from the SQLite mirror, newest first, a page at a time:
     those of the transactional ids the principal may Describe (as ListTransactions
@@ -319,8 +319,7 @@ def clients():
                    window_ms=read_models.CLIENT_INSTANCE_WINDOW_MS)
 
 
-@page("/groups/<path:group_id>", kafka(ApiKey.DESCRIBE_GROUPS, ON_GROUP) + kafka(ApiKey.OFFSET_FETCH, access.listed(TOPIC))
-      + kafka(ApiKey.DESCRIBE_TRANSACTIONS, access.listed(TXN)))
+@page("/groups/<path:group_id>", kafka(ApiKey.DESCRIBE_GROUPS, ON_GROUP) + access.GROUP_SHOWN)
 def group(group_id: str):
     """A group's members and its offsets of the topics the principal may Describe (as OffsetFetch)."""
     return render("group", g=access.visible_group(call(read_models.group, group_id)))
