@@ -38,13 +38,13 @@ def real_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealKafka]:
     kafka = RealKafka(tmp_path_factory.mktemp("real-kafka"), SHARED_CONFIG)
     try:
         kafka.start()
-        _create_internal_topics(kafka)
+        create_internal_topics(kafka)
         yield kafka
     finally:
         kafka.stop()
 
 
-def _create_internal_topics(kafka: RealKafka) -> None:
+def create_internal_topics(kafka: RealKafka) -> None:
     """FindCoordinator for a group and a transactional id until both answer: Kafka
     creates ``__consumer_offsets`` and ``__transaction_state`` on the first ask and
     loads them, answering COORDINATOR_NOT_AVAILABLE meanwhile (Exactly has both from

@@ -178,7 +178,8 @@ async def consumer_group_describe(ctx: RequestContext, request: Any) -> dict:
     described = []
     asked = request.include_authorized_operations
     for group_id in request.group_ids:
-        empty = {"group_id": group_id, "group_state": "", "group_epoch": -1, "assignment_epoch": -1,
+        # a group not described: its fields' schema defaults, as Kafka 4.4 answers it
+        empty = {"group_id": group_id, "group_state": "", "group_epoch": 0, "assignment_epoch": 0,
                  "assignor_name": "", "members": [], "authorized_operations": authorization.NOT_REQUESTED}
         if not authorization.allowed(ctx, ApiKey.CONSUMER_GROUP_DESCRIBE, G, group_id):
             error = authorization.denial(G, group_id)
