@@ -21,8 +21,8 @@ import pytest
 
 from exactly.app.kafka.wire import ApiKey, CoordinatorType
 from exactly.coordinator.transaction_state import TransactionState
-from exactly.storage.record_batch import SimpleRecord, encode_batch
 from tests.kafka_support import KafkaBroker, raw_connection
+from tests.raw_producer import RawProducer
 from tests.waiting import eventually
 
 pytestmark = pytest.mark.timeout(120)
@@ -42,61 +42,10 @@ def kafka(tmp_path: Path) -> Iterator[KafkaBroker]:
         yield k
 
 
-class Producer:
-    """A transactional producer of the earlier protocol over one raw connection."""
-
-    def __init__(self, kafka: KafkaBroker, txn_id: str) -> None:
-        self.conn = raw_connection(kafka.port)
-        self.txn_id = txn_id
-        answer = self.conn.request(ApiKey.INIT_PRODUCER_ID, 5, {"transactional_id": txn_id,
-                                                                "transaction_timeout": 60_000})
-        assert answer.error_code == 0
-        self.pid, self.epoch = answer.producer_id, answer.producer_epoch
-        self.sequences: dict[int, int] = {}
-
-    def produce(self, version: int, partition: int, value: bytes = b"v", conn: Any = None) -> Any:
-        """One batch at the next sequence (advanced only when it is appended), on
-        ``conn`` if given (the producer's own connection waits for an answer); the
-        partition's answer."""
-        seq = self.sequences.get(partition, 0)
-        batch = encode_batch([SimpleRecord(value)], producer_id=self.pid, producer_epoch=self.epoch,
-                             base_sequence=seq, transactional=True)
-        answer = (conn or self.conn).request(ApiKey.PRODUCE, version, {
-            "transactional_id": self.txn_id, "acks": -1, "timeout": 10_000,
-            "topic_data": [{"name": T, "partition_data": [{"index": partition, "records": batch}]}]})
-        result = answer.responses[0].partition_responses[0]
-        if result.error_code == 0:
-            self.sequences[partition] = seq + 1
-        return result
-
-    def add(self, *partitions: int) -> None:
-        answer = self.conn.request(ApiKey.ADD_PARTITIONS_TO_TXN, 3, {
-            "v3_and_below_transactional_id": self.txn_id, "v3_and_below_producer_id": self.pid,
-            "v3_and_below_producer_epoch": self.epoch,
-            "v3_and_below_topics": [{"name": T, "partitions": list(partitions)}]})
-        assert {p.partition_error_code for t in answer.results_by_topic_v3_and_below
-                for p in t.results_by_partition} == {0}
-
-    def commit_offsets(self, version: int) -> int:
-        answer = self.conn.request(ApiKey.TXN_OFFSET_COMMIT, version, {
-            "transactional_id": self.txn_id, "group_id": GROUP, "producer_id": self.pid,
-            "producer_epoch": self.epoch, "topics": [{"name": T, "partitions": [
-                {"partition_index": 0, "committed_offset": 1, "committed_metadata": ""}]}]})
-        return answer.topics[0].partitions[0].error_code
-
-    def end(self, commit: bool) -> int:
-        return self.conn.request(ApiKey.END_TXN, 3, {"transactional_id": self.txn_id, "producer_id": self.pid,
-                                                     "producer_epoch": self.epoch, "committed": commit}).error_code
-
-    def close(self) -> None:
-        self.conn.sock.close()
-
-
 @pytest.fixture
-def producer(kafka: KafkaBroker) -> Iterator[Producer]:
-    p = Producer(kafka, "abortable-tx")
-    yield p
-    p.close()
+def producer(kafka: KafkaBroker) -> Iterator[RawProducer]:
+    with RawProducer(kafka, "abortable-tx", T, GROUP, end_version=3) as p:
+        yield p
 
 
 def high_watermark(kafka: KafkaBroker, partition: int) -> int:
@@ -104,49 +53,49 @@ def high_watermark(kafka: KafkaBroker, partition: int) -> int:
 
 
 def test_a_batch_outside_the_transaction_is_transaction_abortable_from_produce_v11(
-        kafka: KafkaBroker, producer: Producer) -> None:
-    producer.add(0)
-    assert producer.produce(11, 0).error_code == 0
-    older = producer.produce(10, 1)
+        kafka: KafkaBroker, producer: RawProducer) -> None:
+    producer.add_partitions(0)
+    assert producer.send_value(11, 0).error_code == 0
+    older = producer.send_value(10, 1)
     assert (older.error_code, older.base_offset) == (INVALID_TXN_STATE, -1)
     assert "not part of an ongoing transaction" in older.error_message
     for version in (11, 12):  # v12 on a transaction.version 1 cluster is only verified
-        assert producer.produce(version, 1).error_code == TRANSACTION_ABORTABLE
+        assert producer.send_value(version, 1).error_code == TRANSACTION_ABORTABLE
     assert high_watermark(kafka, 1) == 0, "nothing appended"
-    assert producer.end(commit=True) == 0
+    assert producer.end(commit=True).error_code == 0
     # after the end nothing is open: the same answers
-    assert [producer.produce(v, 0).error_code for v in (9, 11)] == [INVALID_TXN_STATE, TRANSACTION_ABORTABLE]
+    assert [producer.send_value(v, 0).error_code for v in (9, 11)] == [INVALID_TXN_STATE, TRANSACTION_ABORTABLE]
 
 
 def test_a_group_outside_the_transaction_is_transaction_abortable_from_txn_offset_commit_v4(
-        producer: Producer) -> None:
-    producer.add(0)
-    assert [producer.commit_offsets(v) for v in (3, 4, 5)] == [INVALID_TXN_STATE, TRANSACTION_ABORTABLE,
+        producer: RawProducer) -> None:
+    producer.add_partitions(0)
+    assert [producer.commit_offsets(1, v) for v in (3, 4, 5)] == [INVALID_TXN_STATE, TRANSACTION_ABORTABLE,
                                                                TRANSACTION_ABORTABLE]
     answer = producer.conn.request(ApiKey.ADD_OFFSETS_TO_TXN, 4, {
         "transactional_id": producer.txn_id, "producer_id": producer.pid, "producer_epoch": producer.epoch,
         "group_id": GROUP})
     assert answer.error_code == 0
-    assert producer.commit_offsets(4) == 0
+    assert producer.commit_offsets(1, 4) == 0
 
 
 def test_a_completing_transaction_is_not_enough_replicas_below_produce_v12(
-        kafka: KafkaBroker, producer: Producer) -> None:
+        kafka: KafkaBroker, producer: RawProducer) -> None:
     """The transaction's markers are held (a fault on the coordinator's marker writes), so
     it stays PrepareCommit: a batch of it meanwhile is CONCURRENT_TRANSACTIONS to the
     coordinator, which clients below Produce v12 are told as NOT_ENOUGH_REPLICAS
     (retriable, no metadata refresh), as Kafka's ReplicaManager tells them."""
-    producer.add(0)
-    assert producer.produce(9, 0).error_code == 0
+    producer.add_partitions(0)
+    assert producer.send_value(9, 0).error_code == 0
     held = kafka.broker.faults.add(api="WriteTxnMarkers", action="no-answer")
     ended: list[int] = []
-    ender = threading.Thread(target=lambda: ended.append(producer.end(commit=True)), daemon=True)
+    ender = threading.Thread(target=lambda: ended.append(producer.end(commit=True).error_code), daemon=True)
     ender.start()
     eventually(lambda: kafka.engine.call(_state, kafka, producer.txn_id) is TransactionState.PREPARE_COMMIT,
                timeout=30, what="the commit waits for its markers")
     second = raw_connection(kafka.port)
     try:
-        answers = {v: producer.produce(v, 0, conn=second) for v in (10, 11, 12)}
+        answers = {v: producer.send_value(v, 0, conn=second) for v in (10, 11, 12)}
     finally:
         second.sock.close()
         held.remove()
@@ -177,11 +126,11 @@ def _codes(answer: Any) -> dict[str, dict[tuple[str, int], int]]:
 
 
 def test_add_partitions_to_txn_v4_and_v5_answer_a_brokers_verification(kafka: KafkaBroker,
-                                                                        producer: Producer) -> None:
-    producer.add(0)
-    other = Producer(kafka, "abortable-other")
+                                                                        producer: RawProducer) -> None:
+    producer.add_partitions(0)
+    other = RawProducer(kafka, "abortable-other", T, GROUP, end_version=3)
     try:
-        def verify(p: Producer, *partitions: int, epoch: int | None = None) -> dict:
+        def verify(p: RawProducer, *partitions: int, epoch: int | None = None) -> dict:
             return {"transactional_id": p.txn_id, "producer_id": p.pid,
                     "producer_epoch": p.epoch if epoch is None else epoch, "verify_only": True,
                     "topics": [{"name": T, "partitions": list(partitions)}]}
@@ -202,8 +151,8 @@ def test_add_partitions_to_txn_v4_and_v5_answer_a_brokers_verification(kafka: Ka
         # not VerifyOnly: the broker's add (transaction version 2); then the batch is let in
         added = _brokers_form(kafka, 5, {**verify(other, 1), "verify_only": False})
         assert _codes(added) == {other.txn_id: {(T, 1): 0}}
-        assert other.produce(11, 1).error_code == 0
-        assert other.end(commit=True) == 0
+        assert other.send_value(11, 1).error_code == 0
+        assert other.end(commit=True).error_code == 0
         assert high_watermark(kafka, 1) == 2, "the batch and its marker"
         assert high_watermark(kafka, 0) == 0, "nothing of a verification is written"
     finally:

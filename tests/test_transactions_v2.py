@@ -20,6 +20,7 @@ from exactly.coordinator import features
 from exactly.coordinator.transaction_state import TransactionState
 from exactly.storage.record_batch import ControlType, SimpleRecord, encode_batch
 from tests.kafka_support import SOFTWARE, KafkaBroker, raw_connection
+from tests.raw_producer import RawProducer
 
 S = TransactionState
 T = "tv2"
@@ -42,68 +43,6 @@ def kafka_tv1(tmp_path: Path) -> Iterator[KafkaBroker]:
     with KafkaBroker(tmp_path / "data", **{"transaction.version": 1}) as k:
         k.broker.create_topic(T, partitions=2)
         yield k
-
-
-class RawProducer:
-    """A transactional producer over one raw connection, at the versions it is given."""
-
-    def __init__(self, kafka: KafkaBroker, txn_id: str, produce_version: int = 12, end_version: int = 5) -> None:
-        self.conn = raw_connection(kafka.port)
-        self.txn_id = txn_id
-        self.produce_version, self.end_version = produce_version, end_version
-        answer = self.conn.request(ApiKey.INIT_PRODUCER_ID, 5, {"transactional_id": txn_id,
-                                                                "transaction_timeout": 60_000})
-        assert answer.error_code == 0
-        self.pid, self.epoch = answer.producer_id, answer.producer_epoch
-        self.sequences: dict[tuple[str, int], int] = {}
-
-    def batch(self, partition: int, *values: bytes, epoch: int | None = None) -> bytes:
-        epoch = self.epoch if epoch is None else epoch
-        seq = self.sequences.get((T, partition), 0)
-        self.sequences[(T, partition)] = seq + len(values)
-        return encode_batch([SimpleRecord(v) for v in values], producer_id=self.pid, producer_epoch=epoch,
-                            base_sequence=seq, transactional=True)
-
-    def produce(self, partition: int, batch: bytes) -> int:
-        answer = self.conn.request(ApiKey.PRODUCE, self.produce_version, {
-            "transactional_id": self.txn_id, "acks": -1, "timeout": 10_000,
-            "topic_data": [{"name": T, "partition_data": [{"index": partition, "records": batch}]}]})
-        return answer.responses[0].partition_responses[0].error_code
-
-    def add_partitions(self, *partitions: int) -> None:
-        answer = self.conn.request(ApiKey.ADD_PARTITIONS_TO_TXN, 3, {
-            "v3_and_below_transactional_id": self.txn_id, "v3_and_below_producer_id": self.pid,
-            "v3_and_below_producer_epoch": self.epoch,
-            "v3_and_below_topics": [{"name": T, "partitions": list(partitions)}]})
-        codes = {p.partition_index: p.partition_error_code
-                 for t in answer.results_by_topic_v3_and_below for p in t.results_by_partition}
-        assert set(codes.values()) == {0}, codes
-
-    def commit_offsets(self, offset: int, version: int = 5, epoch: int | None = None) -> int:
-        answer = self.conn.request(ApiKey.TXN_OFFSET_COMMIT, version, {
-            "transactional_id": self.txn_id, "group_id": GROUP, "producer_id": self.pid,
-            "producer_epoch": self.epoch if epoch is None else epoch,
-            "topics": [{"name": T, "partitions": [{"partition_index": 0, "committed_offset": offset,
-                                                   "committed_metadata": ""}]}]})
-        return answer.topics[0].partitions[0].error_code
-
-    def add_offsets(self) -> None:
-        answer = self.conn.request(ApiKey.ADD_OFFSETS_TO_TXN, 3, {
-            "transactional_id": self.txn_id, "producer_id": self.pid, "producer_epoch": self.epoch,
-            "group_id": GROUP})
-        assert answer.error_code == 0
-
-    def end(self, commit: bool, epoch: int | None = None) -> Any:
-        answer = self.conn.request(ApiKey.END_TXN, self.end_version, {
-            "transactional_id": self.txn_id, "producer_id": self.pid,
-            "producer_epoch": self.epoch if epoch is None else epoch, "committed": commit})
-        if answer.error_code == 0 and self.end_version >= 5:
-            self.pid, self.epoch = answer.producer_id, answer.producer_epoch
-            self.sequences.clear()  # a new epoch starts every partition at sequence 0
-        return answer
-
-    def close(self) -> None:
-        self.conn.sock.close()
 
 
 def committed_values(kafka: KafkaBroker, partition: int = 0) -> list[bytes]:
@@ -169,7 +108,7 @@ def test_a_transaction_version_out_of_range_is_refused(tmp_path: Path) -> None:
 
 
 def test_a_tv2_transaction_needs_no_add_requests_and_endtxn_bumps_the_epoch(kafka: KafkaBroker) -> None:
-    p = RawProducer(kafka, "tv2-flow")
+    p = RawProducer(kafka, "tv2-flow", T, GROUP)
     try:
         start_epoch = p.epoch
         assert p.produce(0, p.batch(0, b"a", b"b")) == 0  # Produce v12 added the partition
@@ -195,7 +134,7 @@ def test_a_tv2_transaction_needs_no_add_requests_and_endtxn_bumps_the_epoch(kafk
 
 
 def test_a_retried_endtxn_v5_gets_the_same_answer_and_bumps_nothing(kafka: KafkaBroker) -> None:
-    p = RawProducer(kafka, "tv2-retry")
+    p = RawProducer(kafka, "tv2-retry", T, GROUP)
     try:
         old_pid, old_epoch = p.pid, p.epoch
         p.produce(0, p.batch(0, b"x"))
@@ -216,7 +155,7 @@ def test_a_retried_endtxn_v5_gets_the_same_answer_and_bumps_nothing(kafka: Kafka
 def test_a_tv2_abort_with_nothing_added_still_bumps_the_epoch(kafka: KafkaBroker) -> None:
     """A Kafka 4 client cannot know whether its Produce added a partition; its abort
     must fence that Produce anyway."""
-    p = RawProducer(kafka, "tv2-empty-abort")
+    p = RawProducer(kafka, "tv2-empty-abort", T, GROUP)
     try:
         epoch = p.epoch
         late = p.batch(0, b"in flight")
@@ -232,7 +171,7 @@ def test_a_tv2_abort_with_nothing_added_still_bumps_the_epoch(kafka: KafkaBroker
 def test_clients_of_version_0_and_1_are_served_unchanged(kafka: KafkaBroker) -> None:
     """Produce v9, AddPartitionsToTxn, AddOffsetsToTxn, TxnOffsetCommit v3, EndTxn v3: no
     implicit add, no epoch bump, on a broker that finalizes version 2."""
-    p = RawProducer(kafka, "tv1-client", produce_version=9, end_version=3)
+    p = RawProducer(kafka, "tv1-client", T, GROUP, produce_version=9, end_version=3)
     try:
         epoch = p.epoch
         assert p.produce(0, p.batch(0, b"unadded")) == INVALID_TXN_STATE  # verified, not added
@@ -252,7 +191,7 @@ def test_clients_of_version_0_and_1_are_served_unchanged(kafka: KafkaBroker) -> 
 def test_with_transaction_version_1_finalized_produce_v12_is_only_verified(kafka_tv1: KafkaBroker) -> None:
     """Verified, not added: TRANSACTION_ABORTABLE, which Produce v11+ and TxnOffsetCommit
     v4+ know (KIP-890)."""
-    p = RawProducer(kafka_tv1, "tv1-cluster")
+    p = RawProducer(kafka_tv1, "tv1-cluster", T, GROUP)
     try:
         assert p.produce(0, p.batch(0, b"x")) == TRANSACTION_ABORTABLE
         assert p.commit_offsets(1) == TRANSACTION_ABORTABLE
@@ -265,7 +204,7 @@ def test_with_transaction_version_1_finalized_produce_v12_is_only_verified(kafka
 
 
 def test_tv2_a_late_produce_and_offset_commit_of_the_previous_transaction_are_refused(kafka: KafkaBroker) -> None:
-    p = RawProducer(kafka, "tv2-late")
+    p = RawProducer(kafka, "tv2-late", T, GROUP)
     try:
         old_epoch = p.epoch
         p.produce(0, p.batch(0, b"n"))
@@ -287,7 +226,7 @@ def test_tv1_a_late_produce_and_offset_commit_of_the_previous_transaction_are_re
     """Version 0/1: the client's abort bumps the epoch through InitProducerId (KIP-360),
     as Kafka's producer does after a request timed out, so N's late writes carry an
     epoch that is not N+1's."""
-    p = RawProducer(kafka, "tv1-late", produce_version=9, end_version=3)
+    p = RawProducer(kafka, "tv1-late", T, GROUP, produce_version=9, end_version=3)
     try:
         old_epoch = p.epoch
         p.add_partitions(0)
@@ -313,7 +252,7 @@ def test_tv1_a_late_produce_and_offset_commit_of_the_previous_transaction_are_re
 def test_pipelined_tv2_batches_to_new_partitions_are_appended_in_order(kafka: KafkaBroker) -> None:
     """Five batches to two partitions, sent before any answer: the first of each
     partition adds it, the others wait behind it, and every sequence lands in order."""
-    p = RawProducer(kafka, "tv2-pipeline")
+    p = RawProducer(kafka, "tv2-pipeline", T, GROUP)
     try:
         batches = [(i % 2, p.batch(i % 2, b"v%d" % i)) for i in range(6)]
         for partition, batch in batches:
@@ -333,10 +272,10 @@ def test_pipelined_tv2_batches_to_new_partitions_are_appended_in_order(kafka: Ka
 def test_pipelined_batches_of_a_fenced_producer_are_all_refused_and_none_appended(kafka: KafkaBroker) -> None:
     """A new instance fenced the producer: its batches, pipelined behind the one whose
     implicit add is refused, are refused too, and nothing reaches the log."""
-    p = RawProducer(kafka, "tv2-fenced")
+    p = RawProducer(kafka, "tv2-fenced", T, GROUP)
     try:
         batches = [p.batch(0, b"z%d" % i) for i in range(3)]
-        newcomer = RawProducer(kafka, "tv2-fenced")  # InitProducerId: the epoch moves on
+        newcomer = RawProducer(kafka, "tv2-fenced", T, GROUP)  # InitProducerId: the epoch moves on
         newcomer.close()
         for batch in batches:
             p.conn.send(ApiKey.PRODUCE, 12, {
@@ -352,7 +291,7 @@ def test_pipelined_batches_of_a_fenced_producer_are_all_refused_and_none_appende
 
 
 def test_markers_of_a_tv2_commit_are_control_batches_of_the_bumped_epoch(kafka: KafkaBroker) -> None:
-    p = RawProducer(kafka, "tv2-markers")
+    p = RawProducer(kafka, "tv2-markers", T, GROUP)
     try:
         epoch = p.epoch
         p.produce(1, p.batch(1, b"x"))
