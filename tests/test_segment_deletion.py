@@ -3,7 +3,6 @@ removed ``file.delete.delay.ms`` later at a bounded rate (``exactly/storage/segm
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 from exactly.app import Broker
@@ -13,6 +12,7 @@ from exactly.storage.partition_log import SegmentDeletion
 from exactly.storage.segment_deletion import FREE_STEP, FileDeletion, Throttle, deleted_path
 from tests.conftest import data_batch
 from tests.storage_log import DurableLogs
+from tests.waiting import eventually
 
 HOUR = 3600 * 1000
 MiB = 1 << 20
@@ -113,10 +113,8 @@ def test_a_broker_removes_deleted_files_after_file_delete_delay_ms(tmp_path: Pat
         directory = broker.engine.partitions.log("t", 0).directory
         assert broker.engine.call(broker.engine.jobs.apply_retention) > 0
         assert deleted_files(directory), "renamed at once, removed later"
-        deadline = time.monotonic() + 30
-        while deleted_files(directory):
-            assert time.monotonic() < deadline, "the .deleted files stayed"
-            time.sleep(0.02)  # polling the directory: no event says a file went
+        # polling the directory: no event says a file went
+        eventually(lambda: not deleted_files(directory), 30, "the .deleted files to go")
 
 
 def test_an_open_removes_leftover_deleted_files(tmp_path: Path) -> None:

@@ -15,12 +15,25 @@ from typing import Any, Iterator
 
 import pytest
 
+from exactly.app import Broker
 from exactly.app.kafka.wire import ApiKey
-from exactly.coordinator import features
-from exactly.coordinator.transaction_state import TransactionState
-from exactly.storage.record_batch import ControlType, SimpleRecord, encode_batch
+from exactly.coordinator import features, transaction_log
+from exactly.coordinator.transaction_state import TransactionState, TxnTransitMetadata
+from exactly.storage.clock import FakeClock
+from exactly.storage.errors import InvalidProducerIdMappingError, InvalidTxnStateError
+from exactly.storage.record_batch import (
+    MAX_PRODUCER_EPOCH,
+    ControlType,
+    SimpleRecord,
+    decode_batch,
+    decode_control_record,
+    encode_batch,
+    iter_headers,
+)
+from tests.conftest import SMALL_INTERNAL_TOPICS
 from tests.kafka_support import SOFTWARE, KafkaBroker, raw_connection
 from tests.raw_producer import RawProducer
+from tests.test_transaction_coordinator import append_txn_log, call, init, txn_log_records
 
 S = TransactionState
 T = "tv2"
@@ -108,8 +121,7 @@ def test_a_transaction_version_out_of_range_is_refused(tmp_path: Path) -> None:
 
 
 def test_a_tv2_transaction_needs_no_add_requests_and_endtxn_bumps_the_epoch(kafka: KafkaBroker) -> None:
-    p = RawProducer(kafka, "tv2-flow", T, GROUP)
-    try:
+    with RawProducer(kafka, "tv2-flow", T, GROUP) as p:
         start_epoch = p.epoch
         assert p.produce(0, p.batch(0, b"a", b"b")) == 0  # Produce v12 added the partition
         assert p.produce(1, p.batch(1, b"c")) == 0
@@ -129,13 +141,10 @@ def test_a_tv2_transaction_needs_no_add_requests_and_endtxn_bumps_the_epoch(kafk
         assert p.produce(0, p.batch(0, b"d")) == 0
         assert p.end(commit=False).producer_epoch == start_epoch + 2
         assert committed_values(kafka, 0) == [b"a", b"b"]
-    finally:
-        p.close()
 
 
 def test_a_retried_endtxn_v5_gets_the_same_answer_and_bumps_nothing(kafka: KafkaBroker) -> None:
-    p = RawProducer(kafka, "tv2-retry", T, GROUP)
-    try:
+    with RawProducer(kafka, "tv2-retry", T, GROUP) as p:
         old_pid, old_epoch = p.pid, p.epoch
         p.produce(0, p.batch(0, b"x"))
         first = p.end(commit=True)
@@ -148,15 +157,12 @@ def test_a_retried_endtxn_v5_gets_the_same_answer_and_bumps_nothing(kafka: Kafka
                                                    "producer_epoch": old_epoch, "committed": False})
         assert wrong.error_code == INVALID_TXN_STATE
         assert state(kafka, "tv2-retry").producer_epoch == old_epoch + 1
-    finally:
-        p.close()
 
 
 def test_a_tv2_abort_with_nothing_added_still_bumps_the_epoch(kafka: KafkaBroker) -> None:
     """A Kafka 4 client cannot know whether its Produce added a partition; its abort
     must fence that Produce anyway."""
-    p = RawProducer(kafka, "tv2-empty-abort", T, GROUP)
-    try:
+    with RawProducer(kafka, "tv2-empty-abort", T, GROUP) as p:
         epoch = p.epoch
         late = p.batch(0, b"in flight")
         answer = p.end(commit=False)
@@ -164,15 +170,12 @@ def test_a_tv2_abort_with_nothing_added_still_bumps_the_epoch(kafka: KafkaBroker
         assert state(kafka, "tv2-empty-abort").state is S.COMPLETE_ABORT
         assert p.produce(0, late) == INVALID_PRODUCER_EPOCH  # the write that was in flight
         assert kafka.broker.list_offsets(T, 0, -1) == 0
-    finally:
-        p.close()
 
 
 def test_clients_of_version_0_and_1_are_served_unchanged(kafka: KafkaBroker) -> None:
     """Produce v9, AddPartitionsToTxn, AddOffsetsToTxn, TxnOffsetCommit v3, EndTxn v3: no
     implicit add, no epoch bump, on a broker that finalizes version 2."""
-    p = RawProducer(kafka, "tv1-client", T, GROUP, produce_version=9, end_version=3)
-    try:
+    with RawProducer(kafka, "tv1-client", T, GROUP, produce_version=9, end_version=3) as p:
         epoch = p.epoch
         assert p.produce(0, p.batch(0, b"unadded")) == INVALID_TXN_STATE  # verified, not added
         p.sequences.clear()
@@ -184,28 +187,22 @@ def test_clients_of_version_0_and_1_are_served_unchanged(kafka: KafkaBroker) -> 
         assert state(kafka, "tv1-client").producer_epoch == epoch
         assert state(kafka, "tv1-client").client_transaction_version == 0
         assert committed_values(kafka) == [b"a"] and committed_offset(kafka) == 1
-    finally:
-        p.close()
 
 
 def test_with_transaction_version_1_finalized_produce_v12_is_only_verified(kafka_tv1: KafkaBroker) -> None:
     """Verified, not added: TRANSACTION_ABORTABLE, which Produce v11+ and TxnOffsetCommit
     v4+ know (KIP-890)."""
-    p = RawProducer(kafka_tv1, "tv1-cluster", T, GROUP)
-    try:
+    with RawProducer(kafka_tv1, "tv1-cluster", T, GROUP) as p:
         assert p.produce(0, p.batch(0, b"x")) == TRANSACTION_ABORTABLE
         assert p.commit_offsets(1) == TRANSACTION_ABORTABLE
         assert kafka_tv1.broker.list_offsets(T, 0, -1) == 0
-    finally:
-        p.close()
 
 
 # -- late writes of transaction N after N+1 began ---------------------------------------------
 
 
 def test_tv2_a_late_produce_and_offset_commit_of_the_previous_transaction_are_refused(kafka: KafkaBroker) -> None:
-    p = RawProducer(kafka, "tv2-late", T, GROUP)
-    try:
+    with RawProducer(kafka, "tv2-late", T, GROUP) as p:
         old_epoch = p.epoch
         p.produce(0, p.batch(0, b"n"))
         late_batch = encode_batch([SimpleRecord(b"late")], producer_id=p.pid, producer_epoch=old_epoch,
@@ -218,16 +215,13 @@ def test_tv2_a_late_produce_and_offset_commit_of_the_previous_transaction_are_re
         p.end(commit=True)
         assert committed_values(kafka, 0) == [b"n", b"n+1"] and committed_values(kafka, 1) == []
         assert committed_offset(kafka) == -1
-    finally:
-        p.close()
 
 
 def test_tv1_a_late_produce_and_offset_commit_of_the_previous_transaction_are_refused(kafka: KafkaBroker) -> None:
     """Version 0/1: the client's abort bumps the epoch through InitProducerId (KIP-360),
     as Kafka's producer does after a request timed out, so N's late writes carry an
     epoch that is not N+1's."""
-    p = RawProducer(kafka, "tv1-late", T, GROUP, produce_version=9, end_version=3)
-    try:
+    with RawProducer(kafka, "tv1-late", T, GROUP, produce_version=9, end_version=3) as p:
         old_epoch = p.epoch
         p.add_partitions(0)
         late_batch = p.batch(0, b"late")  # sent, timed out at the client, still on its way
@@ -245,15 +239,12 @@ def test_tv1_a_late_produce_and_offset_commit_of_the_previous_transaction_are_re
         assert p.commit_offsets(99, version=3, epoch=old_epoch) == INVALID_PRODUCER_EPOCH
         assert p.end(commit=True).error_code == 0
         assert committed_values(kafka, 0) == [b"n+1"] and committed_offset(kafka) == -1
-    finally:
-        p.close()
 
 
 def test_pipelined_tv2_batches_to_new_partitions_are_appended_in_order(kafka: KafkaBroker) -> None:
     """Five batches to two partitions, sent before any answer: the first of each
     partition adds it, the others wait behind it, and every sequence lands in order."""
-    p = RawProducer(kafka, "tv2-pipeline", T, GROUP)
-    try:
+    with RawProducer(kafka, "tv2-pipeline", T, GROUP) as p:
         batches = [(i % 2, p.batch(i % 2, b"v%d" % i)) for i in range(6)]
         for partition, batch in batches:
             p.conn.send(ApiKey.PRODUCE, 12, {
@@ -265,15 +256,12 @@ def test_pipelined_tv2_batches_to_new_partitions_are_appended_in_order(kafka: Ka
         p.end(commit=True)
         assert committed_values(kafka, 0) == [b"v0", b"v2", b"v4"]
         assert committed_values(kafka, 1) == [b"v1", b"v3", b"v5"]
-    finally:
-        p.close()
 
 
 def test_pipelined_batches_of_a_fenced_producer_are_all_refused_and_none_appended(kafka: KafkaBroker) -> None:
     """A new instance fenced the producer: its batches, pipelined behind the one whose
     implicit add is refused, are refused too, and nothing reaches the log."""
-    p = RawProducer(kafka, "tv2-fenced", T, GROUP)
-    try:
+    with RawProducer(kafka, "tv2-fenced", T, GROUP) as p:
         batches = [p.batch(0, b"z%d" % i) for i in range(3)]
         newcomer = RawProducer(kafka, "tv2-fenced", T, GROUP)  # InitProducerId: the epoch moves on
         newcomer.close()
@@ -286,35 +274,21 @@ def test_pipelined_batches_of_a_fenced_producer_are_all_refused_and_none_appende
         assert codes == [INVALID_PRODUCER_EPOCH] * 3
         assert kafka.broker.list_offsets(T, 0, -1) == 0
         assert state(kafka, "tv2-fenced").state is S.EMPTY
-    finally:
-        p.close()
 
 
 def test_markers_of_a_tv2_commit_are_control_batches_of_the_bumped_epoch(kafka: KafkaBroker) -> None:
-    p = RawProducer(kafka, "tv2-markers", T, GROUP)
-    try:
+    with RawProducer(kafka, "tv2-markers", T, GROUP) as p:
         epoch = p.epoch
         p.produce(1, p.batch(1, b"x"))
         p.end(commit=True)
-        from exactly.storage.record_batch import decode_batch, decode_control_record, iter_headers
         records = kafka.broker.fetch(T, 1, 0).records
         controls = [(decode_control_record(decode_batch(records[pos:pos + h.size]).records[0])[0], h.producer_epoch)
                     for pos, h in iter_headers(records) if h.is_control]
         assert controls == [(ControlType.COMMIT, epoch + 1)]
-    finally:
-        p.close()
 
 
 # -- the coordinator: exhaustion, the log's fields, a restart ----------------------------------
 
-from exactly.app import Broker  # noqa: E402
-from exactly.coordinator import transaction_log  # noqa: E402
-from exactly.coordinator.transaction_state import TxnTransitMetadata  # noqa: E402
-from exactly.storage.clock import FakeClock  # noqa: E402
-from exactly.storage.errors import InvalidProducerIdMappingError, InvalidTxnStateError  # noqa: E402
-from exactly.storage.record_batch import MAX_PRODUCER_EPOCH  # noqa: E402
-from tests.conftest import SMALL_INTERNAL_TOPICS  # noqa: E402
-from tests.test_transaction_coordinator import append_txn_log, call, init, txn_log_records  # noqa: E402
 
 LAST = MAX_PRODUCER_EPOCH - 1
 TV2 = features.TRANSACTION_VERSION_2

@@ -34,6 +34,7 @@ from tests.kafka.differential import (
     unique,
 )
 from tests.kafka.test_admin import DELETE, SET, TOPIC
+from tests.waiting import eventually
 
 pytestmark = [pytest.mark.xdist_group("real-kafka"), pytest.mark.slow, pytest.mark.timeout(120)]
 #: the issue's batch: Kafka answers offset 1 for the second record's time
@@ -99,10 +100,9 @@ def in_a_transaction(peer: Peer, t: str) -> dict[str, Any]:
         steps[f"open, at 2000, isolation {isolation}"] = list_offsets(peer, t, 2000, isolation_level=isolation)
     retry(lambda: plain(connection.request(END_TXN, 3, {"transactional_id": t + "-tx", "producer_id": pid,
                                                         "producer_epoch": epoch, "committed": True})))
-    deadline = time.monotonic() + 30  # Kafka answers EndTxn before its marker is written
-    while list_offsets(peer, t, -1, isolation_level=1)["offset"] != 3:
-        assert time.monotonic() < deadline, f"{peer.name}: no COMMIT marker within 30 s"
-        time.sleep(0.02)
+    # Kafka answers EndTxn before its marker is written
+    eventually(lambda: list_offsets(peer, t, -1, isolation_level=1)["offset"] == 3, 30,
+               f"{peer.name}'s COMMIT marker")
     for timestamp in (-3, 2000, 3001):
         steps[f"committed, at {timestamp}"] = list_offsets(peer, t, timestamp, isolation_level=1)
     return steps
