@@ -227,17 +227,23 @@ def _not_yet(value: Any) -> bool:
 
 def create_topics(peer: Peer, topics: Mapping[str, tuple[int, Mapping[str, str]]]) -> None:
     """CreateTopics of ``{name: (partitions, configs)}``, each of which must succeed;
-    returns once every partition answers ListOffsets (Kafka's broker learns of a topic
-    from its controller a moment after CreateTopics answers, and leads its partitions a
-    moment after that: NOT_LEADER_OR_FOLLOWER meanwhile)."""
+    returns once :func:`led`."""
     answer = peer.request(CREATE_TOPICS, 4, {"timeout": 30_000, "topics": [
         {"name": name, "num_partitions": partitions, "replication_factor": 1,
          "configs": [{"name": k, "value": v} for k, v in configs.items()]}
         for name, (partitions, configs) in topics.items()]})
     assert all(t["error_code"] == 0 for t in answer["topics"]), (peer.name, answer)
+    led(peer, {name: partitions for name, (partitions, _) in topics.items()})
+
+
+def led(peer: Peer, topics: Mapping[str, int]) -> None:
+    """Wait until every partition of ``{name: partitions}`` answers ListOffsets: Kafka's
+    broker learns of a topic from its controller a moment after CreateTopics answers (on
+    a loaded machine, seconds after), and leads its partitions a moment after that
+    (UNKNOWN_TOPIC_OR_PARTITION, then NOT_LEADER_OR_FOLLOWER meanwhile)."""
     every_partition = {"replica_id": -1, "isolation_level": 0, "topics": [
         {"name": name, "partitions": [{"partition_index": p, "timestamp": -1, "current_leader_epoch": -1}
-                                      for p in range(partitions)]} for name, (partitions, _) in topics.items()]}
+                                      for p in range(partitions)]} for name, partitions in topics.items()]}
     eventually(lambda: all(p["error_code"] == 0 for t in peer.request(LIST_OFFSETS, 5, every_partition)["topics"]
                            for p in t["partitions"]), 30, f"{peer.name} to lead {list(topics)}", interval=0.02)
 

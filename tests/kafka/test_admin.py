@@ -82,8 +82,12 @@ def topics_scenario(ask: Any, t: str) -> None:
         topic(t + "-unknowncfg", no_such_config="1"), topic("bad name!"), topic(t + "-one")]})
     ask("create again", CREATE_TOPICS, 4, {"timeout": 30_000, "topics": [topic(t, 3)]})
     ask("validate only", CREATE_TOPICS, 4, {"timeout": 30_000, "validate_only": True, "topics": [topic(t + "-v", 2)]})
-    ask("metadata", METADATA, 8, {"allow_auto_topic_creation": False, "topics": [
-        {"name": t}, {"name": t + "-missing"}, {"name": t + "-v"}, {"name": t + "-defaults"}]})
+    # Kafka's broker learns of the new topics from its controller a moment after
+    # CreateTopics answers (on a loaded machine, seconds after): ask until it has
+    settled(lambda: {topic["name"]: topic["error_code"] for topic in ask("metadata", METADATA, 8, {
+        "allow_auto_topic_creation": False, "topics": [
+            {"name": t}, {"name": t + "-missing"}, {"name": t + "-v"}, {"name": t + "-defaults"}]})["topics"]}
+        == {t: 0, t + "-missing": 3, t + "-v": 3, t + "-defaults": 0})
     ask("grow", CREATE_PARTITIONS, 3, {"timeout": 30_000, "topics": [
         {"name": t, "count": 5, "assignments": None}, {"name": t + "-one", "count": 1, "assignments": None},
         {"name": t + "-missing", "count": 2, "assignments": None}]})

@@ -25,6 +25,8 @@ from tests.kafka.differential import (
     Normalizer,
     Peer,
     compared,
+    create_topics,
+    led,
     retry,
 )
 from tests.kafka.test_admin import settled
@@ -92,6 +94,7 @@ def topic_ids_scenario(peer: Peer, t: str) -> dict[str, Any]:
         {"name": t + "-v", "num_partitions": 2, "replication_factor": 1, "configs": [
             {"name": "cleanup.policy", "value": "compact"}]}]})
     topic_id = uuid.UUID(next(r["topic_id"] for r in created["topics"] if r["name"] == t))
+    led(peer, {t: 3, t + "-b": 1})
     ask("metadata", METADATA, 12, {"allow_auto_topic_creation": False, "topics": [
         {"name": t}, {"name": t + "-missing"}]})
     ask("metadata by id", METADATA, 12, {"allow_auto_topic_creation": False, "topics": [
@@ -155,8 +158,7 @@ BROKER_CONFIGS = ["log.segment.bytes", "log.retention.ms", "log.cleanup.policy",
 
 def test_describe_configs_v4_gives_kafkas_type_of_each_config(brokers: tuple[Peer, Peer]) -> None:
     def scenario(peer: Peer, t: str) -> dict:
-        retry(lambda: peer.request(CREATE_TOPICS, 4, {"timeout": 30_000, "topics": [
-            {"name": t, "num_partitions": 1, "replication_factor": 1, "configs": []}]}))
+        create_topics(peer, {t: (1, {})})
         topic = peer.request(DESCRIBE_CONFIGS, 4, {"include_synonyms": False, "include_documentation": False,
                                                    "resources": [{"resource_type": 2, "resource_name": t,
                                                                   "configuration_keys": sorted(CONFIGS)}]})
