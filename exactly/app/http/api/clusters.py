@@ -90,7 +90,6 @@ def _cluster() -> dict:
 
 #: what Metadata answers about topics: those the principal may Describe
 DESCRIBE_TOPIC = kafka(ApiKey.METADATA, ON_TOPIC)
-LIST_TOPICS = access.TOPICS_NAMED
 
 
 @declare(bp, Route("get", "/v3/clusters", "List clusters", "Cluster", 200, models.listing(models.Cluster), (),
@@ -136,7 +135,7 @@ def get_broker(broker_id: int):
 
 
 @declare(bp, Route("get", BROKER_PATH + "/partition-replicas", "List broker replicas", "Broker", 200,
-                   models.listing(models.Replica), needs=LIST_TOPICS))
+                   models.listing(models.Replica), needs=access.TOPICS_NAMED))
 def list_broker_replicas(broker_id: int):
     """Every partition has its one replica here."""
     check_broker(broker_id)
@@ -181,7 +180,7 @@ def _authorized_operations(topic: str) -> list[str]:
 
 
 @declare(bp, Route("get", CLUSTER_PATH + "/topics", "List topics", "Topic", 200, models.listing(models.Topic),
-                   query=models.TopicQuery, needs=LIST_TOPICS))
+                   query=models.TopicQuery, needs=access.TOPICS_NAMED))
 def list_topics():
     engine = current_engine()
     topics = engine.call(read_models.topics_with_configs, engine)
@@ -309,7 +308,7 @@ NO_REASSIGNMENT = "One node, one replica: no reassignment is ever in progress (a
 
 @declare(bp, Route("get", CLUSTER_PATH + "/topics/-/partitions/-/reassignment", "List all replica reassignments",
                    "Partition", 200, models.listing(models.Reassignment), (), description=NO_REASSIGNMENT,
-                   needs=LIST_TOPICS))
+                   needs=access.TOPICS_NAMED))
 def list_all_reassignments():
     """The proxy's ongoing replica reassignments: none, ever (one replica, one node)."""
     return jsonify(listing("KafkaReassignmentList", ALL_REASSIGNMENTS, []))
